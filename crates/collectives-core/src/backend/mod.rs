@@ -1,0 +1,5 @@
+//! The backends. Each lives in its own folder with the same file names: `comm.rs` (the communicator:
+//! construction, teardown, checked mode), `collectives.rs` (the [`Communicator`](crate::Communicator)
+//! implementation), `request.rs` (operations in flight), and `raw.rs` (the library calls' plumbing).
+
+pub mod mpi_host;

@@ -1,0 +1,169 @@
+//! Argument rules shared by every backend, as functions of lengths and ranks.
+//!
+//! Each function returns [`Error::InvalidArgument`] with the numbers; backends call them before any
+//! library call, in every build.
+
+use crate::error::{Error, Result};
+
+/// `root` (or a peer) must be a rank of the communicator.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `rank >= size`.
+pub fn rank_in_range(op: &'static str, what: &str, rank: usize, size: usize) -> Result<()> {
+    if rank < size {
+        Ok(())
+    } else {
+        Err(Error::invalid(op, format!("{what} {rank} is out of range for a communicator of {size} ranks")))
+    }
+}
+
+/// Two buffers of equal length.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `a != b`.
+pub fn same_len(op: &'static str, a_name: &str, a: usize, b_name: &str, b: usize) -> Result<()> {
+    if a == b {
+        Ok(())
+    } else {
+        Err(Error::invalid(op, format!("{a_name} has {a} elements but {b_name} has {b}; they must be equal")))
+    }
+}
+
+/// A buffer holding `size` blocks of `block` elements: `len == size * block`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the length differs (or the product overflows).
+pub fn blocks_len(op: &'static str, name: &str, len: usize, size: usize, block: usize) -> Result<()> {
+    match size.checked_mul(block) {
+        Some(n) if n == len => Ok(()),
+        _ => Err(Error::invalid(
+            op,
+            format!("{name} has {len} elements; it must hold {size} ranks x {block} elements"),
+        )),
+    }
+}
+
+/// A buffer of `size` equal blocks: `len` divisible by `size`. Returns the block length.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `len % size != 0`.
+pub fn equal_blocks(op: &'static str, name: &str, len: usize, size: usize) -> Result<usize> {
+    if size > 0 && len % size == 0 {
+        Ok(len / size)
+    } else {
+        Err(Error::invalid(op, format!("{name} has {len} elements, not a multiple of the {size} ranks")))
+    }
+}
+
+/// A counts array: one entry per rank; returns the sum.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `counts.len() != size` or the sum overflows.
+pub fn counts(op: &'static str, name: &str, counts: &[usize], size: usize) -> Result<usize> {
+    if counts.len() != size {
+        return Err(Error::invalid(
+            op,
+            format!("{name} has {} entries; it needs one per rank ({size})", counts.len()),
+        ));
+    }
+    counts
+        .iter()
+        .try_fold(0usize, |acc, &c| acc.checked_add(c))
+        .ok_or_else(|| Error::invalid(op, format!("the sum of {name} overflows")))
+}
+
+/// A buffer that must hold exactly `expected` elements, as a counts array says.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `len != expected`.
+pub fn len_is(op: &'static str, name: &str, len: usize, expected: usize, because: &str) -> Result<()> {
+    if len == expected {
+        Ok(())
+    } else {
+        Err(Error::invalid(op, format!("{name} has {len} elements but {because} is {expected}")))
+    }
+}
+
+/// The buffer the root must pass.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when it is `None`.
+pub fn root_buffer<B>(op: &'static str, name: &str, buf: Option<B>) -> Result<B> {
+    buf.ok_or_else(|| Error::invalid(op, format!("the root must pass a {name} buffer")))
+}
+
+/// A tag in `0..=tag_ub`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when it is negative or above `tag_ub`.
+pub fn tag(op: &'static str, tag: i32, tag_ub: i32) -> Result<()> {
+    if (0..=tag_ub).contains(&tag) {
+        Ok(())
+    } else {
+        Err(Error::invalid(op, format!("tag {tag} is outside 0..={tag_ub}")))
+    }
+}
+
+/// Convert a count to a backend's count type, whose largest value is `limit`.
+///
+/// # Errors
+/// [`Error::CountOverflow`] when `count > limit`.
+pub fn count_fits(op: &'static str, count: usize, limit: usize) -> Result<usize> {
+    if count <= limit {
+        Ok(count)
+    } else {
+        Err(Error::CountOverflow { op, count, limit })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(r: Result<impl std::fmt::Debug>) -> String {
+        match r {
+            Err(Error::InvalidArgument { msg, .. }) => msg,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rank_rules() {
+        assert!(rank_in_range("x", "root", 3, 4).is_ok());
+        assert_eq!(msg(rank_in_range("x", "root", 4, 4)), "root 4 is out of range for a communicator of 4 ranks");
+    }
+
+    #[test]
+    fn length_rules_carry_the_numbers() {
+        assert!(same_len("x", "send", 3, "recv", 3).is_ok());
+        assert_eq!(msg(same_len("x", "send", 3, "recv", 4)), "send has 3 elements but recv has 4; they must be equal");
+        assert!(blocks_len("x", "recv", 12, 4, 3).is_ok());
+        assert!(msg(blocks_len("x", "recv", 11, 4, 3)).contains("4 ranks x 3 elements"));
+        assert!(blocks_len("x", "recv", 0, usize::MAX, 2).is_err());
+        assert_eq!(equal_blocks("x", "send", 12, 4).unwrap(), 3);
+        assert!(equal_blocks("x", "send", 13, 4).is_err());
+        assert!(len_is("x", "send", 2, 2, "counts[1]").is_ok());
+        assert!(msg(len_is("x", "send", 3, 2, "counts[1]")).contains("counts[1] is 2"));
+    }
+
+    #[test]
+    fn counts_rules() {
+        assert_eq!(counts("x", "counts", &[1, 0, 3], 3).unwrap(), 4);
+        assert!(msg(counts("x", "counts", &[1, 2], 3)).contains("2 entries; it needs one per rank (3)"));
+        assert!(counts("x", "counts", &[usize::MAX, 1], 2).is_err());
+    }
+
+    #[test]
+    fn tags_roots_and_count_limits() {
+        assert!(tag("send", 0, 32767).is_ok());
+        assert!(tag("send", -1, 32767).is_err());
+        assert!(tag("send", 32768, 32767).is_err());
+        assert!(root_buffer("gather", "receive", Some(1)).is_ok());
+        assert!(msg(root_buffer::<u8>("gather", "receive", None)).contains("root must pass a receive buffer"));
+        assert_eq!(count_fits("x", 5, 5).unwrap(), 5);
+        assert_eq!(
+            count_fits("x", 6, 5).unwrap_err(),
+            Error::CountOverflow { op: "x", count: 6, limit: 5 }
+        );
+    }
+}

@@ -1,0 +1,286 @@
+//! The [`Communicator`] trait: one set of collectives, implemented by every backend.
+//!
+//! Each backend names its buffer type through [`Communicator::Buf`]: host backends take `[T]`, device
+//! backends take device memory. Generic solver code written once against the trait compiles for all of
+//! them:
+//!
+//! ```
+//! use collectives_core::{Communicator, ReduceOp, Result};
+//!
+//! /// The global sum of every rank's partial sums, for any backend.
+//! fn global_sum<C: Communicator>(comm: &C, partial: &C::Buf<f64>, total: &mut C::Buf<f64>) -> Result<()> {
+//!     comm.all_reduce(partial, total, ReduceOp::Sum)
+//! }
+//! ```
+//!
+//! Rules shared by every implementation:
+//! - every argument is checked before any library call, always (not only in debug builds): lengths per
+//!   collective, root and peer ranks, the reduce operation for the element type, counts arrays of length
+//!   [`size`](Communicator::size) that agree with the buffers, counts that fit the backend's count type;
+//! - in checked mode (see [`crate::checked`]) the ranks also agree on the call before it is made, so a
+//!   call whose arguments do not fit together across ranks returns an error on every rank instead of
+//!   hanging;
+//! - buffers are laid out packed in rank order: block `i` of a gather/scatter/all-to-all buffer belongs to
+//!   rank `i`, and the v-variants place blocks back to back, so no padding is ever needed.
+
+use crate::element::Element;
+use crate::error::Result;
+use crate::op::{BackendKind, ReduceOp};
+use crate::request::{Request, Scope};
+
+/// A message tag for point-to-point operations (`0..=32767` works on every MPI).
+pub type Tag = i32;
+
+/// A buffer whose length in elements is known: what the argument checks measure.
+pub trait Buffer<T: Element> {
+    /// Number of elements.
+    fn len(&self) -> usize;
+    /// Whether the buffer holds no element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T: Element> Buffer<T> for [T] {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+}
+
+/// Collectives and point-to-point operations over a group of ranks.
+///
+/// All operations return [`Error`](crate::Error) values for bad input; none panics. Collective
+/// operations must be called by every rank of the communicator in the same order.
+pub trait Communicator: Sized {
+    /// The buffer type of this backend for elements `T` (`[T]` for host memory).
+    type Buf<T: Element>: ?Sized + Buffer<T>;
+
+    /// Which backend this is.
+    fn backend(&self) -> BackendKind;
+    /// This rank's index, `0..size`.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// Whether checked mode (cross-rank agreement before each collective) is on.
+    fn checked(&self) -> bool;
+
+    /// Block until every rank has entered the barrier.
+    ///
+    /// # Errors
+    /// Library errors; [`Mismatch`](crate::Error::Mismatch) in checked mode when ranks call different operations.
+    fn barrier(&self) -> Result<()>;
+
+    /// Copy `buf` of rank `root` into `buf` of every rank. Every rank passes the same length.
+    ///
+    /// # Errors
+    /// Root out of range; count overflow; library errors; cross-rank disagreement in checked mode.
+    fn broadcast<T: Element>(&self, buf: &mut Self::Buf<T>, root: usize) -> Result<()>;
+
+    /// Reduce `send` of every rank into `recv` on `root`. `recv` is needed on the root only (same length
+    /// as `send`) and ignored elsewhere.
+    ///
+    /// # Errors
+    /// Root out of range; missing or wrong-length `recv` on the root; operation not valid for `T` on this
+    /// backend; count overflow; library errors; cross-rank disagreement in checked mode.
+    fn reduce<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: Option<&mut Self::Buf<T>>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()>;
+
+    /// Reduce `send` of every rank into `recv` of every rank (`send` and `recv` of equal length).
+    ///
+    /// # Errors
+    /// Lengths differ; operation not valid for `T` on this backend; count overflow; library errors;
+    /// cross-rank disagreement in checked mode.
+    fn all_reduce<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>, op: ReduceOp) -> Result<()>;
+
+    /// [`all_reduce`](Self::all_reduce) with `buf` as both input and output.
+    ///
+    /// # Errors
+    /// As [`all_reduce`](Self::all_reduce).
+    fn all_reduce_in_place<T: Element>(&self, buf: &mut Self::Buf<T>, op: ReduceOp) -> Result<()>;
+
+    /// Concatenate `send` of every rank, in rank order, into `recv` of every rank
+    /// (`recv.len() == size * send.len()`).
+    ///
+    /// # Errors
+    /// Wrong lengths; count overflow; library errors; cross-rank disagreement in checked mode.
+    fn all_gather<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()>;
+
+    /// Uneven [`all_gather`](Self::all_gather): rank `i` contributes `counts[i]` elements (zero allowed);
+    /// `recv` holds them back to back (`recv.len() == counts.iter().sum()`). Every rank passes the same
+    /// `counts`.
+    ///
+    /// # Errors
+    /// `counts.len() != size`; `send.len() != counts[rank]`; wrong `recv` length; count overflow; library
+    /// errors; cross-rank disagreement in checked mode.
+    fn all_gather_v<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>, counts: &[usize]) -> Result<()>;
+
+    /// Concatenate `send` of every rank into `recv` on `root` (`size * send.len()`; ignored elsewhere).
+    ///
+    /// # Errors
+    /// As [`all_gather`](Self::all_gather), plus root out of range and a missing `recv` on the root.
+    fn gather<T: Element>(&self, send: &Self::Buf<T>, recv: Option<&mut Self::Buf<T>>, root: usize) -> Result<()>;
+
+    /// Uneven [`gather`](Self::gather); `counts` as in [`all_gather_v`](Self::all_gather_v), passed by every rank.
+    ///
+    /// # Errors
+    /// As [`all_gather_v`](Self::all_gather_v), plus root out of range and a missing `recv` on the root.
+    fn gather_v<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: Option<&mut Self::Buf<T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()>;
+
+    /// Split `send` on `root` (`size * recv.len()`; ignored elsewhere) into equal blocks, block `i` to rank `i`.
+    ///
+    /// # Errors
+    /// Root out of range; missing or wrong-length `send` on the root; count overflow; library errors;
+    /// cross-rank disagreement in checked mode.
+    fn scatter<T: Element>(&self, send: Option<&Self::Buf<T>>, recv: &mut Self::Buf<T>, root: usize) -> Result<()>;
+
+    /// Uneven [`scatter`](Self::scatter): rank `i` receives `counts[i]` elements; every rank passes `counts`.
+    ///
+    /// # Errors
+    /// As [`scatter`](Self::scatter), plus `counts.len() != size` and `recv.len() != counts[rank]`.
+    fn scatter_v<T: Element>(
+        &self,
+        send: Option<&Self::Buf<T>>,
+        recv: &mut Self::Buf<T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()>;
+
+    /// Reduce `send` (`size * recv.len()` elements) across ranks and give block `rank` of the result to
+    /// each rank.
+    ///
+    /// # Errors
+    /// Wrong lengths; operation not valid for `T`; count overflow; library errors; cross-rank disagreement
+    /// in checked mode.
+    fn reduce_scatter<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>, op: ReduceOp) -> Result<()>;
+
+    /// Block `j` of `send` goes to rank `j`, arriving as block `rank` of its `recv`. Both buffers hold
+    /// `size` equal blocks.
+    ///
+    /// # Errors
+    /// Lengths differ or are not a multiple of `size`; count overflow; library errors; cross-rank
+    /// disagreement in checked mode.
+    fn all_to_all<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()>;
+
+    /// Uneven [`all_to_all`](Self::all_to_all): this rank sends `send_counts[j]` elements to rank `j` and
+    /// receives `recv_counts[i]` from rank `i`, blocks back to back in rank order. `send_counts[j]` of rank
+    /// `i` must equal `recv_counts[i]` of rank `j` (checked mode verifies it).
+    ///
+    /// # Errors
+    /// Counts arrays of the wrong length or not matching the buffers; count overflow; library errors;
+    /// cross-rank disagreement in checked mode.
+    fn all_to_all_v<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        send_counts: &[usize],
+        recv: &mut Self::Buf<T>,
+        recv_counts: &[usize],
+    ) -> Result<()>;
+
+    /// Send `buf` to rank `dest`.
+    ///
+    /// # Errors
+    /// `dest` out of range; tag out of range; count overflow; library errors.
+    fn send<T: Element>(&self, buf: &Self::Buf<T>, dest: usize, tag: Tag) -> Result<()>;
+
+    /// Receive exactly `buf.len()` elements from rank `source`.
+    ///
+    /// # Errors
+    /// `source` out of range; tag out of range; a message of another length; library errors.
+    fn recv<T: Element>(&self, buf: &mut Self::Buf<T>, source: usize, tag: Tag) -> Result<()>;
+
+    /// Send `send` to `dest` and receive exactly `recv.len()` elements from `source`, without deadlock.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send) and [`recv`](Self::recv).
+    fn send_recv<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        dest: usize,
+        recv: &mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<()>;
+
+    /// Split into sub-communicators: ranks passing the same `color` form one, ordered by `key` (then by
+    /// rank). `None` as the color takes part in the call but joins none, and gets `Ok(None)`.
+    ///
+    /// # Errors
+    /// Color out of the backend's range; library errors; cross-rank disagreement in checked mode.
+    fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>>;
+
+    /// A new communicator with the same ranks, whose messages never mix with this one's.
+    ///
+    /// # Errors
+    /// Library errors.
+    fn dup(&self) -> Result<Self>;
+
+    /// Start an [`all_reduce`](Self::all_reduce); the buffers stay borrowed until `scope` ends.
+    ///
+    /// # Errors
+    /// As [`all_reduce`](Self::all_reduce), for errors found when starting; completion errors come from
+    /// [`Request::wait`] or the scope.
+    fn i_all_reduce<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Request<'s>>;
+
+    /// Start a [`broadcast`](Self::broadcast).
+    ///
+    /// # Errors
+    /// As [`broadcast`](Self::broadcast), for errors found when starting.
+    fn i_broadcast<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<Request<'s>>;
+
+    /// Start an [`all_gather`](Self::all_gather).
+    ///
+    /// # Errors
+    /// As [`all_gather`](Self::all_gather), for errors found when starting.
+    fn i_all_gather<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+    ) -> Result<Request<'s>>;
+
+    /// Start a [`send`](Self::send).
+    ///
+    /// # Errors
+    /// As [`send`](Self::send), for errors found when starting.
+    fn i_send<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s Self::Buf<T>,
+        dest: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>>;
+
+    /// Start a [`recv`](Self::recv); a message of another length is an error at completion.
+    ///
+    /// # Errors
+    /// As [`recv`](Self::recv), for errors found when starting.
+    fn i_recv<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>>;
+}

@@ -1,0 +1,149 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::op::{BackendKind, ReduceOp};
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a collective can fail with. `op` names the operation (`"all_reduce"`, ...).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument is wrong on this rank (a length, a root, a counts array); `msg` carries the numbers.
+    #[error("{op}: invalid argument: {msg}")]
+    InvalidArgument {
+        /// The operation.
+        op: &'static str,
+        /// What is wrong, with the numbers.
+        msg: String,
+    },
+    /// The element type, reduce operation and backend do not go together.
+    #[error("{op}: {element}{} is not supported on the {backend} backend: {reason}",
+        reduce_op.map(|o| format!(" with {o}")).unwrap_or_default())]
+    Unsupported {
+        /// The operation.
+        op: &'static str,
+        /// The element type's name.
+        element: &'static str,
+        /// The reduce operation, where there is one.
+        reduce_op: Option<ReduceOp>,
+        /// The backend.
+        backend: BackendKind,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A count does not fit the backend's count type.
+    #[error("{op}: count {count} exceeds the largest count the backend takes ({limit}); split the call")]
+    CountOverflow {
+        /// The operation.
+        op: &'static str,
+        /// The count asked for (in the backend's units).
+        count: usize,
+        /// The largest count the backend takes.
+        limit: usize,
+    },
+    /// The MPI library returned an error.
+    #[error("{op}: MPI error {code} (class {class}): {message}")]
+    Mpi {
+        /// The operation.
+        op: &'static str,
+        /// The error code MPI returned.
+        code: i32,
+        /// Its error class (`MPI_Error_class`).
+        class: i32,
+        /// `MPI_Error_string` of the code.
+        message: String,
+    },
+    /// Checked mode found that the ranks called with arguments that do not fit together.
+    #[error("{op}: ranks disagree on {field}: {}", Listing(values))]
+    Mismatch {
+        /// The operation (as called on this rank).
+        op: &'static str,
+        /// What they disagree on (`"operation"`, `"count"`, `"root"`, ...).
+        field: &'static str,
+        /// `(rank, value)` for the ranks involved.
+        values: Vec<(usize, String)>,
+    },
+    /// Checked mode found that other ranks rejected their own arguments; they returned the reason.
+    #[error("{op}: rank(s) {ranks:?} rejected their arguments for this call (their error says why)")]
+    PeerInvalid {
+        /// The operation.
+        op: &'static str,
+        /// The ranks that rejected their arguments.
+        ranks: Vec<usize>,
+    },
+    /// An operation did not complete in time.
+    #[error("{op}: timed out after {after:?}")]
+    Timeout {
+        /// The operation.
+        op: &'static str,
+        /// How long it was given.
+        after: Duration,
+    },
+}
+
+impl Error {
+    /// The operation the error came from.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Error::InvalidArgument { op, .. }
+            | Error::Unsupported { op, .. }
+            | Error::CountOverflow { op, .. }
+            | Error::Mpi { op, .. }
+            | Error::Mismatch { op, .. }
+            | Error::PeerInvalid { op, .. }
+            | Error::Timeout { op, .. } => op,
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub(crate) fn invalid(op: &'static str, msg: impl Into<String>) -> Error {
+        Error::InvalidArgument { op, msg: msg.into() }
+    }
+}
+
+struct Listing<'a>(&'a [(usize, String)]);
+
+impl fmt::Display for Listing<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (rank, value)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "rank {rank}: {value}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_the_numbers() {
+        let e = Error::Mismatch {
+            op: "all_reduce",
+            field: "count",
+            values: vec![(0, "4".into()), (1, "5".into())],
+        };
+        assert_eq!(e.to_string(), "all_reduce: ranks disagree on count: rank 0: 4, rank 1: 5");
+        assert_eq!(e.op(), "all_reduce");
+        let e = Error::Unsupported {
+            op: "all_reduce",
+            element: "complex<f64>",
+            reduce_op: Some(ReduceOp::Max),
+            backend: BackendKind::MpiHost,
+            reason: "complex numbers are not ordered",
+        };
+        assert_eq!(
+            e.to_string(),
+            "all_reduce: complex<f64> with max is not supported on the mpi backend: complex numbers are not ordered"
+        );
+        let e = Error::CountOverflow { op: "broadcast", count: 1 << 31, limit: i32::MAX as usize };
+        assert!(e.to_string().contains("2147483648"));
+    }
+}

@@ -1,0 +1,49 @@
+//! One safe collective layer over MPI and NCCL.
+//!
+//! | layer | what it holds |
+//! |---|---|
+//! | [`element`] | [`Element`]: the types that travel, their MPI datatype and NCCL wire form |
+//! | [`op`] | [`ReduceOp`], [`BackendKind`], which reductions each backend can do with each element |
+//! | [`comm`] | the [`Communicator`] trait every backend implements |
+//! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
+//! | [`check`], [`checked`] | argument rules (always on) and checked mode (cross-rank agreement) |
+//! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory) |
+//! | [`array`] | ndarray arrays as host buffers (feature `ndarray`, on by default) |
+//!
+//! Raw bindings are re-exported: [`mpi`] (rsmpi, whose `mpi::ffi` is the MPI C interface).
+//!
+//! ```no_run
+//! use collectives_core::{Communicator, MpiComm, ReduceOp};
+//!
+//! let universe = mpi::initialize().expect("MPI initializes once");
+//! let comm = MpiComm::world(&universe)?;
+//! let send = vec![comm.rank() as f64 + 1.0; 8];
+//! let mut recv = vec![0.0; 8];
+//! comm.all_reduce(&send[..], &mut recv[..], ReduceOp::Sum)?;
+//! let n = comm.size() as f64;
+//! assert_eq!(recv[0], n * (n + 1.0) / 2.0);
+//! # Ok::<(), collectives_core::Error>(())
+//! ```
+#![deny(missing_docs)]
+
+#[cfg(feature = "ndarray")]
+pub mod array;
+pub mod backend;
+pub mod check;
+pub mod checked;
+pub mod comm;
+pub mod element;
+pub mod error;
+pub mod op;
+pub mod request;
+
+pub use mpi;
+
+#[cfg(feature = "ndarray")]
+pub use array::{HostArray, HostArrayMut};
+pub use backend::mpi_host::MpiComm;
+pub use comm::{Buffer, Communicator, Tag};
+pub use element::{DType, Element, ElementKind, WireForm};
+pub use error::{Error, Result};
+pub use op::{BackendKind, ReduceOp};
+pub use request::{scope, Pending, Request, Scope};
