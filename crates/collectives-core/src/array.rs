@@ -50,14 +50,16 @@ pub trait HostArrayMut<T: Element> {
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> HostArray<T> for ArrayBase<S, D> {
     fn host_slice(&self) -> Result<&[T]> {
-        self.as_slice().ok_or_else(|| not_contiguous(self.shape(), self.strides()))
+        self.as_slice()
+            .ok_or_else(|| not_contiguous(self.shape(), self.strides()))
     }
 }
 
 impl<T: Element, S: DataMut<Elem = T>, D: Dimension> HostArrayMut<T> for ArrayBase<S, D> {
     fn host_slice_mut(&mut self) -> Result<&mut [T]> {
         let (shape, strides) = (self.shape().to_vec(), self.strides().to_vec());
-        self.as_slice_mut().ok_or_else(|| not_contiguous(&shape, &strides))
+        self.as_slice_mut()
+            .ok_or_else(|| not_contiguous(&shape, &strides))
     }
 }
 
@@ -83,7 +85,11 @@ mod tests {
         assert!(msg.contains("as_standard_layout"), "{msg}");
         assert!(msg.contains("[2, 3, 2]"), "{msg}");
         assert!(a.slice_mut(s![.., 0, ..]).host_slice_mut().is_err());
-        let std = a.slice(s![.., .., 1..3]).as_standard_layout().host_slice().map(<[f32]>::len);
+        let std = a
+            .slice(s![.., .., 1..3])
+            .as_standard_layout()
+            .host_slice()
+            .map(<[f32]>::len);
         assert_eq!(std, Ok(12));
     }
 }

@@ -13,7 +13,10 @@ pub fn rank_in_range(op: &'static str, what: &str, rank: usize, size: usize) -> 
     if rank < size {
         Ok(())
     } else {
-        Err(Error::invalid(op, format!("{what} {rank} is out of range for a communicator of {size} ranks")))
+        Err(Error::invalid(
+            op,
+            format!("{what} {rank} is out of range for a communicator of {size} ranks"),
+        ))
     }
 }
 
@@ -25,7 +28,10 @@ pub fn same_len(op: &'static str, a_name: &str, a: usize, b_name: &str, b: usize
     if a == b {
         Ok(())
     } else {
-        Err(Error::invalid(op, format!("{a_name} has {a} elements but {b_name} has {b}; they must be equal")))
+        Err(Error::invalid(
+            op,
+            format!("{a_name} has {a} elements but {b_name} has {b}; they must be equal"),
+        ))
     }
 }
 
@@ -33,7 +39,13 @@ pub fn same_len(op: &'static str, a_name: &str, a: usize, b_name: &str, b: usize
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when the length differs (or the product overflows).
-pub fn blocks_len(op: &'static str, name: &str, len: usize, size: usize, block: usize) -> Result<()> {
+pub fn blocks_len(
+    op: &'static str,
+    name: &str,
+    len: usize,
+    size: usize,
+    block: usize,
+) -> Result<()> {
     match size.checked_mul(block) {
         Some(n) if n == len => Ok(()),
         _ => Err(Error::invalid(
@@ -51,7 +63,10 @@ pub fn equal_blocks(op: &'static str, name: &str, len: usize, size: usize) -> Re
     if size > 0 && len % size == 0 {
         Ok(len / size)
     } else {
-        Err(Error::invalid(op, format!("{name} has {len} elements, not a multiple of the {size} ranks")))
+        Err(Error::invalid(
+            op,
+            format!("{name} has {len} elements, not a multiple of the {size} ranks"),
+        ))
     }
 }
 
@@ -63,7 +78,10 @@ pub fn counts(op: &'static str, name: &str, counts: &[usize], size: usize) -> Re
     if counts.len() != size {
         return Err(Error::invalid(
             op,
-            format!("{name} has {} entries; it needs one per rank ({size})", counts.len()),
+            format!(
+                "{name} has {} entries; it needs one per rank ({size})",
+                counts.len()
+            ),
         ));
     }
     counts
@@ -76,11 +94,20 @@ pub fn counts(op: &'static str, name: &str, counts: &[usize], size: usize) -> Re
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when `len != expected`.
-pub fn len_is(op: &'static str, name: &str, len: usize, expected: usize, because: &str) -> Result<()> {
+pub fn len_is(
+    op: &'static str,
+    name: &str,
+    len: usize,
+    expected: usize,
+    because: &str,
+) -> Result<()> {
     if len == expected {
         Ok(())
     } else {
-        Err(Error::invalid(op, format!("{name} has {len} elements but {because} is {expected}")))
+        Err(Error::invalid(
+            op,
+            format!("{name} has {len} elements but {because} is {expected}"),
+        ))
     }
 }
 
@@ -100,7 +127,10 @@ pub fn tag(op: &'static str, tag: i32, tag_ub: i32) -> Result<()> {
     if (0..=tag_ub).contains(&tag) {
         Ok(())
     } else {
-        Err(Error::invalid(op, format!("tag {tag} is outside 0..={tag_ub}")))
+        Err(Error::invalid(
+            op,
+            format!("tag {tag} is outside 0..={tag_ub}"),
+        ))
     }
 }
 
@@ -130,13 +160,19 @@ mod tests {
     #[test]
     fn rank_rules() {
         assert!(rank_in_range("x", "root", 3, 4).is_ok());
-        assert_eq!(msg(rank_in_range("x", "root", 4, 4)), "root 4 is out of range for a communicator of 4 ranks");
+        assert_eq!(
+            msg(rank_in_range("x", "root", 4, 4)),
+            "root 4 is out of range for a communicator of 4 ranks"
+        );
     }
 
     #[test]
     fn length_rules_carry_the_numbers() {
         assert!(same_len("x", "send", 3, "recv", 3).is_ok());
-        assert_eq!(msg(same_len("x", "send", 3, "recv", 4)), "send has 3 elements but recv has 4; they must be equal");
+        assert_eq!(
+            msg(same_len("x", "send", 3, "recv", 4)),
+            "send has 3 elements but recv has 4; they must be equal"
+        );
         assert!(blocks_len("x", "recv", 12, 4, 3).is_ok());
         assert!(msg(blocks_len("x", "recv", 11, 4, 3)).contains("4 ranks x 3 elements"));
         assert!(blocks_len("x", "recv", 0, usize::MAX, 2).is_err());
@@ -149,7 +185,9 @@ mod tests {
     #[test]
     fn counts_rules() {
         assert_eq!(counts("x", "counts", &[1, 0, 3], 3).unwrap(), 4);
-        assert!(msg(counts("x", "counts", &[1, 2], 3)).contains("2 entries; it needs one per rank (3)"));
+        assert!(
+            msg(counts("x", "counts", &[1, 2], 3)).contains("2 entries; it needs one per rank (3)")
+        );
         assert!(counts("x", "counts", &[usize::MAX, 1], 2).is_err());
     }
 
@@ -159,11 +197,16 @@ mod tests {
         assert!(tag("send", -1, 32767).is_err());
         assert!(tag("send", 32768, 32767).is_err());
         assert!(root_buffer("gather", "receive", Some(1)).is_ok());
-        assert!(msg(root_buffer::<u8>("gather", "receive", None)).contains("root must pass a receive buffer"));
+        assert!(msg(root_buffer::<u8>("gather", "receive", None))
+            .contains("root must pass a receive buffer"));
         assert_eq!(count_fits("x", 5, 5).unwrap(), 5);
         assert_eq!(
             count_fits("x", 6, 5).unwrap_err(),
-            Error::CountOverflow { op: "x", count: 6, limit: 5 }
+            Error::CountOverflow {
+                op: "x",
+                count: 6,
+                limit: 5
+            }
         );
     }
 }

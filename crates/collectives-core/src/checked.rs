@@ -137,7 +137,15 @@ pub struct Call<'a> {
 impl<'a> Call<'a> {
     /// A call of `op`.
     pub fn new(op: OpKind) -> Self {
-        Call { op, type_code: None, reduce: None, root: None, count: None, counts: None, all_to_all: None }
+        Call {
+            op,
+            type_code: None,
+            reduce: None,
+            root: None,
+            count: None,
+            counts: None,
+            all_to_all: None,
+        }
     }
     /// On elements of type `T`.
     pub fn element<T: Element>(mut self) -> Self {
@@ -213,8 +221,14 @@ fn fingerprint(counts: &[usize]) -> i64 {
     h as i64
 }
 
-const FIELDS: [(usize, &str); 6] =
-    [(0, "operation"), (1, "element type"), (2, "reduce operation"), (3, "root"), (4, "count"), (5, "counts array")];
+const FIELDS: [(usize, &str); 6] = [
+    (0, "operation"),
+    (1, "element type"),
+    (2, "reduce operation"),
+    (3, "root"),
+    (4, "count"),
+    (5, "counts array"),
+];
 
 const MAX_LISTED: usize = 16;
 
@@ -228,7 +242,12 @@ const MAX_LISTED: usize = 16;
 /// field the ranks disagree on, with the values of rank 0 and of every rank that differs from it.
 pub fn verdict(op: &'static str, table: &[i64]) -> Result<()> {
     let rows: Vec<&[i64]> = table.chunks_exact(RECORD_LEN).collect();
-    let bad: Vec<usize> = rows.iter().enumerate().filter(|(_, r)| r[6] != 0).map(|(i, _)| i).collect();
+    let bad: Vec<usize> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r[6] != 0)
+        .map(|(i, _)| i)
+        .collect();
     if !bad.is_empty() {
         return Err(Error::PeerInvalid { op, ranks: bad });
     }
@@ -255,7 +274,11 @@ pub fn verdict(op: &'static str, table: &[i64]) -> Result<()> {
             .take(MAX_LISTED)
             .map(|(i, r)| (i, show(r[field])))
             .collect();
-        return Err(Error::Mismatch { op, field: name, values });
+        return Err(Error::Mismatch {
+            op,
+            field: name,
+            values,
+        });
     }
     Ok(())
 }
@@ -307,39 +330,96 @@ mod tests {
 
     #[test]
     fn agreeing_ranks_pass() {
-        let c = Call::new(OpKind::AllReduce).element::<f64>().reduce(ReduceOp::Sum).count(4);
-        assert!(verdict("all_reduce", &table(&[c.record(true), c.record(true), c.record(true)])).is_ok());
+        let c = Call::new(OpKind::AllReduce)
+            .element::<f64>()
+            .reduce(ReduceOp::Sum)
+            .count(4);
+        assert!(verdict(
+            "all_reduce",
+            &table(&[c.record(true), c.record(true), c.record(true)])
+        )
+        .is_ok());
     }
 
     #[test]
     fn count_mismatch_names_ranks_and_values() {
-        let a = Call::new(OpKind::AllReduce).element::<f64>().reduce(ReduceOp::Sum).count(4);
-        let b = Call::new(OpKind::AllReduce).element::<f64>().reduce(ReduceOp::Sum).count(5);
-        let e = verdict("all_reduce", &table(&[a.record(true), b.record(true), a.record(true)])).unwrap_err();
+        let a = Call::new(OpKind::AllReduce)
+            .element::<f64>()
+            .reduce(ReduceOp::Sum)
+            .count(4);
+        let b = Call::new(OpKind::AllReduce)
+            .element::<f64>()
+            .reduce(ReduceOp::Sum)
+            .count(5);
+        let e = verdict(
+            "all_reduce",
+            &table(&[a.record(true), b.record(true), a.record(true)]),
+        )
+        .unwrap_err();
         assert_eq!(
             e,
-            Error::Mismatch { op: "all_reduce", field: "count", values: vec![(0, "4".into()), (1, "5".into())] }
+            Error::Mismatch {
+                op: "all_reduce",
+                field: "count",
+                values: vec![(0, "4".into()), (1, "5".into())]
+            }
         );
     }
 
     #[test]
     fn operation_element_op_and_root_mismatches() {
-        let base = Call::new(OpKind::AllReduce).element::<f64>().reduce(ReduceOp::Sum).count(4);
-        let other_op = Call::new(OpKind::Broadcast).element::<f64>().root(0).count(4);
-        let e = verdict("all_reduce", &table(&[base.record(true), other_op.record(true)])).unwrap_err();
-        assert!(matches!(&e, Error::Mismatch { field: "operation", values, .. }
-            if values == &vec![(0, "all_reduce".to_string()), (1, "broadcast".to_string())]));
+        let base = Call::new(OpKind::AllReduce)
+            .element::<f64>()
+            .reduce(ReduceOp::Sum)
+            .count(4);
+        let other_op = Call::new(OpKind::Broadcast)
+            .element::<f64>()
+            .root(0)
+            .count(4);
+        let e = verdict(
+            "all_reduce",
+            &table(&[base.record(true), other_op.record(true)]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::Mismatch { field: "operation", values, .. }
+            if values == &vec![(0, "all_reduce".to_string()), (1, "broadcast".to_string())])
+        );
 
-        let other_ty = Call::new(OpKind::AllReduce).element::<f32>().reduce(ReduceOp::Sum).count(4);
-        let e = verdict("all_reduce", &table(&[base.record(true), other_ty.record(true)])).unwrap_err();
-        assert!(matches!(&e, Error::Mismatch { field: "element type", values, .. } if values[1].1 == "f32"));
+        let other_ty = Call::new(OpKind::AllReduce)
+            .element::<f32>()
+            .reduce(ReduceOp::Sum)
+            .count(4);
+        let e = verdict(
+            "all_reduce",
+            &table(&[base.record(true), other_ty.record(true)]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::Mismatch { field: "element type", values, .. } if values[1].1 == "f32")
+        );
 
-        let other_red = Call::new(OpKind::AllReduce).element::<f64>().reduce(ReduceOp::Max).count(4);
-        let e = verdict("all_reduce", &table(&[base.record(true), other_red.record(true)])).unwrap_err();
-        assert!(matches!(&e, Error::Mismatch { field: "reduce operation", values, .. } if values[1].1 == "max"));
+        let other_red = Call::new(OpKind::AllReduce)
+            .element::<f64>()
+            .reduce(ReduceOp::Max)
+            .count(4);
+        let e = verdict(
+            "all_reduce",
+            &table(&[base.record(true), other_red.record(true)]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::Mismatch { field: "reduce operation", values, .. } if values[1].1 == "max")
+        );
 
-        let r0 = Call::new(OpKind::Broadcast).element::<u8>().root(0).count(1);
-        let r1 = Call::new(OpKind::Broadcast).element::<u8>().root(1).count(1);
+        let r0 = Call::new(OpKind::Broadcast)
+            .element::<u8>()
+            .root(0)
+            .count(1);
+        let r1 = Call::new(OpKind::Broadcast)
+            .element::<u8>()
+            .root(1)
+            .count(1);
         let e = verdict("broadcast", &table(&[r0.record(true), r1.record(true)])).unwrap_err();
         assert!(matches!(&e, Error::Mismatch { field: "root", .. }));
     }
@@ -354,14 +434,33 @@ mod tests {
         let cc = Call::new(OpKind::AllGatherV).element::<i32>().counts(&c);
         assert!(verdict("all_gather_v", &table(&[ca.record(true), cb.record(true)])).is_ok());
         let e = verdict("all_gather_v", &table(&[ca.record(true), cc.record(true)])).unwrap_err();
-        assert!(matches!(e, Error::Mismatch { field: "counts array", .. }));
+        assert!(matches!(
+            e,
+            Error::Mismatch {
+                field: "counts array",
+                ..
+            }
+        ));
     }
 
     #[test]
     fn invalid_peers_are_named() {
-        let c = Call::new(OpKind::AllReduce).element::<f64>().reduce(ReduceOp::Sum).count(4);
-        let e = verdict("all_reduce", &table(&[c.record(true), c.record(false), c.record(false)])).unwrap_err();
-        assert_eq!(e, Error::PeerInvalid { op: "all_reduce", ranks: vec![1, 2] });
+        let c = Call::new(OpKind::AllReduce)
+            .element::<f64>()
+            .reduce(ReduceOp::Sum)
+            .count(4);
+        let e = verdict(
+            "all_reduce",
+            &table(&[c.record(true), c.record(false), c.record(false)]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            Error::PeerInvalid {
+                op: "all_reduce",
+                ranks: vec![1, 2]
+            }
+        );
     }
 
     #[test]
@@ -377,15 +476,24 @@ mod tests {
             Error::Mismatch {
                 op: "all_to_all_v",
                 field: "send/receive counts",
-                values: vec![(0, "sends 2 to rank 1".into()), (1, "expects 5 from rank 0".into())],
+                values: vec![
+                    (0, "sends 2 to rank 1".into()),
+                    (1, "expects 5 from rank 0".into())
+                ],
             }
         );
     }
 
     #[test]
     fn listing_is_capped() {
-        let a = Call::new(OpKind::Broadcast).element::<u8>().root(0).count(1);
-        let b = Call::new(OpKind::Broadcast).element::<u8>().root(0).count(2);
+        let a = Call::new(OpKind::Broadcast)
+            .element::<u8>()
+            .root(0)
+            .count(1);
+        let b = Call::new(OpKind::Broadcast)
+            .element::<u8>()
+            .root(0)
+            .count(2);
         let mut rows = vec![a.record(true)];
         rows.extend(std::iter::repeat(b.record(true)).take(40));
         match verdict("broadcast", &table(&rows)).unwrap_err() {

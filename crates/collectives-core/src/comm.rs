@@ -95,7 +95,12 @@ pub trait Communicator: Sized {
     /// # Errors
     /// Lengths differ; operation not valid for `T` on this backend; count overflow; library errors;
     /// cross-rank disagreement in checked mode.
-    fn all_reduce<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>, op: ReduceOp) -> Result<()>;
+    fn all_reduce<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<()>;
 
     /// [`all_reduce`](Self::all_reduce) with `buf` as both input and output.
     ///
@@ -117,13 +122,23 @@ pub trait Communicator: Sized {
     /// # Errors
     /// `counts.len() != size`; `send.len() != counts[rank]`; wrong `recv` length; count overflow; library
     /// errors; cross-rank disagreement in checked mode.
-    fn all_gather_v<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>, counts: &[usize]) -> Result<()>;
+    fn all_gather_v<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        counts: &[usize],
+    ) -> Result<()>;
 
     /// Concatenate `send` of every rank into `recv` on `root` (`size * send.len()`; ignored elsewhere).
     ///
     /// # Errors
     /// As [`all_gather`](Self::all_gather), plus root out of range and a missing `recv` on the root.
-    fn gather<T: Element>(&self, send: &Self::Buf<T>, recv: Option<&mut Self::Buf<T>>, root: usize) -> Result<()>;
+    fn gather<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: Option<&mut Self::Buf<T>>,
+        root: usize,
+    ) -> Result<()>;
 
     /// Uneven [`gather`](Self::gather); `counts` as in [`all_gather_v`](Self::all_gather_v), passed by every rank.
     ///
@@ -142,7 +157,12 @@ pub trait Communicator: Sized {
     /// # Errors
     /// Root out of range; missing or wrong-length `send` on the root; count overflow; library errors;
     /// cross-rank disagreement in checked mode.
-    fn scatter<T: Element>(&self, send: Option<&Self::Buf<T>>, recv: &mut Self::Buf<T>, root: usize) -> Result<()>;
+    fn scatter<T: Element>(
+        &self,
+        send: Option<&Self::Buf<T>>,
+        recv: &mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<()>;
 
     /// Uneven [`scatter`](Self::scatter): rank `i` receives `counts[i]` elements; every rank passes `counts`.
     ///
@@ -162,7 +182,12 @@ pub trait Communicator: Sized {
     /// # Errors
     /// Wrong lengths; operation not valid for `T`; count overflow; library errors; cross-rank disagreement
     /// in checked mode.
-    fn reduce_scatter<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>, op: ReduceOp) -> Result<()>;
+    fn reduce_scatter<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<()>;
 
     /// Block `j` of `send` goes to rank `j`, arriving as block `rank` of its `recv`. Both buffers hold
     /// `size` equal blocks.

@@ -207,8 +207,24 @@ element!(f16, "f16", F16, 1, HalfFloat, u16, u16);
 element!(bf16, "bf16", Bf16, 1, HalfFloat, u16, u16);
 element!(f32, "f32", F32, 1, Float, f32, f32);
 element!(f64, "f64", F64, 1, Float, f64, f64);
-element!(Complex<f32>, "complex<f32>", F32, 2, Complex, Complex<f32>, f32);
-element!(Complex<f64>, "complex<f64>", F64, 2, Complex, Complex<f64>, f64);
+element!(
+    Complex<f32>,
+    "complex<f32>",
+    F32,
+    2,
+    Complex,
+    Complex<f32>,
+    f32
+);
+element!(
+    Complex<f64>,
+    "complex<f64>",
+    F64,
+    2,
+    Complex,
+    Complex<f64>,
+    f64
+);
 
 #[cfg(test)]
 mod tests {
@@ -216,8 +232,20 @@ mod tests {
 
     #[test]
     fn complex_travels_as_two_lanes_of_its_real_type() {
-        assert_eq!(<Complex<f64>>::WIRE, WireForm { dtype: DType::F64, lanes: 2 });
-        assert_eq!(<Complex<f32>>::WIRE, WireForm { dtype: DType::F32, lanes: 2 });
+        assert_eq!(
+            <Complex<f64>>::WIRE,
+            WireForm {
+                dtype: DType::F64,
+                lanes: 2
+            }
+        );
+        assert_eq!(
+            <Complex<f32>>::WIRE,
+            WireForm {
+                dtype: DType::F32,
+                lanes: 2
+            }
+        );
         assert_eq!(<Complex<f64>>::WIRE.wire_count(10), Some(20));
         assert_eq!(f64::WIRE.wire_count(10), Some(10));
         assert_eq!(<Complex<f64>>::WIRE.wire_count(usize::MAX), None);
@@ -263,7 +291,10 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), codes.len());
-        assert_eq!(type_name_of_code(<Complex<f64>>::type_code()), "complex<f64>");
+        assert_eq!(
+            type_name_of_code(<Complex<f64>>::type_code()),
+            "complex<f64>"
+        );
         assert_eq!(type_name_of_code(f32::type_code()), "f32");
         assert_eq!(type_name_of_code(-7), "type code -7");
     }

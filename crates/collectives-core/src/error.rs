@@ -36,7 +36,9 @@ pub enum Error {
         reason: &'static str,
     },
     /// A count does not fit the backend's count type.
-    #[error("{op}: count {count} exceeds the largest count the backend takes ({limit}); split the call")]
+    #[error(
+        "{op}: count {count} exceeds the largest count the backend takes ({limit}); split the call"
+    )]
     CountOverflow {
         /// The operation.
         op: &'static str,
@@ -68,7 +70,9 @@ pub enum Error {
         values: Vec<(usize, String)>,
     },
     /// Checked mode found that other ranks rejected their own arguments; they returned the reason.
-    #[error("{op}: rank(s) {ranks:?} rejected their arguments for this call (their error says why)")]
+    #[error(
+        "{op}: rank(s) {ranks:?} rejected their arguments for this call (their error says why)"
+    )]
     PeerInvalid {
         /// The operation.
         op: &'static str,
@@ -101,7 +105,10 @@ impl Error {
 
     /// Shorthand for [`Error::InvalidArgument`].
     pub(crate) fn invalid(op: &'static str, msg: impl Into<String>) -> Error {
-        Error::InvalidArgument { op, msg: msg.into() }
+        Error::InvalidArgument {
+            op,
+            msg: msg.into(),
+        }
     }
 }
 
@@ -130,7 +137,10 @@ mod tests {
             field: "count",
             values: vec![(0, "4".into()), (1, "5".into())],
         };
-        assert_eq!(e.to_string(), "all_reduce: ranks disagree on count: rank 0: 4, rank 1: 5");
+        assert_eq!(
+            e.to_string(),
+            "all_reduce: ranks disagree on count: rank 0: 4, rank 1: 5"
+        );
         assert_eq!(e.op(), "all_reduce");
         let e = Error::Unsupported {
             op: "all_reduce",
@@ -143,7 +153,11 @@ mod tests {
             e.to_string(),
             "all_reduce: complex<f64> with max is not supported on the mpi backend: complex numbers are not ordered"
         );
-        let e = Error::CountOverflow { op: "broadcast", count: 1 << 31, limit: i32::MAX as usize };
+        let e = Error::CountOverflow {
+            op: "broadcast",
+            count: 1 << 31,
+            limit: i32::MAX as usize,
+        };
         assert!(e.to_string().contains("2147483648"));
     }
 }

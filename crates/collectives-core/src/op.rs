@@ -33,7 +33,13 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     /// All operations, in a fixed order.
-    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
+    pub const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
 
     /// Name as in nccl-tests' `redop` column.
     pub const fn name(self) -> &'static str {
@@ -75,7 +81,9 @@ impl std::str::FromStr for ReduceOp {
         ReduceOp::ALL
             .into_iter()
             .find(|op| op.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown reduce operation `{s}` (expected sum, prod, min, max or avg)"))
+            .ok_or_else(|| {
+                format!("unknown reduce operation `{s}` (expected sum, prod, min, max or avg)")
+            })
     }
 }
 
@@ -96,7 +104,10 @@ pub enum BackendKind {
 impl BackendKind {
     /// Whether MPI does the arithmetic of reductions on this backend.
     pub const fn reduces_with_mpi(self) -> bool {
-        matches!(self, BackendKind::MpiHost | BackendKind::MpiCuda | BackendKind::MpiStaged)
+        matches!(
+            self,
+            BackendKind::MpiHost | BackendKind::MpiCuda | BackendKind::MpiStaged
+        )
     }
 
     /// Name as in collbench's `--backend` flag.
@@ -117,14 +128,22 @@ impl fmt::Display for BackendKind {
 }
 
 /// Why `op` cannot reduce `kind` on `backend`, or `None` when it can.
-pub const fn refusal(kind: ElementKind, op: ReduceOp, backend: BackendKind) -> Option<&'static str> {
+pub const fn refusal(
+    kind: ElementKind,
+    op: ReduceOp,
+    backend: BackendKind,
+) -> Option<&'static str> {
     let mpi = backend.reduces_with_mpi();
     match (kind, op) {
-        (ElementKind::Complex, ReduceOp::Min | ReduceOp::Max) => Some("complex numbers are not ordered"),
+        (ElementKind::Complex, ReduceOp::Min | ReduceOp::Max) => {
+            Some("complex numbers are not ordered")
+        }
         (ElementKind::Complex, ReduceOp::Prod) if !mpi => {
             Some("complex travels as two real lanes here, so a product would multiply lane by lane")
         }
-        (ElementKind::HalfFloat, _) if mpi => Some("MPI has no standard 16-bit float type to reduce"),
+        (ElementKind::HalfFloat, _) if mpi => {
+            Some("MPI has no standard 16-bit float type to reduce")
+        }
         (ElementKind::Integer, ReduceOp::Avg) if mpi => {
             Some("MPI has no average; an integer mean as sum-then-divide would truncate silently")
         }
@@ -136,10 +155,20 @@ pub const fn refusal(kind: ElementKind, op: ReduceOp, backend: BackendKind) -> O
 ///
 /// # Errors
 /// [`Error::Unsupported`] naming the element, the operation, the backend and the reason.
-pub fn check_op<T: Element>(op_name: &'static str, op: ReduceOp, backend: BackendKind) -> Result<()> {
+pub fn check_op<T: Element>(
+    op_name: &'static str,
+    op: ReduceOp,
+    backend: BackendKind,
+) -> Result<()> {
     match refusal(T::KIND, op, backend) {
         None => Ok(()),
-        Some(reason) => Err(Error::Unsupported { op: op_name, element: T::NAME, reduce_op: Some(op), backend, reason }),
+        Some(reason) => Err(Error::Unsupported {
+            op: op_name,
+            element: T::NAME,
+            reduce_op: Some(op),
+            backend,
+            reason,
+        }),
     }
 }
 
@@ -150,8 +179,12 @@ mod tests {
 
     use super::*;
 
-    const BACKENDS: [BackendKind; 4] =
-        [BackendKind::MpiHost, BackendKind::MpiCuda, BackendKind::MpiStaged, BackendKind::Nccl];
+    const BACKENDS: [BackendKind; 4] = [
+        BackendKind::MpiHost,
+        BackendKind::MpiCuda,
+        BackendKind::MpiStaged,
+        BackendKind::Nccl,
+    ];
 
     fn allowed<T: Element>(op: ReduceOp, b: BackendKind) -> bool {
         check_op::<T>("test", op, b).is_ok()
@@ -168,9 +201,18 @@ mod tests {
 
     #[test]
     fn complex_prod_only_where_mpi_multiplies() {
-        assert!(allowed::<Complex<f64>>(ReduceOp::Prod, BackendKind::MpiHost));
-        assert!(allowed::<Complex<f64>>(ReduceOp::Prod, BackendKind::MpiCuda));
-        assert!(allowed::<Complex<f64>>(ReduceOp::Prod, BackendKind::MpiStaged));
+        assert!(allowed::<Complex<f64>>(
+            ReduceOp::Prod,
+            BackendKind::MpiHost
+        ));
+        assert!(allowed::<Complex<f64>>(
+            ReduceOp::Prod,
+            BackendKind::MpiCuda
+        ));
+        assert!(allowed::<Complex<f64>>(
+            ReduceOp::Prod,
+            BackendKind::MpiStaged
+        ));
         assert!(!allowed::<Complex<f64>>(ReduceOp::Prod, BackendKind::Nccl));
     }
 
@@ -180,7 +222,12 @@ mod tests {
             for op in [ReduceOp::Min, ReduceOp::Max] {
                 let err = check_op::<Complex<f64>>("all_reduce", op, b).unwrap_err();
                 match err {
-                    Error::Unsupported { element, reduce_op, backend, .. } => {
+                    Error::Unsupported {
+                        element,
+                        reduce_op,
+                        backend,
+                        ..
+                    } => {
                         assert_eq!(element, "complex<f64>");
                         assert_eq!(reduce_op, Some(op));
                         assert_eq!(backend, b);

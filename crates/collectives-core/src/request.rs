@@ -58,7 +58,9 @@ pub struct Scope<'s, 'env: 's> {
 impl fmt::Debug for Scope<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let in_flight = self.slots.borrow().iter().filter(|s| s.is_some()).count();
-        f.debug_struct("Scope").field("in_flight", &in_flight).finish()
+        f.debug_struct("Scope")
+            .field("in_flight", &in_flight)
+            .finish()
     }
 }
 
@@ -70,7 +72,10 @@ impl<'s> Scope<'s, '_> {
     pub fn register(&'s self, pending: Box<dyn Pending + 's>) -> Request<'s> {
         let mut slots = self.slots.borrow_mut();
         slots.push(Some(pending));
-        Request { slots: &self.slots, index: slots.len() - 1 }
+        Request {
+            slots: &self.slots,
+            index: slots.len() - 1,
+        }
     }
 
     /// Wait for every operation still in flight; the first error wins, the others are still waited for.
@@ -106,7 +111,11 @@ where
             let _ = self.0.wait_all();
         }
     }
-    let scope = Scope { slots: ManuallyDrop::new(RefCell::new(Vec::new())), _scope: PhantomData, _env: PhantomData };
+    let scope = Scope {
+        slots: ManuallyDrop::new(RefCell::new(Vec::new())),
+        _scope: PhantomData,
+        _env: PhantomData,
+    };
     let guard = WaitOnUnwind(&scope);
     let out = f(&scope);
     let waited = scope.wait_all();
@@ -124,7 +133,9 @@ pub struct Request<'s> {
 
 impl fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Request").field("index", &self.index).finish()
+        f.debug_struct("Request")
+            .field("index", &self.index)
+            .finish()
     }
 }
 
@@ -147,7 +158,9 @@ impl Request<'_> {
     /// The backend's error for the operation.
     pub fn test(&mut self) -> Result<bool> {
         let pending = self.slots.borrow_mut()[self.index].take();
-        let Some(mut p) = pending else { return Ok(true) };
+        let Some(mut p) = pending else {
+            return Ok(true);
+        };
         match p.test() {
             Ok(true) => Ok(true),
             Ok(false) => {
@@ -193,7 +206,11 @@ mod tests {
     }
 
     fn fake(polls: usize, waits: &Rc<Cell<usize>>, fail: bool) -> Box<Fake> {
-        Box::new(Fake { polls, waits: waits.clone(), fail })
+        Box::new(Fake {
+            polls,
+            waits: waits.clone(),
+            fail,
+        })
     }
 
     #[test]

@@ -37,7 +37,17 @@ impl MpiComm {
         }
         // SAFETY: `raw` was just created by MPI for this rank and is owned by nobody else.
         let comm = unsafe { MpiComm::from_raw(raw) }.map_err(|e| match e {
-            crate::Error::Mpi { code, class, message, .. } => crate::Error::Mpi { op, code, class, message },
+            crate::Error::Mpi {
+                code,
+                class,
+                message,
+                ..
+            } => crate::Error::Mpi {
+                op,
+                code,
+                class,
+                message,
+            },
             other => other,
         })?;
         Ok(Some(comm.with_checked(self.checked)))
@@ -77,13 +87,34 @@ impl Communicator for MpiComm {
     fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
         const OP: &str = "broadcast";
         let _span = tracing::trace_span!("broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size).and_then(|()| raw::count(OP, buf.len()));
-        let n = self.agree(Call::new(OpKind::Broadcast).element::<T>().root(root).count(buf.len()), local)?;
+        let local = check::rank_in_range(OP, "root", root, self.size)
+            .and_then(|()| raw::count(OP, buf.len()));
+        let n = self.agree(
+            Call::new(OpKind::Broadcast)
+                .element::<T>()
+                .root(root)
+                .count(buf.len()),
+            local,
+        )?;
         // SAFETY: `buf` holds `n` elements of `T`, described by its datatype; root checked in range.
-        raw::check(OP, unsafe { ffi::MPI_Bcast(ptr_mut(buf), n, raw::datatype::<T>(), root as c_int, self.raw) })
+        raw::check(OP, unsafe {
+            ffi::MPI_Bcast(
+                ptr_mut(buf),
+                n,
+                raw::datatype::<T>(),
+                root as c_int,
+                self.raw,
+            )
+        })
     }
 
-    fn reduce<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, op: ReduceOp, root: usize) -> Result<()> {
+    fn reduce<T: Element>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
         const OP: &str = "reduce";
         let _span = tracing::trace_span!("reduce").entered();
         let is_root = self.rank == root;
@@ -99,13 +130,25 @@ impl Communicator for MpiComm {
             };
             Ok((raw::count(OP, send.len())?, recv))
         })();
-        let call = Call::new(OpKind::Reduce).element::<T>().reduce(op).root(root).count(send.len());
+        let call = Call::new(OpKind::Reduce)
+            .element::<T>()
+            .reduce(op)
+            .root(root)
+            .count(send.len());
         let (n, mut recv) = self.agree(call, local)?;
         let recv_ptr = recv.as_deref_mut().map_or_else(null_mut, ptr_mut);
         // SAFETY: `send` holds `n` elements; on the root `recv` holds `n` too (checked), elsewhere MPI
         // ignores the receive buffer; root in range; the datatype describes `T`.
         raw::check(OP, unsafe {
-            ffi::MPI_Reduce(ptr(send), recv_ptr, n, raw::datatype::<T>(), raw::op(op), root as c_int, self.raw)
+            ffi::MPI_Reduce(
+                ptr(send),
+                recv_ptr,
+                n,
+                raw::datatype::<T>(),
+                raw::op(op),
+                root as c_int,
+                self.raw,
+            )
         })?;
         if let Some(recv) = recv {
             raw::finish_avg(op, recv, self.size);
@@ -119,11 +162,24 @@ impl Communicator for MpiComm {
         let local = check_op::<T>(OP, op, BACKEND)
             .and_then(|()| check::same_len(OP, "send", send.len(), "recv", recv.len()))
             .and_then(|()| raw::count(OP, send.len()));
-        let n = self.agree(Call::new(OpKind::AllReduce).element::<T>().reduce(op).count(send.len()), local)?;
+        let n = self.agree(
+            Call::new(OpKind::AllReduce)
+                .element::<T>()
+                .reduce(op)
+                .count(send.len()),
+            local,
+        )?;
         // SAFETY: both buffers hold `n` elements of `T` (checked), described by its datatype; the call
         // returns before the borrows end.
         raw::check(OP, unsafe {
-            ffi::MPI_Allreduce(ptr(send), ptr_mut(recv), n, raw::datatype::<T>(), raw::op(op), self.raw)
+            ffi::MPI_Allreduce(
+                ptr(send),
+                ptr_mut(recv),
+                n,
+                raw::datatype::<T>(),
+                raw::op(op),
+                self.raw,
+            )
         })?;
         raw::finish_avg(op, recv, self.size);
         Ok(())
@@ -133,11 +189,24 @@ impl Communicator for MpiComm {
         const OP: &str = "all_reduce_in_place";
         let _span = tracing::trace_span!("all_reduce_in_place").entered();
         let local = check_op::<T>(OP, op, BACKEND).and_then(|()| raw::count(OP, buf.len()));
-        let n = self.agree(Call::new(OpKind::AllReduceInPlace).element::<T>().reduce(op).count(buf.len()), local)?;
+        let n = self.agree(
+            Call::new(OpKind::AllReduceInPlace)
+                .element::<T>()
+                .reduce(op)
+                .count(buf.len()),
+            local,
+        )?;
         // SAFETY: `buf` holds `n` elements of `T`; MPI_IN_PLACE (from the MPI's own header) makes MPI
         // read and write `buf` only.
         raw::check(OP, unsafe {
-            ffi::MPI_Allreduce(raw::in_place(), ptr_mut(buf), n, raw::datatype::<T>(), raw::op(op), self.raw)
+            ffi::MPI_Allreduce(
+                raw::in_place(),
+                ptr_mut(buf),
+                n,
+                raw::datatype::<T>(),
+                raw::op(op),
+                self.raw,
+            )
         })?;
         raw::finish_avg(op, buf, self.size);
         Ok(())
@@ -146,14 +215,22 @@ impl Communicator for MpiComm {
     fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         const OP: &str = "all_gather";
         let _span = tracing::trace_span!("all_gather").entered();
-        let local = check::blocks_len(OP, "recv", recv.len(), self.size, send.len()).and_then(|()| {
-            raw::count(OP, recv.len())?;
-            raw::count(OP, send.len())
-        });
-        let n = self.agree(Call::new(OpKind::AllGather).element::<T>().count(send.len()), local)?;
+        let local =
+            check::blocks_len(OP, "recv", recv.len(), self.size, send.len()).and_then(|()| {
+                raw::count(OP, recv.len())?;
+                raw::count(OP, send.len())
+            });
+        let n = self.agree(
+            Call::new(OpKind::AllGather)
+                .element::<T>()
+                .count(send.len()),
+            local,
+        )?;
         let dt = raw::datatype::<T>();
         // SAFETY: `send` holds `n` and `recv` holds `size * n` elements of `T` (checked).
-        raw::check(OP, unsafe { ffi::MPI_Allgather(ptr(send), n, dt, ptr_mut(recv), n, dt, self.raw) })
+        raw::check(OP, unsafe {
+            ffi::MPI_Allgather(ptr(send), n, dt, ptr_mut(recv), n, dt, self.raw)
+        })
     }
 
     fn all_gather_v<T: Element>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
@@ -161,16 +238,34 @@ impl Communicator for MpiComm {
         let _span = tracing::trace_span!("all_gather_v").entered();
         let local = (|| {
             let total = check::counts(OP, "counts", counts, self.size)?;
-            check::len_is(OP, "send", send.len(), counts[self.rank], &format!("counts[{}]", self.rank))?;
+            check::len_is(
+                OP,
+                "send",
+                send.len(),
+                counts[self.rank],
+                &format!("counts[{}]", self.rank),
+            )?;
             check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
             raw::counts_displs(OP, counts)
         })();
-        let (c, d) = self.agree(Call::new(OpKind::AllGatherV).element::<T>().counts(counts), local)?;
+        let (c, d) = self.agree(
+            Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
+            local,
+        )?;
         let dt = raw::datatype::<T>();
         // SAFETY: `send` holds counts[rank] elements and `recv` the sum of counts, laid out at the packed
         // displacements `d` (all checked, all within int range).
         raw::check(OP, unsafe {
-            ffi::MPI_Allgatherv(ptr(send), c[self.rank], dt, ptr_mut(recv), c.as_ptr(), d.as_ptr(), dt, self.raw)
+            ffi::MPI_Allgatherv(
+                ptr(send),
+                c[self.rank],
+                dt,
+                ptr_mut(recv),
+                c.as_ptr(),
+                d.as_ptr(),
+                dt,
+                self.raw,
+            )
         })
     }
 
@@ -190,22 +285,42 @@ impl Communicator for MpiComm {
             };
             Ok((raw::count(OP, send.len())?, recv))
         })();
-        let (n, recv) = self.agree(Call::new(OpKind::Gather).element::<T>().root(root).count(send.len()), local)?;
+        let (n, recv) = self.agree(
+            Call::new(OpKind::Gather)
+                .element::<T>()
+                .root(root)
+                .count(send.len()),
+            local,
+        )?;
         let dt = raw::datatype::<T>();
         let recv_ptr = recv.map_or_else(null_mut, ptr_mut);
         // SAFETY: `send` holds `n` elements; on the root `recv` holds `size * n` (checked); MPI ignores the
         // receive buffer elsewhere.
-        raw::check(OP, unsafe { ffi::MPI_Gather(ptr(send), n, dt, recv_ptr, n, dt, root as c_int, self.raw) })
+        raw::check(OP, unsafe {
+            ffi::MPI_Gather(ptr(send), n, dt, recv_ptr, n, dt, root as c_int, self.raw)
+        })
     }
 
-    fn gather_v<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, counts: &[usize], root: usize) -> Result<()> {
+    fn gather_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
         const OP: &str = "gather_v";
         let _span = tracing::trace_span!("gather_v").entered();
         let is_root = self.rank == root;
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
             let total = check::counts(OP, "counts", counts, self.size)?;
-            check::len_is(OP, "send", send.len(), counts[self.rank], &format!("counts[{}]", self.rank))?;
+            check::len_is(
+                OP,
+                "send",
+                send.len(),
+                counts[self.rank],
+                &format!("counts[{}]", self.rank),
+            )?;
             let recv = if is_root {
                 let recv = check::root_buffer(OP, "receive", recv)?;
                 check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
@@ -215,14 +330,27 @@ impl Communicator for MpiComm {
             };
             Ok((raw::counts_displs(OP, counts)?, recv))
         })();
-        let call = Call::new(OpKind::GatherV).element::<T>().root(root).counts(counts);
+        let call = Call::new(OpKind::GatherV)
+            .element::<T>()
+            .root(root)
+            .counts(counts);
         let ((c, d), recv) = self.agree(call, local)?;
         let dt = raw::datatype::<T>();
         let recv_ptr = recv.map_or_else(null_mut, ptr_mut);
         // SAFETY: `send` holds counts[rank] elements; on the root `recv` holds the sum of counts at the
         // packed displacements (checked); elsewhere MPI ignores the receive arguments.
         raw::check(OP, unsafe {
-            ffi::MPI_Gatherv(ptr(send), c[self.rank], dt, recv_ptr, c.as_ptr(), d.as_ptr(), dt, root as c_int, self.raw)
+            ffi::MPI_Gatherv(
+                ptr(send),
+                c[self.rank],
+                dt,
+                recv_ptr,
+                c.as_ptr(),
+                d.as_ptr(),
+                dt,
+                root as c_int,
+                self.raw,
+            )
         })
     }
 
@@ -242,22 +370,51 @@ impl Communicator for MpiComm {
             };
             Ok((raw::count(OP, recv.len())?, send))
         })();
-        let (n, send) = self.agree(Call::new(OpKind::Scatter).element::<T>().root(root).count(recv.len()), local)?;
+        let (n, send) = self.agree(
+            Call::new(OpKind::Scatter)
+                .element::<T>()
+                .root(root)
+                .count(recv.len()),
+            local,
+        )?;
         let dt = raw::datatype::<T>();
         let send_ptr = send.map_or(ptr::null(), ptr);
         // SAFETY: `recv` holds `n` elements; on the root `send` holds `size * n` (checked); MPI ignores the
         // send buffer elsewhere.
-        raw::check(OP, unsafe { ffi::MPI_Scatter(send_ptr, n, dt, ptr_mut(recv), n, dt, root as c_int, self.raw) })
+        raw::check(OP, unsafe {
+            ffi::MPI_Scatter(
+                send_ptr,
+                n,
+                dt,
+                ptr_mut(recv),
+                n,
+                dt,
+                root as c_int,
+                self.raw,
+            )
+        })
     }
 
-    fn scatter_v<T: Element>(&self, send: Option<&[T]>, recv: &mut [T], counts: &[usize], root: usize) -> Result<()> {
+    fn scatter_v<T: Element>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
         const OP: &str = "scatter_v";
         let _span = tracing::trace_span!("scatter_v").entered();
         let is_root = self.rank == root;
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
             let total = check::counts(OP, "counts", counts, self.size)?;
-            check::len_is(OP, "recv", recv.len(), counts[self.rank], &format!("counts[{}]", self.rank))?;
+            check::len_is(
+                OP,
+                "recv",
+                recv.len(),
+                counts[self.rank],
+                &format!("counts[{}]", self.rank),
+            )?;
             let send = if is_root {
                 let send = check::root_buffer(OP, "send", send)?;
                 check::len_is(OP, "send", send.len(), total, "the sum of counts")?;
@@ -267,14 +424,27 @@ impl Communicator for MpiComm {
             };
             Ok((raw::counts_displs(OP, counts)?, send))
         })();
-        let call = Call::new(OpKind::ScatterV).element::<T>().root(root).counts(counts);
+        let call = Call::new(OpKind::ScatterV)
+            .element::<T>()
+            .root(root)
+            .counts(counts);
         let ((c, d), send) = self.agree(call, local)?;
         let dt = raw::datatype::<T>();
         let send_ptr = send.map_or(ptr::null(), ptr);
         // SAFETY: `recv` holds counts[rank] elements; on the root `send` holds the sum of counts at the
         // packed displacements (checked); elsewhere MPI ignores the send arguments.
         raw::check(OP, unsafe {
-            ffi::MPI_Scatterv(send_ptr, c.as_ptr(), d.as_ptr(), dt, ptr_mut(recv), c[self.rank], dt, root as c_int, self.raw)
+            ffi::MPI_Scatterv(
+                send_ptr,
+                c.as_ptr(),
+                d.as_ptr(),
+                dt,
+                ptr_mut(recv),
+                c[self.rank],
+                dt,
+                root as c_int,
+                self.raw,
+            )
         })
     }
 
@@ -287,10 +457,23 @@ impl Communicator for MpiComm {
             raw::count(OP, send.len())?;
             raw::count(OP, recv.len())
         })();
-        let n = self.agree(Call::new(OpKind::ReduceScatter).element::<T>().reduce(op).count(recv.len()), local)?;
+        let n = self.agree(
+            Call::new(OpKind::ReduceScatter)
+                .element::<T>()
+                .reduce(op)
+                .count(recv.len()),
+            local,
+        )?;
         // SAFETY: `send` holds `size * n` and `recv` holds `n` elements of `T` (checked).
         raw::check(OP, unsafe {
-            ffi::MPI_Reduce_scatter_block(ptr(send), ptr_mut(recv), n, raw::datatype::<T>(), raw::op(op), self.raw)
+            ffi::MPI_Reduce_scatter_block(
+                ptr(send),
+                ptr_mut(recv),
+                n,
+                raw::datatype::<T>(),
+                raw::op(op),
+                self.raw,
+            )
         })?;
         raw::finish_avg(op, recv, self.size);
         Ok(())
@@ -305,13 +488,24 @@ impl Communicator for MpiComm {
             raw::count(OP, send.len())?;
             raw::count(OP, block)
         })();
-        let n = self.agree(Call::new(OpKind::AllToAll).element::<T>().count(send.len()), local)?;
+        let n = self.agree(
+            Call::new(OpKind::AllToAll).element::<T>().count(send.len()),
+            local,
+        )?;
         let dt = raw::datatype::<T>();
         // SAFETY: both buffers hold `size` blocks of `n` elements of `T` (checked).
-        raw::check(OP, unsafe { ffi::MPI_Alltoall(ptr(send), n, dt, ptr_mut(recv), n, dt, self.raw) })
+        raw::check(OP, unsafe {
+            ffi::MPI_Alltoall(ptr(send), n, dt, ptr_mut(recv), n, dt, self.raw)
+        })
     }
 
-    fn all_to_all_v<T: Element>(&self, send: &[T], send_counts: &[usize], recv: &mut [T], recv_counts: &[usize]) -> Result<()> {
+    fn all_to_all_v<T: Element>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
         const OP: &str = "all_to_all_v";
         let _span = tracing::trace_span!("all_to_all_v").entered();
         let local = (|| {
@@ -319,14 +513,29 @@ impl Communicator for MpiComm {
             let r_total = check::counts(OP, "recv_counts", recv_counts, self.size)?;
             check::len_is(OP, "send", send.len(), s_total, "the sum of send_counts")?;
             check::len_is(OP, "recv", recv.len(), r_total, "the sum of recv_counts")?;
-            Ok((raw::counts_displs(OP, send_counts)?, raw::counts_displs(OP, recv_counts)?))
+            Ok((
+                raw::counts_displs(OP, send_counts)?,
+                raw::counts_displs(OP, recv_counts)?,
+            ))
         })();
-        let call = Call::new(OpKind::AllToAllV).element::<T>().all_to_all(send_counts, recv_counts);
+        let call = Call::new(OpKind::AllToAllV)
+            .element::<T>()
+            .all_to_all(send_counts, recv_counts);
         let ((sc, sd), (rc, rd)) = self.agree(call, local)?;
         let dt = raw::datatype::<T>();
         // SAFETY: `send` and `recv` hold the sums of their counts at packed displacements (checked).
         raw::check(OP, unsafe {
-            ffi::MPI_Alltoallv(ptr(send), sc.as_ptr(), sd.as_ptr(), dt, ptr_mut(recv), rc.as_ptr(), rd.as_ptr(), dt, self.raw)
+            ffi::MPI_Alltoallv(
+                ptr(send),
+                sc.as_ptr(),
+                sd.as_ptr(),
+                dt,
+                ptr_mut(recv),
+                rc.as_ptr(),
+                rd.as_ptr(),
+                dt,
+                self.raw,
+            )
         })
     }
 
@@ -336,7 +545,9 @@ impl Communicator for MpiComm {
         let dest = self.peer(OP, "destination", dest, tag)?;
         let n = raw::count(OP, buf.len())?;
         // SAFETY: `buf` holds `n` elements of `T`; destination and tag checked in range.
-        raw::check(OP, unsafe { ffi::MPI_Send(ptr(buf), n, raw::datatype::<T>(), dest, tag, self.raw) })
+        raw::check(OP, unsafe {
+            ffi::MPI_Send(ptr(buf), n, raw::datatype::<T>(), dest, tag, self.raw)
+        })
     }
 
     fn recv<T: Element>(&self, buf: &mut [T], source: usize, tag: Tag) -> Result<()> {
@@ -348,13 +559,32 @@ impl Communicator for MpiComm {
         let dt = raw::datatype::<T>();
         // SAFETY: `buf` has room for `n` elements of `T` (a longer message is MPI_ERR_TRUNCATE, not an
         // overflow); `status` is a valid out-pointer.
-        raw::check(OP, unsafe { ffi::MPI_Recv(ptr_mut(buf), n, dt, source, tag, self.raw, &mut status) })?;
+        raw::check(OP, unsafe {
+            ffi::MPI_Recv(ptr_mut(buf), n, dt, source, tag, self.raw, &mut status)
+        })?;
         raw::received(OP, &status, dt, buf.len())
     }
 
-    fn send_recv<T: Element>(&self, send: &[T], dest: usize, recv: &mut [T], source: usize, tag: Tag) -> Result<()> {
+    fn send_recv<T: Element>(
+        &self,
+        send: &[T],
+        dest: usize,
+        recv: &mut [T],
+        source: usize,
+        tag: Tag,
+    ) -> Result<()> {
         const OP: &str = "send_recv";
         let _span = tracing::trace_span!("send_recv").entered();
+        if dest == self.rank && source == self.rank {
+            // A message to oneself: Open MPI copies it locally and truncates silently, so check here.
+            check::same_len(
+                OP,
+                "send (to this rank itself)",
+                send.len(),
+                "recv",
+                recv.len(),
+            )?;
+        }
         let dest = self.peer(OP, "destination", dest, tag)?;
         let source = self.peer(OP, "source", source, tag)?;
         let (sn, rn) = (raw::count(OP, send.len())?, raw::count(OP, recv.len())?);
@@ -362,7 +592,20 @@ impl Communicator for MpiComm {
         let mut status = raw::status();
         // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements of `T`; ranks and tag checked.
         raw::check(OP, unsafe {
-            ffi::MPI_Sendrecv(ptr(send), sn, dt, dest, tag, ptr_mut(recv), rn, dt, source, tag, self.raw, &mut status)
+            ffi::MPI_Sendrecv(
+                ptr(send),
+                sn,
+                dt,
+                dest,
+                tag,
+                ptr_mut(recv),
+                rn,
+                dt,
+                source,
+                tag,
+                self.raw,
+                &mut status,
+            )
         })?;
         raw::received(OP, &status, dt, recv.len())
     }
@@ -372,14 +615,20 @@ impl Communicator for MpiComm {
         let _span = tracing::trace_span!("split").entered();
         let local = match color {
             None => Ok(raw::undefined()),
-            Some(c) => i32::try_from(c)
-                .map_err(|_| crate::Error::invalid(OP, format!("color {c} exceeds MPI's largest color {}", i32::MAX))),
+            Some(c) => i32::try_from(c).map_err(|_| {
+                crate::Error::invalid(
+                    OP,
+                    format!("color {c} exceeds MPI's largest color {}", i32::MAX),
+                )
+            }),
         };
         let c = self.agree(Call::new(OpKind::Split), local)?;
         // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split overwrites it.
         let mut new: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: valid communicator; `new` is a valid out-pointer.
-        raw::check(OP, unsafe { ffi::MPI_Comm_split(self.raw, c, key, &mut new) })?;
+        raw::check(OP, unsafe {
+            ffi::MPI_Comm_split(self.raw, c, key, &mut new)
+        })?;
         self.new_comm(OP, new)
     }
 
@@ -391,7 +640,8 @@ impl Communicator for MpiComm {
         let mut new: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: valid communicator; `new` is a valid out-pointer.
         raw::check(OP, unsafe { ffi::MPI_Comm_dup(self.raw, &mut new) })?;
-        self.new_comm(OP, new)?.ok_or_else(|| crate::Error::invalid(OP, "MPI returned MPI_COMM_NULL"))
+        self.new_comm(OP, new)?
+            .ok_or_else(|| crate::Error::invalid(OP, "MPI returned MPI_COMM_NULL"))
     }
 
     fn i_all_reduce<'s, T: Element>(
@@ -406,29 +656,62 @@ impl Communicator for MpiComm {
         let local = check_op::<T>(OP, op, BACKEND)
             .and_then(|()| check::same_len(OP, "send", send.len(), "recv", recv.len()))
             .and_then(|()| raw::count(OP, send.len()));
-        let n = self.agree(Call::new(OpKind::AllReduce).element::<T>().reduce(op).count(send.len()), local)?;
+        let n = self.agree(
+            Call::new(OpKind::AllReduce)
+                .element::<T>()
+                .reduce(op)
+                .count(send.len()),
+            local,
+        )?;
         // SAFETY: an MPI_Request handle may start as any value; MPI_Iallreduce overwrites it.
         let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
         // SAFETY: both buffers hold `n` elements of `T` and stay borrowed for 's, and the scope completes
         // the request before 's ends, so MPI never touches them after the borrows end.
         raw::check(OP, unsafe {
-            ffi::MPI_Iallreduce(ptr(send), ptr_mut(recv), n, raw::datatype::<T>(), raw::op(op), self.raw, &mut request)
+            ffi::MPI_Iallreduce(
+                ptr(send),
+                ptr_mut(recv),
+                n,
+                raw::datatype::<T>(),
+                raw::op(op),
+                self.raw,
+                &mut request,
+            )
         })?;
         let pending = MpiPending::<T>::new(request, OP).average(op, recv, self.size);
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn i_broadcast<'s, T: Element>(&'s self, scope: &'s Scope<'s, '_>, buf: &'s mut [T], root: usize) -> Result<Request<'s>> {
+    fn i_broadcast<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
+        root: usize,
+    ) -> Result<Request<'s>> {
         const OP: &str = "i_broadcast";
         let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size).and_then(|()| raw::count(OP, buf.len()));
-        let n = self.agree(Call::new(OpKind::Broadcast).element::<T>().root(root).count(buf.len()), local)?;
+        let local = check::rank_in_range(OP, "root", root, self.size)
+            .and_then(|()| raw::count(OP, buf.len()));
+        let n = self.agree(
+            Call::new(OpKind::Broadcast)
+                .element::<T>()
+                .root(root)
+                .count(buf.len()),
+            local,
+        )?;
         // SAFETY: an MPI_Request handle may start as any value; MPI_Ibcast overwrites it.
         let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
         // SAFETY: `buf` holds `n` elements and stays borrowed for 's; the scope completes the request
         // before 's ends.
         raw::check(OP, unsafe {
-            ffi::MPI_Ibcast(ptr_mut(buf), n, raw::datatype::<T>(), root as c_int, self.raw, &mut request)
+            ffi::MPI_Ibcast(
+                ptr_mut(buf),
+                n,
+                raw::datatype::<T>(),
+                root as c_int,
+                self.raw,
+                &mut request,
+            )
         })?;
         Ok(scope.register(Box::new(MpiPending::<T>::new(request, OP))))
     }
@@ -441,23 +724,44 @@ impl Communicator for MpiComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather";
         let _span = tracing::trace_span!("i_all_gather").entered();
-        let local = check::blocks_len(OP, "recv", recv.len(), self.size, send.len()).and_then(|()| {
-            raw::count(OP, recv.len())?;
-            raw::count(OP, send.len())
-        });
-        let n = self.agree(Call::new(OpKind::AllGather).element::<T>().count(send.len()), local)?;
+        let local =
+            check::blocks_len(OP, "recv", recv.len(), self.size, send.len()).and_then(|()| {
+                raw::count(OP, recv.len())?;
+                raw::count(OP, send.len())
+            });
+        let n = self.agree(
+            Call::new(OpKind::AllGather)
+                .element::<T>()
+                .count(send.len()),
+            local,
+        )?;
         let dt = raw::datatype::<T>();
         // SAFETY: an MPI_Request handle may start as any value; MPI_Iallgather overwrites it.
         let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
         // SAFETY: `send` holds `n` and `recv` `size * n` elements, borrowed for 's; the scope completes the
         // request before 's ends.
         raw::check(OP, unsafe {
-            ffi::MPI_Iallgather(ptr(send), n, dt, ptr_mut(recv), n, dt, self.raw, &mut request)
+            ffi::MPI_Iallgather(
+                ptr(send),
+                n,
+                dt,
+                ptr_mut(recv),
+                n,
+                dt,
+                self.raw,
+                &mut request,
+            )
         })?;
         Ok(scope.register(Box::new(MpiPending::<T>::new(request, OP))))
     }
 
-    fn i_send<'s, T: Element>(&'s self, scope: &'s Scope<'s, '_>, buf: &'s [T], dest: usize, tag: Tag) -> Result<Request<'s>> {
+    fn i_send<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s [T],
+        dest: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>> {
         const OP: &str = "i_send";
         let _span = tracing::trace_span!("i_send").entered();
         let dest = self.peer(OP, "destination", dest, tag)?;
@@ -466,7 +770,15 @@ impl Communicator for MpiComm {
         let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
         // SAFETY: `buf` holds `n` elements, borrowed for 's; the scope completes the request before 's ends.
         raw::check(OP, unsafe {
-            ffi::MPI_Isend(ptr(buf), n, raw::datatype::<T>(), dest, tag, self.raw, &mut request)
+            ffi::MPI_Isend(
+                ptr(buf),
+                n,
+                raw::datatype::<T>(),
+                dest,
+                tag,
+                self.raw,
+                &mut request,
+            )
         })?;
         Ok(scope.register(Box::new(MpiPending::<T>::new(request, OP))))
     }
@@ -487,8 +799,18 @@ impl Communicator for MpiComm {
         // SAFETY: `buf` has room for `n` elements, borrowed for 's; the scope completes the request before
         // 's ends.
         raw::check(OP, unsafe {
-            ffi::MPI_Irecv(ptr_mut(buf), n, raw::datatype::<T>(), source, tag, self.raw, &mut request)
+            ffi::MPI_Irecv(
+                ptr_mut(buf),
+                n,
+                raw::datatype::<T>(),
+                source,
+                tag,
+                self.raw,
+                &mut request,
+            )
         })?;
-        Ok(scope.register(Box::new(MpiPending::<T>::new(request, OP).expect(buf.len()))))
+        Ok(scope.register(Box::new(
+            MpiPending::<T>::new(request, OP).expect(buf.len()),
+        )))
     }
 }

@@ -91,7 +91,9 @@ impl MpiComm {
         // From here on `comm` frees the handle on every path.
         let mut comm = comm;
         // SAFETY: `raw` is a valid communicator (caller's promise); RSMPI_ERRORS_RETURN is a constant.
-        raw::check("dup", unsafe { ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) })?;
+        raw::check("dup", unsafe {
+            ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN)
+        })?;
         let (mut rank, mut size): (c_int, c_int) = (0, 0);
         // SAFETY: valid communicator and out-pointers.
         raw::check("dup", unsafe { ffi::MPI_Comm_rank(raw, &mut rank) })?;
@@ -103,7 +105,12 @@ impl MpiComm {
         let mut flag: c_int = 0;
         // SAFETY: for MPI_TAG_UB, MPI stores a pointer to an int in `value` when `flag` is set.
         let rc = unsafe {
-            ffi::MPI_Comm_get_attr(raw, raw::tag_ub_key(), (&mut value as *mut *mut c_int).cast::<c_void>(), &mut flag)
+            ffi::MPI_Comm_get_attr(
+                raw,
+                raw::tag_ub_key(),
+                (&mut value as *mut *mut c_int).cast::<c_void>(),
+                &mut flag,
+            )
         };
         if rc == 0 && flag != 0 && !value.is_null() {
             // SAFETY: MPI returned a pointer to its (static) tag upper bound.

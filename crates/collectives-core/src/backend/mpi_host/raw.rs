@@ -50,7 +50,10 @@ pub(crate) fn count(op: &'static str, n: usize) -> Result<c_int> {
 }
 
 /// MPI counts and packed displacements for a counts array (already checked to have one entry per rank).
-pub(crate) fn counts_displs(op: &'static str, counts: &[usize]) -> Result<(Vec<c_int>, Vec<c_int>)> {
+pub(crate) fn counts_displs(
+    op: &'static str,
+    counts: &[usize],
+) -> Result<(Vec<c_int>, Vec<c_int>)> {
     let mut displ = 0usize;
     let mut c = Vec::with_capacity(counts.len());
     let mut d = Vec::with_capacity(counts.len());
@@ -87,14 +90,27 @@ pub(crate) fn finish_avg<T: Element>(op: ReduceOp, buf: &mut [T], size: usize) {
     }
 }
 
-/// A buffer pointer for MPI; never null, also for empty slices.
+/// Where empty buffers point. An empty slice's own pointer is a dangling `align_of::<T>()`, which for
+/// one-byte types is `(void*)1`: Open MPI's `MPI_IN_PLACE`. MPI never reads or writes through a pointer
+/// with a zero count, so every empty buffer points here instead.
+static EMPTY: [u64; 2] = [0; 2];
+
+/// A buffer pointer for MPI: the slice's, or [`EMPTY`]'s when it is empty (never a sentinel value).
 pub(crate) fn ptr<T>(buf: &[T]) -> *const c_void {
-    buf.as_ptr().cast()
+    if buf.is_empty() {
+        EMPTY.as_ptr().cast()
+    } else {
+        buf.as_ptr().cast()
+    }
 }
 
-/// A mutable buffer pointer for MPI.
+/// A mutable buffer pointer for MPI; see [`ptr`]. (MPI writes nothing through it when it is empty.)
 pub(crate) fn ptr_mut<T>(buf: &mut [T]) -> *mut c_void {
-    buf.as_mut_ptr().cast()
+    if buf.is_empty() {
+        EMPTY.as_ptr().cast_mut().cast()
+    } else {
+        buf.as_mut_ptr().cast()
+    }
 }
 
 /// Turn an MPI return code into a `Result`.
@@ -121,7 +137,12 @@ pub(crate) fn error(op: &'static str, code: c_int) -> Error {
     } else {
         "unknown error".to_string()
     };
-    Error::Mpi { op, code, class, message }
+    Error::Mpi {
+        op,
+        code,
+        class,
+        message,
+    }
 }
 
 /// An empty `MPI_Status`.
@@ -139,11 +160,16 @@ pub(crate) fn received(
 ) -> Result<()> {
     let mut got: c_int = 0;
     // SAFETY: `status` was filled by a completed receive; `got` is a valid out-pointer.
-    check(op, unsafe { ffi::MPI_Get_count(status, datatype, &mut got) })?;
+    check(op, unsafe {
+        ffi::MPI_Get_count(status, datatype, &mut got)
+    })?;
     if got >= 0 && got as usize == expected {
         Ok(())
     } else {
-        Err(Error::invalid(op, format!("received {got} elements but the buffer expects exactly {expected}")))
+        Err(Error::invalid(
+            op,
+            format!("received {got} elements but the buffer expects exactly {expected}"),
+        ))
     }
 }
 
@@ -161,8 +187,22 @@ mod tests {
     #[test]
     fn shim_constants_are_sane() {
         assert_eq!(success(), 0, "MPI_SUCCESS is 0 in every MPI");
-        assert!(undefined() < 0, "MPI_UNDEFINED is negative in the MPIs we know");
+        assert!(
+            undefined() < 0,
+            "MPI_UNDEFINED is negative in the MPIs we know"
+        );
         let _ = tag_ub_key();
+    }
+
+    #[test]
+    fn empty_buffers_never_point_at_a_sentinel() {
+        let empty: [u8; 0] = [];
+        assert_ne!(ptr(&empty), in_place().cast_const());
+        let mut empty_mut: Vec<u8> = Vec::new();
+        assert_ne!(ptr_mut(&mut empty_mut), in_place());
+        assert!(!ptr(&empty).is_null());
+        let one = [7u8];
+        assert_eq!(ptr(&one), one.as_ptr().cast());
     }
 
     #[test]
@@ -171,8 +211,13 @@ mod tests {
         assert_eq!(c, [2, 0, 3, 1]);
         assert_eq!(d, [0, 2, 2, 5]);
         let big = count_limit();
-        assert!(counts_displs("x", &[big, 1]).is_ok(), "a displacement of exactly the limit fits");
-        assert!(matches!(counts_displs("x", &[big, 1, 1]), Err(Error::CountOverflow { count, .. }) if count == big + 1));
+        assert!(
+            counts_displs("x", &[big, 1]).is_ok(),
+            "a displacement of exactly the limit fits"
+        );
+        assert!(
+            matches!(counts_displs("x", &[big, 1, 1]), Err(Error::CountOverflow { count, .. }) if count == big + 1)
+        );
         assert!(count("x", big + 1).is_err());
     }
 }

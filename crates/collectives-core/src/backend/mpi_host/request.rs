@@ -24,7 +24,14 @@ pub(super) struct MpiPending<'s, T: Element> {
 
 impl<'s, T: Element> MpiPending<'s, T> {
     pub(super) fn new(request: ffi::MPI_Request, op: &'static str) -> Self {
-        MpiPending { request, op, average: None, expect: None, done: false, _buffers: PhantomData }
+        MpiPending {
+            request,
+            op,
+            average: None,
+            expect: None,
+            done: false,
+            _buffers: PhantomData,
+        }
     }
 
     pub(super) fn average(mut self, reduce: ReduceOp, buf: &mut [T], size: usize) -> Self {

@@ -1,0 +1,76 @@
+//! Non-contiguous data described in a canonical stride IR, lowered to plans that a CPU reference
+//! packer (and, later, generated GPU kernels) execute.
+//!
+//! | layer | module | what it does |
+//! |---|---|---|
+//! | constructors | [`construct`] | `contiguous`, `vector`, `hvector`, `subarray` (C/Fortran), array-view strides -> [`Type`] |
+//! | IR | [`ir`] | [`Type`]: strided streams over a dense block, in bytes; defines which bytes are packed, in which order |
+//! | canonical | [`canonical`] | named passes to a fixed point: the same packed bytes with the fewest levels |
+//! | plan | [`plan`] | [`StridedBlock`] (start, block length, counts, strides), word size, [`LaunchShape`] for a CUDA-like grid |
+//! | CPU reference | [`cpu`] | bounds-checked [`cpu::pack`] / [`cpu::unpack`], and a naive tree-walking packer as the independent oracle |
+//! | GPU kernels | (later) | CUDA source generated from a [`StridedBlock`] and [`LaunchShape`], compiled at run time |
+//!
+//! The crate has no optional features and no unsafe code.
+//!
+//! # Example: one face of a 3-D grid
+//!
+//! A `4 x 5 x 6` grid of `f64` in C order; a halo exchange in x sends the plane `x = 1`.
+//!
+//! ```
+//! use datatype_pack::canonical::canonicalize;
+//! use datatype_pack::construct::{subarray, Order};
+//! use datatype_pack::{cpu, StridedBlock, Type};
+//!
+//! let (nz, ny, nx) = (4u64, 5u64, 6u64);
+//! let grid: Vec<f64> = (0..nz * ny * nx).map(|i| i as f64).collect();
+//! let bytes: Vec<u8> = grid.iter().flat_map(|v| v.to_ne_bytes()).collect();
+//!
+//! // The x = 1 plane: every (z, y), one element in x.
+//! let face = subarray(&[nz, ny, nx], &[nz, ny, 1], &[0, 0, 1], Order::C, 8)?;
+//!
+//! // Canonical form: the z and y levels merge into one stream of 20 elements, 48 bytes apart.
+//! assert_eq!(
+//!     canonicalize(face.clone()),
+//!     Type::stream(20, 48, Type::dense(8)).with_offset(8)
+//! );
+//!
+//! // The plan, and the word size a packer may use for this buffer.
+//! let plan = StridedBlock::from_type(&face)?;
+//! assert_eq!(plan.start(), 8);
+//! assert_eq!(plan.block_len(), 8);
+//! assert_eq!(plan.counts(), &[20]);
+//! assert_eq!(plan.strides(), &[48]);
+//! assert_eq!(plan.word_size(8, 8), 8);
+//!
+//! // Pack on the CPU and check the values.
+//! let mut packed = vec![0u8; plan.packed_size() as usize];
+//! cpu::pack(&plan, &bytes, &mut packed)?;
+//! let values: Vec<f64> = packed
+//!     .chunks_exact(8)
+//!     .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+//!     .collect();
+//! let expected: Vec<f64> = (0..nz * ny).map(|row| (row * nx + 1) as f64).collect();
+//! assert_eq!(values, expected);
+//!
+//! // Unpacking into a zeroed grid restores the face and nothing else.
+//! let mut ghost = vec![0u8; bytes.len()];
+//! cpu::unpack(&plan, &packed, &mut ghost)?;
+//! let mut again = vec![0u8; packed.len()];
+//! cpu::pack(&face, &ghost, &mut again)?;
+//! assert_eq!(again, packed);
+//! # Ok::<(), datatype_pack::Error>(())
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod canonical;
+pub mod construct;
+pub mod cpu;
+mod error;
+pub mod ir;
+pub mod plan;
+
+pub use construct::Order;
+pub use error::{Buffer, Error, Result};
+pub use ir::Type;
+pub use plan::{LaunchLimits, LaunchShape, StridedBlock};

@@ -1,0 +1,768 @@
+//! Plans: a layout lowered to a flat strided-block description, ready for a packer or a kernel.
+//!
+//! A [`StridedBlock`] selects `block_len` contiguous bytes at every byte offset
+//!
+//! ```text
+//! start + i0 * strides[0] + i1 * strides[1] + ... ,   0 <= ik < counts[k]
+//! ```
+//!
+//! and packs those blocks with `i0` varying fastest (dimensions are listed innermost first).
+//! The block with multi-index `(i0, i1, ..)` lands at packed byte `b * block_len`, where
+//! `b = i0 + counts[0] * (i1 + counts[1] * (i2 + ..))` is its linear block index.
+//!
+//! Plans are unsigned: a plan's start and strides are `u64`. A layout whose canonical form still
+//! has a negative stride (a reversed array view, say), or that starts before its base, is
+//! refused with [`Error::Unsupported`]; the naive packer ([`crate::cpu::pack_naive`]) handles
+//! such layouts. Keeping plans unsigned keeps every kernel index computation unsigned and the
+//! bounds check a single comparison (`extent_end <= len`).
+//!
+//! [`StridedBlock::word_size`] chooses how many bytes a packer may move at once, and
+//! [`LaunchShape`] maps a plan onto a CUDA-like grid without exceeding any grid dimension.
+
+use crate::canonical::{canonicalize, sort_by_stride};
+use crate::error::{invalid, overflow, Error, Result};
+use crate::ir::{Level, Type};
+
+/// A layout as `prod(counts)` blocks of `block_len` bytes on a strided lattice. See the
+/// [module docs](self).
+///
+/// Built by [`StridedBlock::from_type`] (canonical, the usual way), [`StridedBlock::lower`] (no
+/// canonicalization) or [`StridedBlock::new`]; all of them check that the packed size and the
+/// extent fit a `u64`. Every empty plan is normalized to [`StridedBlock::empty`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StridedBlock {
+    start: u64,
+    block_len: u64,
+    counts: Vec<u64>,
+    strides: Vec<u64>,
+    packed_size: u64,
+    extent_end: u64,
+}
+
+impl StridedBlock {
+    /// Builds a plan from its parts. `counts` and `strides` are per stream dimension, innermost
+    /// first. A plan that selects no byte (a zero `block_len` or a zero count) is normalized to
+    /// [`StridedBlock::empty`].
+    ///
+    /// # Errors
+    /// [`Error::DimensionMismatch`] if `counts` and `strides` differ in length;
+    /// [`Error::Overflow`] if the packed size or the extent end does not fit a `u64`.
+    pub fn new(start: u64, block_len: u64, counts: Vec<u64>, strides: Vec<u64>) -> Result<Self> {
+        const OP: &str = "StridedBlock::new";
+        if counts.len() != strides.len() {
+            return Err(Error::DimensionMismatch {
+                op: OP,
+                what: "strides",
+                expected: counts.len(),
+                found: strides.len(),
+            });
+        }
+        if block_len == 0 || counts.contains(&0) {
+            return Ok(Self::empty());
+        }
+        let mut packed_size = block_len;
+        let mut end = start
+            .checked_add(block_len)
+            .ok_or_else(|| overflow(OP, "start + block length exceeds u64"))?;
+        for (&n, &s) in counts.iter().zip(&strides) {
+            packed_size = packed_size
+                .checked_mul(n)
+                .ok_or_else(|| overflow(OP, "packed size exceeds u64"))?;
+            end = (n - 1)
+                .checked_mul(s)
+                .and_then(|span| end.checked_add(span))
+                .ok_or_else(|| overflow(OP, "extent end exceeds u64"))?;
+        }
+        Ok(Self {
+            start,
+            block_len,
+            counts,
+            strides,
+            packed_size,
+            extent_end: end,
+        })
+    }
+
+    /// The plan that selects no byte: start 0, block length 0, no dimensions.
+    pub fn empty() -> Self {
+        Self {
+            start: 0,
+            block_len: 0,
+            counts: Vec::new(),
+            strides: Vec::new(),
+            packed_size: 0,
+            extent_end: 0,
+        }
+    }
+
+    /// Canonicalizes `t` ([`canonicalize`]) and lowers the result. The plan packs exactly the
+    /// bytes `t` describes, in the same order, with as few dimensions as the passes allow.
+    ///
+    /// # Errors
+    /// As [`StridedBlock::lower`].
+    pub fn from_type(t: &Type) -> Result<Self> {
+        Self::lower(&canonicalize(t.clone()))
+    }
+
+    /// Like [`StridedBlock::from_type`], but with the stream levels sorted by stride first
+    /// ([`sort_by_stride`]). The plan selects the same bytes as `t` **in a different order**:
+    /// use it only when the buffer it packs is unpacked with the same plan.
+    ///
+    /// # Errors
+    /// As [`StridedBlock::lower`].
+    pub fn from_type_sorted(t: &Type) -> Result<Self> {
+        Self::lower(&canonicalize(sort_by_stride(canonicalize(t.clone()))))
+    }
+
+    /// Lowers `t` as it is, one plan dimension per stream level (no canonicalization).
+    ///
+    /// # Errors
+    /// * [`Error::Unsupported`] if a stream level has a negative stride, or the layout starts
+    ///   before its base (the sum of its offsets is negative);
+    /// * [`Error::Overflow`] if the packed size or the extent end does not fit a `u64`.
+    pub fn lower(t: &Type) -> Result<Self> {
+        const OP: &str = "StridedBlock::lower";
+        if t.is_empty() {
+            return Ok(Self::empty());
+        }
+        let start = t.total_offset()?;
+        let start = u64::try_from(start).map_err(|_| Error::Unsupported {
+            op: OP,
+            message: format!(
+                "the layout starts {} bytes before its base; a plan starts at or after it",
+                start.unsigned_abs()
+            ),
+        })?;
+        let chain = t.chain();
+        let block_len = chain.dense_extent;
+        let mut counts = Vec::with_capacity(chain.streams.len());
+        let mut strides = Vec::with_capacity(chain.streams.len());
+        for &Level { stride, count, .. } in chain.streams.iter().rev() {
+            let stride = u64::try_from(stride).map_err(|_| Error::Unsupported {
+                op: OP,
+                message: format!(
+                    "negative stride {stride} (count {count}); plans have non-negative strides"
+                ),
+            })?;
+            counts.push(count);
+            strides.push(stride);
+        }
+        Self::new(start, block_len, counts, strides).map_err(|e| match e {
+            Error::Overflow { message, .. } => Error::Overflow { op: OP, message },
+            other => other,
+        })
+    }
+
+    /// Byte offset of the first block from the buffer's start.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Length in bytes of each contiguous block.
+    pub fn block_len(&self) -> u64 {
+        self.block_len
+    }
+
+    /// Count of each stream dimension, innermost first.
+    pub fn counts(&self) -> &[u64] {
+        &self.counts
+    }
+
+    /// Byte stride of each stream dimension, innermost first.
+    pub fn strides(&self) -> &[u64] {
+        &self.strides
+    }
+
+    /// Number of stream dimensions.
+    pub fn ndims(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Number of blocks (the product of the counts; 1 for a plan without dimensions, 0 for the
+    /// empty plan).
+    pub fn num_blocks(&self) -> u64 {
+        if self.block_len == 0 {
+            0
+        } else {
+            self.counts.iter().product()
+        }
+    }
+
+    /// Whether the plan selects no byte.
+    pub fn is_empty(&self) -> bool {
+        self.packed_size == 0
+    }
+
+    /// Bytes in the packed form: `block_len * prod(counts)`.
+    pub fn packed_size(&self) -> u64 {
+        self.packed_size
+    }
+
+    /// One past the last byte the plan touches; 0 for the empty plan. A buffer of at least this
+    /// many bytes holds the whole layout.
+    pub fn extent_end(&self) -> u64 {
+        self.extent_end
+    }
+
+    /// The widest word, in bytes (1, 2, 4, 8 or 16), in which a packer may move this plan's data
+    /// between a strided buffer at address `src_addr_align` and a packed buffer at address
+    /// `dst_addr_align` (the roles may be swapped for unpacking: the result is symmetric).
+    /// Either argument may be the buffer's address or any power of two known to divide it; pass
+    /// 0 for "aligned enough".
+    ///
+    /// It is the largest power of two, at most 16, that divides the GCD of the block length, the
+    /// start offset, every stride (of dimensions with count > 1) and both addresses. Every byte
+    /// offset a packer forms, strided (`start + sum ik * strides[k] + x * W`) or packed
+    /// (`b * block_len + x * W`), is then a multiple of `W` from an address aligned to `W`.
+    /// A word size taken from the block length alone breaks as soon as the start offset or a
+    /// stride is less aligned than the block (an 8-byte block at offset 4 is not 8-aligned), or
+    /// the buffer itself sits at an odd address (a sub-slice).
+    pub fn word_size(&self, src_addr_align: u64, dst_addr_align: u64) -> u32 {
+        // The largest power of two dividing a GCD is the lowest set bit of the OR of the values.
+        let mut bits = self.block_len | self.start | src_addr_align | dst_addr_align;
+        for (&n, &s) in self.counts.iter().zip(&self.strides) {
+            if n > 1 {
+                bits |= s;
+            }
+        }
+        let tz = bits.trailing_zeros().min(4);
+        1u32 << tz
+    }
+}
+
+/// Grid and thread-block limits of a CUDA-like device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LaunchLimits {
+    /// Largest grid dimension in x, y, z.
+    pub max_grid: [u32; 3],
+    /// Largest thread-block dimension in x, y, z.
+    pub max_block: [u32; 3],
+    /// Largest number of threads in one thread block.
+    pub max_threads_per_block: u32,
+}
+
+impl LaunchLimits {
+    /// The limits of every CUDA device since compute capability 3.0: grid x up to 2^31 - 1,
+    /// grid y and z up to 65535, blocks of up to 1024 threads (z up to 64).
+    pub const CUDA: LaunchLimits = LaunchLimits {
+        max_grid: [(1u32 << 31) - 1, 65_535, 65_535],
+        max_block: [1024, 1024, 64],
+        max_threads_per_block: 1024,
+    };
+}
+
+impl Default for LaunchLimits {
+    fn default() -> Self {
+        Self::CUDA
+    }
+}
+
+/// How a [`StridedBlock`] maps onto a CUDA-like launch.
+///
+/// Three axes of work: x = the words of a block (`block_len / word_size`), y = the first stream
+/// dimension (`counts[0]`), z = the second (`counts[1]`); an axis the plan lacks has extent 1.
+/// The remaining dimensions (`counts[2..]`, [`outer_counts`](Self::outer_counts)) are loops
+/// inside the kernel. Each axis is covered by a grid-stride loop, so any extent fits a grid
+/// capped at the device limits; [`iterations`](Self::iterations) says how many trips each loop
+/// makes at most. A kernel that implements the contract below packs exactly what
+/// [`crate::cpu::pack`] packs:
+///
+/// ```text
+/// for each (i2, i3, ..) < outer_counts:                          // in-kernel loops
+///   for z = blockIdx.z*blockDim.z + threadIdx.z; z < extents[2]; z += gridDim.z*blockDim.z
+///     for y = blockIdx.y*blockDim.y + threadIdx.y; y < extents[1]; y += gridDim.y*blockDim.y
+///       for x = blockIdx.x*blockDim.x + threadIdx.x; x < extents[0]; x += gridDim.x*blockDim.x
+///         b       = y + extents[1] * (z + extents[2] * (i2 + counts[2] * (i3 + ..)))
+///         strided = start + x*W + y*strides[0] + z*strides[1] + i2*strides[2] + ..
+///         packed  = b*block_len + x*W
+///         copy W bytes strided -> packed (pack) or packed -> strided (unpack)
+/// ```
+///
+/// Indices and offsets need 64-bit arithmetic. An empty plan gives a shape with
+/// [`is_noop`](Self::is_noop) true and a zero grid: launch nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LaunchShape {
+    word_size: u32,
+    extents: [u64; 3],
+    outer_counts: Vec<u64>,
+    block: [u32; 3],
+    grid: [u32; 3],
+}
+
+impl LaunchShape {
+    /// The launch shape of `plan` moved in words of `word_size` bytes, for
+    /// [`LaunchLimits::CUDA`].
+    ///
+    /// # Errors
+    /// As [`LaunchShape::with_limits`].
+    pub fn new(plan: &StridedBlock, word_size: u32) -> Result<Self> {
+        Self::with_limits(plan, word_size, &LaunchLimits::CUDA)
+    }
+
+    /// The launch shape of `plan` moved in words of `word_size` bytes, within `limits`.
+    ///
+    /// Thread-block dimensions are powers of two filled x first, then y, then z, up to
+    /// `max_threads_per_block`, so that plans of small blocks still give full thread blocks;
+    /// grid dimensions are the blocks needed to cover each axis, capped at `max_grid`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `word_size` is not 1, 2, 4, 8 or 16, does not divide the
+    /// plan's block length, start and strides (use [`StridedBlock::word_size`]), or a limit is 0.
+    pub fn with_limits(plan: &StridedBlock, word_size: u32, limits: &LaunchLimits) -> Result<Self> {
+        const OP: &str = "LaunchShape";
+        if !matches!(word_size, 1 | 2 | 4 | 8 | 16) {
+            return Err(invalid(
+                OP,
+                format!("word size {word_size} is not 1, 2, 4, 8 or 16"),
+            ));
+        }
+        if plan.word_size(0, 0) < word_size {
+            return Err(invalid(
+                OP,
+                format!(
+                    "word size {word_size} does not divide the plan (block length {}, start {}, \
+                     strides {:?}); at most {}",
+                    plan.block_len,
+                    plan.start,
+                    plan.strides,
+                    plan.word_size(0, 0)
+                ),
+            ));
+        }
+        if limits.max_grid.contains(&0)
+            || limits.max_block.contains(&0)
+            || limits.max_threads_per_block == 0
+        {
+            return Err(invalid(
+                OP,
+                format!("launch limits must be non-zero: {limits:?}"),
+            ));
+        }
+        let counts = plan.counts();
+        let extents = [
+            plan.block_len() / u64::from(word_size),
+            counts.first().copied().unwrap_or(1),
+            counts.get(1).copied().unwrap_or(1),
+        ];
+        let outer_counts = counts.get(2..).unwrap_or(&[]).to_vec();
+        if plan.is_empty() {
+            return Ok(Self {
+                word_size,
+                extents: [0; 3],
+                outer_counts: Vec::new(),
+                block: [1; 3],
+                grid: [0; 3],
+            });
+        }
+        let mut block = [1u32; 3];
+        let mut room = limits.max_threads_per_block;
+        for axis in 0..3 {
+            // Widest power of two not above the extent (rounded up), the axis limit and the room
+            // left in the thread block.
+            let want = extents[axis].min(u64::from(u32::MAX >> 1)) as u32;
+            let b = want
+                .next_power_of_two()
+                .min(limits.max_block[axis])
+                .min(room)
+                .max(1);
+            // Keep a power of two when a limit is not one.
+            let b = if b.is_power_of_two() {
+                b
+            } else {
+                1 << (31 - b.leading_zeros())
+            };
+            block[axis] = b;
+            room /= b;
+        }
+        let mut grid = [1u32; 3];
+        for axis in 0..3 {
+            let need = extents[axis].div_ceil(u64::from(block[axis]));
+            grid[axis] = need.min(u64::from(limits.max_grid[axis])) as u32;
+        }
+        Ok(Self {
+            word_size,
+            extents,
+            outer_counts,
+            block,
+            grid,
+        })
+    }
+
+    /// Bytes moved per word (`W`).
+    pub fn word_size(&self) -> u32 {
+        self.word_size
+    }
+
+    /// Words in one block: `block_len / word_size` (the x extent).
+    pub fn words_per_block(&self) -> u64 {
+        self.extents[0]
+    }
+
+    /// Work per axis: `[words per block, counts[0], counts[1]]` (1 for a missing dimension,
+    /// all 0 for the empty plan).
+    pub fn extents(&self) -> [u64; 3] {
+        self.extents
+    }
+
+    /// Counts of the dimensions looped inside the kernel (`counts[2..]`), innermost first.
+    pub fn outer_counts(&self) -> &[u64] {
+        &self.outer_counts
+    }
+
+    /// Thread-block dimensions (`blockDim`).
+    pub fn block(&self) -> [u32; 3] {
+        self.block
+    }
+
+    /// Grid dimensions (`gridDim`); all 0 for the empty plan.
+    pub fn grid(&self) -> [u32; 3] {
+        self.grid
+    }
+
+    /// Threads in one thread block.
+    pub fn threads_per_block(&self) -> u32 {
+        self.block.iter().product()
+    }
+
+    /// Trips of each grid-stride loop: `ceil(extents[a] / (grid[a] * block[a]))` (0 for the
+    /// empty plan). 1 means every index of that axis has its own thread.
+    pub fn iterations(&self) -> [u64; 3] {
+        std::array::from_fn(|a| {
+            let span = u64::from(self.grid[a]) * u64::from(self.block[a]);
+            if span == 0 {
+                0
+            } else {
+                self.extents[a].div_ceil(span)
+            }
+        })
+    }
+
+    /// Whether there is nothing to launch (the plan is empty).
+    pub fn is_noop(&self) -> bool {
+        self.grid.contains(&0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::construct::{subarray, Order};
+
+    #[test]
+    fn new_validates_and_computes() {
+        let p = StridedBlock::new(8, 4, vec![3, 2], vec![16, 100]).unwrap();
+        assert_eq!(p.packed_size(), 24);
+        assert_eq!(p.extent_end(), 8 + 4 + 2 * 16 + 100);
+        assert_eq!(p.num_blocks(), 6);
+        assert!(matches!(
+            StridedBlock::new(0, 4, vec![3], vec![]),
+            Err(Error::DimensionMismatch { .. })
+        ));
+        assert!(matches!(
+            StridedBlock::new(0, 1 << 40, vec![1 << 30], vec![1 << 40]),
+            Err(Error::Overflow { .. })
+        ));
+        assert_eq!(
+            StridedBlock::new(5, 4, vec![0], vec![8]).unwrap(),
+            StridedBlock::empty()
+        );
+        assert_eq!(StridedBlock::empty().extent_end(), 0);
+        assert_eq!(StridedBlock::empty().num_blocks(), 0);
+    }
+
+    #[test]
+    fn from_type_canonicalizes() {
+        // 4 x 6 array of f32, rows 1..3, all columns: one dense block.
+        let t = subarray(&[4, 6], &[2, 6], &[1, 0], Order::C, 4).unwrap();
+        let p = StridedBlock::from_type(&t).unwrap();
+        assert_eq!((p.start(), p.block_len(), p.ndims()), (24, 48, 0));
+        // Columns 1..3 of rows 1..3.
+        let t = subarray(&[4, 6], &[2, 2], &[1, 1], Order::C, 4).unwrap();
+        let p = StridedBlock::from_type(&t).unwrap();
+        assert_eq!(p, StridedBlock::new(28, 8, vec![2], vec![24]).unwrap());
+        // The same type lowered as is keeps its levels.
+        assert_eq!(StridedBlock::lower(&t).unwrap(), p);
+    }
+
+    #[test]
+    fn lower_refuses_negative_strides_and_starts() {
+        let t = Type::stream(3, -8, Type::dense(8)).with_offset(64);
+        assert!(matches!(
+            StridedBlock::from_type(&t),
+            Err(Error::Unsupported { .. })
+        ));
+        let t = Type::stream(3, 8, Type::dense(4)).with_offset(-8);
+        assert!(matches!(
+            StridedBlock::from_type(&t),
+            Err(Error::Unsupported { .. })
+        ));
+        // A unit stream with a negative stride disappears in canonical form.
+        let t = Type::stream(1, -8, Type::dense(4));
+        assert!(StridedBlock::from_type(&t).is_ok());
+    }
+
+    #[test]
+    fn sorted_plan_reorders() {
+        // Column-major walk of a 3 x 4 block of a row-major 3 x 4 array of u8.
+        let t = Type::stream(4, 1, Type::stream(3, 4, Type::dense(1)));
+        let p = StridedBlock::from_type(&t).unwrap();
+        assert_eq!(p.counts(), &[3, 4]);
+        let s = StridedBlock::from_type_sorted(&t).unwrap();
+        assert_eq!((s.block_len(), s.ndims()), (12, 0));
+    }
+
+    #[test]
+    fn word_size_uses_every_term() {
+        let p = StridedBlock::new(0, 64, vec![4], vec![128]).unwrap();
+        assert_eq!(p.word_size(0, 0), 16);
+        assert_eq!(p.word_size(8, 0), 8);
+        assert_eq!(p.word_size(0, 0x1002), 2);
+        // Unaligned start: an 8-byte block at offset 4 moves in 4-byte words.
+        let p = StridedBlock::new(4, 8, vec![4], vec![16]).unwrap();
+        assert_eq!(p.word_size(0, 0), 4);
+        // A stride of 12 limits to 4.
+        let p = StridedBlock::new(0, 16, vec![4], vec![24 + 12]).unwrap();
+        assert_eq!(p.word_size(256, 256), 4);
+        // A count-1 dimension's stride does not matter.
+        let p = StridedBlock::new(0, 16, vec![1], vec![3]).unwrap();
+        assert_eq!(p.word_size(0, 0), 16);
+        // Odd block length.
+        let p = StridedBlock::new(0, 3, vec![], vec![]).unwrap();
+        assert_eq!(p.word_size(0, 0), 1);
+        assert_eq!(StridedBlock::empty().word_size(0, 0), 16);
+    }
+
+    #[test]
+    fn launch_shape_small_blocks_fill_y() {
+        let p = StridedBlock::new(0, 8, vec![1000], vec![64]).unwrap();
+        let l = LaunchShape::new(&p, 8).unwrap();
+        assert_eq!(l.extents(), [1, 1000, 1]);
+        assert_eq!(l.block(), [1, 1024, 1]);
+        assert_eq!(l.grid(), [1, 1, 1]);
+        assert_eq!(l.iterations(), [1, 1, 1]);
+        assert!(!l.is_noop());
+    }
+
+    #[test]
+    fn launch_shape_refuses_bad_word_sizes() {
+        let p = StridedBlock::new(4, 8, vec![2], vec![16]).unwrap();
+        assert!(LaunchShape::new(&p, 8).is_err());
+        assert!(LaunchShape::new(&p, 3).is_err());
+        assert!(LaunchShape::new(&p, 4).is_ok());
+    }
+
+    #[test]
+    fn launch_shape_counts_beyond_grid_limits() {
+        // 100,000 x 70,000 x 3 x 2 blocks of 8 bytes.
+        let p = StridedBlock::new(
+            0,
+            8,
+            vec![100_000, 70_000, 3, 2],
+            vec![
+                16,
+                16 * 100_000,
+                16 * 100_000 * 70_000,
+                16 * 100_000 * 70_000 * 3,
+            ],
+        )
+        .unwrap();
+        let l = LaunchShape::new(&p, 8).unwrap();
+        let lim = LaunchLimits::CUDA;
+        assert_eq!(l.extents(), [1, 100_000, 70_000]);
+        assert_eq!(l.outer_counts(), &[3, 2]);
+        check_limits(&l, &lim);
+        assert!(l.grid()[1] <= 65_535 && l.grid()[2] <= 65_535);
+        // y alone past 65,535 thread blocks of one thread each would overflow; grid-stride covers it.
+        let p = StridedBlock::new(
+            0,
+            16 * 1024,
+            vec![10_000_000, 200_000],
+            vec![1 << 15, 1 << 40],
+        )
+        .unwrap();
+        let l = LaunchShape::new(&p, 16).unwrap();
+        assert_eq!(l.block(), [1024, 1, 1]);
+        assert_eq!(l.grid(), [1, 65_535, 65_535]);
+        assert_eq!(l.iterations(), [1, 153, 4]);
+        check_limits(&l, &lim);
+        // Huge blocks: x beyond 2^31 - 1 thread blocks.
+        let p = StridedBlock::new(0, 1 << 50, vec![], vec![]).unwrap();
+        let l = LaunchShape::new(&p, 1).unwrap();
+        assert_eq!(l.grid()[0], (1u32 << 31) - 1);
+        check_limits(&l, &lim);
+        assert!(l.iterations()[0] > 1);
+    }
+
+    fn check_limits(l: &LaunchShape, lim: &LaunchLimits) {
+        assert!(l.threads_per_block() <= lim.max_threads_per_block);
+        for a in 0..3 {
+            assert!(l.grid()[a] >= 1 && l.grid()[a] <= lim.max_grid[a], "{l:?}");
+            assert!(
+                l.block()[a] >= 1 && l.block()[a] <= lim.max_block[a],
+                "{l:?}"
+            );
+            let span = u64::from(l.grid()[a]) * u64::from(l.block()[a]);
+            // Enough trips to cover the axis, and no wasted trip.
+            assert!(span * l.iterations()[a] >= l.extents()[a]);
+            assert!(span * (l.iterations()[a] - 1) < l.extents()[a]);
+        }
+    }
+
+    /// Runs the kernel contract of [`LaunchShape`] on the CPU, thread by thread.
+    fn emulate_pack(p: &StridedBlock, l: &LaunchShape, src: &[u8], dst: &mut [u8]) -> Vec<u32> {
+        let w = u64::from(l.word_size());
+        let mut hits = vec![0u32; p.packed_size() as usize];
+        if l.is_noop() {
+            return hits;
+        }
+        let [ex, ey, ez] = l.extents();
+        let [gx, gy, gz] = l.grid().map(u64::from);
+        let [bx, by, bz] = l.block().map(u64::from);
+        let outer: u64 = l.outer_counts().iter().product();
+        for (blk, thr) in (0..gx * gy * gz).flat_map(|b| (0..bx * by * bz).map(move |t| (b, t))) {
+            let (bix, biy, biz) = (blk % gx, blk / gx % gy, blk / (gx * gy));
+            let (tix, tiy, tiz) = (thr % bx, thr / bx % by, thr / (bx * by));
+            for o in 0..outer {
+                // Decompose the outer linear index into (i2, i3, ..).
+                let mut rest = o;
+                let mut off_outer = 0;
+                for (k, &n) in l.outer_counts().iter().enumerate() {
+                    off_outer += (rest % n) * p.strides()[k + 2];
+                    rest /= n;
+                }
+                let mut z = biz * bz + tiz;
+                while z < ez {
+                    let mut y = biy * by + tiy;
+                    while y < ey {
+                        let mut x = bix * bx + tix;
+                        while x < ex {
+                            let b = y + ey * (z + ez * o);
+                            let s0 = p.strides().first().copied().unwrap_or(0);
+                            let s1 = p.strides().get(1).copied().unwrap_or(0);
+                            let strided = p.start() + x * w + y * s0 + z * s1 + off_outer;
+                            let packed = b * p.block_len() + x * w;
+                            let (s, d) = (strided as usize, packed as usize);
+                            dst[d..d + w as usize].copy_from_slice(&src[s..s + w as usize]);
+                            for h in &mut hits[d..d + w as usize] {
+                                *h += 1;
+                            }
+                            x += gx * bx;
+                        }
+                        y += gy * by;
+                    }
+                    z += gz * bz;
+                }
+            }
+        }
+        hits
+    }
+
+    #[test]
+    fn launch_contract_matches_cpu_pack_under_tiny_limits() {
+        let tiny = LaunchLimits {
+            max_grid: [3, 2, 2],
+            max_block: [4, 2, 2],
+            max_threads_per_block: 8,
+        };
+        let cases = [
+            StridedBlock::new(3, 40, vec![], vec![]).unwrap(),
+            StridedBlock::new(8, 16, vec![7], vec![24]).unwrap(),
+            StridedBlock::new(0, 8, vec![5, 3], vec![16, 100]).unwrap(),
+            StridedBlock::new(4, 4, vec![3, 5, 2, 3], vec![8, 32, 200, 500]).unwrap(),
+            StridedBlock::new(2, 2, vec![9, 1, 4], vec![2, 0, 40]).unwrap(),
+            StridedBlock::empty(),
+        ];
+        for p in &cases {
+            for limits in [&tiny, &LaunchLimits::CUDA] {
+                let w = p.word_size(0, 0);
+                for word in [1, w] {
+                    let l = LaunchShape::with_limits(p, word, limits).unwrap();
+                    if !l.is_noop() {
+                        check_limits(&l, limits);
+                    }
+                    let src: Vec<u8> = (0..p.extent_end()).map(|i| (i * 7 + 1) as u8).collect();
+                    let mut want = vec![0u8; p.packed_size() as usize];
+                    crate::cpu::pack(p, &src, &mut want).unwrap();
+                    let mut got = vec![0u8; p.packed_size() as usize];
+                    let hits = emulate_pack(p, &l, &src, &mut got);
+                    assert_eq!(got, want, "{p:?} {l:?}");
+                    assert!(hits.iter().all(|&h| h == 1), "{p:?} {l:?} {hits:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn launch_shape_of_the_empty_plan() {
+        let l = LaunchShape::new(&StridedBlock::empty(), 16).unwrap();
+        assert!(l.is_noop());
+        assert_eq!(l.grid(), [0, 0, 0]);
+        assert_eq!(l.iterations(), [0, 0, 0]);
+    }
+
+    /// A random plan: up to 5 dimensions, strides at least as large as the span below them
+    /// (so blocks do not overlap) plus some slack, all multiples of `unit`.
+    fn random_plan(max_count: u64) -> impl proptest::strategy::Strategy<Value = StridedBlock> {
+        use proptest::prelude::*;
+        (
+            proptest::sample::select(&[1u64, 2, 4, 8, 16][..]),
+            1u64..6,
+            0u64..4,
+            proptest::collection::vec((1..=max_count, 0u64..3), 0..=5),
+        )
+            .prop_map(|(unit, words, start, dims)| {
+                let block = unit * words;
+                let mut span = block;
+                let (mut counts, mut strides) = (Vec::new(), Vec::new());
+                for (n, slack) in dims {
+                    let stride = span + slack * unit;
+                    match stride.checked_mul(n) {
+                        Some(next) if next < 1 << 60 => span = next,
+                        _ => break,
+                    }
+                    counts.push(n);
+                    strides.push(stride);
+                }
+                StridedBlock::new(start * unit, block, counts, strides).unwrap()
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(300))]
+
+        /// Under random small limits, the kernel contract visits every packed word once and
+        /// packs what the CPU packer packs.
+        #[test]
+        fn launch_contract_on_random_plans(
+            p in random_plan(6),
+            grid in (1u32..4, 1u32..4, 1u32..4),
+            block in (1u32..5, 1u32..5, 1u32..3),
+            threads in 1u32..17,
+        ) {
+            let limits = LaunchLimits {
+                max_grid: [grid.0, grid.1, grid.2],
+                max_block: [block.0, block.1, block.2],
+                max_threads_per_block: threads,
+            };
+            let w = p.word_size(0, 0);
+            let l = LaunchShape::with_limits(&p, w, &limits).unwrap();
+            check_limits(&l, &limits);
+            let src: Vec<u8> = (0..p.extent_end()).map(|i| (i * 13 + 5) as u8).collect();
+            let mut want = vec![0u8; p.packed_size() as usize];
+            crate::cpu::pack(&p, &src, &mut want).unwrap();
+            let mut got = vec![0u8; want.len()];
+            let hits = emulate_pack(&p, &l, &src, &mut got);
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert!(hits.iter().all(|&h| h == 1));
+        }
+
+        /// With the CUDA limits, counts far beyond 65,535 stay within every grid dimension and
+        /// the grid-stride loops still cover every index.
+        #[test]
+        fn launch_shape_within_cuda_limits(p in random_plan(3_000_000)) {
+            let l = LaunchShape::new(&p, p.word_size(0, 0)).unwrap();
+            check_limits(&l, &LaunchLimits::CUDA);
+            proptest::prop_assert_eq!(l.outer_counts(), p.counts().get(2..).unwrap_or(&[]));
+        }
+    }
+}

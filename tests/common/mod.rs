@@ -1,0 +1,167 @@
+//! A small runner for tests that run on several MPI ranks (`mpirun -n N target/.../mpi_*`).
+//!
+//! Each test is a function of a [`T`], which carries this rank's communicator and records failures
+//! without returning early, so every rank keeps making the same collective calls. After each test the
+//! ranks agree (on a separate communicator) whether it passed on all of them; rank 0 prints one line
+//! per test and, at the end, `mpi-tests: N passed, M failed`, the line `cargo xtask test` counts.
+#![allow(dead_code)]
+
+use std::cell::RefCell;
+use std::fmt::Debug;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use collectives::{Communicator, Error, MpiComm, ReduceOp};
+
+/// One test's context on one rank.
+pub struct T<'a> {
+    /// A fresh communicator over all ranks for this test (checked mode as the test asked).
+    pub comm: &'a MpiComm,
+    failures: RefCell<Vec<String>>,
+}
+
+impl T<'_> {
+    /// Record a failure unless `cond`.
+    pub fn check(&self, cond: bool, what: impl FnOnce() -> String) {
+        if !cond {
+            self.fail(what());
+        }
+    }
+
+    /// Record a failure.
+    pub fn fail(&self, what: String) {
+        self.failures.borrow_mut().push(what);
+    }
+
+    /// Record a failure unless `actual == expected`.
+    pub fn eq<V: PartialEq + Debug + ?Sized>(&self, actual: &V, expected: &V, what: &str) {
+        if actual != expected {
+            self.fail(format!("{what}: got {actual:?}, expected {expected:?}"));
+        }
+    }
+
+    /// The value of `r`, or record its error.
+    pub fn ok<V>(&self, r: Result<V, Error>, what: &str) -> Option<V> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(format!("{what}: unexpected error: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Record a failure unless `r` is an error matching `pred`.
+    pub fn err<V: Debug>(
+        &self,
+        r: Result<V, Error>,
+        what: &str,
+        pred: impl FnOnce(&Error) -> bool,
+    ) {
+        match r {
+            Err(e) if pred(&e) => {}
+            Err(e) => self.fail(format!("{what}: wrong error: {e:?}")),
+            Ok(v) => self.fail(format!("{what}: expected an error, got Ok({v:?})")),
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    pub fn size(&self) -> usize {
+        self.comm.size()
+    }
+}
+
+/// A test: name, fewest ranks it needs, checked mode, body.
+pub struct Case {
+    pub name: &'static str,
+    pub min_ranks: usize,
+    pub checked: bool,
+    pub body: fn(&T),
+}
+
+/// A test that runs on any number of ranks, without checked mode.
+pub const fn case(name: &'static str, body: fn(&T)) -> Case {
+    Case {
+        name,
+        min_ranks: 1,
+        checked: false,
+        body,
+    }
+}
+
+/// A test with checked mode on.
+pub const fn checked(name: &'static str, min_ranks: usize, body: fn(&T)) -> Case {
+    Case {
+        name,
+        min_ranks,
+        checked: true,
+        body,
+    }
+}
+
+/// Run every case on every rank and exit with 0 iff all passed on all ranks.
+pub fn run(cases: &[Case]) -> ! {
+    let universe = mpi::initialize().expect("MPI initializes once");
+    let referee = MpiComm::world(&universe)
+        .expect("dup of MPI_COMM_WORLD")
+        .with_checked(false);
+    let (rank, size) = (referee.rank(), referee.size());
+    // `MPI_TESTS_FILTER=name` runs only the cases whose name contains it.
+    let filter: Option<String> = std::env::var("MPI_TESTS_FILTER")
+        .ok()
+        .filter(|f| !f.is_empty());
+    let (mut passed, mut failed, mut skipped) = (0usize, 0usize, 0usize);
+    for case in cases {
+        if filter.as_deref().is_some_and(|f| !case.name.contains(f)) {
+            continue;
+        }
+        if size < case.min_ranks {
+            skipped += 1;
+            if rank == 0 {
+                println!(
+                    "test {} ... skipped (needs {} ranks)",
+                    case.name, case.min_ranks
+                );
+            }
+            continue;
+        }
+        let comm = MpiComm::world(&universe)
+            .expect("dup of MPI_COMM_WORLD")
+            .with_checked(case.checked);
+        let t = T {
+            comm: &comm,
+            failures: RefCell::new(Vec::new()),
+        };
+        let panicked = catch_unwind(AssertUnwindSafe(|| (case.body)(&t))).is_err();
+        let failures = t.failures.into_inner();
+        for f in &failures {
+            eprintln!("[rank {rank}] {}: {f}", case.name);
+        }
+        drop(comm);
+        let mine = i32::from(panicked || !failures.is_empty());
+        let mut any = [0i32];
+        referee
+            .all_reduce(&[mine][..], &mut any[..], ReduceOp::Max)
+            .expect("the referee's all_reduce");
+        if any[0] == 0 {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+        if rank == 0 {
+            println!(
+                "test {} ... {}",
+                case.name,
+                if any[0] == 0 { "ok" } else { "FAILED" }
+            );
+        }
+    }
+    if rank == 0 {
+        println!("mpi-tests: {passed} passed, {failed} failed ({skipped} skipped on {size} ranks)");
+    }
+    drop(referee);
+    drop(universe);
+    std::process::exit(i32::from(failed > 0));
+}

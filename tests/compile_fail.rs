@@ -1,0 +1,7 @@
+//! Compile-fail tests: buffers of non-blocking operations stay borrowed while the operation may use them.
+
+#[test]
+fn non_blocking_buffers_stay_borrowed() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/ui/*.rs");
+}
