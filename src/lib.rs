@@ -21,6 +21,11 @@
 //! ```
 #![deny(missing_docs)]
 
+// The README's code blocks compile as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub use collectives_core::*;
 pub use datatype_pack as pack;
 pub use nccl_sys;

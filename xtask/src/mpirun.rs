@@ -1,0 +1,280 @@
+//! Launching binaries under Open MPI's `mpirun`, and counting what they report.
+//!
+//! The contract with the binaries:
+//! - an example passes when `mpirun` exits 0 at a given rank count, and fails otherwise;
+//! - a multi-rank test binary (`tests/mpi_*.rs`, `harness = false`) prints on rank 0 a last line
+//!   `mpi-tests: N passed, M failed`; its N and M are counted, and a non-zero exit, a timeout or a
+//!   missing line counts as (at least) one failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::exec;
+use crate::results::{parse_mpi_tests, MPI_TESTS_MARKER};
+use crate::summary::Tally;
+
+/// Wall-clock limit of one launch when `XTASK_MPI_TIMEOUT` is not set.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The per-launch limit: `$XTASK_MPI_TIMEOUT` seconds, else [`DEFAULT_TIMEOUT`].
+pub fn timeout() -> Duration {
+    match std::env::var("XTASK_MPI_TIMEOUT") {
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(secs) if secs > 0 => Duration::from_secs(secs),
+            _ => {
+                eprintln!(
+                    "xtask: ignoring XTASK_MPI_TIMEOUT={v:?} (want whole seconds > 0); using {} s",
+                    DEFAULT_TIMEOUT.as_secs()
+                );
+                DEFAULT_TIMEOUT
+            }
+        },
+        Err(_) => DEFAULT_TIMEOUT,
+    }
+}
+
+/// One `mpirun` command line with its environment, kept as data so it can be shown and tested.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// Arguments after `mpirun`, the binary and its own arguments included.
+    pub args: Vec<String>,
+    /// Variables always set.
+    pub env: Vec<(String, String)>,
+    /// Variables set only when the caller's environment does not already set them.
+    pub env_defaults: Vec<(String, String)>,
+}
+
+impl Launch {
+    /// `mpirun -n RANKS [--allow-run-as-root] [--oversubscribe] EXE ARGS...`.
+    ///
+    /// `as_root` adds `--allow-run-as-root` and Open MPI's two root variables. `testing` adds
+    /// `--oversubscribe` and defaults that keep test runs reliable in containers
+    /// (oversubscription allowed, no CMA single-copy, which needs ptrace rights).
+    pub fn new(exe: &Path, args: &[String], ranks: u32, as_root: bool, testing: bool) -> Self {
+        let mut launch = Launch {
+            args: vec!["-n".to_owned(), ranks.to_string()],
+            env: Vec::new(),
+            env_defaults: Vec::new(),
+        };
+        if as_root {
+            launch.args.push("--allow-run-as-root".to_owned());
+            launch.set("OMPI_ALLOW_RUN_AS_ROOT", "1");
+            launch.set("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        }
+        if testing {
+            launch.args.push("--oversubscribe".to_owned());
+            for (key, value) in [
+                ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
+                ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
+            ] {
+                launch.env_defaults.push((key.to_owned(), value.to_owned()));
+            }
+        }
+        launch.args.push(exe.display().to_string());
+        launch.args.extend(args.iter().cloned());
+        launch
+    }
+
+    /// Sets `key=value` for the launched processes.
+    pub fn set(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// The command to spawn.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new("mpirun");
+        cmd.args(&self.args);
+        for (key, value) in &self.env_defaults {
+            if std::env::var_os(key).is_none() {
+                cmd.env(key, value);
+            }
+        }
+        for (key, value) in &self.env {
+            cmd.env(key, value);
+        }
+        cmd
+    }
+
+    /// The command as a shell line (forced variables first), to show or to paste.
+    pub fn shell_line(&self) -> String {
+        let mut words: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        words.push("mpirun".to_owned());
+        words.extend(self.args.iter().map(|a| shell_quote(a)));
+        words.join(" ")
+    }
+}
+
+fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// What kind of binary a launch runs, which decides how it is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An example: one pass or one failure per launch, by exit status.
+    Example,
+    /// A `tests/mpi_*` binary: counted from its `mpi-tests:` line.
+    MpiTest,
+}
+
+/// A binary to launch at several rank counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binary {
+    /// The target name, used in headers and failure names.
+    pub name: String,
+    /// The executable.
+    pub path: PathBuf,
+    /// How its launches are counted.
+    pub kind: Kind,
+}
+
+impl Binary {
+    /// Whether it runs with `COLLECTIVES_CHECK=1` (its name contains `checked`).
+    pub fn checked(&self) -> bool {
+        self.name.contains("checked")
+    }
+}
+
+/// The tally of one multi-rank test launch named `what`, from its parsed `mpi-tests:` line,
+/// whether it succeeded, and how it ended (`exit 1`, `timeout`, ...).
+pub fn count_mpi_test(what: &str, line: Option<(u64, u64)>, ok: bool, ended: &str) -> Tally {
+    let mut tally = Tally::default();
+    match line {
+        Some((passed, failed)) => {
+            tally.pass(passed);
+            if failed > 0 {
+                tally.fail(failed, format!("{what}: {failed} failed ({ended})"));
+            } else if !ok {
+                tally.fail(1, format!("{what}: {ended} after reporting no failures"));
+            }
+        }
+        None if ok => tally.fail(1, format!("{what}: no `{}` line", MPI_TESTS_MARKER.trim())),
+        None => tally.fail(1, format!("{what}: {ended}")),
+    }
+    tally
+}
+
+/// Runs `binary` under `mpirun -n ranks`, echoing its output under a header, and counts it.
+pub fn run_binary(binary: &Binary, ranks: u32, as_root: bool, limit: Duration) -> Tally {
+    let mut launch = Launch::new(&binary.path, &[], ranks, as_root, true);
+    if binary.checked() {
+        launch.set("COLLECTIVES_CHECK", "1");
+    }
+    let what = format!("mpirun -n {ranks} {}", binary.name);
+    println!("== {what} ==");
+    let outcome = match exec::run_tee(launch.command(), Some(limit), true) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let mut tally = Tally::default();
+            tally.fail(1, format!("{what}: cannot start mpirun: {e}"));
+            return tally;
+        }
+    };
+    let ok = outcome.success();
+    let ended = if outcome.timed_out {
+        format!("timeout after {} s", limit.as_secs())
+    } else {
+        outcome.describe()
+    };
+    let tally = match binary.kind {
+        Kind::Example => {
+            let mut tally = Tally::default();
+            if ok {
+                tally.pass(1);
+            } else {
+                tally.fail(1, format!("{what}: {ended}"));
+            }
+            tally
+        }
+        Kind::MpiTest => count_mpi_test(&what, parse_mpi_tests(&outcome.output), ok, &ended),
+    };
+    if tally.failed > 0 {
+        println!("xtask: {ended}; rerun with: {}", launch.shell_line());
+    }
+    tally
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_line_for_root_tests() {
+        let launch = Launch::new(Path::new("/t/ex"), &[], 3, true, true);
+        assert_eq!(
+            launch.args,
+            ["-n", "3", "--allow-run-as-root", "--oversubscribe", "/t/ex"]
+        );
+        assert_eq!(
+            launch.shell_line(),
+            "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+             mpirun -n 3 --allow-run-as-root --oversubscribe /t/ex"
+        );
+        let keys: Vec<&str> = launch
+            .env_defaults
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "OMPI_MCA_rmaps_base_oversubscribe",
+                "OMPI_MCA_btl_vader_single_copy_mechanism"
+            ]
+        );
+    }
+
+    #[test]
+    fn launch_line_for_user_bench() {
+        let args = vec!["allreduce".to_owned(), "-e".to_owned(), "64M".to_owned()];
+        let mut launch = Launch::new(Path::new("/r/collbench"), &args, 2, false, false);
+        assert_eq!(
+            launch.args,
+            ["-n", "2", "/r/collbench", "allreduce", "-e", "64M"]
+        );
+        assert!(launch.env.is_empty() && launch.env_defaults.is_empty());
+        launch.set("COLLECTIVES_CHECK", "1");
+        launch.set("COLLECTIVES_CHECK", "1");
+        assert_eq!(launch.env.len(), 1);
+        assert_eq!(
+            Launch::new(Path::new("/a b/x"), &[], 1, false, false).shell_line(),
+            "mpirun -n 1 '/a b/x'"
+        );
+    }
+
+    #[test]
+    fn counts_mpi_test_launches() {
+        let clean = count_mpi_test("x", Some((5, 0)), true, "exit 0");
+        assert_eq!((clean.passed, clean.failed), (5, 0));
+        let some_failed = count_mpi_test("x", Some((3, 2)), false, "exit 1");
+        assert_eq!((some_failed.passed, some_failed.failed), (3, 2));
+        let crashed_after = count_mpi_test("x", Some((4, 0)), false, "exit 1");
+        assert_eq!((crashed_after.passed, crashed_after.failed), (4, 1));
+        let hung = count_mpi_test("x", None, false, "timeout after 5 s");
+        assert_eq!((hung.passed, hung.failed), (0, 1));
+        assert_eq!(hung.failures, ["x: timeout after 5 s"]);
+        let silent = count_mpi_test("x", None, true, "exit 0");
+        assert_eq!((silent.passed, silent.failed), (0, 1));
+    }
+
+    #[test]
+    fn checked_examples_are_recognised() {
+        let b = |name: &str| Binary {
+            name: name.to_owned(),
+            path: PathBuf::from("/x"),
+            kind: Kind::Example,
+        };
+        assert!(b("05_checked_mismatch").checked());
+        assert!(!b("01_all_reduce").checked());
+    }
+}

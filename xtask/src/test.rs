@@ -1,0 +1,332 @@
+//! `cargo xtask test`: system dependencies, `cargo test` over the workspace, then every example
+//! and every `tests/mpi_*` binary of the root package under `mpirun -n K` for each rank count K,
+//! ending with one `N passed, M failed` line.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::process::{Command, ExitCode};
+
+use crate::artifacts::{self, Artifact};
+use crate::mpirun::{self, Binary, Kind};
+use crate::summary::{self, Step, Tally};
+use crate::{cargo, deps, exec, host, jobs, results, workspace_root};
+
+/// The package whose examples and `tests/mpi_*` binaries run under `mpirun`.
+pub const ROOT_PACKAGE: &str = "collectives";
+
+/// Rank counts used when `--ranks` is not given.
+pub const DEFAULT_RANKS: [u32; 4] = [1, 2, 3, 4];
+
+/// Prefix of the integration tests that are multi-rank binaries.
+pub const MPI_TEST_PREFIX: &str = "mpi_";
+
+/// Words in an example's name that mark it as needing a GPU.
+pub const GPU_WORDS: [&str; 3] = ["nccl", "cuda", "gpu"];
+
+/// The command line of `cargo xtask test`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Rank counts to launch each binary with.
+    pub ranks: Vec<u32>,
+    /// Skip the `cargo test` step.
+    pub skip_unit: bool,
+    /// Arguments after `--`, passed to `cargo test`.
+    pub cargo_args: Vec<String>,
+}
+
+/// Parses the arguments after `test`.
+///
+/// # Errors
+/// A message naming the bad argument.
+pub fn parse_args(args: &[String]) -> Result<Options, String> {
+    let mut options = Options {
+        ranks: DEFAULT_RANKS.to_vec(),
+        skip_unit: false,
+        cargo_args: Vec::new(),
+    };
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        match arg.as_str() {
+            "--" => {
+                options.cargo_args.extend(iter.by_ref().cloned());
+            }
+            "--skip-unit" => options.skip_unit = true,
+            "--ranks" => {
+                let list = iter.next().ok_or("--ranks needs a list such as 1,2")?;
+                options.ranks = parse_ranks(list)?;
+            }
+            other => match other.strip_prefix("--ranks=") {
+                Some(list) => options.ranks = parse_ranks(list)?,
+                None => return Err(format!("unknown argument `{other}`")),
+            },
+        }
+    }
+    Ok(options)
+}
+
+/// `[1, 2, 4]` -> `1,2,4`.
+fn rank_list(ranks: &[u32]) -> String {
+    ranks
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `1,2,4` -> `[1, 2, 4]`; duplicates dropped, order kept.
+fn parse_ranks(list: &str) -> Result<Vec<u32>, String> {
+    let mut ranks = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.parse::<u32>() {
+            Ok(k) if k > 0 => {
+                if !ranks.contains(&k) {
+                    ranks.push(k);
+                }
+            }
+            _ => return Err(format!("bad rank count `{part}` in --ranks {list}")),
+        }
+    }
+    if ranks.is_empty() {
+        return Err(format!("--ranks {list} names no rank count"));
+    }
+    Ok(ranks)
+}
+
+/// `cargo xtask test ARGS`.
+pub fn run(args: &[String]) -> ExitCode {
+    let options = match parse_args(args) {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("xtask test: {e}\n(see `cargo xtask help`)");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = deps::ensure() {
+        eprintln!("xtask: {e}");
+        return ExitCode::FAILURE;
+    }
+    let root = workspace_root();
+    let as_root = host::is_root();
+    let ranks_label = rank_list(&options.ranks);
+
+    let mut steps = vec![Step {
+        label: "cargo test".to_owned(),
+        tally: (!options.skip_unit).then(|| cargo_test(&root, &options.cargo_args, as_root)),
+    }];
+
+    let (examples, tests) = multi_rank(&root, &options.ranks, as_root);
+    steps.push(Step {
+        label: format!("mpirun examples (n={ranks_label})"),
+        tally: Some(examples),
+    });
+    steps.push(Step {
+        label: format!("mpirun tests (n={ranks_label})"),
+        tally: Some(tests),
+    });
+
+    print!("{}", summary::render(&steps));
+    if summary::total_failed(&steps) == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Step 2: `cargo test --workspace -jN --no-fail-fast EXTRA`, counted from the summaries the
+/// test binaries print.
+fn cargo_test(root: &Path, extra: &[String], as_root: bool) -> Tally {
+    let jobs = jobs();
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(root)
+        .args(["test", "--workspace", "-j", &jobs, "--no-fail-fast"])
+        .args(extra);
+    if std::io::stderr().is_terminal() && std::env::var_os("CARGO_TERM_COLOR").is_none() {
+        cmd.env("CARGO_TERM_COLOR", "always");
+    }
+    if as_root {
+        // Multi-rank test binaries also run here, as single-process MPI jobs.
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
+    let shown = ["cargo test --workspace -j", &jobs, "--no-fail-fast"]
+        .into_iter()
+        .chain(extra.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    println!("== {shown} ==");
+    let outcome = match exec::run_tee(cmd, None, true) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let mut tally = Tally::default();
+            tally.fail(1, format!("cargo test: cannot run cargo: {e}"));
+            return tally;
+        }
+    };
+    results::tally_cargo_test(&outcome.output, outcome.success(), &outcome.describe())
+}
+
+/// Step 3: build the root package's examples and tests, then launch each example and each
+/// `mpi_*` test at every rank count. Returns the examples' and the tests' tallies.
+fn multi_rank(root: &Path, ranks: &[u32], as_root: bool) -> (Tally, Tally) {
+    let mut examples = Tally::default();
+    let mut tests = Tally::default();
+    let jobs = jobs();
+    println!("== building {ROOT_PACKAGE} examples and tests ==");
+    let built = artifacts::build(
+        &cargo(),
+        root,
+        &["-p", ROOT_PACKAGE, "-j", &jobs, "--examples", "--tests"],
+    );
+    let built = match built {
+        Ok(built) => built,
+        Err(e) => {
+            examples.fail(1, format!("build of examples and tests: {e}"));
+            return (examples, tests);
+        }
+    };
+    let gpu_wanted = std::env::var("COLLECTIVES_GPU_EXAMPLES").is_ok_and(|v| v == "1");
+    let (binaries, skipped) = select(&built, &root.join("Cargo.toml"), gpu_wanted);
+    for name in &skipped {
+        println!("skipping GPU example {name} (set COLLECTIVES_GPU_EXAMPLES=1 to run it)");
+    }
+    let count = |kind| binaries.iter().filter(|b| b.kind == kind).count();
+    println!(
+        "{} examples and {} multi-rank test binaries, each at n={}",
+        count(Kind::Example),
+        count(Kind::MpiTest),
+        rank_list(ranks)
+    );
+    let limit = mpirun::timeout();
+    for binary in &binaries {
+        for &k in ranks {
+            let tally = mpirun::run_binary(binary, k, as_root, limit);
+            match binary.kind {
+                Kind::Example => examples.absorb(tally),
+                Kind::MpiTest => tests.absorb(tally),
+            }
+        }
+    }
+    (examples, tests)
+}
+
+/// The binaries to launch from what cargo built for the package with manifest `manifest`
+/// (examples first, then `mpi_*` tests, each sorted by name), and the names of the GPU examples
+/// left out (none when `gpu_wanted`).
+pub fn select(built: &[Artifact], manifest: &Path, gpu_wanted: bool) -> (Vec<Binary>, Vec<String>) {
+    let mut examples = Vec::new();
+    let mut tests = Vec::new();
+    let mut skipped = Vec::new();
+    for artifact in built.iter().filter(|a| a.in_package(manifest)) {
+        let binary = |kind| Binary {
+            name: artifact.name.clone(),
+            path: artifact.executable.clone(),
+            kind,
+        };
+        if artifact.is("example") && !artifact.test_profile {
+            if !gpu_wanted && needs_gpu(&artifact.name) {
+                skipped.push(artifact.name.clone());
+            } else {
+                examples.push(binary(Kind::Example));
+            }
+        } else if artifact.is("test") && artifact.name.starts_with(MPI_TEST_PREFIX) {
+            tests.push(binary(Kind::MpiTest));
+        }
+    }
+    examples.sort_by(|a, b| a.name.cmp(&b.name));
+    tests.sort_by(|a, b| a.name.cmp(&b.name));
+    skipped.sort();
+    examples.extend(tests);
+    (examples, skipped)
+}
+
+/// Whether an example's name says it needs a GPU.
+fn needs_gpu(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    GPU_WORDS.iter().any(|w| name.contains(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn parses_options() {
+        assert_eq!(
+            parse_args(&[]).unwrap(),
+            Options {
+                ranks: vec![1, 2, 3, 4],
+                skip_unit: false,
+                cargo_args: vec![]
+            }
+        );
+        let o = parse_args(&strings(&[
+            "--ranks",
+            "2,1,2",
+            "--skip-unit",
+            "--",
+            "-p",
+            "x",
+            "--ranks",
+        ]))
+        .unwrap();
+        assert_eq!(o.ranks, [2, 1]);
+        assert!(o.skip_unit);
+        assert_eq!(o.cargo_args, ["-p", "x", "--ranks"]);
+        assert_eq!(parse_args(&strings(&["--ranks=3"])).unwrap().ranks, [3]);
+        for bad in [
+            &["--ranks"][..],
+            &["--ranks", "0"],
+            &["--ranks", "a"],
+            &["--ranks", ","],
+            &["-x"],
+        ] {
+            assert!(parse_args(&strings(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    fn artifact(name: &str, kind: &str, test_profile: bool, manifest: &str) -> Artifact {
+        Artifact {
+            name: name.to_owned(),
+            kinds: vec![kind.to_owned()],
+            test_profile,
+            manifest_path: Some(PathBuf::from(manifest)),
+            executable: PathBuf::from(format!("/t/{name}")),
+        }
+    }
+
+    #[test]
+    fn selects_examples_and_mpi_tests_of_the_root_package() {
+        let root = "/w/Cargo.toml";
+        let built = [
+            artifact("mpi_p2p", "test", true, root),
+            artifact("02_scatter", "example", false, root),
+            artifact("01_all_reduce", "example", false, root),
+            artifact("07_nccl_all_reduce", "example", false, root),
+            artifact("08_Cuda_aware", "example", false, root),
+            artifact("args", "test", true, root),
+            artifact("collectives", "lib", true, root),
+            artifact("01_all_reduce_in_test_mode", "example", true, root),
+            artifact("mpi_other_crate", "test", true, "/w/crates/x/Cargo.toml"),
+        ];
+        let (binaries, skipped) = select(&built, Path::new(root), false);
+        let names: Vec<(&str, Kind)> = binaries.iter().map(|b| (b.name.as_str(), b.kind)).collect();
+        assert_eq!(
+            names,
+            [
+                ("01_all_reduce", Kind::Example),
+                ("02_scatter", Kind::Example),
+                ("mpi_p2p", Kind::MpiTest)
+            ]
+        );
+        assert_eq!(skipped, ["07_nccl_all_reduce", "08_Cuda_aware"]);
+        let (with_gpu, none_skipped) = select(&built, Path::new(root), true);
+        assert_eq!(with_gpu.len(), 5);
+        assert!(none_skipped.is_empty());
+        assert_eq!(select(&[], Path::new(root), false).0, []);
+    }
+}
