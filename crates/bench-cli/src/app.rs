@@ -1,0 +1,196 @@
+//! The program: parse the command line, start MPI, run the benchmark, report errors on rank 0.
+
+use std::io;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use collectives_core::ReduceOp;
+use mpi::traits::Communicator as _;
+
+use crate::allreduce::{self, MpiComms, Settings};
+use crate::backend::Backend;
+use crate::cli::{AllreduceArgs, Cli, Command};
+use crate::dtype::DataType;
+use crate::report::{Meta, Reporter};
+
+/// This process's rank as the launcher announces it, before MPI is started (Open MPI, PMI, PMIx,
+/// MVAPICH, Slurm); `None` outside a launcher.
+pub fn launcher_rank() -> Option<usize> {
+    [
+        "OMPI_COMM_WORLD_RANK",
+        "PMIX_RANK",
+        "PMI_RANK",
+        "MV2_COMM_WORLD_RANK",
+        "SLURM_PROCID",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
+}
+
+/// `collbench`'s `main`: the exit code is 0 on success, 2 for a bad command line and 1 for any other error,
+/// on every rank. Only rank 0 prints.
+pub fn main() -> ExitCode {
+    // The command line is parsed before MPI starts, so that --help works without mpirun; every rank
+    // parses the same arguments, and only the launcher's rank 0 prints the message.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            if launcher_rank().unwrap_or(0) == 0 {
+                let _ = e.print();
+            }
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("collbench: MPI was initialized already");
+        return ExitCode::FAILURE;
+    };
+    let rank = universe.world().rank();
+    let result = match &cli.command {
+        Command::Allreduce(args) => run_allreduce(&universe, args),
+    };
+    let code = match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if rank == 0 {
+                eprintln!("collbench: {e:#}");
+            }
+            ExitCode::FAILURE
+        }
+    };
+    // Every communicator has been freed; dropping the universe finalizes MPI on every rank.
+    drop(universe);
+    code
+}
+
+/// One combination to run.
+pub type Job = (Backend, DataType, ReduceOp);
+
+/// The (backend, type, operation) combinations to run, and notes on those left out.
+///
+/// # Errors
+/// A combination asked for by name (one type and one operation) that the backend cannot reduce: the
+/// library's own message. No combination left to run.
+pub fn combinations(
+    backends: &[Backend],
+    datatypes: &[DataType],
+    ops: &[ReduceOp],
+    single_pair: bool,
+) -> anyhow::Result<(Vec<Job>, Vec<String>)> {
+    let mut run = Vec::new();
+    let mut notes = Vec::new();
+    for &b in backends {
+        for &d in datatypes {
+            for &o in ops {
+                match allreduce::supported(d, o, b) {
+                    Ok(()) => run.push((b, d, o)),
+                    Err(e) if single_pair => return Err(e.into()),
+                    Err(e) => notes.push(format!("skipped {} {}: {e}", d.name(), o.name())),
+                }
+            }
+        }
+    }
+    if run.is_empty() {
+        bail!("nothing to run: {}", notes.join("; "));
+    }
+    Ok((run, notes))
+}
+
+/// `collbench allreduce`.
+///
+/// # Errors
+/// Bad flags (found identically on every rank), unsupported combinations, library errors.
+pub fn run_allreduce(
+    universe: &mpi::environment::Universe,
+    args: &AllreduceArgs,
+) -> anyhow::Result<()> {
+    let plan = args.plan().map_err(anyhow::Error::msg)?;
+    let world = universe.world();
+    let (rank, nranks) = (world.rank(), world.size() as usize);
+    let (jobs, skipped) =
+        combinations(&plan.backends, &plan.datatypes, &plan.ops, plan.single_pair)?;
+    let mut notes: Vec<String> = plan
+        .unavailable
+        .iter()
+        .map(|(b, why)| format!("backend {} not available: {why}", b.name()))
+        .collect();
+    notes.extend(skipped);
+    let meta = Meta {
+        benchmark: "allreduce",
+        nranks,
+        backends: plan.backends.iter().map(|b| b.name()).collect(),
+        checked: plan.checked,
+        min_bytes: plan.min_bytes,
+        max_bytes: plan.max_bytes,
+        step: plan.step.describe(),
+        warmup_iters: plan.warmup_iters,
+        iters: plan.iters,
+        check: plan.check,
+        notes,
+    };
+    let mut reporter = Reporter::new(
+        (rank == 0).then(io::stdout),
+        plan.format,
+        plan.columns,
+        meta,
+    );
+    reporter.begin();
+    let settings = Settings {
+        iters: plan.iters,
+        warmup_iters: plan.warmup_iters,
+        check: plan.check,
+        baseline: plan.columns.baseline,
+    };
+    for &backend in &plan.backends {
+        if plan.backends.len() > 1 {
+            reporter.section(&format!("backend {}", backend.name()));
+        }
+        let jobs = jobs.iter().filter(|j| j.0 == backend);
+        match backend {
+            Backend::Mpi => {
+                let comms = MpiComms::new(universe, plan.checked, plan.columns.checked_cost)?;
+                for &(_, dtype, op) in jobs {
+                    allreduce::run_mpi(&comms, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                }
+            }
+            other => bail!(
+                "backend {} is not available: {}",
+                other.name(),
+                other.unavailable().unwrap_or("no runner")
+            ),
+        }
+    }
+    reporter.finish().context("writing the output")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_unsupported_pair_is_an_error_and_all_skips() {
+        let e =
+            combinations(&[Backend::Mpi], &[DataType::Int32], &[ReduceOp::Avg], true).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("i32 with avg is not supported on the mpi backend"),
+            "{e}"
+        );
+        let (run, notes) =
+            combinations(&[Backend::Mpi], &DataType::ALL, &ReduceOp::ALL, false).unwrap();
+        // 12 types x 5 ops = 60; half and bfloat16 (10), integer avg (6), complex min/max (4) are out.
+        assert_eq!(run.len(), 40);
+        assert_eq!(notes.len(), 20);
+        assert!(notes.iter().any(|n| n.starts_with(
+            "skipped half sum: all_reduce: f16 with sum is not supported on the mpi backend"
+        )));
+        assert!(combinations(
+            &[Backend::Mpi],
+            &[DataType::Half, DataType::Bfloat16],
+            &[ReduceOp::Sum],
+            false
+        )
+        .is_err());
+    }
+}

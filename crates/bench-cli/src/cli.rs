@@ -1,0 +1,375 @@
+//! Command line: flags follow nccl-tests (`-b -e -f -i -n -w -c -d -o`), checked into a [`Plan`] before any
+//! collective runs. Parsing and checking depend only on the arguments, so every rank reaches the same
+//! verdict.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use collectives_core::ReduceOp;
+
+use crate::backend::{self, Backend, BackendChoice};
+use crate::dtype::DataType;
+use crate::report::{Columns, Format};
+use crate::sizes::{self, Step};
+
+/// Collective benchmarks over the collectives library, with nccl-tests' flags and columns.
+#[derive(Debug, Parser)]
+#[command(name = "collbench", version, propagate_version = true)]
+#[command(
+    after_help = "Run under mpirun, e.g. `mpirun -n 4 collbench allreduce -b 8 -e 128M -f 2`; \
+                        without mpirun it runs on one rank."
+)]
+pub struct Cli {
+    /// The benchmark.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// All-reduce: out-of-place and in-place time, algorithm and bus bandwidth, correctness.
+    #[command(long_about = ALLREDUCE_ABOUT)]
+    Allreduce(AllreduceArgs),
+}
+
+const ALLREDUCE_ABOUT: &str = "\
+All-reduce: out-of-place and in-place time, algorithm and bus bandwidth, correctness.
+
+Columns follow nccl-tests: size(B) count type redop root, then for out-of-place and in-place:
+time(us) algbw(GB/s) busbw(GB/s) #wrong.
+
+  time   each rank times -n calls back to back (after -w warm-up calls and a barrier) and
+         divides by -n; the column is the average over ranks (min and max over ranks are in
+         CSV/JSON, and in the table with --minmax).
+  algbw  size / time, in GB/s (1 GB = 1e9 bytes).
+  busbw  algbw * 2(n-1)/n for n ranks: a ring all-reduce moves 2(n-1)/n times the buffer through
+         each rank's link, so busbw is comparable with the hardware's bandwidth and across rank
+         counts (nccl-tests' PERFORMANCE.md). It is 0 on one rank.
+  #wrong with -c 1: after timing, one more call with rank-dependent small-integer inputs whose
+         result is exact; the number of elements that differ from the expected value, summed
+         over ranks (N/A with -c 0).
+
+Combinations the backend cannot reduce (e.g. half on MPI, avg of integers on MPI, min/max of
+complex numbers) are an error when asked for by name, and skipped with a note under -d all or
+-o all.";
+
+/// Whether checked mode is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    /// Checked mode on: ranks agree on each call's arguments before it is made.
+    On,
+    /// Checked mode off.
+    Off,
+}
+
+/// The hidden baseline measured next to the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Baseline {
+    /// `MPI_Allreduce` called directly through `mpi::ffi`.
+    Raw,
+}
+
+/// A `-d` or `-o` choice: one value or all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice<T> {
+    /// Every value.
+    All,
+    /// This one.
+    One(T),
+}
+
+fn parse_datatype(s: &str) -> Result<Choice<DataType>, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(Choice::All);
+    }
+    DataType::from_str(s, true).map(Choice::One).map_err(|_| {
+        let names: Vec<&str> = DataType::ALL.iter().map(|d| d.name()).collect();
+        format!(
+            "unknown datatype `{s}` (expected {} or all)",
+            names.join(", ")
+        )
+    })
+}
+
+fn parse_op(s: &str) -> Result<Choice<ReduceOp>, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(Choice::All);
+    }
+    s.parse().map(Choice::One).map_err(|_: String| {
+        format!("unknown reduce operation `{s}` (expected sum, prod, min, max, avg or all)")
+    })
+}
+
+/// `collbench allreduce` flags.
+#[derive(Debug, Args)]
+pub struct AllreduceArgs {
+    /// Smallest size in bytes (suffixes K, M, G are powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = sizes::parse_size)]
+    pub min_bytes: usize,
+    /// Largest size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = sizes::parse_size)]
+    pub max_bytes: usize,
+    /// Multiply the size by this factor from one row to the next [default: 2].
+    #[arg(short = 'f', long = "stepfactor", conflicts_with = "step_bytes")]
+    pub step_factor: Option<usize>,
+    /// Add this many bytes from one row to the next (instead of -f).
+    #[arg(short = 'i', long = "stepbytes", value_parser = sizes::parse_size)]
+    pub step_bytes: Option<usize>,
+    /// Timed calls per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+    /// Warm-up calls per size, before the timed ones.
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        visible_alias = "warmup-iters",
+        default_value_t = 5
+    )]
+    pub warmup_iters: u32,
+    /// Check results (1) or not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub check: u8,
+    /// Element type: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, complex64,
+    /// complex128, or all.
+    #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = parse_datatype)]
+    pub datatype: Choice<DataType>,
+    /// Reduce operation: sum, prod, min, max, avg, or all.
+    #[arg(short = 'o', long = "op", default_value = "sum", value_parser = parse_op)]
+    pub op: Choice<ReduceOp>,
+    /// Backend: mpi, mpi-staged, cuda-mpi, nccl, or all (every backend available here).
+    #[arg(long, default_value = "mpi", value_parser = |s: &str| s.parse::<BackendChoice>())]
+    pub backend: BackendChoice,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Checked mode (cross-rank agreement before each call) for the measured calls.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub checked: OnOff,
+    /// Show the min and max over ranks of each time in the table.
+    #[arg(long)]
+    pub minmax: bool,
+    /// Also time a baseline next to the library, interleaved per size.
+    #[arg(long, value_enum, hide = true)]
+    pub baseline: Option<Baseline>,
+    /// Also time every call with checked mode on, interleaved per size, and report the difference.
+    #[arg(long, hide = true)]
+    pub checked_cost: bool,
+}
+
+/// An all-reduce run, checked and expanded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// Sizes in bytes, before rounding to whole elements.
+    pub sizes: Vec<usize>,
+    /// `-b`, `-e` and the step, for the header.
+    pub min_bytes: usize,
+    /// `-e`.
+    pub max_bytes: usize,
+    /// The step.
+    pub step: Step,
+    /// Types to run.
+    pub datatypes: Vec<DataType>,
+    /// Operations to run.
+    pub ops: Vec<ReduceOp>,
+    /// Whether one type and one operation were asked for by name (then an unsupported pair is an error,
+    /// not a skip).
+    pub single_pair: bool,
+    /// Backends to run.
+    pub backends: Vec<Backend>,
+    /// Backends left out, with the reason.
+    pub unavailable: Vec<backend::LeftOut>,
+    /// Timed calls per size.
+    pub iters: usize,
+    /// Warm-up calls per size.
+    pub warmup_iters: usize,
+    /// `-c 1`.
+    pub check: bool,
+    /// Checked mode of the measured communicator.
+    pub checked: bool,
+    /// Output format.
+    pub format: Format,
+    /// Optional columns.
+    pub columns: Columns,
+}
+
+impl AllreduceArgs {
+    /// Check the flags and expand them into a [`Plan`].
+    ///
+    /// # Errors
+    /// Bad sizes or steps; `--checked-cost` with `--checked on`; a backend not available here.
+    pub fn plan(&self) -> Result<Plan, String> {
+        let step = match (self.step_factor, self.step_bytes) {
+            (_, Some(b)) => Step::Bytes(b),
+            (f, None) => Step::Factor(f.unwrap_or(2)),
+        };
+        let sizes = sizes::sequence(self.min_bytes, self.max_bytes, step)?;
+        if self.checked_cost && self.checked == OnOff::On {
+            return Err(
+                "--checked-cost measures checked mode off against on; leave --checked off"
+                    .to_string(),
+            );
+        }
+        let (backends, unavailable) = backend::resolve(self.backend)?;
+        let datatypes = match self.datatype {
+            Choice::All => DataType::ALL.to_vec(),
+            Choice::One(d) => vec![d],
+        };
+        let ops = match self.op {
+            Choice::All => ReduceOp::ALL.to_vec(),
+            Choice::One(o) => vec![o],
+        };
+        Ok(Plan {
+            sizes,
+            min_bytes: self.min_bytes,
+            max_bytes: self.max_bytes,
+            step,
+            single_pair: matches!((self.datatype, self.op), (Choice::One(_), Choice::One(_))),
+            datatypes,
+            ops,
+            backends,
+            unavailable,
+            iters: self.iters as usize,
+            warmup_iters: self.warmup_iters as usize,
+            check: self.check == 1,
+            checked: self.checked == OnOff::On,
+            format: self.format,
+            columns: Columns {
+                minmax: self.minmax,
+                baseline: self.baseline == Some(Baseline::Raw),
+                checked_cost: self.checked_cost,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<AllreduceArgs, clap::Error> {
+        let mut v = vec!["collbench", "allreduce"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).map(|c| match c.command {
+            Command::Allreduce(a) => a,
+        })
+    }
+
+    #[test]
+    fn defaults_follow_nccl_tests_and_the_design() {
+        let p = parse(&[]).unwrap().plan().unwrap();
+        assert_eq!(p.sizes.first(), Some(&8));
+        assert_eq!(p.sizes.last(), Some(&(64 << 20)));
+        assert_eq!(p.step, Step::Factor(2));
+        assert_eq!(
+            (p.iters, p.warmup_iters, p.check, p.checked),
+            (20, 5, true, false)
+        );
+        assert_eq!(p.datatypes, [DataType::Float]);
+        assert_eq!(p.ops, [ReduceOp::Sum]);
+        assert!(p.single_pair);
+        assert_eq!(p.backends, [Backend::Mpi]);
+        assert_eq!(p.format, Format::Table);
+        assert_eq!(p.columns, Columns::default());
+    }
+
+    #[test]
+    fn nccl_tests_flags() {
+        let a = parse(&[
+            "-b", "1K", "-e", "1M", "-f", "4", "-n", "7", "-w", "2", "-c", "0", "-d", "double",
+            "-o", "max",
+        ])
+        .unwrap();
+        let p = a.plan().unwrap();
+        assert_eq!(p.sizes, [1024, 4096, 16384, 65536, 262144, 1 << 20]);
+        assert_eq!((p.iters, p.warmup_iters, p.check), (7, 2, false));
+        assert_eq!(p.datatypes, [DataType::Double]);
+        assert_eq!(p.ops, [ReduceOp::Max]);
+        let p = parse(&[
+            "--minbytes",
+            "8",
+            "--maxbytes",
+            "32",
+            "--stepbytes",
+            "8",
+            "--warmup_iters",
+            "0",
+        ])
+        .unwrap()
+        .plan()
+        .unwrap();
+        assert_eq!(p.sizes, [8, 16, 24, 32]);
+        assert_eq!(p.warmup_iters, 0);
+    }
+
+    #[test]
+    fn all_and_extensions() {
+        let p = parse(&["-d", "all", "-o", "all", "--backend", "all"])
+            .unwrap()
+            .plan()
+            .unwrap();
+        assert_eq!(p.datatypes.len(), 12);
+        assert_eq!(p.ops.len(), 5);
+        assert!(!p.single_pair);
+        assert_eq!(p.backends, [Backend::Mpi]);
+        assert_eq!(p.unavailable.len(), 3);
+        let p = parse(&["-d", "complex128", "-o", "prod"])
+            .unwrap()
+            .plan()
+            .unwrap();
+        assert_eq!(p.datatypes, [DataType::Complex128]);
+    }
+
+    #[test]
+    fn hidden_modes() {
+        let p = parse(&["--baseline", "raw", "--checked-cost", "--minmax"])
+            .unwrap()
+            .plan()
+            .unwrap();
+        assert_eq!(
+            p.columns,
+            Columns {
+                minmax: true,
+                baseline: true,
+                checked_cost: true
+            }
+        );
+        assert!(parse(&["--checked-cost", "--checked", "on"])
+            .unwrap()
+            .plan()
+            .is_err());
+        assert!(parse(&["--baseline", "fast"]).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_flags() {
+        assert!(parse(&["-b", "1X"]).is_err());
+        assert!(parse(&["-d", "float128"]).is_err());
+        assert!(parse(&["-o", "mean"]).is_err());
+        assert!(parse(&["-c", "2"]).is_err());
+        assert!(parse(&["-n", "0"]).is_err());
+        assert!(parse(&["-f", "2", "-i", "8"]).is_err());
+        assert!(parse(&["--backend", "gloo"]).is_err());
+        assert!(parse(&["-b", "64", "-e", "8"]).unwrap().plan().is_err());
+        assert!(parse(&["-f", "1"]).unwrap().plan().is_err());
+        assert!(parse(&["--backend", "nccl"])
+            .unwrap()
+            .plan()
+            .unwrap_err()
+            .contains("not built in yet"));
+    }
+
+    #[test]
+    fn help_renders() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("allreduce")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("2(n-1)/n"));
+        assert!(help.contains("--minbytes"));
+        assert!(!help.contains("--checked-cost"));
+        assert!(!help.contains("--baseline"));
+    }
+}

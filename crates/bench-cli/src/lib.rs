@@ -1,0 +1,25 @@
+//! `collbench`: collective benchmarks over the collectives library, run under `mpirun`, with nccl-tests'
+//! flags and columns.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`cli`] | the command line (clap) and its check into a [`cli::Plan`] |
+//! | [`sizes`] | `8`, `1K`, `64M`, `1G` and the sequence of sizes (`-b -e -f -i`) |
+//! | [`dtype`] | `-d` names and the dispatch to the Rust element type |
+//! | [`backend`] | `--backend`: which backends exist and which can run here |
+//! | [`expected`] | inputs and expected results of the `#wrong` check |
+//! | [`timing`] | per-call wall-clock time, its spread over ranks, algbw and busbw |
+//! | [`allreduce`] | the all-reduce benchmark, its raw `MPI_Allreduce` baseline and checked-mode cost |
+//! | [`report`] | table, CSV and JSON output |
+//! | [`app`] | the program: MPI start-up, errors printed once, exit codes |
+#![deny(missing_docs)]
+
+pub mod allreduce;
+pub mod app;
+pub mod backend;
+pub mod cli;
+pub mod dtype;
+pub mod expected;
+pub mod report;
+pub mod sizes;
+pub mod timing;
