@@ -6,6 +6,8 @@
 //! per test and, at the end, `mpi-tests: N passed, M failed`, the line `cargo xtask test` counts.
 #![allow(dead_code)]
 
+pub mod suite;
+
 use std::cell::RefCell;
 use std::fmt::Debug;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -5,6 +5,7 @@
 //! | `deps`     | checks Open MPI (headers, `mpirun`) and libclang; installs them with apt as root |
 //! | `test`     | `deps`, then `cargo test`, then examples and `mpi_*` tests under `mpirun -n 1..4` |
 //! | `bench`    | `deps`, then `collbench allreduce --backend all` under `mpirun -n 2`     |
+//! | `nccl-bindings` | regenerates (or `--check`s) nccl-sys's bindings from a pinned `nccl.h` |
 //! | `help`     | prints the usage                                                        |
 //!
 //! It needs no system library, so it builds before anything else on a bare machine.
@@ -15,6 +16,7 @@ mod deps;
 mod exec;
 mod host;
 mod mpirun;
+mod nccl_bindings;
 mod results;
 mod summary;
 mod test;
@@ -35,6 +37,7 @@ subcommands:
       --skip-unit           skip the cargo test step
   bench [ARGS]              deps, then mpirun -n 2 collbench allreduce --backend all ARGS
                             (ARGS default to -b 8 -e 64M -f 2)
+  nccl-bindings --header H [--check]  regenerate nccl-sys's bindings from nccl.h H (or compare)
   help                      print this text
 
 environment:
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         "deps" => deps::run(),
         "test" => test::run(&rest),
         "bench" => bench::run(&rest),
+        "nccl-bindings" => nccl_bindings::run(&rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

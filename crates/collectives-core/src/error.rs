@@ -79,6 +79,34 @@ pub enum Error {
         /// The ranks that rejected their arguments.
         ranks: Vec<usize>,
     },
+    /// NCCL returned an error.
+    #[error("{op}: NCCL error {code} ({name}): {message}")]
+    Nccl {
+        /// The operation.
+        op: &'static str,
+        /// The `ncclResult_t` value.
+        code: u32,
+        /// `ncclGetErrorString` of the code.
+        name: String,
+        /// `ncclGetLastError` of the communicator, where there is one.
+        message: String,
+    },
+    /// The CUDA driver returned an error.
+    #[error("{op}: CUDA error: {message}")]
+    Cuda {
+        /// The operation.
+        op: &'static str,
+        /// The driver's error.
+        message: String,
+    },
+    /// A library the backend needs could not be loaded or lacks an entry point.
+    #[error("{what} is not available: {message}")]
+    Unavailable {
+        /// The library (`"NCCL"`, `"the CUDA driver"`).
+        what: &'static str,
+        /// Why (the files tried, the missing symbol, the release that introduced it).
+        message: String,
+    },
     /// An operation did not complete in time.
     #[error("{op}: timed out after {after:?}")]
     Timeout {
@@ -99,7 +127,10 @@ impl Error {
             | Error::Mpi { op, .. }
             | Error::Mismatch { op, .. }
             | Error::PeerInvalid { op, .. }
+            | Error::Nccl { op, .. }
+            | Error::Cuda { op, .. }
             | Error::Timeout { op, .. } => op,
+            Error::Unavailable { .. } => "load",
         }
     }
 

@@ -7,10 +7,11 @@
 //! | [`comm`] | the [`Communicator`] trait every backend implements |
 //! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
 //! | [`check`], [`checked`] | argument rules (always on) and checked mode (cross-rank agreement) |
-//! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory) |
+//! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
 //! | [`array`] | ndarray arrays as host buffers (feature `ndarray`, on by default) |
 //!
-//! Raw bindings are re-exported: [`mpi`] (rsmpi, whose `mpi::ffi` is the MPI C interface).
+//! Raw bindings are re-exported: [`mpi`] (rsmpi, whose `mpi::ffi` is the MPI C interface), and with the
+//! `nccl` feature `nccl_sys` (NCCL, loaded at run time) and `cudarc` (CUDA driver, loaded at run time).
 //!
 //! ```no_run
 //! use collectives_core::{Communicator, MpiComm, ReduceOp};
@@ -32,6 +33,8 @@ pub mod backend;
 pub mod check;
 pub mod checked;
 pub mod comm;
+#[cfg(feature = "nccl")]
+pub mod device;
 pub mod element;
 pub mod error;
 pub mod op;
@@ -42,8 +45,14 @@ pub use mpi;
 #[cfg(feature = "ndarray")]
 pub use array::{HostArray, HostArrayMut};
 pub use backend::mpi_host::MpiComm;
+#[cfg(feature = "nccl")]
+pub use backend::nccl::NcclComm;
 pub use comm::{Buffer, Communicator, Tag};
+#[cfg(feature = "nccl")]
+pub use cudarc;
 pub use element::{DType, Element, ElementKind, WireForm};
 pub use error::{Error, Result};
+#[cfg(feature = "nccl")]
+pub use nccl_sys;
 pub use op::{BackendKind, ReduceOp};
 pub use request::{scope, Pending, Request, Scope};

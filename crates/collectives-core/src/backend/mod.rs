@@ -3,3 +3,5 @@
 //! implementation), `request.rs` (operations in flight), and `raw.rs` (the library calls' plumbing).
 
 pub mod mpi_host;
+#[cfg(feature = "nccl")]
+pub mod nccl;

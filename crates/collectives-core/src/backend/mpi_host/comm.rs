@@ -133,6 +133,10 @@ impl MpiComm {
         self
     }
 
+    pub(crate) fn set_checked(&mut self, on: bool) {
+        self.checked = on;
+    }
+
     /// The largest tag this MPI accepts (`MPI_TAG_UB`).
     pub fn tag_ub(&self) -> i32 {
         self.tag_ub
@@ -151,7 +155,7 @@ impl MpiComm {
 
     /// Run the checked-mode agreement for `call` (when checked mode is on) and pass on this rank's own
     /// result: the local error first, then a peer's rejection or a mismatch, else `local`'s value.
-    pub(super) fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
+    pub(crate) fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
         if !self.checked {
             return local;
         }

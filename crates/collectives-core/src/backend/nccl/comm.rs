@@ -1,0 +1,459 @@
+//! [`NcclComm`]: creation from MPI, waiting with a deadline, abort, teardown, groups.
+
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaContext, CudaStream};
+use mpi::ffi as mpi_ffi;
+use nccl_sys as sys;
+
+use super::raw;
+use crate::backend::mpi_host::MpiComm;
+use crate::comm::Communicator;
+use crate::error::{Error, Result};
+use crate::op::ReduceOp;
+
+/// Environment variable: the deadline of NCCL waits, in seconds (default 300).
+pub const TIMEOUT_ENV: &str = "COLLECTIVES_TIMEOUT";
+
+fn default_timeout() -> Duration {
+    std::env::var(TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(Duration::from_secs(300), Duration::from_secs_f64)
+}
+
+/// A communicator of the NCCL backend: collectives on device memory (`CudaSlice<T>` buffers).
+///
+/// ```no_run
+/// use collectives_core::{Communicator, MpiComm, NcclComm, ReduceOp};
+///
+/// let universe = mpi::initialize().expect("MPI initializes once");
+/// let world = MpiComm::world(&universe)?;
+/// let comm = NcclComm::from_mpi(&world, None)?;
+/// let stream = comm.stream().clone();
+/// let mut x = stream.clone_htod(&vec![1.0f32; 1 << 20]).expect("device memory");
+/// comm.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+/// comm.synchronize()?;
+/// # Ok::<(), collectives_core::Error>(())
+/// ```
+pub struct NcclComm {
+    pub(super) lib: &'static sys::Library,
+    pub(super) raw: sys::ncclComm_t,
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    pub(super) rank: usize,
+    pub(super) size: usize,
+    /// The host side: checked-mode agreement, host barrier, bootstrap of splits.
+    pub(super) mpi: MpiComm,
+    pub(super) timeout: Duration,
+    pub(super) aborted: Cell<bool>,
+}
+
+impl fmt::Debug for NcclComm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NcclComm")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("device", &self.ctx.ordinal())
+            .field("nccl", &self.lib.version())
+            .field("checked", &self.mpi.checked())
+            .finish_non_exhaustive()
+    }
+}
+
+/// This rank's index among the ranks of its node, and their number.
+fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
+    // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split_type overwrites it.
+    let mut local: mpi_ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+    // SAFETY: valid communicator, constants from rsmpi's shim, valid out-pointer.
+    let rc = unsafe {
+        mpi_ffi::MPI_Comm_split_type(
+            mpi.as_raw(),
+            mpi_ffi::RSMPI_COMM_TYPE_SHARED,
+            mpi.rank() as c_int,
+            mpi_ffi::RSMPI_INFO_NULL,
+            &mut local,
+        )
+    };
+    if rc != 0 {
+        return Err(Error::invalid(
+            "from_mpi",
+            format!("MPI_Comm_split_type failed with code {rc}"),
+        ));
+    }
+    // SAFETY: `local` was just created for this rank and is owned by nobody else.
+    let local = unsafe { MpiComm::from_raw(local) }?.with_checked(false);
+    Ok((local.rank(), local.size()))
+}
+
+impl NcclComm {
+    /// An NCCL communicator over the ranks of `mpi`, one GPU per rank: `device`, or the GPU of this
+    /// rank's node-local index. Collective over `mpi`.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] without libnccl or a CUDA driver; [`Error::InvalidArgument`] when the
+    /// device does not exist or two ranks of a node would share a GPU (on every rank);
+    /// [`Error::Timeout`] when initialization does not finish in time; [`Error::Nccl`] and
+    /// [`Error::Cuda`] from the libraries.
+    pub fn from_mpi(mpi: &MpiComm, device: Option<usize>) -> Result<Self> {
+        const OP: &str = "from_mpi";
+        let _span = tracing::debug_span!("nccl_from_mpi").entered();
+        let mpi = mpi.dup()?;
+        // Everything that can fail on one rank only is agreed on before anyone waits for the others.
+        let local = Self::prepare(&mpi, device);
+        let ok = [u8::from(local.is_ok())];
+        let mut all_ok = [0u8];
+        mpi.all_reduce(&ok[..], &mut all_ok[..], ReduceOp::Min)?;
+        let (lib, ctx) = local?;
+        if all_ok[0] == 0 {
+            return Err(Error::invalid(
+                OP,
+                "another rank could not set up NCCL (see its error)",
+            ));
+        }
+        let mut id = [0u8; sys::NCCL_UNIQUE_ID_BYTES];
+        if mpi.rank() == 0 {
+            let mut uid = sys::ncclUniqueId {
+                internal: [0; sys::NCCL_UNIQUE_ID_BYTES],
+            };
+            let f = sys::nccl_fn!(lib, ncclGetUniqueId).map_err(raw::unavailable)?;
+            // SAFETY: `uid` is a valid out-pointer to an ncclUniqueId.
+            let rc = unsafe { f(&mut uid) };
+            if rc != sys::ncclSuccess {
+                return Err(raw::error(lib, std::ptr::null_mut(), OP, rc));
+            }
+            for (d, s) in id.iter_mut().zip(uid.internal.iter()) {
+                *d = *s as u8;
+            }
+        }
+        mpi.broadcast(&mut id[..], 0)?;
+        let mut uid = sys::ncclUniqueId {
+            internal: [0; sys::NCCL_UNIQUE_ID_BYTES],
+        };
+        for (d, s) in uid.internal.iter_mut().zip(id.iter()) {
+            *d = *s as _;
+        }
+        let stream = ctx.new_stream().map_err(|e| raw::cuda(OP, e))?;
+        let mut config = sys::config_initializer();
+        config.blocking = 0;
+        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+        let f = sys::nccl_fn!(lib, ncclCommInitRankConfig).map_err(raw::unavailable)?;
+        // SAFETY: `comm` and `config` are valid pointers; the id is the one rank 0 created, the rank is
+        // in range and the size is the MPI communicator's; the device is bound to this thread.
+        let rc = unsafe {
+            f(
+                &mut comm,
+                mpi.size() as c_int,
+                uid,
+                mpi.rank() as c_int,
+                &mut config,
+            )
+        };
+        let made = NcclComm {
+            lib,
+            raw: comm,
+            ctx,
+            stream,
+            rank: mpi.rank(),
+            size: mpi.size(),
+            mpi,
+            timeout: default_timeout(),
+            aborted: Cell::new(comm.is_null()),
+        };
+        made.settle(OP, rc)?;
+        Ok(made)
+    }
+
+    fn prepare(
+        mpi: &MpiComm,
+        device: Option<usize>,
+    ) -> Result<(&'static sys::Library, Arc<CudaContext>)> {
+        const OP: &str = "from_mpi";
+        let lib = raw::library()?;
+        if !raw::cuda_driver_present() {
+            return Err(Error::Unavailable {
+                what: "the CUDA driver",
+                message: "libcuda could not be opened".into(),
+            });
+        }
+        let count = CudaContext::device_count()
+            .map_err(|e| raw::cuda(OP, e))?
+            .max(0) as usize;
+        let (local_rank, local_size) = node_local(mpi)?;
+        let device = match device {
+            Some(d) => d,
+            None if local_size > count => {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "{local_size} ranks on this node but {count} GPU(s): two ranks on one GPU are not \
+                         supported by NCCL; start at most {count} rank(s) per node"
+                    ),
+                ))
+            }
+            None => local_rank,
+        };
+        if device >= count {
+            return Err(Error::invalid(
+                OP,
+                format!("device {device} does not exist ({count} GPU(s) visible)"),
+            ));
+        }
+        let ctx = CudaContext::new(device).map_err(|e| raw::cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| raw::cuda(OP, e))?;
+        Ok((lib, ctx))
+    }
+
+    /// The stream every operation of this communicator is enqueued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The CUDA context (device) of this communicator.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The raw `ncclComm_t` (still owned by `self`).
+    pub fn as_raw(&self) -> sys::ncclComm_t {
+        self.raw
+    }
+
+    /// The loaded NCCL library.
+    pub fn library(&self) -> &'static sys::Library {
+        self.lib
+    }
+
+    /// The MPI communicator over the same ranks (used for checked mode and host barriers).
+    pub fn mpi(&self) -> &MpiComm {
+        &self.mpi
+    }
+
+    /// Switch checked mode on or off (overrides `COLLECTIVES_CHECK`); every rank must agree.
+    #[must_use]
+    pub fn with_checked(mut self, on: bool) -> Self {
+        self.mpi.set_checked(on);
+        self
+    }
+
+    /// Set the deadline of waits (default `COLLECTIVES_TIMEOUT` seconds, else 300 s).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The deadline of waits.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Wait until everything enqueued so far has completed, polling for NCCL errors; on expiry of the
+    /// deadline abort the communicator.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] after aborting; [`Error::Nccl`] when NCCL reports an asynchronous error;
+    /// [`Error::Cuda`].
+    pub fn synchronize(&self) -> Result<()> {
+        const OP: &str = "synchronize";
+        let event = self
+            .stream
+            .record_event(None)
+            .map_err(|e| raw::cuda(OP, e))?;
+        self.wait_for(OP, || event.try_is_complete().map_err(|e| raw::cuda(OP, e)))
+    }
+
+    /// Block on the host until every rank has called it (an MPI barrier; no device work is ordered).
+    ///
+    /// # Errors
+    /// MPI errors.
+    pub fn host_barrier(&self) -> Result<()> {
+        self.mpi.barrier()
+    }
+
+    /// Poll `done` until it says yes, checking NCCL's asynchronous error and the deadline.
+    pub(super) fn wait_for(
+        &self,
+        op: &'static str,
+        mut done: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        let mut spins = 0u32;
+        loop {
+            if done()? {
+                return Ok(());
+            }
+            self.async_error(op)?;
+            if Instant::now() >= deadline {
+                self.abort();
+                return Err(Error::Timeout {
+                    op,
+                    after: self.timeout,
+                });
+            }
+            spins += 1;
+            if spins > 64 {
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// The communicator's asynchronous error, if any (`ncclInProgress` counts as none).
+    pub(super) fn async_error(&self, op: &'static str) -> Result<()> {
+        if self.aborted.get() {
+            return Err(Error::invalid(
+                op,
+                "the communicator was aborted after an earlier timeout or error",
+            ));
+        }
+        let f = sys::nccl_fn!(self.lib, ncclCommGetAsyncError).map_err(raw::unavailable)?;
+        let mut state: sys::ncclResult_t = sys::ncclSuccess;
+        // SAFETY: a live (not aborted) communicator and a valid out-pointer.
+        let rc = unsafe { f(self.raw, &mut state) };
+        if rc != sys::ncclSuccess {
+            return Err(raw::error(self.lib, self.raw, op, rc));
+        }
+        if state == sys::ncclSuccess || state == sys::ncclInProgress {
+            Ok(())
+        } else {
+            Err(raw::error(self.lib, self.raw, op, state))
+        }
+    }
+
+    /// Turn a call's result into a `Result`; `ncclInProgress` (non-blocking communicator) is waited
+    /// out with the deadline.
+    pub(super) fn settle(&self, op: &'static str, rc: sys::ncclResult_t) -> Result<()> {
+        match rc {
+            sys::ncclSuccess => Ok(()),
+            sys::ncclInProgress => self.wait_for(op, || {
+                let f = sys::nccl_fn!(self.lib, ncclCommGetAsyncError).map_err(raw::unavailable)?;
+                let mut state: sys::ncclResult_t = sys::ncclSuccess;
+                // SAFETY: a live communicator and a valid out-pointer.
+                let rc = unsafe { f(self.raw, &mut state) };
+                match (rc, state) {
+                    (sys::ncclSuccess, sys::ncclInProgress) => Ok(false),
+                    (sys::ncclSuccess, sys::ncclSuccess) => Ok(true),
+                    (sys::ncclSuccess, bad) | (bad, _) => {
+                        Err(raw::error(self.lib, self.raw, op, bad))
+                    }
+                }
+            }),
+            bad => Err(raw::error(self.lib, self.raw, op, bad)),
+        }
+    }
+
+    /// Abort the communicator (`ncclCommAbort`): pending work is dropped and later calls fail.
+    pub fn abort(&self) {
+        if self.aborted.replace(true) {
+            return;
+        }
+        if let Ok(f) = sys::nccl_fn!(self.lib, ncclCommAbort) {
+            // SAFETY: the communicator is live and is never used by NCCL again (`aborted` is set).
+            unsafe { f(self.raw) };
+        }
+    }
+
+    /// Start a group: NCCL calls made while the guard lives are launched together when it drops
+    /// (`ncclGroupStart`/`ncclGroupEnd`).
+    ///
+    /// # Errors
+    /// [`Error::Nccl`] from `ncclGroupStart`.
+    pub fn group(&self) -> Result<GroupGuard<'_>> {
+        GroupGuard::start(self)
+    }
+
+    /// Free the communicator after its work completes, reporting errors.
+    ///
+    /// # Errors
+    /// As [`synchronize`](Self::synchronize), and [`Error::Nccl`] from `ncclCommDestroy`.
+    pub fn finalize(self) -> Result<()> {
+        self.synchronize()?;
+        let f = sys::nccl_fn!(self.lib, ncclCommDestroy).map_err(raw::unavailable)?;
+        self.aborted.set(true);
+        // SAFETY: the communicator is live, its work is complete, and `aborted` keeps Drop from
+        // touching it again.
+        let rc = unsafe { f(self.raw) };
+        if rc == sys::ncclSuccess {
+            Ok(())
+        } else {
+            Err(raw::error(self.lib, std::ptr::null_mut(), "finalize", rc))
+        }
+    }
+}
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        if self.aborted.get() {
+            return;
+        }
+        // Destroy after the work completes; when it cannot complete in time, abort instead, so a
+        // drop never hangs on a dead peer and never panics.
+        if self.synchronize().is_ok() {
+            if let Ok(f) = sys::nccl_fn!(self.lib, ncclCommDestroy) {
+                // SAFETY: the communicator is live, its work is complete, and it is not used again.
+                unsafe { f(self.raw) };
+            }
+        } else {
+            self.abort();
+        }
+    }
+}
+
+/// A group of NCCL calls, launched together when the guard is dropped or [`end`](Self::end)ed.
+#[must_use = "the group is launched when the guard drops"]
+pub struct GroupGuard<'c> {
+    comm: &'c NcclComm,
+    open: bool,
+}
+
+impl fmt::Debug for GroupGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupGuard")
+            .field("open", &self.open)
+            .finish()
+    }
+}
+
+impl<'c> GroupGuard<'c> {
+    fn start(comm: &'c NcclComm) -> Result<Self> {
+        let f = sys::nccl_fn!(comm.lib, ncclGroupStart).map_err(raw::unavailable)?;
+        // SAFETY: ncclGroupStart takes no arguments.
+        let rc = unsafe { f() };
+        if rc != sys::ncclSuccess {
+            return Err(raw::error(comm.lib, comm.raw, "group", rc));
+        }
+        Ok(GroupGuard { comm, open: true })
+    }
+
+    /// Launch the group now and report its result.
+    ///
+    /// # Errors
+    /// [`Error::Nccl`] or [`Error::Timeout`] from `ncclGroupEnd`.
+    pub fn end(mut self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if !std::mem::replace(&mut self.open, false) {
+            return Ok(());
+        }
+        let f = sys::nccl_fn!(self.comm.lib, ncclGroupEnd).map_err(raw::unavailable)?;
+        // SAFETY: closes the group this guard opened.
+        let rc = unsafe { f() };
+        self.comm.settle("group", rc)
+    }
+}
+
+impl Drop for GroupGuard<'_> {
+    fn drop(&mut self) {
+        // Errors surface through the communicator's asynchronous error on the next wait.
+        let _ = self.finish();
+    }
+}

@@ -1,0 +1,138 @@
+//! Plumbing for NCCL calls: the library, result codes, wire types and operations.
+
+use std::ffi::CStr;
+
+use nccl_sys as sys;
+
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::op::ReduceOp;
+
+/// The process-wide NCCL library, or why it cannot be used.
+pub(crate) fn library() -> Result<&'static sys::Library> {
+    sys::library().map_err(|e| Error::Unavailable {
+        what: "NCCL",
+        message: e.to_string(),
+    })
+}
+
+/// Turn a missing optional entry point into our error type.
+pub(crate) fn unavailable(e: sys::Error) -> Error {
+    Error::Unavailable {
+        what: "NCCL",
+        message: e.to_string(),
+    }
+}
+
+/// Whether the CUDA driver library can be opened (cudarc would panic on first use otherwise).
+pub fn cuda_driver_present() -> bool {
+    // SAFETY: the probe only tries to open libcuda with the dynamic loader and closes it again.
+    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
+}
+
+/// `ncclGetErrorString` of a code.
+pub(crate) fn error_name(lib: &sys::Library, code: sys::ncclResult_t) -> String {
+    let Ok(f) = sys::nccl_fn!(lib, ncclGetErrorString) else {
+        return format!("ncclResult {code}");
+    };
+    // SAFETY: ncclGetErrorString returns a pointer to a static NUL-terminated string for any code.
+    let p = unsafe { f(code) };
+    if p.is_null() {
+        return format!("ncclResult {code}");
+    }
+    // SAFETY: non-null, NUL-terminated, static (see above).
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// `ncclGetLastError` of a communicator (or of the process, for a null one).
+pub(crate) fn last_error(lib: &sys::Library, comm: sys::ncclComm_t) -> String {
+    let Ok(f) = sys::nccl_fn!(lib, ncclGetLastError) else {
+        return String::new();
+    };
+    // SAFETY: ncclGetLastError accepts any communicator handle, or null, and returns a NUL-terminated
+    // string that stays valid until the next NCCL call on this thread; it is copied at once.
+    let p = unsafe { f(comm) };
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null and NUL-terminated (see above); copied before any other NCCL call.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// The [`Error::Nccl`] for a result code.
+pub(crate) fn error(
+    lib: &sys::Library,
+    comm: sys::ncclComm_t,
+    op: &'static str,
+    code: sys::ncclResult_t,
+) -> Error {
+    Error::Nccl {
+        op,
+        code,
+        name: error_name(lib, code),
+        message: last_error(lib, comm),
+    }
+}
+
+/// NCCL's wire type for `T` (complex numbers: their real type, twice as many).
+pub(crate) fn datatype<T: Element>() -> sys::ncclDataType_t {
+    T::WIRE.dtype.nccl_code() as sys::ncclDataType_t
+}
+
+/// The number of wire values for `len` elements of `T`.
+pub(crate) fn count<T: Element>(op: &'static str, len: usize) -> Result<usize> {
+    T::WIRE.wire_count(len).ok_or(Error::CountOverflow {
+        op,
+        count: len,
+        limit: usize::MAX / T::WIRE.lanes,
+    })
+}
+
+/// NCCL's reduction for `op` (checked against the element beforehand).
+pub(crate) fn redop(op: ReduceOp) -> sys::ncclRedOp_t {
+    match op {
+        ReduceOp::Sum => sys::ncclSum,
+        ReduceOp::Prod => sys::ncclProd,
+        ReduceOp::Max => sys::ncclMax,
+        ReduceOp::Min => sys::ncclMin,
+        ReduceOp::Avg => sys::ncclAvg,
+    }
+}
+
+/// A cudarc driver error as ours.
+pub(crate) fn cuda(op: &'static str, e: cudarc::driver::DriverError) -> Error {
+    Error::Cuda {
+        op,
+        message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::bf16;
+    use num_complex::Complex;
+
+    use super::*;
+
+    #[test]
+    fn wire_types_and_counts() {
+        assert_eq!(datatype::<f32>(), sys::ncclFloat32);
+        assert_eq!(datatype::<bf16>(), sys::ncclBfloat16);
+        assert_eq!(datatype::<Complex<f64>>(), sys::ncclFloat64);
+        assert_eq!(count::<Complex<f64>>("x", 5).unwrap(), 10);
+        assert_eq!(count::<u8>("x", 5).unwrap(), 5);
+        assert!(matches!(
+            count::<Complex<f32>>("x", usize::MAX),
+            Err(Error::CountOverflow { .. })
+        ));
+    }
+
+    #[test]
+    fn reduce_ops_match_nccl_h() {
+        assert_eq!(redop(ReduceOp::Sum), 0);
+        assert_eq!(redop(ReduceOp::Prod), 1);
+        assert_eq!(redop(ReduceOp::Max), 2);
+        assert_eq!(redop(ReduceOp::Min), 3);
+        assert_eq!(redop(ReduceOp::Avg), 4);
+    }
+}

@@ -1,0 +1,690 @@
+//! The collective test suite, written once against the `Communicator` trait and run on every backend:
+//! rank-dependent inputs, answers computed here, buffers moved through the backend's own memory.
+#![allow(dead_code)]
+
+use std::borrow::{Borrow, BorrowMut};
+
+use collectives::{op::refusal, scope, Communicator, Element, Error, ReduceOp};
+use half::bf16;
+use num_complex::Complex;
+
+use super::T;
+
+/// A backend as the suite drives it: how to put host values into its buffers and read them back.
+pub trait Backend: Communicator {
+    /// An owned buffer of this backend.
+    type Owned<V: Val>: BorrowMut<Self::Buf<V>>;
+    /// A buffer holding `host`.
+    fn up<V: Val>(&self, host: &[V]) -> Self::Owned<V>;
+    /// The values of `buf`, once the work before it is complete.
+    fn down<V: Val>(&self, buf: &Self::Buf<V>) -> Vec<V>;
+}
+
+impl Backend for collectives::MpiComm {
+    type Owned<V: Val> = Vec<V>;
+    fn up<V: Val>(&self, host: &[V]) -> Vec<V> {
+        host.to_vec()
+    }
+    fn down<V: Val>(&self, buf: &[V]) -> Vec<V> {
+        buf.to_vec()
+    }
+}
+
+impl Backend for collectives::NcclComm {
+    type Owned<V: Val> = collectives::cudarc::driver::CudaSlice<V>;
+    fn up<V: Val>(&self, host: &[V]) -> Self::Owned<V> {
+        collectives::device::upload(self.stream(), host).expect("device memory")
+    }
+    fn down<V: Val>(&self, buf: &Self::Buf<V>) -> Vec<V> {
+        self.synchronize().expect("the stream completes");
+        collectives::device::download(self.stream(), buf).expect("a device-to-host copy")
+    }
+}
+
+/// Test values: small integers, so sums and products are exact in every type.
+pub trait Val: Element + Copy {
+    fn from_i(i: i64) -> Self;
+    fn add(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn min(self, o: Self) -> Self;
+    fn max(self, o: Self) -> Self;
+    fn div(self, n: usize) -> Self;
+    /// Equal up to the rounding of a division (averages may be computed as a product by 1/n).
+    fn close(self, o: Self) -> bool;
+    const AVG: bool = true;
+}
+
+macro_rules! real_val {
+    ($t:ty, $avg:expr, $close:expr) => {
+        impl Val for $t {
+            fn from_i(i: i64) -> Self {
+                i as $t
+            }
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            fn min(self, o: Self) -> Self {
+                if o < self {
+                    o
+                } else {
+                    self
+                }
+            }
+            fn max(self, o: Self) -> Self {
+                if o > self {
+                    o
+                } else {
+                    self
+                }
+            }
+            fn div(self, n: usize) -> Self {
+                self / (n as $t)
+            }
+            fn close(self, o: Self) -> bool {
+                let f: fn($t, $t) -> bool = $close;
+                f(self, o)
+            }
+            const AVG: bool = $avg;
+        }
+    };
+}
+real_val!(f32, true, |a, b| (a - b).abs()
+    <= 4.0 * f32::EPSILON * a.abs().max(b.abs()).max(1.0));
+real_val!(f64, true, |a, b| (a - b).abs()
+    <= 4.0 * f64::EPSILON * a.abs().max(b.abs()).max(1.0));
+real_val!(i32, false, |a, b| a == b);
+real_val!(u8, false, |a, b| a == b);
+
+impl Val for bf16 {
+    fn from_i(i: i64) -> Self {
+        bf16::from_f32(i as f32)
+    }
+    fn add(self, o: Self) -> Self {
+        bf16::from_f32(self.to_f32() + o.to_f32())
+    }
+    fn mul(self, o: Self) -> Self {
+        bf16::from_f32(self.to_f32() * o.to_f32())
+    }
+    fn min(self, o: Self) -> Self {
+        if o < self {
+            o
+        } else {
+            self
+        }
+    }
+    fn max(self, o: Self) -> Self {
+        if o > self {
+            o
+        } else {
+            self
+        }
+    }
+    fn div(self, n: usize) -> Self {
+        bf16::from_f32(self.to_f32() / n as f32)
+    }
+    fn close(self, o: Self) -> bool {
+        self == o
+    }
+    // bfloat16's 8-bit mantissa rounds a mean differently depending on the order of operations.
+    const AVG: bool = false;
+}
+
+impl Val for Complex<f64> {
+    fn from_i(i: i64) -> Self {
+        Complex::new(i as f64, (i % 3) as f64 - 1.0)
+    }
+    fn add(self, o: Self) -> Self {
+        self + o
+    }
+    fn mul(self, o: Self) -> Self {
+        self * o
+    }
+    fn min(self, _: Self) -> Self {
+        unreachable!("complex numbers are not ordered")
+    }
+    fn max(self, _: Self) -> Self {
+        unreachable!("complex numbers are not ordered")
+    }
+    fn div(self, n: usize) -> Self {
+        self / n as f64
+    }
+    fn close(self, o: Self) -> bool {
+        self.re.close(o.re) && self.im.close(o.im)
+    }
+}
+
+/// Input of rank `r`, element `i`, for operation `op` (products use 1 and 2 only, to stay exact).
+pub fn input<V: Val>(op: ReduceOp, r: usize, i: usize) -> V {
+    match op {
+        ReduceOp::Prod => V::from_i(((r + i) % 2 + 1) as i64),
+        _ => V::from_i(((r * 7 + i * 3) % 11 + 1) as i64),
+    }
+}
+
+pub fn inputs<V: Val>(op: ReduceOp, r: usize, n: usize) -> Vec<V> {
+    (0..n).map(|i| input(op, r, i)).collect()
+}
+
+/// The reduction over all ranks of element `i`, computed here.
+pub fn reduced<V: Val>(op: ReduceOp, size: usize, i: usize) -> V {
+    let mut acc = input::<V>(op, 0, i);
+    for r in 1..size {
+        let x = input::<V>(op, r, i);
+        acc = match op {
+            ReduceOp::Sum | ReduceOp::Avg => acc.add(x),
+            ReduceOp::Prod => acc.mul(x),
+            ReduceOp::Min => acc.min(x),
+            ReduceOp::Max => acc.max(x),
+            _ => unreachable!(),
+        };
+    }
+    if op == ReduceOp::Avg {
+        acc.div(size)
+    } else {
+        acc
+    }
+}
+
+/// Element `i` of rank `r`'s contribution to the gathers and all-to-alls: unique per (r, i).
+pub fn tagged<V: Val>(r: usize, i: usize) -> V {
+    V::from_i((r * 100 + i) as i64 % 251)
+}
+
+pub const LENS: [usize; 3] = [0, 1, 37];
+
+/// Compare element-wise, exactly or (for averages) up to rounding.
+fn same<V: Val>(t: &T, got: &[V], expected: &[V], approx: bool, what: &str) {
+    let ok = got.len() == expected.len()
+        && got
+            .iter()
+            .zip(expected)
+            .all(|(a, b)| if approx { a.close(*b) } else { a == b });
+    if !ok {
+        t.fail(format!("{what}: got {got:?}, expected {expected:?}"));
+    }
+}
+
+/// Every reduction the backend allows for `V`, and the refusal of the others.
+pub fn reductions<V: Val, C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    for op in ReduceOp::ALL {
+        if let Some(_why) = refusal(V::KIND, op, c.backend()) {
+            let send = c.up::<V>(&inputs(op, rank, 3));
+            let mut recv = c.up::<V>(&inputs(op, rank, 3));
+            t.err(
+                c.all_reduce::<V>(send.borrow(), recv.borrow_mut(), op),
+                "a refused reduction",
+                |e| matches!(e, Error::Unsupported { .. }),
+            );
+            continue;
+        }
+        if op == ReduceOp::Avg && !V::AVG {
+            continue;
+        }
+        let approx = op == ReduceOp::Avg;
+        for n in LENS {
+            let expected: Vec<V> = (0..n).map(|i| reduced(op, size, i)).collect();
+            let host = inputs::<V>(op, rank, n);
+            let what = format!("{} n={n} {op} on {}", V::NAME, c.backend());
+            let send = c.up(&host);
+
+            let mut recv = c.up(&vec![V::from_i(0); n]);
+            t.ok(
+                c.all_reduce::<V>(send.borrow(), recv.borrow_mut(), op),
+                &what,
+            );
+            same(
+                t,
+                &c.down::<V>(recv.borrow()),
+                &expected,
+                approx,
+                &format!("all_reduce {what}"),
+            );
+
+            let mut buf = c.up(&host);
+            t.ok(c.all_reduce_in_place::<V>(buf.borrow_mut(), op), &what);
+            same(
+                t,
+                &c.down::<V>(buf.borrow()),
+                &expected,
+                approx,
+                &format!("all_reduce_in_place {what}"),
+            );
+
+            let root = size - 1;
+            let mut recv = c.up(&vec![V::from_i(0); n]);
+            let is_root = rank == root;
+            t.ok(
+                c.reduce::<V>(
+                    send.borrow(),
+                    is_root.then_some(recv.borrow_mut()),
+                    op,
+                    root,
+                ),
+                &what,
+            );
+            if is_root {
+                same(
+                    t,
+                    &c.down::<V>(recv.borrow()),
+                    &expected,
+                    approx,
+                    &format!("reduce {what}"),
+                );
+            }
+
+            // reduce_scatter: block b of rank r's input holds input(op, r, b * n + i).
+            let send = c.up(&inputs::<V>(op, rank, n * size));
+            let mut recv = c.up(&vec![V::from_i(0); n]);
+            t.ok(
+                c.reduce_scatter::<V>(send.borrow(), recv.borrow_mut(), op),
+                &what,
+            );
+            let expected: Vec<V> = (0..n).map(|i| reduced(op, size, rank * n + i)).collect();
+            same(
+                t,
+                &c.down::<V>(recv.borrow()),
+                &expected,
+                approx,
+                &format!("reduce_scatter {what}"),
+            );
+        }
+    }
+}
+
+/// Broadcast, all-gather, gather, scatter, all-to-all.
+pub fn movement<V: Val, C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    let name = V::NAME;
+    for n in LENS {
+        for root in [0, size - 1] {
+            let host: Vec<V> = if rank == root {
+                (0..n).map(|i| tagged(root, i)).collect()
+            } else {
+                vec![V::from_i(0); n]
+            };
+            let mut buf = c.up(&host);
+            t.ok(c.broadcast::<V>(buf.borrow_mut(), root), "broadcast");
+            let expected: Vec<V> = (0..n).map(|i| tagged(root, i)).collect();
+            t.eq(
+                &c.down::<V>(buf.borrow()),
+                &expected,
+                &format!("broadcast {name} n={n} root={root}"),
+            );
+        }
+
+        let mine: Vec<V> = (0..n).map(|i| tagged(rank, i)).collect();
+        let all: Vec<V> = (0..size)
+            .flat_map(|r| (0..n).map(move |i| tagged::<V>(r, i)))
+            .collect();
+        let send = c.up(&mine);
+        let mut recv = c.up(&vec![V::from_i(0); n * size]);
+        t.ok(
+            c.all_gather::<V>(send.borrow(), recv.borrow_mut()),
+            "all_gather",
+        );
+        t.eq(
+            &c.down::<V>(recv.borrow()),
+            &all,
+            &format!("all_gather {name} n={n}"),
+        );
+
+        let all_dev = c.up(&all);
+        for root in [0, size - 1] {
+            let is_root = rank == root;
+            let mut recv = c.up(&vec![V::from_i(0); n * size]);
+            t.ok(
+                c.gather::<V>(send.borrow(), is_root.then_some(recv.borrow_mut()), root),
+                "gather",
+            );
+            if is_root {
+                t.eq(
+                    &c.down::<V>(recv.borrow()),
+                    &all,
+                    &format!("gather {name} n={n} root={root}"),
+                );
+            }
+            let mut got = c.up(&vec![V::from_i(0); n]);
+            t.ok(
+                c.scatter::<V>(is_root.then_some(all_dev.borrow()), got.borrow_mut(), root),
+                "scatter",
+            );
+            t.eq(
+                &c.down::<V>(got.borrow()),
+                &mine,
+                &format!("scatter {name} n={n} root={root}"),
+            );
+        }
+
+        // all_to_all: block j of rank r is [tagged(r, j * n + i)]; block r of rank j receives it.
+        let send = c.up(&(0..n * size).map(|i| tagged(rank, i)).collect::<Vec<V>>());
+        let mut recv = c.up(&vec![V::from_i(0); n * size]);
+        t.ok(
+            c.all_to_all::<V>(send.borrow(), recv.borrow_mut()),
+            "all_to_all",
+        );
+        let expected: Vec<V> = (0..size)
+            .flat_map(|r| (0..n).map(move |i| tagged::<V>(r, rank * n + i)))
+            .collect();
+        t.eq(
+            &c.down::<V>(recv.borrow()),
+            &expected,
+            &format!("all_to_all {name} n={n}"),
+        );
+    }
+}
+
+/// Uneven counts with zero-length contributions: rank r contributes (2r) % 3, plus `extra` on rank 1.
+pub fn uneven_counts(size: usize, extra: usize) -> Vec<usize> {
+    (0..size)
+        .map(|r| (2 * r) % 3 + if r == 1 { extra } else { 0 })
+        .collect()
+}
+
+/// The v-collectives with zero-length and skewed contributions.
+pub fn uneven<V: Val, C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    let name = V::NAME;
+    for extra in [0, 40] {
+        let counts = uneven_counts(size, extra);
+        let total: usize = counts.iter().sum();
+        let mine: Vec<V> = (0..counts[rank]).map(|i| tagged(rank, i)).collect();
+        let all: Vec<V> = (0..size)
+            .flat_map(|r| (0..counts[r]).map(move |i| tagged::<V>(r, i)))
+            .collect();
+        let send = c.up(&mine);
+
+        let mut recv = c.up(&vec![V::from_i(0); total]);
+        t.ok(
+            c.all_gather_v::<V>(send.borrow(), recv.borrow_mut(), &counts),
+            "all_gather_v",
+        );
+        t.eq(
+            &c.down::<V>(recv.borrow()),
+            &all,
+            &format!("all_gather_v {name} counts={counts:?}"),
+        );
+
+        let all_dev = c.up(&all);
+        for root in [0, size - 1] {
+            let is_root = rank == root;
+            let mut recv = c.up(&vec![V::from_i(0); total]);
+            t.ok(
+                c.gather_v::<V>(
+                    send.borrow(),
+                    is_root.then_some(recv.borrow_mut()),
+                    &counts,
+                    root,
+                ),
+                "gather_v",
+            );
+            if is_root {
+                t.eq(
+                    &c.down::<V>(recv.borrow()),
+                    &all,
+                    &format!("gather_v {name} counts={counts:?} root={root}"),
+                );
+            }
+            let mut got = c.up(&vec![V::from_i(0); counts[rank]]);
+            t.ok(
+                c.scatter_v::<V>(
+                    is_root.then_some(all_dev.borrow()),
+                    got.borrow_mut(),
+                    &counts,
+                    root,
+                ),
+                "scatter_v",
+            );
+            t.eq(
+                &c.down::<V>(got.borrow()),
+                &mine,
+                &format!("scatter_v {name} counts={counts:?} root={root}"),
+            );
+        }
+
+        // all_to_all_v: rank r sends (r + j + extra) % 4 elements to rank j, zeros included.
+        let count = |from: usize, to: usize| (from + to + extra) % 4;
+        let send_counts: Vec<usize> = (0..size).map(|j| count(rank, j)).collect();
+        let recv_counts: Vec<usize> = (0..size).map(|i| count(i, rank)).collect();
+        // Element k of the block from r to j is tagged(r, 10 * j + k).
+        let host: Vec<V> = (0..size)
+            .flat_map(|j| (0..count(rank, j)).map(move |k| tagged::<V>(rank, 10 * j + k)))
+            .collect();
+        let expected: Vec<V> = (0..size)
+            .flat_map(|i| (0..count(i, rank)).map(move |k| tagged::<V>(i, 10 * rank + k)))
+            .collect();
+        let send = c.up(&host);
+        let mut recv = c.up(&vec![V::from_i(0); expected.len()]);
+        t.ok(
+            c.all_to_all_v::<V>(send.borrow(), &send_counts, recv.borrow_mut(), &recv_counts),
+            "all_to_all_v",
+        );
+        t.eq(
+            &c.down::<V>(recv.borrow()),
+            &expected,
+            &format!("all_to_all_v {name} extra={extra}"),
+        );
+    }
+}
+
+/// A ring of send_recv, and of ordered blocking send/recv (even ranks send first).
+pub fn point_to_point<V: Val, C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
+    for n in LENS {
+        let send = c.up(&(0..n).map(|i| tagged(rank, i)).collect::<Vec<V>>());
+        let from_prev: Vec<V> = (0..n).map(|i| tagged(prev, i)).collect();
+        let mut recv = c.up(&vec![V::from_i(0); n]);
+        t.ok(
+            c.send_recv::<V>(send.borrow(), next, recv.borrow_mut(), prev, 7),
+            "send_recv",
+        );
+        t.eq(
+            &c.down::<V>(recv.borrow()),
+            &from_prev,
+            &format!("send_recv {} n={n}", V::NAME),
+        );
+
+        if size > 1 {
+            let mut recv = c.up(&vec![V::from_i(0); n]);
+            if rank % 2 == 0 {
+                t.ok(c.send::<V>(send.borrow(), next, 3), "send");
+                t.ok(c.recv::<V>(recv.borrow_mut(), prev, 3), "recv");
+            } else {
+                t.ok(c.recv::<V>(recv.borrow_mut(), prev, 3), "recv");
+                t.ok(c.send::<V>(send.borrow(), next, 3), "send");
+            }
+            t.eq(
+                &c.down::<V>(recv.borrow()),
+                &from_prev,
+                &format!("send/recv ring {} n={n}", V::NAME),
+            );
+        }
+    }
+}
+
+/// Non-blocking operations with host computation in flight.
+pub fn non_blocking<V: Val, C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    let n = 1000;
+    let op = ReduceOp::Sum;
+    let send = c.up(&inputs::<V>(op, rank, n));
+    let mut recv = c.up(&vec![V::from_i(0); n]);
+    let host_b: Vec<V> = if rank == 0 {
+        (0..n).map(|i| tagged(0, i)).collect()
+    } else {
+        vec![V::from_i(0); n]
+    };
+    let mut bcast = c.up(&host_b);
+    let mine = c.up(&(0..7).map(|i| tagged(rank, i)).collect::<Vec<V>>());
+    let mut gathered = c.up(&vec![V::from_i(0); 7 * size]);
+    let computed = scope(|s| {
+        let reduce = t.ok(
+            c.i_all_reduce::<V>(s, send.borrow(), recv.borrow_mut(), op),
+            "i_all_reduce",
+        );
+        let bc = t.ok(c.i_broadcast::<V>(s, bcast.borrow_mut(), 0), "i_broadcast");
+        let ga = t.ok(
+            c.i_all_gather::<V>(s, mine.borrow(), gathered.borrow_mut()),
+            "i_all_gather",
+        );
+        // Compute while the operations are in flight.
+        let busy: f64 = (1..=200_000u32).map(|k| 1.0 / f64::from(k)).sum();
+        if let Some(mut r) = reduce {
+            let _ = t.ok(r.test(), "test");
+            t.ok(r.wait(), "wait i_all_reduce");
+        }
+        for (r, what) in [(bc, "i_broadcast"), (ga, "i_all_gather")] {
+            if let Some(r) = r {
+                t.ok(r.wait(), what);
+            }
+        }
+        busy
+    });
+    let busy = t.ok(computed, "scope").unwrap_or(0.0);
+    t.check(busy > 12.0, || format!("computation in flight gave {busy}"));
+    let expected: Vec<V> = (0..n).map(|i| reduced(op, size, i)).collect();
+    t.eq(
+        &c.down::<V>(recv.borrow()),
+        &expected,
+        &format!("i_all_reduce {}", V::NAME),
+    );
+    let expected: Vec<V> = (0..n).map(|i| tagged(0, i)).collect();
+    t.eq(&c.down::<V>(bcast.borrow()), &expected, "i_broadcast");
+    let expected: Vec<V> = (0..size)
+        .flat_map(|r| (0..7).map(move |i| tagged::<V>(r, i)))
+        .collect();
+    t.eq(&c.down::<V>(gathered.borrow()), &expected, "i_all_gather");
+
+    // Point-to-point in flight, ordered so that no backend can deadlock (even ranks send first).
+    if size > 1 {
+        let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
+        let out = c.up(&(0..5).map(|i| tagged(rank, i)).collect::<Vec<V>>());
+        let mut inbox = c.up(&vec![V::from_i(0); 5]);
+        let r = scope(|s| -> collectives::Result<()> {
+            if rank % 2 == 0 {
+                c.i_send::<V>(s, out.borrow(), next, 11)?.wait()?;
+                c.i_recv::<V>(s, inbox.borrow_mut(), prev, 11)?.wait()
+            } else {
+                c.i_recv::<V>(s, inbox.borrow_mut(), prev, 11)?.wait()?;
+                c.i_send::<V>(s, out.borrow(), next, 11)?.wait()
+            }
+        });
+        t.ok(r.and_then(|x| x), "i_send/i_recv");
+        let expected: Vec<V> = (0..5).map(|i| tagged(prev, i)).collect();
+        t.eq(&c.down::<V>(inbox.borrow()), &expected, "i_recv");
+    }
+}
+
+/// Barrier, split (even/odd ranks in descending order), split with no color, dup.
+pub fn barrier_split_dup<C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    t.ok(c.barrier(), "barrier");
+    let Some(Some(sub)) = t.ok(c.split(Some((rank % 2) as u32), -(rank as i32)), "split") else {
+        t.fail("split returned no communicator".into());
+        return;
+    };
+    let members: Vec<usize> = (0..size).filter(|r| r % 2 == rank % 2).rev().collect();
+    t.eq(&sub.size(), &members.len(), "split size");
+    t.eq(
+        &Some(sub.rank()),
+        &members.iter().position(|&r| r == rank),
+        "split rank",
+    );
+    let one = sub.up(&[rank as i64]);
+    let mut sum = sub.up(&[0i64]);
+    t.ok(
+        sub.all_reduce::<i64>(one.borrow(), sum.borrow_mut(), ReduceOp::Sum),
+        "all_reduce on split",
+    );
+    t.eq(
+        &sub.down::<i64>(sum.borrow()),
+        &vec![members.iter().map(|&r| r as i64).sum::<i64>()],
+        "all_reduce on split",
+    );
+    let mut order = sub.up(&vec![0i64; members.len()]);
+    t.ok(
+        sub.all_gather::<i64>(one.borrow(), order.borrow_mut()),
+        "all_gather on split",
+    );
+    t.eq(
+        &sub.down::<i64>(order.borrow()),
+        &members.iter().map(|&r| r as i64).collect::<Vec<_>>(),
+        "split order by key",
+    );
+
+    let color = if rank == 0 { None } else { Some(1) };
+    match t.ok(c.split(color, 0), "split with no color") {
+        Some(None) => t.check(rank == 0, || "only rank 0 passed no color".into()),
+        Some(Some(s)) => t.eq(&s.size(), &(size - 1), "split without rank 0"),
+        None => {}
+    }
+
+    let Some(d) = t.ok(c.dup(), "dup") else {
+        return;
+    };
+    t.eq(&(d.rank(), d.size()), &(rank, size), "dup rank and size");
+    let mut x = d.up(&[1u32; 4]);
+    t.ok(
+        d.all_reduce_in_place::<u32>(x.borrow_mut(), ReduceOp::Sum),
+        "all_reduce on dup",
+    );
+    t.eq(
+        &d.down::<u32>(x.borrow()),
+        &vec![size as u32; 4],
+        "all_reduce on dup",
+    );
+}
+
+impl Val for i64 {
+    fn from_i(i: i64) -> Self {
+        i
+    }
+    fn add(self, o: Self) -> Self {
+        self + o
+    }
+    fn mul(self, o: Self) -> Self {
+        self * o
+    }
+    fn min(self, o: Self) -> Self {
+        Ord::min(self, o)
+    }
+    fn max(self, o: Self) -> Self {
+        Ord::max(self, o)
+    }
+    fn div(self, n: usize) -> Self {
+        self / n as i64
+    }
+    fn close(self, o: Self) -> bool {
+        self == o
+    }
+    const AVG: bool = false;
+}
+
+impl Val for u32 {
+    fn from_i(i: i64) -> Self {
+        i as u32
+    }
+    fn add(self, o: Self) -> Self {
+        self + o
+    }
+    fn mul(self, o: Self) -> Self {
+        self * o
+    }
+    fn min(self, o: Self) -> Self {
+        Ord::min(self, o)
+    }
+    fn max(self, o: Self) -> Self {
+        Ord::max(self, o)
+    }
+    fn div(self, n: usize) -> Self {
+        self / n as u32
+    }
+    fn close(self, o: Self) -> bool {
+        self == o
+    }
+    const AVG: bool = false;
+}
