@@ -1,5 +1,6 @@
-//! `collbench allreduce`: per size, warm-up, timed out-of-place and in-place loops, optional baselines
-//! interleaved with them, and the `#wrong` check.
+//! `collbench allreduce` on the MPI host backend: per size, warm-up, timed out-of-place and in-place
+//! loops, optional baselines interleaved with them, and the `#wrong` check (the NCCL backend's twin is
+//! [`crate::nccl`]).
 //!
 //! Per size and placement the order is: warm-up calls of every measured variant (the library, then the
 //! raw baseline, then checked mode on), then for each variant a barrier and its timed loop, all on the same
@@ -163,7 +164,6 @@ impl<W: Write> ElementVisitor for MpiJob<'_, W> {
         let raw = settings
             .baseline
             .then(|| RawAllReduce::<T>::new(&comms.main, op));
-        let factor = timing::allreduce_busbw_factor(nranks);
         for count in counts {
             let (send, recv, inplace) = (&send[..count], &mut recv[..count], &mut inplace[..count]);
             let m = measure(
@@ -176,50 +176,79 @@ impl<W: Write> ElementVisitor for MpiJob<'_, W> {
                 recv,
                 inplace,
             )?;
-            let size = count * elem;
-            let placement =
-                |time: Spread, raw: Option<Spread>, on: Option<Spread>, wrong: Option<u64>| {
-                    let algbw = timing::algbw(size, time.avg);
-                    Placement {
-                        time,
-                        algbw,
-                        busbw: algbw * factor,
-                        wrong,
-                        raw,
-                        checked_on: on,
-                    }
-                };
-            reporter.row(Row {
-                backend: Backend::Mpi.name(),
-                size,
-                count,
-                dtype: dtype.name(),
-                redop: op.name(),
-                root: -1,
-                oop: placement(
-                    m.ours[0],
-                    m.raw.map(|r| r[0]),
-                    m.checked_on.map(|c| c[0]),
-                    m.wrong.map(|w| w[0]),
-                ),
-                ip: placement(
-                    m.ours[1],
-                    m.raw.map(|r| r[1]),
-                    m.checked_on.map(|c| c[1]),
-                    m.wrong.map(|w| w[1]),
-                ),
-            });
+            reporter.row(m.row(Backend::Mpi, dtype, op, count, elem, nranks));
         }
         Ok(())
     }
 }
 
 /// One size's results, `[out-of-place, in-place]` each.
-struct Measured {
-    ours: [Spread; 2],
-    raw: Option<[Spread; 2]>,
-    checked_on: Option<[Spread; 2]>,
-    wrong: Option<[u64; 2]>,
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Measured {
+    /// Through the library.
+    pub ours: [Spread; 2],
+    /// The raw baseline, when measured.
+    pub raw: Option<[Spread; 2]>,
+    /// Through the library with checked mode on, when measured.
+    pub checked_on: Option<[Spread; 2]>,
+    /// Wrong elements summed over ranks, with `-c 1`.
+    pub wrong: Option<[u64; 2]>,
+}
+
+impl Measured {
+    /// Times in seconds per call in the order the variants ran: ours, then raw when `raw`, then checked
+    /// mode on when `checked_on`; each as `[out-of-place, in-place]`.
+    pub fn from_variants(
+        spread: &[Spread],
+        raw: bool,
+        checked_on: bool,
+        wrong: Option<[u64; 2]>,
+    ) -> Self {
+        let pair = |v: usize| [spread[2 * v], spread[2 * v + 1]];
+        let variants = 1 + usize::from(raw) + usize::from(checked_on);
+        Measured {
+            ours: pair(0),
+            raw: raw.then(|| pair(1)),
+            checked_on: checked_on.then(|| pair(variants - 1)),
+            wrong,
+        }
+    }
+
+    /// The output row of `count` elements of `elem` bytes each over `nranks` ranks.
+    pub fn row(
+        &self,
+        backend: Backend,
+        dtype: DataType,
+        op: ReduceOp,
+        count: usize,
+        elem: usize,
+        nranks: usize,
+    ) -> Row {
+        let size = count * elem;
+        let factor = timing::allreduce_busbw_factor(nranks);
+        let placement = |p: usize| {
+            let time = self.ours[p];
+            let algbw = timing::algbw(size, time.avg);
+            Placement {
+                time,
+                algbw,
+                busbw: algbw * factor,
+                wrong: self.wrong.map(|w| w[p]),
+                raw: self.raw.map(|r| r[p]),
+                checked_on: self.checked_on.map(|c| c[p]),
+            }
+        };
+        Row {
+            backend: backend.name(),
+            size,
+            count,
+            dtype: dtype.name(),
+            redop: op.name(),
+            root: -1,
+            oop: placement(0),
+            ip: placement(1),
+        }
+    }
 }
 
 /// The variants timed at one size, in the order they run.
@@ -286,16 +315,12 @@ fn measure<T: BenchElement>(
     };
     let local: Vec<f64> = times.iter().flatten().copied().collect();
     let spread = timing::over_ranks(&comms.ctl, &local)?;
-    // Variants in order: ours, then raw if present, then checked-on if present.
-    let pair = |v: usize| [spread[2 * v], spread[2 * v + 1]];
-    let raw_times = raw.is_some().then(|| pair(1));
-    let checked_times = comms.checked_on.is_some().then(|| pair(variants.len() - 1));
-    Ok(Measured {
-        ours: pair(0),
-        raw: raw_times,
-        checked_on: checked_times,
+    Ok(Measured::from_variants(
+        &spread,
+        raw.is_some(),
+        comms.checked_on.is_some(),
         wrong,
-    })
+    ))
 }
 
 /// `MPI_Allreduce` called directly through `mpi::ffi` on a communicator's raw handle: the baseline that
@@ -389,5 +414,51 @@ mod tests {
         );
         assert!(supported(DataType::Half, ReduceOp::Sum, Backend::Mpi).is_err());
         assert!(supported(DataType::Complex64, ReduceOp::Max, Backend::Mpi).is_err());
+    }
+
+    #[test]
+    fn nccl_reduces_every_real_type_and_complex_sum_and_avg() {
+        for d in DataType::ALL {
+            for o in ReduceOp::ALL {
+                let complex = matches!(d, DataType::Complex64 | DataType::Complex128);
+                let want = !complex || matches!(o, ReduceOp::Sum | ReduceOp::Avg);
+                assert_eq!(
+                    supported(d, o, Backend::Nccl).is_ok(),
+                    want,
+                    "{} {}",
+                    d.name(),
+                    o.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn measured_rows_pick_variants_in_order() {
+        let s = |us: f64| Spread::uniform(us * 1e-6);
+        let spread = [s(10.0), s(12.0), s(8.0), s(9.0), s(15.0), s(16.0)];
+        let m = Measured::from_variants(&spread, true, true, Some([0, 2]));
+        assert_eq!(m.ours, [s(10.0), s(12.0)]);
+        assert_eq!(m.raw, Some([s(8.0), s(9.0)]));
+        assert_eq!(m.checked_on, Some([s(15.0), s(16.0)]));
+        let m = Measured::from_variants(&spread[..4], false, true, None);
+        assert_eq!(m.raw, None);
+        assert_eq!(m.checked_on, Some([s(8.0), s(9.0)]));
+        let r = Measured::from_variants(&spread[..2], false, false, Some([1, 0])).row(
+            Backend::Nccl,
+            DataType::Float,
+            ReduceOp::Sum,
+            250,
+            4,
+            4,
+        );
+        assert_eq!(
+            (r.backend, r.size, r.count, r.dtype, r.root),
+            ("nccl", 1000, 250, "float", -1)
+        );
+        assert!((r.oop.algbw - 0.1).abs() < 1e-12, "{}", r.oop.algbw);
+        assert_eq!(r.oop.busbw, r.oop.algbw * 1.5);
+        assert_eq!((r.oop.wrong, r.ip.wrong), (Some(1), Some(0)));
+        assert_eq!(r.oop.raw, None);
     }
 }

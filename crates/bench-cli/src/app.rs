@@ -5,13 +5,14 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use collectives_core::ReduceOp;
+use collectives_core::{Communicator as _, MpiComm, ReduceOp};
 use mpi::traits::Communicator as _;
 
 use crate::allreduce::{self, MpiComms, Settings};
-use crate::backend::Backend;
+use crate::backend::{self, Backend};
 use crate::cli::{AllreduceArgs, Cli, Command};
 use crate::dtype::DataType;
+use crate::nccl::{self, NcclComms};
 use crate::report::{Meta, Reporter};
 
 /// This process's rank as the launcher announces it, before MPI is started (Open MPI, PMI, PMIx,
@@ -64,14 +65,19 @@ pub fn main() -> ExitCode {
     code
 }
 
+/// The header line on how NCCL's averages of floating-point types are checked.
+pub const NCCL_AVG_NOTE: &str = "nccl: avg of half, float, double, bfloat16 and complex types is checked within \
+     nranks*eps relative (NCCL multiplies each input by 1/nranks before summing; exact when nranks is a power of two)";
+
 /// One combination to run.
 pub type Job = (Backend, DataType, ReduceOp);
 
 /// The (backend, type, operation) combinations to run, and notes on those left out.
 ///
 /// # Errors
-/// A combination asked for by name (one type and one operation) that the backend cannot reduce: the
-/// library's own message. No combination left to run.
+/// A combination asked for by name (one type and one operation) that the one backend cannot reduce:
+/// the library's own message (with several backends, those that cannot are left out with a note). No
+/// combination left to run.
 pub fn combinations(
     backends: &[Backend],
     datatypes: &[DataType],
@@ -85,7 +91,7 @@ pub fn combinations(
             for &o in ops {
                 match allreduce::supported(d, o, b) {
                     Ok(()) => run.push((b, d, o)),
-                    Err(e) if single_pair => return Err(e.into()),
+                    Err(e) if single_pair && backends.len() == 1 => return Err(e.into()),
                     Err(e) => notes.push(format!("skipped {} {}: {e}", d.name(), o.name())),
                 }
             }
@@ -97,6 +103,28 @@ pub fn combinations(
     Ok((run, notes))
 }
 
+/// Why each backend `args` may run cannot run, agreed over all ranks: each rank looks at its own
+/// machine, and a backend runs only when every rank can run it ([`backend::agreed_unavailable`]).
+///
+/// # Errors
+/// Library errors of the agreement.
+pub fn agreed_availability(
+    universe: &mpi::environment::Universe,
+    args: &AllreduceArgs,
+) -> anyhow::Result<Vec<(Backend, Option<String>)>> {
+    let candidates = args.backend.candidates();
+    let local: Vec<Option<String>> = candidates.iter().map(|b| b.unavailable()).collect();
+    let mut everywhere: Vec<i32> = local.iter().map(|r| i32::from(r.is_none())).collect();
+    let ctl = MpiComm::world(universe)?.with_checked(false);
+    ctl.all_reduce_in_place(&mut everywhere[..], ReduceOp::Min)?;
+    Ok(candidates
+        .into_iter()
+        .zip(local)
+        .zip(everywhere)
+        .map(|((b, why), all)| (b, backend::agreed_unavailable(why, all == 1)))
+        .collect())
+}
+
 /// `collbench allreduce`.
 ///
 /// # Errors
@@ -105,7 +133,15 @@ pub fn run_allreduce(
     universe: &mpi::environment::Universe,
     args: &AllreduceArgs,
 ) -> anyhow::Result<()> {
-    let plan = args.plan().map_err(anyhow::Error::msg)?;
+    let availability = agreed_availability(universe, args)?;
+    let plan = args
+        .plan(|b| {
+            availability
+                .iter()
+                .find(|(c, _)| *c == b)
+                .and_then(|(_, why)| why.clone())
+        })
+        .map_err(anyhow::Error::msg)?;
     let world = universe.world();
     let (rank, nranks) = (world.rank(), world.size() as usize);
     let (jobs, skipped) =
@@ -113,7 +149,7 @@ pub fn run_allreduce(
     let mut notes: Vec<String> = plan
         .unavailable
         .iter()
-        .map(|(b, why)| format!("backend {} not available: {why}", b.name()))
+        .map(|(b, why)| format!("{}: not available: {why}", b.name()))
         .collect();
     notes.extend(skipped);
     let meta = Meta {
@@ -121,6 +157,7 @@ pub fn run_allreduce(
         nranks,
         backends: plan.backends.iter().map(|b| b.name()).collect(),
         checked: plan.checked,
+        environment: Vec::new(),
         min_bytes: plan.min_bytes,
         max_bytes: plan.max_bytes,
         step: plan.step.describe(),
@@ -154,11 +191,28 @@ pub fn run_allreduce(
                     allreduce::run_mpi(&comms, settings, dtype, op, &plan.sizes, &mut reporter)?;
                 }
             }
-            other => bail!(
-                "backend {} is not available: {}",
-                other.name(),
-                other.unavailable().unwrap_or("no runner")
-            ),
+            Backend::Nccl => {
+                let comms = match NcclComms::new(universe, plan.checked, plan.columns.checked_cost)
+                {
+                    Ok(c) => c,
+                    // Under `--backend all` a backend that cannot start is left out, as one
+                    // that is missing is; asked for by name, it is an error.
+                    Err(e) if plan.all_backends => {
+                        reporter.environment(&format!("nccl: not available: {e:#}"));
+                        continue;
+                    }
+                    Err(e) => return Err(e.context("starting the nccl backend")),
+                };
+                reporter.environment(&comms.describe());
+                if plan.ops.contains(&ReduceOp::Avg) && plan.check {
+                    reporter.environment(NCCL_AVG_NOTE);
+                }
+                for &(_, dtype, op) in jobs {
+                    nccl::run_nccl(&comms, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                }
+                comms.finalize()?;
+            }
+            other => bail!("backend {} has no runner", other.name()),
         }
     }
     reporter.finish().context("writing the output")
@@ -192,5 +246,29 @@ mod tests {
             false
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_named_pair_runs_where_some_backend_can() {
+        let both = [Backend::Mpi, Backend::Nccl];
+        let (run, notes) = combinations(&both, &[DataType::Half], &[ReduceOp::Sum], true).unwrap();
+        assert_eq!(run, [(Backend::Nccl, DataType::Half, ReduceOp::Sum)]);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("on the mpi backend"), "{notes:?}");
+        let e = combinations(&both, &[DataType::Complex64], &[ReduceOp::Max], true).unwrap_err();
+        assert!(e.to_string().starts_with("nothing to run"), "{e}");
+        // On NCCL: every real type with every operation, complex numbers with sum and avg.
+        let (run, notes) =
+            combinations(&[Backend::Nccl], &DataType::ALL, &ReduceOp::ALL, false).unwrap();
+        assert_eq!((run.len(), notes.len()), (54, 6));
+        assert!(combinations(
+            &[Backend::Nccl],
+            &[DataType::Complex128],
+            &[ReduceOp::Prod],
+            true
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("nccl"));
     }
 }

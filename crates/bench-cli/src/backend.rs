@@ -1,8 +1,8 @@
-//! The backends collbench can measure (`--backend`), and which of them this build can run.
+//! The backends collbench can measure (`--backend`), and which of them can run here.
 //!
 //! Adding a backend: give it an [`unavailable`](Backend::unavailable) answer that looks at the machine
-//! (devices, CUDA-awareness of the MPI), and a branch in [`crate::allreduce::run_backend`] that makes its
-//! communicator and buffers.
+//! (devices, CUDA-awareness of the MPI), and a branch in [`crate::app::run_allreduce`] that makes its
+//! communicators and runs its benchmark.
 
 use collectives_core::BackendKind;
 
@@ -43,13 +43,47 @@ impl Backend {
         self.kind().name()
     }
 
-    /// Why this backend cannot run here, or `None` when it can. The answer must be the same on every
-    /// rank, since all ranks choose the backends to run from it.
-    pub fn unavailable(self) -> Option<&'static str> {
+    /// Why this backend cannot run in this process, or `None` when it can: a look at this machine only
+    /// (for `nccl`: the CUDA driver, libnccl and a visible device). Ranks may see different machines,
+    /// so the caller agrees on the answers over all ranks before acting on them
+    /// ([`agreed_unavailable`]).
+    pub fn unavailable(self) -> Option<String> {
         match self {
             Backend::Mpi => None,
-            Backend::CudaMpi | Backend::MpiStaged | Backend::Nccl => Some("not built in yet"),
+            Backend::CudaMpi | Backend::MpiStaged => Some("not built in yet".to_string()),
+            Backend::Nccl => nccl_unavailable(),
         }
+    }
+}
+
+/// Why the NCCL backend cannot run here: no CUDA driver, no loadable libnccl (the message names the
+/// files tried), or no visible device; `None` when all three are there. Never panics, and loads
+/// nothing that is not there.
+pub fn nccl_unavailable() -> Option<String> {
+    use collectives_core::backend::nccl::cuda_driver_present;
+    use collectives_core::cudarc::driver::CudaContext;
+
+    if !cuda_driver_present() {
+        return Some("no CUDA driver (libcuda could not be opened)".to_string());
+    }
+    if let Err(e) = collectives_core::nccl_sys::library() {
+        return Some(format!("libnccl could not be loaded: {e}"));
+    }
+    match CudaContext::device_count() {
+        Ok(n) if n > 0 => None,
+        Ok(_) => Some("the CUDA driver sees no device".to_string()),
+        Err(e) => Some(format!("the CUDA driver cannot list devices: {e}")),
+    }
+}
+
+/// The decision for one backend given this rank's own answer (`local`, from
+/// [`Backend::unavailable`]) and whether every rank found it available (`everywhere`): a backend runs
+/// only where it runs on every rank, so that all ranks make the same calls.
+pub fn agreed_unavailable(local: Option<String>, everywhere: bool) -> Option<String> {
+    match local {
+        Some(why) => Some(why),
+        None if everywhere => None,
+        None => Some("not available on every rank".to_string()),
     }
 }
 
@@ -78,32 +112,53 @@ impl std::str::FromStr for BackendChoice {
     }
 }
 
-/// A backend left out, and why.
-pub type LeftOut = (Backend, &'static str);
+impl BackendChoice {
+    /// The backends this choice may run, before looking at the machine.
+    pub fn candidates(self) -> Vec<Backend> {
+        match self {
+            BackendChoice::All => Backend::ALL.to_vec(),
+            BackendChoice::One(b) => vec![b],
+        }
+    }
+}
 
-/// The backends to run and the notes on those left out: `("nccl", "not built in yet")`.
+/// A backend left out, and why.
+pub type LeftOut = (Backend, String);
+
+/// The backends to run and the notes on those left out (`(Nccl, "no CUDA driver ...")`), given
+/// `unavailable`, which says why a backend cannot run (it is asked only about the choice's
+/// candidates).
 ///
 /// # Errors
 /// A single backend asked for by name that cannot run here; `all` when none can.
-pub fn resolve(choice: BackendChoice) -> Result<(Vec<Backend>, Vec<LeftOut>), String> {
-    match choice {
-        BackendChoice::One(b) => match b.unavailable() {
-            None => Ok((vec![b], Vec::new())),
-            Some(why) => Err(format!("backend {} is not available: {why}", b.name())),
-        },
-        BackendChoice::All => {
-            let (run, skip): (Vec<Backend>, Vec<Backend>) = Backend::ALL
-                .into_iter()
-                .partition(|b| b.unavailable().is_none());
-            let notes: Vec<_> = skip
-                .into_iter()
-                .filter_map(|b| b.unavailable().map(|why| (b, why)))
-                .collect();
-            if run.is_empty() {
-                return Err("no backend is available".to_string());
+pub fn resolve(
+    choice: BackendChoice,
+    unavailable: impl Fn(Backend) -> Option<String>,
+) -> Result<(Vec<Backend>, Vec<LeftOut>), String> {
+    let mut run = Vec::new();
+    let mut notes = Vec::new();
+    for b in choice.candidates() {
+        match unavailable(b) {
+            None => run.push(b),
+            Some(why) if choice == BackendChoice::One(b) => {
+                return Err(format!("backend {} is not available: {why}", b.name()))
             }
-            Ok((run, notes))
+            Some(why) => notes.push((b, why)),
         }
+    }
+    if run.is_empty() {
+        return Err("no backend is available".to_string());
+    }
+    Ok((run, notes))
+}
+
+/// The answers of a machine without CUDA: only MPI runs.
+#[cfg(test)]
+pub(crate) fn host_only(b: Backend) -> Option<String> {
+    match b {
+        Backend::Mpi => None,
+        Backend::Nccl => Some("no CUDA driver (libcuda could not be opened)".to_string()),
+        _ => Some("not built in yet".to_string()),
     }
 }
 
@@ -126,16 +181,63 @@ mod tests {
 
     #[test]
     fn all_runs_mpi_and_notes_the_rest() {
-        let (run, notes) = resolve(BackendChoice::All).unwrap();
+        let (run, notes) = resolve(BackendChoice::All, host_only).unwrap();
         assert_eq!(run, vec![Backend::Mpi]);
         let names: Vec<_> = notes.iter().map(|(b, _)| b.name()).collect();
         assert_eq!(names, ["mpi-staged", "cuda-mpi", "nccl"]);
-        assert!(resolve(BackendChoice::One(Backend::Nccl))
-            .unwrap_err()
-            .contains("nccl"));
+        assert!(notes[2].1.contains("no CUDA driver"));
+        let e = resolve(BackendChoice::One(Backend::Nccl), host_only).unwrap_err();
         assert_eq!(
-            resolve(BackendChoice::One(Backend::Mpi)).unwrap(),
+            e,
+            "backend nccl is not available: no CUDA driver (libcuda could not be opened)"
+        );
+        assert_eq!(
+            resolve(BackendChoice::One(Backend::Mpi), host_only).unwrap(),
             (vec![Backend::Mpi], vec![])
         );
+    }
+
+    #[test]
+    fn all_runs_nccl_where_it_is_available_and_asks_only_about_candidates() {
+        let gpu = |b: Backend| match b {
+            Backend::Mpi | Backend::Nccl => None,
+            _ => Some("not built in yet".to_string()),
+        };
+        let (run, notes) = resolve(BackendChoice::All, gpu).unwrap();
+        assert_eq!(run, [Backend::Mpi, Backend::Nccl]);
+        assert_eq!(notes.len(), 2);
+        let asked = std::cell::RefCell::new(Vec::new());
+        let (run, _) = resolve(BackendChoice::One(Backend::Mpi), |b| {
+            asked.borrow_mut().push(b);
+            None
+        })
+        .unwrap();
+        assert_eq!(run, [Backend::Mpi]);
+        assert_eq!(*asked.borrow(), [Backend::Mpi]);
+        assert_eq!(
+            resolve(BackendChoice::All, |_| Some("x".into())).unwrap_err(),
+            "no backend is available"
+        );
+    }
+
+    #[test]
+    fn a_backend_runs_only_where_every_rank_has_it() {
+        assert_eq!(agreed_unavailable(None, true), None);
+        assert!(agreed_unavailable(None, false)
+            .unwrap()
+            .contains("not available on every rank"));
+        assert_eq!(
+            agreed_unavailable(Some("no GPU".into()), false).as_deref(),
+            Some("no GPU")
+        );
+    }
+
+    #[test]
+    fn the_probe_answers_without_panicking() {
+        // Whatever this machine has, the answer is an answer: MPI always runs, NCCL runs or says why.
+        assert_eq!(Backend::Mpi.unavailable(), None);
+        if let Some(why) = Backend::Nccl.unavailable() {
+            assert!(!why.is_empty());
+        }
     }
 }

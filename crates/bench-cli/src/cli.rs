@@ -39,18 +39,26 @@ time(us) algbw(GB/s) busbw(GB/s) #wrong.
 
   time   each rank times -n calls back to back (after -w warm-up calls and a barrier) and
          divides by -n; the column is the average over ranks (min and max over ranks are in
-         CSV/JSON, and in the table with --minmax).
+         CSV/JSON, and in the table with --minmax). Host backends (mpi) time with the wall
+         clock; nccl with CUDA events recorded on the communicator's stream before and after
+         the -n calls (the stream is idle when the first is recorded).
   algbw  size / time, in GB/s (1 GB = 1e9 bytes).
   busbw  algbw * 2(n-1)/n for n ranks: a ring all-reduce moves 2(n-1)/n times the buffer through
          each rank's link, so busbw is comparable with the hardware's bandwidth and across rank
          counts (nccl-tests' PERFORMANCE.md). It is 0 on one rank.
   #wrong with -c 1: after timing, one more call with rank-dependent small-integer inputs whose
          result is exact; the number of elements that differ from the expected value, summed
-         over ranks (N/A with -c 0).
+         over ranks (N/A with -c 0). One exception: NCCL averages floating-point types (half,
+         float, double, bfloat16, complex) by multiplying each input by 1/n before summing, which
+         rounds when n is not a power of two; there an element counts as wrong when it differs
+         from the exact average by more than n*eps relative (eps: the type's machine epsilon).
 
 Combinations the backend cannot reduce (e.g. half on MPI, avg of integers on MPI, min/max of
-complex numbers) are an error when asked for by name, and skipped with a note under -d all or
--o all.";
+complex numbers, prod of complex numbers on NCCL) are an error when asked for by name and no
+chosen backend can run them, and skipped with a note otherwise (-d all, -o all, --backend all).
+
+--backend all runs every backend this machine and every rank can run, and notes why the others
+are left out (e.g. nccl without a CUDA driver, libnccl or a GPU per rank).";
 
 /// Whether checked mode is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -64,7 +72,8 @@ pub enum OnOff {
 /// The hidden baseline measured next to the library.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Baseline {
-    /// `MPI_Allreduce` called directly through `mpi::ffi`.
+    /// The backend's own all-reduce called directly on the same handle, buffers and stream:
+    /// `MPI_Allreduce` through `mpi::ffi` (mpi), `ncclAllReduce` through `nccl_sys` (nccl).
     Raw,
 }
 
@@ -175,6 +184,8 @@ pub struct Plan {
     pub single_pair: bool,
     /// Backends to run.
     pub backends: Vec<Backend>,
+    /// Whether `--backend all` chose them (then a backend that fails to start is skipped with a note).
+    pub all_backends: bool,
     /// Backends left out, with the reason.
     pub unavailable: Vec<backend::LeftOut>,
     /// Timed calls per size.
@@ -192,11 +203,12 @@ pub struct Plan {
 }
 
 impl AllreduceArgs {
-    /// Check the flags and expand them into a [`Plan`].
+    /// Check the flags and expand them into a [`Plan`]; `unavailable` says why a backend cannot run
+    /// (see [`backend::resolve`]; every rank must give the same verdicts).
     ///
     /// # Errors
     /// Bad sizes or steps; `--checked-cost` with `--checked on`; a backend not available here.
-    pub fn plan(&self) -> Result<Plan, String> {
+    pub fn plan(&self, unavailable: impl Fn(Backend) -> Option<String>) -> Result<Plan, String> {
         let step = match (self.step_factor, self.step_bytes) {
             (_, Some(b)) => Step::Bytes(b),
             (f, None) => Step::Factor(f.unwrap_or(2)),
@@ -208,7 +220,7 @@ impl AllreduceArgs {
                     .to_string(),
             );
         }
-        let (backends, unavailable) = backend::resolve(self.backend)?;
+        let (backends, unavailable) = backend::resolve(self.backend, unavailable)?;
         let datatypes = match self.datatype {
             Choice::All => DataType::ALL.to_vec(),
             Choice::One(d) => vec![d],
@@ -226,6 +238,7 @@ impl AllreduceArgs {
             datatypes,
             ops,
             backends,
+            all_backends: self.backend == BackendChoice::All,
             unavailable,
             iters: self.iters as usize,
             warmup_iters: self.warmup_iters as usize,
@@ -245,6 +258,8 @@ impl AllreduceArgs {
 mod tests {
     use super::*;
 
+    use crate::backend::host_only;
+
     fn parse(args: &[&str]) -> Result<AllreduceArgs, clap::Error> {
         let mut v = vec!["collbench", "allreduce"];
         v.extend_from_slice(args);
@@ -255,7 +270,7 @@ mod tests {
 
     #[test]
     fn defaults_follow_nccl_tests_and_the_design() {
-        let p = parse(&[]).unwrap().plan().unwrap();
+        let p = parse(&[]).unwrap().plan(host_only).unwrap();
         assert_eq!(p.sizes.first(), Some(&8));
         assert_eq!(p.sizes.last(), Some(&(64 << 20)));
         assert_eq!(p.step, Step::Factor(2));
@@ -278,7 +293,7 @@ mod tests {
             "-o", "max",
         ])
         .unwrap();
-        let p = a.plan().unwrap();
+        let p = a.plan(host_only).unwrap();
         assert_eq!(p.sizes, [1024, 4096, 16384, 65536, 262144, 1 << 20]);
         assert_eq!((p.iters, p.warmup_iters, p.check), (7, 2, false));
         assert_eq!(p.datatypes, [DataType::Double]);
@@ -294,7 +309,7 @@ mod tests {
             "0",
         ])
         .unwrap()
-        .plan()
+        .plan(host_only)
         .unwrap();
         assert_eq!(p.sizes, [8, 16, 24, 32]);
         assert_eq!(p.warmup_iters, 0);
@@ -304,7 +319,7 @@ mod tests {
     fn all_and_extensions() {
         let p = parse(&["-d", "all", "-o", "all", "--backend", "all"])
             .unwrap()
-            .plan()
+            .plan(host_only)
             .unwrap();
         assert_eq!(p.datatypes.len(), 12);
         assert_eq!(p.ops.len(), 5);
@@ -313,16 +328,37 @@ mod tests {
         assert_eq!(p.unavailable.len(), 3);
         let p = parse(&["-d", "complex128", "-o", "prod"])
             .unwrap()
-            .plan()
+            .plan(host_only)
             .unwrap();
         assert_eq!(p.datatypes, [DataType::Complex128]);
+    }
+
+    #[test]
+    fn all_backends_follow_the_machine() {
+        let gpu = |b: Backend| (b != Backend::Mpi && b != Backend::Nccl).then(|| "no".to_string());
+        let p = parse(&["--backend", "all"]).unwrap().plan(gpu).unwrap();
+        assert_eq!(p.backends, [Backend::Mpi, Backend::Nccl]);
+        assert!(p.all_backends);
+        let p = parse(&["--backend", "nccl", "--baseline", "raw"])
+            .unwrap()
+            .plan(gpu)
+            .unwrap();
+        assert_eq!(p.backends, [Backend::Nccl]);
+        assert!(!p.all_backends && p.columns.baseline);
+        let p = parse(&["--backend", "all"])
+            .unwrap()
+            .plan(host_only)
+            .unwrap();
+        assert_eq!(p.backends, [Backend::Mpi]);
+        let nccl = p.unavailable.iter().find(|(b, _)| *b == Backend::Nccl);
+        assert!(nccl.unwrap().1.contains("no CUDA driver"));
     }
 
     #[test]
     fn hidden_modes() {
         let p = parse(&["--baseline", "raw", "--checked-cost", "--minmax"])
             .unwrap()
-            .plan()
+            .plan(host_only)
             .unwrap();
         assert_eq!(
             p.columns,
@@ -334,7 +370,7 @@ mod tests {
         );
         assert!(parse(&["--checked-cost", "--checked", "on"])
             .unwrap()
-            .plan()
+            .plan(host_only)
             .is_err());
         assert!(parse(&["--baseline", "fast"]).is_err());
     }
@@ -348,13 +384,16 @@ mod tests {
         assert!(parse(&["-n", "0"]).is_err());
         assert!(parse(&["-f", "2", "-i", "8"]).is_err());
         assert!(parse(&["--backend", "gloo"]).is_err());
-        assert!(parse(&["-b", "64", "-e", "8"]).unwrap().plan().is_err());
-        assert!(parse(&["-f", "1"]).unwrap().plan().is_err());
+        assert!(parse(&["-b", "64", "-e", "8"])
+            .unwrap()
+            .plan(host_only)
+            .is_err());
+        assert!(parse(&["-f", "1"]).unwrap().plan(host_only).is_err());
         assert!(parse(&["--backend", "nccl"])
             .unwrap()
-            .plan()
+            .plan(host_only)
             .unwrap_err()
-            .contains("not built in yet"));
+            .contains("backend nccl is not available: no CUDA driver"));
     }
 
     #[test]

@@ -17,11 +17,18 @@
 //! implementation divides at the end or scales before summing. Integer sums and products wrap as
 //! two's-complement arithmetic does (the expected value wraps the same way); float sums stay exact while
 //! they stay below 2^24 (`f32`), 2^11 (`f16`) or 2^8 (`bf16`), i.e. up to a few dozen ranks for `bf16`.
+//!
+//! Results are compared exactly, with one exception ([`tolerance`]): NCCL averages floating-point
+//! types as a sum of inputs each multiplied by `1/n` (`ncclAvg` is a pre-multiplied sum for them), and
+//! `1/n` and the products round unless `n` is a power of two. Each of the `n` products and `n - 1`
+//! additions rounds once, and every average input is non-negative, so the result is within
+//! `(n + 1)·ε/2 ≤ n·ε` of the exact average relative to it (`ε`: the type's machine epsilon); that is
+//! the bound used.
 
 use half::{bf16, f16};
 use num_complex::Complex;
 
-use collectives_core::{Element, ElementKind, ReduceOp};
+use collectives_core::{BackendKind, Element, ElementKind, ReduceOp};
 
 /// The inputs repeat every `PERIOD` elements.
 pub const PERIOD: usize = 60;
@@ -34,6 +41,17 @@ pub trait BenchElement: Element {
     fn combine(op: ReduceOp, a: Self, b: Self) -> Self;
     /// `self / n`, the last step of an average.
     fn div_ranks(self, n: usize) -> Self;
+    /// The machine epsilon of the real type (of the real and imaginary parts for complex types); 0 for
+    /// integers.
+    const EPSILON: f64;
+    /// Whether `self` equals `want` within `rel` relative to `want` (per part for complex types);
+    /// `rel = 0` is exact equality. NaN is never within.
+    fn within(self, want: Self, rel: f64) -> bool;
+}
+
+/// `got` equals `want`, or lies within `rel · |want|` of it; NaN never does.
+fn near(got: f64, want: f64, rel: f64) -> bool {
+    got == want || (got - want).abs() <= rel * want.abs()
 }
 
 macro_rules! bench_int {
@@ -53,13 +71,17 @@ macro_rules! bench_int {
             fn div_ranks(self, n: usize) -> Self {
                 self / (n as $t)
             }
+            const EPSILON: f64 = 0.0;
+            fn within(self, want: Self, _rel: f64) -> bool {
+                self == want
+            }
         }
     )*};
 }
 bench_int!(i8, u8, i32, u32, i64, u64);
 
 macro_rules! bench_float {
-    ($t:ty, $from:expr, $n:expr) => {
+    ($t:ty, $from:expr, $n:expr, $to:expr, $eps:expr) => {
         impl BenchElement for $t {
             fn from_parts(re: i64, _im: i64) -> Self {
                 $from(re)
@@ -87,17 +109,41 @@ macro_rules! bench_float {
             fn div_ranks(self, n: usize) -> Self {
                 self / $n(n)
             }
+            const EPSILON: f64 = $eps;
+            fn within(self, want: Self, rel: f64) -> bool {
+                near($to(self), $to(want), rel)
+            }
         }
     };
 }
-bench_float!(f32, |v: i64| v as f32, |n: usize| n as f32);
-bench_float!(f64, |v: i64| v as f64, |n: usize| n as f64);
-bench_float!(f16, |v: i64| f16::from_f64(v as f64), |n: usize| {
-    f16::from_f64(n as f64)
-});
-bench_float!(bf16, |v: i64| bf16::from_f64(v as f64), |n: usize| {
-    bf16::from_f64(n as f64)
-});
+bench_float!(
+    f32,
+    |v: i64| v as f32,
+    |n: usize| n as f32,
+    f64::from,
+    f32::EPSILON as f64
+);
+bench_float!(
+    f64,
+    |v: i64| v as f64,
+    |n: usize| n as f64,
+    |x: f64| x,
+    f64::EPSILON
+);
+bench_float!(
+    f16,
+    |v: i64| f16::from_f64(v as f64),
+    |n: usize| f16::from_f64(n as f64),
+    f16::to_f64,
+    0.000_976_562_5 // 2^-10
+);
+bench_float!(
+    bf16,
+    |v: i64| bf16::from_f64(v as f64),
+    |n: usize| bf16::from_f64(n as f64),
+    bf16::to_f64,
+    0.007_812_5 // 2^-7
+);
 
 macro_rules! bench_complex {
     ($($r:ty),*) => {$(
@@ -116,10 +162,25 @@ macro_rules! bench_complex {
             fn div_ranks(self, n: usize) -> Self {
                 self / (n as $r)
             }
+            const EPSILON: f64 = <$r as BenchElement>::EPSILON;
+            fn within(self, want: Self, rel: f64) -> bool {
+                self.re.within(want.re, rel) && self.im.within(want.im, rel)
+            }
         }
     )*};
 }
 bench_complex!(f32, f64);
+
+/// The relative tolerance of the `#wrong` check for `T` reduced with `op` over `nranks` ranks on
+/// `backend`: `nranks · ε` for NCCL's average of floating-point types (see the module docs), else 0
+/// (exact).
+pub fn tolerance<T: BenchElement>(backend: BackendKind, op: ReduceOp, nranks: usize) -> f64 {
+    if backend == BackendKind::Nccl && op == ReduceOp::Avg && T::KIND != ElementKind::Integer {
+        nranks as f64 * T::EPSILON
+    } else {
+        0.0
+    }
+}
 
 /// The zero-sum offset of rank `r` of `n` used by the average's inputs.
 fn avg_offset(r: usize, n: usize) -> i64 {
@@ -201,12 +262,18 @@ impl<T: BenchElement> Pattern<T> {
 
     /// Number of elements of `buf` that differ from the expected result.
     pub fn count_wrong(&self, buf: &[T]) -> u64 {
+        self.count_wrong_within(buf, 0.0)
+    }
+
+    /// Number of elements of `buf` farther than `rel` (relative, see [`BenchElement::within`]) from
+    /// the expected result; `rel = 0` counts every difference.
+    pub fn count_wrong_within(&self, buf: &[T], rel: f64) -> u64 {
         buf.chunks(PERIOD)
             .map(|chunk| {
                 chunk
                     .iter()
                     .zip(&self.expected)
-                    .filter(|(got, want)| got != want)
+                    .filter(|(got, want)| !got.within(**want, rel))
                     .count() as u64
             })
             .sum()
@@ -315,6 +382,82 @@ mod tests {
         // 200 ranks of int8: the true sum exceeds 127 and wraps.
         let want: i64 = (0..200).map(|r| ((3 * r) % 5) as i64).sum();
         assert_eq!(expected_value::<i8>(ReduceOp::Sum, 200, 0), want as i8);
+    }
+
+    #[test]
+    fn tolerance_only_for_nccl_float_averages() {
+        use BackendKind::{MpiHost, Nccl};
+        assert_eq!(tolerance::<f32>(MpiHost, ReduceOp::Avg, 3), 0.0);
+        assert_eq!(tolerance::<f32>(Nccl, ReduceOp::Sum, 3), 0.0);
+        assert_eq!(tolerance::<i32>(Nccl, ReduceOp::Avg, 3), 0.0);
+        assert_eq!(
+            tolerance::<f32>(Nccl, ReduceOp::Avg, 3),
+            3.0 * f64::from(f32::EPSILON)
+        );
+        assert_eq!(
+            tolerance::<Complex<f64>>(Nccl, ReduceOp::Avg, 4),
+            4.0 * f64::EPSILON
+        );
+        // The constants are the types' machine epsilons.
+        assert_eq!(
+            f16::from_f64(1.0 + <f16 as BenchElement>::EPSILON),
+            f16::from_f64(1.0) + f16::EPSILON
+        );
+        assert_eq!(<f16 as BenchElement>::EPSILON, f16::EPSILON.to_f64());
+        assert_eq!(<bf16 as BenchElement>::EPSILON, bf16::EPSILON.to_f64());
+    }
+
+    /// NCCL's average of floats: each input times a rounded 1/n, summed in the type; the result is
+    /// within the tolerance for every element and rank count, and at most one ulp or so away.
+    fn premultiplied_avg<T: BenchElement>(n: usize, i: usize, mul: impl Fn(T, usize) -> T) -> T {
+        let mut acc = mul(input_value::<T>(ReduceOp::Avg, 0, n, i), n);
+        for r in 1..n {
+            acc = T::combine(
+                ReduceOp::Sum,
+                acc,
+                mul(input_value::<T>(ReduceOp::Avg, r, n, i), n),
+            );
+        }
+        acc
+    }
+
+    #[test]
+    fn premultiplied_averages_pass_and_wrong_values_do_not() {
+        for n in 1..17 {
+            let p32 = Pattern::<f32>::new(ReduceOp::Avg, 0, n);
+            let p16 = Pattern::<f16>::new(ReduceOp::Avg, 0, n);
+            let pb = Pattern::<bf16>::new(ReduceOp::Avg, 0, n);
+            let t32 = tolerance::<f32>(BackendKind::Nccl, ReduceOp::Avg, n);
+            let t16 = tolerance::<f16>(BackendKind::Nccl, ReduceOp::Avg, n);
+            let tb = tolerance::<bf16>(BackendKind::Nccl, ReduceOp::Avg, n);
+            let got32: Vec<f32> = (0..PERIOD)
+                .map(|i| premultiplied_avg::<f32>(n, i, |x, n| x * (1.0 / n as f32)))
+                .collect();
+            let got16: Vec<f16> = (0..PERIOD)
+                .map(|i| premultiplied_avg::<f16>(n, i, |x, n| x * f16::from_f64(1.0 / n as f64)))
+                .collect();
+            let gotb: Vec<bf16> = (0..PERIOD)
+                .map(|i| premultiplied_avg::<bf16>(n, i, |x, n| x * bf16::from_f64(1.0 / n as f64)))
+                .collect();
+            assert_eq!(p32.count_wrong_within(&got32, t32), 0, "f32 n = {n}");
+            assert_eq!(p16.count_wrong_within(&got16, t16), 0, "f16 n = {n}");
+            assert_eq!(pb.count_wrong_within(&gotb, tb), 0, "bf16 n = {n}");
+            if n.is_power_of_two() {
+                assert_eq!(p32.count_wrong(&got32), 0, "f32 n = {n} is exact");
+                assert_eq!(pb.count_wrong(&gotb), 0, "bf16 n = {n} is exact");
+            }
+            // A value one step of 1/8 off (what a wrong rank's contribution would give) is wrong.
+            let mut off = got32.clone();
+            off[1] += 0.125;
+            assert_eq!(p32.count_wrong_within(&off, t32), 1);
+            let mut nan = got16.clone();
+            poison(&mut nan);
+            assert_eq!(p16.count_wrong_within(&nan, t16), PERIOD as u64);
+        }
+        let c = Complex::new(1.0f32, 2.0);
+        assert!(c.within(Complex::new(1.0, 2.0 + 1e-7), 1e-6));
+        assert!(!c.within(Complex::new(1.0, 2.1), 1e-6));
+        assert!(3u8.within(3, 0.5) && !3u8.within(4, 0.5));
     }
 
     #[test]

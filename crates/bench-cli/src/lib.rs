@@ -8,8 +8,9 @@
 //! | [`dtype`] | `-d` names and the dispatch to the Rust element type |
 //! | [`backend`] | `--backend`: which backends exist and which can run here |
 //! | [`expected`] | inputs and expected results of the `#wrong` check |
-//! | [`timing`] | per-call wall-clock time, its spread over ranks, algbw and busbw |
-//! | [`allreduce`] | the all-reduce benchmark, its raw `MPI_Allreduce` baseline and checked-mode cost |
+//! | [`timing`] | per-call time (wall clock, CUDA events), its spread over ranks, algbw and busbw |
+//! | [`allreduce`] | the all-reduce benchmark on MPI, its raw `MPI_Allreduce` baseline and checked-mode cost |
+//! | [`nccl`] | the all-reduce benchmark on NCCL: device buffers, CUDA-event timing, raw `ncclAllReduce` baseline |
 //! | [`report`] | table, CSV and JSON output |
 //! | [`app`] | the program: MPI start-up, errors printed once, exit codes |
 #![deny(missing_docs)]
@@ -20,6 +21,7 @@ pub mod backend;
 pub mod cli;
 pub mod dtype;
 pub mod expected;
+pub mod nccl;
 pub mod report;
 pub mod sizes;
 pub mod timing;

@@ -25,7 +25,7 @@ pub enum Format {
 pub struct Columns {
     /// Min and max over ranks in the table (always in CSV and JSON).
     pub minmax: bool,
-    /// The raw `MPI_Allreduce` baseline.
+    /// The raw baseline (`MPI_Allreduce`, `ncclAllReduce`).
     pub baseline: bool,
     /// The time with checked mode on, and its cost.
     pub checked_cost: bool,
@@ -42,7 +42,7 @@ pub struct Placement {
     pub busbw: f64,
     /// Wrong elements summed over ranks; `None` without `-c 1`.
     pub wrong: Option<u64>,
-    /// Time per call of the raw `MPI_Allreduce` baseline.
+    /// Time per call of the raw baseline (`MPI_Allreduce`, `ncclAllReduce`).
     pub raw: Option<Spread>,
     /// Time per call through the library with checked mode on.
     pub checked_on: Option<Spread>,
@@ -94,6 +94,9 @@ pub struct Meta {
     pub check: bool,
     /// Things left out, and why.
     pub notes: Vec<String>,
+    /// What the run ran on (library versions, devices), added as backends start
+    /// ([`Reporter::environment`]).
+    pub environment: Vec<String>,
 }
 
 const US: f64 = 1e6;
@@ -303,6 +306,7 @@ pub fn json_document(meta: &Meta, cols: Columns, rows: &[Row]) -> String {
         )
     };
     let notes: Vec<&str> = meta.notes.iter().map(String::as_str).collect();
+    let environment: Vec<&str> = meta.environment.iter().map(String::as_str).collect();
     let head = [
         ("benchmark", json_string(meta.benchmark)),
         ("nranks", meta.nranks.to_string()),
@@ -333,6 +337,7 @@ pub fn json_document(meta: &Meta, cols: Columns, rows: &[Row]) -> String {
             },
         ),
         ("notes", strings(&notes)),
+        ("environment", strings(&environment)),
     ];
     let mut s = String::from("{\n");
     for (k, v) in head {
@@ -353,13 +358,16 @@ pub fn json_document(meta: &Meta, cols: Columns, rows: &[Row]) -> String {
 
 /// How times are taken.
 pub const TIME_NOTE: &str =
-    "wall clock per call: each rank times -n calls after -w warm-up calls and a barrier, \
-                             then the average (min, max) is taken over ranks";
+    "per call: each rank times -n calls after -w warm-up calls and a barrier \
+     (wall clock for mpi; CUDA events on the communicator's stream for nccl) and divides by -n, \
+     then the average (min, max) is taken over ranks";
 /// The all-reduce bus-bandwidth factor.
 pub const BUSBW_FACTOR: &str = "2(n-1)/n";
 /// What the baseline is.
-pub const BASELINE_NOTE: &str = "raw MPI_Allreduce through mpi::ffi on the same communicator handle and buffers, \
-                                 interleaved with ours per size; overhead = ours - raw (us per call), ratio = ours / raw";
+pub const BASELINE_NOTE: &str = "the backend's all-reduce called directly on the same communicator handle and \
+     buffers (mpi: MPI_Allreduce through mpi::ffi; nccl: ncclAllReduce through nccl_sys on the same stream, \
+     timed with the same events), interleaved with ours per size; overhead = ours - raw (us per call), \
+     ratio = ours / raw";
 /// What the checked-mode cost is.
 pub const CHECKED_COST_NOTE: &str =
     "the same calls on a second communicator with checked mode on, interleaved per \
@@ -605,6 +613,22 @@ impl<W: Write> Reporter<W> {
         }
     }
 
+    /// A fact about what the run runs on (library version, device), learnt once a backend has started:
+    /// a `#` line in the table, a line on standard error with CSV (rank 0 only), an entry of
+    /// `environment` in JSON.
+    pub fn environment(&mut self, line: &str) {
+        match self.format {
+            Format::Table => self.write(|out| writeln!(out, "#  {line}")),
+            Format::Csv => {
+                if self.out.is_some() {
+                    eprintln!("collbench: {line}");
+                }
+            }
+            Format::Json => {}
+        }
+        self.meta.environment.push(line.to_string());
+    }
+
     /// Record a row, and write it at once for table and CSV.
     pub fn row(&mut self, row: Row) {
         let text = match self.format {
@@ -776,11 +800,13 @@ mod tests {
             iters: 20,
             check: true,
             notes: vec!["nccl: not built in yet".into()],
+            environment: vec!["nccl: NCCL 2.21.5".into()],
         };
         let doc = json_document(&meta, Columns::default(), &[row(), row()]);
         assert_eq!(doc.matches('{').count(), doc.matches('}').count());
         assert_eq!(doc.matches('[').count(), doc.matches(']').count());
         assert!(doc.contains("\"notes\": [\"nccl: not built in yet\"]"));
+        assert!(doc.contains("\"environment\": [\"nccl: NCCL 2.21.5\"]"));
         assert!(doc.contains("},\n    {"));
         let empty = json_document(&meta, Columns::default(), &[]);
         assert!(empty.ends_with("\"rows\": []\n}\n"));
@@ -827,7 +853,8 @@ mod tests {
             warmup_iters: 1,
             iters: 1,
             check: true,
-            notes: vec!["backend nccl not available: not built in yet".into()],
+            notes: vec!["nccl: not available: no CUDA driver".into()],
+            environment: Vec::new(),
         };
         let mut r = Reporter::new(
             Some(Vec::new()),
@@ -837,10 +864,13 @@ mod tests {
         );
         r.begin();
         r.row(row());
+        r.section("backend nccl");
+        r.environment("nccl: NCCL 2.21.5, device 0");
         r.finish().unwrap();
         let text = String::from_utf8(r.out.take().unwrap()).unwrap();
         assert!(text.starts_with("# collbench allreduce: nranks 2, backend mpi, checked on\n"));
-        assert!(text.contains("#  note: backend nccl not available"));
+        assert!(text.contains("#  note: nccl: not available: no CUDA driver"));
+        assert!(text.contains("\n# backend nccl\n#  nccl: NCCL 2.21.5, device 0\n"));
         assert!(text.contains("3 FAILED"));
         let mut r = Reporter::new(
             Some(Vec::new()),
@@ -849,10 +879,12 @@ mod tests {
             meta.clone(),
         );
         r.begin();
+        r.environment("nccl: NCCL 2.21.5");
         r.row(row());
         r.finish().unwrap();
         let text = String::from_utf8(r.out.take().unwrap()).unwrap();
         assert!(text.starts_with("{\n  \"benchmark\": \"allreduce\""));
+        assert!(text.contains("\"environment\": [\"nccl: NCCL 2.21.5\"]"));
         // Ranks other than 0 write nothing.
         let mut r = Reporter::<Vec<u8>>::new(None, Format::Csv, Columns::default(), meta);
         r.begin();

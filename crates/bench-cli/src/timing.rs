@@ -1,8 +1,10 @@
-//! Wall-clock timing of a loop on each rank, its spread over ranks, and bandwidths.
+//! Timing of a loop on each rank, its spread over ranks, and bandwidths.
 //!
-//! Each rank times `iters` back-to-back calls after a barrier and divides by `iters`; the reported time is
-//! the average of that per-call time over ranks, with the fastest and slowest rank kept as min and max
-//! (the reductions go through the library's own `all_reduce` on a separate, unchecked communicator).
+//! Each rank times `iters` back-to-back calls after a barrier and divides by `iters` (wall clock for host
+//! backends, [`per_call`]; CUDA events on the stream for device backends, [`seconds_per_call`]); the
+//! reported time is the average of that per-call time over ranks, with the fastest and slowest rank kept
+//! as min and max (the reductions go through the library's own `all_reduce` on a separate, unchecked
+//! communicator).
 
 use std::time::Instant;
 
@@ -19,6 +21,11 @@ pub fn per_call<E>(iters: usize, mut f: impl FnMut() -> Result<(), E>) -> Result
         f()?;
     }
     Ok(start.elapsed().as_secs_f64() / iters as f64)
+}
+
+/// Seconds per call from the milliseconds between two CUDA events around `iters` calls (at least one).
+pub fn seconds_per_call(elapsed_ms: f32, iters: usize) -> f64 {
+    f64::from(elapsed_ms) * 1e-3 / iters.max(1) as f64
 }
 
 /// A time over ranks, in seconds: the average, the fastest and the slowest rank.
@@ -106,6 +113,13 @@ mod tests {
         assert_eq!(algbw(1_000_000_000, 1.0), 1.0);
         assert_eq!(algbw(64 << 20, 0.01), (64u64 << 20) as f64 / 1e7);
         assert_eq!(algbw(8, 0.0), 0.0);
+    }
+
+    #[test]
+    fn event_milliseconds_become_seconds_per_call() {
+        assert_eq!(seconds_per_call(20.0, 20), 1e-3);
+        assert_eq!(seconds_per_call(0.5, 0), 5e-4);
+        assert!((seconds_per_call(1.5, 1000) - 1.5e-6).abs() < 1e-18);
     }
 
     #[test]

@@ -44,12 +44,13 @@ fn bytes_of<T: Element>(op: &'static str, len: usize) -> Result<usize> {
 /// [`Error::Cuda`] when the allocation fails; [`Error::CountOverflow`] for an impossible size.
 pub fn alloc_zeros<T: Element>(stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<T>> {
     const OP: &str = "alloc_zeros";
+    // CUDA refuses empty allocations: an empty buffer keeps one byte it never uses.
     let bytes = stream
-        .alloc_zeros::<u8>(bytes_of::<T>(OP, len)?)
+        .alloc_zeros::<u8>(bytes_of::<T>(OP, len)?.max(1))
         .map_err(|e| cuda(OP, e))?;
     let ptr = bytes.leak();
-    // SAFETY: `ptr` is a live allocation of `len * size_of::<T>()` zeroed bytes that `leak` handed over;
-    // the new slice owns and frees it. All-zero bytes are a valid `T` (elements are Pod).
+    // SAFETY: `ptr` is a live allocation of at least `len * size_of::<T>()` zeroed bytes that `leak`
+    // handed over; the new slice owns and frees it. All-zero bytes are a valid `T` (elements are Pod).
     Ok(unsafe { stream.upgrade_device_ptr::<T>(ptr, len) })
 }
 
