@@ -24,6 +24,9 @@ fn main() -> Result<(), Error> {
     let mut saw_timeout = true;
     if rank != 1 {
         comm.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+        println!(
+            "08_nccl_timeout: rank {rank} enqueued the all-reduce; waiting with a 5 s deadline"
+        );
         let started = std::time::Instant::now();
         match comm.synchronize() {
             Err(e @ Error::Timeout { .. }) => {

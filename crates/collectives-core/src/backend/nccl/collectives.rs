@@ -817,13 +817,12 @@ impl Communicator for NcclComm {
         };
         let f = sys::nccl_fn!(self.lib, ncclCommSplit).map_err(raw::unavailable)?;
         let mut config = sys::config_initializer();
-        config.blocking = 0;
+        config.blocking = 1;
         let mut new: sys::ncclComm_t = std::ptr::null_mut();
-        // SAFETY: a live communicator, valid out-pointers; every rank calls it (collective).
+        // SAFETY: a live (blocking) communicator and valid out-pointers that outlive the call, which
+        // returns only once the split is complete; every rank calls it (collective).
         let rc = unsafe { f(self.raw, c, key, &mut new, &mut config) };
-        if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-            return Err(raw::error(self.lib, self.raw, OP, rc));
-        }
+        self.settle(OP, rc)?;
         let Some(mpi) = mpi else { return Ok(None) };
         if new.is_null() {
             return Err(Error::invalid(
@@ -835,6 +834,7 @@ impl Communicator for NcclComm {
         let comm = NcclComm {
             lib: self.lib,
             raw: new,
+            init_parent: std::ptr::null_mut(),
             ctx: self.ctx.clone(),
             stream,
             rank: mpi.rank(),
@@ -843,7 +843,6 @@ impl Communicator for NcclComm {
             timeout: self.timeout,
             aborted: std::cell::Cell::new(false),
         };
-        comm.settle(OP, rc)?;
         // NCCL and MPI order the new ranks by (key, old rank) alike; check rather than assume.
         let f = sys::nccl_fn!(self.lib, ncclCommUserRank).map_err(raw::unavailable)?;
         let mut nccl_rank: c_int = -1;

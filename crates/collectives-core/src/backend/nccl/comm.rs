@@ -44,6 +44,8 @@ fn default_timeout() -> Duration {
 pub struct NcclComm {
     pub(super) lib: &'static sys::Library,
     pub(super) raw: sys::ncclComm_t,
+    /// The non-blocking communicator this one was split from at creation (null for splits).
+    pub(super) init_parent: sys::ncclComm_t,
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     pub(super) rank: usize,
@@ -154,9 +156,10 @@ impl NcclComm {
                 &mut config,
             )
         };
-        let made = NcclComm {
+        let mut made = NcclComm {
             lib,
             raw: comm,
+            init_parent: std::ptr::null_mut(),
             ctx,
             stream,
             rank: mpi.rank(),
@@ -165,7 +168,57 @@ impl NcclComm {
             timeout: default_timeout(),
             aborted: Cell::new(comm.is_null()),
         };
-        made.settle(OP, rc)?;
+        made.settle_async(OP, rc)?;
+        // A non-blocking communicator hands every call to an asynchronous job (tens of microseconds
+        // each), so the work is done on a blocking child split from it; the parent, whose creation
+        // had the deadline, is kept only to be freed with the child.
+        let mut child_config = sys::config_initializer();
+        child_config.blocking = 1;
+        let mut child: sys::ncclComm_t = std::ptr::null_mut();
+        let split = sys::nccl_fn!(lib, ncclCommSplit).map_err(raw::unavailable)?;
+        // SAFETY: a live communicator; `child` and `child_config` outlive the split, which completes
+        // (the parent's asynchronous state is polled to success) before either is read or dropped.
+        let rc = unsafe {
+            split(
+                made.raw,
+                0,
+                made.rank as c_int,
+                &mut child,
+                &mut child_config,
+            )
+        };
+        made.settle_async(OP, rc)?;
+        if child.is_null() {
+            return Err(Error::invalid(
+                OP,
+                "NCCL returned no communicator from the split",
+            ));
+        }
+        made.init_parent = std::mem::replace(&mut made.raw, child);
+        // Connect the peers now, while every rank is known to be here: a first collective that finds
+        // a peer missing would otherwise block the host while connecting, out of reach of deadlines.
+        let mut one = made
+            .stream
+            .alloc_zeros::<f32>(1)
+            .map_err(|e| raw::cuda(OP, e))?;
+        {
+            let f = sys::nccl_fn!(lib, ncclAllReduce).map_err(raw::unavailable)?;
+            let (p, _g) = cudarc::driver::DevicePtrMut::device_ptr_mut(&mut one, &made.stream);
+            // SAFETY: a one-element device buffer of f32 on this communicator's device, in place.
+            let rc = unsafe {
+                f(
+                    p as usize as *const std::ffi::c_void,
+                    p as usize as *mut std::ffi::c_void,
+                    1,
+                    sys::ncclFloat32,
+                    sys::ncclSum,
+                    made.raw,
+                    made.stream.cu_stream() as sys::cudaStream_t,
+                )
+            };
+            made.settle(OP, rc)?;
+        }
+        made.synchronize()?;
         Ok(made)
     }
 
@@ -327,12 +380,20 @@ impl NcclComm {
         }
     }
 
-    /// Turn a call's result into a `Result`; `ncclInProgress` (non-blocking communicator) is waited
-    /// out with the deadline.
+    /// Turn a call's result into a `Result`; `ncclInProgress` is waited out with the deadline.
     pub(super) fn settle(&self, op: &'static str, rc: sys::ncclResult_t) -> Result<()> {
         match rc {
             sys::ncclSuccess => Ok(()),
-            sys::ncclInProgress => self.wait_for(op, || {
+            sys::ncclInProgress => self.settle_async(op, rc),
+            bad => Err(raw::error(self.lib, self.raw, op, bad)),
+        }
+    }
+
+    /// After a call on a non-blocking communicator: NCCL wants its asynchronous state seen as
+    /// `ncclSuccess` (also when the call itself returned `ncclSuccess`) before the next call.
+    pub(super) fn settle_async(&self, op: &'static str, rc: sys::ncclResult_t) -> Result<()> {
+        match rc {
+            sys::ncclSuccess | sys::ncclInProgress => self.wait_for(op, || {
                 let f = sys::nccl_fn!(self.lib, ncclCommGetAsyncError).map_err(raw::unavailable)?;
                 let mut state: sys::ncclResult_t = sys::ncclSuccess;
                 // SAFETY: a live communicator and a valid out-pointer.
@@ -355,8 +416,12 @@ impl NcclComm {
             return;
         }
         if let Ok(f) = sys::nccl_fn!(self.lib, ncclCommAbort) {
-            // SAFETY: the communicator is live and is never used by NCCL again (`aborted` is set).
-            unsafe { f(self.raw) };
+            for comm in [self.raw, self.init_parent] {
+                if !comm.is_null() {
+                    // SAFETY: the communicator is live and is never used again (`aborted` is set).
+                    unsafe { f(comm) };
+                }
+            }
         }
     }
 
@@ -377,14 +442,19 @@ impl NcclComm {
         self.synchronize()?;
         let f = sys::nccl_fn!(self.lib, ncclCommDestroy).map_err(raw::unavailable)?;
         self.aborted.set(true);
-        // SAFETY: the communicator is live, its work is complete, and `aborted` keeps Drop from
-        // touching it again.
-        let rc = unsafe { f(self.raw) };
-        if rc == sys::ncclSuccess {
-            Ok(())
-        } else {
-            Err(raw::error(self.lib, std::ptr::null_mut(), "finalize", rc))
+        let mut result = Ok(());
+        for comm in [self.raw, self.init_parent] {
+            if comm.is_null() {
+                continue;
+            }
+            // SAFETY: the communicator is live, its work is complete, and `aborted` keeps Drop from
+            // touching it again.
+            let rc = unsafe { f(comm) };
+            if rc != sys::ncclSuccess && result.is_ok() {
+                result = Err(raw::error(self.lib, std::ptr::null_mut(), "finalize", rc));
+            }
         }
+        result
     }
 }
 
@@ -397,8 +467,13 @@ impl Drop for NcclComm {
         // drop never hangs on a dead peer and never panics.
         if self.synchronize().is_ok() {
             if let Ok(f) = sys::nccl_fn!(self.lib, ncclCommDestroy) {
-                // SAFETY: the communicator is live, its work is complete, and it is not used again.
-                unsafe { f(self.raw) };
+                for comm in [self.raw, self.init_parent] {
+                    if !comm.is_null() {
+                        // SAFETY: the communicator is live, its work is complete, and it is not used
+                        // again.
+                        unsafe { f(comm) };
+                    }
+                }
             }
         } else {
             self.abort();

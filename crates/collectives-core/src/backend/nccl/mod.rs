@@ -4,6 +4,9 @@
 //!   broadcasts it; each rank takes the GPU of its node-local rank (`MPI_Comm_split_type` shared) unless
 //!   told otherwise, and two ranks on one GPU are refused. Initialization is non-blocking with a
 //!   deadline, so a rank that never arrives is [`Error::Timeout`](crate::Error::Timeout), not a hang.
+//!   The operations then run on a blocking communicator split from it (a non-blocking one hands every
+//!   call to an asynchronous job, tens of microseconds each), whose peers are connected at creation
+//!   by a one-element all-reduce, so no later call blocks the host connecting to a silent peer.
 //! - **Stream order**: every operation is enqueued on the communicator's stream and returns; results
 //!   are ready when the stream reaches them. [`NcclComm::synchronize`] (and [`Request::wait`](crate::Request::wait)
 //!   for the non-blocking twins) wait with a deadline, polling `ncclCommGetAsyncError`; on expiry the
