@@ -38,6 +38,12 @@ use crate::report::Reporter;
 use crate::sizes;
 use crate::timing;
 
+/// Whether cudarc tracks buffer uses with events (its default). `COLLBENCH_EVENT_TRACKING=0` turns
+/// it off for the run's buffers, to measure what the tracking costs per call.
+fn event_tracking() -> bool {
+    std::env::var("COLLBENCH_EVENT_TRACKING").map_or(true, |v| v.trim() != "0")
+}
+
 /// The communicators of one NCCL-backend run.
 #[derive(Debug)]
 pub struct NcclComms {
@@ -64,6 +70,12 @@ impl NcclComms {
     ) -> anyhow::Result<Self> {
         let ctl = MpiComm::world(universe)?.with_checked(false);
         let main = NcclComm::from_mpi(&ctl, None)?.with_checked(checked);
+        if !event_tracking() {
+            // SAFETY: every buffer of the run is allocated after this and used on the communicator's
+            // stream only (uploads, collectives and downloads are all ordered on it), which is what
+            // cudarc asks of untracked slices.
+            unsafe { main.context().disable_event_tracking() };
+        }
         let checked_on = if checked_cost {
             Some(NcclComm::from_mpi(&ctl, None)?.with_checked(true))
         } else {
@@ -78,11 +90,16 @@ impl NcclComms {
 
     /// The header line naming the NCCL release and this rank's device.
     pub fn describe(&self) -> String {
+        let tracking = if event_tracking() {
+            "on"
+        } else {
+            "off (COLLBENCH_EVENT_TRACKING=0)"
+        };
         let lib = self.main.library();
         let ctx = self.main.context();
         let name = ctx.name().unwrap_or_else(|e| format!("name unknown: {e}"));
         format!(
-            "nccl: NCCL {} ({}); rank {} on device {} ({name}); one GPU per rank, by node-local rank",
+            "nccl: NCCL {} ({}); rank {} on device {} ({name}); one GPU per rank, by node-local rank; cudarc event tracking {tracking}",
             lib.version(),
             lib.path().display(),
             self.main.rank(),
