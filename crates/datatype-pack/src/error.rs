@@ -113,6 +113,41 @@ pub enum Error {
         /// The buffer's length in bytes.
         len: usize,
     },
+
+    /// A shared library that the GPU packer loads at run time (`libcuda`, `libnvrtc`) could not
+    /// be loaded under any of the names tried.
+    #[error("{op}: could not load the {library} library; tried {tried:?}")]
+    LibraryNotFound {
+        /// The operation that needed the library.
+        op: &'static str,
+        /// The library, by its short name (`cuda`, `nvrtc`).
+        library: &'static str,
+        /// Every file name that was tried, in order.
+        tried: Vec<String>,
+    },
+
+    /// A CUDA driver call failed (or the driver bindings failed while loading a symbol).
+    #[error("{op}: CUDA driver error: {message}")]
+    Cuda {
+        /// The operation whose driver call failed.
+        op: &'static str,
+        /// The driver's error name and description, or what failed while loading it.
+        message: String,
+    },
+
+    /// NVRTC refused a generated (or given) CUDA source. Carries the compile log and the exact
+    /// options, so the failure can be reproduced.
+    #[error("{op}: NVRTC compilation failed ({code}) with options {options:?}:\n{log}")]
+    Compile {
+        /// The operation that compiled.
+        op: &'static str,
+        /// NVRTC's result code, by name.
+        code: String,
+        /// The options passed to NVRTC.
+        options: Vec<String>,
+        /// NVRTC's program log (may be empty, for example for an unknown option).
+        log: String,
+    },
 }
 
 /// The crate's result type.

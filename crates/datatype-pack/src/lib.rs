@@ -1,5 +1,5 @@
 //! Non-contiguous data described in a canonical stride IR, lowered to plans that a CPU reference
-//! packer (and, later, generated GPU kernels) execute.
+//! packer and generated GPU kernels execute.
 //!
 //! | layer | module | what it does |
 //! |---|---|---|
@@ -8,9 +8,16 @@
 //! | canonical | [`canonical`] | named passes to a fixed point: the same packed bytes with the fewest levels |
 //! | plan | [`plan`] | [`StridedBlock`] (start, block length, counts, strides), word size, [`LaunchShape`] for a CUDA-like grid |
 //! | CPU reference | [`cpu`] | bounds-checked [`cpu::pack`] / [`cpu::unpack`], and a naive tree-walking packer as the independent oracle |
-//! | GPU kernels | (later) | CUDA source generated from a [`StridedBlock`] and [`LaunchShape`], compiled at run time |
+//! | fused regions | [`fused`] | many plans (a halo's faces) packed into one buffer: [`fused::Region`], layout, CPU reference |
+//! | code generation | [`codegen`] | CUDA C source of `pack`/`unpack` kernels baked from a [`StridedBlock`] and word size, and fused multi-region kernels |
+//! | GPU | `gpu` (feature `cuda`) | NVRTC compile and cache; `gpu::Packer` and `gpu::FusedPacker` launch on cudarc streams |
 //!
-//! The crate has no optional features and no unsafe code.
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `cuda` | on | the `gpu` module and the `cudarc` dependency. Nothing CUDA is needed to build: `libcuda` and `libnvrtc` are loaded at run time, and their absence is an `Err`, never a panic |
+//!
+//! Unsafe code is denied crate-wide and allowed only in the `gpu` module, where each block
+//! states its invariant; the CPU modules and the code generator are safe Rust.
 //!
 //! # Example: one face of a 3-D grid
 //!
@@ -61,12 +68,17 @@
 //! # Ok::<(), datatype_pack::Error>(())
 //! ```
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod canonical;
+pub mod codegen;
 pub mod construct;
 pub mod cpu;
 mod error;
+pub mod fused;
+#[cfg(feature = "cuda")]
+#[allow(unsafe_code)]
+pub mod gpu;
 pub mod ir;
 pub mod plan;
 
