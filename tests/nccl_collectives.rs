@@ -9,7 +9,7 @@ mod common;
 
 use std::cell::OnceCell;
 
-use collectives::backend::nccl::cuda_driver_present;
+use collectives::backend::nccl::{cuda_driver_present, UnevenAlgorithm};
 use collectives::{Communicator, Error, NcclComm, ReduceOp};
 use common::suite::{self, Backend};
 use common::{case, checked, Case, T};
@@ -41,6 +41,18 @@ fn with_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
 fn with_checked_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
     match NcclComm::from_mpi(t.comm, None) {
         Ok(c) => body(&c.with_checked(true)),
+        Err(e) => t.fail(format!("NcclComm::from_mpi: {e}")),
+    }
+}
+
+/// The uneven suite with the all-gather-v algorithm forced, so both paths run at every size.
+fn uneven_with(t: &T, algorithm: UnevenAlgorithm) {
+    match NcclComm::from_mpi(t.comm, None) {
+        Ok(c) => {
+            let c = c.with_uneven_algorithm(algorithm);
+            suite::uneven::<f64, NcclComm>(t, &c);
+            suite::uneven::<Complex<f64>, NcclComm>(t, &c);
+        }
         Err(e) => t.fail(format!("NcclComm::from_mpi: {e}")),
     }
 }
@@ -155,6 +167,12 @@ fn main() {
             with_nccl(t, |c| suite::barrier_split_dup(t, c))
         }),
         case("nccl_bad_input", bad_input),
+        case("nccl_uneven_grouped_p2p", |t| {
+            uneven_with(t, UnevenAlgorithm::GroupedP2p)
+        }),
+        case("nccl_uneven_broadcasts", |t| {
+            uneven_with(t, UnevenAlgorithm::Broadcasts)
+        }),
         checked("nccl_checked_mismatch", 2, checked_mismatch),
     ]);
     common::run(&cases)

@@ -50,6 +50,7 @@ pub fn main() -> ExitCode {
     let rank = universe.world().rank();
     let result = match &cli.command {
         Command::Allreduce(args) => run_allreduce(&universe, args),
+        Command::Allgatherv(args) => crate::allgatherv::run(&universe, args),
     };
     let code = match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -29,6 +29,9 @@ pub enum Command {
     /// All-reduce: out-of-place and in-place time, algorithm and bus bandwidth, correctness.
     #[command(long_about = ALLREDUCE_ABOUT)]
     Allreduce(AllreduceArgs),
+    /// Uneven all-gather on NCCL with one rank holding --skew times as much: the library's algorithms
+    /// against padding to the largest block and all-gather.
+    Allgatherv(crate::allgatherv::AllgathervArgs),
 }
 
 const ALLREDUCE_ABOUT: &str = "\
@@ -265,6 +268,7 @@ mod tests {
         v.extend_from_slice(args);
         Cli::try_parse_from(v).map(|c| match c.command {
             Command::Allreduce(a) => a,
+            other => panic!("parsed as another subcommand: {other:?}"),
         })
     }
 

@@ -15,6 +15,7 @@
 //! | [`app`] | the program: MPI start-up, errors printed once, exit codes |
 #![deny(missing_docs)]
 
+pub mod allgatherv;
 pub mod allreduce;
 pub mod app;
 pub mod backend;

@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use nccl_sys as sys;
 
-use super::comm::NcclComm;
+use super::comm::{NcclComm, UnevenAlgorithm};
 use super::raw;
 use super::request::NcclPending;
 use crate::check;
@@ -242,6 +242,49 @@ impl NcclComm {
         self.settle(op, rc)
     }
 
+    /// `all_gather_v` as one in-place broadcast per rank, grouped: rank `r` broadcasts its block
+    /// straight into block `r` of every `recv` (no memory beyond the buffers).
+    fn enqueue_broadcasts<T: Element>(
+        &self,
+        op: &'static str,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        counts: &[usize],
+    ) -> Result<()> {
+        if counts.iter().all(|&c| c == 0) {
+            return Ok(());
+        }
+        let f = sys::nccl_fn!(self.lib, ncclBroadcast).map_err(raw::unavailable)?;
+        let (lanes, size) = (T::WIRE.lanes, std::mem::size_of::<T>() as u64);
+        let (dt, stream) = (raw::datatype::<T>(), self.raw_stream());
+        let (s, _s) = send.device_ptr(&self.stream);
+        let (r, _r) = recv.device_ptr_mut(&self.stream);
+        let group = self.group()?;
+        for part in packed(counts).into_iter().filter(|p| p.len > 0) {
+            let dst = r + part.offset as u64 * size;
+            let src = if part.peer == self.rank { s } else { dst };
+            // SAFETY: block `peer` of `recv` holds `counts[peer]` elements (recv's length is the sum of
+            // the counts, checked) and on the root `send` holds as many; enqueued in a group on this
+            // communicator's stream.
+            let rc = unsafe {
+                f(
+                    cptr(src),
+                    mptr(dst),
+                    part.len * lanes,
+                    dt,
+                    part.peer as c_int,
+                    self.raw,
+                    stream,
+                )
+            };
+            if rc != sys::ncclSuccess {
+                drop(group);
+                return Err(raw::error(self.lib, self.raw, op, rc));
+            }
+        }
+        group.end()
+    }
+
     fn register<'s>(&'s self, scope: &'s Scope<'s, '_>, op: &'static str) -> Result<Request<'s>> {
         let event = self
             .stream
@@ -444,15 +487,24 @@ impl Communicator for NcclComm {
             Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
             local,
         )?;
-        let mine = counts[self.rank];
-        let sends: Vec<Part> = (0..self.size)
-            .map(|peer| Part {
-                offset: 0,
-                len: mine,
-                peer,
-            })
-            .collect();
-        self.exchange(OP, Some(send), &sends, Some(recv), &packed(counts))
+        let total: usize = counts.iter().sum();
+        match self
+            .uneven
+            .choose(self.size, total * std::mem::size_of::<T>())
+        {
+            UnevenAlgorithm::Broadcasts => self.enqueue_broadcasts(OP, send, recv, counts),
+            _ => {
+                let mine = counts[self.rank];
+                let sends: Vec<Part> = (0..self.size)
+                    .map(|peer| Part {
+                        offset: 0,
+                        len: mine,
+                        peer,
+                    })
+                    .collect();
+                self.exchange(OP, Some(send), &sends, Some(recv), &packed(counts))
+            }
+        }
     }
 
     fn gather<T: Element>(
@@ -842,6 +894,7 @@ impl Communicator for NcclComm {
             mpi,
             timeout: self.timeout,
             aborted: std::cell::Cell::new(false),
+            uneven: self.uneven,
         };
         // NCCL and MPI order the new ranks by (key, old rank) alike; check rather than assume.
         let f = sys::nccl_fn!(self.lib, ncclCommUserRank).map_err(raw::unavailable)?;

@@ -54,6 +54,43 @@ pub struct NcclComm {
     pub(super) mpi: MpiComm,
     pub(super) timeout: Duration,
     pub(super) aborted: Cell<bool>,
+    pub(super) uneven: UnevenAlgorithm,
+}
+
+/// How `all_gather_v` moves its blocks. Both ways use no device memory beyond the two buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UnevenAlgorithm {
+    /// By rank count and size: grouped send/recv on up to [`UnevenAlgorithm::P2P_UP_TO_RANKS`] ranks
+    /// at every size (on 2xH200 it was as fast as broadcasts or faster from 1 KiB to 1 GiB,
+    /// docs/PERFORMANCE.md); on more ranks, one broadcast per rank from
+    /// [`UnevenAlgorithm::BROADCASTS_FROM`] bytes in all (UCC's threshold; not yet measured here).
+    Auto,
+    /// Every rank sends its block to every other, all in one group.
+    GroupedP2p,
+    /// One broadcast per rank, in place into the receive buffer, all in one group.
+    Broadcasts,
+}
+
+impl UnevenAlgorithm {
+    /// Total size (bytes over all ranks) from which [`UnevenAlgorithm::Auto`] uses broadcasts on
+    /// more than [`UnevenAlgorithm::P2P_UP_TO_RANKS`] ranks.
+    pub const BROADCASTS_FROM: usize = 1 << 20;
+    /// Up to this many ranks [`UnevenAlgorithm::Auto`] always uses grouped send/recv.
+    pub const P2P_UP_TO_RANKS: usize = 2;
+
+    /// The algorithm for `total_bytes` in all over `ranks` ranks.
+    pub fn choose(self, ranks: usize, total_bytes: usize) -> UnevenAlgorithm {
+        match self {
+            UnevenAlgorithm::Auto
+                if ranks > Self::P2P_UP_TO_RANKS && total_bytes >= Self::BROADCASTS_FROM =>
+            {
+                UnevenAlgorithm::Broadcasts
+            }
+            UnevenAlgorithm::Auto => UnevenAlgorithm::GroupedP2p,
+            fixed => fixed,
+        }
+    }
 }
 
 impl fmt::Debug for NcclComm {
@@ -167,6 +204,7 @@ impl NcclComm {
             mpi,
             timeout: default_timeout(),
             aborted: Cell::new(comm.is_null()),
+            uneven: UnevenAlgorithm::Auto,
         };
         made.settle_async(OP, rc)?;
         // A non-blocking communicator hands every call to an asynchronous job (tens of microseconds
@@ -299,6 +337,34 @@ impl NcclComm {
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// Choose how `all_gather_v` moves its blocks (default [`UnevenAlgorithm::Auto`]).
+    #[must_use]
+    pub fn with_uneven_algorithm(mut self, algorithm: UnevenAlgorithm) -> Self {
+        self.uneven = algorithm;
+        self
+    }
+
+    /// Use `stream` (of this communicator's device) for every operation from now on, instead of the
+    /// communicator's own: work the caller enqueues there is ordered with the collectives without
+    /// events.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the stream belongs to another device.
+    pub fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
+        let (mine, theirs) = (self.ctx.ordinal(), stream.context().ordinal());
+        if mine != theirs {
+            return Err(Error::invalid(
+                "with_stream",
+                format!(
+                    "the stream is on device {theirs} but the communicator is on device {mine}"
+                ),
+            ));
+        }
+        self.synchronize()?;
+        self.stream = stream;
+        Ok(self)
     }
 
     /// The deadline of waits.

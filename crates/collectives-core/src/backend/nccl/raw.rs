@@ -128,6 +128,17 @@ mod tests {
     }
 
     #[test]
+    fn uneven_algorithm_by_size() {
+        use super::super::UnevenAlgorithm as A;
+        assert_eq!(A::Auto.choose(4, 0), A::GroupedP2p);
+        assert_eq!(A::Auto.choose(4, A::BROADCASTS_FROM - 1), A::GroupedP2p);
+        assert_eq!(A::Auto.choose(4, A::BROADCASTS_FROM), A::Broadcasts);
+        assert_eq!(A::Auto.choose(2, usize::MAX), A::GroupedP2p);
+        assert_eq!(A::GroupedP2p.choose(8, usize::MAX), A::GroupedP2p);
+        assert_eq!(A::Broadcasts.choose(1, 0), A::Broadcasts);
+    }
+
+    #[test]
     fn reduce_ops_match_nccl_h() {
         assert_eq!(redop(ReduceOp::Sum), 0);
         assert_eq!(redop(ReduceOp::Prod), 1);
