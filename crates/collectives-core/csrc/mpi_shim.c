@@ -10,3 +10,5 @@ int collectives_mpi_tag_ub_key(void) { return MPI_TAG_UB; }
 int collectives_mpi_undefined(void) { return MPI_UNDEFINED; }
 
 int collectives_mpi_success(void) { return MPI_SUCCESS; }
+
+MPI_Info collectives_mpi_info_env(void) { return MPI_INFO_ENV; }

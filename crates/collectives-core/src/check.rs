@@ -3,6 +3,8 @@
 //! Each function returns [`Error::InvalidArgument`] with the numbers; backends call them before any
 //! library call, in every build.
 
+use crate::comm::Buffer;
+use crate::element::Element;
 use crate::error::{Error, Result};
 
 /// `root` (or a peer) must be a rank of the communicator.
@@ -146,6 +148,46 @@ pub fn count_fits(op: &'static str, count: usize, limit: usize) -> Result<usize>
     }
 }
 
+/// A v-collective's counts on this rank: one per rank, this rank's own buffer (`mine`, called
+/// `name`) holding `counts[rank]`; returns the sum.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the counts array has the wrong length, its sum overflows, or this
+/// rank's buffer does not hold its count.
+pub fn v_counts(
+    op: &'static str,
+    name: &str,
+    mine: usize,
+    counts: &[usize],
+    rank: usize,
+    size: usize,
+) -> Result<usize> {
+    let total = self::counts(op, "counts", counts, size)?;
+    len_is(op, name, mine, counts[rank], &format!("counts[{rank}]"))?;
+    Ok(total)
+}
+
+/// The buffer only the root passes (a gather's receive buffer, a scatter's send buffer): on the
+/// root it must be there and hold `expected` elements; elsewhere it is ignored (`None`).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the root passes none or one of another length.
+pub fn at_root<T: Element, B: Buffer<T> + ?Sized, R: std::ops::Deref<Target = B>>(
+    op: &'static str,
+    name: &str,
+    is_root: bool,
+    buf: Option<R>,
+    expected: usize,
+    because: &str,
+) -> Result<Option<R>> {
+    if !is_root {
+        return Ok(None);
+    }
+    let buf = root_buffer(op, name, buf)?;
+    len_is(op, name, buf.len(), expected, because)?;
+    Ok(Some(buf))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +231,42 @@ mod tests {
             msg(counts("x", "counts", &[1, 2], 3)).contains("2 entries; it needs one per rank (3)")
         );
         assert!(counts("x", "counts", &[usize::MAX, 1], 2).is_err());
+    }
+
+    #[test]
+    fn v_counts_and_root_buffers() {
+        assert_eq!(v_counts("x", "send", 3, &[1, 3, 0], 1, 3).unwrap(), 4);
+        assert!(msg(v_counts("x", "send", 2, &[1, 3, 0], 1, 3)).contains("counts[1] is 3"));
+        assert!(msg(v_counts("x", "send", 1, &[1, 3], 0, 3)).contains("one per rank"));
+        let mut buf = [0u8; 4];
+        assert!(
+            at_root::<u8, [u8], _>("x", "recv", false, None::<&mut [u8]>, 9, "nine")
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            at_root::<u8, [u8], _>("x", "recv", true, Some(&mut buf[..]), 4, "four")
+                .unwrap()
+                .is_some()
+        );
+        assert!(msg(at_root::<u8, [u8], _>(
+            "x",
+            "recv",
+            true,
+            Some(&mut buf[..]),
+            5,
+            "five"
+        ))
+        .contains("but five is 5"));
+        assert!(msg(at_root::<u8, [u8], _>(
+            "x",
+            "recv",
+            true,
+            None::<&mut [u8]>,
+            5,
+            "five"
+        ))
+        .contains("root must pass"));
     }
 
     #[test]

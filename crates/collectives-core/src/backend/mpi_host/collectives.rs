@@ -121,13 +121,7 @@ impl Communicator for MpiComm {
         let local = (|| {
             check_op::<T>(OP, op, BACKEND)?;
             check::rank_in_range(OP, "root", root, self.size)?;
-            let recv = if is_root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-                Some(recv)
-            } else {
-                None
-            };
+            let recv = check::at_root(OP, "recv", is_root, recv, send.len(), "the length of send")?;
             Ok((raw::count(OP, send.len())?, recv))
         })();
         let call = Call::new(OpKind::Reduce)
@@ -237,14 +231,7 @@ impl Communicator for MpiComm {
         const OP: &str = "all_gather_v";
         let _span = tracing::trace_span!("all_gather_v").entered();
         let local = (|| {
-            let total = check::counts(OP, "counts", counts, self.size)?;
-            check::len_is(
-                OP,
-                "send",
-                send.len(),
-                counts[self.rank],
-                &format!("counts[{}]", self.rank),
-            )?;
+            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
             check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
             raw::counts_displs(OP, counts)
         })();
@@ -275,14 +262,17 @@ impl Communicator for MpiComm {
         let is_root = self.rank == root;
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
-            let recv = if is_root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::blocks_len(OP, "recv", recv.len(), self.size, send.len())?;
-                raw::count(OP, recv.len())?;
-                Some(recv)
-            } else {
-                None
-            };
+            let recv = check::at_root(
+                OP,
+                "recv",
+                is_root,
+                recv,
+                self.size.saturating_mul(send.len()),
+                &format!("{} ranks x {} elements", self.size, send.len()),
+            )?;
+            if let Some(b) = &recv {
+                raw::count(OP, b.len())?;
+            }
             Ok((raw::count(OP, send.len())?, recv))
         })();
         let (n, recv) = self.agree(
@@ -313,21 +303,8 @@ impl Communicator for MpiComm {
         let is_root = self.rank == root;
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::counts(OP, "counts", counts, self.size)?;
-            check::len_is(
-                OP,
-                "send",
-                send.len(),
-                counts[self.rank],
-                &format!("counts[{}]", self.rank),
-            )?;
-            let recv = if is_root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-                Some(recv)
-            } else {
-                None
-            };
+            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
+            let recv = check::at_root(OP, "recv", is_root, recv, total, "the sum of counts")?;
             Ok((raw::counts_displs(OP, counts)?, recv))
         })();
         let call = Call::new(OpKind::GatherV)
@@ -360,14 +337,17 @@ impl Communicator for MpiComm {
         let is_root = self.rank == root;
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
-            let send = if is_root {
-                let send = check::root_buffer(OP, "send", send)?;
-                check::blocks_len(OP, "send", send.len(), self.size, recv.len())?;
-                raw::count(OP, send.len())?;
-                Some(send)
-            } else {
-                None
-            };
+            let send = check::at_root(
+                OP,
+                "send",
+                is_root,
+                send,
+                self.size.saturating_mul(recv.len()),
+                &format!("{} ranks x {} elements", self.size, recv.len()),
+            )?;
+            if let Some(b) = &send {
+                raw::count(OP, b.len())?;
+            }
             Ok((raw::count(OP, recv.len())?, send))
         })();
         let (n, send) = self.agree(
@@ -407,21 +387,8 @@ impl Communicator for MpiComm {
         let is_root = self.rank == root;
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::counts(OP, "counts", counts, self.size)?;
-            check::len_is(
-                OP,
-                "recv",
-                recv.len(),
-                counts[self.rank],
-                &format!("counts[{}]", self.rank),
-            )?;
-            let send = if is_root {
-                let send = check::root_buffer(OP, "send", send)?;
-                check::len_is(OP, "send", send.len(), total, "the sum of counts")?;
-                Some(send)
-            } else {
-                None
-            };
+            let total = check::v_counts(OP, "recv", recv.len(), counts, self.rank, self.size)?;
+            let send = check::at_root(OP, "send", is_root, send, total, "the sum of counts")?;
             Ok((raw::counts_displs(OP, counts)?, send))
         })();
         let call = Call::new(OpKind::ScatterV)

@@ -366,14 +366,10 @@ impl Communicator for NcclComm {
             check_op::<T>(OP, op, BACKEND)?;
             check::rank_in_range(OP, "root", root, self.size)?;
             self.on_device(OP, "send", send)?;
-            let recv = if is_root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-                self.on_device(OP, "recv", recv)?;
-                Some(recv)
-            } else {
-                None
-            };
+            let recv = check::at_root(OP, "recv", is_root, recv, send.len(), "the length of send")?;
+            if let Some(b) = &recv {
+                self.on_device(OP, "recv", b)?;
+            }
             Ok((raw::count::<T>(OP, send.len())?, recv))
         })();
         let (n, recv) = self.mpi.agree(
@@ -470,14 +466,7 @@ impl Communicator for NcclComm {
         const OP: &str = "all_gather_v";
         let _span = tracing::trace_span!("all_gather_v").entered();
         let local = (|| {
-            let total = check::counts(OP, "counts", counts, self.size)?;
-            check::len_is(
-                OP,
-                "send",
-                send.len(),
-                counts[self.rank],
-                &format!("counts[{}]", self.rank),
-            )?;
+            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
             check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
             self.on_device(OP, "send", send)?;
             self.on_device(OP, "recv", recv)?;
@@ -520,14 +509,17 @@ impl Communicator for NcclComm {
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
             self.on_device(OP, "send", send)?;
-            let recv = if is_root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::blocks_len(OP, "recv", recv.len(), self.size, send.len())?;
-                self.on_device(OP, "recv", recv)?;
-                Some(recv)
-            } else {
-                None
-            };
+            let recv = check::at_root(
+                OP,
+                "recv",
+                is_root,
+                recv,
+                self.size.saturating_mul(send.len()),
+                &format!("{} ranks x {} elements", self.size, send.len()),
+            )?;
+            if let Some(b) = &recv {
+                self.on_device(OP, "recv", b)?;
+            }
             raw::count::<T>(OP, send.len().saturating_mul(self.size))?;
             Ok(recv)
         })();
@@ -559,23 +551,12 @@ impl Communicator for NcclComm {
         let is_root = self.rank == root;
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::counts(OP, "counts", counts, self.size)?;
-            check::len_is(
-                OP,
-                "send",
-                send.len(),
-                counts[self.rank],
-                &format!("counts[{}]", self.rank),
-            )?;
+            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
             self.on_device(OP, "send", send)?;
-            let recv = if is_root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-                self.on_device(OP, "recv", recv)?;
-                Some(recv)
-            } else {
-                None
-            };
+            let recv = check::at_root(OP, "recv", is_root, recv, total, "the sum of counts")?;
+            if let Some(b) = &recv {
+                self.on_device(OP, "recv", b)?;
+            }
             raw::count::<T>(OP, total)?;
             Ok(recv)
         })();
@@ -608,14 +589,17 @@ impl Communicator for NcclComm {
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
             self.on_device(OP, "recv", recv)?;
-            let send = if is_root {
-                let send = check::root_buffer(OP, "send", send)?;
-                check::blocks_len(OP, "send", send.len(), self.size, recv.len())?;
-                self.on_device(OP, "send", send)?;
-                Some(send)
-            } else {
-                None
-            };
+            let send = check::at_root(
+                OP,
+                "send",
+                is_root,
+                send,
+                self.size.saturating_mul(recv.len()),
+                &format!("{} ranks x {} elements", self.size, recv.len()),
+            )?;
+            if let Some(b) = &send {
+                self.on_device(OP, "send", b)?;
+            }
             raw::count::<T>(OP, recv.len().saturating_mul(self.size))?;
             Ok(send)
         })();
@@ -647,23 +631,12 @@ impl Communicator for NcclComm {
         let is_root = self.rank == root;
         let local = (|| {
             check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::counts(OP, "counts", counts, self.size)?;
-            check::len_is(
-                OP,
-                "recv",
-                recv.len(),
-                counts[self.rank],
-                &format!("counts[{}]", self.rank),
-            )?;
+            let total = check::v_counts(OP, "recv", recv.len(), counts, self.rank, self.size)?;
             self.on_device(OP, "recv", recv)?;
-            let send = if is_root {
-                let send = check::root_buffer(OP, "send", send)?;
-                check::len_is(OP, "send", send.len(), total, "the sum of counts")?;
-                self.on_device(OP, "send", send)?;
-                Some(send)
-            } else {
-                None
-            };
+            let send = check::at_root(OP, "send", is_root, send, total, "the sum of counts")?;
+            if let Some(b) = &send {
+                self.on_device(OP, "send", b)?;
+            }
             raw::count::<T>(OP, total)?;
             Ok(send)
         })();
