@@ -34,6 +34,12 @@ fn main() -> Result<(), Error> {
                     "08_nccl_timeout: rank {rank} got {e} after {:.1} s",
                     started.elapsed().as_secs_f64()
                 );
+                // The communicator is aborted: later calls are errors, never calls on a freed handle.
+                let again = comm.all_reduce_in_place(&mut x, ReduceOp::Sum);
+                if !(comm.is_aborted() && again.is_err()) {
+                    eprintln!("08_nccl_timeout: rank {rank}: a call after the abort gave {again:?}");
+                    saw_timeout = false;
+                }
             }
             other => {
                 eprintln!("08_nccl_timeout: rank {rank} expected Err(Timeout), got {other:?}");

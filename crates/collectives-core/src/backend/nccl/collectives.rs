@@ -154,6 +154,7 @@ impl NcclComm {
         if n == 0 {
             return Ok(());
         }
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclAllReduce).map_err(raw::unavailable)?;
         let s = send.map(|b| b.device_ptr(&self.stream));
         let (r, _r) = recv.device_ptr_mut(&self.stream);
@@ -198,6 +199,7 @@ impl NcclComm {
         if n == 0 {
             return Ok(());
         }
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclBroadcast).map_err(raw::unavailable)?;
         let (p, _g) = buf.device_ptr_mut(&self.stream);
         // SAFETY: `buf` holds `n` wire values on this device; root in range; in place.
@@ -225,6 +227,7 @@ impl NcclComm {
         if n == 0 {
             return Ok(());
         }
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclAllGather).map_err(raw::unavailable)?;
         let (s, _s) = send.device_ptr(&self.stream);
         let (r, _r) = recv.device_ptr_mut(&self.stream);
@@ -254,6 +257,7 @@ impl NcclComm {
         if counts.iter().all(|&c| c == 0) {
             return Ok(());
         }
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclBroadcast).map_err(raw::unavailable)?;
         let (lanes, size) = (T::WIRE.lanes, std::mem::size_of::<T>() as u64);
         let (dt, stream) = (raw::datatype::<T>(), self.raw_stream());
@@ -383,6 +387,7 @@ impl Communicator for NcclComm {
         if n == 0 {
             return Ok(());
         }
+        self.ensure_live(OP)?;
         let f = sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable)?;
         let (s, _s) = send.device_ptr(&self.stream);
         let r = recv.map(|b| b.device_ptr_mut(&self.stream));
@@ -682,6 +687,7 @@ impl Communicator for NcclComm {
         if n == 0 {
             return Ok(());
         }
+        self.ensure_live(OP)?;
         let f = sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable)?;
         let (s, _s) = send.device_ptr(&self.stream);
         let (r, _r) = recv.device_ptr_mut(&self.stream);
@@ -840,6 +846,7 @@ impl Communicator for NcclComm {
             None => sys::NCCL_SPLIT_NOCOLOR,
             Some(c) => c as c_int, // fits: the MPI split above refused colors beyond i32::MAX
         };
+        self.ensure_live(OP)?;
         let f = sys::nccl_fn!(self.lib, ncclCommSplit).map_err(raw::unavailable)?;
         let mut config = sys::config_initializer();
         config.blocking = 1;

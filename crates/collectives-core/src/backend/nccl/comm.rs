@@ -310,9 +310,28 @@ impl NcclComm {
         &self.ctx
     }
 
-    /// The raw `ncclComm_t` (still owned by `self`).
+    /// The raw `ncclComm_t` (still owned by `self`). After [`abort`](Self::abort) (also the one a
+    /// timeout makes) NCCL has freed it: check [`is_aborted`](Self::is_aborted) before using it.
     pub fn as_raw(&self) -> sys::ncclComm_t {
         self.raw
+    }
+
+    /// Whether the communicator was aborted (by [`abort`](Self::abort) or after a timeout); every
+    /// later operation returns an error instead of reaching NCCL.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.get()
+    }
+
+    /// An error when the communicator was aborted: its handle is freed and must not reach NCCL.
+    pub(super) fn ensure_live(&self, op: &'static str) -> Result<()> {
+        if self.aborted.get() {
+            Err(Error::invalid(
+                op,
+                "the communicator was aborted after an earlier timeout or error",
+            ))
+        } else {
+            Ok(())
+        }
     }
 
     /// The loaded NCCL library.
@@ -564,6 +583,7 @@ impl fmt::Debug for GroupGuard<'_> {
 
 impl<'c> GroupGuard<'c> {
     fn start(comm: &'c NcclComm) -> Result<Self> {
+        comm.ensure_live("group")?;
         let f = sys::nccl_fn!(comm.lib, ncclGroupStart).map_err(raw::unavailable)?;
         // SAFETY: ncclGroupStart takes no arguments.
         let rc = unsafe { f() };
