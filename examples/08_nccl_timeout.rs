@@ -37,7 +37,9 @@ fn main() -> Result<(), Error> {
                 // The communicator is aborted: later calls are errors, never calls on a freed handle.
                 let again = comm.all_reduce_in_place(&mut x, ReduceOp::Sum);
                 if !(comm.is_aborted() && again.is_err()) {
-                    eprintln!("08_nccl_timeout: rank {rank}: a call after the abort gave {again:?}");
+                    eprintln!(
+                        "08_nccl_timeout: rank {rank}: a call after the abort gave {again:?}"
+                    );
                     saw_timeout = false;
                 }
             }

@@ -43,6 +43,16 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
+    // `pack` runs on one GPU without MPI.
+    if let Command::Pack(args) = &cli.command {
+        return match crate::pack::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("collbench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let Some(universe) = mpi::initialize() else {
         eprintln!("collbench: MPI was initialized already");
         return ExitCode::FAILURE;
@@ -51,6 +61,10 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Allreduce(args) => run_allreduce(&universe, args),
         Command::Allgatherv(args) => crate::allgatherv::run(&universe, args),
+        Command::P2p(args) => crate::p2p::run(&universe, args),
+        Command::Doctor => run_doctor(&universe),
+        Command::Halo(args) => crate::halo::run(&universe, args),
+        Command::Pack(_) => Ok(()), // handled above, before MPI starts
     };
     let code = match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -213,10 +227,58 @@ pub fn run_allreduce(
                 }
                 comms.finalize()?;
             }
-            other => bail!("backend {} has no runner", other.name()),
+            Backend::CudaMpi | Backend::MpiStaged => {
+                let comms = match crate::cuda_mpi::DeviceMpiComms::new(
+                    universe,
+                    backend,
+                    plan.checked,
+                    plan.columns.checked_cost,
+                ) {
+                    Ok(c) => c,
+                    Err(e) if plan.all_backends => {
+                        reporter.environment(&format!("{}: not available: {e:#}", backend.name()));
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(e.context(format!("starting the {} backend", backend.name())))
+                    }
+                };
+                reporter.environment(&comms.main.describe());
+                for &(_, dtype, op) in jobs {
+                    crate::cuda_mpi::run_device_mpi(
+                        &comms,
+                        settings,
+                        dtype,
+                        op,
+                        &plan.sizes,
+                        &mut reporter,
+                    )?;
+                }
+                comms.finalize()?;
+            }
+        }
+    }
+    // With several backends, the fastest per size closes the run.
+    let summary = crate::fastest::fastest_lines(reporter.rows());
+    if !summary.is_empty() {
+        reporter.section("summary");
+        for line in summary {
+            reporter.environment(&line);
         }
     }
     reporter.finish().context("writing the output")
+}
+
+/// `collbench doctor`: rank 0 prints the report.
+///
+/// # Errors
+/// MPI errors.
+pub fn run_doctor(universe: &mpi::environment::Universe) -> anyhow::Result<()> {
+    let world = MpiComm::world(universe)?.with_checked(false);
+    if let Some(report) = crate::doctor::doctor(&world)? {
+        print!("{}", report.render());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

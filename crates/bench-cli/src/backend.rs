@@ -50,9 +50,37 @@ impl Backend {
     pub fn unavailable(self) -> Option<String> {
         match self {
             Backend::Mpi => None,
-            Backend::CudaMpi | Backend::MpiStaged => Some("not built in yet".to_string()),
+            Backend::CudaMpi => cuda_mpi_unavailable(),
+            Backend::MpiStaged => staged_unavailable(),
             Backend::Nccl => nccl_unavailable(),
         }
+    }
+}
+
+/// Why the staged backend cannot run here: no CUDA driver or no visible device; `None` when both are
+/// there (any MPI will do).
+pub fn staged_unavailable() -> Option<String> {
+    collectives_core::backend::mpi_cuda::cuda_unavailable()
+}
+
+/// Why the CUDA-aware MPI backend cannot run here: no CUDA driver or device, or an MPI that is not
+/// known to be CUDA-aware (with the evidence, `collectives_core::cuda_aware`). Detection needs MPI
+/// running; before `MPI_Init` the answer says so.
+pub fn cuda_mpi_unavailable() -> Option<String> {
+    use collectives_core::cuda_aware::{self, CudaAwareness};
+
+    if let Some(why) = staged_unavailable() {
+        return Some(why);
+    }
+    match cuda_aware::detect() {
+        Err(e) => Some(format!("cannot tell whether the MPI is CUDA-aware: {e}")),
+        Ok(d) => match &d.awareness {
+            CudaAwareness::Yes { .. } => None,
+            CudaAwareness::No { reason } => Some(format!("the MPI is not CUDA-aware ({reason})")),
+            other => Some(format!(
+                "cannot tell whether the MPI is CUDA-aware: {other}"
+            )),
+        },
     }
 }
 
@@ -236,8 +264,12 @@ mod tests {
     fn the_probe_answers_without_panicking() {
         // Whatever this machine has, the answer is an answer: MPI always runs, NCCL runs or says why.
         assert_eq!(Backend::Mpi.unavailable(), None);
-        if let Some(why) = Backend::Nccl.unavailable() {
-            assert!(!why.is_empty());
+        for b in [Backend::Nccl, Backend::MpiStaged, Backend::CudaMpi] {
+            if let Some(why) = b.unavailable() {
+                assert!(!why.is_empty());
+            }
         }
+        // Without MPI running, CUDA-awareness cannot be decided: never a yes.
+        assert!(Backend::CudaMpi.unavailable().is_some());
     }
 }

@@ -32,6 +32,18 @@ pub enum Command {
     /// Uneven all-gather on NCCL with one rank holding --skew times as much: the library's algorithms
     /// against padding to the largest block and all-gather.
     Allgatherv(crate::allgatherv::AllgathervArgs),
+    /// Point-to-point latency and bandwidth between ranks 0 and 1, as osu_latency and osu_bw measure
+    /// them, on host or device buffers.
+    P2p(crate::p2p::P2pArgs),
+    /// What this machine and MPI offer: MPI library, CUDA-awareness and how it was decided, NCCL,
+    /// the GPUs each rank sees, and which backends will work here. Needs no GPU.
+    Doctor,
+    /// GPU pack throughput of non-contiguous layouts against copy baselines, and NVRTC compile
+    /// times, on one GPU (no MPI needed).
+    Pack(crate::pack::PackArgs),
+    /// 3-D halo exchange: fused pack, grouped send/recv, fused unpack, timed per step, against
+    /// the same bytes sent contiguously through the same backend.
+    Halo(crate::halo::HaloArgs),
 }
 
 const ALLREDUCE_ABOUT: &str = "\
@@ -44,7 +56,9 @@ time(us) algbw(GB/s) busbw(GB/s) #wrong.
          divides by -n; the column is the average over ranks (min and max over ranks are in
          CSV/JSON, and in the table with --minmax). Host backends (mpi) time with the wall
          clock; nccl with CUDA events recorded on the communicator's stream before and after
-         the -n calls (the stream is idle when the first is recorded).
+         the -n calls (the stream is idle when the first is recorded); cuda-mpi and mpi-staged
+         (device buffers over MPI, complete when each call returns) with the wall clock from
+         before the first call to after the communicator's stream is drained.
   algbw  size / time, in GB/s (1 GB = 1e9 bytes).
   busbw  algbw * 2(n-1)/n for n ranks: a ring all-reduce moves 2(n-1)/n times the buffer through
          each rank's link, so busbw is comparable with the hardware's bandwidth and across rank
@@ -61,7 +75,9 @@ complex numbers, prod of complex numbers on NCCL) are an error when asked for by
 chosen backend can run them, and skipped with a note otherwise (-d all, -o all, --backend all).
 
 --backend all runs every backend this machine and every rank can run, and notes why the others
-are left out (e.g. nccl without a CUDA driver, libnccl or a GPU per rank).";
+are left out (e.g. nccl without a CUDA driver, libnccl or a GPU per rank; cuda-mpi on an MPI that
+is not CUDA-aware, with the evidence: see `collbench doctor`), and ends with the fastest backend
+per size.";
 
 /// Whether checked mode is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -76,7 +92,8 @@ pub enum OnOff {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Baseline {
     /// The backend's own all-reduce called directly on the same handle, buffers and stream:
-    /// `MPI_Allreduce` through `mpi::ffi` (mpi), `ncclAllReduce` through `nccl_sys` (nccl).
+    /// `MPI_Allreduce` through `mpi::ffi` (mpi; on the device pointers for cuda-mpi), `ncclAllReduce`
+    /// through `nccl_sys` (nccl); none for mpi-staged.
     Raw,
 }
 

@@ -11,6 +11,12 @@
 //! | [`timing`] | per-call time (wall clock, CUDA events), its spread over ranks, algbw and busbw |
 //! | [`allreduce`] | the all-reduce benchmark on MPI, its raw `MPI_Allreduce` baseline and checked-mode cost |
 //! | [`nccl`] | the all-reduce benchmark on NCCL: device buffers, CUDA-event timing, raw `ncclAllReduce` baseline |
+//! | [`pack`] | `collbench pack`: GPU pack throughput against copy baselines (one GPU, no MPI) |
+//! | [`halo`] | `collbench halo`: the 3-D halo exchange per step, against the same bytes sent contiguously |
+//! | [`cuda_mpi`] | the all-reduce benchmark on `cuda-mpi` and `mpi-staged`: device buffers over MPI, raw `MPI_Allreduce` on device pointers |
+//! | [`fastest`] | the closing summary of `--backend all`: the fastest backend per size |
+//! | [`p2p`] | `collbench p2p`: OSU-style latency and bandwidth between ranks 0 and 1 on every backend |
+//! | [`doctor`] | `collbench doctor`: MPI library, CUDA-awareness and how it was decided, NCCL, GPUs per rank, backends that work |
 //! | [`report`] | table, CSV and JSON output |
 //! | [`app`] | the program: MPI start-up, errors printed once, exit codes |
 #![deny(missing_docs)]
@@ -20,9 +26,15 @@ pub mod allreduce;
 pub mod app;
 pub mod backend;
 pub mod cli;
+pub mod cuda_mpi;
+pub mod doctor;
 pub mod dtype;
 pub mod expected;
+pub mod fastest;
+pub mod halo;
 pub mod nccl;
+pub mod p2p;
+pub mod pack;
 pub mod report;
 pub mod sizes;
 pub mod timing;

@@ -140,7 +140,9 @@ pub enum Evidence {
 impl fmt::Display for Evidence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Evidence::OmpiQuery(v) => write!(f, "Open MPI's MPIX_Query_cuda_support() returned {v}"),
+            Evidence::OmpiQuery(v) => {
+                write!(f, "Open MPI's MPIX_Query_cuda_support() returned {v}")
+            }
             Evidence::MpichQuery(v) => write!(
                 f,
                 "MPICH's MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA) reported {v}"

@@ -8,6 +8,8 @@
 //! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
 //! | [`check`], [`checked`] | argument rules (always on) and checked mode (cross-rank agreement) |
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
+//! | [`cuda_aware`] | whether the MPI library takes device pointers, with the evidence ([`CudaAwareness`]) |
+//! | `backend::{mpi_cuda, mpi_staged}` | `MpiCudaComm` (device pointers to a CUDA-aware MPI) and `MpiStagedComm` (device buffers through pinned host memory and any MPI); with the `nccl` feature, which brings the CUDA driver bindings |
 //! | [`array`] | ndarray arrays as host buffers (feature `ndarray`, on by default) |
 //!
 //! Raw bindings are re-exported: [`mpi`] (rsmpi, whose `mpi::ffi` is the MPI C interface), and with the
@@ -33,10 +35,13 @@ pub mod backend;
 pub mod check;
 pub mod checked;
 pub mod comm;
+pub mod cuda_aware;
 #[cfg(feature = "nccl")]
 pub mod device;
 pub mod element;
 pub mod error;
+#[cfg(feature = "nccl")]
+pub mod halo;
 pub mod op;
 pub mod request;
 
@@ -44,10 +49,15 @@ pub use mpi;
 
 #[cfg(feature = "ndarray")]
 pub use array::{HostArray, HostArrayMut};
+#[cfg(feature = "nccl")]
+pub use backend::mpi_cuda::MpiCudaComm;
 pub use backend::mpi_host::MpiComm;
+#[cfg(feature = "nccl")]
+pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]
 pub use backend::nccl::NcclComm;
 pub use comm::{Buffer, Communicator, Tag};
+pub use cuda_aware::CudaAwareness;
 #[cfg(feature = "nccl")]
 pub use cudarc;
 pub use element::{DType, Element, ElementKind, WireForm};

@@ -148,6 +148,19 @@ pub enum Error {
         /// NVRTC's program log (may be empty, for example for an unknown option).
         log: String,
     },
+
+    /// An MPI call made while decoding a datatype returned an error code (feature `mpi`).
+    #[error("{op}: {call} failed with MPI error {code}: {message}")]
+    Mpi {
+        /// The operation that called MPI.
+        op: &'static str,
+        /// The MPI function.
+        call: &'static str,
+        /// The error code it returned.
+        code: i32,
+        /// `MPI_Error_string` of the code.
+        message: String,
+    },
 }
 
 /// The crate's result type.

@@ -4,6 +4,7 @@
 //! | layer | module | what it does |
 //! |---|---|---|
 //! | constructors | [`construct`] | `contiguous`, `vector`, `hvector`, `subarray` (C/Fortran), array-view strides -> [`Type`] |
+//! | MPI datatypes | `mpi_decode` (feature `mpi`) | a committed MPI derived datatype decoded into a [`Type`] (regular combiners; irregular ones are `Unsupported`) |
 //! | IR | [`ir`] | [`Type`]: strided streams over a dense block, in bytes; defines which bytes are packed, in which order |
 //! | canonical | [`canonical`] | named passes to a fixed point: the same packed bytes with the fewest levels |
 //! | plan | [`plan`] | [`StridedBlock`] (start, block length, counts, strides), word size, [`LaunchShape`] for a CUDA-like grid |
@@ -11,13 +12,16 @@
 //! | fused regions | [`fused`] | many plans (a halo's faces) packed into one buffer: [`fused::Region`], layout, CPU reference |
 //! | code generation | [`codegen`] | CUDA C source of `pack`/`unpack` kernels baked from a [`StridedBlock`] and word size, and fused multi-region kernels |
 //! | GPU | `gpu` (feature `cuda`) | NVRTC compile and cache; `gpu::Packer` and `gpu::FusedPacker` launch on cudarc streams |
+//! | benchmark | `bench` (feature `cuda`) | pack throughput against copy baselines and NVRTC compile times (`collbench pack`) |
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `cuda` | on | the `gpu` module and the `cudarc` dependency. Nothing CUDA is needed to build: `libcuda` and `libnvrtc` are loaded at run time, and their absence is an `Err`, never a panic |
+//! | `cuda` | on | the `gpu` and `bench` modules and the `cudarc` dependency. Nothing CUDA is needed to build: `libcuda` and `libnvrtc` are loaded at run time, and their absence is an `Err`, never a panic |
+//! | `mpi` | off | the `mpi_decode` module and the `mpi` (rsmpi) dependency, which needs an MPI installation at build time |
 //!
-//! Unsafe code is denied crate-wide and allowed only in the `gpu` module, where each block
-//! states its invariant; the CPU modules and the code generator are safe Rust.
+//! Unsafe code is denied crate-wide and allowed only in the `gpu`, `bench` and `mpi_decode`
+//! modules, where each block states its invariant; the CPU modules and the code generator are
+//! safe Rust.
 //!
 //! # Example: one face of a 3-D grid
 //!
@@ -70,6 +74,9 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+#[cfg(feature = "cuda")]
+#[allow(unsafe_code)]
+pub mod bench;
 pub mod canonical;
 pub mod codegen;
 pub mod construct;
@@ -80,6 +87,9 @@ pub mod fused;
 #[allow(unsafe_code)]
 pub mod gpu;
 pub mod ir;
+#[cfg(feature = "mpi")]
+#[allow(unsafe_code)]
+pub mod mpi_decode;
 pub mod plan;
 
 pub use construct::Order;

@@ -2,6 +2,10 @@
 //! construction, teardown, checked mode), `collectives.rs` (the [`Communicator`](crate::Communicator)
 //! implementation), `request.rs` (operations in flight), and `raw.rs` (the library calls' plumbing).
 
+#[cfg(feature = "nccl")]
+pub mod mpi_cuda;
 pub mod mpi_host;
+#[cfg(feature = "nccl")]
+pub mod mpi_staged;
 #[cfg(feature = "nccl")]
 pub mod nccl;

@@ -16,8 +16,8 @@
 
 mod collectives;
 mod comm;
-mod raw;
-mod request;
+pub(crate) mod raw;
+pub(crate) mod request;
 
 pub use comm::MpiComm;
 pub use raw::{count_limit, in_place};

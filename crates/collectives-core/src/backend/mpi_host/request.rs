@@ -11,19 +11,19 @@ use crate::op::ReduceOp;
 use crate::request::Pending;
 
 /// One non-blocking MPI operation on buffers borrowed for `'s`.
-pub(super) struct MpiPending<'s, T: Element> {
-    pub(super) request: ffi::MPI_Request,
-    pub(super) op: &'static str,
+pub(crate) struct MpiPending<'s, T: Element> {
+    pub(crate) request: ffi::MPI_Request,
+    pub(crate) op: &'static str,
     /// For `Avg`: the receive buffer to divide by the number of ranks once complete.
-    pub(super) average: Option<(*mut T, usize, usize)>,
+    pub(crate) average: Option<(*mut T, usize, usize)>,
     /// For receives: the exact number of elements expected.
-    pub(super) expect: Option<usize>,
-    pub(super) done: bool,
-    pub(super) _buffers: PhantomData<&'s mut [T]>,
+    pub(crate) expect: Option<usize>,
+    pub(crate) done: bool,
+    pub(crate) _buffers: PhantomData<&'s mut [T]>,
 }
 
 impl<'s, T: Element> MpiPending<'s, T> {
-    pub(super) fn new(request: ffi::MPI_Request, op: &'static str) -> Self {
+    pub(crate) fn new(request: ffi::MPI_Request, op: &'static str) -> Self {
         MpiPending {
             request,
             op,
@@ -34,14 +34,14 @@ impl<'s, T: Element> MpiPending<'s, T> {
         }
     }
 
-    pub(super) fn average(mut self, reduce: ReduceOp, buf: &mut [T], size: usize) -> Self {
+    pub(crate) fn average(mut self, reduce: ReduceOp, buf: &mut [T], size: usize) -> Self {
         if reduce == ReduceOp::Avg {
             self.average = Some((buf.as_mut_ptr(), buf.len(), size));
         }
         self
     }
 
-    pub(super) fn expect(mut self, n: usize) -> Self {
+    pub(crate) fn expect(mut self, n: usize) -> Self {
         self.expect = Some(n);
         self
     }

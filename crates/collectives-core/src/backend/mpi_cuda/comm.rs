@@ -1,0 +1,462 @@
+//! [`MpiCudaComm`]: construction (with the CUDA-awareness verdict agreed on by every rank), streams,
+//! teardown; and the device choice shared with the staged backend.
+
+use std::ffi::c_int;
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use mpi::ffi;
+
+use super::raw;
+use crate::backend::mpi_host::MpiComm;
+use crate::backend::mpi_staged::{env_bytes, Pool};
+use crate::backend::nccl::cuda_driver_present;
+use crate::comm::Communicator;
+use crate::cuda_aware::{self, CudaAwareness, Vendor};
+use crate::error::{Error, Result};
+use crate::op::ReduceOp;
+
+/// A communicator of the CUDA-aware MPI backend: collectives on device memory (`CudaSlice<T>`
+/// buffers) handed to MPI as device pointers. See the [module documentation](super).
+///
+/// ```no_run
+/// use collectives_core::{Communicator, MpiComm, MpiCudaComm, ReduceOp};
+///
+/// let universe = mpi::initialize().expect("MPI initializes once");
+/// let world = MpiComm::world(&universe)?;
+/// // Refused, naming the evidence, when the MPI is not CUDA-aware.
+/// let comm = MpiCudaComm::from_mpi(&world, None)?;
+/// let mut x = comm.stream().clone_htod(&vec![1.0f32; 1 << 20]).expect("device memory");
+/// comm.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+/// # Ok::<(), collectives_core::Error>(())
+/// ```
+pub struct MpiCudaComm {
+    pub(super) mpi: MpiComm,
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    /// Whether construction was forced past a verdict other than yes.
+    pub(super) forced: bool,
+    /// Whether non-blocking collectives hand device pointers to MPI (else they stage through `pool`).
+    pub(super) nbc_on_device: bool,
+    /// Pinned host buffers for non-blocking collectives staged through host memory.
+    pub(super) pool: Pool,
+}
+
+impl fmt::Debug for MpiCudaComm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MpiCudaComm")
+            .field("rank", &self.mpi.rank())
+            .field("size", &self.mpi.size())
+            .field("device", &self.ctx.ordinal())
+            .field("checked", &self.mpi.checked())
+            .field("forced", &self.forced)
+            .field("nbc_on_device", &self.nbc_on_device)
+            .finish_non_exhaustive()
+    }
+}
+
+/// This rank's index among the ranks of its node (`MPI_Comm_split_type` shared memory), and their
+/// number. Collective over `mpi`.
+///
+/// # Errors
+/// [`Error::Mpi`] from the split.
+pub fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
+    // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split_type overwrites it.
+    let mut local: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid communicator, constants from rsmpi's shim, a valid out-pointer.
+    let rc = unsafe {
+        ffi::MPI_Comm_split_type(
+            mpi.as_raw(),
+            ffi::RSMPI_COMM_TYPE_SHARED,
+            mpi.rank() as c_int,
+            ffi::RSMPI_INFO_NULL,
+            &mut local,
+        )
+    };
+    crate::backend::mpi_host::raw::check("node_local", rc)?;
+    // SAFETY: `local` was just created for this rank and is owned by nobody else.
+    let local = unsafe { MpiComm::from_raw(local) }?.with_checked(false);
+    Ok((local.rank(), local.size()))
+}
+
+/// Why this process cannot use a GPU: no CUDA driver, or no device; `None` when it can. Never panics.
+pub fn cuda_unavailable() -> Option<String> {
+    if !cuda_driver_present() {
+        return Some("no CUDA driver (libcuda could not be opened)".to_string());
+    }
+    match CudaContext::device_count() {
+        Ok(n) if n > 0 => None,
+        Ok(_) => Some("the CUDA driver sees no device".to_string()),
+        Err(e) => Some(format!("the CUDA driver cannot list devices: {e}")),
+    }
+}
+
+/// A new stream on `device`, or on the GPU of this rank's node-local index (round robin when a node
+/// has more ranks than GPUs: MPI, unlike NCCL, lets ranks share a GPU). Collective over `mpi` (the
+/// node-local split).
+pub(crate) fn local_stream(
+    op: &'static str,
+    mpi: &MpiComm,
+    device: Option<usize>,
+) -> Result<Arc<CudaStream>> {
+    let (local_rank, _) = node_local(mpi)?;
+    if let Some(why) = cuda_unavailable() {
+        return Err(Error::Unavailable {
+            what: "a GPU",
+            message: why,
+        });
+    }
+    let count = CudaContext::device_count()
+        .map_err(|e| raw::cuda(op, e))?
+        .max(0) as usize;
+    let device = device.unwrap_or(local_rank % count.max(1));
+    if device >= count {
+        return Err(Error::invalid(
+            op,
+            format!("device {device} does not exist ({count} GPU(s) visible)"),
+        ));
+    }
+    let ctx = CudaContext::new(device).map_err(|e| raw::cuda(op, e))?;
+    ctx.bind_to_thread().map_err(|e| raw::cuda(op, e))?;
+    ctx.new_stream().map_err(|e| raw::cuda(op, e))
+}
+
+/// Agree over `mpi` whether every rank's `local` is `Ok`: a rank's own error comes back as it is, and
+/// ranks whose part went well learn that another rank's did not.
+pub(crate) fn agree_setup<R>(op: &'static str, mpi: &MpiComm, local: Result<R>) -> Result<R> {
+    let ok = [u8::from(local.is_ok())];
+    let mut all = [0u8];
+    mpi.all_reduce(&ok[..], &mut all[..], ReduceOp::Min)?;
+    let value = local?;
+    if all[0] == 0 {
+        return Err(Error::invalid(
+            op,
+            "another rank could not set up its side (see its error)",
+        ));
+    }
+    Ok(value)
+}
+
+/// Where the device of an [`MpiCudaBuilder`] comes from.
+#[derive(Debug)]
+enum Place {
+    Stream(Arc<CudaStream>),
+    Device(Option<usize>),
+}
+
+/// Options of an [`MpiCudaComm`]; [`MpiCudaComm::builder`] makes one.
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct MpiCudaBuilder<'m> {
+    mpi: &'m MpiComm,
+    place: Place,
+    force: bool,
+    nbc_on_device: Option<bool>,
+}
+
+/// Whether the non-blocking collectives of an MPI of this family take device buffers. Open MPI's
+/// CUDA support covers point-to-point and blocking collectives only (its documentation says so for
+/// the non-blocking ones); MPICH (with its GPU support) and MVAPICH2-GDR take them; for others the
+/// safe answer is no.
+pub fn nonblocking_collectives_on_device(vendor: Vendor) -> bool {
+    matches!(vendor, Vendor::Mpich | Vendor::Mvapich)
+}
+
+impl MpiCudaBuilder<'_> {
+    /// Enqueue ordering on `stream` (and use its device) instead of a new stream.
+    pub fn stream(mut self, stream: Arc<CudaStream>) -> Self {
+        self.place = Place::Stream(stream);
+        self
+    }
+
+    /// Use a new stream on `device` instead of the GPU of the node-local rank.
+    pub fn device(mut self, device: usize) -> Self {
+        self.place = Place::Device(Some(device));
+        self
+    }
+
+    /// Hand device pointers to MPI even when detection does not say it is CUDA-aware (`true`), for
+    /// MPIs whose awareness cannot be detected. With an MPI that is not CUDA-aware the first operation
+    /// crashes the process.
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+
+    /// Whether `i_all_reduce`, `i_broadcast` and `i_all_gather` hand device pointers to MPI (`true`)
+    /// or stage through pinned host memory and MPI's non-blocking collective on it (`false`). The
+    /// default follows the MPI's family ([`nonblocking_collectives_on_device`]); point-to-point and
+    /// blocking collectives always take device pointers. Every rank must pass the same value.
+    pub fn device_nonblocking_collectives(mut self, on: bool) -> Self {
+        self.nbc_on_device = Some(on);
+        self
+    }
+
+    /// Make the communicator. Collective over the MPI communicator.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] (`what: "a CUDA-aware MPI"`) naming the detection's evidence when the
+    /// MPI is not known to be CUDA-aware and `force` is off, or without a CUDA driver or GPU;
+    /// [`Error::InvalidArgument`] for a device that does not exist, and on the ranks whose own part
+    /// went well when another rank's did not; [`Error::Mpi`] and [`Error::Cuda`] from the libraries.
+    pub fn build(self) -> Result<MpiCudaComm> {
+        const OP: &str = "mpi_cuda";
+        let _span = tracing::debug_span!("mpi_cuda_new").entered();
+        let mpi = self.mpi.dup()?;
+        // The node-local split is collective: made on every rank before anything can fail locally.
+        let stream = match self.place {
+            Place::Stream(s) => Ok(s),
+            Place::Device(d) => local_stream(OP, &mpi, d),
+        };
+        let local = verdict(self.force).and_then(|forced| stream.map(|s| (forced, s)));
+        let (forced, stream) = agree_setup(OP, &mpi, local)?;
+        let ctx = stream.context().clone();
+        ctx.bind_to_thread().map_err(|e| raw::cuda(OP, e))?;
+        let vendor = cuda_aware::detect()?.facts.vendor();
+        Ok(MpiCudaComm {
+            mpi,
+            pool: Pool::new(
+                ctx.clone(),
+                env_bytes(
+                    crate::backend::mpi_staged::POOL_ENV,
+                    crate::backend::mpi_staged::DEFAULT_POOL_BYTES,
+                ),
+            ),
+            ctx,
+            stream,
+            forced,
+            nbc_on_device: self
+                .nbc_on_device
+                .unwrap_or_else(|| nonblocking_collectives_on_device(vendor)),
+        })
+    }
+}
+
+/// Whether this process may hand device pointers to MPI: `Ok(false)` when detection says yes,
+/// `Ok(true)` when forced past another verdict, else the refusal naming the evidence.
+fn verdict(force: bool) -> Result<bool> {
+    let detection = cuda_aware::detect()?;
+    match (&detection.awareness, force) {
+        (CudaAwareness::Yes { .. }, _) => Ok(false),
+        (_, true) => Ok(true),
+        (other, false) => Err(refusal(other)),
+    }
+}
+
+/// The error of a construction refused because of `awareness`.
+pub(crate) fn refusal(awareness: &CudaAwareness) -> Error {
+    let why = match awareness {
+        CudaAwareness::No { reason } => format!("the MPI library is not CUDA-aware: {reason}"),
+        _ => format!(
+            "cannot tell whether the MPI library is CUDA-aware: {awareness}; force(true) if it is"
+        ),
+    };
+    Error::Unavailable {
+        what: "a CUDA-aware MPI",
+        message: format!(
+            "{why}. Device buffers can go through MpiStagedComm (pinned host memory) or NcclComm instead"
+        ),
+    }
+}
+
+impl MpiCudaComm {
+    /// A CUDA-aware MPI communicator over the ranks of `mpi`, ordering on `stream` (whose device the
+    /// buffers must live on). Collective over `mpi`.
+    ///
+    /// # Errors
+    /// As [`MpiCudaBuilder::build`].
+    pub fn new(mpi: &MpiComm, stream: Arc<CudaStream>) -> Result<Self> {
+        Self::builder(mpi).stream(stream).build()
+    }
+
+    /// A CUDA-aware MPI communicator over the ranks of `mpi` on `device`, or on the GPU of this rank's
+    /// node-local index, with a new stream. Collective over `mpi`.
+    ///
+    /// # Errors
+    /// As [`MpiCudaBuilder::build`].
+    pub fn from_mpi(mpi: &MpiComm, device: Option<usize>) -> Result<Self> {
+        let builder = Self::builder(mpi);
+        match device {
+            Some(d) => builder.device(d),
+            None => builder,
+        }
+        .build()
+    }
+
+    /// Options for a communicator over the ranks of `mpi`: by default a new stream on the GPU of the
+    /// node-local rank, not forced.
+    pub fn builder(mpi: &MpiComm) -> MpiCudaBuilder<'_> {
+        MpiCudaBuilder {
+            mpi,
+            place: Place::Device(None),
+            force: false,
+            nbc_on_device: None,
+        }
+    }
+
+    /// The stream the communicator orders its device accesses on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The CUDA context (device) of this communicator.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The MPI communicator underneath (host operations, raw handle, tag bound).
+    pub fn mpi(&self) -> &MpiComm {
+        &self.mpi
+    }
+
+    /// Whether construction was forced past a verdict other than yes.
+    pub fn forced(&self) -> bool {
+        self.forced
+    }
+
+    /// Whether non-blocking collectives hand device pointers to MPI (else they stage through pinned
+    /// host memory); see [`MpiCudaBuilder::device_nonblocking_collectives`].
+    pub fn device_nonblocking_collectives(&self) -> bool {
+        self.nbc_on_device
+    }
+
+    /// Switch checked mode on or off (overrides `COLLECTIVES_CHECK`); every rank must agree.
+    #[must_use]
+    pub fn with_checked(mut self, on: bool) -> Self {
+        self.mpi.set_checked(on);
+        self
+    }
+
+    /// Wait until the work enqueued on the communicator's stream so far is complete.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| raw::cuda("synchronize", e))
+    }
+
+    /// Free the communicator after the stream's work completes, reporting errors.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from the wait; [`Error::Mpi`] from `MPI_Comm_free`.
+    pub fn finalize(self) -> Result<()> {
+        self.synchronize()?;
+        self.mpi.finalize()
+    }
+
+    /// `buf` must live on this communicator's device.
+    pub(super) fn on_device<T>(
+        &self,
+        op: &'static str,
+        name: &str,
+        buf: &CudaSlice<T>,
+    ) -> Result<()> {
+        let (mine, theirs) = (self.ctx.ordinal(), buf.ordinal());
+        if mine == theirs {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                op,
+                format!("{name} is on device {theirs} but the communicator is on device {mine}"),
+            ))
+        }
+    }
+
+    /// Where cudarc does not track a buffer's uses (event tracking off, or a single stream in its
+    /// context), taking it on the communicator's stream does not order the work of the buffer's own
+    /// stream before it: wait for those streams here.
+    pub(super) fn foreign(&self, op: &'static str, streams: &[&Arc<CudaStream>]) -> Result<()> {
+        for s in streams {
+            // The buffer's own context decides whether taking it on our stream waits for its writes.
+            if !Arc::ptr_eq(s, &self.stream) && !s.context().is_managing_stream_synchronization() {
+                s.synchronize().map_err(|e| raw::cuda(op, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for the communicator's stream: called after the buffers were taken on it (which orders
+    /// their producers on other streams before it) and before MPI reads or writes them.
+    pub(super) fn sync(&self, op: &'static str) -> Result<()> {
+        self.stream.synchronize().map_err(|e| raw::cuda(op, e))
+    }
+
+    /// The second half of an average: the sum MPI computed, divided by the number of ranks, through
+    /// host memory.
+    pub(super) fn finish_avg<T: crate::element::Element>(
+        &self,
+        op: &'static str,
+        red: ReduceOp,
+        buf: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        if red != ReduceOp::Avg || buf.is_empty() {
+            return Ok(());
+        }
+        let mut host = crate::device::download(&self.stream, buf)?;
+        T::divide_all(&mut host, self.mpi.size());
+        crate::device::copy_to_device(&self.stream, &host, buf)?;
+        self.sync(op)
+    }
+
+    /// A communicator for a new MPI communicator of some of these ranks, on the same stream.
+    pub(super) fn derived(&self, mpi: MpiComm) -> MpiCudaComm {
+        MpiCudaComm {
+            mpi,
+            ctx: self.ctx.clone(),
+            stream: self.stream.clone(),
+            forced: self.forced,
+            nbc_on_device: self.nbc_on_device,
+            pool: Pool::new(self.ctx.clone(), self.pool.limit()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda_aware::Evidence;
+
+    #[test]
+    fn refusals_name_the_evidence() {
+        let e = refusal(&CudaAwareness::No {
+            reason: Evidence::OmpiQuery(0),
+        });
+        match &e {
+            Error::Unavailable { what, message } => {
+                assert_eq!(*what, "a CUDA-aware MPI");
+                assert!(
+                    message.contains(
+                        "not CUDA-aware: Open MPI's MPIX_Query_cuda_support() returned 0"
+                    ),
+                    "{message}"
+                );
+                assert!(message.contains("MpiStagedComm"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = refusal(&CudaAwareness::Unknown).to_string();
+        assert!(
+            e.contains("cannot tell") && e.contains("force(true)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn open_mpi_stages_its_nonblocking_collectives() {
+        assert!(!nonblocking_collectives_on_device(Vendor::OpenMpi));
+        assert!(!nonblocking_collectives_on_device(Vendor::CrayMpich));
+        assert!(!nonblocking_collectives_on_device(Vendor::Other));
+        assert!(nonblocking_collectives_on_device(Vendor::Mpich));
+        assert!(nonblocking_collectives_on_device(Vendor::Mvapich));
+    }
+
+    #[test]
+    fn no_gpu_is_an_answer_not_a_panic() {
+        if let Some(why) = cuda_unavailable() {
+            assert!(!why.is_empty());
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! A CUDA-aware MPI on device memory (cudarc [`CudaSlice`](cudarc::driver::CudaSlice) buffers).
+//!
+//! - **Construction** ([`MpiCudaComm::new`], [`MpiCudaComm::from_mpi`], [`MpiCudaComm::builder`]) is
+//!   collective: it duplicates the MPI communicator, asks [`crate::cuda_aware::detect`] whether the MPI
+//!   takes device pointers, and refuses with [`Error::Unavailable`](crate::Error::Unavailable) naming
+//!   the evidence when it does not (or cannot tell), on every rank, unless the caller forces it
+//!   ([`MpiCudaBuilder::force`]). Handing device pointers to an MPI that is not CUDA-aware crashes the
+//!   process, so forcing is for MPIs whose awareness cannot be detected.
+//! - **Stream order**: MPI knows nothing of CUDA streams. Before MPI touches device memory, every
+//!   buffer is taken on the communicator's stream (so cudarc orders the buffers' producers on other
+//!   streams before it) and that stream is synchronized; a buffer whose own stream is another one while
+//!   cudarc's event tracking is off has its stream synchronized too. Blocking operations are complete
+//!   when they return; non-blocking ones when their [`Request`](crate::Request) is waited for.
+//! - **Elements**: MPI's own datatypes, so complex numbers use MPI's complex types and `Prod` of
+//!   complex numbers is allowed ([`BackendKind::MpiCuda`](crate::BackendKind::MpiCuda)); `f16`/`bf16`
+//!   move as 16-bit words and cannot be reduced. `Avg` of floats is an MPI sum followed by a division
+//!   through host memory (a download, a division, an upload): correct but a round trip; for speed,
+//!   reduce with `Sum` and scale in your own kernel.
+//! - **Non-blocking**: `i_send`/`i_recv` hand device pointers to MPI. `i_all_reduce`, `i_broadcast`
+//!   and `i_all_gather` do too where the MPI takes device buffers in non-blocking collectives (MPICH,
+//!   MVAPICH2-GDR); with Open MPI, whose CUDA support covers point-to-point and blocking collectives
+//!   only, and with MPIs not known to, they copy to pinned host memory, start MPI's non-blocking
+//!   collective there, and copy the result back when waited for
+//!   ([`MpiCudaBuilder::device_nonblocking_collectives`] overrides the choice).
+//! - **Memory**: any `CudaSlice<T>` works. cudarc takes it from CUDA's stream-ordered pool where the
+//!   device has one, and pool memory cannot be exported with legacy CUDA IPC (`cuIpcGetMemHandle`),
+//!   which Open MPI's shared-memory transport uses for large messages between GPUs of a node: they
+//!   then take a slower path. [`IpcBuffer`] allocates with `cuMemAlloc`, which it can map.
+//! - **Arguments, counts, checked mode**: exactly as [`MpiComm`](crate::MpiComm), through the same
+//!   helpers, plus a check that every buffer lives on the communicator's device.
+
+mod collectives;
+mod comm;
+mod raw;
+mod request;
+
+pub(crate) use comm::{agree_setup, local_stream};
+pub use comm::{
+    cuda_unavailable, node_local, nonblocking_collectives_on_device, MpiCudaBuilder, MpiCudaComm,
+};
+pub(crate) use raw::cuda as raw_cuda;
+pub use raw::IpcBuffer;

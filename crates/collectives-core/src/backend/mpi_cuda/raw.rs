@@ -1,0 +1,188 @@
+//! Plumbing for device pointers handed to MPI: addresses, the stream they are ordered on, CUDA errors.
+//! Datatypes, operations, counts and MPI error codes come from the host backend's `raw` module.
+
+use std::borrow::{Borrow, BorrowMut};
+use std::ffi::c_void;
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use cudarc::driver::{result, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+
+use crate::backend::mpi_host::raw as host;
+use crate::element::Element;
+use crate::error::{Error, Result};
+
+/// A cudarc driver error as ours.
+pub(crate) fn cuda(op: &'static str, e: cudarc::driver::DriverError) -> Error {
+    Error::Cuda {
+        op,
+        message: e.to_string(),
+    }
+}
+
+/// The address MPI gets for an empty buffer: a host address that is never read or written (MPI does
+/// not touch a buffer with a zero count), never a sentinel such as `MPI_IN_PLACE`.
+fn empty() -> *mut c_void {
+    host::ptr::<u8>(&[]).cast_mut()
+}
+
+/// The device address of `buf` for MPI to read, taken on `stream`: cudarc makes `stream` wait for the
+/// buffer's earlier writes on other streams, and records this read when the guard drops.
+pub(crate) fn dptr<'a, T>(
+    buf: &'a CudaSlice<T>,
+    stream: &'a CudaStream,
+) -> (*const c_void, SyncOnDrop<'a>) {
+    if buf.is_empty() {
+        return (empty().cast_const(), SyncOnDrop::Sync(None));
+    }
+    let (p, guard) = buf.device_ptr(stream);
+    (p as usize as *const c_void, guard)
+}
+
+/// The device address of `buf` for MPI to write, taken on `stream` (as [`dptr`], waiting also for
+/// earlier reads).
+pub(crate) fn dptr_mut<'a, T>(
+    buf: &'a mut CudaSlice<T>,
+    stream: &'a CudaStream,
+) -> (*mut c_void, SyncOnDrop<'a>) {
+    if buf.is_empty() {
+        return (empty(), SyncOnDrop::Sync(None));
+    }
+    let (p, guard) = buf.device_ptr_mut(stream);
+    (p as usize as *mut c_void, guard)
+}
+
+/// Device memory from `cuMemAlloc`, which a CUDA-aware MPI can map into a peer process (CUDA IPC),
+/// as a `CudaSlice<T>` for every backend.
+///
+/// cudarc allocates from CUDA's stream-ordered pool where the device has one, and pool memory cannot
+/// be exported with the legacy `cuIpcGetMemHandle` that Open MPI's shared-memory transport uses for
+/// large messages: there the MPI falls back to a slower path (and may say so). Buffers made here
+/// can take the fast one. Allocating and freeing synchronize the device (as `cuMemAlloc`/`cuMemFree`
+/// do): make them once, reuse them.
+///
+/// ```no_run
+/// use collectives_core::backend::mpi_cuda::IpcBuffer;
+/// use collectives_core::{Communicator, MpiComm, MpiCudaComm};
+///
+/// let universe = mpi::initialize().expect("MPI initializes once");
+/// let comm = MpiCudaComm::from_mpi(&MpiComm::world(&universe)?, None)?;
+/// let mut buf = IpcBuffer::<f32>::zeros(comm.stream(), 16 << 20)?;
+/// if comm.rank() == 0 {
+///     comm.send(&buf, 1, 0)?;
+/// } else if comm.rank() == 1 {
+///     comm.recv(&mut buf, 0, 0)?;
+/// }
+/// # Ok::<(), collectives_core::Error>(())
+/// ```
+pub struct IpcBuffer<T> {
+    slice: ManuallyDrop<CudaSlice<T>>,
+}
+
+impl<T> fmt::Debug for IpcBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IpcBuffer")
+            .field("len", &self.slice.len())
+            .field("device", &self.slice.ordinal())
+            .finish()
+    }
+}
+
+impl<T: Element> IpcBuffer<T> {
+    /// `len` zeroed elements on `stream`'s device, ordered on `stream`.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when allocating fails; [`Error::CountOverflow`] for an impossible size.
+    pub fn zeros(stream: &Arc<CudaStream>, len: usize) -> Result<Self> {
+        const OP: &str = "ipc_alloc";
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or(Error::CountOverflow {
+                op: OP,
+                count: len,
+                limit: usize::MAX / std::mem::size_of::<T>().max(1),
+            })?;
+        stream.context().bind_to_thread().map_err(|e| cuda(OP, e))?;
+        // CUDA refuses empty allocations: an empty buffer keeps one byte it never uses.
+        // SAFETY: a plain allocation of at least one byte in the context bound above.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| cuda(OP, e))?;
+        // SAFETY: `ptr` addresses `bytes.max(1)` bytes just allocated, that nothing else uses.
+        if let Err(e) = unsafe { result::memset_d8_sync(ptr, 0, bytes.max(1)) } {
+            // SAFETY: allocated above, never handed out, freed once.
+            let _ = unsafe { result::free_sync(ptr) };
+            return Err(cuda(OP, e));
+        }
+        // SAFETY: `ptr` is a live allocation of at least `len * size_of::<T>()` zeroed bytes (a valid
+        // `T` each: elements are Pod), owned from here by the slice, which this buffer keeps from
+        // freeing it with the pool's free (see Drop).
+        let slice = unsafe { stream.upgrade_device_ptr::<T>(ptr, len) };
+        Ok(IpcBuffer {
+            slice: ManuallyDrop::new(slice),
+        })
+    }
+
+    /// A copy of `host` on `stream`'s device.
+    ///
+    /// # Errors
+    /// As [`zeros`](Self::zeros), and [`Error::Cuda`] when the copy fails.
+    pub fn upload(stream: &Arc<CudaStream>, host: &[T]) -> Result<Self> {
+        let mut buf = Self::zeros(stream, host.len())?;
+        crate::device::copy_to_device(stream, host, &mut buf)?;
+        Ok(buf)
+    }
+}
+
+impl<T> Deref for IpcBuffer<T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        &self.slice
+    }
+}
+
+impl<T> DerefMut for IpcBuffer<T> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.slice
+    }
+}
+
+impl<T> Borrow<CudaSlice<T>> for IpcBuffer<T> {
+    fn borrow(&self) -> &CudaSlice<T> {
+        &self.slice
+    }
+}
+
+impl<T> BorrowMut<CudaSlice<T>> for IpcBuffer<T> {
+    fn borrow_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.slice
+    }
+}
+
+impl<T> Drop for IpcBuffer<T> {
+    fn drop(&mut self) {
+        // SAFETY: the slice is taken once, here, and never used again.
+        let slice = unsafe { ManuallyDrop::take(&mut self.slice) };
+        let stream = slice.stream().clone();
+        // `leak` makes the stream wait for the slice's recorded uses and hands the pointer back.
+        let ptr = slice.leak();
+        // Errors cannot be reported from a drop; a failed wait still frees (cuMemFree waits too).
+        let _ = stream.synchronize();
+        let _ = stream.context().bind_to_thread();
+        // SAFETY: `ptr` came from `cuMemAlloc` in `zeros`, its uses are complete (stream waited
+        // for), and it is freed once.
+        let _ = unsafe { result::free_sync(ptr) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_buffers_point_at_host_memory_that_is_no_sentinel() {
+        let p = empty();
+        assert!(!p.is_null());
+        assert_ne!(p, host::in_place());
+    }
+}

@@ -1,0 +1,41 @@
+//! Operations in flight: an `MPI_Request` on device buffers, and an average's division once complete.
+
+use cudarc::driver::CudaSlice;
+
+use super::comm::MpiCudaComm;
+use crate::backend::mpi_host::request::MpiPending;
+use crate::element::Element;
+use crate::error::Result;
+use crate::op::ReduceOp;
+use crate::request::Pending;
+
+/// One non-blocking MPI operation on device buffers borrowed for `'s`.
+pub(super) struct CudaPending<'s, T: Element> {
+    /// The MPI request (with the received-count check of receives).
+    pub(super) inner: MpiPending<'s, T>,
+    /// For `Avg`: the communicator and the receive buffer whose sum is divided once complete.
+    pub(super) average: Option<(&'s MpiCudaComm, &'s mut CudaSlice<T>)>,
+}
+
+impl<T: Element> CudaPending<'_, T> {
+    fn finish(&mut self) -> Result<()> {
+        match self.average.take() {
+            Some((comm, buf)) => comm.finish_avg(self.inner.op, ReduceOp::Avg, buf),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<T: Element> Pending for CudaPending<'_, T> {
+    fn wait(&mut self) -> Result<()> {
+        self.inner.wait()?;
+        self.finish()
+    }
+
+    fn test(&mut self) -> Result<bool> {
+        if !self.inner.test()? {
+            return Ok(false);
+        }
+        self.finish().map(|()| true)
+    }
+}

@@ -1,0 +1,238 @@
+//! [`MpiStagedComm`]: construction, the chunk size and pool of pinned buffers, teardown.
+
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+
+use super::raw::{self, Lease, Pool};
+use crate::backend::mpi_cuda::{agree_setup, local_stream, raw_cuda as cuda};
+use crate::backend::mpi_host::MpiComm;
+use crate::comm::Communicator;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::op::ReduceOp;
+
+/// A communicator of the staged backend: device buffers (`CudaSlice<T>`) copied to pinned host memory,
+/// through the host MPI, and back. Works with any MPI, CUDA-aware or not. See the
+/// [module documentation](super).
+///
+/// ```no_run
+/// use collectives_core::{Communicator, MpiComm, MpiStagedComm, ReduceOp};
+///
+/// let universe = mpi::initialize().expect("MPI initializes once");
+/// let world = MpiComm::world(&universe)?;
+/// let comm = MpiStagedComm::from_mpi(&world, None)?;
+/// let mut x = comm.stream().clone_htod(&vec![1.0f32; 1 << 20]).expect("device memory");
+/// comm.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+/// # Ok::<(), collectives_core::Error>(())
+/// ```
+pub struct MpiStagedComm {
+    /// Checked-mode agreement (checked as the caller asks).
+    pub(super) mpi: MpiComm,
+    /// The host collectives on the pinned buffers (never checked: agreement is made through `mpi`).
+    pub(super) host: MpiComm,
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    /// Elements of an all-reduce move in chunks of this many bytes, pipelined.
+    pub(super) chunk_bytes: usize,
+    pub(super) pool: Pool,
+}
+
+impl fmt::Debug for MpiStagedComm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MpiStagedComm")
+            .field("rank", &self.mpi.rank())
+            .field("size", &self.mpi.size())
+            .field("device", &self.ctx.ordinal())
+            .field("checked", &self.mpi.checked())
+            .field("chunk_bytes", &self.chunk_bytes)
+            .field("pool_limit", &self.pool.limit())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MpiStagedComm {
+    /// A staged communicator over the ranks of `mpi`, copying on `stream` (whose device the buffers
+    /// must live on). Collective over `mpi`.
+    ///
+    /// The chunk size of pipelined all-reduces is `COLLECTIVES_STAGED_CHUNK` bytes (default 4 MiB; the
+    /// smallest value over the ranks, so that all split alike), the pool keeps at most
+    /// `COLLECTIVES_STAGED_POOL` bytes of pinned memory between operations (default 1 GiB).
+    ///
+    /// # Errors
+    /// [`Error::Mpi`] from duplicating `mpi`; [`Error::InvalidArgument`] on the ranks whose own part
+    /// went well when another rank's did not.
+    pub fn new(mpi: &MpiComm, stream: Arc<CudaStream>) -> Result<Self> {
+        Self::make(mpi, Ok(stream))
+    }
+
+    /// A staged communicator over the ranks of `mpi` on `device`, or on the GPU of this rank's
+    /// node-local index (round robin when a node has more ranks than GPUs), with a new stream.
+    /// Collective over `mpi`.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] without a CUDA driver or GPU; [`Error::InvalidArgument`] for a device
+    /// that does not exist; as [`new`](Self::new).
+    pub fn from_mpi(mpi: &MpiComm, device: Option<usize>) -> Result<Self> {
+        let stream = local_stream("mpi_staged", mpi, device);
+        Self::make(mpi, stream)
+    }
+
+    fn make(mpi: &MpiComm, stream: Result<Arc<CudaStream>>) -> Result<Self> {
+        const OP: &str = "mpi_staged";
+        let _span = tracing::debug_span!("mpi_staged_new").entered();
+        let dup = mpi.dup()?;
+        let host = dup.dup()?.with_checked(false);
+        let stream = agree_setup(OP, &dup, stream)?;
+        let mut chunk = [raw::env_bytes(raw::CHUNK_ENV, raw::DEFAULT_CHUNK_BYTES) as u64];
+        host.all_reduce_in_place(&mut chunk[..], ReduceOp::Min)?;
+        let ctx = stream.context().clone();
+        ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
+        Ok(MpiStagedComm {
+            mpi: dup,
+            host,
+            pool: Pool::new(
+                ctx.clone(),
+                raw::env_bytes(raw::POOL_ENV, raw::DEFAULT_POOL_BYTES),
+            ),
+            ctx,
+            stream,
+            chunk_bytes: chunk[0] as usize,
+        })
+    }
+
+    /// The stream the copies are enqueued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The CUDA context (device) of this communicator.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The MPI communicator underneath (host operations, raw handle).
+    pub fn mpi(&self) -> &MpiComm {
+        &self.mpi
+    }
+
+    /// Switch checked mode on or off (overrides `COLLECTIVES_CHECK`); every rank must agree.
+    #[must_use]
+    pub fn with_checked(mut self, on: bool) -> Self {
+        self.mpi.set_checked(on);
+        self
+    }
+
+    /// Pipeline all-reduces in chunks of `bytes` (at least one element); every rank must pass the same
+    /// value. Copies of chunk `k + 1` overlap MPI's work on chunk `k`: too small a chunk pays MPI's
+    /// per-call cost many times, too large a one overlaps little. The default (4 MiB) is a starting
+    /// point; measure on the target machine (`collbench allreduce --backend mpi-staged` with
+    /// `COLLECTIVES_STAGED_CHUNK` set).
+    #[must_use]
+    pub fn with_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes.max(1);
+        self
+    }
+
+    /// The chunk size of pipelined all-reduces, in bytes.
+    pub fn chunk_bytes(&self) -> usize {
+        self.chunk_bytes
+    }
+
+    /// Keep at most `bytes` of pinned host memory for reuse between operations.
+    #[must_use]
+    pub fn with_pool_bytes(self, bytes: usize) -> Self {
+        self.pool.set_limit(bytes);
+        self
+    }
+
+    /// Pinned host memory held for reuse now, in bytes.
+    pub fn pooled_bytes(&self) -> usize {
+        self.pool.held()
+    }
+
+    /// Wait until the work enqueued on the communicator's stream so far is complete.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`].
+    pub fn synchronize(&self) -> Result<()> {
+        self.sync("synchronize")
+    }
+
+    /// Free the communicator after the stream's work completes, reporting errors.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from the wait; [`Error::Mpi`] from `MPI_Comm_free`.
+    pub fn finalize(self) -> Result<()> {
+        self.synchronize()?;
+        let MpiStagedComm { mpi, host, .. } = self;
+        host.finalize()?;
+        mpi.finalize()
+    }
+
+    pub(super) fn sync(&self, op: &'static str) -> Result<()> {
+        self.stream.synchronize().map_err(|e| cuda(op, e))
+    }
+
+    /// `buf` must live on this communicator's device.
+    pub(super) fn on_device<T>(
+        &self,
+        op: &'static str,
+        name: &str,
+        buf: &CudaSlice<T>,
+    ) -> Result<()> {
+        let (mine, theirs) = (self.ctx.ordinal(), buf.ordinal());
+        if mine == theirs {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                op,
+                format!("{name} is on device {theirs} but the communicator is on device {mine}"),
+            ))
+        }
+    }
+
+    /// A pinned host buffer of `len` elements.
+    pub(super) fn lease<T: Element>(&self, op: &'static str, len: usize) -> Result<Lease<'_, T>> {
+        self.pool.lease(op, len)
+    }
+
+    /// Copy `dev` into `host` and wait for the copy.
+    pub(super) fn stage_in<T: Element>(
+        &self,
+        op: &'static str,
+        dev: &CudaSlice<T>,
+        host: &mut [T],
+    ) -> Result<()> {
+        raw::stage_in(op, &self.stream, dev, host)
+    }
+
+    /// Copy `host` into `dev` and wait for the copy.
+    pub(super) fn stage_out<T: Element>(
+        &self,
+        op: &'static str,
+        host: &[T],
+        dev: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        raw::stage_out(op, &self.stream, host, dev)
+    }
+
+    /// See [`raw::foreign`].
+    pub(super) fn foreign<T>(&self, op: &'static str, buf: &CudaSlice<T>) -> Result<()> {
+        raw::foreign(op, &self.stream, buf)
+    }
+
+    /// A communicator for a new MPI communicator of some of these ranks, on the same stream.
+    pub(super) fn derived(&self, mpi: MpiComm) -> Result<MpiStagedComm> {
+        let host = mpi.dup()?.with_checked(false);
+        Ok(MpiStagedComm {
+            mpi,
+            host,
+            ctx: self.ctx.clone(),
+            stream: self.stream.clone(),
+            chunk_bytes: self.chunk_bytes,
+            pool: Pool::new(self.ctx.clone(), self.pool.limit()),
+        })
+    }
+}

@@ -1,0 +1,30 @@
+//! Device memory (cudarc [`CudaSlice`](cudarc::driver::CudaSlice) buffers) through pinned host memory
+//! and the host MPI: the path for MPIs that are not CUDA-aware, and the baseline that shows what
+//! staging costs.
+//!
+//! - **Construction** ([`MpiStagedComm::new`], [`MpiStagedComm::from_mpi`]) is collective; it needs a
+//!   CUDA driver and a GPU, not a CUDA-aware MPI.
+//! - **Each operation** copies its device inputs into pinned host buffers on the communicator's stream,
+//!   waits, runs the host backend's operation on them ([`MpiComm`](crate::MpiComm): the same argument
+//!   rules, counts and MPI datatypes, so complex `Prod` is allowed:
+//!   [`BackendKind::MpiStaged`](crate::BackendKind::MpiStaged)), copies the results back and waits.
+//!   Blocking operations are complete on return; non-blocking ones copy back when waited for.
+//! - **Pipelining**: all-reduces move in chunks of [`MpiStagedComm::chunk_bytes`] (default 4 MiB,
+//!   `COLLECTIVES_STAGED_CHUNK`): the copy of chunk `k + 1` to the host overlaps MPI's reduction of
+//!   chunk `k`, and the copy of chunk `k` back overlaps the reduction of chunk `k + 1`.
+//! - **Pinned memory** is cacheable (not write-combined, which the CPU reads slowly) and pooled: a
+//!   lease per buffer, returned when the operation completes; the pool keeps up to
+//!   `COLLECTIVES_STAGED_POOL` bytes (default 1 GiB, [`MpiStagedComm::with_pool_bytes`]).
+//! - **Stream order**: copies are enqueued on the communicator's stream, where cudarc orders them
+//!   after the buffers' producers on other streams; with cudarc's event tracking off, a buffer of
+//!   another stream has that stream synchronized first.
+
+mod collectives;
+mod comm;
+mod raw;
+mod request;
+
+pub use comm::MpiStagedComm;
+pub(crate) use raw::{env_bytes, stage_in, Lease, Pool};
+pub use raw::{parse_bytes, CHUNK_ENV, DEFAULT_CHUNK_BYTES, DEFAULT_POOL_BYTES, POOL_ENV};
+pub(crate) use request::StagedPending;

@@ -1,0 +1,955 @@
+//! The geometry of a halo exchange, on the CPU: the process grid, the neighbours, the regions each
+//! rank sends and receives, the messages, and a reference for what every ghost cell must hold.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use datatype_pack::construct::{subarray, Order};
+use datatype_pack::fused::Region;
+use datatype_pack::StridedBlock;
+
+use crate::error::{Error, Result};
+
+/// Which neighbours a rank exchanges with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Neighbours {
+    /// The 6 face neighbours (`±x`, `±y`, `±z`): ghost cells across faces only; the edge and
+    /// corner ghost cells are left as they are.
+    Faces,
+    /// All 26 neighbours (faces, edges and corners): every ghost cell is filled.
+    All,
+}
+
+impl Neighbours {
+    /// Number of directions: 6 or 26.
+    pub const fn count(self) -> usize {
+        match self {
+            Neighbours::Faces => 6,
+            Neighbours::All => 26,
+        }
+    }
+
+    /// `faces` or `all`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Neighbours::Faces => "faces",
+            Neighbours::All => "all",
+        }
+    }
+}
+
+/// A direction to a neighbour: `-1`, `0` or `1` per axis, `[x, y, z]`, not all zero.
+pub type Direction = [i8; 3];
+
+/// The directions of `neighbours`, in the order every rank posts its messages: z slowest, x
+/// fastest, `-1` before `0` before `1`, the zero direction left out.
+pub fn directions(neighbours: Neighbours) -> Vec<Direction> {
+    let mut out = Vec::with_capacity(neighbours.count());
+    for z in -1i8..=1 {
+        for y in -1i8..=1 {
+            for x in -1i8..=1 {
+                let nonzero = [x, y, z].iter().filter(|&&c| c != 0).count();
+                let keep = match neighbours {
+                    Neighbours::Faces => nonzero == 1,
+                    Neighbours::All => nonzero > 0,
+                };
+                if keep {
+                    out.push([x, y, z]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What a halo exchange moves: every rank holds a block of `n[0] x n[1] x n[2]` interior cells
+/// (`x`, `y`, `z`) surrounded by `radius` ghost cells on every side, for `quantities` f64
+/// quantities, stored as `[quantity][z][y][x]` (x fastest) over the padded block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct HaloSpec {
+    /// Interior cells per rank, `[nx, ny, nz]`.
+    pub n: [usize; 3],
+    /// Ghost cells on each side (at least 1, at most the smallest of `n`).
+    pub radius: usize,
+    /// Quantities per cell (at least 1).
+    pub quantities: usize,
+    /// 6 faces or all 26 neighbours.
+    pub neighbours: Neighbours,
+    /// The process grid `[px, py, pz]`; `None`: [`dims_create`] of the number of ranks.
+    pub dims: Option<[usize; 3]>,
+}
+
+impl HaloSpec {
+    /// A spec on the process grid [`dims_create`] makes.
+    pub fn new(n: [usize; 3], radius: usize, quantities: usize, neighbours: Neighbours) -> Self {
+        Self {
+            n,
+            radius,
+            quantities,
+            neighbours,
+            dims: None,
+        }
+    }
+
+    /// A cube of `n^3` interior cells per rank.
+    pub fn cube(n: usize, radius: usize, quantities: usize, neighbours: Neighbours) -> Self {
+        Self::new([n; 3], radius, quantities, neighbours)
+    }
+
+    /// This spec on the process grid `dims` (`[px, py, pz]`, whose product must be the number of
+    /// ranks).
+    #[must_use]
+    pub fn with_dims(mut self, dims: [usize; 3]) -> Self {
+        self.dims = Some(dims);
+        self
+    }
+
+    /// Cells per side with the ghost cells: `n + 2 radius`.
+    pub fn padded(&self) -> [usize; 3] {
+        self.n.map(|n| n + 2 * self.radius)
+    }
+
+    /// Elements (f64) of one rank's field: `quantities x` the padded cells.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it overflows `usize`.
+    pub fn field_len(&self) -> Result<usize> {
+        let p = self.padded();
+        self.quantities
+            .checked_mul(p[0])
+            .and_then(|v| v.checked_mul(p[1]))
+            .and_then(|v| v.checked_mul(p[2]))
+            .and_then(|v| v.checked_mul(8).map(|_| v))
+            .ok_or_else(|| {
+                Error::invalid(
+                    "halo",
+                    format!("a field of {} x {p:?} f64 overflows", self.quantities),
+                )
+            })
+    }
+
+    /// The index of `(quantity, x, y, z)` (padded coordinates) in a rank's field.
+    pub fn index(&self, quantity: usize, cell: [usize; 3]) -> usize {
+        let p = self.padded();
+        ((quantity * p[2] + cell[2]) * p[1] + cell[1]) * p[0] + cell[0]
+    }
+
+    /// Checks the spec's own numbers (not the process grid).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the number that is wrong.
+    pub fn validate(&self) -> Result<()> {
+        const OP: &str = "halo";
+        if self.n.contains(&0) {
+            return Err(Error::invalid(
+                OP,
+                format!("every side needs at least one cell, got n = {:?}", self.n),
+            ));
+        }
+        if self.radius == 0 {
+            return Err(Error::invalid(OP, "the radius must be at least 1"));
+        }
+        let smallest = self.n.iter().copied().min().unwrap_or(0);
+        if self.radius > smallest {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "radius {} exceeds the smallest side {smallest} of n = {:?}: a neighbour \
+                     sends only its own interior cells",
+                    self.radius, self.n
+                ),
+            ));
+        }
+        if self.quantities == 0 {
+            return Err(Error::invalid(OP, "at least one quantity is needed"));
+        }
+        self.field_len().map(|_| ())
+    }
+}
+
+/// The most balanced factorization of `size` into three dimensions, largest first, as
+/// `MPI_Dims_create(size, 3, ..)` makes it: the smallest difference between the largest and
+/// the smallest dimension, then the smallest largest dimension. `dims_create(0)` is `[0, 0, 0]`.
+pub fn dims_create(size: usize) -> [usize; 3] {
+    if size == 0 {
+        return [0; 3];
+    }
+    let mut best = [size, 1, 1];
+    let mut a = 1;
+    while a <= size {
+        if size % a == 0 {
+            let rest = size / a;
+            let mut b = 1;
+            while b <= a && b <= rest {
+                if rest % b == 0 {
+                    let c = rest / b;
+                    if c <= b {
+                        let cand = [a, b, c];
+                        let key = |d: [usize; 3]| (d[0] - d[2], d[0]);
+                        if key(cand) < key(best) {
+                            best = cand;
+                        }
+                    }
+                }
+                b += 1;
+            }
+        }
+        a += 1;
+    }
+    best
+}
+
+/// A periodic 3-D grid of ranks: rank `x + px (y + py z)` sits at coordinates `[x, y, z]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProcessGrid {
+    dims: [usize; 3],
+}
+
+impl ProcessGrid {
+    /// The grid of `size` ranks: `dims`, or [`dims_create`] of `size`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `size` is 0 or the product of `dims` is not `size`.
+    pub fn new(size: usize, dims: Option<[usize; 3]>) -> Result<Self> {
+        let dims = dims.unwrap_or_else(|| dims_create(size));
+        if size == 0 || dims.iter().product::<usize>() != size {
+            return Err(Error::invalid(
+                "halo",
+                format!("the process grid {dims:?} does not hold {size} rank(s)"),
+            ));
+        }
+        Ok(Self { dims })
+    }
+
+    /// Ranks per axis, `[px, py, pz]`.
+    pub fn dims(&self) -> [usize; 3] {
+        self.dims
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// The coordinates of `rank`.
+    pub fn coords(&self, rank: usize) -> [usize; 3] {
+        let [px, py, _] = self.dims;
+        [rank % px, rank / px % py, rank / (px * py)]
+    }
+
+    /// The rank at `coords`, wrapped periodically on every axis.
+    pub fn rank_at(&self, coords: [i64; 3]) -> usize {
+        let w: [usize; 3] =
+            std::array::from_fn(|a| coords[a].rem_euclid(self.dims[a] as i64) as usize);
+        w[0] + self.dims[0] * (w[1] + self.dims[1] * w[2])
+    }
+
+    /// The neighbour of `rank` in direction `dir` (periodic: possibly `rank` itself).
+    pub fn neighbour(&self, rank: usize, dir: Direction) -> usize {
+        let c = self.coords(rank);
+        self.rank_at(std::array::from_fn(|a| c[a] as i64 + i64::from(dir[a])))
+    }
+}
+
+/// A box of cells in a rank's padded block: `start` and `size` per axis, `[x, y, z]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CellBox {
+    /// First cell per axis.
+    pub start: [usize; 3],
+    /// Cells per axis.
+    pub size: [usize; 3],
+}
+
+impl CellBox {
+    /// Number of cells.
+    pub fn cells(&self) -> usize {
+        self.size.iter().product()
+    }
+
+    /// Whether `cell` lies inside.
+    pub fn contains(&self, cell: [usize; 3]) -> bool {
+        (0..3).all(|a| cell[a] >= self.start[a] && cell[a] < self.start[a] + self.size[a])
+    }
+}
+
+/// The interior cells a rank sends to its neighbour in direction `dir`: per axis, the low
+/// `radius` interior layers for `-1`, the whole interior for `0`, the high `radius` layers for
+/// `1`.
+pub fn send_box(spec: &HaloSpec, dir: Direction) -> CellBox {
+    let r = spec.radius;
+    let pick = |a: usize| match dir[a] {
+        -1 => (r, r),
+        0 => (r, spec.n[a]),
+        _ => (spec.n[a], r),
+    };
+    let p: [(usize, usize); 3] = std::array::from_fn(pick);
+    CellBox {
+        start: p.map(|(s, _)| s),
+        size: p.map(|(_, n)| n),
+    }
+}
+
+/// The ghost cells filled from the neighbour in direction `dir`: per axis, the low `radius`
+/// ghost layers for `-1`, the interior for `0`, the high ghost layers for `1`.
+pub fn ghost_box(spec: &HaloSpec, dir: Direction) -> CellBox {
+    let r = spec.radius;
+    let pick = |a: usize| match dir[a] {
+        -1 => (0, r),
+        0 => (r, spec.n[a]),
+        _ => (spec.n[a] + r, r),
+    };
+    let p: [(usize, usize); 3] = std::array::from_fn(pick);
+    CellBox {
+        start: p.map(|(s, _)| s),
+        size: p.map(|(_, n)| n),
+    }
+}
+
+/// The plan of a box of cells, every quantity, in a rank's field (byte offsets from the field's
+/// start).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] with datatype-pack's message if the box does not fit the field.
+pub fn box_plan(spec: &HaloSpec, b: &CellBox) -> Result<StridedBlock> {
+    let p = spec.padded().map(|v| v as u64);
+    let q = spec.quantities as u64;
+    let t = subarray(
+        &[q, p[2], p[1], p[0]],
+        &[q, b.size[2] as u64, b.size[1] as u64, b.size[0] as u64],
+        &[0, b.start[2] as u64, b.start[1] as u64, b.start[0] as u64],
+        Order::C,
+        8,
+    )
+    .map_err(|e| pack_error("halo", e))?;
+    StridedBlock::from_type(&t).map_err(|e| pack_error("halo", e))
+}
+
+/// One message of an exchange: the bytes `offset..offset + bytes` of the send (or receive)
+/// buffer, to (or from) `peer`, made of the regions of `directions` back to back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Message {
+    /// The other rank (possibly this one).
+    pub peer: usize,
+    /// Byte offset in the packed buffer.
+    pub offset: u64,
+    /// Length in bytes.
+    pub bytes: u64,
+    /// The directions whose regions the message carries, in order. For a send: the directions
+    /// of the neighbour; for a receive: the directions of this rank as the *sender* sees them
+    /// (the ghost region of direction `-d` holds what the sender sent in direction `d`).
+    pub directions: Vec<Direction>,
+}
+
+/// Everything one rank of an exchange needs: the regions to pack and unpack and the messages.
+///
+/// Messages: one per distinct neighbour rank in each direction, so a neighbour that is the
+/// neighbour in several directions (a grid of 1 or 2 ranks along an axis, periodic) gets one
+/// message holding all of them. A sender orders the regions of a message by direction
+/// ([`directions`] order); the receiver orders its ghost regions by the sender's direction, so
+/// the concatenations agree region by region. Messages of different peers start on
+/// [`MESSAGE_ALIGN`]-byte boundaries of the packed buffers; regions within a message follow
+/// each other with no gap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaloPlan {
+    rank: usize,
+    sends: Vec<Message>,
+    recvs: Vec<Message>,
+    send_regions: Vec<Region>,
+    recv_regions: Vec<Region>,
+}
+
+/// Packed-buffer offsets of messages are multiples of this many bytes.
+pub const MESSAGE_ALIGN: u64 = 256;
+
+fn layout(
+    spec: &HaloSpec,
+    items: Vec<(usize, Direction, CellBox)>,
+) -> Result<(Vec<Message>, Vec<Region>)> {
+    // Group by peer, keeping the direction order within each peer; messages by peer number.
+    let mut by_peer: Vec<(usize, Vec<(Direction, CellBox)>)> = Vec::new();
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    for (peer, dir, b) in items {
+        let i = *index.entry(peer).or_insert_with(|| {
+            by_peer.push((peer, Vec::new()));
+            by_peer.len() - 1
+        });
+        by_peer[i].1.push((dir, b));
+    }
+    by_peer.sort_by_key(|(peer, _)| *peer);
+    let mut messages = Vec::with_capacity(by_peer.len());
+    let mut regions = Vec::new();
+    let mut at = 0u64;
+    for (peer, parts) in by_peer {
+        at = at.next_multiple_of(MESSAGE_ALIGN);
+        let offset = at;
+        let mut directions = Vec::with_capacity(parts.len());
+        for (dir, b) in parts {
+            let plan = box_plan(spec, &b)?;
+            let bytes = plan.packed_size();
+            regions.push(Region::new(plan, at));
+            at += bytes;
+            directions.push(dir);
+        }
+        messages.push(Message {
+            peer,
+            offset,
+            bytes: at - offset,
+            directions,
+        });
+    }
+    Ok((messages, regions))
+}
+
+impl HaloPlan {
+    /// The plan of `rank` on `grid`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a spec that [`HaloSpec::validate`] refuses, a grid that
+    /// does not match the spec's dims, or a rank outside the grid.
+    pub fn new(spec: &HaloSpec, grid: &ProcessGrid, rank: usize) -> Result<Self> {
+        spec.validate()?;
+        if rank >= grid.size() {
+            return Err(Error::invalid(
+                "halo",
+                format!("rank {rank} is outside a grid of {} ranks", grid.size()),
+            ));
+        }
+        if spec.dims.is_some_and(|d| d != grid.dims()) {
+            return Err(Error::invalid(
+                "halo",
+                format!(
+                    "the spec asks for the grid {:?} but the grid is {:?}",
+                    spec.dims,
+                    grid.dims()
+                ),
+            ));
+        }
+        let dirs = directions(spec.neighbours);
+        let sends: Vec<_> = dirs
+            .iter()
+            .map(|&d| (grid.neighbour(rank, d), d, send_box(spec, d)))
+            .collect();
+        // What the neighbour at -d sent in direction d lands in the ghost box of -d.
+        let recvs: Vec<_> = dirs
+            .iter()
+            .map(|&d| {
+                let back = d.map(|c| -c);
+                (grid.neighbour(rank, back), d, ghost_box(spec, back))
+            })
+            .collect();
+        let (sends, send_regions) = layout(spec, sends)?;
+        let (recvs, recv_regions) = layout(spec, recvs)?;
+        Ok(Self {
+            rank,
+            sends,
+            recvs,
+            send_regions,
+            recv_regions,
+        })
+    }
+
+    /// The rank this plan is for.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The messages sent, one per neighbour rank, by peer.
+    pub fn sends(&self) -> &[Message] {
+        &self.sends
+    }
+
+    /// The messages received, one per neighbour rank, by peer.
+    pub fn recvs(&self) -> &[Message] {
+        &self.recvs
+    }
+
+    /// The regions packed from the field into the send buffer.
+    pub fn send_regions(&self) -> &[Region] {
+        &self.send_regions
+    }
+
+    /// The regions unpacked from the receive buffer into the field's ghost cells.
+    pub fn recv_regions(&self) -> &[Region] {
+        &self.recv_regions
+    }
+
+    /// Bytes of the send buffer.
+    pub fn send_bytes(&self) -> u64 {
+        datatype_pack::fused::packed_size(&self.send_regions)
+    }
+
+    /// Bytes of the receive buffer.
+    pub fn recv_bytes(&self) -> u64 {
+        datatype_pack::fused::packed_size(&self.recv_regions)
+    }
+
+    /// Bytes this rank sends in one exchange (without the alignment gaps of the buffer).
+    pub fn payload_bytes(&self) -> u64 {
+        self.sends.iter().map(|m| m.bytes).sum()
+    }
+}
+
+impl fmt::Display for HaloPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {}:", self.rank)?;
+        for m in &self.sends {
+            write!(
+                f,
+                " send {} B ({} regions) to {};",
+                m.bytes,
+                m.directions.len(),
+                m.peer
+            )?;
+        }
+        for m in &self.recvs {
+            write!(
+                f,
+                " recv {} B ({} regions) from {};",
+                m.bytes,
+                m.directions.len(),
+                m.peer
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A datatype-pack error as this crate's.
+pub(crate) fn pack_error(op: &'static str, e: datatype_pack::Error) -> Error {
+    match e {
+        datatype_pack::Error::LibraryNotFound { library, tried, .. } => Error::Unavailable {
+            what: if library == "nvrtc" {
+                "NVRTC"
+            } else {
+                "the CUDA driver"
+            },
+            message: format!("tried {tried:?}"),
+        },
+        datatype_pack::Error::Cuda { message, .. } => Error::Cuda { op, message },
+        other => Error::invalid(op, other.to_string()),
+    }
+}
+
+/// The value the reference field holds at global cell `g` (`[x, y, z]` on a global grid of
+/// `global` cells) for `quantity`: `1 + x + X (y + Y (z + Z quantity))`, exact in f64 up to
+/// 2^53 cells, distinct for every cell and quantity, and never 0 or [`GHOST_FILL`].
+pub fn reference_value(global: [usize; 3], g: [usize; 3], quantity: usize) -> f64 {
+    (1 + g[0] + global[0] * (g[1] + global[1] * (g[2] + global[2] * quantity))) as f64
+}
+
+/// What [`initial_field`] puts in every ghost cell.
+pub const GHOST_FILL: f64 = -1.0;
+
+/// Global cells of the whole domain: `n x dims` per axis.
+pub fn global_cells(spec: &HaloSpec, grid: &ProcessGrid) -> [usize; 3] {
+    std::array::from_fn(|a| spec.n[a] * grid.dims()[a])
+}
+
+/// The global cell of padded cell `cell` of `rank`, wrapped periodically.
+pub fn global_cell(
+    spec: &HaloSpec,
+    grid: &ProcessGrid,
+    rank: usize,
+    cell: [usize; 3],
+) -> [usize; 3] {
+    let c = grid.coords(rank);
+    let global = global_cells(spec, grid);
+    std::array::from_fn(|a| {
+        let g = (c[a] * spec.n[a] + cell[a]) as i64 - spec.radius as i64;
+        g.rem_euclid(global[a] as i64) as usize
+    })
+}
+
+fn field_with(
+    spec: &HaloSpec,
+    grid: &ProcessGrid,
+    rank: usize,
+    ghost: impl Fn([usize; 3]) -> bool,
+) -> Result<Vec<f64>> {
+    let mut f = vec![GHOST_FILL; spec.field_len()?];
+    let p = spec.padded();
+    let global = global_cells(spec, grid);
+    let interior = CellBox {
+        start: [spec.radius; 3],
+        size: spec.n,
+    };
+    for q in 0..spec.quantities {
+        for z in 0..p[2] {
+            for y in 0..p[1] {
+                for x in 0..p[0] {
+                    let cell = [x, y, z];
+                    if interior.contains(cell) || ghost(cell) {
+                        let g = global_cell(spec, grid, rank, cell);
+                        f[spec.index(q, cell)] = reference_value(global, g, q);
+                    }
+                }
+            }
+        }
+    }
+    Ok(f)
+}
+
+/// The field of `rank` before an exchange: interior cells hold [`reference_value`] of their
+/// global cell, ghost cells [`GHOST_FILL`].
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a spec [`HaloSpec::validate`] refuses.
+pub fn initial_field(spec: &HaloSpec, grid: &ProcessGrid, rank: usize) -> Result<Vec<f64>> {
+    spec.validate()?;
+    field_with(spec, grid, rank, |_| false)
+}
+
+/// The field of `rank` after an exchange, computed from the global field alone: interior cells
+/// as before; every ghost cell the exchange fills (all of them with [`Neighbours::All`], those
+/// across one face only with [`Neighbours::Faces`]) holds [`reference_value`] of its
+/// periodically wrapped global cell; the others still hold [`GHOST_FILL`].
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a spec [`HaloSpec::validate`] refuses.
+pub fn expected_field(spec: &HaloSpec, grid: &ProcessGrid, rank: usize) -> Result<Vec<f64>> {
+    spec.validate()?;
+    let r = spec.radius;
+    let n = spec.n;
+    field_with(spec, grid, rank, |cell| {
+        let outside = (0..3)
+            .filter(|&a| cell[a] < r || cell[a] >= n[a] + r)
+            .count();
+        match spec.neighbours {
+            Neighbours::All => outside > 0,
+            Neighbours::Faces => outside == 1,
+        }
+    })
+}
+
+/// The whole exchange of every rank on the CPU: each rank's send regions packed
+/// ([`datatype_pack::fused::pack`]), every message delivered to its peer in posting order (as
+/// NCCL and MPI match messages between two ranks), and the receive regions unpacked. `fields[r]`
+/// is rank `r`'s field. The reference the GPU exchange is tested against, and the test of the
+/// plans and the message order.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a bad spec or grid, fields of the wrong count or length, or
+/// a message whose length differs from what its receiver expects.
+pub fn exchange_on_cpu(spec: &HaloSpec, grid: &ProcessGrid, fields: &mut [Vec<f64>]) -> Result<()> {
+    const OP: &str = "exchange_on_cpu";
+    let len = spec.field_len()?;
+    if fields.len() != grid.size() || fields.iter().any(|f| f.len() != len) {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "expected {} fields of {len} elements, got {} fields",
+                grid.size(),
+                fields.len()
+            ),
+        ));
+    }
+    let plans = (0..grid.size())
+        .map(|r| HaloPlan::new(spec, grid, r))
+        .collect::<Result<Vec<_>>>()?;
+    // (from, to) -> the message's bytes.
+    let mut wire: HashMap<(usize, usize), Vec<u8>> = HashMap::new();
+    for (rank, plan) in plans.iter().enumerate() {
+        let mut packed = vec![0u8; plan.send_bytes() as usize];
+        let src: &[u8] = bytemuck::cast_slice(&fields[rank]);
+        datatype_pack::fused::pack(plan.send_regions(), src, &mut packed)
+            .map_err(|e| pack_error(OP, e))?;
+        for m in plan.sends() {
+            let bytes = packed[m.offset as usize..(m.offset + m.bytes) as usize].to_vec();
+            if wire.insert((rank, m.peer), bytes).is_some() {
+                return Err(Error::invalid(
+                    OP,
+                    format!("rank {rank} sends twice to {}", m.peer),
+                ));
+            }
+        }
+    }
+    for (rank, plan) in plans.iter().enumerate() {
+        let mut packed = vec![0u8; plan.recv_bytes() as usize];
+        for m in plan.recvs() {
+            let bytes = wire.remove(&(m.peer, rank)).ok_or_else(|| {
+                Error::invalid(OP, format!("rank {rank} expects a message from {}", m.peer))
+            })?;
+            if bytes.len() as u64 != m.bytes {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "rank {} sent {} bytes to rank {rank}, which expects {}",
+                        m.peer,
+                        bytes.len(),
+                        m.bytes
+                    ),
+                ));
+            }
+            packed[m.offset as usize..(m.offset + m.bytes) as usize].copy_from_slice(&bytes);
+        }
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut fields[rank]);
+        datatype_pack::fused::unpack(plan.recv_regions(), &packed, dst)
+            .map_err(|e| pack_error(OP, e))?;
+    }
+    if let Some((from, to)) = wire.keys().next() {
+        return Err(Error::invalid(
+            OP,
+            format!("the message from rank {from} to rank {to} is never received"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dims_like_mpi_dims_create() {
+        for (size, dims) in [
+            (1, [1, 1, 1]),
+            (2, [2, 1, 1]),
+            (3, [3, 1, 1]),
+            (4, [2, 2, 1]),
+            (6, [3, 2, 1]),
+            (7, [7, 1, 1]),
+            (8, [2, 2, 2]),
+            (12, [3, 2, 2]),
+            (16, [4, 2, 2]),
+            (24, [4, 3, 2]),
+            (32, [4, 4, 2]),
+            (36, [4, 3, 3]),
+            (60, [5, 4, 3]),
+            (64, [4, 4, 4]),
+        ] {
+            assert_eq!(dims_create(size), dims, "size {size}");
+        }
+        for size in 1..200 {
+            let d = dims_create(size);
+            assert_eq!(d.iter().product::<usize>(), size);
+            assert!(d[0] >= d[1] && d[1] >= d[2], "{d:?}");
+        }
+        assert_eq!(dims_create(0), [0, 0, 0]);
+    }
+
+    #[test]
+    fn grid_coords_and_neighbours() {
+        let g = ProcessGrid::new(12, Some([3, 2, 2])).unwrap();
+        for r in 0..12 {
+            let c = g.coords(r);
+            assert_eq!(g.rank_at(c.map(|v| v as i64)), r);
+        }
+        assert_eq!(g.coords(5), [2, 1, 0]);
+        assert_eq!(g.neighbour(5, [1, 0, 0]), 3); // x wraps from 2 to 0
+        assert_eq!(g.neighbour(5, [0, 1, 0]), 2); // y wraps from 1 to 0
+        assert_eq!(g.neighbour(5, [0, 0, -1]), 11); // z wraps from 0 to 1
+        assert_eq!(g.neighbour(0, [-1, -1, -1]), 11);
+        // Opposite directions undo each other.
+        for r in 0..12 {
+            for d in directions(Neighbours::All) {
+                assert_eq!(g.neighbour(g.neighbour(r, d), d.map(|c| -c)), r);
+            }
+        }
+        // One rank: every neighbour is itself.
+        let one = ProcessGrid::new(1, None).unwrap();
+        assert!(directions(Neighbours::All)
+            .iter()
+            .all(|&d| one.neighbour(0, d) == 0));
+        assert!(ProcessGrid::new(4, Some([3, 1, 1])).is_err());
+        assert!(ProcessGrid::new(0, None).is_err());
+    }
+
+    #[test]
+    fn directions_and_boxes() {
+        let faces = directions(Neighbours::Faces);
+        assert_eq!(faces.len(), 6);
+        assert_eq!(faces[0], [0, 0, -1]);
+        let all = directions(Neighbours::All);
+        assert_eq!(all.len(), 26);
+        assert!(!all.contains(&[0, 0, 0]));
+        let spec = HaloSpec::new([4, 5, 6], 2, 3, Neighbours::All);
+        assert_eq!(spec.padded(), [8, 9, 10]);
+        assert_eq!(spec.field_len().unwrap(), 3 * 8 * 9 * 10);
+        // Faces.
+        let b = send_box(&spec, [1, 0, 0]);
+        assert_eq!((b.start, b.size), ([4, 2, 2], [2, 5, 6]));
+        let b = send_box(&spec, [-1, 0, 0]);
+        assert_eq!((b.start, b.size), ([2, 2, 2], [2, 5, 6]));
+        let b = ghost_box(&spec, [1, 0, 0]);
+        assert_eq!((b.start, b.size), ([6, 2, 2], [2, 5, 6]));
+        let b = ghost_box(&spec, [-1, 0, 0]);
+        assert_eq!((b.start, b.size), ([0, 2, 2], [2, 5, 6]));
+        // An edge and a corner.
+        let b = send_box(&spec, [1, -1, 0]);
+        assert_eq!((b.start, b.size), ([4, 2, 2], [2, 2, 6]));
+        let b = ghost_box(&spec, [-1, 1, 1]);
+        assert_eq!((b.start, b.size), ([0, 7, 8], [2, 2, 2]));
+        // A send box and the matching ghost box have the same shape.
+        for d in all {
+            assert_eq!(
+                send_box(&spec, d).size,
+                ghost_box(&spec, d.map(|c| -c)).size
+            );
+        }
+        // The ghost boxes tile the ghost cells exactly once.
+        let p = spec.padded();
+        for z in 0..p[2] {
+            for y in 0..p[1] {
+                for x in 0..p[0] {
+                    let hits = directions(Neighbours::All)
+                        .iter()
+                        .filter(|&&d| ghost_box(&spec, d).contains([x, y, z]))
+                        .count();
+                    let interior = (0..3).all(|a| {
+                        let c = [x, y, z][a];
+                        c >= 2 && c < spec.n[a] + 2
+                    });
+                    assert_eq!(hits, usize::from(!interior), "cell {x} {y} {z}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn box_plans_pack_the_right_cells() {
+        let spec = HaloSpec::new([4, 3, 5], 1, 2, Neighbours::Faces);
+        let grid = ProcessGrid::new(1, None).unwrap();
+        let field = initial_field(&spec, &grid, 0).unwrap();
+        let b = send_box(&spec, [0, 1, 0]);
+        let plan = box_plan(&spec, &b).unwrap();
+        assert_eq!(plan.packed_size(), 8 * 2 * 4 * 5);
+        let mut packed = vec![0u8; plan.packed_size() as usize];
+        datatype_pack::cpu::pack(&plan, bytemuck::cast_slice(&field), &mut packed).unwrap();
+        let got: &[f64] = bytemuck::cast_slice(&packed);
+        let mut want = Vec::new();
+        for q in 0..2 {
+            for z in 1..6 {
+                for x in 1..5 {
+                    want.push(field[spec.index(q, [x, 3, z])]);
+                }
+            }
+        }
+        assert_eq!(got, &want[..]);
+    }
+
+    #[test]
+    fn plans_merge_messages_per_peer() {
+        // Two ranks along x: both x neighbours are the other rank, the rest this rank.
+        let spec = HaloSpec::cube(4, 1, 1, Neighbours::All);
+        let grid = ProcessGrid::new(2, None).unwrap();
+        let p = HaloPlan::new(&spec, &grid, 0).unwrap();
+        assert_eq!(p.sends().len(), 2);
+        assert_eq!(p.recvs().len(), 2);
+        assert_eq!((p.sends()[0].peer, p.sends()[1].peer), (0, 1));
+        // 8 directions with dx = 0 stay, 18 with dx != 0 go to the other rank.
+        assert_eq!(p.sends()[0].directions.len(), 8);
+        assert_eq!(p.sends()[1].directions.len(), 18);
+        assert_eq!(p.sends()[1].offset % MESSAGE_ALIGN, 0);
+        // Every byte a rank sends, its peers receive.
+        let total_cells: u64 = directions(Neighbours::All)
+            .iter()
+            .map(|&d| send_box(&spec, d).cells() as u64)
+            .sum();
+        assert_eq!(p.payload_bytes(), 8 * total_cells);
+        assert_eq!(
+            p.recvs().iter().map(|m| m.bytes).sum::<u64>(),
+            8 * total_cells
+        );
+        assert!(p.to_string().contains("to 1"));
+    }
+
+    #[test]
+    fn spec_validation() {
+        assert!(HaloSpec::cube(4, 0, 1, Neighbours::All).validate().is_err());
+        assert!(HaloSpec::cube(4, 5, 1, Neighbours::All).validate().is_err());
+        assert!(HaloSpec::new([4, 2, 4], 3, 1, Neighbours::All)
+            .validate()
+            .is_err());
+        assert!(HaloSpec::cube(4, 1, 0, Neighbours::All).validate().is_err());
+        assert!(HaloSpec::new([0, 4, 4], 1, 1, Neighbours::All)
+            .validate()
+            .is_err());
+        assert!(HaloSpec::cube(usize::MAX / 4, 1, 1, Neighbours::All)
+            .validate()
+            .is_err());
+        assert!(HaloSpec::cube(4, 4, 1, Neighbours::All).validate().is_ok());
+        let spec = HaloSpec::cube(4, 1, 1, Neighbours::All).with_dims([1, 2, 1]);
+        let grid = ProcessGrid::new(2, None).unwrap();
+        assert!(HaloPlan::new(&spec, &grid, 0).is_err());
+        let grid = ProcessGrid::new(2, spec.dims).unwrap();
+        assert!(HaloPlan::new(&spec, &grid, 0).is_ok());
+        assert!(HaloPlan::new(&spec, &grid, 2).is_err());
+    }
+
+    #[test]
+    fn expected_field_marks_the_right_ghosts() {
+        let spec = HaloSpec::cube(3, 1, 1, Neighbours::Faces);
+        let grid = ProcessGrid::new(1, None).unwrap();
+        let f = expected_field(&spec, &grid, 0).unwrap();
+        // A face ghost holds the wrapped value, an edge ghost is untouched.
+        let global = global_cells(&spec, &grid);
+        assert_eq!(
+            f[spec.index(0, [0, 1, 1])],
+            reference_value(global, [2, 0, 0], 0)
+        );
+        assert_eq!(f[spec.index(0, [0, 0, 1])], GHOST_FILL);
+        let all = HaloSpec::cube(3, 1, 1, Neighbours::All);
+        let f = expected_field(&all, &grid, 0).unwrap();
+        assert_eq!(
+            f[spec.index(0, [0, 0, 4])],
+            reference_value(global, [2, 2, 0], 0)
+        );
+    }
+
+    /// The CPU exchange of every rank gives the expected field on every rank, for many grids,
+    /// sizes, radii, quantity counts and both modes: the plans, the message order and the
+    /// self-messages of periodic grids of 1 and 2 ranks per axis are right.
+    #[test]
+    fn cpu_exchange_matches_the_global_reference() {
+        let mut cases = 0;
+        for dims in [
+            [1, 1, 1],
+            [2, 1, 1],
+            [1, 2, 1],
+            [1, 1, 2],
+            [2, 2, 1],
+            [3, 1, 1],
+            [2, 2, 2],
+            [3, 2, 1],
+            [1, 3, 2],
+            [3, 3, 3],
+        ] {
+            for n in [[3, 3, 3], [4, 3, 5], [5, 6, 4]] {
+                for radius in 1..=3 {
+                    if radius > *n.iter().min().unwrap() {
+                        continue;
+                    }
+                    for quantities in [1, 3] {
+                        for neighbours in [Neighbours::Faces, Neighbours::All] {
+                            let spec =
+                                HaloSpec::new(n, radius, quantities, neighbours).with_dims(dims);
+                            let size = dims.iter().product();
+                            let grid = ProcessGrid::new(size, spec.dims).unwrap();
+                            let mut fields: Vec<Vec<f64>> = (0..size)
+                                .map(|r| initial_field(&spec, &grid, r).unwrap())
+                                .collect();
+                            exchange_on_cpu(&spec, &grid, &mut fields).unwrap();
+                            for (r, f) in fields.iter().enumerate() {
+                                let want = expected_field(&spec, &grid, r).unwrap();
+                                assert!(f == &want, "rank {r} differs for {spec:?} on {dims:?}");
+                            }
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(cases > 200, "{cases}");
+    }
+
+    #[test]
+    fn cpu_exchange_refuses_bad_fields() {
+        let spec = HaloSpec::cube(3, 1, 1, Neighbours::Faces);
+        let grid = ProcessGrid::new(2, None).unwrap();
+        let mut one = vec![initial_field(&spec, &grid, 0).unwrap()];
+        assert!(exchange_on_cpu(&spec, &grid, &mut one).is_err());
+        let mut short = vec![vec![0.0; 3]; 2];
+        assert!(exchange_on_cpu(&spec, &grid, &mut short).is_err());
+    }
+}

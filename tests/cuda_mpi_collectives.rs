@@ -1,0 +1,514 @@
+//! The device backends over MPI: `MpiCudaComm` (device pointers to a CUDA-aware MPI) and
+//! `MpiStagedComm` (device buffers through pinned host memory), through the same suite as the host
+//! backend (tests/common/suite.rs), for f32, f64, bf16 (moved, not reduced), i32, u8 and complex<f64>,
+//! plus argument checks, checked mode, the staged pipeline and the CUDA-awareness verdict.
+//!
+//! One rank per GPU, under either MPI:
+//! - a CUDA-aware MPI: `COLLECTIVES_EXPECT_CUDA_AWARE=1 cuda_mpirun -n 2 .../cuda_mpi_collectives-*`
+//!   runs both suites;
+//! - an MPI that is not: `COLLECTIVES_EXPECT_CUDA_AWARE=0 mpirun -n 2 .../cuda_mpi_collectives-*`
+//!   checks that `MpiCudaComm` is refused with the not-CUDA-aware error naming the evidence, and runs
+//!   the staged suite.
+//!
+//! With `COLLECTIVES_EXPECT_CUDA_AWARE` set, detection must agree with it (a CUDA-aware MPI that is not
+//! detected is a failure, not a skip); unset, the `MpiCudaComm` cases follow detection. Without a CUDA
+//! driver or GPU it reports that it was skipped and passes nothing.
+
+#![allow(clippy::useless_vec)] // buffers are vectors, as in the codes that use the library
+
+mod common;
+
+use std::cell::OnceCell;
+use std::sync::Arc;
+
+use collectives::backend::mpi_cuda::{cuda_unavailable, IpcBuffer};
+use collectives::cuda_aware::{self, CudaAwareness};
+use collectives::cudarc::driver::CudaSlice;
+use collectives::{device, scope, Communicator, Error, MpiCudaComm, MpiStagedComm, ReduceOp};
+use common::suite::{self, Backend, Val};
+use common::{case, checked, Case, T};
+use half::bf16;
+use num_complex::Complex;
+
+/// `COLLECTIVES_EXPECT_CUDA_AWARE`: `Some(true)` / `Some(false)` when the run says what the MPI is.
+fn expected_awareness() -> Option<bool> {
+    match std::env::var("COLLECTIVES_EXPECT_CUDA_AWARE").ok()?.trim() {
+        "1" | "yes" | "true" => Some(true),
+        "0" | "no" | "false" => Some(false),
+        _ => None,
+    }
+}
+
+impl Backend for MpiCudaComm {
+    type Owned<V: Val> = CudaSlice<V>;
+    fn up<V: Val>(&self, host: &[V]) -> CudaSlice<V> {
+        device::upload(self.stream(), host).expect("device memory")
+    }
+    fn down<V: Val>(&self, buf: &CudaSlice<V>) -> Vec<V> {
+        self.synchronize().expect("the stream completes");
+        device::download(self.stream(), buf).expect("a device-to-host copy")
+    }
+}
+
+impl Backend for MpiStagedComm {
+    type Owned<V: Val> = CudaSlice<V>;
+    fn up<V: Val>(&self, host: &[V]) -> CudaSlice<V> {
+        device::upload(self.stream(), host).expect("device memory")
+    }
+    fn down<V: Val>(&self, buf: &CudaSlice<V>) -> Vec<V> {
+        self.synchronize().expect("the stream completes");
+        device::download(self.stream(), buf).expect("a device-to-host copy")
+    }
+}
+
+thread_local! {
+    /// One communicator of each backend for the whole run (made collectively by the first test that
+    /// needs it, on every rank).
+    static CUDA: OnceCell<MpiCudaComm> = const { OnceCell::new() };
+    static STAGED: OnceCell<MpiStagedComm> = const { OnceCell::new() };
+}
+
+fn aware() -> bool {
+    cuda_aware::detect().is_ok_and(|d| d.awareness.is_yes())
+}
+
+fn with_cuda(t: &T, body: impl FnOnce(&MpiCudaComm)) {
+    if expected_awareness().is_none() && !aware() {
+        if t.rank() == 0 {
+            println!("  (not run: the MPI is not CUDA-aware)");
+        }
+        return;
+    }
+    CUDA.with(|cell| {
+        if cell.get().is_none() {
+            match MpiCudaComm::from_mpi(t.comm, None) {
+                Ok(c) => {
+                    let _ = cell.set(c.with_checked(false));
+                }
+                Err(e) => return t.fail(format!("MpiCudaComm::from_mpi: {e}")),
+            }
+        }
+        if let Some(c) = cell.get() {
+            body(c)
+        }
+    })
+}
+
+fn with_staged(t: &T, body: impl FnOnce(&MpiStagedComm)) {
+    STAGED.with(|cell| {
+        if cell.get().is_none() {
+            match MpiStagedComm::from_mpi(t.comm, None) {
+                Ok(c) => {
+                    let _ = cell.set(c.with_checked(false));
+                }
+                Err(e) => return t.fail(format!("MpiStagedComm::from_mpi: {e}")),
+            }
+        }
+        if let Some(c) = cell.get() {
+            body(c)
+        }
+    })
+}
+
+/// Detection answers on every rank, the same on every rank, names its evidence, and agrees with
+/// `COLLECTIVES_EXPECT_CUDA_AWARE` when that is set.
+fn detection(t: &T) {
+    let Some(d) = t.ok(cuda_aware::detect(), "detect") else {
+        return;
+    };
+    let code = match &d.awareness {
+        CudaAwareness::Yes { .. } => 1i32,
+        CudaAwareness::No { .. } => 0,
+        _ => -1,
+    };
+    let mut all = vec![0i32; t.size()];
+    t.ok(t.comm.all_gather(&[code][..], &mut all[..]), "all_gather");
+    t.check(all.iter().all(|&c| c == code), || {
+        format!("ranks disagree on CUDA-awareness: {all:?}")
+    });
+    if t.rank() == 0 {
+        println!("  CUDA-aware: {}", d.awareness);
+        for line in d.facts.lines() {
+            println!("    {line}");
+        }
+    }
+    if let Some(expected) = expected_awareness() {
+        t.check(d.awareness.is_yes() == expected, || {
+            format!(
+                "COLLECTIVES_EXPECT_CUDA_AWARE says {expected}, detection says {}",
+                d.awareness
+            )
+        });
+    }
+}
+
+/// Where the MPI is not CUDA-aware, construction is refused on every rank with the error naming the
+/// evidence; where it is, construction works.
+fn construction(t: &T) {
+    let r = MpiCudaComm::from_mpi(t.comm, None);
+    if aware() {
+        t.ok(r, "MpiCudaComm::from_mpi on a CUDA-aware MPI");
+        return;
+    }
+    let Ok(d) = cuda_aware::detect() else {
+        return t.fail("detect failed".into());
+    };
+    let evidence = match &d.awareness {
+        CudaAwareness::No { reason } => reason.to_string(),
+        _ => "cannot tell".to_string(),
+    };
+    if let (0, Err(e)) = (t.rank(), &r) {
+        println!("  refused: {e}");
+    }
+    t.err(r, "MpiCudaComm::from_mpi on an MPI that is not CUDA-aware", |e| {
+        matches!(e, Error::Unavailable { what: "a CUDA-aware MPI", message } if message.contains(&evidence))
+    });
+}
+
+/// Argument checks on device buffers, then a good call on the same communicator.
+fn bad_input<C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    let four = c.up(&[1.0f64; 4]);
+    let mut three = c.up(&[0.0f64; 3]);
+    use std::borrow::{Borrow, BorrowMut};
+    t.err(
+        c.all_reduce::<f64>(four.borrow(), three.borrow_mut(), ReduceOp::Sum),
+        "length mismatch",
+        |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("send has 4 elements but recv has 3")),
+    );
+    let z = c.up(&[Complex::new(1.0f64, 1.0); 2]);
+    let mut zo = c.up(&[Complex::new(0.0f64, 0.0); 2]);
+    for op in [ReduceOp::Max, ReduceOp::Min] {
+        t.err(
+            c.all_reduce::<Complex<f64>>(z.borrow(), zo.borrow_mut(), op),
+            "complex max/min",
+            |e| {
+                matches!(
+                    e,
+                    Error::Unsupported {
+                        element: "complex<f64>",
+                        ..
+                    }
+                )
+            },
+        );
+    }
+    // Complex products are MPI's own (not lane by lane): allowed and exact.
+    t.ok(
+        c.all_reduce::<Complex<f64>>(z.borrow(), zo.borrow_mut(), ReduceOp::Prod),
+        "complex prod",
+    );
+    let mut expected = Complex::new(1.0f64, 0.0);
+    for _ in 0..size {
+        expected *= Complex::new(1.0, 1.0);
+    }
+    t.eq(
+        &c.down::<Complex<f64>>(zo.borrow()),
+        &vec![expected; 2],
+        "complex prod",
+    );
+    let h = c.up(&[bf16::from_f32(1.0); 2]);
+    let mut ho = c.up(&[bf16::from_f32(0.0); 2]);
+    t.err(
+        c.all_reduce::<bf16>(h.borrow(), ho.borrow_mut(), ReduceOp::Sum),
+        "bf16 sum on MPI",
+        |e| matches!(e, Error::Unsupported { .. }),
+    );
+    let mut b = c.up(&[0u8; 2]);
+    t.err(
+        c.broadcast::<u8>(b.borrow_mut(), size),
+        "root out of range",
+        |e| matches!(e, Error::InvalidArgument { .. }),
+    );
+    t.err(
+        c.all_gather_v::<f64>(four.borrow(), three.borrow_mut(), &vec![4; size + 1]),
+        "counts of wrong length",
+        |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("one per rank")),
+    );
+    t.err(
+        c.send::<f64>(four.borrow(), rank, -1),
+        "negative tag",
+        |e| matches!(e, Error::InvalidArgument { .. }),
+    );
+    t.err(
+        c.send::<f64>(four.borrow(), size, 0),
+        "destination out of range",
+        |e| matches!(e, Error::InvalidArgument { .. }),
+    );
+    let mut x = c.up(&[1u32; 3]);
+    t.ok(
+        c.all_reduce_in_place::<u32>(x.borrow_mut(), ReduceOp::Sum),
+        "a good call afterwards",
+    );
+    t.eq(
+        &c.down::<u32>(x.borrow()),
+        &vec![size as u32; 3],
+        "a good call afterwards",
+    );
+}
+
+/// Checked mode: a count that differs on rank 1 is an error on every rank, and the communicator stays
+/// in step.
+fn checked_mismatch<C: Backend>(t: &T, c: &C) {
+    use std::borrow::{Borrow, BorrowMut};
+    let n = if c.rank() == 1 { 5 } else { 4 };
+    let send = c.up(&vec![1.0f32; n]);
+    let mut recv = c.up(&vec![0.0f32; n]);
+    t.err(
+        c.all_reduce::<f32>(send.borrow(), recv.borrow_mut(), ReduceOp::Sum),
+        "cross-rank count mismatch",
+        |e| matches!(e, Error::Mismatch { field: "count", .. }),
+    );
+    let mut x = c.up(&[2.0f64; 2]);
+    t.ok(
+        c.all_reduce_in_place::<f64>(x.borrow_mut(), ReduceOp::Sum),
+        "in step afterwards",
+    );
+    t.eq(
+        &c.down::<f64>(x.borrow()),
+        &vec![2.0 * c.size() as f64; 2],
+        "in step afterwards",
+    );
+}
+
+/// A non-blocking average: the division happens at completion (on the host for both backends).
+fn non_blocking_avg<C: Backend>(t: &T, c: &C) {
+    use std::borrow::{Borrow, BorrowMut};
+    let size = c.size();
+    let send = c.up(&[c.rank() as f64; 5]);
+    let mut recv = c.up(&[0.0f64; 5]);
+    let r = scope(|s| {
+        c.i_all_reduce::<f64>(s, send.borrow(), recv.borrow_mut(), ReduceOp::Avg)?
+            .wait()
+    });
+    t.ok(r.and_then(|x| x), "i_all_reduce avg");
+    let mean = (0..size).map(|r| r as f64).sum::<f64>() / size as f64;
+    t.eq(
+        &c.down::<f64>(recv.borrow()),
+        &vec![mean; 5],
+        "i_all_reduce avg",
+    );
+    let mut buf = c.up(&[c.rank() as f64; 3]);
+    t.ok(
+        c.all_reduce_in_place::<f64>(buf.borrow_mut(), ReduceOp::Avg),
+        "all_reduce_in_place avg",
+    );
+    t.eq(
+        &c.down::<f64>(buf.borrow()),
+        &vec![mean; 3],
+        "all_reduce_in_place avg",
+    );
+}
+
+/// A buffer written on another stream of the device is read after that write (cudarc's stream
+/// tracking), by either backend.
+fn foreign_stream<C: Backend<Buf<f32> = CudaSlice<f32>>>(
+    t: &T,
+    c: &C,
+    stream: &Arc<collectives::cudarc::driver::CudaStream>,
+) {
+    use std::borrow::{Borrow, BorrowMut};
+    let Ok(other) = stream.context().new_stream() else {
+        return t.fail("a second stream".into());
+    };
+    let n = 1 << 20;
+    let host: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let Ok(send) = device::upload(&other, &host) else {
+        return t.fail("upload on the second stream".into());
+    };
+    let mut recv = c.up(&vec![0.0f32; n]);
+    t.ok(
+        c.all_reduce::<f32>(&send, recv.borrow_mut(), ReduceOp::Sum),
+        "all_reduce",
+    );
+    let expected: Vec<f32> = host.iter().map(|x| x * c.size() as f32).collect();
+    t.check(c.down::<f32>(recv.borrow()) == expected, || {
+        "all_reduce of a buffer written on another stream".into()
+    });
+}
+
+/// `cuMemAlloc` buffers (`IpcBuffer`, which a CUDA-aware Open MPI maps into its peer with CUDA IPC):
+/// an 8 MiB all-reduce and a ring of 8 MiB messages.
+macro_rules! ipc_buffers {
+    ($name:ident, $comm:ty) => {
+        fn $name(t: &T, c: &$comm) {
+            let (rank, size) = (c.rank(), c.size());
+            let n = 2 << 20;
+            let host: Vec<f32> = (0..n).map(|i| ((i + rank) % 5) as f32).collect();
+            let (Ok(send), Ok(mut recv)) = (
+                IpcBuffer::upload(c.stream(), &host),
+                IpcBuffer::<f32>::zeros(c.stream(), n),
+            ) else {
+                return t.fail("IpcBuffer allocation".into());
+            };
+            t.ok(c.all_reduce(&send, &mut recv, ReduceOp::Sum), "all_reduce");
+            let expected: Vec<f32> = (0..n)
+                .map(|i| (0..size).map(|r| ((i + r) % 5) as f32).sum())
+                .collect();
+            t.check(c.down::<f32>(&recv) == expected, || {
+                "all_reduce of IpcBuffers".into()
+            });
+            let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
+            t.ok(c.send_recv(&send, next, &mut recv, prev, 9), "send_recv");
+            let from_prev: Vec<f32> = (0..n).map(|i| ((i + prev) % 5) as f32).collect();
+            t.check(c.down::<f32>(&recv) == from_prev, || {
+                "send_recv of IpcBuffers".into()
+            });
+        }
+    };
+}
+ipc_buffers!(ipc_buffers_cuda, MpiCudaComm);
+ipc_buffers!(ipc_buffers_staged, MpiStagedComm);
+
+/// Staged all-reduces in many chunks (the last one short), out of place and in place, sum and avg.
+fn staged_pipeline(t: &T) {
+    let Ok(c) = MpiStagedComm::from_mpi(t.comm, None) else {
+        return t.fail("MpiStagedComm::from_mpi".into());
+    };
+    let c = c.with_chunk_bytes(4096).with_checked(false);
+    t.eq(&c.chunk_bytes(), &4096, "chunk size");
+    let (rank, size) = (c.rank(), c.size());
+    let n = 10_000 + 3; // 512 f64 per chunk: 20 chunks, the last of 275
+    let host: Vec<f64> = (0..n).map(|i| ((i + rank) % 13) as f64).collect();
+    let sum: Vec<f64> = (0..n)
+        .map(|i| (0..size).map(|r| ((i + r) % 13) as f64).sum())
+        .collect();
+    let send = c.up(&host);
+    let mut recv = c.up(&vec![0.0f64; n]);
+    t.ok(
+        c.all_reduce(&send, &mut recv, ReduceOp::Sum),
+        "pipelined all_reduce",
+    );
+    t.check(c.down::<f64>(&recv) == sum, || {
+        "pipelined all_reduce sum".into()
+    });
+    let mut buf = c.up(&host);
+    t.ok(
+        c.all_reduce_in_place(&mut buf, ReduceOp::Avg),
+        "pipelined all_reduce_in_place",
+    );
+    let avg: Vec<f64> = sum.iter().map(|s| s / size as f64).collect();
+    let got = c.down::<f64>(&buf);
+    t.check(got.iter().zip(&avg).all(|(a, b)| a.close(*b)), || {
+        "pipelined all_reduce_in_place avg".into()
+    });
+    // Complex products through the pipeline: MPI's complex multiplication, chunk by chunk.
+    let z: Vec<Complex<f64>> = (0..3000)
+        .map(|i| Complex::new(0.0, if (i + rank) % 2 == 0 { 1.0 } else { -1.0 }))
+        .collect();
+    let mut zb = c.up(&z);
+    t.ok(
+        c.all_reduce_in_place(&mut zb, ReduceOp::Prod),
+        "pipelined complex prod",
+    );
+    let expected: Vec<Complex<f64>> = (0..3000)
+        .map(|i| {
+            (0..size).fold(Complex::new(1.0, 0.0), |acc, r| {
+                acc * Complex::new(0.0, if (i + r) % 2 == 0 { 1.0 } else { -1.0 })
+            })
+        })
+        .collect();
+    t.eq(
+        &c.down::<Complex<f64>>(&zb),
+        &expected,
+        "pipelined complex prod",
+    );
+    t.check(c.pooled_bytes() > 0, || {
+        "the pool keeps pinned buffers".into()
+    });
+}
+
+macro_rules! suite_cases {
+    ($prefix:literal, $with:ident, $comm:ty, $v:ty, $name:literal) => {
+        [
+            case(concat!($prefix, "_reductions_", $name), |t| {
+                $with(t, |c| suite::reductions::<$v, $comm>(t, c))
+            }),
+            case(concat!($prefix, "_movement_", $name), |t| {
+                $with(t, |c| suite::movement::<$v, $comm>(t, c))
+            }),
+            case(concat!($prefix, "_uneven_", $name), |t| {
+                $with(t, |c| suite::uneven::<$v, $comm>(t, c))
+            }),
+            case(concat!($prefix, "_point_to_point_", $name), |t| {
+                $with(t, |c| suite::point_to_point::<$v, $comm>(t, c))
+            }),
+            case(concat!($prefix, "_non_blocking_", $name), |t| {
+                $with(t, |c| suite::non_blocking::<$v, $comm>(t, c))
+            }),
+        ]
+    };
+}
+
+macro_rules! backend_cases {
+    ($prefix:literal, $with:ident, $comm:ty, $ipc:ident) => {{
+        let mut v: Vec<Case> = Vec::new();
+        v.extend(suite_cases!($prefix, $with, $comm, f32, "f32"));
+        v.extend(suite_cases!($prefix, $with, $comm, f64, "f64"));
+        v.extend(suite_cases!($prefix, $with, $comm, bf16, "bf16"));
+        v.extend(suite_cases!($prefix, $with, $comm, i32, "i32"));
+        v.extend(suite_cases!($prefix, $with, $comm, u8, "u8"));
+        v.extend(suite_cases!(
+            $prefix,
+            $with,
+            $comm,
+            Complex<f64>,
+            "complex_f64"
+        ));
+        v.extend([
+            case(concat!($prefix, "_barrier_split_dup"), |t| {
+                $with(t, |c| suite::barrier_split_dup(t, c))
+            }),
+            case(concat!($prefix, "_bad_input"), |t| {
+                $with(t, |c| bad_input(t, c))
+            }),
+            case(concat!($prefix, "_non_blocking_avg"), |t| {
+                $with(t, |c| non_blocking_avg(t, c))
+            }),
+            case(concat!($prefix, "_foreign_stream"), |t| {
+                $with(t, |c| foreign_stream(t, c, c.stream()))
+            }),
+            case(concat!($prefix, "_ipc_buffers"), |t| {
+                $with(t, |c| $ipc(t, c))
+            }),
+            checked(concat!($prefix, "_checked_mismatch"), 2, |t| {
+                // A communicator of its own, checked; made where the shared one can be made.
+                $with(t, |_| match <$comm>::from_mpi(t.comm, None) {
+                    Ok(c) => checked_mismatch(t, &c.with_checked(true)),
+                    Err(e) => t.fail(format!("construction: {e}")),
+                })
+            }),
+        ]);
+        v
+    }};
+}
+
+fn main() {
+    if let Some(why) = cuda_unavailable() {
+        println!("cuda_mpi_collectives: needs a CUDA driver and a GPU ({why}); skipped");
+        println!("mpi-tests: 0 passed, 0 failed (no GPU)");
+        return;
+    }
+    let mut cases: Vec<Case> = vec![
+        case("cuda_aware_detection", detection),
+        case("mpi_cuda_construction", construction),
+    ];
+    // With the expectation given, MpiCudaComm runs only where the MPI is CUDA-aware (and must be
+    // constructed there); without it, the cases follow detection at run time.
+    if expected_awareness() != Some(false) {
+        cases.extend(backend_cases!(
+            "mpi_cuda",
+            with_cuda,
+            MpiCudaComm,
+            ipc_buffers_cuda
+        ));
+    }
+    cases.extend(backend_cases!(
+        "mpi_staged",
+        with_staged,
+        MpiStagedComm,
+        ipc_buffers_staged
+    ));
+    cases.push(case("mpi_staged_pipeline", staged_pipeline));
+    common::run(&cases)
+}

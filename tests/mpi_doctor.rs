@@ -1,0 +1,178 @@
+//! `collbench doctor` on the ranks it is launched with (no GPU needed): every rank answers, rank 0 gets
+//! one report naming the MPI library, the CUDA-awareness verdict and its facts, every rank's view and
+//! every backend; the verdict is the same on every rank and follows from its facts. Also the host
+//! path of `collbench p2p` (windows of non-blocking sends, acknowledgements, the byte check) on 2+
+//! ranks. Run: `mpirun -n N target/debug/deps/mpi_doctor-*` (or `cargo xtask test`).
+
+#![allow(clippy::useless_vec)] // the shared suite's buffers are vectors
+
+mod common;
+
+use bench_cli::backend::Backend;
+use bench_cli::doctor;
+use bench_cli::p2p::P2pArgs;
+use collectives::backend::mpi_cuda::cuda_unavailable;
+use collectives::cuda_aware::{self, decide, CudaAwareness};
+use collectives::Communicator;
+use common::{case, Case, T};
+
+fn report(t: &T) {
+    let (rank, size) = (t.rank(), t.size());
+    let r = match doctor::doctor(t.comm) {
+        Ok(r) => r,
+        Err(e) => return t.fail(format!("doctor: {e:#}")),
+    };
+    match r {
+        Some(_) if rank != 0 => t.fail("a rank other than 0 got the report".into()),
+        None if rank == 0 => t.fail("rank 0 got no report".into()),
+        None => {}
+        Some(r) => {
+            print!(
+                "{}",
+                r.render()
+                    .lines()
+                    .map(|l| format!("  | {l}\n"))
+                    .collect::<String>()
+            );
+            t.eq(&r.nranks, &size, "nranks");
+            t.eq(
+                &r.ranks.iter().map(|i| i.rank).collect::<Vec<_>>(),
+                &(0..size).collect::<Vec<_>>(),
+                "every rank answered, in order",
+            );
+            t.check(
+                !r.library.is_empty() && !r.library.starts_with("unknown"),
+                || format!("MPI library: {:?}", r.library),
+            );
+            t.check(r.standard.is_some_and(|(major, _)| major >= 3), || {
+                format!("MPI standard: {:?}", r.standard)
+            });
+            t.eq(&r.facts.len(), &4, "facts listed");
+            t.check(r.cuda_aware_everywhere_same, || {
+                "ranks disagree on CUDA-awareness".into()
+            });
+            for i in &r.ranks {
+                t.check(i.local_rank < i.local_size && i.local_size <= size, || {
+                    format!(
+                        "rank {} node-local {}/{}",
+                        i.rank, i.local_rank, i.local_size
+                    )
+                });
+            }
+            t.eq(
+                &r.backends.len(),
+                &Backend::ALL.len(),
+                "every backend listed",
+            );
+            t.check(r.works(Backend::Mpi), || {
+                "the mpi backend works everywhere".into()
+            });
+            if cuda_unavailable().is_some() {
+                for b in [Backend::MpiStaged, Backend::CudaMpi, Backend::Nccl] {
+                    t.check(!r.works(b), || {
+                        format!("{} cannot work without a GPU", b.name())
+                    });
+                }
+            }
+            // CUDA-aware MPI needs a yes from detection on every rank.
+            if !r.cuda_aware.is_yes() {
+                t.check(!r.works(Backend::CudaMpi), || {
+                    "cuda-mpi listed as working on an MPI not detected as CUDA-aware".into()
+                });
+            }
+            let text = r.render();
+            for needle in [
+                "MPI library",
+                "CUDA-aware MPI",
+                "decided from",
+                "NCCL",
+                "backends:",
+            ] {
+                t.check(text.contains(needle), || {
+                    format!("the report lacks {needle:?}")
+                });
+            }
+            for b in Backend::ALL {
+                t.check(text.contains(&format!("  {:<11} ", b.name())), || {
+                    format!("the report lacks backend {}", b.name())
+                });
+            }
+        }
+    }
+}
+
+/// The verdict follows from the facts, is the same object on every call, and the same on every rank.
+fn detection(t: &T) {
+    let Some(d) = t.ok(cuda_aware::detect(), "detect") else {
+        return;
+    };
+    t.eq(
+        &decide(&d.facts),
+        &d.awareness,
+        "the verdict follows from the facts",
+    );
+    let again = cuda_aware::detect().ok();
+    t.check(again.is_some_and(|a| std::ptr::eq(a, d)), || {
+        "detected once".into()
+    });
+    t.check(d.facts.library.is_some(), || {
+        "MPI_Get_library_version answered".into()
+    });
+    let code = match &d.awareness {
+        CudaAwareness::Yes { .. } => 1i64,
+        CudaAwareness::No { .. } => 0,
+        _ => -1,
+    };
+    let mut all = vec![0i64; t.size()];
+    t.ok(t.comm.all_gather(&[code][..], &mut all[..]), "all_gather");
+    t.check(all.iter().all(|&c| c == code), || {
+        format!("verdicts per rank: {all:?}")
+    });
+}
+
+/// The host path of `collbench p2p`: latency and bandwidth rows, no byte received wrong.
+fn p2p_on_host(t: &T) {
+    let flags = [
+        "-b", "1", "-e", "64K", "-f", "16", "-n", "5", "-w", "1", "--window", "8",
+    ];
+    let args = match P2pArgs::from_flags(&flags) {
+        Ok(a) => a,
+        Err(e) => return t.fail(format!("flags: {e}")),
+    };
+    let rows = match bench_cli::p2p::measure_host(t.comm, &args) {
+        Ok(rows) => rows,
+        Err(e) => return t.fail(format!("p2p on host: {e:#}")),
+    };
+    if t.rank() != 0 {
+        t.check(rows.is_empty(), || "rows on a rank other than 0".into());
+        return;
+    }
+    t.eq(
+        &rows.iter().map(|r| r.size).collect::<Vec<_>>(),
+        &vec![1, 16, 256, 4096, 65536],
+        "sizes",
+    );
+    for r in &rows {
+        t.eq(&r.wrong, &Some(0), &format!("bytes wrong at {}", r.size));
+        t.check(r.latency.is_some_and(|l| l > 0.0), || {
+            format!("latency at {}", r.size)
+        });
+        t.check(r.bandwidth.is_some_and(|b| b > 0.0), || {
+            format!("bandwidth at {}", r.size)
+        });
+    }
+}
+
+fn main() {
+    let cases: Vec<Case> = vec![
+        case("doctor_report", report),
+        case("doctor_detection", detection),
+        Case {
+            name: "p2p_on_host",
+            min_ranks: 2,
+            checked: false,
+            body: p2p_on_host,
+        },
+    ];
+    common::run(&cases)
+}

@@ -1,0 +1,240 @@
+//! The 3-D halo exchange on NCCL (`collectives::halo`), checked on every rank against the global
+//! reference (`halo::expected_field`: what every ghost cell must hold, computed from the global
+//! field), for 6 and 26 neighbours, radius 1 and 3, 1 and 3 quantities, cubic and non-cubic
+//! blocks, the default and explicit process grids (so that on 1 and 2 ranks neighbours are the
+//! rank itself or the same other rank in several directions), repeated exchanges, the three steps
+//! called one by one, the timed exchange, and bad input. One rank per GPU:
+//! `mpirun -n 2 target/release/deps/nccl_halo-*`. Without a CUDA driver or libnccl it reports
+//! that it was skipped and passes nothing.
+
+#![allow(clippy::useless_vec)] // the shared suite (tests/common) builds buffers as vectors
+
+mod common;
+
+use std::cell::OnceCell;
+
+use collectives::backend::nccl::cuda_driver_present;
+use collectives::halo::{self, HaloExchange, HaloSpec, Neighbours};
+use collectives::{device, Communicator, Error, NcclComm};
+use common::{case, Case, T};
+
+thread_local! {
+    /// One NCCL communicator for the whole run (made collectively by the first test on every rank).
+    static NCCL: OnceCell<NcclComm> = const { OnceCell::new() };
+}
+
+fn with_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
+    NCCL.with(|cell| {
+        if cell.get().is_none() {
+            match NcclComm::from_mpi(t.comm, None) {
+                Ok(c) => {
+                    let _ = cell.set(c);
+                }
+                Err(e) => return t.fail(format!("NcclComm::from_mpi: {e}")),
+            }
+        }
+        if let Some(c) = cell.get() {
+            body(c)
+        }
+    })
+}
+
+/// One exchange of `spec` (called `times` times), compared cell by cell with the reference.
+fn exchange_and_check(t: &T, comm: &NcclComm, spec: HaloSpec, times: usize) {
+    let what = format!("{spec:?} x{times}");
+    let Some(mut ex) = t.ok(HaloExchange::new(comm, spec), &format!("{what}: new")) else {
+        return;
+    };
+    let grid = *ex.grid();
+    let rank = comm.rank();
+    let Some(init) = t.ok(halo::initial_field(&spec, &grid, rank), "initial_field") else {
+        return;
+    };
+    let Some(mut field) = t.ok(device::upload(comm.stream(), &init), "upload") else {
+        return;
+    };
+    for _ in 0..times {
+        t.ok(ex.exchange(&mut field), &format!("{what}: exchange"));
+    }
+    t.ok(comm.synchronize(), &format!("{what}: synchronize"));
+    let Some(got) = t.ok(device::download(comm.stream(), &field), "download") else {
+        return;
+    };
+    let Some(want) = t.ok(halo::expected_field(&spec, &grid, rank), "expected_field") else {
+        return;
+    };
+    let wrong: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
+    if let Some(&first) = wrong.first() {
+        t.fail(format!(
+            "{what}: rank {rank}: {} of {} cells differ; first at index {first}: got {}, expected {} \
+             (grid {:?}, plan {})",
+            wrong.len(),
+            want.len(),
+            got[first],
+            want[first],
+            grid.dims(),
+            ex.plan()
+        ));
+    }
+}
+
+fn modes_radii_quantities(t: &T) {
+    with_nccl(t, |c| {
+        for neighbours in [Neighbours::Faces, Neighbours::All] {
+            for radius in [1, 3] {
+                for quantities in [1, 3] {
+                    exchange_and_check(t, c, HaloSpec::cube(6, radius, quantities, neighbours), 1);
+                }
+            }
+        }
+    })
+}
+
+fn non_cubic_blocks(t: &T) {
+    with_nccl(t, |c| {
+        for neighbours in [Neighbours::Faces, Neighbours::All] {
+            exchange_and_check(t, c, HaloSpec::new([7, 5, 3], 3, 2, neighbours), 1);
+            exchange_and_check(t, c, HaloSpec::new([3, 9, 4], 1, 3, neighbours), 1);
+            // Radius equal to the smallest side: the whole interior along z is sent.
+            exchange_and_check(t, c, HaloSpec::new([8, 6, 2], 2, 1, neighbours), 1);
+        }
+    })
+}
+
+fn explicit_grids(t: &T) {
+    with_nccl(t, |c| {
+        let size = c.size();
+        for dims in [[1, size, 1], [1, 1, size]] {
+            for neighbours in [Neighbours::Faces, Neighbours::All] {
+                exchange_and_check(
+                    t,
+                    c,
+                    HaloSpec::new([5, 4, 6], 2, 2, neighbours).with_dims(dims),
+                    1,
+                );
+            }
+        }
+    })
+}
+
+fn repeated_exchanges_are_stable(t: &T) {
+    // A second exchange sends the same interior cells again: the result does not change.
+    with_nccl(t, |c| {
+        exchange_and_check(t, c, HaloSpec::cube(5, 2, 3, Neighbours::All), 3);
+    })
+}
+
+fn steps_one_by_one_and_timed(t: &T) {
+    with_nccl(t, |c| {
+        let spec = HaloSpec::cube(8, 3, 2, Neighbours::All);
+        let Some(mut ex) = t.ok(HaloExchange::new(c, spec), "new") else {
+            return;
+        };
+        let grid = *ex.grid();
+        let rank = c.rank();
+        let (Some(init), Some(want)) = (
+            t.ok(halo::initial_field(&spec, &grid, rank), "initial_field"),
+            t.ok(halo::expected_field(&spec, &grid, rank), "expected_field"),
+        ) else {
+            return;
+        };
+        let Some(mut field) = t.ok(device::upload(c.stream(), &init), "upload") else {
+            return;
+        };
+        t.ok(ex.pack(&field), "pack");
+        t.ok(ex.transfer(), "transfer");
+        t.ok(ex.unpack(&mut field), "unpack");
+        t.ok(c.synchronize(), "synchronize");
+        let got = t.ok(device::download(c.stream(), &field), "download");
+        t.check(got.as_ref() == Some(&want), || "steps one by one".into());
+        // Timed, from the initial field again.
+        t.ok(
+            device::copy_to_device(c.stream(), &init, &mut field),
+            "copy_to_device",
+        );
+        if let Some(times) = t.ok(ex.exchange_timed(&mut field), "exchange_timed") {
+            t.check(
+                times.pack_ms >= 0.0 && times.transfer_ms >= 0.0 && times.unpack_ms >= 0.0,
+                || format!("negative times {times:?}"),
+            );
+            t.check(times.total_ms() > 0.0, || format!("zero time {times:?}"));
+        }
+        let got = t.ok(device::download(c.stream(), &field), "download");
+        t.check(got.as_ref() == Some(&want), || "exchange_timed".into());
+    })
+}
+
+fn bad_input(t: &T) {
+    with_nccl(t, |c| {
+        let spec = HaloSpec::cube(4, 1, 1, Neighbours::Faces);
+        let Some(mut ex) = t.ok(HaloExchange::new(c, spec), "new") else {
+            return;
+        };
+        // A field of the wrong length: refused before anything is enqueued.
+        if let Some(mut short) = t.ok(
+            device::alloc_zeros::<f64>(c.stream(), ex.field_len() - 1),
+            "alloc",
+        ) {
+            t.err(
+                ex.exchange(&mut short),
+                "short field",
+                |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("elements")),
+            );
+        }
+        // A bad spec on every rank: refused on every rank.
+        t.err(
+            HaloExchange::new(c, HaloSpec::cube(4, 5, 1, Neighbours::All)),
+            "radius beyond the block",
+            |e| matches!(e, Error::InvalidArgument { .. }),
+        );
+        t.err(
+            HaloExchange::new(
+                c,
+                HaloSpec::cube(4, 1, 1, Neighbours::All).with_dims([3, 1, 1]),
+            ),
+            "grid of the wrong size",
+            |e| matches!(e, Error::InvalidArgument { .. }),
+        );
+        // Ranks that disagree (rank 0 asks for radius 2, the others for 1) all get an error, and
+        // nobody hangs; on one rank nothing disagrees.
+        let radius = if c.rank() == 0 { 2 } else { 1 };
+        let r = HaloExchange::new(c, HaloSpec::cube(4, radius, 1, Neighbours::All));
+        if c.size() > 1 {
+            t.err(r, "ranks disagree", |e| {
+                matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("different halo specs"))
+            });
+        } else {
+            t.ok(r, "one rank agrees with itself");
+        }
+        // One rank with a bad spec: every rank gets an error.
+        let radius = if c.rank() == 0 { 9 } else { 1 };
+        t.err(
+            HaloExchange::new(c, HaloSpec::cube(4, radius, 1, Neighbours::All)),
+            "one bad spec",
+            |e| matches!(e, Error::InvalidArgument { .. }),
+        );
+    })
+}
+
+fn main() {
+    if !cuda_driver_present() || collectives::nccl_sys::library().is_err() {
+        println!("nccl_halo: needs a CUDA driver and libnccl; skipped");
+        println!("mpi-tests: 0 passed, 0 failed (no GPU)");
+        return;
+    }
+    let cases: Vec<Case> = vec![
+        case("halo_modes_radii_quantities", modes_radii_quantities),
+        case("halo_non_cubic_blocks", non_cubic_blocks),
+        case("halo_explicit_grids", explicit_grids),
+        case(
+            "halo_repeated_exchanges_are_stable",
+            repeated_exchanges_are_stable,
+        ),
+        case(
+            "halo_steps_one_by_one_and_timed",
+            steps_one_by_one_and_timed,
+        ),
+        case("halo_bad_input", bad_input),
+    ];
+    common::run(&cases)
+}
