@@ -2,8 +2,9 @@
 //! reference (`halo::expected_field`: what every ghost cell must hold, computed from the global
 //! field), for 6 and 26 neighbours, radius 1 and 3, 1 and 3 quantities, cubic and non-cubic
 //! blocks, the default and explicit process grids (so that on 1 and 2 ranks neighbours are the
-//! rank itself or the same other rank in several directions), repeated exchanges, the three steps
-//! called one by one, the timed exchange, and bad input. One rank per GPU:
+//! rank itself or the same other rank in several directions), pipeline depths (chunks) with more
+//! and fewer quantities than chunks, repeated exchanges, back-to-back exchanges of a changing
+//! field, the timed (step by step) exchange, and bad input. One rank per GPU:
 //! `mpirun -n 2 target/release/deps/nccl_halo-*`. Without a CUDA driver or libnccl it reports
 //! that it was skipped and passes nothing.
 
@@ -124,43 +125,101 @@ fn repeated_exchanges_are_stable(t: &T) {
     })
 }
 
-fn steps_one_by_one_and_timed(t: &T) {
+fn pipeline_depths(t: &T) {
+    // Fewer, as many and more quantities than chunks (then the z layers are cut), and a chunk
+    // count beyond the z layers of a face (empty pieces).
     with_nccl(t, |c| {
-        let spec = HaloSpec::cube(8, 3, 2, Neighbours::All);
-        let Some(mut ex) = t.ok(HaloExchange::new(c, spec), "new") else {
-            return;
-        };
-        let grid = *ex.grid();
-        let rank = c.rank();
-        let (Some(init), Some(want)) = (
-            t.ok(halo::initial_field(&spec, &grid, rank), "initial_field"),
-            t.ok(halo::expected_field(&spec, &grid, rank), "expected_field"),
-        ) else {
-            return;
-        };
-        let Some(mut field) = t.ok(device::upload(c.stream(), &init), "upload") else {
-            return;
-        };
-        t.ok(ex.pack(&field), "pack");
-        t.ok(ex.transfer(), "transfer");
-        t.ok(ex.unpack(&mut field), "unpack");
-        t.ok(c.synchronize(), "synchronize");
-        let got = t.ok(device::download(c.stream(), &field), "download");
-        t.check(got.as_ref() == Some(&want), || "steps one by one".into());
-        // Timed, from the initial field again.
-        t.ok(
-            device::copy_to_device(c.stream(), &init, &mut field),
-            "copy_to_device",
-        );
-        if let Some(times) = t.ok(ex.exchange_timed(&mut field), "exchange_timed") {
-            t.check(
-                times.pack_ms >= 0.0 && times.transfer_ms >= 0.0 && times.unpack_ms >= 0.0,
-                || format!("negative times {times:?}"),
-            );
-            t.check(times.total_ms() > 0.0, || format!("zero time {times:?}"));
+        for (quantities, chunks) in [(8, 4), (3, 4), (2, 2), (1, 3), (5, 1), (1, 16)] {
+            for neighbours in [Neighbours::Faces, Neighbours::All] {
+                let spec = HaloSpec::new([6, 5, 7], 2, quantities, neighbours).with_chunks(chunks);
+                exchange_and_check(t, c, spec, 2);
+            }
         }
-        let got = t.ok(device::download(c.stream(), &field), "download");
-        t.check(got.as_ref() == Some(&want), || "exchange_timed".into());
+    })
+}
+
+/// Three exchanges back to back with no wait in between, the field overwritten on the
+/// communicator's stream before each: the last one must see the last field, so every step of
+/// the pipeline is ordered after what came before it on that stream.
+fn back_to_back_exchanges_see_the_latest_field(t: &T) {
+    with_nccl(t, |c| {
+        for chunks in [1, 4] {
+            let spec = HaloSpec::cube(40, 3, 8, Neighbours::All).with_chunks(chunks);
+            let Some(mut ex) = t.ok(HaloExchange::new(c, spec), "new") else {
+                return;
+            };
+            let grid = *ex.grid();
+            let rank = c.rank();
+            let (Some(init), Some(want)) = (
+                t.ok(halo::initial_field(&spec, &grid, rank), "initial_field"),
+                t.ok(halo::expected_field(&spec, &grid, rank), "expected_field"),
+            ) else {
+                return;
+            };
+            let Some(mut field) = t.ok(device::alloc_zeros::<f64>(c.stream(), init.len()), "alloc")
+            else {
+                return;
+            };
+            for round in 1..=3 {
+                let scaled: Vec<f64> = init.iter().map(|v| v * f64::from(round)).collect();
+                t.ok(
+                    device::copy_to_device(c.stream(), &scaled, &mut field),
+                    "copy_to_device",
+                );
+                t.ok(ex.exchange(&mut field), "exchange");
+            }
+            t.ok(c.synchronize(), "synchronize");
+            let got = t.ok(device::download(c.stream(), &field), "download");
+            let want: Vec<f64> = want.iter().map(|v| v * 3.0).collect();
+            let wrong = got.as_ref().map_or(usize::MAX, |g| {
+                g.iter().zip(&want).filter(|(a, b)| a != b).count()
+            });
+            t.check(wrong == 0, || {
+                format!("chunks {chunks}: {wrong} cells differ after three exchanges")
+            });
+        }
+    })
+}
+
+fn timed_exchange_fills_the_same_cells(t: &T) {
+    with_nccl(t, |c| {
+        for chunks in [1, 3] {
+            let spec = HaloSpec::cube(8, 3, 2, Neighbours::All).with_chunks(chunks);
+            let Some(mut ex) = t.ok(HaloExchange::new(c, spec), "new") else {
+                return;
+            };
+            let grid = *ex.grid();
+            let rank = c.rank();
+            let (Some(init), Some(want)) = (
+                t.ok(halo::initial_field(&spec, &grid, rank), "initial_field"),
+                t.ok(halo::expected_field(&spec, &grid, rank), "expected_field"),
+            ) else {
+                return;
+            };
+            let Some(mut field) = t.ok(device::upload(c.stream(), &init), "upload") else {
+                return;
+            };
+            if let Some(times) = t.ok(ex.exchange_timed(&mut field), "exchange_timed") {
+                t.check(
+                    times.pack_ms >= 0.0
+                        && times.local_ms >= 0.0
+                        && times.transfer_ms >= 0.0
+                        && times.unpack_ms >= 0.0,
+                    || format!("negative times {times:?}"),
+                );
+                t.check(times.total_ms() > 0.0, || format!("zero time {times:?}"));
+                // One rank is its own neighbour everywhere: all of its time is local copies.
+                if c.size() == 1 {
+                    t.check(times.local_ms > 0.0 && ex.plan().sends().is_empty(), || {
+                        format!("one rank: {times:?}, plan {}", ex.plan())
+                    });
+                }
+            }
+            let got = t.ok(device::download(c.stream(), &field), "download");
+            t.check(got.as_ref() == Some(&want), || {
+                format!("exchange_timed, chunks {chunks}")
+            });
+        }
     })
 }
 
@@ -230,9 +289,14 @@ fn main() {
             "halo_repeated_exchanges_are_stable",
             repeated_exchanges_are_stable,
         ),
+        case("halo_pipeline_depths", pipeline_depths),
         case(
-            "halo_steps_one_by_one_and_timed",
-            steps_one_by_one_and_timed,
+            "halo_back_to_back_exchanges_see_the_latest_field",
+            back_to_back_exchanges_see_the_latest_field,
+        ),
+        case(
+            "halo_timed_exchange_fills_the_same_cells",
+            timed_exchange_fills_the_same_cells,
         ),
         case("halo_bad_input", bad_input),
     ];

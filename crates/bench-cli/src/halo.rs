@@ -4,16 +4,19 @@
 //!
 //! Per rank: `n^3` interior cells (`--nx --ny --nz` for other shapes), radius `-r`, `-q` f64
 //! quantities, 6 face or 26 neighbours, on a periodic process grid (`--dims`, default like
-//! `MPI_Dims_create`). Columns, each the maximum over ranks of the average over `-n` timed
-//! exchanges after `-w` warm-up ones:
+//! `MPI_Dims_create`), one row per pipeline depth of `--chunks` (a list). Columns, each the
+//! maximum over ranks of the average over `-n` timed exchanges after `-w` warm-up ones:
 //!
-//! - `pack`, `transfer`, `unpack`: CUDA events around each step of one exchange, the stream
-//!   drained after each exchange (`HaloExchange::exchange_timed`);
-//! - `total`: `-n` exchanges back to back between two events, divided by `-n` (what a solver's
-//!   time step sees);
+//! - `pack`, `local`, `transfer`, `unpack`: CUDA events around each step of one exchange run
+//!   step by step, the stream drained after each exchange (`HaloExchange::exchange_timed`):
+//!   where the time goes, without overlap (`local`: the direct copies where a rank is its own
+//!   neighbour);
+//! - `total`: `-n` pipelined exchanges (`HaloExchange::exchange`) back to back between two
+//!   events, divided by `-n` (what a solver's time step sees);
 //! - `contig`: the baseline, the same bytes sent contiguously through the same backend: one
-//!   contiguous device buffer per neighbour rank, of the sizes the exchange sends, in one group
-//!   of `send`/`recv` calls (no pack, no unpack); `ratio` = total / contig;
+//!   contiguous device buffer per neighbour rank (this rank included when it is its own
+//!   neighbour), of the bytes the exchange hands to that rank, in one group of `send`/`recv`
+//!   calls (no pack, no unpack); `ratio` = total / contig;
 //! - `contig/dir`: one contiguous buffer per direction (6 or 26 messages, several to the same
 //!   rank when the grid is small), the way a code without a packer sends its faces;
 //! - `#wrong`: after timing, one exchange of a field holding the global reference, every cell
@@ -39,6 +42,7 @@ use collectives_core::halo::{
     self, directions, ghost_box, send_box, HaloExchange, HaloSpec, Neighbours, ProcessGrid,
 };
 use collectives_core::{device, Communicator, MpiComm, NcclComm, ReduceOp};
+use datatype_pack::gpu::{GpuOptions, GridCap};
 
 use crate::backend::{self, Backend, BackendChoice};
 
@@ -90,6 +94,14 @@ pub struct HaloArgs {
     /// Process grid as PXxPYxPZ (e.g. 2x1x1); default: like MPI_Dims_create.
     #[arg(long, value_parser = parse_dims)]
     pub dims: Option<[usize; 3]>,
+    /// Pipeline depths to measure, one row each (comma-separated, each 1 to 64).
+    #[arg(long, value_delimiter = ',', default_values_t = [halo::DEFAULT_CHUNKS])]
+    pub chunks: Vec<usize>,
+    /// Grid policies of the pack, copy and unpack kernels to measure, one row each
+    /// (comma-separated: auto, full, or a number of waves; default: full, the library's
+    /// default for halo exchanges).
+    #[arg(long, value_delimiter = ',', default_values = ["full"], value_parser = parse_grid)]
+    pub grid: Vec<GridCap>,
     /// Backend: nccl (or all).
     #[arg(long, default_value = "nccl")]
     pub backend: BackendChoice,
@@ -116,6 +128,32 @@ pub struct HaloArgs {
     pub mpi_iters: u32,
 }
 
+/// `auto`, `full` or a number of waves -> the grid policy.
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn parse_grid(s: &str) -> Result<GridCap, String> {
+    match s.trim() {
+        "auto" => Ok(GridCap::Auto),
+        "full" => Ok(GridCap::Full),
+        n => match n.parse::<u32>() {
+            Ok(w) if w > 0 => Ok(GridCap::Waves(w)),
+            _ => Err(format!(
+                "bad grid policy `{s}` (expected auto, full or a number of waves)"
+            )),
+        },
+    }
+}
+
+/// The name of a grid policy, as `--grid` takes it.
+pub fn grid_name(g: GridCap) -> String {
+    match g {
+        GridCap::Full => "full".into(),
+        GridCap::Waves(w) => w.to_string(),
+        _ => "auto".into(),
+    }
+}
+
 /// `2x1x1` -> `[2, 1, 1]`.
 ///
 /// # Errors
@@ -137,14 +175,15 @@ pub fn parse_dims(s: &str) -> Result<[usize; 3], String> {
 }
 
 impl HaloArgs {
-    /// The spec of one row.
+    /// The spec of one row (the first of `--chunks`).
     pub fn spec(&self, neighbours: Neighbours) -> HaloSpec {
         let n = [
             self.nx.unwrap_or(self.n),
             self.ny.unwrap_or(self.n),
             self.nz.unwrap_or(self.n),
         ];
-        let spec = HaloSpec::new(n, self.radius, self.quantities, neighbours);
+        let spec = HaloSpec::new(n, self.radius, self.quantities, neighbours)
+            .with_chunks(self.chunks.first().copied().unwrap_or(halo::DEFAULT_CHUNKS));
         match self.dims {
             Some(d) => spec.with_dims(d),
             None => spec,
@@ -168,12 +207,19 @@ pub fn halo_unavailable(b: Backend) -> Option<String> {
 pub struct HaloRow {
     /// 6 or 26 neighbours.
     pub neighbours: Neighbours,
-    /// Bytes one rank sends per exchange (the largest over ranks).
+    /// Pipeline depth.
+    pub chunks: usize,
+    /// Grid policy of the kernels.
+    pub grid: GridCap,
+    /// Bytes one rank hands to its neighbours per exchange, itself included (the largest over
+    /// ranks).
     pub bytes: u64,
     /// Messages one rank sends per exchange (the largest over ranks).
     pub messages: usize,
     /// Pack step.
     pub pack_us: f64,
+    /// Local copies.
+    pub local_us: f64,
     /// Transfer step.
     pub transfer_us: f64,
     /// Unpack step.
@@ -192,11 +238,14 @@ impl HaloRow {
     /// The header lines.
     pub fn header() -> [String; 1] {
         [format!(
-            "#{:>9} {:>12} {:>5} {:>10} {:>11} {:>10} {:>10} {:>9} {:>10} {:>7} {:>11} {:>7} {:>8}",
+            "#{:>9} {:>6} {:>5} {:>12} {:>5} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>10} {:>7} {:>11} {:>7} {:>8}",
             "neighbrs",
+            "chunks",
+            "grid",
             "bytes/rank",
             "msgs",
             "pack(us)",
+            "local(us)",
             "transfer(us)",
             "unpack(us)",
             "total(us)",
@@ -217,11 +266,14 @@ impl HaloRow {
                 (format!("{us:.2}"), format!("{:.2}", self.total_us / us))
             });
         format!(
-            " {:>9} {:>12} {:>5} {:>10.2} {:>11.2} {:>10.2} {:>10.2} {:>9.2} {:>10.2} {:>7.2} {:>11} {:>7} {:>8}",
+            " {:>9} {:>6} {:>5} {:>12} {:>5} {:>10.2} {:>10.2} {:>11.2} {:>10.2} {:>10.2} {:>9.2} {:>10.2} {:>7.2} {:>11} {:>7} {:>8}",
             self.neighbours.name(),
+            self.chunks,
+            grid_name(self.grid),
             self.bytes,
             self.messages,
             self.pack_us,
+            self.local_us,
             self.transfer_us,
             self.unpack_us,
             self.total_us,
@@ -299,20 +351,61 @@ fn contiguous_exchange(
     Ok(())
 }
 
-/// One row on the NCCL backend.
+/// The contiguous baselines of one neighbour set (microseconds, maxima over ranks): one buffer
+/// per neighbour rank, and one per direction.
+fn contiguous_baselines(
+    comm: &NcclComm,
+    ctl: &MpiComm,
+    args: &HaloArgs,
+    spec: &HaloSpec,
+) -> anyhow::Result<(f64, f64)> {
+    let rank = comm.rank();
+    let grid = ProcessGrid::new(comm.size(), spec.dims)?;
+    let plan = halo::HaloPlan::new(spec, &grid, rank)?;
+    let sends = buffers(comm, &plan.send_bytes_by_peer())?;
+    let mut recvs = buffers(comm, &plan.recv_bytes_by_peer())?;
+    let contig_us = time_us(comm, ctl, args.iters, args.warmup, || {
+        contiguous_exchange(comm, &sends, &mut recvs)
+    })?;
+    drop((sends, recvs));
+
+    let cells = |b: halo::CellBox| (b.cells() * spec.quantities * 8) as u64;
+    let dirs = directions(spec.neighbours);
+    let send_sizes: Vec<(usize, u64)> = dirs
+        .iter()
+        .map(|&d| (grid.neighbour(rank, d), cells(send_box(spec, d))))
+        .collect();
+    let recv_sizes: Vec<(usize, u64)> = dirs
+        .iter()
+        .map(|&d| {
+            let back = d.map(|c| -c);
+            (grid.neighbour(rank, back), cells(ghost_box(spec, back)))
+        })
+        .collect();
+    let sends = buffers(comm, &send_sizes)?;
+    let mut recvs = buffers(comm, &recv_sizes)?;
+    let contig_dir_us = time_us(comm, ctl, args.iters, args.warmup, || {
+        contiguous_exchange(comm, &sends, &mut recvs)
+    })?;
+    Ok((contig_us, contig_dir_us))
+}
+
+/// One row on the NCCL backend: the exchange of `spec` against the given baselines.
 fn nccl_row(
     comm: &NcclComm,
     ctl: &MpiComm,
     args: &HaloArgs,
-    neighbours: Neighbours,
+    spec: HaloSpec,
+    grid_cap: GridCap,
+    (contig_us, contig_dir_us): (f64, f64),
 ) -> anyhow::Result<HaloRow> {
-    let spec = args.spec(neighbours);
-    let mut ex = HaloExchange::new(comm, spec).context("setting up the halo exchange")?;
-    let rank = comm.rank();
+    let opts = GpuOptions::default().with_grid(grid_cap);
+    let mut ex =
+        HaloExchange::with_options(comm, spec, &opts).context("setting up the halo exchange")?;
     let grid = *ex.grid();
     let mut field = device::alloc_zeros::<f64>(comm.stream(), ex.field_len())?;
 
-    // Per-step times: each exchange timed with events and drained.
+    // Per-step times: each exchange run step by step, timed with events and drained.
     for _ in 0..args.warmup {
         ex.exchange(&mut field)?;
     }
@@ -322,56 +415,27 @@ fn nccl_row(
     for _ in 0..args.iters {
         let t = ex.exchange_timed(&mut field)?;
         sum.pack_ms += t.pack_ms;
+        sum.local_ms += t.local_ms;
         sum.transfer_ms += t.transfer_ms;
         sum.unpack_ms += t.unpack_ms;
     }
     let per = 1000.0 / f64::from(args.iters);
     let pack_us = max_over_ranks(ctl, sum.pack_ms * per)?;
+    let local_us = max_over_ranks(ctl, sum.local_ms * per)?;
     let transfer_us = max_over_ranks(ctl, sum.transfer_ms * per)?;
     let unpack_us = max_over_ranks(ctl, sum.unpack_ms * per)?;
 
-    // Back to back.
+    // Pipelined, back to back.
     let total_us = time_us(comm, ctl, args.iters, args.warmup, || {
         Ok(ex.exchange(&mut field)?)
     })?;
-
-    // Baseline: the same messages, contiguous.
-    let plan = ex.plan().clone();
-    let send_sizes: Vec<(usize, u64)> = plan.sends().iter().map(|m| (m.peer, m.bytes)).collect();
-    let recv_sizes: Vec<(usize, u64)> = plan.recvs().iter().map(|m| (m.peer, m.bytes)).collect();
-    let sends = buffers(comm, &send_sizes)?;
-    let mut recvs = buffers(comm, &recv_sizes)?;
-    let contig_us = time_us(comm, ctl, args.iters, args.warmup, || {
-        contiguous_exchange(comm, &sends, &mut recvs)
-    })?;
-    drop((sends, recvs));
-
-    // Baseline: one contiguous message per direction.
-    let cells = |b: halo::CellBox| (b.cells() * spec.quantities * 8) as u64;
-    let dirs = directions(neighbours);
-    let send_sizes: Vec<(usize, u64)> = dirs
-        .iter()
-        .map(|&d| (grid.neighbour(rank, d), cells(send_box(&spec, d))))
-        .collect();
-    let recv_sizes: Vec<(usize, u64)> = dirs
-        .iter()
-        .map(|&d| {
-            let back = d.map(|c| -c);
-            (grid.neighbour(rank, back), cells(ghost_box(&spec, back)))
-        })
-        .collect();
-    let sends = buffers(comm, &send_sizes)?;
-    let mut recvs = buffers(comm, &recv_sizes)?;
-    let contig_dir_us = time_us(comm, ctl, args.iters, args.warmup, || {
-        contiguous_exchange(comm, &sends, &mut recvs)
-    })?;
-    drop((sends, recvs));
 
     let wrong = if args.check == 1 {
         Some(check(comm, ctl, &mut ex, &grid, &mut field)?)
     } else {
         None
     };
+    let plan = ex.plan();
     let mut most = [0u64; 2];
     ctl.all_reduce(
         &[plan.payload_bytes(), plan.sends().len() as u64][..],
@@ -379,10 +443,13 @@ fn nccl_row(
         ReduceOp::Max,
     )?;
     Ok(HaloRow {
-        neighbours,
+        neighbours: spec.neighbours,
+        chunks: spec.chunks,
+        grid: grid_cap,
         bytes: most[0],
         messages: most[1] as usize,
         pack_us,
+        local_us,
         transfer_us,
         unpack_us,
         total_us,
@@ -553,9 +620,11 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
     let (rank, size) = (ctl.rank(), ctl.size());
     // Flags first, identically on every rank.
     for nb in args.neighbours.neighbours() {
-        let spec = args.spec(nb);
-        spec.validate()?;
-        ProcessGrid::new(size, spec.dims)?;
+        for &chunks in &args.chunks {
+            let spec = args.spec(nb).with_chunks(chunks);
+            spec.validate()?;
+            ProcessGrid::new(size, spec.dims)?;
+        }
     }
     // The backends every rank can run.
     let candidates = args.backend.candidates();
@@ -588,8 +657,9 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
             spec.radius,
             spec.quantities
         )?;
-        writeln!(out, "#  pack/transfer/unpack: CUDA events around each step of one exchange (stream drained after each); total: -n {} exchanges back to back after -w {}, per exchange", args.iters, args.warmup)?;
-        writeln!(out, "#  contig: the same bytes in one contiguous buffer per neighbour rank, one group of send/recv through the same backend; ratio = total / contig")?;
+        writeln!(out, "#  pack/local/transfer/unpack: CUDA events around each step of one exchange run step by step (stream drained after each; local = direct copies where a rank is its own neighbour); total: -n pipelined exchanges back to back after -w {}, per exchange (-n {})", args.warmup, args.iters)?;
+        writeln!(out, "#  chunks: pipeline depth (every message to another rank cut into this many pieces); grid: the kernels' grid policy (auto, full, or waves); msgs: messages sent per exchange")?;
+        writeln!(out, "#  contig: the same bytes in one contiguous buffer per neighbour rank (itself included), one group of send/recv through the same backend; ratio = total / contig")?;
         writeln!(out, "#  c/dir: one contiguous buffer per direction (6 or 26 messages); ratio = total / c/dir")?;
         writeln!(
             out,
@@ -611,22 +681,39 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
                         writeln!(out, "{l}")?;
                     }
                 }
-                let mut ours_total_us = None;
+                // The fastest faces row (else the fastest row) against the MPI datatypes.
+                let mut ours_total_us: Option<(Neighbours, f64)> = None;
                 for nb in args.neighbours.neighbours() {
-                    let row = nccl_row(&comm, &ctl, args, nb)?;
-                    if rank == 0 {
-                        writeln!(out, "{}", row.line())?;
-                        out.flush()?;
-                    }
-                    if nb == Neighbours::Faces || ours_total_us.is_none() {
-                        ours_total_us = Some((nb, row.total_us));
-                    }
-                    if row.wrong.is_some_and(|w| w > 0) {
-                        bail!(
-                            "{} ghost cells differ from the global reference ({} neighbours)",
-                            row.wrong.unwrap_or(0),
-                            nb.name()
-                        );
+                    let base = contiguous_baselines(&comm, &ctl, args, &args.spec(nb))?;
+                    for (&chunks, &grid_cap) in args
+                        .chunks
+                        .iter()
+                        .flat_map(|c| args.grid.iter().map(move |g| (c, g)))
+                    {
+                        let spec = args.spec(nb).with_chunks(chunks);
+                        let row = nccl_row(&comm, &ctl, args, spec, grid_cap, base)?;
+                        if rank == 0 {
+                            writeln!(out, "{}", row.line())?;
+                            out.flush()?;
+                        }
+                        let better = match ours_total_us {
+                            None => true,
+                            Some((n, us)) => {
+                                (nb == Neighbours::Faces && n != Neighbours::Faces)
+                                    || (nb == n && row.total_us < us)
+                            }
+                        };
+                        if better {
+                            ours_total_us = Some((nb, row.total_us));
+                        }
+                        if row.wrong.is_some_and(|w| w > 0) {
+                            bail!(
+                                "{} ghost cells differ from the global reference ({} neighbours, {} chunks)",
+                                row.wrong.unwrap_or(0),
+                                nb.name(),
+                                chunks
+                            );
+                        }
                     }
                 }
                 if args.mpi_datatypes {
@@ -675,6 +762,8 @@ mod tests {
         assert_eq!(w.args.neighbours, Mode::Both);
         assert_eq!(w.args.backend, BackendChoice::One(Backend::Nccl));
         assert_eq!(s.dims, None);
+        assert_eq!(w.args.chunks, vec![halo::DEFAULT_CHUNKS]);
+        assert_eq!(s.chunks, halo::DEFAULT_CHUNKS);
     }
 
     #[test]
@@ -699,8 +788,26 @@ mod tests {
             "1",
             "-c",
             "0",
+            "--chunks",
+            "1,2,8",
         ])
         .unwrap();
+        assert_eq!(w.args.chunks, vec![1, 2, 8]);
+        assert_eq!(w.args.grid, vec![GridCap::Full]);
+        assert_eq!(
+            HaloExchange::default_options().grid,
+            GridCap::Full,
+            "collbench's default is the library's"
+        );
+        let g = Wrap::try_parse_from(["x", "--grid", "auto,full,2"]).unwrap();
+        assert_eq!(
+            g.args.grid,
+            vec![GridCap::Auto, GridCap::Full, GridCap::Waves(2)]
+        );
+        assert_eq!(grid_name(GridCap::Waves(2)), "2");
+        assert!(Wrap::try_parse_from(["x", "--grid", "0"]).is_err());
+        assert!(Wrap::try_parse_from(["x", "--chunks", "0"]).is_ok()); // refused by validate()
+        assert_eq!(w.args.spec(Neighbours::All).chunks, 1);
         let s = w.args.spec(Neighbours::Faces);
         assert_eq!(s.n, [32, 32, 16]);
         assert_eq!(s.dims, Some([1, 2, 1]));
@@ -718,9 +825,12 @@ mod tests {
             .contains("nccl only"));
         let row = HaloRow {
             neighbours: Neighbours::All,
+            chunks: 4,
+            grid: GridCap::Auto,
             bytes: 1_000_000,
             messages: 2,
             pack_us: 1.0,
+            local_us: 0.5,
             transfer_us: 2.0,
             unpack_us: 1.0,
             total_us: 4.0,

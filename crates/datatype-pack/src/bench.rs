@@ -11,6 +11,9 @@
 //! (d) a naive kernel: one thread per word, the word's position found by division, the layout
 //!     passed at run time.
 //!
+//! Every column launches on raw device pointers, with no per-call event bookkeeping: ours
+//! through [`Packer::pack_raw`] and [`FusedPacker::pack_raw`], the baselines through the driver.
+//!
 //! GB/s counts the packed bytes once (as the D2D copy counts the bytes copied once). Every time
 //! is the median of [`ITERS`] timed iterations after [`WARMUP`] warm-up iterations
 //! ([`SLOW_ITERS`] iterations after one warm-up when one run takes over [`SLOW_MS`] ms), each
@@ -578,11 +581,15 @@ impl Bench {
         self.check_fits(plan.extent_end(), plan.packed_size())?;
         let packer = Packer::with_options(&self.ctx, plan, opts)?;
         let reps = Self::reps(plan.packed_size());
-        let src = self.src.slice(0..plan.extent_end() as usize);
-        let mut dst = self.dst.slice_mut(0..plan.packed_size() as usize);
+        let (s, _g1) = self.src.device_ptr(&self.stream);
+        let (d, _g2) = self.dst.device_ptr(&self.stream);
+        let (slen, dlen) = (self.src.len(), self.dst.len());
         time_ms(&self.ctx, &self.stream, reps, || {
             for _ in 0..reps {
-                packer.pack(&self.stream, &src, &mut dst)?;
+                // SAFETY: both addresses are the benchmark's own allocations in the packer's
+                // context, `slen` and `dlen` bytes long, alive for the whole measurement; only
+                // this stream uses them while it runs.
+                unsafe { packer.pack_raw(&self.stream, s, slen, d, dlen) }?;
             }
             Ok(())
         })
@@ -596,11 +603,13 @@ impl Bench {
         let fp = FusedPacker::with_regions(&self.ctx, fused::layout(plans)?, opts)?;
         self.check_fits(fp.extent_end(), fp.packed_size())?;
         let reps = Self::reps(fp.packed_size());
-        let src = self.src.slice(0..fp.extent_end() as usize);
-        let mut dst = self.dst.slice_mut(0..fp.packed_size() as usize);
+        let (s, _g1) = self.src.device_ptr(&self.stream);
+        let (d, _g2) = self.dst.device_ptr(&self.stream);
+        let (slen, dlen) = (self.src.len(), self.dst.len());
         time_ms(&self.ctx, &self.stream, reps, || {
             for _ in 0..reps {
-                fp.pack(&self.stream, &src, &mut dst)?;
+                // SAFETY: as in `Bench::ours`.
+                unsafe { fp.pack_raw(&self.stream, s, slen, d, dlen) }?;
             }
             Ok(())
         })
@@ -643,18 +652,30 @@ impl Bench {
             .map(|p| Packer::new(&self.ctx, p))
             .collect::<Result<Vec<_>>>()?;
         let reps = Self::reps(packed);
-        let src = self.src.slice(0..fused::extent_end(&regions) as usize);
-        let mut dst = self.dst.slice_mut(0..fused::packed_size(&regions) as usize);
-        let separate_ms = time_ms(&self.ctx, &self.stream, reps, || {
-            for _ in 0..reps {
-                for (p, reg) in packers.iter().zip(&regions) {
-                    let range = reg.packed_range();
-                    let mut part = dst.slice_mut(range.start as usize..range.end as usize);
-                    p.pack(&self.stream, &src, &mut part)?;
+        let separate_ms = {
+            let (s, _g1) = self.src.device_ptr(&self.stream);
+            let (d, _g2) = self.dst.device_ptr(&self.stream);
+            let slen = self.src.len();
+            time_ms(&self.ctx, &self.stream, reps, || {
+                for _ in 0..reps {
+                    for (p, reg) in packers.iter().zip(&regions) {
+                        let range = reg.packed_range();
+                        // SAFETY: as in `Bench::ours`; each face's packed range lies inside the
+                        // destination allocation (`check_fits` above).
+                        unsafe {
+                            p.pack_raw(
+                                &self.stream,
+                                s,
+                                slen,
+                                d + range.start,
+                                (range.end - range.start) as usize,
+                            )
+                        }?;
+                    }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })?
+        };
         let one_wave_ms =
             self.ours_fused(&faces, &GpuOptions::default().with_grid(GridCap::Waves(1)))?;
         let words: Vec<u32> = faces.iter().map(|p| p.word_size(256, 256)).collect();

@@ -1,5 +1,6 @@
 //! CUDA C source generated from a plan: one `pack` and one `unpack` kernel per
-//! ([`StridedBlock`], word size), and fused kernels that pack many plans in one launch.
+//! ([`StridedBlock`], word size), fused kernels that pack many plans in one launch, and fused
+//! strided-to-strided copy kernels ([`generate_fused_copy`]).
 //!
 //! Pure Rust: nothing here needs CUDA. The `gpu` module (feature `cuda`) compiles
 //! the sources with NVRTC and launches them.
@@ -26,7 +27,10 @@
 //!   times.
 //!
 //! Both visit exactly the `(x, y, z, outer)` indices that the contract gives each thread, so
-//! every packed word is written once.
+//! every packed word is written once. A copy kernel runs the same loop nests over its source
+//! plan and writes each word at its strided offset plus a baked-in constant `DELTA` (the
+//! destination start minus the source start, modulo 2^64; the wrapping sum is the destination
+//! offset) instead of its packed offset.
 //!
 //! Words of 1, 2, 4, 8 bytes move as `unsigned char`, `unsigned short`, `unsigned int`,
 //! `unsigned long long`; 16-byte words as a 16-byte-aligned struct of four `unsigned int`
@@ -40,7 +44,7 @@
 use std::fmt::Write as _;
 
 use crate::error::{invalid, Result};
-use crate::fused::Region;
+use crate::fused::{CopyRegion, Region};
 use crate::plan::{LaunchLimits, LaunchShape, StridedBlock};
 
 /// Hashed into every kernel name; changes whenever the generated code changes, so that cached
@@ -66,6 +70,16 @@ impl Direction {
             Direction::Unpack => "unpack",
         }
     }
+}
+
+/// What a region body does with the words its loops visit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    /// Pack or unpack between the strided and the packed buffer.
+    Packed(Direction),
+    /// Strided source to strided destination, the destination offset being the source offset
+    /// plus `delta` (modulo 2^64).
+    Copy { delta: u64 },
 }
 
 /// The CUDA C type a kernel moves words of `word_size` bytes in, or `None` if `word_size` is
@@ -245,7 +259,7 @@ pub fn generate_with_limits(
     let threads = shape.threads_per_block();
     for dir in [Direction::Pack, Direction::Unpack] {
         let body = format!("dtp_body_{}", dir.name());
-        region_body(&mut src, &body, plan, &shape, dir, None);
+        region_body(&mut src, &body, plan, &shape, Move::Packed(dir), None);
         let name = match dir {
             Direction::Pack => &pack_name,
             Direction::Unpack => &unpack_name,
@@ -307,13 +321,14 @@ struct FixedGrid {
 
 /// Emits `static __device__ void NAME(in, out, bx, by, bz, tx, ty, tz, gx, gy, gz)`, the loops
 /// of one plan for one thread whose (virtual) block and thread indices and grid size are given.
-/// `fixed` bakes a grid in (fused kernels); the grid arguments are then ignored.
+/// `fixed` bakes a grid in (fused kernels); the grid arguments are then ignored. For a copy,
+/// `plan` is the source plan.
 fn region_body(
     src: &mut String,
     name: &str,
     plan: &StridedBlock,
     shape: &LaunchShape,
-    dir: Direction,
+    mv: Move,
     fixed: Option<FixedGrid>,
 ) {
     let w = u64::from(shape.word_size());
@@ -344,6 +359,12 @@ fn region_body(
         s0 = s(0),
         s1 = s(1),
     );
+    if let Move::Copy { delta } = mv {
+        let _ = writeln!(
+            src,
+            "    constexpr dtp_u64 DELTA = {delta}ull; // destination start - source start, mod 2^64"
+        );
+    }
     if let Some(FixedGrid { grid: [gx, gy, gz] }) = fixed {
         let _ = writeln!(
             src,
@@ -359,10 +380,14 @@ fn region_body(
          \x20   const dtp_u64 sx = GX * BX, sy = GY * BY, sz = GZ * BZ;\n\
          \x20   (void)sx;\n",
     );
-    // Pack reads the strided side and writes the packed side; unpack the other way round.
-    let in_is_strided = dir == Direction::Pack;
+    // Pack reads the strided side and writes the packed side; unpack the other way round; a copy
+    // reads the source's strided side and writes the destination's (in the packed offset's
+    // place).
+    let in_is_strided = mv != Move::Packed(Direction::Unpack);
+    let is_copy = matches!(mv, Move::Copy { .. });
     let copy = |src: &mut String, indent: &str, pairs: &[(String, String)]| {
-        // pairs: (strided offset, packed offset); all loads first, then all stores.
+        // pairs: (strided offset, packed or destination offset); all loads first, then all
+        // stores.
         for (i, (so, po)) in pairs.iter().enumerate() {
             let from = if in_is_strided { so } else { po };
             let _ = writeln!(
@@ -380,7 +405,10 @@ fn region_body(
     };
     let outer = plan.counts().get(2..).unwrap_or(&[]);
     let open_outer = |src: &mut String| {
-        if outer.is_empty() {
+        if outer.is_empty() && is_copy {
+            // A copy has no packed offset, so no use for the outer index.
+            src.push_str("        { const dtp_u64 so = 0;\n");
+        } else if outer.is_empty() {
             src.push_str("        { const dtp_u64 o = 0, so = 0;\n");
         } else {
             let total: u64 = outer.iter().product();
@@ -418,10 +446,15 @@ fn region_body(
         open_outer(src);
         src.push_str(
             "            for (dtp_u64 z = z0; z < EZ; z += sz) {\n\
-             \x20               const dtp_u64 sb = START + so + z * S1 + xb;\n\
-             \x20               const dtp_u64 pb = (z + EZ * o) * (EY * BL) + xb;\n\
-             \x20               dtp_u64 y = y0;\n",
+             \x20               const dtp_u64 sb = START + so + z * S1 + xb;\n",
         );
+        if is_copy {
+            src.push_str("                const dtp_u64 db = sb + DELTA;\n");
+        } else {
+            src.push_str("                const dtp_u64 pb = (z + EZ * o) * (EY * BL) + xb;\n");
+        }
+        src.push_str("                dtp_u64 y = y0;\n");
+        let (ob, os) = if is_copy { ("db", "S0") } else { ("pb", "BL") };
         let _ = writeln!(
             src,
             "                for (; y + {m}ull * sy < EY; y += {u}ull * sy) {{",
@@ -434,7 +467,7 @@ fn region_body(
                 } else {
                     format!("(y + {i}ull * sy)")
                 };
-                (format!("sb + {yi} * S0"), format!("pb + {yi} * BL"))
+                (format!("sb + {yi} * S0"), format!("{ob} + {yi} * {os}"))
             })
             .collect();
         copy(src, "                    ", &pairs);
@@ -445,7 +478,7 @@ fn region_body(
         copy(
             src,
             "                    ",
-            &[("sb + y * S0".to_string(), "pb + y * BL".to_string())],
+            &[("sb + y * S0".to_string(), format!("{ob} + y * {os}"))],
         );
         src.push_str("                }\n            }\n        }\n");
     }
@@ -455,10 +488,15 @@ fn region_body(
         src.push_str(
             "            for (dtp_u64 z = z0; z < EZ; z += sz) {\n\
              \x20               for (dtp_u64 y = y0; y < EY; y += sy) {\n\
-             \x20                   const dtp_u64 sb = START + so + z * S1 + y * S0;\n\
-             \x20                   const dtp_u64 pb = ((z + EZ * o) * EY + y) * BL;\n\
-             \x20                   dtp_u64 x = x0;\n",
+             \x20                   const dtp_u64 sb = START + so + z * S1 + y * S0;\n",
         );
+        if is_copy {
+            src.push_str("                    const dtp_u64 db = sb + DELTA;\n");
+        } else {
+            src.push_str("                    const dtp_u64 pb = ((z + EZ * o) * EY + y) * BL;\n");
+        }
+        src.push_str("                    dtp_u64 x = x0;\n");
+        let ob = if is_copy { "db" } else { "pb" };
         let _ = writeln!(
             src,
             "                    for (; x + {m}ull * sx < EX; x += {u}ull * sx) {{",
@@ -471,7 +509,7 @@ fn region_body(
                 } else {
                     format!("(x + {i}ull * sx)")
                 };
-                (format!("sb + {xi} * W"), format!("pb + {xi} * W"))
+                (format!("sb + {xi} * W"), format!("{ob} + {xi} * W"))
             })
             .collect();
         copy(src, "                        ", &pairs);
@@ -482,7 +520,7 @@ fn region_body(
         copy(
             src,
             "                        ",
-            &[("sb + x * W".to_string(), "pb + x * W".to_string())],
+            &[("sb + x * W".to_string(), format!("{ob} + x * W"))],
         );
         src.push_str("                    }\n                }\n            }\n        }\n");
     }
@@ -560,12 +598,7 @@ pub fn generate_fused(
     limits: &LaunchLimits,
 ) -> Result<FusedKernels> {
     const OP: &str = "codegen::generate_fused";
-    if regions.len() != words.len() {
-        return Err(invalid(
-            OP,
-            format!("{} word sizes for {} regions", words.len(), regions.len()),
-        ));
-    }
+    check_word_count(OP, regions.len(), words.len())?;
     let mut shapes = Vec::with_capacity(regions.len());
     for (r, &w) in regions.iter().zip(words) {
         let shape = check_word(OP, r.plan(), w, limits)?;
@@ -580,30 +613,14 @@ pub fn generate_fused(
         }
         shapes.push(shape);
     }
-    let total: u64 = regions.iter().map(|r| r.plan().packed_size()).sum();
-    // Keep the sum of the blocks well within grid x (2^31 - 1).
-    let budget = max_blocks.clamp(1, 1 << 30);
-    let mut grids = Vec::with_capacity(regions.len());
-    for (r, shape) in regions.iter().zip(&shapes) {
-        if shape.is_noop() {
-            grids.push([0u32; 3]);
-            continue;
-        }
-        let share = (u128::from(budget) * u128::from(r.plan().packed_size()))
-            .div_ceil(u128::from(total.max(1))) as u64;
-        grids.push(cap_grid(shape.grid(), share.max(1)));
-    }
-    let block_threads = shapes
-        .iter()
-        .filter(|s| !s.is_noop())
-        .map(LaunchShape::threads_per_block)
-        .max()
-        .unwrap_or(1);
+    let bytes: Vec<u64> = regions.iter().map(|r| r.plan().packed_size()).collect();
+    let part = partition(&shapes, &bytes, max_blocks);
+    let block_threads = part.block_threads;
 
     let mut h = Fnv64::new();
     h.u64(CODEGEN_VERSION).bytes(b"fused");
     h.u64(regions.len() as u64).u64(u64::from(block_threads));
-    for ((r, &w), g) in regions.iter().zip(words).zip(&grids) {
+    for ((r, &w), g) in regions.iter().zip(words).zip(&part.grids) {
         hash_plan(&mut h, r.plan(), w);
         h.u64(r.packed_offset());
         for &d in g {
@@ -622,13 +639,8 @@ pub fn generate_fused(
         regions.len(),
         block_threads
     );
-    let mut spans = Vec::with_capacity(regions.len());
-    let mut next = 0u64;
-    for (i, ((r, shape), g)) in regions.iter().zip(&shapes).zip(&grids).enumerate() {
-        let n: u64 = g.iter().map(|&d| u64::from(d)).product();
-        spans.push((next, next + n));
-        next += n;
-        if n == 0 {
+    for (i, ((r, shape), g)) in regions.iter().zip(&shapes).zip(&part.grids).enumerate() {
+        if part.spans[i].0 == part.spans[i].1 {
             continue;
         }
         let _ = writeln!(
@@ -651,7 +663,7 @@ pub fn generate_fused(
                 &body,
                 r.plan(),
                 shape,
-                dir,
+                Move::Packed(dir),
                 Some(FixedGrid { grid: *g }),
             );
         }
@@ -661,47 +673,269 @@ pub fn generate_fused(
             Direction::Pack => &pack_name,
             Direction::Unpack => &unpack_name,
         };
-        let _ = writeln!(
-            src,
-            "extern \"C\" __global__ void __launch_bounds__({block_threads}) {name}(\n\
-             \x20   const unsigned char* __restrict__ src, unsigned char* __restrict__ dst)\n{{\n\
-             \x20   const dtp_u64 b = blockIdx.x, t = threadIdx.x;"
-        );
-        for (i, ((r, shape), &(first, end))) in regions.iter().zip(&shapes).zip(&spans).enumerate()
-        {
-            if first == end {
-                continue;
-            }
-            let [gx, gy, _] = grids[i];
-            let [bx, by, _] = shape.block();
-            let tpb = shape.threads_per_block();
-            let off = r.packed_offset();
+        fused_entry(&mut src, name, &part, &shapes, |i| {
+            let off = regions[i].packed_offset();
             let (a_in, a_out) = match dir {
                 Direction::Pack => ("src".to_string(), format!("dst + {off}ull")),
                 Direction::Unpack => (format!("src + {off}ull"), "dst".to_string()),
             };
-            let _ = writeln!(
-                src,
-                "    if (b < {end}ull) {{\n\
-                 \x20       const dtp_u64 l = b - {first}ull;\n\
-                 \x20       if (t < {tpb}ull)\n\
-                 \x20           dtp_r{i}_{d}({a_in}, {a_out},\n\
-                 \x20               l % {gx}ull, (l / {gx}ull) % {gy}ull, l / ({gx}ull * {gy}ull),\n\
-                 \x20               t % {bx}ull, (t / {bx}ull) % {by}ull, t / ({bx}ull * {by}ull), 0, 0, 0);\n\
-                 \x20       return;\n\
-                 \x20   }}",
-                d = dir.name()
-            );
-        }
-        src.push_str("}\n\n");
+            (format!("dtp_r{i}_{}", dir.name()), a_in, a_out)
+        });
     }
     Ok(FusedKernels {
         source: src,
         pack_name,
         unpack_name,
         block_threads,
-        grid_blocks: u32::try_from(next).unwrap_or(u32::MAX),
+        grid_blocks: part.grid_blocks(),
+        spans: part.spans,
+    })
+}
+
+fn check_word_count(op: &'static str, regions: usize, words: usize) -> Result<()> {
+    if regions != words {
+        return Err(invalid(
+            op,
+            format!("{words} word sizes for {regions} regions"),
+        ));
+    }
+    Ok(())
+}
+
+/// How the thread blocks of a fused launch are shared among its regions.
+#[derive(Debug, Clone)]
+struct Partition {
+    /// Each region's fixed grid (all zero for an empty region).
+    grids: Vec<[u32; 3]>,
+    /// Threads per thread block: the most any non-empty region's shape has.
+    block_threads: u32,
+    /// Each region's thread blocks, `first..end`, one region after another.
+    spans: Vec<(u64, u64)>,
+}
+
+impl Partition {
+    fn grid_blocks(&self) -> u32 {
+        let n = self.spans.last().map_or(0, |s| s.1);
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+}
+
+/// The grids of a fused launch: each non-empty region's full grid capped (by [`cap_grid`]) at
+/// its share of a budget of about `max_blocks` thread blocks, shared in proportion to `bytes`
+/// (at least one block each).
+fn partition(shapes: &[LaunchShape], bytes: &[u64], max_blocks: u64) -> Partition {
+    let total: u64 = bytes.iter().sum();
+    // Keep the sum of the blocks well within grid x (2^31 - 1).
+    let budget = max_blocks.clamp(1, 1 << 30);
+    let mut grids = Vec::with_capacity(shapes.len());
+    for (shape, &b) in shapes.iter().zip(bytes) {
+        if shape.is_noop() {
+            grids.push([0u32; 3]);
+            continue;
+        }
+        let share = (u128::from(budget) * u128::from(b)).div_ceil(u128::from(total.max(1))) as u64;
+        grids.push(cap_grid(shape.grid(), share.max(1)));
+    }
+    let block_threads = shapes
+        .iter()
+        .filter(|s| !s.is_noop())
+        .map(LaunchShape::threads_per_block)
+        .max()
+        .unwrap_or(1);
+    let mut spans = Vec::with_capacity(grids.len());
+    let mut next = 0u64;
+    for g in &grids {
+        let n: u64 = g.iter().map(|&d| u64::from(d)).product();
+        spans.push((next, next + n));
+        next += n;
+    }
+    Partition {
+        grids,
+        block_threads,
         spans,
+    }
+}
+
+/// Emits the `extern "C"` kernel `name(src, dst)` of a fused launch: thread block `b` runs, as
+/// virtual block `b - first` of its region's fixed grid, the region whose span holds it.
+/// `call(i)` gives region `i`'s body and its two buffer arguments.
+fn fused_entry(
+    src: &mut String,
+    name: &str,
+    part: &Partition,
+    shapes: &[LaunchShape],
+    call: impl Fn(usize) -> (String, String, String),
+) {
+    let block_threads = part.block_threads;
+    let _ = writeln!(
+        src,
+        "extern \"C\" __global__ void __launch_bounds__({block_threads}) {name}(\n\
+         \x20   const unsigned char* __restrict__ src, unsigned char* __restrict__ dst)\n{{\n\
+         \x20   const dtp_u64 b = blockIdx.x, t = threadIdx.x;"
+    );
+    for (i, (shape, &(first, end))) in shapes.iter().zip(&part.spans).enumerate() {
+        if first == end {
+            continue;
+        }
+        let [gx, gy, _] = part.grids[i];
+        let [bx, by, _] = shape.block();
+        let tpb = shape.threads_per_block();
+        let (body, a_in, a_out) = call(i);
+        let _ = writeln!(
+            src,
+            "    if (b < {end}ull) {{\n\
+             \x20       const dtp_u64 l = b - {first}ull;\n\
+             \x20       if (t < {tpb}ull)\n\
+             \x20           {body}({a_in}, {a_out},\n\
+             \x20               l % {gx}ull, (l / {gx}ull) % {gy}ull, l / ({gx}ull * {gy}ull),\n\
+             \x20               t % {bx}ull, (t / {bx}ull) % {by}ull, t / ({bx}ull * {by}ull), 0, 0, 0);\n\
+             \x20       return;\n\
+             \x20   }}"
+        );
+    }
+    src.push_str("}\n\n");
+}
+
+/// A fused strided-to-strided copy kernel: one launch moves every [`CopyRegion`], each region
+/// with its own source plan, destination start, word size and fixed grid, thread blocks
+/// partitioned among the regions as in [`FusedKernels`]. Launch [`name`](Self::name) with
+/// `grid = (grid_blocks(), 1, 1)`, `block = (block_threads(), 1, 1)` and the base addresses of
+/// the source and the destination buffer (the same address for a copy within one buffer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FusedCopyKernels {
+    source: String,
+    name: String,
+    block_threads: u32,
+    grid_blocks: u32,
+    spans: Vec<(u64, u64)>,
+}
+
+impl FusedCopyKernels {
+    /// The CUDA C source (no `#include`).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Name of the copy kernel, `(const unsigned char* src, unsigned char* dst)`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Threads per thread block (x only) to launch with.
+    pub fn block_threads(&self) -> u32 {
+        self.block_threads
+    }
+
+    /// Thread blocks (x only) to launch; 0 when every region is empty (launch nothing).
+    pub fn grid_blocks(&self) -> u32 {
+        self.grid_blocks
+    }
+
+    /// For each region, the half-open range `first..end` of thread blocks it owns.
+    pub fn spans(&self) -> &[(u64, u64)] {
+        &self.spans
+    }
+}
+
+/// Generates a fused copy kernel for `regions`, region `i` moved in words of `words[i]` bytes
+/// (see [`CopyRegion::word_size`]) by the thread-block shape of its source plan's
+/// [`LaunchShape`] under `limits`, with at most about `max_blocks` thread blocks in all (shared
+/// in proportion to the bytes each region copies, at least one each), as
+/// [`generate_fused`].
+///
+/// # Errors
+/// The errors of [`crate::fused::check_copy`] (a destination past `u64`, or of another shape
+/// than its source); [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `words` and
+/// `regions` differ in length or a word size does not suit its region: it must divide the
+/// source plan (see [`StridedBlock::word_size`]) and the destination start.
+pub fn generate_fused_copy(
+    regions: &[CopyRegion],
+    words: &[u32],
+    max_blocks: u64,
+    limits: &LaunchLimits,
+) -> Result<FusedCopyKernels> {
+    const OP: &str = "codegen::generate_fused_copy";
+    check_word_count(OP, regions.len(), words.len())?;
+    crate::fused::check_copy(regions)?;
+    let mut shapes = Vec::with_capacity(regions.len());
+    for (r, &w) in regions.iter().zip(words) {
+        let shape = check_word(OP, r.src(), w, limits)?;
+        if !r.src().is_empty() && r.dst_start() % u64::from(w) != 0 {
+            return Err(invalid(
+                OP,
+                format!(
+                    "word size {w} does not divide the destination start {}",
+                    r.dst_start()
+                ),
+            ));
+        }
+        shapes.push(shape);
+    }
+    let bytes: Vec<u64> = regions.iter().map(CopyRegion::bytes).collect();
+    let part = partition(&shapes, &bytes, max_blocks);
+
+    let mut h = Fnv64::new();
+    h.u64(CODEGEN_VERSION).bytes(b"fcopy");
+    h.u64(regions.len() as u64)
+        .u64(u64::from(part.block_threads));
+    for ((r, &w), g) in regions.iter().zip(words).zip(&part.grids) {
+        hash_plan(&mut h, r.src(), w);
+        h.u64(r.dst_start());
+        for &d in g {
+            h.u64(u64::from(d));
+        }
+    }
+    let name = format!("dtp_fcopy_{:016x}", h.finish());
+
+    let mut src = String::new();
+    prelude(&mut src);
+    let _ = writeln!(
+        src,
+        "// fused copy: {} regions, {} threads per block\n",
+        regions.len(),
+        part.block_threads
+    );
+    for (i, ((r, shape), g)) in regions.iter().zip(&shapes).zip(&part.grids).enumerate() {
+        if part.spans[i].0 == part.spans[i].1 {
+            continue;
+        }
+        let _ = writeln!(
+            src,
+            "// region {i}: source start {}, destination start {}, block length {}, counts {:?}, \
+             strides {:?}; {}-byte words; block {:?}, grid {:?}",
+            r.src().start(),
+            r.dst_start(),
+            r.src().block_len(),
+            r.src().counts(),
+            r.src().strides(),
+            shape.word_size(),
+            shape.block(),
+            g
+        );
+        region_body(
+            &mut src,
+            &format!("dtp_c{i}_copy"),
+            r.src(),
+            shape,
+            Move::Copy {
+                delta: r.dst_start().wrapping_sub(r.src().start()),
+            },
+            Some(FixedGrid { grid: *g }),
+        );
+    }
+    fused_entry(&mut src, &name, &part, &shapes, |i| {
+        (
+            format!("dtp_c{i}_copy"),
+            "src".to_string(),
+            "dst".to_string(),
+        )
+    });
+    Ok(FusedCopyKernels {
+        source: src,
+        name,
+        block_threads: part.block_threads,
+        grid_blocks: part.grid_blocks(),
+        spans: part.spans,
     })
 }
 
@@ -855,5 +1089,108 @@ mod tests {
         let shifted = [Region::new(a, 4)];
         assert!(generate_fused(&shifted, &[8], 100, &LaunchLimits::CUDA).is_err());
         assert!(generate_fused(&shifted, &[4], 100, &LaunchLimits::CUDA).is_ok());
+    }
+
+    #[test]
+    fn fused_copy_kernel() {
+        let a = StridedBlock::new(8, 24, vec![100], vec![4096]).unwrap();
+        let b = StridedBlock::new(64, 8, vec![10, 10, 3], vec![16, 1000, 20_000]).unwrap();
+        let regions = [
+            CopyRegion::new(a.clone(), 1 << 20),
+            CopyRegion::new(StridedBlock::empty(), 3),
+            // Written below its source: DELTA wraps.
+            CopyRegion::new(b.clone(), 32),
+        ];
+        let words: Vec<u32> = regions.iter().map(|r| r.word_size(256, 256)).collect();
+        assert_eq!(words, [8, 1, 8]);
+        let k = generate_fused_copy(&regions, &words, 100, &LaunchLimits::CUDA).unwrap();
+        assert_eq!(
+            k,
+            generate_fused_copy(&regions, &words, 100, &LaunchLimits::CUDA).unwrap()
+        );
+        assert!(k.name().starts_with("dtp_fcopy_"));
+        assert_eq!(k.name().len(), "dtp_fcopy_".len() + 16);
+        assert_eq!(k.spans().len(), 3);
+        assert_eq!(k.spans()[1].0, k.spans()[1].1);
+        assert_eq!(k.spans()[0].1, k.spans()[2].0);
+        assert_eq!(u64::from(k.grid_blocks()), k.spans()[2].1);
+        let s = k.source();
+        assert!(!s.contains("#include"));
+        assert!(s.contains(&format!(
+            "extern \"C\" __global__ void __launch_bounds__({}) {}(",
+            k.block_threads(),
+            k.name()
+        )));
+        assert!(s.contains(&format!("DELTA = {}ull", (1u64 << 20) - 8)));
+        assert!(s.contains(&format!("DELTA = {}ull", 32u64.wrapping_sub(64))));
+        assert!(s.contains("const dtp_u64 db = sb + DELTA;"));
+        assert!(s.contains("db + y * S0"));
+        assert!(s.contains("dtp_c0_copy(src, dst,") && s.contains("dtp_c2_copy(src, dst,"));
+        assert!(!s.contains("dtp_c1_copy"));
+        // No packed offsets anywhere.
+        assert!(!s.contains("pb"));
+        let count = |c: char| s.chars().filter(|&x| x == c).count();
+        assert_eq!(count('{'), count('}'));
+        assert_eq!(count('('), count(')'));
+        // The packing kernels carry no copy constants.
+        let f = generate_fused(
+            &crate::fused::layout(std::slice::from_ref(&a)).unwrap(),
+            &[8],
+            100,
+            &LaunchLimits::CUDA,
+        )
+        .unwrap();
+        assert!(!f.source().contains("DELTA"));
+        // The destination start is part of the code, and so of the name.
+        let moved = [
+            CopyRegion::new(a.clone(), (1 << 20) + 8),
+            regions[1].clone(),
+            regions[2].clone(),
+        ];
+        let k2 = generate_fused_copy(&moved, &words, 100, &LaunchLimits::CUDA).unwrap();
+        assert_ne!(k.name(), k2.name());
+        // Long blocks get the word loop, with the destination offsets.
+        let long = [CopyRegion::new(
+            StridedBlock::new(0, 1 << 20, vec![4], vec![1 << 21]).unwrap(),
+            1 << 24,
+        )];
+        let k = generate_fused_copy(&long, &[16], 1000, &LaunchLimits::CUDA).unwrap();
+        assert!(k.source().contains("if (sx >= EX)"));
+        assert!(k.source().contains("db + x * W"));
+    }
+
+    #[test]
+    fn fused_copy_words_and_refusals() {
+        // Source start 0, destination start 4: 8-byte blocks move in 4-byte words.
+        let p = StridedBlock::new(0, 8, vec![10], vec![16]).unwrap();
+        let r = [CopyRegion::new(p.clone(), 4)];
+        assert_eq!(r[0].word_size(0, 0), 4);
+        assert!(generate_fused_copy(&r, &[8], 10, &LaunchLimits::CUDA).is_err());
+        assert!(generate_fused_copy(&r, &[4], 10, &LaunchLimits::CUDA).is_ok());
+        // An unaligned source start limits the word too.
+        let q = StridedBlock::new(2, 8, vec![10], vec![16]).unwrap();
+        let r2 = [CopyRegion::new(q, 0)];
+        assert_eq!(r2[0].word_size(0, 0), 2);
+        assert!(generate_fused_copy(&r2, &[4], 10, &LaunchLimits::CUDA).is_err());
+        assert!(generate_fused_copy(&r2, &[2], 10, &LaunchLimits::CUDA).is_ok());
+        // And so do the buffers' addresses.
+        assert_eq!(r[0].word_size(0, 0x1001), 1);
+        // One word size per region.
+        assert!(generate_fused_copy(&r, &[4, 4], 10, &LaunchLimits::CUDA).is_err());
+        assert!(generate_fused_copy(&r, &[3], 10, &LaunchLimits::CUDA).is_err());
+        // A destination past u64 is refused before any code is generated.
+        let far = [CopyRegion::new(p.clone(), u64::MAX - 16)];
+        assert!(matches!(
+            generate_fused_copy(&far, &[1], 10, &LaunchLimits::CUDA),
+            Err(crate::Error::Overflow { .. })
+        ));
+        // Source and destination of different shapes cannot be paired.
+        let other = StridedBlock::new(0, 8, vec![10], vec![24]).unwrap();
+        assert!(CopyRegion::between(p.clone(), &other).is_err());
+        let ok = CopyRegion::between(p, &StridedBlock::new(4, 8, vec![10], vec![16]).unwrap());
+        assert_eq!(ok.unwrap(), r[0]);
+        // Nothing to copy: an empty launch.
+        let k = generate_fused_copy(&[], &[], 10, &LaunchLimits::CUDA).unwrap();
+        assert_eq!(k.grid_blocks(), 0);
     }
 }

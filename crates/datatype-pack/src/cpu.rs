@@ -90,7 +90,7 @@ fn check_packed(op: &'static str, buffer: Buffer, needed: u64, len: usize) -> Re
 
 /// Calls `f(strided_offset, packed_offset)` for every block of a plan whose extent has been
 /// checked against the strided buffer, in packing order.
-fn for_each_block(plan: &StridedBlock, mut f: impl FnMut(usize, usize)) {
+pub(crate) fn for_each_block(plan: &StridedBlock, mut f: impl FnMut(usize, usize)) {
     if plan.is_empty() {
         return;
     }

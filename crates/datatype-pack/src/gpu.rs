@@ -6,6 +6,7 @@
 //! | [`context`] | a CUDA context for a device, or an `Err` when the driver cannot be loaded |
 //! | [`Packer`] | one plan: `pack`/`unpack` between cudarc device buffers on a stream |
 //! | [`FusedPacker`] | many [`Region`]s (a halo's faces) packed or unpacked in one launch |
+//! | [`FusedCopier`] | many [`CopyRegion`]s copied strided to strided in one launch, between two buffers or within one |
 //! | [`compile`] | NVRTC with an in-memory cache keyed by (source, arch, options) and an optional on-disk cache |
 //!
 //! # Loading the CUDA libraries
@@ -41,6 +42,19 @@
 //! [`packed_size`](StridedBlock::packed_size); otherwise the call returns
 //! [`Error::OutOfBounds`] or [`Error::BufferTooSmall`] and launches nothing. Buffers and stream
 //! must belong to the packer's context.
+//!
+//! # Raw device pointers
+//!
+//! The safe entry points take cudarc buffers, and cudarc orders every use of a buffer against
+//! the others through events: once a context has more than one stream, each `pack` makes the
+//! stream wait on the buffers' last writes and records a read or write event afterwards. A
+//! caller that orders its streams with its own events (a halo exchange over several streams)
+//! calls the `unsafe` raw entry points instead ([`Packer::pack_raw`],
+//! [`FusedPacker::pack_raw`], [`FusedCopier::copy_raw`], ...), which take device addresses and
+//! lengths in bytes and do no event bookkeeping. They make the same checks of the stream's
+//! context and of the lengths against the layout, and launch the same kernels; that the
+//! addresses belong to the context, hold the lengths given and are not in use by other work is
+//! the caller's promise.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
@@ -50,7 +64,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use cudarc;
-use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, DriverError,
     LaunchConfig, PushKernelArg,
@@ -59,8 +73,8 @@ use cudarc::nvrtc::Ptx;
 
 use crate::codegen::{self, Direction, Fnv64};
 use crate::error::{invalid, Buffer, Error, Result};
-use crate::fused::{self, Region};
-use crate::plan::{LaunchLimits, StridedBlock};
+use crate::fused::{self, CopyRegion, CopySpans, Region};
+use crate::plan::{LaunchLimits, LaunchShape, StridedBlock};
 
 /// Environment variable naming the on-disk cache directory of compiled kernels.
 pub const CACHE_ENV: &str = "DATATYPE_PACK_CACHE";
@@ -369,7 +383,7 @@ fn write_disk(path: &PathBuf, header: &[u8], img: &[u8]) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum GridCap {
-    /// The full [`LaunchShape`](crate::LaunchShape) grid (up to the device limits): each thread
+    /// The full [`LaunchShape`] grid (up to the device limits): each thread
     /// moves one word of one block per grid-stride trip, and most threads make one trip.
     Full,
     /// At most this many waves, a wave being the thread blocks the device holds at once
@@ -496,14 +510,25 @@ impl Device {
         }
     }
 
-    fn load(&self, op: &'static str, source: &str, names: [&str; 2]) -> Result<[CudaFunction; 2]> {
+    fn load<const N: usize>(
+        &self,
+        op: &'static str,
+        source: &str,
+        names: [&str; N],
+    ) -> Result<[CudaFunction; N]> {
         let img = compile(source, &self.arch, &self.options.nvrtc_options)?;
         let module = self
             .ctx
             .load_module(Ptx::from_binary(img.to_vec()))
             .map_err(drv(op))?;
-        let f = |n: &str| module.load_function(n).map_err(drv(op));
-        Ok([f(names[0])?, f(names[1])?])
+        let mut funcs = Vec::with_capacity(N);
+        for n in names {
+            funcs.push(module.load_function(n).map_err(drv(op))?);
+        }
+        // One function per name, so the conversion cannot fail.
+        funcs
+            .try_into()
+            .map_err(|_: Vec<CudaFunction>| invalid(op, format!("expected {N} kernels")))
     }
 
     fn check_context(&self, op: &'static str, what: &str, ctx: &CudaContext) -> Result<()> {
@@ -523,14 +548,22 @@ impl Device {
 }
 
 /// Launches `f(src, dst)` with the given shape.
-fn launch(
+///
+/// # Safety
+/// `f` is a generated kernel taking `(const unsigned char*, unsigned char*)`, loaded in the
+/// context of `stream`; `grid` is within the device's limits and `block` is the shape baked into
+/// the kernel. `src` and `dst` are device addresses in that context of buffers that hold every
+/// byte the kernel touches from them (the callers checked the lengths against the layout), stay
+/// allocated until the stream has run the launch, and are not written by other work before then
+/// (nor is the written range read by it).
+unsafe fn launch(
     op: &'static str,
     stream: &CudaStream,
     f: &CudaFunction,
     grid: [u32; 3],
     block: [u32; 3],
-    src: u64,
-    dst: u64,
+    src: CUdeviceptr,
+    dst: CUdeviceptr,
 ) -> Result<()> {
     let cfg = LaunchConfig {
         grid_dim: (grid[0], grid[1], grid[2]),
@@ -540,42 +573,49 @@ fn launch(
     let mut b = stream.launch_builder(f);
     b.arg(&src).arg(&dst);
     // SAFETY: every generated kernel takes exactly `(const unsigned char*, unsigned char*)`,
-    // matched by the two 64-bit device addresses pushed above. The callers checked, before this
-    // call, that the strided buffer holds the plan's extent end and the packed buffer its packed
-    // size, so every byte the kernel touches lies inside the two buffers; the block shape is the
-    // one baked into the kernel and the grid is within the device's limits (LaunchShape).
+    // matched by the two 64-bit device addresses pushed above; every byte the kernel touches
+    // lies inside the two buffers, which stay allocated and untouched by other work until the
+    // launch has run (this function's contract); the block shape is the one baked into the
+    // kernel and the grid is within the device's limits (LaunchShape).
     unsafe { b.launch(cfg) }.map_err(drv(op))?;
     Ok(())
 }
 
-/// Checks the stream and both buffers against the packer's context and the lengths against
-/// the layout, in the order of [`crate::cpu::pack`]: strided extent first, then packed size.
-#[allow(clippy::too_many_arguments)]
-fn check_call<T, U>(
+/// Checks the stream and both buffers of a safe call against the launcher's context.
+fn check_buffers<T, U>(
     op: &'static str,
     dev: &Device,
-    dir: Direction,
     stream: &CudaStream,
     src: &impl DeviceSlice<T>,
     dst: &impl DeviceSlice<U>,
-    span: (u64, u64),
-    packed: u64,
 ) -> Result<()> {
     dev.check_context(op, "stream", stream.context())?;
     dev.check_context(op, "source buffer", src.stream().context())?;
-    dev.check_context(op, "destination buffer", dst.stream().context())?;
-    let (slen, dlen) = (src.num_bytes(), dst.num_bytes());
-    let ((strided, slen_), (packed_buf, plen)) = match dir {
-        Direction::Pack => ((Buffer::Source, slen), (Buffer::Destination, dlen)),
-        Direction::Unpack => ((Buffer::Destination, dlen), (Buffer::Source, slen)),
+    dev.check_context(op, "destination buffer", dst.stream().context())
+}
+
+/// Checks the lengths in bytes of a call's buffers against the layout, in the order of
+/// [`crate::cpu::pack`]: the strided buffer against `span` (first byte, extent end) first, then
+/// the packed buffer against `packed`.
+fn check_lengths(
+    op: &'static str,
+    dir: Direction,
+    src_len: usize,
+    dst_len: usize,
+    span: (u64, u64),
+    packed: u64,
+) -> Result<()> {
+    let ((strided, slen), (packed_buf, plen)) = match dir {
+        Direction::Pack => ((Buffer::Source, src_len), (Buffer::Destination, dst_len)),
+        Direction::Unpack => ((Buffer::Destination, dst_len), (Buffer::Source, src_len)),
     };
-    if span.1 > slen_ as u64 {
+    if span.1 > slen as u64 {
         return Err(Error::OutOfBounds {
             op,
             buffer: strided,
             first: i128::from(span.0),
             end: i128::from(span.1),
-            len: slen_,
+            len: slen,
         });
     }
     if packed > plen as u64 {
@@ -585,6 +625,16 @@ fn check_call<T, U>(
             needed: packed,
             len: plen,
         });
+    }
+    Ok(())
+}
+
+/// Refuses a null device address on a raw call that moves bytes (no allocation starts at 0).
+fn check_addresses(op: &'static str, src: CUdeviceptr, dst: CUdeviceptr) -> Result<()> {
+    for (what, p) in [("source", src), ("destination", dst)] {
+        if p == 0 {
+            return Err(invalid(op, format!("the {what} address is null")));
+        }
     }
     Ok(())
 }
@@ -782,6 +832,72 @@ impl Packer {
         self.run("Packer::unpack", Direction::Unpack, stream, src, dst)
     }
 
+    /// Packs like [`Packer::pack`], from the strided buffer at device address `src` (`src_len`
+    /// bytes) to the packed buffer at `dst` (`dst_len` bytes), without cudarc's event tracking.
+    ///
+    /// Checked before anything is launched, as [`Packer::pack`]: the stream's context, `src_len`
+    /// against the extent end and `dst_len` against the packed size; also that neither address
+    /// is null when there is something to move. Neither the addresses' context nor their
+    /// allocations' lengths can be checked: that is the caller's part.
+    ///
+    /// # Safety
+    /// `src` and `dst` must be device addresses in the packer's context, each the start of at
+    /// least `src_len` and `dst_len` bytes of one live allocation, the two ranges disjoint.
+    /// Both must stay allocated, and no other work may write either range (or read the
+    /// destination range), until `stream` has run the launch: nothing here orders the launch
+    /// against other streams or cudarc's tracked uses of the same memory.
+    ///
+    /// # Errors
+    /// As [`Packer::pack`], and [`Error::InvalidArgument`] for a null address.
+    pub unsafe fn pack_raw(
+        &self,
+        stream: &CudaStream,
+        src: CUdeviceptr,
+        src_len: usize,
+        dst: CUdeviceptr,
+        dst_len: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract is the one of `run_raw`.
+        unsafe {
+            self.run_raw(
+                "Packer::pack_raw",
+                Direction::Pack,
+                stream,
+                (src, src_len),
+                (dst, dst_len),
+            )
+        }
+    }
+
+    /// Unpacks like [`Packer::unpack`], from the packed buffer at device address `src`
+    /// (`src_len` bytes) to the strided buffer at `dst` (`dst_len` bytes), without cudarc's
+    /// event tracking. Checked as [`Packer::pack_raw`].
+    ///
+    /// # Safety
+    /// As [`Packer::pack_raw`].
+    ///
+    /// # Errors
+    /// As [`Packer::unpack`], and [`Error::InvalidArgument`] for a null address.
+    pub unsafe fn unpack_raw(
+        &self,
+        stream: &CudaStream,
+        src: CUdeviceptr,
+        src_len: usize,
+        dst: CUdeviceptr,
+        dst_len: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract is the one of `run_raw`.
+        unsafe {
+            self.run_raw(
+                "Packer::unpack_raw",
+                Direction::Unpack,
+                stream,
+                (src, src_len),
+                (dst, dst_len),
+            )
+        }
+    }
+
     fn run<T, U>(
         &self,
         op: &'static str,
@@ -791,25 +907,212 @@ impl Packer {
         dst: &mut impl DevicePtrMut<U>,
     ) -> Result<()> {
         guard(op, || {
-            check_call(
-                op,
-                &self.dev,
-                dir,
-                stream,
-                src,
-                dst,
-                (self.plan.start(), self.plan.extent_end()),
-                self.plan.packed_size(),
-            )?;
+            check_buffers(op, &self.dev, stream, src, dst)?;
+            self.check_lengths(op, dir, src.num_bytes(), dst.num_bytes())?;
             if self.plan.is_empty() {
                 return Ok(());
             }
             let (sp, _read) = src.device_ptr(stream);
             let (dp, _write) = dst.device_ptr_mut(stream);
-            let w = self.plan.word_size(sp, dp);
-            let v = self.variant(op, w)?;
-            launch(op, stream, v.func(dir), v.grid, v.block, sp, dp)
+            // SAFETY: both buffers and the stream belong to the packer's context (checked), the
+            // buffers hold `num_bytes` bytes each, which were checked against the plan, and
+            // cudarc's guards order the launch after earlier writes of the buffers and record it
+            // for later uses; a shared and a mutable borrow cannot be one buffer.
+            unsafe { self.launch(op, dir, stream, sp, dp) }
         })
+    }
+
+    /// # Safety
+    /// As [`Packer::pack_raw`], for the strided and packed roles of `dir`.
+    unsafe fn run_raw(
+        &self,
+        op: &'static str,
+        dir: Direction,
+        stream: &CudaStream,
+        (src, src_len): (CUdeviceptr, usize),
+        (dst, dst_len): (CUdeviceptr, usize),
+    ) -> Result<()> {
+        guard(op, || {
+            self.dev.check_context(op, "stream", stream.context())?;
+            self.check_lengths(op, dir, src_len, dst_len)?;
+            if self.plan.is_empty() {
+                return Ok(());
+            }
+            check_addresses(op, src, dst)?;
+            // SAFETY: the lengths were checked against the plan; that the addresses are
+            // allocations of this context of those lengths, alive and unused by other work
+            // until the launch has run, is the caller's contract.
+            unsafe { self.launch(op, dir, stream, src, dst) }
+        })
+    }
+
+    fn check_lengths(
+        &self,
+        op: &'static str,
+        dir: Direction,
+        src_len: usize,
+        dst_len: usize,
+    ) -> Result<()> {
+        check_lengths(
+            op,
+            dir,
+            src_len,
+            dst_len,
+            (self.plan.start(), self.plan.extent_end()),
+            self.plan.packed_size(),
+        )
+    }
+
+    /// Launches the variant for the two addresses' word size.
+    ///
+    /// # Safety
+    /// As [`launch`], with lengths checked by [`Packer::check_lengths`].
+    unsafe fn launch(
+        &self,
+        op: &'static str,
+        dir: Direction,
+        stream: &CudaStream,
+        src: CUdeviceptr,
+        dst: CUdeviceptr,
+    ) -> Result<()> {
+        let w = self.plan.word_size(src, dst);
+        let v = self.variant(op, w)?;
+        // SAFETY: the kernel is the plan's for this word size (so every byte it touches is
+        // within the extent end and the packed size, which the lengths were checked against),
+        // loaded in the packer's context; the rest is this function's contract.
+        unsafe { launch(op, stream, v.func(dir), v.grid, v.block, src, dst) }
+    }
+}
+
+/// The kernels of a fused launch, compiled for one list of word sizes, and its shape.
+struct FusedVariant<const N: usize> {
+    funcs: [CudaFunction; N],
+    grid: u32,
+    block: u32,
+}
+
+/// What a fused kernel generator produced: a source, its kernels' names, its launch shape.
+trait FusedSource<const N: usize> {
+    fn source(&self) -> &str;
+    fn names(&self) -> [&str; N];
+    fn grid_blocks(&self) -> u32;
+    fn block_threads(&self) -> u32;
+}
+
+impl FusedSource<2> for codegen::FusedKernels {
+    fn source(&self) -> &str {
+        codegen::FusedKernels::source(self)
+    }
+    fn names(&self) -> [&str; 2] {
+        [self.pack_name(), self.unpack_name()]
+    }
+    fn grid_blocks(&self) -> u32 {
+        codegen::FusedKernels::grid_blocks(self)
+    }
+    fn block_threads(&self) -> u32 {
+        codegen::FusedKernels::block_threads(self)
+    }
+}
+
+impl FusedSource<1> for codegen::FusedCopyKernels {
+    fn source(&self) -> &str {
+        codegen::FusedCopyKernels::source(self)
+    }
+    fn names(&self) -> [&str; 1] {
+        [self.name()]
+    }
+    fn grid_blocks(&self) -> u32 {
+        codegen::FusedCopyKernels::grid_blocks(self)
+    }
+    fn block_threads(&self) -> u32 {
+        codegen::FusedCopyKernels::block_threads(self)
+    }
+}
+
+/// What [`FusedPacker`] and [`FusedCopier`] share: the device, the grid policy and the variants
+/// compiled so far, keyed by the word size of each region.
+struct FusedLaunch<const N: usize> {
+    dev: Device,
+    variants: Mutex<HashMap<Vec<u32>, Arc<FusedVariant<N>>>>,
+}
+
+impl<const N: usize> FusedLaunch<N> {
+    fn new(dev: Device) -> Self {
+        Self {
+            dev,
+            variants: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The variant for `words` (one word size per plan of `plans`), compiled and loaded on
+    /// first use from the source `generate` makes for a budget of thread blocks and the launch
+    /// limits.
+    fn variant<'a, K: FusedSource<N>>(
+        &self,
+        op: &'static str,
+        plans: impl Iterator<Item = &'a StridedBlock>,
+        words: &[u32],
+        generate: impl FnOnce(u64, &LaunchLimits) -> Result<K>,
+    ) -> Result<Arc<FusedVariant<N>>> {
+        let mut map = lock(&self.variants);
+        if let Some(v) = map.get(words) {
+            return Ok(v.clone());
+        }
+        guard(op, || {
+            let limits = self.dev.options.limits();
+            // The grid policy looks at the largest region: a launch of many regions of a few
+            // waves each (a halo's faces) is one wave of looping threads under `Auto`.
+            let mut full = 0u64;
+            let mut threads = 1;
+            for (plan, &w) in plans.zip(words) {
+                let shape = LaunchShape::with_limits(plan, w, &limits)?;
+                if !shape.is_noop() {
+                    full = full.max(shape.grid().iter().map(|&g| u64::from(g)).product::<u64>());
+                    threads = threads.max(shape.threads_per_block());
+                }
+            }
+            let budget = self.dev.max_blocks(threads, full);
+            let k = generate(budget, &limits)?;
+            let funcs = self.dev.load(op, k.source(), k.names())?;
+            let v = Arc::new(FusedVariant {
+                funcs,
+                grid: k.grid_blocks(),
+                block: k.block_threads(),
+            });
+            map.insert(words.to_vec(), v.clone());
+            Ok(v)
+        })
+    }
+
+    /// Launches `v.funcs[i]` on `(src, dst)`, unless the grid is empty.
+    ///
+    /// # Safety
+    /// As [`launch`], `v` being a variant of this launcher whose kernels touch only bytes within
+    /// the lengths the caller checked.
+    unsafe fn launch(
+        &self,
+        op: &'static str,
+        stream: &CudaStream,
+        v: &FusedVariant<N>,
+        i: usize,
+        src: CUdeviceptr,
+        dst: CUdeviceptr,
+    ) -> Result<()> {
+        if v.grid == 0 {
+            return Ok(());
+        }
+        // SAFETY: this function's contract; the grid and block are the variant's own.
+        unsafe {
+            launch(
+                op,
+                stream,
+                &v.funcs[i],
+                [v.grid, 1, 1],
+                [v.block, 1, 1],
+                src,
+                dst,
+            )
+        }
     }
 }
 
@@ -818,25 +1121,18 @@ impl Packer {
 /// reference; regions unpacked in one launch should not overlap in the strided buffer (the
 /// order of overlapping writes is not defined).
 pub struct FusedPacker {
-    dev: Device,
+    fused: FusedLaunch<2>,
     regions: Vec<Region>,
     packed_size: u64,
     extent_end: u64,
     first: u64,
-    variants: Mutex<HashMap<Vec<u32>, Arc<FusedVariant>>>,
-}
-
-struct FusedVariant {
-    funcs: [CudaFunction; 2],
-    grid: u32,
-    block: u32,
 }
 
 impl fmt::Debug for FusedPacker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FusedPacker")
             .field("regions", &self.regions)
-            .field("arch", &self.dev.arch)
+            .field("arch", &self.fused.dev.arch)
             .finish()
     }
 }
@@ -872,12 +1168,11 @@ impl FusedPacker {
                 .min()
                 .unwrap_or(0);
             let p = Self {
-                dev: Device::new(OP, ctx, options)?,
+                fused: FusedLaunch::new(Device::new(OP, ctx, options)?),
                 packed_size: fused::packed_size(&regions),
                 extent_end: fused::extent_end(&regions),
                 first,
                 regions,
-                variants: Mutex::new(HashMap::new()),
             };
             if p.packed_size > 0 {
                 p.variant(OP, &p.words(256, 256))?;
@@ -926,36 +1221,10 @@ impl FusedPacker {
         Ok((v.grid, v.block))
     }
 
-    fn variant(&self, op: &'static str, words: &[u32]) -> Result<Arc<FusedVariant>> {
-        let mut map = lock(&self.variants);
-        if let Some(v) = map.get(words) {
-            return Ok(v.clone());
-        }
-        guard(op, || {
-            let limits = self.dev.options.limits();
-            // The grid policy looks at the largest region: a launch of many regions of a few
-            // waves each (a halo's faces) is one wave of looping threads under `Auto`.
-            let mut full = 0u64;
-            let mut threads = 1;
-            for (r, &w) in self.regions.iter().zip(words) {
-                let shape = crate::LaunchShape::with_limits(r.plan(), w, &limits)?;
-                if !shape.is_noop() {
-                    full = full.max(shape.grid().iter().map(|&g| u64::from(g)).product::<u64>());
-                    threads = threads.max(shape.threads_per_block());
-                }
-            }
-            let budget = self.dev.max_blocks(threads, full);
-            let k = codegen::generate_fused(&self.regions, words, budget, &limits)?;
-            let funcs = self
-                .dev
-                .load(op, k.source(), [k.pack_name(), k.unpack_name()])?;
-            let v = Arc::new(FusedVariant {
-                funcs,
-                grid: k.grid_blocks(),
-                block: k.block_threads(),
-            });
-            map.insert(words.to_vec(), v.clone());
-            Ok(v)
+    fn variant(&self, op: &'static str, words: &[u32]) -> Result<Arc<FusedVariant<2>>> {
+        let plans = self.regions.iter().map(Region::plan);
+        self.fused.variant(op, plans, words, |budget, limits| {
+            codegen::generate_fused(&self.regions, words, budget, limits)
         })
     }
 
@@ -988,6 +1257,70 @@ impl FusedPacker {
         self.run("FusedPacker::unpack", Direction::Unpack, stream, src, dst)
     }
 
+    /// Packs like [`FusedPacker::pack`], from the strided buffer at device address `src`
+    /// (`src_len` bytes) to the packed buffer at `dst` (`dst_len` bytes), without cudarc's
+    /// event tracking: for a caller that orders its streams with its own events. Checked as
+    /// [`Packer::pack_raw`], against [`extent_end`](Self::extent_end) and
+    /// [`packed_size`](Self::packed_size).
+    ///
+    /// # Safety
+    /// `src` and `dst` must be device addresses in the packer's context, each the start of at
+    /// least `src_len` and `dst_len` bytes of one live allocation, the two ranges disjoint.
+    /// Both must stay allocated, and no other work may write either range (or read the
+    /// destination range), until `stream` has run the launch: nothing here orders the launch
+    /// against other streams or cudarc's tracked uses of the same memory.
+    ///
+    /// # Errors
+    /// As [`FusedPacker::pack`], and [`Error::InvalidArgument`] for a null address.
+    pub unsafe fn pack_raw(
+        &self,
+        stream: &CudaStream,
+        src: CUdeviceptr,
+        src_len: usize,
+        dst: CUdeviceptr,
+        dst_len: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract is the one of `run_raw`.
+        unsafe {
+            self.run_raw(
+                "FusedPacker::pack_raw",
+                Direction::Pack,
+                stream,
+                (src, src_len),
+                (dst, dst_len),
+            )
+        }
+    }
+
+    /// Unpacks like [`FusedPacker::unpack`], from the packed buffer at device address `src`
+    /// (`src_len` bytes) to the strided buffer at `dst` (`dst_len` bytes), without cudarc's
+    /// event tracking. Checked as [`Packer::pack_raw`].
+    ///
+    /// # Safety
+    /// As [`FusedPacker::pack_raw`].
+    ///
+    /// # Errors
+    /// As [`FusedPacker::unpack`], and [`Error::InvalidArgument`] for a null address.
+    pub unsafe fn unpack_raw(
+        &self,
+        stream: &CudaStream,
+        src: CUdeviceptr,
+        src_len: usize,
+        dst: CUdeviceptr,
+        dst_len: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract is the one of `run_raw`.
+        unsafe {
+            self.run_raw(
+                "FusedPacker::unpack_raw",
+                Direction::Unpack,
+                stream,
+                (src, src_len),
+                (dst, dst_len),
+            )
+        }
+    }
+
     fn run<T, U>(
         &self,
         op: &'static str,
@@ -997,48 +1330,325 @@ impl FusedPacker {
         dst: &mut impl DevicePtrMut<U>,
     ) -> Result<()> {
         guard(op, || {
-            check_call(
-                op,
-                &self.dev,
-                dir,
-                stream,
-                src,
-                dst,
-                (self.first, self.extent_end),
-                self.packed_size,
-            )?;
+            check_buffers(op, &self.fused.dev, stream, src, dst)?;
+            self.check_lengths(op, dir, src.num_bytes(), dst.num_bytes())?;
             if self.packed_size == 0 {
                 return Ok(());
             }
             let (sp, _read) = src.device_ptr(stream);
             let (dp, _write) = dst.device_ptr_mut(stream);
-            let words = match dir {
-                Direction::Pack => self.words(sp, dp),
-                Direction::Unpack => self.words(dp, sp),
-            };
-            let v = self.variant(op, &words)?;
-            if v.grid == 0 {
+            // SAFETY: as in `Packer::run`: context and lengths checked, cudarc's guards order
+            // the launch against other uses of the buffers.
+            unsafe { self.launch(op, dir, stream, sp, dp) }
+        })
+    }
+
+    /// # Safety
+    /// As [`FusedPacker::pack_raw`], for the strided and packed roles of `dir`.
+    unsafe fn run_raw(
+        &self,
+        op: &'static str,
+        dir: Direction,
+        stream: &CudaStream,
+        (src, src_len): (CUdeviceptr, usize),
+        (dst, dst_len): (CUdeviceptr, usize),
+    ) -> Result<()> {
+        guard(op, || {
+            self.fused
+                .dev
+                .check_context(op, "stream", stream.context())?;
+            self.check_lengths(op, dir, src_len, dst_len)?;
+            if self.packed_size == 0 {
                 return Ok(());
             }
-            launch(
-                op,
-                stream,
-                v.func(dir),
-                [v.grid, 1, 1],
-                [v.block, 1, 1],
-                sp,
-                dp,
-            )
+            check_addresses(op, src, dst)?;
+            // SAFETY: the lengths were checked against the layout; the rest is the caller's
+            // contract.
+            unsafe { self.launch(op, dir, stream, src, dst) }
         })
+    }
+
+    fn check_lengths(
+        &self,
+        op: &'static str,
+        dir: Direction,
+        src_len: usize,
+        dst_len: usize,
+    ) -> Result<()> {
+        check_lengths(
+            op,
+            dir,
+            src_len,
+            dst_len,
+            (self.first, self.extent_end),
+            self.packed_size,
+        )
+    }
+
+    /// Launches the variant for the two addresses' word sizes.
+    ///
+    /// # Safety
+    /// As [`launch`], with lengths checked by [`FusedPacker::check_lengths`].
+    unsafe fn launch(
+        &self,
+        op: &'static str,
+        dir: Direction,
+        stream: &CudaStream,
+        src: CUdeviceptr,
+        dst: CUdeviceptr,
+    ) -> Result<()> {
+        let (words, i) = match dir {
+            Direction::Pack => (self.words(src, dst), 0),
+            Direction::Unpack => (self.words(dst, src), 1),
+        };
+        let v = self.variant(op, &words)?;
+        // SAFETY: the variant is the regions' for these word sizes, so every byte it touches
+        // is within the extent end and the packed size; the rest is this function's contract.
+        unsafe { self.fused.launch(op, stream, &v, i, src, dst) }
     }
 }
 
-impl FusedVariant {
-    fn func(&self, dir: Direction) -> &CudaFunction {
-        match dir {
-            Direction::Pack => &self.funcs[0],
-            Direction::Unpack => &self.funcs[1],
-        }
+/// Copies many [`CopyRegion`]s strided to strided in one launch: each region's source plan
+/// read in the source buffer and written, in the same shape, at its destination start in the
+/// destination buffer, which may be the source buffer itself ([`copy_in_place`]). A halo rank
+/// that is its own neighbour fills its ghost cells from its interior this way, with no packed
+/// buffer in between. See [`crate::fused`] for the CPU reference ([`fused::copy`],
+/// [`fused::copy_in_place`]).
+///
+/// Kernels are generated by [`codegen::generate_fused_copy`], compiled and cached like those of
+/// a [`FusedPacker`], one variant per list of word sizes ([`CopyRegion::word_size`] of the two
+/// addresses). Where the bytes one launch reads overlap the bytes it writes, or two regions
+/// write the same bytes, those bytes get no defined value (the words move in no defined order);
+/// a halo's interior and ghost cells are disjoint.
+///
+/// [`copy_in_place`]: FusedCopier::copy_in_place
+pub struct FusedCopier {
+    fused: FusedLaunch<1>,
+    regions: Vec<CopyRegion>,
+    spans: CopySpans,
+    bytes: u64,
+}
+
+impl fmt::Debug for FusedCopier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FusedCopier")
+            .field("regions", &self.regions)
+            .field("arch", &self.fused.dev.arch)
+            .finish()
+    }
+}
+
+impl FusedCopier {
+    /// A copier for `regions` on `ctx`'s device. Compiles the variant for 256-byte-aligned
+    /// buffers (unless nothing is copied).
+    ///
+    /// # Errors
+    /// The errors of [`fused::check_copy`] (a region whose destination exceeds `u64` or differs
+    /// in shape from its source); otherwise as [`Packer::with_options`].
+    pub fn new(
+        ctx: &Arc<CudaContext>,
+        regions: Vec<CopyRegion>,
+        options: &GpuOptions,
+    ) -> Result<Self> {
+        const OP: &str = "FusedCopier::new";
+        let spans = fused::copy_spans(OP, &regions)?;
+        guard(OP, || {
+            let c = Self {
+                fused: FusedLaunch::new(Device::new(OP, ctx, options)?),
+                bytes: regions.iter().map(CopyRegion::bytes).sum(),
+                spans,
+                regions,
+            };
+            if c.bytes > 0 {
+                c.variant(OP, &c.words(256, 256))?;
+            }
+            Ok(c)
+        })
+    }
+
+    /// The regions.
+    pub fn regions(&self) -> &[CopyRegion] {
+        &self.regions
+    }
+
+    /// Bytes one launch copies (the sum over the regions).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Bytes the source buffer needs: the largest extent end of the source plans.
+    pub fn src_extent_end(&self) -> u64 {
+        self.spans.src.1
+    }
+
+    /// Bytes the destination buffer needs: the largest extent end of the destination plans.
+    pub fn dst_extent_end(&self) -> u64 {
+        self.spans.dst.1
+    }
+
+    /// Bytes a buffer needs for a copy within it: the larger of the two extent ends.
+    pub fn extent_end(&self) -> u64 {
+        self.spans.src.1.max(self.spans.dst.1)
+    }
+
+    /// The context the copier launches in.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.fused.dev.ctx
+    }
+
+    /// The word size of each region for a source buffer at `src_addr` and a destination buffer
+    /// at `dst_addr` (addresses or alignments, as [`CopyRegion::word_size`]).
+    pub fn words(&self, src_addr: u64, dst_addr: u64) -> Vec<u32> {
+        self.regions
+            .iter()
+            .map(|r| {
+                if r.src().is_empty() {
+                    1
+                } else {
+                    r.word_size(src_addr, dst_addr)
+                }
+            })
+            .collect()
+    }
+
+    /// Thread blocks and threads per block of the launch for 256-byte-aligned buffers.
+    ///
+    /// # Errors
+    /// As [`FusedCopier::new`].
+    pub fn launch_dims(&self) -> Result<(u32, u32)> {
+        let v = self.variant("FusedCopier::launch_dims", &self.words(256, 256))?;
+        Ok((v.grid, v.block))
+    }
+
+    fn variant(&self, op: &'static str, words: &[u32]) -> Result<Arc<FusedVariant<1>>> {
+        let plans = self.regions.iter().map(CopyRegion::src);
+        self.fused.variant(op, plans, words, |budget, limits| {
+            codegen::generate_fused_copy(&self.regions, words, budget, limits)
+        })
+    }
+
+    /// Copies every region from `src` to `dst`, in one launch on `stream`.
+    ///
+    /// # Errors
+    /// Checked before anything is launched: [`Error::InvalidArgument`] if the stream or a buffer
+    /// belongs to another context; [`Error::OutOfBounds`] naming [`Buffer::Source`] if `src` is
+    /// shorter than [`src_extent_end`](Self::src_extent_end), or [`Buffer::Destination`] if
+    /// `dst` is shorter than [`dst_extent_end`](Self::dst_extent_end). Then the errors of
+    /// compiling a new variant, and [`Error::Cuda`] if the launch fails.
+    pub fn copy<T, U>(
+        &self,
+        stream: &CudaStream,
+        src: &impl DevicePtr<T>,
+        dst: &mut impl DevicePtrMut<U>,
+    ) -> Result<()> {
+        const OP: &str = "FusedCopier::copy";
+        guard(OP, || {
+            check_buffers(OP, &self.fused.dev, stream, src, dst)?;
+            self.spans.check(OP, src.num_bytes(), dst.num_bytes())?;
+            if self.bytes == 0 {
+                return Ok(());
+            }
+            let (sp, _read) = src.device_ptr(stream);
+            let (dp, _write) = dst.device_ptr_mut(stream);
+            // SAFETY: as in `Packer::run`: context and lengths checked, cudarc's guards order
+            // the launch against other uses of the buffers.
+            unsafe { self.launch(OP, stream, sp, dp) }
+        })
+    }
+
+    /// Copies every region within `buf` (source and destination), in one launch on `stream`.
+    ///
+    /// # Errors
+    /// As [`FusedCopier::copy`], both sides checked against `buf`: too short for a source is
+    /// [`Error::OutOfBounds`] naming [`Buffer::Source`], for a destination
+    /// [`Buffer::Destination`].
+    pub fn copy_in_place<T>(
+        &self,
+        stream: &CudaStream,
+        buf: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        const OP: &str = "FusedCopier::copy_in_place";
+        guard(OP, || {
+            self.fused
+                .dev
+                .check_context(OP, "stream", stream.context())?;
+            self.fused
+                .dev
+                .check_context(OP, "buffer", buf.stream().context())?;
+            let len = buf.num_bytes();
+            self.spans.check(OP, len, len)?;
+            if self.bytes == 0 {
+                return Ok(());
+            }
+            let (p, _write) = buf.device_ptr_mut(stream);
+            // SAFETY: the buffer and the stream belong to the copier's context and the buffer's
+            // length was checked against both sides; cudarc's write guard orders the launch
+            // against other uses of the buffer. The launch's own reads and writes of the buffer
+            // meet only where regions overlap, which leaves those bytes with undefined contents
+            // and touches nothing outside the buffer.
+            unsafe { self.launch(OP, stream, p, p) }
+        })
+    }
+
+    /// Copies like [`FusedCopier::copy`], from the buffer at device address `src` (`src_len`
+    /// bytes) to the buffer at `dst` (`dst_len` bytes), without cudarc's event tracking. `src`
+    /// may equal `dst` (a copy within one buffer, as [`FusedCopier::copy_in_place`]).
+    ///
+    /// Checked before anything is launched: the stream's context, `src_len` against
+    /// [`src_extent_end`](Self::src_extent_end) and `dst_len` against
+    /// [`dst_extent_end`](Self::dst_extent_end), and that neither address is null when there
+    /// is something to copy. Neither the addresses' context nor their allocations' lengths can
+    /// be checked: that is the caller's part.
+    ///
+    /// # Safety
+    /// `src` and `dst` must be device addresses in the copier's context, each the start of at
+    /// least `src_len` and `dst_len` bytes of one live allocation; the two ranges may be the
+    /// same or overlap. Both must stay allocated, and no other work may write either range (or
+    /// read the destination range), until `stream` has run the launch: nothing here orders the
+    /// launch against other streams or cudarc's tracked uses of the same memory.
+    ///
+    /// # Errors
+    /// As [`FusedCopier::copy`], and [`Error::InvalidArgument`] for a null address.
+    pub unsafe fn copy_raw(
+        &self,
+        stream: &CudaStream,
+        src: CUdeviceptr,
+        src_len: usize,
+        dst: CUdeviceptr,
+        dst_len: usize,
+    ) -> Result<()> {
+        const OP: &str = "FusedCopier::copy_raw";
+        guard(OP, || {
+            self.fused
+                .dev
+                .check_context(OP, "stream", stream.context())?;
+            self.spans.check(OP, src_len, dst_len)?;
+            if self.bytes == 0 {
+                return Ok(());
+            }
+            check_addresses(OP, src, dst)?;
+            // SAFETY: the lengths were checked against both sides; the rest is the caller's
+            // contract.
+            unsafe { self.launch(OP, stream, src, dst) }
+        })
+    }
+
+    /// Launches the variant for the two addresses' word sizes.
+    ///
+    /// # Safety
+    /// As [`launch`], with lengths checked against the copier's spans.
+    unsafe fn launch(
+        &self,
+        op: &'static str,
+        stream: &CudaStream,
+        src: CUdeviceptr,
+        dst: CUdeviceptr,
+    ) -> Result<()> {
+        let v = self.variant(op, &self.words(src, dst))?;
+        // SAFETY: the variant is the regions' for these word sizes, so every byte it reads is
+        // within the source extent end and every byte it writes within the destination extent
+        // end; the rest is this function's contract.
+        unsafe { self.fused.launch(op, stream, &v, 0, src, dst) }
     }
 }
 
@@ -1052,6 +1662,7 @@ mod tests {
     fn packers_are_send_and_sync() {
         send_sync::<Packer>();
         send_sync::<FusedPacker>();
+        send_sync::<FusedCopier>();
     }
 
     #[test]

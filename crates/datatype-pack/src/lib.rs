@@ -9,9 +9,9 @@
 //! | canonical | [`canonical`] | named passes to a fixed point: the same packed bytes with the fewest levels |
 //! | plan | [`plan`] | [`StridedBlock`] (start, block length, counts, strides), word size, [`LaunchShape`] for a CUDA-like grid |
 //! | CPU reference | [`cpu`] | bounds-checked [`cpu::pack`] / [`cpu::unpack`], and a naive tree-walking packer as the independent oracle |
-//! | fused regions | [`fused`] | many plans (a halo's faces) packed into one buffer: [`fused::Region`], layout, CPU reference |
-//! | code generation | [`codegen`] | CUDA C source of `pack`/`unpack` kernels baked from a [`StridedBlock`] and word size, and fused multi-region kernels |
-//! | GPU | `gpu` (feature `cuda`) | NVRTC compile and cache; `gpu::Packer` and `gpu::FusedPacker` launch on cudarc streams |
+//! | fused regions | [`fused`] | many plans (a halo's faces) packed into one buffer: [`fused::Region`], layout, CPU reference; strided-to-strided copies of equal-shape regions: [`fused::CopyRegion`], CPU reference |
+//! | code generation | [`codegen`] | CUDA C source of `pack`/`unpack` kernels baked from a [`StridedBlock`] and word size, fused multi-region kernels and fused copy kernels |
+//! | GPU | `gpu` (feature `cuda`) | NVRTC compile and cache; `gpu::Packer`, `gpu::FusedPacker` and `gpu::FusedCopier` launch on cudarc streams, from cudarc buffers or raw device pointers |
 //! | benchmark | `bench` (feature `cuda`) | pack throughput against copy baselines and NVRTC compile times (`collbench pack`) |
 //!
 //! | feature | default | what it adds |

@@ -1,5 +1,6 @@
 //! GPU pack and unpack against the CPU oracle, byte for byte, over a generated pool of layouts;
-//! fused packing of halo faces; the error paths. Needs a CUDA device: run with `--ignored`.
+//! fused packing of halo faces; the raw-pointer entry points; fused strided-to-strided copies
+//! against the CPU reference; the error paths. Needs a CUDA device: run with `--ignored`.
 //!
 //! The pool has 1,200 layouts: 1-D to 5-D (0 to 4 stream dimensions over a dense block), every
 //! word size, unaligned starts, unaligned buffer pointers (views at odd offsets into larger
@@ -9,13 +10,18 @@
 //! options, a third with 256-thread blocks and a one-wave grid, a third with 1024-thread blocks
 //! and the full grid. `DTP_POOL_LIMIT=N` runs only the first N layouts
 //! (for slow runs such as compute-sanitizer).
+//!
+//! The copy pool has 240 cases of one to four regions each: pairs of equal-shape regions, 1-D to
+//! 4-D, unaligned starts on either side, every word size, views at odd offsets, copied between
+//! two buffers and within one, through the safe and the raw entry points.
 #![cfg(feature = "cuda")]
 
 use std::sync::{Arc, OnceLock};
 
 use datatype_pack::construct::{subarray, Order};
-use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream};
-use datatype_pack::gpu::{self, FusedPacker, GpuOptions, GridCap, Packer};
+use datatype_pack::fused::CopyRegion;
+use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream, DevicePtr};
+use datatype_pack::gpu::{self, FusedCopier, FusedPacker, GpuOptions, GridCap, Packer};
 use datatype_pack::{cpu, fused, Buffer, Error, StridedBlock};
 
 const POOL: usize = 1200;
@@ -671,4 +677,765 @@ fn variants_follow_the_buffer_addresses() {
     let (grid, block) = packer.launch_dims(16).unwrap();
     println!("64-byte blocks x 1000: block {block:?}, grid {grid:?}");
     stream.synchronize().unwrap();
+}
+
+/// The launch options of case `index`: the default, and two other configurations on a third of
+/// the cases each.
+fn options_for(index: usize) -> GpuOptions {
+    match index % 3 {
+        0 => GpuOptions::default(),
+        1 => GpuOptions::default()
+            .with_max_threads_per_block(256)
+            .with_grid(GridCap::Waves(1)),
+        _ => GpuOptions::default()
+            .with_max_threads_per_block(1024)
+            .with_grid(GridCap::Full),
+    }
+}
+
+/// Packs and unpacks `c` through `pack_raw`/`unpack_raw` on device addresses at the case's
+/// offsets into larger allocations.
+fn run_raw_case(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, c: &Case) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| format!("case {} (raw): {e}", c.index);
+    let plan = &c.plan;
+    let packer = Packer::with_options(ctx, plan, &options_for(c.index)).map_err(|e| err(&e))?;
+    let extent = plan.extent_end() as usize;
+    let packed = plan.packed_size() as usize;
+    let host_src = pattern(c.strided_off + extent + c.tail + 1, c.index as u64 * 5 + 2);
+    let d_src = stream.clone_htod(&host_src).map_err(|e| err(&e))?;
+    let host_dst = vec![0xA5u8; c.packed_off + packed + 13];
+    let d_dst = stream.clone_htod(&host_dst).map_err(|e| err(&e))?;
+    {
+        let (sp, _read) = d_src.device_ptr(stream);
+        let (dp, _write) = d_dst.device_ptr(stream);
+        // SAFETY: both allocations belong to this context and hold the offsets plus the
+        // lengths passed; they live until the end of the test, and only this stream uses them
+        // (the copy back below is ordered after the launch on the same stream).
+        unsafe {
+            packer.pack_raw(
+                stream,
+                sp + c.strided_off as u64,
+                extent,
+                dp + c.packed_off as u64,
+                packed,
+            )
+        }
+        .map_err(|e| err(&e))?;
+    }
+    let got = stream.clone_dtoh(&d_dst).map_err(|e| err(&e))?;
+    let mut want = host_dst.clone();
+    cpu::pack(
+        plan,
+        &host_src[c.strided_off..c.strided_off + extent],
+        &mut want[c.packed_off..c.packed_off + packed],
+    )
+    .map_err(|e| err(&e))?;
+    check(got == want, || {
+        format!(
+            "case {} pack_raw {:?}: {}",
+            c.index,
+            c,
+            first_diff(&got, &want)
+        )
+    })?;
+
+    let host_packed = pattern(c.packed_off + packed + 3, c.index as u64 * 5 + 4);
+    let d_packed = stream.clone_htod(&host_packed).map_err(|e| err(&e))?;
+    let host_strided: Vec<u8> = (0..c.strided_off + extent + c.tail + 1)
+        .map(|i| 0x3C ^ (i as u8))
+        .collect();
+    let d_strided = stream.clone_htod(&host_strided).map_err(|e| err(&e))?;
+    {
+        let (sp, _read) = d_packed.device_ptr(stream);
+        let (dp, _write) = d_strided.device_ptr(stream);
+        // SAFETY: as for the pack above.
+        unsafe {
+            packer.unpack_raw(
+                stream,
+                sp + c.packed_off as u64,
+                packed,
+                dp + c.strided_off as u64,
+                extent,
+            )
+        }
+        .map_err(|e| err(&e))?;
+    }
+    let got = stream.clone_dtoh(&d_strided).map_err(|e| err(&e))?;
+    let mut want = host_strided.clone();
+    cpu::unpack(
+        plan,
+        &host_packed[c.packed_off..c.packed_off + packed],
+        &mut want[c.strided_off..c.strided_off + extent],
+    )
+    .map_err(|e| err(&e))?;
+    check(got == want, || {
+        format!(
+            "case {} unpack_raw {:?}: {}",
+            c.index,
+            c,
+            first_diff(&got, &want)
+        )
+    })
+}
+
+/// The fused halo round trip of `fused_round_trip`, through `pack_raw`/`unpack_raw`.
+fn fused_raw_round_trip(n: u64, r: u64, elem: u64, all26: bool, grid_off: u64, packed_off: u64) {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    let (send, ghost) = halo(n, r, elem, all26);
+    let extent = ((n + 2 * r).pow(3) * elem) as usize;
+    let (go, po) = (grid_off as usize, packed_off as usize);
+
+    let packer = FusedPacker::new(&ctx, &send).unwrap();
+    let packed = packer.packed_size() as usize;
+    let host_grid = pattern(go + extent, 31 + n);
+    let d_grid = stream.clone_htod(&host_grid).unwrap();
+    let host_packed = vec![0xA5u8; po + packed + 5];
+    let d_packed = stream.clone_htod(&host_packed).unwrap();
+    {
+        let (gp, _read) = d_grid.device_ptr(&stream);
+        let (pp, _write) = d_packed.device_ptr(&stream);
+        // SAFETY: both allocations belong to this context and hold the offsets plus the
+        // lengths passed; only this stream uses them until the copy back below.
+        unsafe { packer.pack_raw(&stream, gp + grid_off, extent, pp + packed_off, packed) }
+            .unwrap();
+    }
+    let got = stream.clone_dtoh(&d_packed).unwrap();
+    let mut want = host_packed.clone();
+    fused::pack(
+        packer.regions(),
+        &host_grid[go..go + extent],
+        &mut want[po..po + packed],
+    )
+    .unwrap();
+    assert!(got == want, "fused pack_raw: {}", first_diff(&got, &want));
+
+    let unpacker = FusedPacker::new(&ctx, &ghost).unwrap();
+    let packed = unpacker.packed_size() as usize;
+    let host_in = pattern(po + packed, 17 + n);
+    let d_in = stream.clone_htod(&host_in).unwrap();
+    let host_grid2: Vec<u8> = (0..go + extent).map(|i| (i * 5) as u8).collect();
+    let d_grid2 = stream.clone_htod(&host_grid2).unwrap();
+    {
+        let (ip, _read) = d_in.device_ptr(&stream);
+        let (gp, _write) = d_grid2.device_ptr(&stream);
+        // SAFETY: as for the pack above.
+        unsafe { unpacker.unpack_raw(&stream, ip + packed_off, packed, gp + grid_off, extent) }
+            .unwrap();
+    }
+    let got = stream.clone_dtoh(&d_grid2).unwrap();
+    let mut want = host_grid2.clone();
+    fused::unpack(
+        unpacker.regions(),
+        &host_in[po..po + packed],
+        &mut want[go..go + extent],
+    )
+    .unwrap();
+    assert!(got == want, "fused unpack_raw: {}", first_diff(&got, &want));
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn raw_pack_matches_the_cpu_oracle() {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    // Every 10th layout of the pool: all dimensionalities, word sizes and offsets.
+    let cases: Vec<Case> = pool().into_iter().step_by(10).collect();
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| run_raw_case(&ctx, &stream, c).err())
+        .collect();
+    println!("raw: {} layouts, {} failed", cases.len(), failures.len());
+    for f in failures.iter().take(10) {
+        println!("  {f}");
+    }
+    assert!(failures.is_empty());
+    fused_raw_round_trip(20, 3, 8, false, 0, 0);
+    fused_raw_round_trip(33, 2, 4, false, 4, 8);
+    fused_raw_round_trip(17, 1, 1, true, 3, 1);
+    stream.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn raw_calls_are_checked_before_launch() {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    let plan = StridedBlock::new(4, 8, vec![10], vec![16]).unwrap(); // extent 156, packed 80
+    let packer = Packer::new(&ctx, &plan).unwrap();
+    let src = stream.clone_htod(&pattern(200, 1)).unwrap();
+    let dst = stream.clone_htod(&vec![0xA5u8; 100]).unwrap();
+    let (sp, _read) = src.device_ptr(&stream);
+    let (dp, _write) = dst.device_ptr(&stream);
+    // SAFETY: both allocations belong to this context and hold at least the lengths passed
+    // (200 and 100 bytes); only this stream uses them, and the checks refuse this call and
+    // the ones below before they launch anything.
+    let r = unsafe { packer.pack_raw(&stream, sp, 155, dp, 100) };
+    assert!(
+        matches!(
+            r,
+            Err(Error::OutOfBounds {
+                buffer: Buffer::Source,
+                end: 156,
+                len: 155,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // SAFETY: as above.
+    let r = unsafe { packer.pack_raw(&stream, sp, 200, dp, 79) };
+    assert!(
+        matches!(
+            r,
+            Err(Error::BufferTooSmall {
+                buffer: Buffer::Destination,
+                needed: 80,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // Unpack: the packed source (79 of the 80 bytes it needs) is refused; the strided
+    // destination passed is the 200-byte allocation, long enough for the extent.
+    // SAFETY: as above.
+    let r = unsafe { packer.unpack_raw(&stream, dp, 79, sp, 200) };
+    assert!(
+        matches!(
+            r,
+            Err(Error::BufferTooSmall {
+                buffer: Buffer::Source,
+                needed: 80,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // A strided destination shorter than the extent is refused first.
+    // SAFETY: as above.
+    let r = unsafe { packer.unpack_raw(&stream, dp, 79, sp, 100) };
+    assert!(
+        matches!(
+            r,
+            Err(Error::OutOfBounds {
+                buffer: Buffer::Destination,
+                end: 156,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // SAFETY: as above.
+    let r = unsafe { packer.pack_raw(&stream, 0, 200, dp, 100) };
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    let fp = FusedPacker::new(&ctx, std::slice::from_ref(&plan)).unwrap();
+    // SAFETY: as above.
+    let r = unsafe { fp.pack_raw(&stream, sp, 200, 0, 100) };
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    // SAFETY: as above.
+    let r = unsafe { fp.unpack_raw(&stream, sp, 100, dp, 155) };
+    assert!(
+        matches!(
+            r,
+            Err(Error::OutOfBounds {
+                buffer: Buffer::Destination,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // An empty plan moves nothing, whatever the addresses.
+    let empty = Packer::new(&ctx, &StridedBlock::empty()).unwrap();
+    // SAFETY: nothing is launched for an empty plan.
+    unsafe { empty.pack_raw(&stream, 0, 0, 0, 0) }.unwrap();
+    assert_eq!(
+        stream.clone_dtoh(&dst).unwrap(),
+        vec![0xA5u8; 100],
+        "nothing was written"
+    );
+    stream.synchronize().unwrap();
+}
+
+#[derive(Debug, Clone)]
+struct CopyCase {
+    index: usize,
+    /// Regions whose destinations lie in a buffer of their own.
+    regions: Vec<CopyRegion>,
+    /// Offset of the source view in its allocation.
+    src_off: usize,
+    /// Offset of the destination view in its allocation.
+    dst_off: usize,
+}
+
+const COPY_POOL: usize = 240;
+
+/// A source plan of `ndims` stream dimensions, its blocks disjoint, starting at or after `at`.
+fn copy_plan(rng: &mut Rng, unit: u64, ndims: usize, at: u64, big: bool) -> StridedBlock {
+    let words = if big {
+        rng.pick(&[1u64, 2])
+    } else {
+        rng.pick(&[1u64, 1, 2, 3, 4, 7, 16, 100])
+    };
+    let block = unit * words;
+    let mut start = at.next_multiple_of(unit) + unit * rng.below(3);
+    if rng.below(6) == 0 {
+        start += rng.below(16); // an unaligned start
+    }
+    let mut span = block;
+    let (mut counts, mut strides) = (Vec::new(), Vec::new());
+    for k in 0..ndims {
+        let n = if big && k == 0 {
+            65_536 + rng.below(10_000)
+        } else if big {
+            rng.pick(&[1u64, 2])
+        } else {
+            rng.pick(&[1u64, 2, 3, 5, 16, 31, 64])
+        };
+        let slack = unit * rng.pick(&[0u64, 0, 1, 3]) + rng.pick(&[0u64, 0, 0, 0, 0, 0, 0, 1, 3]);
+        let stride = span + slack;
+        span = stride * n;
+        counts.push(n);
+        strides.push(stride);
+    }
+    StridedBlock::new(start, block, counts, strides).unwrap()
+}
+
+fn copy_pool() -> Vec<CopyCase> {
+    let mut rng = Rng(0x000c_097c_a5e5);
+    let mut out = Vec::with_capacity(COPY_POOL);
+    for index in 0..COPY_POOL {
+        let unit = [1u64, 2, 4, 8, 16][index % 5];
+        let n = 1 + rng.below(4) as usize;
+        let (mut src_at, mut dst_at) = (0u64, rng.below(3) * unit);
+        let mut regions = Vec::with_capacity(n);
+        for k in 0..n {
+            let ndims = (index / 5 + k) % 4;
+            let big = ndims > 0 && index % 29 == 7 && k == 0;
+            let src = copy_plan(&mut rng, unit, ndims, src_at, big);
+            // Sources may overlap (they are only read); destinations are laid out disjoint.
+            src_at = if rng.below(3) == 0 {
+                src.start()
+            } else {
+                src.extent_end()
+            };
+            let mut dst_start = dst_at.next_multiple_of(unit) + unit * rng.below(3);
+            if rng.below(6) == 0 {
+                dst_start += rng.below(16); // an unaligned destination
+            }
+            let region = CopyRegion::new(src, dst_start);
+            dst_at = region.dst_plan().unwrap().extent_end();
+            regions.push(region);
+            if rng.below(9) == 0 {
+                regions.push(CopyRegion::new(StridedBlock::empty(), rng.below(100)));
+            }
+        }
+        let src_off = if rng.below(3) != 0 {
+            0
+        } else {
+            rng.pick(&[1usize, 2, 4, 8, 16])
+        };
+        let dst_off = if rng.below(3) != 0 {
+            0
+        } else {
+            rng.pick(&[1usize, 2, 4, 8, 12])
+        };
+        out.push(CopyCase {
+            index,
+            regions,
+            src_off,
+            dst_off,
+        });
+    }
+    out
+}
+
+/// The case's regions moved within one buffer: destinations shifted past every source (by a
+/// multiple of 16 plus `skew` bytes), so that the bytes read and written are disjoint.
+fn in_place_regions(c: &CopyCase, skew: u64) -> Vec<CopyRegion> {
+    let src_end = c
+        .regions
+        .iter()
+        .map(|r| r.src().extent_end())
+        .max()
+        .unwrap_or(0);
+    let shift = src_end.next_multiple_of(16) + skew;
+    c.regions
+        .iter()
+        .map(|r| CopyRegion::new(r.src().clone(), r.dst_start() + shift))
+        .collect()
+}
+
+/// Word sizes of the case's launches, counted by size (1, 2, 4, 8, 16).
+type WordCounts = [usize; 5];
+
+fn run_copy_case(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    c: &CopyCase,
+    words: &mut WordCounts,
+) -> Result<(), String> {
+    let err =
+        |what: &str, e: &dyn std::fmt::Display| format!("copy case {} ({what}): {e}", c.index);
+    let opts = options_for(c.index);
+    let mut count = |w: Vec<u32>, regions: &[CopyRegion]| {
+        for (w, r) in w.iter().zip(regions) {
+            if !r.src().is_empty() {
+                words[w.trailing_zeros() as usize] += 1;
+            }
+        }
+    };
+
+    // Two buffers, safe and raw: views at offsets into allocations whose other bytes must stay.
+    let copier = FusedCopier::new(ctx, c.regions.clone(), &opts).map_err(|e| err("new", &e))?;
+    let (slen, dlen) = (
+        copier.src_extent_end() as usize,
+        copier.dst_extent_end() as usize,
+    );
+    let host_src = pattern(c.src_off + slen + 7, c.index as u64 * 11 + 1);
+    let d_src = stream.clone_htod(&host_src).map_err(|e| err("htod", &e))?;
+    let host_dst = vec![0xA5u8; c.dst_off + dlen + 9];
+    let mut want = host_dst.clone();
+    fused::copy(
+        &c.regions,
+        &host_src[c.src_off..c.src_off + slen],
+        &mut want[c.dst_off..c.dst_off + dlen],
+    )
+    .map_err(|e| err("cpu", &e))?;
+    count(copier.words(c.src_off as u64, c.dst_off as u64), &c.regions);
+    for raw in [false, true] {
+        let what = if raw { "copy_raw" } else { "copy" };
+        let mut d_dst = stream.clone_htod(&host_dst).map_err(|e| err("htod", &e))?;
+        if raw {
+            let (sp, _read) = d_src.device_ptr(stream);
+            let (dp, _write) = d_dst.device_ptr(stream);
+            // SAFETY: both allocations belong to this context and hold the offsets plus the
+            // lengths passed; only this stream uses them until the copy back below.
+            unsafe {
+                copier.copy_raw(
+                    stream,
+                    sp + c.src_off as u64,
+                    slen,
+                    dp + c.dst_off as u64,
+                    dlen,
+                )
+            }
+            .map_err(|e| err(what, &e))?;
+        } else {
+            let src = d_src.slice(c.src_off..c.src_off + slen);
+            let mut dst = d_dst.slice_mut(c.dst_off..c.dst_off + dlen);
+            copier
+                .copy(stream, &src, &mut dst)
+                .map_err(|e| err(what, &e))?;
+        }
+        let got = stream.clone_dtoh(&d_dst).map_err(|e| err("dtoh", &e))?;
+        check(got == want, || {
+            format!(
+                "copy case {} {what} {:?}: {}",
+                c.index,
+                c,
+                first_diff(&got, &want)
+            )
+        })?;
+    }
+
+    // One buffer, safe and raw: the destinations moved past the sources (skewed by a few
+    // bytes in some cases, so that in-place word sizes vary too).
+    let regions = in_place_regions(c, [0, 0, 0, 8, 4, 2, 1][c.index % 7]);
+    let copier = FusedCopier::new(ctx, regions.clone(), &opts).map_err(|e| err("new", &e))?;
+    let len = copier.extent_end() as usize;
+    let host = pattern(c.src_off + len + 5, c.index as u64 * 11 + 3);
+    let mut want = host.clone();
+    fused::copy_in_place(&regions, &mut want[c.src_off..c.src_off + len])
+        .map_err(|e| err("cpu in place", &e))?;
+    count(copier.words(c.src_off as u64, c.src_off as u64), &regions);
+    for raw in [false, true] {
+        let what = if raw {
+            "copy_raw in place"
+        } else {
+            "copy_in_place"
+        };
+        let mut d_buf = stream.clone_htod(&host).map_err(|e| err("htod", &e))?;
+        if raw {
+            let (p, _write) = d_buf.device_ptr(stream);
+            let p = p + c.src_off as u64;
+            // SAFETY: the allocation belongs to this context and holds the offset plus `len`
+            // bytes; only this stream uses it until the copy back below; source and
+            // destination may be one buffer.
+            unsafe { copier.copy_raw(stream, p, len, p, len) }.map_err(|e| err(what, &e))?;
+        } else {
+            let mut view = d_buf.slice_mut(c.src_off..c.src_off + len);
+            copier
+                .copy_in_place(stream, &mut view)
+                .map_err(|e| err(what, &e))?;
+        }
+        let got = stream.clone_dtoh(&d_buf).map_err(|e| err("dtoh", &e))?;
+        check(got == want, || {
+            format!(
+                "copy case {} {what} {:?}: {}",
+                c.index,
+                regions,
+                first_diff(&got, &want)
+            )
+        })?;
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fused_copy_random_pairs() {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    let cases = copy_pool();
+    let mut words = [0usize; 5];
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| run_copy_case(&ctx, &stream, c, &mut words).err())
+        .collect();
+    println!(
+        "copy: {} cases, {} regions, {} failed; regions by word size 1/2/4/8/16: {:?}",
+        cases.len(),
+        cases.iter().map(|c| c.regions.len()).sum::<usize>(),
+        failures.len(),
+        words
+    );
+    for f in failures.iter().take(10) {
+        println!("  {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed",
+        failures.len(),
+        cases.len()
+    );
+    assert!(
+        words.iter().all(|&n| n > 0),
+        "every word size ran: {words:?}"
+    );
+}
+
+/// A periodic halo on one rank: each send face (interior slab) fills the ghost face on the
+/// opposite side, within the one grid, through `copy_in_place` and `copy_raw`.
+fn periodic_halo(n: u64, r: u64, elem: u64, all26: bool, grid_off: usize, opts: &GpuOptions) {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    let (send, ghost) = halo(n, r, elem, all26);
+    // The directions come in an order that negation reverses: face i goes to ghost face
+    // len - 1 - i. `between` checks the shapes agree.
+    let regions: Vec<CopyRegion> = send
+        .iter()
+        .zip(ghost.iter().rev())
+        .map(|(s, g)| CopyRegion::between(s.clone(), g).unwrap())
+        .collect();
+    let copier = FusedCopier::new(&ctx, regions.clone(), opts).unwrap();
+    let extent = ((n + 2 * r).pow(3) * elem) as usize;
+    assert!(copier.extent_end() as usize <= extent);
+    let host = pattern(grid_off + extent + 3, 5 + n);
+    let mut want = host.clone();
+    fused::copy_in_place(&regions, &mut want[grid_off..grid_off + extent]).unwrap();
+    assert_ne!(want, host, "the copy changes the ghosts");
+    for raw in [false, true] {
+        let mut d = stream.clone_htod(&host).unwrap();
+        if raw {
+            let (p, _write) = d.device_ptr(&stream);
+            let p = p + grid_off as u64;
+            // SAFETY: the allocation belongs to this context and holds the offset plus the
+            // extent; only this stream uses it until the copy back below.
+            unsafe { copier.copy_raw(&stream, p, extent, p, extent) }.unwrap();
+        } else {
+            let mut view = d.slice_mut(grid_off..grid_off + extent);
+            copier.copy_in_place(&stream, &mut view).unwrap();
+        }
+        let got = stream.clone_dtoh(&d).unwrap();
+        assert!(
+            got == want,
+            "periodic halo n={n} r={r} elem={elem} raw={raw}: {}",
+            first_diff(&got, &want)
+        );
+    }
+    println!(
+        "periodic halo n={n} r={r} elem={elem} {} regions at +{grid_off}, {:?} x {} threads: \
+         {} bytes copied in place match the CPU reference (launch {:?}, words {:?})",
+        regions.len(),
+        opts.grid,
+        opts.max_threads_per_block,
+        copier.bytes(),
+        copier.launch_dims().unwrap(),
+        copier.words(grid_off as u64, grid_off as u64)
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fused_copy_periodic_halo_in_place() {
+    let d = GpuOptions::default();
+    let one = GpuOptions::default()
+        .with_grid(GridCap::Waves(1))
+        .with_max_threads_per_block(128);
+    periodic_halo(20, 3, 8, false, 0, &d);
+    periodic_halo(64, 3, 8, false, 0, &one);
+    periodic_halo(33, 2, 4, false, 4, &d);
+    periodic_halo(20, 3, 8, true, 0, &d);
+    periodic_halo(31, 2, 16, true, 8, &d.clone().with_grid(GridCap::Full));
+    periodic_halo(17, 1, 1, true, 3, &one);
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fused_copy_bounds_are_checked_before_launch() {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    // Source extent 4 + 8 + 9 * 16 = 156; destination extent 300 + 152 = 452.
+    let region = CopyRegion::new(StridedBlock::new(4, 8, vec![10], vec![16]).unwrap(), 300);
+    let copier = FusedCopier::new(&ctx, vec![region], &GpuOptions::default()).unwrap();
+    assert_eq!(
+        (
+            copier.src_extent_end(),
+            copier.dst_extent_end(),
+            copier.extent_end()
+        ),
+        (156, 452, 452)
+    );
+    assert_eq!(copier.bytes(), 80);
+    let src = stream.clone_htod(&pattern(500, 9)).unwrap();
+    let mut dst = stream.clone_htod(&vec![0xA5u8; 500]).unwrap();
+    let r = copier.copy(&stream, &src.slice(0..155), &mut dst);
+    assert!(
+        matches!(
+            r,
+            Err(Error::OutOfBounds {
+                buffer: Buffer::Source,
+                end: 156,
+                len: 155,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    let r = copier.copy(&stream, &src, &mut dst.slice_mut(0..451));
+    assert!(
+        matches!(
+            r,
+            Err(Error::OutOfBounds {
+                buffer: Buffer::Destination,
+                first: 300,
+                end: 452,
+                len: 451,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    let r = copier.copy_in_place(&stream, &mut dst.slice_mut(0..451));
+    assert!(
+        matches!(
+            r,
+            Err(Error::OutOfBounds {
+                buffer: Buffer::Destination,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    {
+        let (sp, _read) = src.device_ptr(&stream);
+        let (dp, _write) = dst.device_ptr(&stream);
+        // SAFETY: both allocations belong to this context and hold 500 bytes; the checks
+        // refuse both calls before anything is launched.
+        let r = unsafe { copier.copy_raw(&stream, sp, 155, dp, 500) };
+        assert!(
+            matches!(
+                r,
+                Err(Error::OutOfBounds {
+                    buffer: Buffer::Source,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        // SAFETY: as above.
+        let r = unsafe { copier.copy_raw(&stream, sp, 500, 0, 500) };
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    }
+    assert_eq!(
+        stream.clone_dtoh(&dst).unwrap(),
+        vec![0xA5u8; 500],
+        "nothing was written"
+    );
+    // Exactly large enough is fine.
+    copier
+        .copy(&stream, &src.slice(0..156), &mut dst.slice_mut(0..452))
+        .unwrap();
+    let got = stream.clone_dtoh(&dst).unwrap();
+    let host_src = pattern(500, 9);
+    for b in 0..10 {
+        assert_eq!(
+            &got[300 + b * 16..308 + b * 16],
+            &host_src[4 + b * 16..12 + b * 16]
+        );
+    }
+    // Nothing to copy launches nothing.
+    let empty = FusedCopier::new(
+        &ctx,
+        vec![CopyRegion::new(StridedBlock::empty(), 9)],
+        &GpuOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(empty.extent_end(), 0);
+    // SAFETY: nothing is launched when nothing is copied.
+    unsafe { empty.copy_raw(&stream, 0, 0, 0, 0) }.unwrap();
+    stream.synchronize().unwrap();
+}
+
+#[test]
+fn copy_pool_covers_what_it_promises() {
+    // Runs without a GPU: the copy pool itself.
+    let p = copy_pool();
+    assert_eq!(p.len(), COPY_POOL);
+    let regions = || p.iter().flat_map(|c| c.regions.iter());
+    for nd in 0..=3 {
+        assert!(
+            regions().any(|r| r.src().ndims() == nd),
+            "no {}-D region",
+            nd + 1
+        );
+    }
+    for w in [1, 2, 4, 8, 16] {
+        assert!(
+            regions().any(|r| r.word_size(0, 0) == w),
+            "no region of word {w}"
+        );
+    }
+    assert!(regions().any(|r| r.src().start() % 2 == 1));
+    assert!(regions().any(|r| r.dst_start() % 2 == 1 && !r.src().is_empty()));
+    assert!(regions().any(|r| r.src().counts().first() > Some(&65_535)));
+    assert!(regions().any(|r| r.src().is_empty()));
+    assert!(p.iter().any(|c| c.src_off % 2 == 1));
+    assert!(p.iter().any(|c| c.dst_off % 2 == 1));
+    assert!(p.iter().any(|c| c.regions.len() >= 4));
+    for c in &p {
+        // Destinations are disjoint (two buffers), and in place they lie past every source.
+        fused::check_copy(&c.regions).unwrap();
+        let src_end = c
+            .regions
+            .iter()
+            .map(|r| r.src().extent_end())
+            .max()
+            .unwrap();
+        for r in in_place_regions(c, 15) {
+            assert!(r.src().is_empty() || r.dst_start() >= src_end);
+        }
+        // Sizes stay small enough for a quick run.
+        let copier_ends = c
+            .regions
+            .iter()
+            .map(|r| r.dst_plan().unwrap().extent_end().max(r.src().extent_end()))
+            .max()
+            .unwrap();
+        assert!(
+            copier_ends < 64 << 20,
+            "case {}: {copier_ends} bytes",
+            c.index
+        );
+    }
 }

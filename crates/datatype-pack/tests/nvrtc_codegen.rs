@@ -77,6 +77,34 @@ fn generated_sources_compile() {
 }
 
 #[test]
+fn generated_copy_sources_compile() {
+    if !have_nvrtc() {
+        return;
+    }
+    // Every plan copied to an aligned and to an unaligned destination, in every word size the
+    // pair allows, fused with all the others.
+    for dst_start in [1u64 << 24, (1 << 24) + 4, 3] {
+        let regions: Vec<fused::CopyRegion> = plans()
+            .into_iter()
+            .map(|p| fused::CopyRegion::new(p, dst_start))
+            .collect();
+        let words: Vec<u32> = regions.iter().map(|r| r.word_size(0, 0)).collect();
+        let k = codegen::generate_fused_copy(&regions, &words, 1000, &LaunchLimits::CUDA).unwrap();
+        let ptx = gpu::compile(k.source(), "compute_90", &[])
+            .unwrap_or_else(|e| panic!("{e}\n{}", k.source()));
+        let ptx = String::from_utf8_lossy(&ptx);
+        assert!(ptx.contains(k.name()));
+        if words.contains(&16) {
+            assert!(
+                ptx.contains("ld.global.nc.v4.u32") || ptx.contains("ld.global.v4.u32"),
+                "16-byte words must move as 128-bit loads:\n{ptx}"
+            );
+        }
+        gpu::compile(k.source(), "sm_90", &[]).unwrap();
+    }
+}
+
+#[test]
 fn compile_errors_carry_log_and_options() {
     if !have_nvrtc() {
         return;

@@ -3,9 +3,12 @@
 use std::ffi::{c_int, c_void, CStr};
 use std::fmt;
 
+use std::sync::Arc;
+
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, DevicePtr, DevicePtrMut};
-use datatype_pack::gpu::{FusedPacker, GpuOptions};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use datatype_pack::fused::CopyRegion;
+use datatype_pack::gpu::{FusedCopier, FusedPacker, GpuOptions, GridCap};
 use nccl_sys as sys;
 
 use super::geometry::{pack_error, HaloPlan, HaloSpec, Neighbours, ProcessGrid};
@@ -52,39 +55,65 @@ fn nccl_error(lib: &sys::Library, op: &'static str, code: sys::ncclResult_t) -> 
     }
 }
 
-/// Time of each step of one exchange, in milliseconds, from CUDA events on the communicator's
-/// stream.
+/// Time of each step of one exchange run step by step ([`HaloExchange::exchange_timed`]), in
+/// milliseconds, from CUDA events on the communicator's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct HaloTimes {
-    /// The fused pack launch.
+    /// The fused pack launches (every chunk).
     pub pack_ms: f64,
-    /// The grouped send/receive of every message.
+    /// The local copies (directions in which the rank is its own neighbour).
+    pub local_ms: f64,
+    /// The grouped sends and receives of every message (every chunk).
     pub transfer_ms: f64,
-    /// The fused unpack launch.
+    /// The fused unpack launches (every chunk).
     pub unpack_ms: f64,
 }
 
 impl HaloTimes {
-    /// The whole exchange.
+    /// The sum of the steps: the exchange without any overlap.
     pub fn total_ms(&self) -> f64 {
-        self.pack_ms + self.transfer_ms + self.unpack_ms
+        self.pack_ms + self.local_ms + self.transfer_ms + self.unpack_ms
     }
 }
 
-/// A halo exchange over an [`NcclComm`]: plans, compiled pack and unpack kernels, and the send and
-/// receive buffers, made once and reused by every [`exchange`](Self::exchange). See the
-/// [module docs](super).
+/// Events that order the streams of one exchange (no timing).
+struct Sync {
+    start: CudaEvent,
+    packed: Vec<CudaEvent>,
+    received: Vec<CudaEvent>,
+    side_done: CudaEvent,
+    wire_done: CudaEvent,
+    unpack_done: CudaEvent,
+}
+
+/// A halo exchange over an [`NcclComm`]: plans, compiled pack, unpack and copy kernels, the send
+/// and receive buffers and two side streams, made once and reused by every
+/// [`exchange`](Self::exchange). See the [module docs](super).
 pub struct HaloExchange<'c> {
     comm: &'c NcclComm,
     spec: HaloSpec,
     grid: ProcessGrid,
     plan: HaloPlan,
-    pack: FusedPacker,
-    unpack: FusedPacker,
+    /// Per chunk; `None` for a chunk without regions.
+    pack: Vec<Option<FusedPacker>>,
+    unpack: Vec<Option<FusedPacker>>,
+    local: Option<FusedCopier>,
     send_buf: CudaSlice<u8>,
     recv_buf: CudaSlice<u8>,
+    /// Raw addresses of the buffers: the exchange orders its streams with its own events, so
+    /// cudarc's per-buffer event tracking is bypassed.
+    send_ptr: u64,
+    recv_ptr: u64,
+    /// Packs and local copies.
+    side: Arc<CudaStream>,
+    /// The transfers of the pipelined exchange, at the device's highest stream priority so that
+    /// NCCL's kernels get multiprocessors ahead of the pack, copy and unpack kernels.
+    wire: Arc<CudaStream>,
+    /// Unpacks.
+    unpacker: Arc<CudaStream>,
+    sync: Sync,
     field_len: usize,
-    events: Option<[CudaEvent; 4]>,
+    timing: Option<[CudaEvent; 5]>,
 }
 
 impl fmt::Debug for HaloExchange<'_> {
@@ -98,7 +127,7 @@ impl fmt::Debug for HaloExchange<'_> {
 }
 
 /// The spec as numbers every rank must agree on.
-fn spec_words(spec: &HaloSpec) -> [u64; 9] {
+fn spec_words(spec: &HaloSpec) -> [u64; 10] {
     let d = spec.dims.unwrap_or([0; 3]);
     [
         spec.n[0] as u64,
@@ -110,32 +139,52 @@ fn spec_words(spec: &HaloSpec) -> [u64; 9] {
         d[0] as u64,
         d[1] as u64,
         d[2] as u64,
+        spec.chunks as u64,
     ]
 }
 
 impl<'c> HaloExchange<'c> {
-    /// The exchange of `spec` over `comm`'s ranks. Collective: every rank calls it with the same
-    /// spec. Compiles the pack and unpack kernels (NVRTC) and allocates the send and receive
-    /// buffers on the communicator's device.
+    /// The exchange of `spec` over `comm`'s ranks with [`HaloExchange::default_options`].
+    /// Collective: every rank calls it with the same spec. Compiles the pack, unpack and copy
+    /// kernels (NVRTC), allocates the send and receive buffers on the communicator's device and
+    /// creates three streams.
+    ///
+    /// # Errors
+    /// As [`with_options`](Self::with_options).
+    pub fn new(comm: &'c NcclComm, spec: HaloSpec) -> Result<Self> {
+        Self::with_options(comm, spec, &Self::default_options())
+    }
+
+    /// The kernels' options [`new`](Self::new) uses: the defaults with [`GridCap::Full`]. A
+    /// full grid lets blocks retire all along a launch, so NCCL's kernels (on a stream of
+    /// higher priority) get multiprocessors while a pack, copy or unpack runs; on 2xH200 it made
+    /// the pipelined exchange 3 to 25 us faster than `GridCap::Auto`'s one wave of looping
+    /// threads (docs/PERFORMANCE.md).
+    pub fn default_options() -> GpuOptions {
+        GpuOptions::default().with_grid(GridCap::Full)
+    }
+
+    /// [`new`](Self::new) with the kernels' [`GpuOptions`] (grid policy, block size, NVRTC
+    /// options), which may differ between ranks.
     ///
     /// # Errors
     /// On every rank, when any rank's spec is refused ([`HaloSpec::validate`], a process grid
     /// that does not hold the ranks) or the ranks pass different specs:
     /// [`Error::InvalidArgument`]. Then, on the ranks where they happen:
-    /// [`Error::Unavailable`] without NVRTC; [`Error::Cuda`] when compiling, loading or
-    /// allocating fails; MPI errors of the agreement.
-    pub fn new(comm: &'c NcclComm, spec: HaloSpec) -> Result<Self> {
+    /// [`Error::Unavailable`] without NVRTC; [`Error::Cuda`] when compiling, loading,
+    /// allocating or creating streams and events fails; MPI errors of the agreement.
+    pub fn with_options(comm: &'c NcclComm, spec: HaloSpec, options: &GpuOptions) -> Result<Self> {
         let _span = tracing::debug_span!("halo_new").entered();
         let (rank, size) = (comm.rank(), comm.size());
         let local = ProcessGrid::new(size, spec.dims)
             .and_then(|grid| HaloPlan::new(&spec, &grid, rank).map(|plan| (grid, plan)));
         // Every rank learns whether every rank's spec is good and equal before anyone goes on.
         let mine = spec_words(&spec);
-        let mut words = [0u64; 10];
+        let mut words = [0u64; 11];
         words[0] = u64::from(local.is_err());
         words[1..].copy_from_slice(&mine);
-        let mut high = [0u64; 10];
-        let mut low = [0u64; 10];
+        let mut high = [0u64; 11];
+        let mut low = [0u64; 11];
         comm.mpi()
             .all_reduce(&words[..], &mut high[..], ReduceOp::Max)?;
         comm.mpi()
@@ -152,19 +201,41 @@ impl<'c> HaloExchange<'c> {
                 OP,
                 format!(
                     "the ranks pass different halo specs: per field [nx, ny, nz, radius, \
-                     quantities, all, px, py, pz] the smallest is {:?} and the largest {:?}; \
-                     this rank passed {mine:?}",
+                     quantities, all, px, py, pz, chunks] the smallest is {:?} and the largest \
+                     {:?}; this rank passed {mine:?}",
                     &low[1..],
                     &high[1..]
                 ),
             ));
         }
         let ctx = comm.context();
-        let opts = GpuOptions::default();
-        let pack = FusedPacker::with_regions(ctx, plan.send_regions().to_vec(), &opts)
-            .map_err(|e| pack_error(OP, e))?;
-        let unpack = FusedPacker::with_regions(ctx, plan.recv_regions().to_vec(), &opts)
-            .map_err(|e| pack_error(OP, e))?;
+        let opts = options.clone();
+        let packers = |regions: &dyn Fn(usize) -> Vec<datatype_pack::fused::Region>| {
+            (0..plan.chunks())
+                .map(|k| {
+                    let r = regions(k);
+                    if r.is_empty() {
+                        return Ok(None);
+                    }
+                    FusedPacker::with_regions(ctx, r, &opts)
+                        .map(Some)
+                        .map_err(|e| pack_error(OP, e))
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let pack = packers(&|k| plan.chunk_send_regions(k).to_vec())?;
+        let unpack = packers(&|k| plan.chunk_recv_regions(k).to_vec())?;
+        let local = if plan.locals().is_empty() {
+            None
+        } else {
+            let copies = plan
+                .locals()
+                .iter()
+                .map(|c| CopyRegion::between(c.from.clone(), &c.to))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| pack_error(OP, e))?;
+            Some(FusedCopier::new(ctx, copies, &opts).map_err(|e| pack_error(OP, e))?)
+        };
         let stream = comm.stream();
         let alloc = |bytes: u64| {
             stream
@@ -173,6 +244,32 @@ impl<'c> HaloExchange<'c> {
         };
         let send_buf = alloc(plan.send_bytes())?;
         let recv_buf = alloc(plan.recv_bytes())?;
+        // Taken once, while nothing else uses the buffers; the guards' events are recorded now.
+        let send_ptr = send_buf.device_ptr(stream).0;
+        let recv_ptr = recv_buf.device_ptr(stream).0;
+        // The buffers are zeroed on the communicator's stream; the side streams start from it.
+        comm.synchronize()?;
+        let side = ctx.new_stream().map_err(|e| cuda(OP, e))?;
+        let unpacker = ctx.new_stream().map_err(|e| cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
+        let (_least, greatest) =
+            cudarc::driver::result::stream::get_priority_range().map_err(|e| cuda(OP, e))?;
+        let wire = ctx
+            .new_stream_with_priority(greatest)
+            .map_err(|e| cuda(OP, e))?;
+        let ev = || {
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map_err(|e| cuda(OP, e))
+        };
+        let chunks = plan.chunks();
+        let sync = Sync {
+            start: ev()?,
+            packed: (0..chunks).map(|_| ev()).collect::<Result<_>>()?,
+            received: (0..chunks).map(|_| ev()).collect::<Result<_>>()?,
+            side_done: ev()?,
+            wire_done: ev()?,
+            unpack_done: ev()?,
+        };
         let field_len = spec.field_len()?;
         Ok(Self {
             comm,
@@ -181,10 +278,17 @@ impl<'c> HaloExchange<'c> {
             plan,
             pack,
             unpack,
+            local,
             send_buf,
             recv_buf,
+            send_ptr,
+            recv_ptr,
+            side,
+            wire,
+            unpacker,
+            sync,
             field_len,
-            events: None,
+            timing: None,
         })
     }
 
@@ -198,7 +302,7 @@ impl<'c> HaloExchange<'c> {
         &self.grid
     }
 
-    /// This rank's plan: regions and messages.
+    /// This rank's plan: regions, messages and local copies.
     pub fn plan(&self) -> &HaloPlan {
         &self.plan
     }
@@ -236,107 +340,155 @@ impl<'c> HaloExchange<'c> {
         Ok(())
     }
 
-    /// Enqueue the whole exchange on the communicator's stream: pack, transfer, unpack. Returns
-    /// once enqueued; the ghost cells are filled when the stream gets there. Every rank calls it
-    /// (it contains the transfers).
+    /// Enqueue the whole exchange, pipelined (see the [module docs](super)): starts and ends on
+    /// the communicator's stream. Returns once enqueued; the ghost cells are filled when the
+    /// communicator's stream gets there. Every rank calls it (it contains the transfers).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `field` has the wrong length or lies on another device
-    /// (checked before anything is enqueued); then the errors of [`pack`](Self::pack),
-    /// [`transfer`](Self::transfer) and [`unpack`](Self::unpack).
+    /// (checked before anything is enqueued); [`Error::Cuda`] when a launch or an event fails;
+    /// [`Error::Unavailable`] when libnccl lacks `ncclSend`/`ncclRecv`; [`Error::Nccl`] when
+    /// NCCL refuses a call or a group. Whatever was enqueued before an error is still joined
+    /// back into the communicator's stream.
     pub fn exchange(&mut self, field: &mut CudaSlice<f64>) -> Result<()> {
         let _span = tracing::trace_span!("halo_exchange").entered();
         self.check_field(OP, field)?;
-        self.pack(field)?;
-        self.transfer()?;
-        self.unpack(field)
+        let main = self.comm.stream().clone();
+        let (fp, _write) = field.device_ptr_mut(&main);
+        let field_bytes = self.field_len * 8;
+        let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
+        self.sync.start.record(&main).map_err(ev)?;
+        self.side.wait(&self.sync.start).map_err(ev)?;
+        self.wire.wait(&self.sync.start).map_err(ev)?;
+        self.unpacker.wait(&self.sync.start).map_err(ev)?;
+        let enqueued = self.enqueue_pipeline(fp, field_bytes);
+        // Join the side streams back into the communicator's stream whatever happened, so that
+        // nothing enqueued outlives the exchange as seen from that stream.
+        let joined = self.join(&main);
+        enqueued.and(joined)
     }
 
-    /// [`exchange`](Self::exchange), timed: CUDA events around each step, then a wait for the
-    /// stream ([`NcclComm::synchronize`], with its deadline).
-    ///
-    /// # Errors
-    /// As [`exchange`](Self::exchange); [`Error::Cuda`] from the events;
-    /// [`Error::Timeout`] and [`Error::Nccl`] from the wait.
-    pub fn exchange_timed(&mut self, field: &mut CudaSlice<f64>) -> Result<HaloTimes> {
-        const OP_T: &str = "halo_exchange_timed";
-        let _span = tracing::trace_span!("halo_exchange_timed").entered();
-        self.check_field(OP_T, field)?;
-        if self.events.is_none() {
-            let ctx = self.comm.context();
-            let ev = || {
-                ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                    .map_err(|e| cuda(OP_T, e))
-            };
-            self.events = Some([ev()?, ev()?, ev()?, ev()?]);
+    fn enqueue_pipeline(&self, field: u64, field_bytes: usize) -> Result<()> {
+        let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
+        let chunks = self.plan.chunks();
+        // Side stream: every chunk's pack, then the local copies (they overlap the transfers).
+        for k in 0..chunks {
+            self.pack_chunk(&self.side, k, field, field_bytes)?;
+            self.sync.packed[k].record(&self.side).map_err(ev)?;
         }
-        let stream = self.comm.stream().clone();
-        let record = |this: &Self, i: usize| -> Result<()> {
-            match &this.events {
-                Some(ev) => ev[i].record(&stream).map_err(|e| cuda(OP_T, e)),
-                None => Ok(()),
-            }
-        };
-        record(self, 0)?;
-        self.pack(field)?;
-        record(self, 1)?;
-        self.transfer()?;
-        record(self, 2)?;
-        self.unpack(field)?;
-        record(self, 3)?;
-        self.comm.synchronize()?;
-        let Some(ev) = &self.events else {
-            return Ok(HaloTimes::default());
-        };
-        let ms = |a: usize, b: usize| -> Result<f64> {
-            ev[a]
-                .elapsed_ms(&ev[b])
-                .map(f64::from)
-                .map_err(|e| cuda(OP_T, e))
-        };
-        Ok(HaloTimes {
-            pack_ms: ms(0, 1)?,
-            transfer_ms: ms(1, 2)?,
-            unpack_ms: ms(2, 3)?,
-        })
+        self.copy_locals(&self.side, field, field_bytes)?;
+        // Wire stream: chunk k goes on the wire once packed.
+        for k in 0..chunks {
+            self.wire.wait(&self.sync.packed[k]).map_err(ev)?;
+            self.transfer_chunk(&self.wire, k)?;
+            self.sync.received[k].record(&self.wire).map_err(ev)?;
+        }
+        // Unpack stream: chunk k is unpacked once received.
+        for k in 0..chunks {
+            self.unpacker.wait(&self.sync.received[k]).map_err(ev)?;
+            self.unpack_chunk(&self.unpacker, k, field, field_bytes)?;
+        }
+        Ok(())
     }
 
-    /// Step 1: enqueue the fused pack of every send region of `field` into the send buffer.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a field of the wrong length or device;
-    /// [`Error::Cuda`] when the launch (or compiling a kernel variant) fails.
-    pub fn pack(&mut self, field: &CudaSlice<f64>) -> Result<()> {
+    fn join(&self, main: &Arc<CudaStream>) -> Result<()> {
+        let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
+        self.sync.side_done.record(&self.side).map_err(ev)?;
+        self.sync.wire_done.record(&self.wire).map_err(ev)?;
+        self.sync.unpack_done.record(&self.unpacker).map_err(ev)?;
+        main.wait(&self.sync.side_done).map_err(ev)?;
+        main.wait(&self.sync.wire_done).map_err(ev)?;
+        main.wait(&self.sync.unpack_done).map_err(ev)
+    }
+
+    fn pack_chunk(
+        &self,
+        stream: &CudaStream,
+        k: usize,
+        field: u64,
+        field_bytes: usize,
+    ) -> Result<()> {
         const OP_P: &str = "halo_pack";
-        self.check_field(OP_P, field)?;
-        self.pack
-            .pack(self.comm.stream(), field, &mut self.send_buf)
-            .map_err(|e| pack_error(OP_P, e))
+        let Some(p) = &self.pack[k] else {
+            return Ok(());
+        };
+        // SAFETY: `field` is the device address of a field of `field_bytes` bytes on the
+        // packer's context (checked by check_field), borrowed mutably by the caller for the
+        // whole exchange and ordered before and after it through the communicator's stream;
+        // the send buffer is ours, `send_buf.len()` bytes, and only this exchange's streams
+        // touch it, ordered by its events.
+        unsafe {
+            p.pack_raw(
+                stream,
+                field,
+                field_bytes,
+                self.send_ptr,
+                self.send_buf.len(),
+            )
+        }
+        .map_err(|e| pack_error(OP_P, e))
     }
 
-    /// Step 2: enqueue the transfers, one NCCL group holding one send and one receive per
-    /// neighbour rank (possibly this rank). Every rank calls it.
-    ///
-    /// # Errors
-    /// [`Error::Unavailable`] when libnccl lacks `ncclSend`/`ncclRecv`; [`Error::Nccl`] when
-    /// NCCL refuses a call or the group.
-    pub fn transfer(&mut self) -> Result<()> {
+    fn unpack_chunk(
+        &self,
+        stream: &CudaStream,
+        k: usize,
+        field: u64,
+        field_bytes: usize,
+    ) -> Result<()> {
+        const OP_U: &str = "halo_unpack";
+        let Some(u) = &self.unpack[k] else {
+            return Ok(());
+        };
+        // SAFETY: as in pack_chunk, with the receive buffer read and the field's ghost cells
+        // written; the ghost regions of different chunks and of the local copies are disjoint.
+        unsafe {
+            u.unpack_raw(
+                stream,
+                self.recv_ptr,
+                self.recv_buf.len(),
+                field,
+                field_bytes,
+            )
+        }
+        .map_err(|e| pack_error(OP_U, e))
+    }
+
+    fn copy_locals(&self, stream: &CudaStream, field: u64, field_bytes: usize) -> Result<()> {
+        const OP_L: &str = "halo_local_copy";
+        let Some(c) = &self.local else {
+            return Ok(());
+        };
+        // SAFETY: as in pack_chunk; the copies read interior cells and write ghost cells of the
+        // same field, which are disjoint, and no other launch of the exchange writes those
+        // ghost cells.
+        unsafe { c.copy_raw(stream, field, field_bytes, field, field_bytes) }
+            .map_err(|e| pack_error(OP_L, e))
+    }
+
+    /// Enqueue the sends and receives of chunk `k` on `stream`: one NCCL group holding one send
+    /// and one receive per neighbour rank.
+    fn transfer_chunk(&self, stream: &CudaStream, k: usize) -> Result<()> {
         const OP_X: &str = "halo_transfer";
-        let _span = tracing::trace_span!("halo_transfer").entered();
+        let _span = tracing::trace_span!("halo_transfer", chunk = k).entered();
         let comm = self.comm;
         let lib = comm.library();
         let send_fn = sys::nccl_fn!(lib, ncclSend).map_err(unavailable)?;
         let recv_fn = sys::nccl_fn!(lib, ncclRecv).map_err(unavailable)?;
-        let stream = comm.stream();
         let raw_stream = stream.cu_stream() as sys::cudaStream_t;
-        let (sp, _read) = self.send_buf.device_ptr(stream);
-        let (rp, _write) = self.recv_buf.device_ptr_mut(stream);
+        let (sp, rp) = (self.send_ptr, self.recv_ptr);
+        let mut sends = self.plan.sends().iter().filter(|m| m.chunk == k).peekable();
+        let mut recvs = self.plan.recvs().iter().filter(|m| m.chunk == k).peekable();
+        if sends.peek().is_none() && recvs.peek().is_none() {
+            return Ok(());
+        }
         let group = comm.group()?;
-        for m in self.plan.sends().iter().filter(|m| m.bytes > 0) {
+        for m in sends {
             // SAFETY: the message's bytes lie inside the send buffer (the plan sized it to the
             // end of the last region); the peer is a rank of the communicator (the process grid
             // holds exactly its ranks); the call is enqueued on the communicator's stream inside
-            // a group, and the communicator is borrowed for the whole call.
+            // a group on a stream of the communicator's context, ordered after the pack of the
+            // chunk, and the communicator is borrowed for the whole call.
             let rc = unsafe {
                 send_fn(
                     (sp + m.offset) as usize as *const c_void,
@@ -352,9 +504,10 @@ impl<'c> HaloExchange<'c> {
                 return Err(nccl_error(lib, OP_X, rc));
             }
         }
-        for m in self.plan.recvs().iter().filter(|m| m.bytes > 0) {
+        for m in recvs {
             // SAFETY: as above, inside the receive buffer; the sender posts a message of the same
-            // length (both sides derive it from the same spec, agreed at creation).
+            // length in the same chunk (both sides derive it from the same spec, agreed at
+            // creation).
             let rc = unsafe {
                 recv_fn(
                     (rp + m.offset) as usize as *mut c_void,
@@ -373,15 +526,63 @@ impl<'c> HaloExchange<'c> {
         group.end()
     }
 
-    /// Step 3: enqueue the fused unpack of the receive buffer into the ghost cells of `field`.
+    /// The exchange step by step on the communicator's stream, timed: CUDA events around every
+    /// pack, the local copies, every transfer and every unpack, then a wait for the stream
+    /// ([`NcclComm::synchronize`], with its deadline). It fills the same ghost cells as
+    /// [`exchange`](Self::exchange) but without overlap: it shows where the time goes.
     ///
     /// # Errors
-    /// As [`pack`](Self::pack).
-    pub fn unpack(&mut self, field: &mut CudaSlice<f64>) -> Result<()> {
-        const OP_U: &str = "halo_unpack";
-        self.check_field(OP_U, field)?;
-        self.unpack
-            .unpack(self.comm.stream(), &self.recv_buf, field)
-            .map_err(|e| pack_error(OP_U, e))
+    /// As [`exchange`](Self::exchange); [`Error::Cuda`] from the events;
+    /// [`Error::Timeout`] and [`Error::Nccl`] from the wait.
+    pub fn exchange_timed(&mut self, field: &mut CudaSlice<f64>) -> Result<HaloTimes> {
+        const OP_T: &str = "halo_exchange_timed";
+        let _span = tracing::trace_span!("halo_exchange_timed").entered();
+        self.check_field(OP_T, field)?;
+        let ev = |e: cudarc::driver::DriverError| cuda(OP_T, e);
+        if self.timing.is_none() {
+            let ctx = self.comm.context();
+            let mk = || {
+                ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(ev)
+            };
+            self.timing = Some([mk()?, mk()?, mk()?, mk()?, mk()?]);
+        }
+        let main = self.comm.stream().clone();
+        let chunks = self.plan.chunks();
+        {
+            let (fp, _write) = field.device_ptr_mut(&main);
+            let bytes = self.field_len * 8;
+            let Some(t) = &self.timing else {
+                return Ok(HaloTimes::default());
+            };
+            t[0].record(&main).map_err(ev)?;
+            for k in 0..chunks {
+                self.pack_chunk(&main, k, fp, bytes)?;
+            }
+            t[1].record(&main).map_err(ev)?;
+            self.copy_locals(&main, fp, bytes)?;
+            t[2].record(&main).map_err(ev)?;
+            for k in 0..chunks {
+                self.transfer_chunk(&main, k)?;
+            }
+            t[3].record(&main).map_err(ev)?;
+            for k in 0..chunks {
+                self.unpack_chunk(&main, k, fp, bytes)?;
+            }
+            t[4].record(&main).map_err(ev)?;
+        }
+        self.comm.synchronize()?;
+        let Some(t) = &self.timing else {
+            return Ok(HaloTimes::default());
+        };
+        let ms = |a: usize, b: usize| -> Result<f64> {
+            t[a].elapsed_ms(&t[b]).map(f64::from).map_err(ev)
+        };
+        Ok(HaloTimes {
+            pack_ms: ms(0, 1)?,
+            local_ms: ms(1, 2)?,
+            transfer_ms: ms(2, 3)?,
+            unpack_ms: ms(3, 4)?,
+        })
     }
 }

@@ -1,8 +1,9 @@
 //! The geometry of a halo exchange, on the CPU: the process grid, the neighbours, the regions each
 //! rank sends and receives, the messages, and a reference for what every ghost cell must hold.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::ops::Range;
 
 use datatype_pack::construct::{subarray, Order};
 use datatype_pack::fused::Region;
@@ -78,7 +79,20 @@ pub struct HaloSpec {
     pub neighbours: Neighbours,
     /// The process grid `[px, py, pz]`; `None`: [`dims_create`] of the number of ranks.
     pub dims: Option<[usize; 3]>,
+    /// Pipeline depth: every message to another rank is cut into this many pieces (by
+    /// quantity, or by z layers when there are fewer quantities than pieces), each packed,
+    /// sent and unpacked on its own so that the pieces overlap (default [`DEFAULT_CHUNKS`];
+    /// 1: no pipeline).
+    pub chunks: usize,
 }
+
+/// The default [`HaloSpec::chunks`]: on 2xH200 (docs/PERFORMANCE.md) 2 chunks were as fast as
+/// or faster than 1, and 4 or 8 slower, because every NCCL group of sends and receives costs
+/// about 20 us more than the bytes it moves.
+pub const DEFAULT_CHUNKS: usize = 2;
+
+/// The largest [`HaloSpec::chunks`] accepted.
+pub const MAX_CHUNKS: usize = 64;
 
 impl HaloSpec {
     /// A spec on the process grid [`dims_create`] makes.
@@ -89,6 +103,7 @@ impl HaloSpec {
             quantities,
             neighbours,
             dims: None,
+            chunks: DEFAULT_CHUNKS,
         }
     }
 
@@ -102,6 +117,14 @@ impl HaloSpec {
     #[must_use]
     pub fn with_dims(mut self, dims: [usize; 3]) -> Self {
         self.dims = Some(dims);
+        self
+    }
+
+    /// This spec with messages to other ranks cut into `chunks` pipelined pieces (1 to
+    /// [`MAX_CHUNKS`]; see [`HaloSpec::chunks`]).
+    #[must_use]
+    pub fn with_chunks(mut self, chunks: usize) -> Self {
+        self.chunks = chunks;
         self
     }
 
@@ -163,6 +186,12 @@ impl HaloSpec {
         }
         if self.quantities == 0 {
             return Err(Error::invalid(OP, "at least one quantity is needed"));
+        }
+        if !(1..=MAX_CHUNKS).contains(&self.chunks) {
+            return Err(Error::invalid(
+                OP,
+                format!("chunks must be from 1 to {MAX_CHUNKS}, got {}", self.chunks),
+            ));
         }
         self.field_len().map(|_| ())
     }
@@ -312,12 +341,30 @@ pub fn ghost_box(spec: &HaloSpec, dir: Direction) -> CellBox {
 /// # Errors
 /// [`Error::InvalidArgument`] with datatype-pack's message if the box does not fit the field.
 pub fn box_plan(spec: &HaloSpec, b: &CellBox) -> Result<StridedBlock> {
+    box_plan_of(spec, b, 0..spec.quantities)
+}
+
+/// The plan of a box of cells, for the quantities `quantities` only.
+///
+/// # Errors
+/// As [`box_plan`]; also for an empty or out-of-range quantity range.
+pub fn box_plan_of(spec: &HaloSpec, b: &CellBox, quantities: Range<usize>) -> Result<StridedBlock> {
     let p = spec.padded().map(|v| v as u64);
     let q = spec.quantities as u64;
     let t = subarray(
         &[q, p[2], p[1], p[0]],
-        &[q, b.size[2] as u64, b.size[1] as u64, b.size[0] as u64],
-        &[0, b.start[2] as u64, b.start[1] as u64, b.start[0] as u64],
+        &[
+            quantities.len() as u64,
+            b.size[2] as u64,
+            b.size[1] as u64,
+            b.size[0] as u64,
+        ],
+        &[
+            quantities.start as u64,
+            b.start[2] as u64,
+            b.start[1] as u64,
+            b.start[0] as u64,
+        ],
         Order::C,
         8,
     )
@@ -329,8 +376,10 @@ pub fn box_plan(spec: &HaloSpec, b: &CellBox) -> Result<StridedBlock> {
 /// buffer, to (or from) `peer`, made of the regions of `directions` back to back.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Message {
-    /// The other rank (possibly this one).
+    /// The other rank (never this one: see [`LocalCopy`]).
     pub peer: usize,
+    /// The pipeline piece the message belongs to, `0..chunks` ([`HaloSpec::chunks`]).
+    pub chunk: usize,
     /// Byte offset in the packed buffer.
     pub offset: u64,
     /// Length in bytes.
@@ -341,35 +390,72 @@ pub struct Message {
     pub directions: Vec<Direction>,
 }
 
-/// Everything one rank of an exchange needs: the regions to pack and unpack and the messages.
+/// What a rank that is its own neighbour in `direction` (a periodic grid of 1 or 2 ranks along
+/// an axis) moves without a message: the interior cells `from` copied straight into the ghost
+/// cells `to` of the same field. The two plans have the same shape and differ in their start.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LocalCopy {
+    /// The direction the cells are sent in.
+    pub direction: Direction,
+    /// The interior cells read ([`send_box`] of `direction`), byte offsets in the field.
+    pub from: StridedBlock,
+    /// The ghost cells written ([`ghost_box`] of the opposite direction).
+    pub to: StridedBlock,
+}
+
+/// Everything one rank of an exchange needs: the regions to pack and unpack, the messages and
+/// the local copies.
 ///
-/// Messages: one per distinct neighbour rank in each direction, so a neighbour that is the
-/// neighbour in several directions (a grid of 1 or 2 ranks along an axis, periodic) gets one
-/// message holding all of them. A sender orders the regions of a message by direction
-/// ([`directions`] order); the receiver orders its ghost regions by the sender's direction, so
-/// the concatenations agree region by region. Messages of different peers start on
-/// [`MESSAGE_ALIGN`]-byte boundaries of the packed buffers; regions within a message follow
-/// each other with no gap.
+/// Messages go to other ranks only: a rank that is its own neighbour copies those cells
+/// directly ([`LocalCopy`]). Every message is cut into [`HaloSpec::chunks`] pipeline pieces
+/// (chunk `k` holds quantities `k q / chunks .. (k + 1) q / chunks` of every region, or the same
+/// share of its z layers when there are fewer quantities than chunks; empty pieces are left
+/// out). Per chunk, one message per distinct neighbour rank, so a neighbour that is the
+/// neighbour in several directions gets one message holding all of them. A sender orders the
+/// regions of a message by direction ([`directions`] order); the receiver orders its ghost
+/// regions by the sender's direction, so the concatenations agree region by region. Buffers
+/// are laid out chunk by chunk, then by peer; messages start on [`MESSAGE_ALIGN`]-byte
+/// boundaries and regions within a message follow each other with no gap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HaloPlan {
     rank: usize,
+    chunks: usize,
     sends: Vec<Message>,
     recvs: Vec<Message>,
     send_regions: Vec<Region>,
     recv_regions: Vec<Region>,
+    send_spans: Vec<Range<usize>>,
+    recv_spans: Vec<Range<usize>>,
+    locals: Vec<LocalCopy>,
 }
 
 /// Packed-buffer offsets of messages are multiples of this many bytes.
 pub const MESSAGE_ALIGN: u64 = 256;
 
-fn layout(
-    spec: &HaloSpec,
-    items: Vec<(usize, Direction, CellBox)>,
-) -> Result<(Vec<Message>, Vec<Region>)> {
+/// Piece `k` of `chunks` of a box: the quantities and the cells it covers (`None` when empty).
+fn piece(spec: &HaloSpec, b: &CellBox, k: usize, chunks: usize) -> Option<(Range<usize>, CellBox)> {
+    let share = |n: usize| (k * n / chunks)..((k + 1) * n / chunks);
+    let (q, b) = if spec.quantities >= chunks {
+        (share(spec.quantities), *b)
+    } else {
+        let z = share(b.size[2]);
+        let mut p = *b;
+        p.start[2] += z.start;
+        p.size[2] = z.len();
+        (0..spec.quantities, p)
+    };
+    (!q.is_empty() && b.cells() > 0).then_some((q, b))
+}
+
+/// One side of a plan: the messages, the regions, and for each chunk the range of its regions.
+type Side = (Vec<Message>, Vec<Region>, Vec<Range<usize>>);
+
+/// The side of `items` (peer, direction, box), every peer another rank.
+fn layout(spec: &HaloSpec, items: &[(usize, Direction, CellBox)]) -> Result<Side> {
     // Group by peer, keeping the direction order within each peer; messages by peer number.
     let mut by_peer: Vec<(usize, Vec<(Direction, CellBox)>)> = Vec::new();
     let mut index: HashMap<usize, usize> = HashMap::new();
-    for (peer, dir, b) in items {
+    for &(peer, dir, b) in items {
         let i = *index.entry(peer).or_insert_with(|| {
             by_peer.push((peer, Vec::new()));
             by_peer.len() - 1
@@ -377,28 +463,40 @@ fn layout(
         by_peer[i].1.push((dir, b));
     }
     by_peer.sort_by_key(|(peer, _)| *peer);
-    let mut messages = Vec::with_capacity(by_peer.len());
+    let mut messages = Vec::new();
     let mut regions = Vec::new();
+    let mut spans = Vec::with_capacity(spec.chunks);
     let mut at = 0u64;
-    for (peer, parts) in by_peer {
-        at = at.next_multiple_of(MESSAGE_ALIGN);
-        let offset = at;
-        let mut directions = Vec::with_capacity(parts.len());
-        for (dir, b) in parts {
-            let plan = box_plan(spec, &b)?;
-            let bytes = plan.packed_size();
-            regions.push(Region::new(plan, at));
-            at += bytes;
-            directions.push(dir);
+    for k in 0..spec.chunks {
+        let first = regions.len();
+        for (peer, parts) in &by_peer {
+            let offset = at.next_multiple_of(MESSAGE_ALIGN);
+            let mut end = offset;
+            let mut directions = Vec::with_capacity(parts.len());
+            for (dir, b) in parts {
+                let Some((q, p)) = piece(spec, b, k, spec.chunks) else {
+                    continue;
+                };
+                let plan = box_plan_of(spec, &p, q)?;
+                let bytes = plan.packed_size();
+                regions.push(Region::new(plan, end));
+                end += bytes;
+                directions.push(*dir);
+            }
+            if end > offset {
+                messages.push(Message {
+                    peer: *peer,
+                    chunk: k,
+                    offset,
+                    bytes: end - offset,
+                    directions,
+                });
+                at = end;
+            }
         }
-        messages.push(Message {
-            peer,
-            offset,
-            bytes: at - offset,
-            directions,
-        });
+        spans.push(first..regions.len());
     }
-    Ok((messages, regions))
+    Ok((messages, regions, spans))
 }
 
 impl HaloPlan {
@@ -426,26 +524,38 @@ impl HaloPlan {
             ));
         }
         let dirs = directions(spec.neighbours);
-        let sends: Vec<_> = dirs
-            .iter()
-            .map(|&d| (grid.neighbour(rank, d), d, send_box(spec, d)))
-            .collect();
-        // What the neighbour at -d sent in direction d lands in the ghost box of -d.
-        let recvs: Vec<_> = dirs
-            .iter()
-            .map(|&d| {
-                let back = d.map(|c| -c);
-                (grid.neighbour(rank, back), d, ghost_box(spec, back))
-            })
-            .collect();
-        let (sends, send_regions) = layout(spec, sends)?;
-        let (recvs, recv_regions) = layout(spec, recvs)?;
+        let mut sends = Vec::new();
+        let mut recvs = Vec::new();
+        let mut locals = Vec::new();
+        for &d in &dirs {
+            let back = d.map(|c| -c);
+            let to = grid.neighbour(rank, d);
+            if to == rank {
+                // Then the neighbour at -d is this rank too: what it sends in direction d lands
+                // in its own ghost box of -d.
+                locals.push(LocalCopy {
+                    direction: d,
+                    from: box_plan(spec, &send_box(spec, d))?,
+                    to: box_plan(spec, &ghost_box(spec, back))?,
+                });
+                continue;
+            }
+            sends.push((to, d, send_box(spec, d)));
+            // What the neighbour at -d sent in direction d lands in the ghost box of -d.
+            recvs.push((grid.neighbour(rank, back), d, ghost_box(spec, back)));
+        }
+        let (sends, send_regions, send_spans) = layout(spec, &sends)?;
+        let (recvs, recv_regions, recv_spans) = layout(spec, &recvs)?;
         Ok(Self {
             rank,
+            chunks: spec.chunks,
             sends,
             recvs,
             send_regions,
             recv_regions,
+            send_spans,
+            recv_spans,
+            locals,
         })
     }
 
@@ -454,12 +564,17 @@ impl HaloPlan {
         self.rank
     }
 
-    /// The messages sent, one per neighbour rank, by peer.
+    /// Pipeline pieces ([`HaloSpec::chunks`]).
+    pub fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// The messages sent, chunk by chunk and by peer within a chunk.
     pub fn sends(&self) -> &[Message] {
         &self.sends
     }
 
-    /// The messages received, one per neighbour rank, by peer.
+    /// The messages received, chunk by chunk and by peer within a chunk.
     pub fn recvs(&self) -> &[Message] {
         &self.recvs
     }
@@ -474,6 +589,25 @@ impl HaloPlan {
         &self.recv_regions
     }
 
+    /// The send regions of chunk `k` (empty for `k >= chunks`).
+    pub fn chunk_send_regions(&self, k: usize) -> &[Region] {
+        self.send_spans
+            .get(k)
+            .map_or(&[], |r| &self.send_regions[r.clone()])
+    }
+
+    /// The receive regions of chunk `k` (empty for `k >= chunks`).
+    pub fn chunk_recv_regions(&self, k: usize) -> &[Region] {
+        self.recv_spans
+            .get(k)
+            .map_or(&[], |r| &self.recv_regions[r.clone()])
+    }
+
+    /// The copies of the directions in which this rank is its own neighbour.
+    pub fn locals(&self) -> &[LocalCopy] {
+        &self.locals
+    }
+
     /// Bytes of the send buffer.
     pub fn send_bytes(&self) -> u64 {
         datatype_pack::fused::packed_size(&self.send_regions)
@@ -484,34 +618,62 @@ impl HaloPlan {
         datatype_pack::fused::packed_size(&self.recv_regions)
     }
 
-    /// Bytes this rank sends in one exchange (without the alignment gaps of the buffer).
-    pub fn payload_bytes(&self) -> u64 {
+    /// Bytes of ghost cells this rank fills by local copies in one exchange.
+    pub fn local_bytes(&self) -> u64 {
+        self.locals.iter().map(|c| c.from.packed_size()).sum()
+    }
+
+    /// Bytes this rank sends to other ranks in one exchange (without the alignment gaps).
+    pub fn remote_bytes(&self) -> u64 {
         self.sends.iter().map(|m| m.bytes).sum()
     }
+
+    /// Bytes of interior cells this rank hands to its neighbours in one exchange, itself
+    /// included: [`remote_bytes`](Self::remote_bytes) + [`local_bytes`](Self::local_bytes).
+    pub fn payload_bytes(&self) -> u64 {
+        self.remote_bytes() + self.local_bytes()
+    }
+
+    /// Bytes this rank hands to each neighbour rank (itself included) per exchange, summed over
+    /// chunks, by peer: what one contiguous message per neighbour rank would carry.
+    pub fn send_bytes_by_peer(&self) -> Vec<(usize, u64)> {
+        by_peer(self.rank, &self.sends, self.local_bytes())
+    }
+
+    /// Bytes this rank receives from each neighbour rank (itself included) per exchange, by
+    /// peer.
+    pub fn recv_bytes_by_peer(&self) -> Vec<(usize, u64)> {
+        by_peer(self.rank, &self.recvs, self.local_bytes())
+    }
+}
+
+fn by_peer(rank: usize, messages: &[Message], local: u64) -> Vec<(usize, u64)> {
+    let mut sum: BTreeMap<usize, u64> = BTreeMap::new();
+    for m in messages {
+        *sum.entry(m.peer).or_default() += m.bytes;
+    }
+    if local > 0 {
+        *sum.entry(rank).or_default() += local;
+    }
+    sum.into_iter().collect()
 }
 
 impl fmt::Display for HaloPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "rank {}:", self.rank)?;
-        for m in &self.sends {
-            write!(
-                f,
-                " send {} B ({} regions) to {};",
-                m.bytes,
-                m.directions.len(),
-                m.peer
-            )?;
+        for (peer, bytes) in self.send_bytes_by_peer() {
+            write!(f, " send {bytes} B to {peer};")?;
         }
-        for m in &self.recvs {
-            write!(
-                f,
-                " recv {} B ({} regions) from {};",
-                m.bytes,
-                m.directions.len(),
-                m.peer
-            )?;
+        for (peer, bytes) in self.recv_bytes_by_peer() {
+            write!(f, " recv {bytes} B from {peer};")?;
         }
-        Ok(())
+        write!(
+            f,
+            " {} messages in {} chunks, {} local copies",
+            self.sends.len(),
+            self.chunks,
+            self.locals.len()
+        )
     }
 }
 
@@ -647,8 +809,8 @@ pub fn exchange_on_cpu(spec: &HaloSpec, grid: &ProcessGrid, fields: &mut [Vec<f6
     let plans = (0..grid.size())
         .map(|r| HaloPlan::new(spec, grid, r))
         .collect::<Result<Vec<_>>>()?;
-    // (from, to) -> the message's bytes.
-    let mut wire: HashMap<(usize, usize), Vec<u8>> = HashMap::new();
+    // (from, to, chunk) -> the message's bytes.
+    let mut wire: HashMap<(usize, usize, usize), Vec<u8>> = HashMap::new();
     for (rank, plan) in plans.iter().enumerate() {
         let mut packed = vec![0u8; plan.send_bytes() as usize];
         let src: &[u8] = bytemuck::cast_slice(&fields[rank]);
@@ -656,10 +818,10 @@ pub fn exchange_on_cpu(spec: &HaloSpec, grid: &ProcessGrid, fields: &mut [Vec<f6
             .map_err(|e| pack_error(OP, e))?;
         for m in plan.sends() {
             let bytes = packed[m.offset as usize..(m.offset + m.bytes) as usize].to_vec();
-            if wire.insert((rank, m.peer), bytes).is_some() {
+            if wire.insert((rank, m.peer, m.chunk), bytes).is_some() {
                 return Err(Error::invalid(
                     OP,
-                    format!("rank {rank} sends twice to {}", m.peer),
+                    format!("rank {rank} sends twice to {} in chunk {}", m.peer, m.chunk),
                 ));
             }
         }
@@ -667,16 +829,23 @@ pub fn exchange_on_cpu(spec: &HaloSpec, grid: &ProcessGrid, fields: &mut [Vec<f6
     for (rank, plan) in plans.iter().enumerate() {
         let mut packed = vec![0u8; plan.recv_bytes() as usize];
         for m in plan.recvs() {
-            let bytes = wire.remove(&(m.peer, rank)).ok_or_else(|| {
-                Error::invalid(OP, format!("rank {rank} expects a message from {}", m.peer))
+            let bytes = wire.remove(&(m.peer, rank, m.chunk)).ok_or_else(|| {
+                Error::invalid(
+                    OP,
+                    format!(
+                        "rank {rank} expects a message from {} in chunk {}",
+                        m.peer, m.chunk
+                    ),
+                )
             })?;
             if bytes.len() as u64 != m.bytes {
                 return Err(Error::invalid(
                     OP,
                     format!(
-                        "rank {} sent {} bytes to rank {rank}, which expects {}",
+                        "rank {} sent {} bytes to rank {rank} in chunk {}, which expects {}",
                         m.peer,
                         bytes.len(),
+                        m.chunk,
                         m.bytes
                     ),
                 ));
@@ -684,13 +853,26 @@ pub fn exchange_on_cpu(spec: &HaloSpec, grid: &ProcessGrid, fields: &mut [Vec<f6
             packed[m.offset as usize..(m.offset + m.bytes) as usize].copy_from_slice(&bytes);
         }
         let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut fields[rank]);
+        // Local copies: interior cells into this rank's own ghost cells, through a packed
+        // buffer of their own (the GPU copies them directly; the bytes are the same).
+        for c in plan.locals() {
+            if c.from.packed_size() != c.to.packed_size() {
+                return Err(Error::invalid(
+                    OP,
+                    format!("rank {rank}: a local copy reads and writes different sizes"),
+                ));
+            }
+            let mut tmp = vec![0u8; c.from.packed_size() as usize];
+            datatype_pack::cpu::pack(&c.from, dst, &mut tmp).map_err(|e| pack_error(OP, e))?;
+            datatype_pack::cpu::unpack(&c.to, &tmp, dst).map_err(|e| pack_error(OP, e))?;
+        }
         datatype_pack::fused::unpack(plan.recv_regions(), &packed, dst)
             .map_err(|e| pack_error(OP, e))?;
     }
-    if let Some((from, to)) = wire.keys().next() {
+    if let Some((from, to, chunk)) = wire.keys().next() {
         return Err(Error::invalid(
             OP,
-            format!("the message from rank {from} to rank {to} is never received"),
+            format!("the message from rank {from} to rank {to} in chunk {chunk} is never received"),
         ));
     }
     Ok(())
@@ -831,27 +1013,85 @@ mod tests {
     #[test]
     fn plans_merge_messages_per_peer() {
         // Two ranks along x: both x neighbours are the other rank, the rest this rank.
-        let spec = HaloSpec::cube(4, 1, 1, Neighbours::All);
+        let spec = HaloSpec::cube(4, 1, 1, Neighbours::All).with_chunks(1);
         let grid = ProcessGrid::new(2, None).unwrap();
         let p = HaloPlan::new(&spec, &grid, 0).unwrap();
-        assert_eq!(p.sends().len(), 2);
-        assert_eq!(p.recvs().len(), 2);
-        assert_eq!((p.sends()[0].peer, p.sends()[1].peer), (0, 1));
-        // 8 directions with dx = 0 stay, 18 with dx != 0 go to the other rank.
-        assert_eq!(p.sends()[0].directions.len(), 8);
-        assert_eq!(p.sends()[1].directions.len(), 18);
-        assert_eq!(p.sends()[1].offset % MESSAGE_ALIGN, 0);
-        // Every byte a rank sends, its peers receive.
+        assert_eq!(p.sends().len(), 1);
+        assert_eq!(p.recvs().len(), 1);
+        assert_eq!(p.sends()[0].peer, 1);
+        // 8 directions with dx = 0 are local copies, 18 with dx != 0 go to the other rank.
+        assert_eq!(p.locals().len(), 8);
+        assert_eq!(p.sends()[0].directions.len(), 18);
+        assert!(p.locals().iter().all(|c| c.direction[0] == 0));
+        for c in p.locals() {
+            assert_eq!(c.from.packed_size(), c.to.packed_size());
+            assert_eq!(c.from.counts(), c.to.counts());
+            assert_eq!(c.from.strides(), c.to.strides());
+        }
+        // Every byte a rank sends, its peers (and itself) receive.
         let total_cells: u64 = directions(Neighbours::All)
             .iter()
             .map(|&d| send_box(&spec, d).cells() as u64)
             .sum();
         assert_eq!(p.payload_bytes(), 8 * total_cells);
         assert_eq!(
-            p.recvs().iter().map(|m| m.bytes).sum::<u64>(),
+            p.remote_bytes() + p.local_bytes(),
+            p.recvs().iter().map(|m| m.bytes).sum::<u64>() + p.local_bytes()
+        );
+        assert_eq!(
+            p.send_bytes_by_peer().iter().map(|&(_, b)| b).sum::<u64>(),
             8 * total_cells
         );
+        assert_eq!(p.send_bytes_by_peer(), p.recv_bytes_by_peer());
+        assert_eq!(p.send_bytes_by_peer()[0], (0, p.local_bytes()));
         assert!(p.to_string().contains("to 1"));
+        // One rank: no message at all.
+        let one = ProcessGrid::new(1, None).unwrap();
+        let p = HaloPlan::new(&spec, &one, 0).unwrap();
+        assert!(p.sends().is_empty() && p.recvs().is_empty());
+        assert_eq!(p.locals().len(), 26);
+        assert_eq!(p.send_bytes(), 0);
+    }
+
+    #[test]
+    fn chunks_cut_messages_the_same_way_on_both_sides() {
+        let grid = ProcessGrid::new(8, Some([2, 2, 2])).unwrap();
+        for (q, chunks) in [(8, 4), (3, 4), (1, 3), (5, 5), (2, 64), (1, 1)] {
+            let spec = HaloSpec::new([4, 5, 3], 2, q, Neighbours::All).with_chunks(chunks);
+            let plans: Vec<_> = (0..8)
+                .map(|r| HaloPlan::new(&spec, &grid, r).unwrap())
+                .collect();
+            for (r, p) in plans.iter().enumerate() {
+                assert_eq!(p.chunks(), chunks);
+                assert!(
+                    p.locals().is_empty(),
+                    "2x2x2: every neighbour is another rank"
+                );
+                // Chunk by chunk, then by peer; aligned; regions of a chunk span its messages.
+                let mut last = (0, 0);
+                for m in p.sends() {
+                    assert!((m.chunk, m.peer) > last || last == (0, 0));
+                    last = (m.chunk, m.peer);
+                    assert_eq!(m.offset % MESSAGE_ALIGN, 0);
+                    assert!(m.bytes > 0);
+                    // The receiver expects the same bytes in the same chunk.
+                    let back = plans[m.peer]
+                        .recvs()
+                        .iter()
+                        .find(|b| b.peer == r && b.chunk == m.chunk)
+                        .expect("a matching receive");
+                    assert_eq!(back.bytes, m.bytes);
+                    assert_eq!(back.directions, m.directions);
+                }
+                let in_chunks: usize = (0..chunks).map(|k| p.chunk_send_regions(k).len()).sum();
+                assert_eq!(in_chunks, p.send_regions().len());
+                assert!(p.chunk_send_regions(chunks).is_empty());
+                // The chunks add up to the unchunked bytes.
+                let whole = HaloPlan::new(&spec.with_chunks(1), &grid, r).unwrap();
+                assert_eq!(p.remote_bytes(), whole.remote_bytes());
+                assert_eq!(p.send_bytes_by_peer(), whole.send_bytes_by_peer());
+            }
+        }
     }
 
     #[test]
@@ -869,6 +1109,14 @@ mod tests {
             .validate()
             .is_err());
         assert!(HaloSpec::cube(4, 4, 1, Neighbours::All).validate().is_ok());
+        assert!(HaloSpec::cube(4, 1, 1, Neighbours::All)
+            .with_chunks(0)
+            .validate()
+            .is_err());
+        assert!(HaloSpec::cube(4, 1, 1, Neighbours::All)
+            .with_chunks(MAX_CHUNKS + 1)
+            .validate()
+            .is_err());
         let spec = HaloSpec::cube(4, 1, 1, Neighbours::All).with_dims([1, 2, 1]);
         let grid = ProcessGrid::new(2, None).unwrap();
         assert!(HaloPlan::new(&spec, &grid, 0).is_err());
@@ -920,10 +1168,11 @@ mod tests {
                     if radius > *n.iter().min().unwrap() {
                         continue;
                     }
-                    for quantities in [1, 3] {
+                    for (quantities, chunks) in [(1, 1), (3, 1), (3, 2), (1, 4), (3, 3)] {
                         for neighbours in [Neighbours::Faces, Neighbours::All] {
-                            let spec =
-                                HaloSpec::new(n, radius, quantities, neighbours).with_dims(dims);
+                            let spec = HaloSpec::new(n, radius, quantities, neighbours)
+                                .with_dims(dims)
+                                .with_chunks(chunks);
                             let size = dims.iter().product();
                             let grid = ProcessGrid::new(size, spec.dims).unwrap();
                             let mut fields: Vec<Vec<f64>> = (0..size)
@@ -940,7 +1189,7 @@ mod tests {
                 }
             }
         }
-        assert!(cases > 200, "{cases}");
+        assert!(cases > 500, "{cases}");
     }
 
     #[test]

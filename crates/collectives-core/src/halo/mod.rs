@@ -1,11 +1,12 @@
-//! Halo exchange of a 3-D block per rank on device memory (feature `nccl`): one fused pack
-//! launch, grouped point-to-point transfers, one fused unpack launch into the ghost cells.
+//! Halo exchange of a 3-D block per rank on device memory (feature `nccl`): fused pack
+//! launches, grouped point-to-point transfers and fused unpack launches into the ghost cells,
+//! pipelined in chunks, with direct copies where a rank is its own neighbour.
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`HaloSpec`] | cells per rank `[nx, ny, nz]`, radius, quantities (f64), [`Neighbours::Faces`] or [`Neighbours::All`], optional process grid |
+//! | [`HaloSpec`] | cells per rank `[nx, ny, nz]`, radius, quantities (f64), [`Neighbours::Faces`] or [`Neighbours::All`], optional process grid, pipeline chunks |
 //! | [`ProcessGrid`], [`dims_create`] | the periodic 3-D grid of ranks (like `MPI_Dims_create`) and each rank's neighbours |
-//! | [`HaloPlan`] | the regions a rank packs and unpacks (subarrays lowered to `datatype_pack` plans) and its [`Message`]s |
+//! | [`HaloPlan`] | the regions a rank packs and unpacks (subarrays lowered to `datatype_pack` plans), its [`Message`]s per chunk and its [`LocalCopy`]s |
 //! | [`HaloExchange`] | the exchange on an [`NcclComm`](crate::NcclComm): [`exchange`](HaloExchange::exchange), or its three steps, and [`HaloTimes`] |
 //! | [`initial_field`], [`expected_field`], [`exchange_on_cpu`] | the reference: every ghost cell computed from the global field, and the whole exchange on the CPU |
 //!
@@ -19,21 +20,29 @@
 //!
 //! # One exchange
 //!
-//! 1. **Pack**: the interior slabs every neighbour needs (6 faces, or 26 faces, edges and
-//!    corners) are packed from the field into one send buffer by one kernel launch
+//! 1. **Local copies**: where a rank is its own neighbour (a periodic grid of 1 or 2 ranks along
+//!    an axis), one launch copies the interior cells straight into its own ghost cells
+//!    (`datatype_pack::gpu::FusedCopier`): no buffer, no message.
+//! 2. **Pack**: the interior slabs the other ranks need (6 faces, or 26 faces, edges and
+//!    corners) are packed into the send buffer, one fused launch per chunk
 //!    (`datatype_pack::gpu::FusedPacker`).
-//! 2. **Transfer**: one message per neighbour *rank*, inside one NCCL group: a rank that is the
-//!    neighbour in several directions (a grid of 1 or 2 ranks along an axis, periodic) gets one
-//!    message holding all of those regions, and a rank that is its own neighbour sends to itself
-//!    (NCCL allows a send and a receive to the same rank inside a group). Messages carry exactly
-//!    the packed bytes: no padding.
-//! 3. **Unpack**: one launch scatters the receive buffer into the ghost cells.
+//! 3. **Transfer**: per chunk, one NCCL group of one send and one receive per neighbour rank: a
+//!    rank that is the neighbour in several directions gets one message holding all of those
+//!    regions. Messages carry exactly the packed bytes: no padding.
+//! 4. **Unpack**: per chunk, one launch scatters the received bytes into the ghost cells.
 //!
-//! Everything is enqueued on the communicator's stream; [`HaloExchange::exchange`] returns
-//! without waiting (like every NCCL operation of this crate), and the field is ready when the
-//! stream gets there ([`NcclComm::synchronize`](crate::NcclComm::synchronize)).
-//! [`HaloExchange::exchange_timed`] also waits and returns the time of each step, measured
-//! with CUDA events.
+//! The chunks ([`HaloSpec::chunks`], default [`DEFAULT_CHUNKS`]) make a pipeline on three
+//! streams of the exchange's own: chunk `k + 1` is packed while chunk `k` is on the wire and
+//! chunk `k - 1` is being unpacked, and the local copies run beside the transfers; the
+//! transfers' stream has the device's highest priority, so NCCL's kernels get multiprocessors
+//! ahead of the copy kernels. The communicator's stream starts and ends the exchange: the three
+//! streams wait for it first, and it waits for them last, so
+//! to the caller the exchange is one stream-ordered operation like every NCCL operation of
+//! this crate: [`HaloExchange::exchange`] returns without waiting and the field is ready when
+//! the communicator's stream gets there ([`NcclComm::synchronize`](crate::NcclComm::synchronize)).
+//! [`HaloExchange::exchange_timed`] runs the same steps one after the other on the
+//! communicator's stream, waits, and returns the time of each step (CUDA events): where the
+//! time goes, not what the pipeline costs.
 //!
 //! ```no_run
 //! use collectives_core::halo::{HaloExchange, HaloSpec, Neighbours};
@@ -55,7 +64,8 @@ mod geometry;
 
 pub use exchange::{HaloExchange, HaloTimes};
 pub use geometry::{
-    box_plan, dims_create, directions, exchange_on_cpu, expected_field, ghost_box, global_cell,
-    global_cells, initial_field, reference_value, send_box, CellBox, Direction, HaloPlan, HaloSpec,
-    Message, Neighbours, ProcessGrid, GHOST_FILL, MESSAGE_ALIGN,
+    box_plan, box_plan_of, dims_create, directions, exchange_on_cpu, expected_field, ghost_box,
+    global_cell, global_cells, initial_field, reference_value, send_box, CellBox, Direction,
+    HaloPlan, HaloSpec, LocalCopy, Message, Neighbours, ProcessGrid, DEFAULT_CHUNKS, GHOST_FILL,
+    MAX_CHUNKS, MESSAGE_ALIGN,
 };
