@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use datatype_pack::fused::CopyRegion;
 use datatype_pack::gpu::{FusedCopier, FusedPacker, GpuOptions, GridCap};
 use nccl_sys as sys;
 
@@ -113,7 +112,8 @@ pub struct HaloExchange<'c> {
     unpacker: Arc<CudaStream>,
     sync: Sync,
     field_len: usize,
-    timing: Option<[CudaEvent; 5]>,
+    /// Around the steps of [`exchange_timed`](Self::exchange_timed).
+    timing: [CudaEvent; 5],
 }
 
 impl fmt::Debug for HaloExchange<'_> {
@@ -228,13 +228,10 @@ impl<'c> HaloExchange<'c> {
         let local = if plan.locals().is_empty() {
             None
         } else {
-            let copies = plan
-                .locals()
-                .iter()
-                .map(|c| CopyRegion::between(c.from.clone(), &c.to))
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| pack_error(OP, e))?;
-            Some(FusedCopier::new(ctx, copies, &opts).map_err(|e| pack_error(OP, e))?)
+            Some(
+                FusedCopier::new(ctx, plan.copy_regions()?, &opts)
+                    .map_err(|e| pack_error(OP, e))?,
+            )
         };
         let stream = comm.stream();
         let alloc = |bytes: u64| {
@@ -261,6 +258,11 @@ impl<'c> HaloExchange<'c> {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
                 .map_err(|e| cuda(OP, e))
         };
+        let timed = || {
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| cuda(OP, e))
+        };
+        let timing = [timed()?, timed()?, timed()?, timed()?, timed()?];
         let chunks = plan.chunks();
         let sync = Sync {
             start: ev()?,
@@ -288,7 +290,7 @@ impl<'c> HaloExchange<'c> {
             unpacker,
             sync,
             field_len,
-            timing: None,
+            timing,
         })
     }
 
@@ -539,22 +541,12 @@ impl<'c> HaloExchange<'c> {
         let _span = tracing::trace_span!("halo_exchange_timed").entered();
         self.check_field(OP_T, field)?;
         let ev = |e: cudarc::driver::DriverError| cuda(OP_T, e);
-        if self.timing.is_none() {
-            let ctx = self.comm.context();
-            let mk = || {
-                ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                    .map_err(ev)
-            };
-            self.timing = Some([mk()?, mk()?, mk()?, mk()?, mk()?]);
-        }
         let main = self.comm.stream().clone();
         let chunks = self.plan.chunks();
+        let t = &self.timing;
         {
             let (fp, _write) = field.device_ptr_mut(&main);
             let bytes = self.field_len * 8;
-            let Some(t) = &self.timing else {
-                return Ok(HaloTimes::default());
-            };
             t[0].record(&main).map_err(ev)?;
             for k in 0..chunks {
                 self.pack_chunk(&main, k, fp, bytes)?;
@@ -572,9 +564,6 @@ impl<'c> HaloExchange<'c> {
             t[4].record(&main).map_err(ev)?;
         }
         self.comm.synchronize()?;
-        let Some(t) = &self.timing else {
-            return Ok(HaloTimes::default());
-        };
         let ms = |a: usize, b: usize| -> Result<f64> {
             t[a].elapsed_ms(&t[b]).map(f64::from).map_err(ev)
         };

@@ -6,7 +6,7 @@ use std::fmt;
 use std::ops::Range;
 
 use datatype_pack::construct::{subarray, Order};
-use datatype_pack::fused::Region;
+use datatype_pack::fused::{CopyRegion, Region};
 use datatype_pack::StridedBlock;
 
 use crate::error::{Error, Result};
@@ -608,6 +608,20 @@ impl HaloPlan {
         &self.locals
     }
 
+    /// The local copies as `datatype_pack` copy regions (one buffer: the field), what the GPU
+    /// copier and the CPU reference ([`datatype_pack::fused::copy_in_place`]) both take.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if a copy reads and writes regions of different shapes (never
+    /// for a plan made by [`HaloPlan::new`]).
+    pub fn copy_regions(&self) -> Result<Vec<CopyRegion>> {
+        self.locals
+            .iter()
+            .map(|c| CopyRegion::between(c.from.clone(), &c.to))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| pack_error("halo", e))
+    }
+
     /// Bytes of the send buffer.
     pub fn send_bytes(&self) -> u64 {
         datatype_pack::fused::packed_size(&self.send_regions)
@@ -853,19 +867,9 @@ pub fn exchange_on_cpu(spec: &HaloSpec, grid: &ProcessGrid, fields: &mut [Vec<f6
             packed[m.offset as usize..(m.offset + m.bytes) as usize].copy_from_slice(&bytes);
         }
         let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut fields[rank]);
-        // Local copies: interior cells into this rank's own ghost cells, through a packed
-        // buffer of their own (the GPU copies them directly; the bytes are the same).
-        for c in plan.locals() {
-            if c.from.packed_size() != c.to.packed_size() {
-                return Err(Error::invalid(
-                    OP,
-                    format!("rank {rank}: a local copy reads and writes different sizes"),
-                ));
-            }
-            let mut tmp = vec![0u8; c.from.packed_size() as usize];
-            datatype_pack::cpu::pack(&c.from, dst, &mut tmp).map_err(|e| pack_error(OP, e))?;
-            datatype_pack::cpu::unpack(&c.to, &tmp, dst).map_err(|e| pack_error(OP, e))?;
-        }
+        // Local copies: interior cells straight into this rank's own ghost cells.
+        datatype_pack::fused::copy_in_place(&plan.copy_regions()?, dst)
+            .map_err(|e| pack_error(OP, e))?;
         datatype_pack::fused::unpack(plan.recv_regions(), &packed, dst)
             .map_err(|e| pack_error(OP, e))?;
     }
