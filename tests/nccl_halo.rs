@@ -4,9 +4,12 @@
 //! blocks, the default and explicit process grids (so that on 1 and 2 ranks neighbours are the
 //! rank itself or the same other rank in several directions), pipeline depths (chunks) with more
 //! and fewer quantities than chunks, repeated exchanges, back-to-back exchanges of a changing
-//! field, the timed (step by step) exchange, and bad input. One rank per GPU:
-//! `mpirun -n 2 target/release/deps/nccl_halo-*`. Without a CUDA driver or libnccl it reports
-//! that it was skipped and passes nothing.
+//! field, the timed (step by step) exchange, both transports (CUDA IPC between ranks of a node
+//! and NCCL, also mixed: ranks that choose differently must agree on NCCL), exchanges made and
+//! dropped in a loop, and bad input. One rank per GPU:
+//! `mpirun -n 2 target/release/deps/nccl_halo-*`; with `HALO_EXPECT_IPC=1` the run also requires
+//! that ranks sharing a node with peer access do use IPC. Without a CUDA driver or libnccl it
+//! reports that it was skipped and passes nothing.
 
 #![allow(clippy::useless_vec)] // the shared suite (tests/common) builds buffers as vectors
 
@@ -15,7 +18,7 @@ mod common;
 use std::cell::OnceCell;
 
 use collectives::backend::nccl::cuda_driver_present;
-use collectives::halo::{self, HaloExchange, HaloSpec, Neighbours};
+use collectives::halo::{self, HaloExchange, HaloSpec, HaloTransport, Neighbours};
 use collectives::{device, Communicator, Error, NcclComm};
 use common::{case, Case, T};
 
@@ -204,7 +207,8 @@ fn timed_exchange_fills_the_same_cells(t: &T) {
                     times.pack_ms >= 0.0
                         && times.local_ms >= 0.0
                         && times.transfer_ms >= 0.0
-                        && times.unpack_ms >= 0.0,
+                        && times.unpack_ms >= 0.0
+                        && times.pull_ms >= 0.0,
                     || format!("negative times {times:?}"),
                 );
                 t.check(times.total_ms() > 0.0, || format!("zero time {times:?}"));
@@ -218,6 +222,179 @@ fn timed_exchange_fills_the_same_cells(t: &T) {
             let got = t.ok(device::download(c.stream(), &field), "download");
             t.check(got.as_ref() == Some(&want), || {
                 format!("exchange_timed, chunks {chunks}")
+            });
+        }
+    })
+}
+
+/// Whether IPC use is required where it is possible (set on machines known to allow it).
+fn expect_ipc() -> bool {
+    std::env::var("HALO_EXPECT_IPC").is_ok_and(|v| v == "1")
+}
+
+/// Every rank's IPC peers as a matrix (`m[a * size + b]`: rank a reaches rank b through IPC).
+fn ipc_matrix(t: &T, ex: &HaloExchange<'_>) -> Option<Vec<u8>> {
+    let size = t.comm.size();
+    let mut mine = vec![0u8; size];
+    for p in ex.ipc_peers() {
+        mine[p] = 1;
+    }
+    let mut all = vec![0u8; size * size];
+    t.ok(t.comm.all_gather(&mine[..], &mut all[..]), "all_gather")?;
+    Some(all)
+}
+
+/// A named transport choice per rank.
+type Choice = (&'static str, fn(usize) -> HaloTransport);
+
+/// Each transport choice, also different on different ranks: the pairs that use IPC are agreed
+/// by both ends (the matrix is symmetric), a rank that chose NCCL uses no IPC, and three
+/// back-to-back exchanges of a changing field with a timed one in between fill every ghost cell.
+fn transports(t: &T) {
+    with_nccl(t, |c| {
+        let (rank, size) = (c.rank(), c.size());
+        let choices: [Choice; 3] = [
+            ("auto", |_| HaloTransport::Auto),
+            ("nccl", |_| HaloTransport::Nccl),
+            ("mixed", |r| {
+                if r == 0 {
+                    HaloTransport::Auto
+                } else {
+                    HaloTransport::Nccl
+                }
+            }),
+        ];
+        for (name, choose) in choices {
+            for (nb, chunks) in [(Neighbours::Faces, 2), (Neighbours::All, 3)] {
+                let spec = HaloSpec::cube(24, 2, 4, nb).with_chunks(chunks);
+                let what = format!("{name}, {nb:?}, chunks {chunks}");
+                let mine = choose(rank);
+                let Some(mut ex) = t.ok(
+                    HaloExchange::with_transport(c, spec, &HaloExchange::default_options(), mine),
+                    &format!("{what}: new"),
+                ) else {
+                    return;
+                };
+                t.check(ex.transport() == mine, || format!("{what}: transport"));
+                let Some(m) = ipc_matrix(t, &ex) else {
+                    return;
+                };
+                for a in 0..size {
+                    for b in 0..size {
+                        t.check(m[a * size + b] == m[b * size + a], || {
+                            format!("{what}: IPC between {a} and {b} is not agreed: {m:?}")
+                        });
+                    }
+                }
+                let everyone_auto = (0..size).all(|r| choose(r) == HaloTransport::Auto);
+                if !everyone_auto {
+                    t.check(ex.ipc_peers().is_empty(), || {
+                        format!(
+                            "{what}: IPC peers {:?} although a rank chose NCCL",
+                            ex.ipc_peers()
+                        )
+                    });
+                }
+                let neighbours: Vec<usize> = {
+                    let mut p: Vec<usize> = ex.plan().sends().iter().map(|m| m.peer).collect();
+                    p.sort_unstable();
+                    p.dedup();
+                    p
+                };
+                if everyone_auto && expect_ipc() {
+                    t.check(ex.ipc_peers() == neighbours, || {
+                        format!(
+                            "{what}: IPC peers {:?}, neighbours {neighbours:?}",
+                            ex.ipc_peers()
+                        )
+                    });
+                }
+                let grid = *ex.grid();
+                let (Some(init), Some(want)) = (
+                    t.ok(halo::initial_field(&spec, &grid, rank), "initial_field"),
+                    t.ok(halo::expected_field(&spec, &grid, rank), "expected_field"),
+                ) else {
+                    return;
+                };
+                let Some(mut field) =
+                    t.ok(device::alloc_zeros::<f64>(c.stream(), init.len()), "alloc")
+                else {
+                    return;
+                };
+                for round in 1..=4 {
+                    let scaled: Vec<f64> = init.iter().map(|v| v * f64::from(round)).collect();
+                    t.ok(
+                        device::copy_to_device(c.stream(), &scaled, &mut field),
+                        "copy_to_device",
+                    );
+                    if round == 2 {
+                        t.ok(
+                            ex.exchange_timed(&mut field),
+                            &format!("{what}: exchange_timed"),
+                        );
+                    } else {
+                        t.ok(ex.exchange(&mut field), &format!("{what}: exchange"));
+                    }
+                }
+                t.ok(c.synchronize(), "synchronize");
+                let got = t.ok(device::download(c.stream(), &field), "download");
+                let want: Vec<f64> = want.iter().map(|v| v * 4.0).collect();
+                let wrong = got.as_ref().map_or(usize::MAX, |g| {
+                    g.iter().zip(&want).filter(|(a, b)| a != b).count()
+                });
+                t.check(wrong == 0, || {
+                    format!(
+                        "{what}: rank {rank}: {wrong} cells differ (IPC peers {:?})",
+                        ex.ipc_peers()
+                    )
+                });
+            }
+        }
+    })
+}
+
+/// Exchanges made, used and dropped in a loop (their IPC mappings opened and closed each
+/// time), two alive at once: every exchange still fills every ghost cell.
+fn exchanges_made_and_dropped(t: &T) {
+    with_nccl(t, |c| {
+        let rank = c.rank();
+        for i in 0..6 {
+            exchange_and_check(
+                t,
+                c,
+                HaloSpec::cube(12 + i, 1 + i % 3, 2, Neighbours::All).with_chunks(1 + i % 2),
+                1 + i % 2,
+            );
+        }
+        let a_spec = HaloSpec::cube(10, 2, 3, Neighbours::Faces);
+        let b_spec = HaloSpec::cube(14, 1, 2, Neighbours::All);
+        let (Some(mut a), Some(mut b)) = (
+            t.ok(HaloExchange::new(c, a_spec), "new a"),
+            t.ok(HaloExchange::new(c, b_spec), "new b"),
+        ) else {
+            return;
+        };
+        let grid = *a.grid();
+        let fields: Option<Vec<_>> = [a_spec, b_spec]
+            .iter()
+            .map(|s| {
+                let init = t.ok(halo::initial_field(s, &grid, rank), "initial_field")?;
+                t.ok(device::upload(c.stream(), &init), "upload")
+            })
+            .collect();
+        let Some(mut fields) = fields else {
+            return;
+        };
+        for _ in 0..3 {
+            t.ok(a.exchange(&mut fields[0]), "exchange a");
+            t.ok(b.exchange(&mut fields[1]), "exchange b");
+        }
+        t.ok(c.synchronize(), "synchronize");
+        for (s, f) in [a_spec, b_spec].iter().zip(&fields) {
+            let got = t.ok(device::download(c.stream(), f), "download");
+            let want = t.ok(halo::expected_field(s, &grid, rank), "expected_field");
+            t.check(got.is_some() && got == want, || {
+                format!("{s:?}: interleaved exchanges")
             });
         }
     })
@@ -297,6 +474,11 @@ fn main() {
         case(
             "halo_timed_exchange_fills_the_same_cells",
             timed_exchange_fills_the_same_cells,
+        ),
+        case("halo_transports", transports),
+        case(
+            "halo_exchanges_made_and_dropped",
+            exchanges_made_and_dropped,
         ),
         case("halo_bad_input", bad_input),
     ];

@@ -7,10 +7,14 @@
 //! `MPI_Dims_create`), one row per pipeline depth of `--chunks` (a list). Columns, each the
 //! maximum over ranks of the average over `-n` timed exchanges after `-w` warm-up ones:
 //!
-//! - `pack`, `local`, `transfer`, `unpack`: CUDA events around each step of one exchange run
-//!   step by step, the stream drained after each exchange (`HaloExchange::exchange_timed`):
-//!   where the time goes, without overlap (`local`: the direct copies where a rank is its own
-//!   neighbour);
+//! - `pack`, `local`, `transfer`, `unpack`, `pull`: CUDA events around each step of one
+//!   exchange run step by step, the stream drained after each exchange
+//!   (`HaloExchange::exchange_timed`): where the time goes, without overlap (`local`: the
+//!   direct copies where a rank is its own neighbour; `transfer` and `unpack`: the neighbours
+//!   reached through NCCL; `pull`: those reached through CUDA IPC, read straight from their
+//!   send buffers into the ghost cells);
+//! - `transport`: `--transport` of the row (a list): `auto` reaches neighbours on the same
+//!   node through CUDA IPC where both GPUs can, `nccl` reaches every neighbour through NCCL;
 //! - `total`: `-n` pipelined exchanges (`HaloExchange::exchange`) back to back between two
 //!   events, divided by `-n` (what a solver's time step sees);
 //! - `contig`: the baseline, the same bytes sent contiguously through the same backend: one
@@ -39,7 +43,8 @@ use clap::{Args, ValueEnum};
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::CudaSlice;
 use collectives_core::halo::{
-    self, directions, ghost_box, send_box, HaloExchange, HaloSpec, Neighbours, ProcessGrid,
+    self, directions, ghost_box, send_box, HaloExchange, HaloSpec, HaloTransport, Neighbours,
+    ProcessGrid,
 };
 use collectives_core::{device, Communicator, MpiComm, NcclComm, ReduceOp};
 use datatype_pack::gpu::{GpuOptions, GridCap};
@@ -102,6 +107,10 @@ pub struct HaloArgs {
     /// default for halo exchanges).
     #[arg(long, value_delimiter = ',', default_values = ["full"], value_parser = parse_grid)]
     pub grid: Vec<GridCap>,
+    /// How neighbour ranks are reached, one row each (comma-separated: auto = CUDA IPC on the
+    /// same node where the GPUs can, NCCL otherwise; nccl = NCCL for every neighbour).
+    #[arg(long, value_delimiter = ',', default_values = ["auto"], value_parser = parse_transport)]
+    pub transport: Vec<HaloTransport>,
     /// Backend: nccl (or all).
     #[arg(long, default_value = "nccl")]
     pub backend: BackendChoice,
@@ -142,6 +151,18 @@ pub fn parse_grid(s: &str) -> Result<GridCap, String> {
                 "bad grid policy `{s}` (expected auto, full or a number of waves)"
             )),
         },
+    }
+}
+
+/// `auto` or `nccl` -> the transport.
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn parse_transport(s: &str) -> Result<HaloTransport, String> {
+    match s.trim() {
+        "auto" => Ok(HaloTransport::Auto),
+        "nccl" => Ok(HaloTransport::Nccl),
+        _ => Err(format!("bad transport `{s}` (expected auto or nccl)")),
     }
 }
 
@@ -211,6 +232,10 @@ pub struct HaloRow {
     pub chunks: usize,
     /// Grid policy of the kernels.
     pub grid: GridCap,
+    /// The transport asked for.
+    pub transport: HaloTransport,
+    /// Neighbour ranks reached through CUDA IPC (the most over ranks).
+    pub ipc_peers: usize,
     /// Bytes one rank hands to its neighbours per exchange, itself included (the largest over
     /// ranks).
     pub bytes: u64,
@@ -224,6 +249,8 @@ pub struct HaloRow {
     pub transfer_us: f64,
     /// Unpack step.
     pub unpack_us: f64,
+    /// Pulls from IPC neighbours.
+    pub pull_us: f64,
     /// Back-to-back exchanges.
     pub total_us: f64,
     /// Contiguous baseline, one buffer per neighbour rank.
@@ -238,16 +265,19 @@ impl HaloRow {
     /// The header lines.
     pub fn header() -> [String; 1] {
         [format!(
-            "#{:>9} {:>6} {:>5} {:>12} {:>5} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>10} {:>7} {:>11} {:>7} {:>8}",
+            "#{:>9} {:>6} {:>5} {:>9} {:>4} {:>12} {:>5} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>9} {:>10} {:>7} {:>11} {:>7} {:>8}",
             "neighbrs",
             "chunks",
             "grid",
+            "transport",
+            "ipc",
             "bytes/rank",
             "msgs",
             "pack(us)",
             "local(us)",
             "transfer(us)",
             "unpack(us)",
+            "pull(us)",
             "total(us)",
             "GB/s",
             "contig(us)",
@@ -266,16 +296,19 @@ impl HaloRow {
                 (format!("{us:.2}"), format!("{:.2}", self.total_us / us))
             });
         format!(
-            " {:>9} {:>6} {:>5} {:>12} {:>5} {:>10.2} {:>10.2} {:>11.2} {:>10.2} {:>10.2} {:>9.2} {:>10.2} {:>7.2} {:>11} {:>7} {:>8}",
+            " {:>9} {:>6} {:>5} {:>9} {:>4} {:>12} {:>5} {:>10.2} {:>10.2} {:>11.2} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>10.2} {:>7.2} {:>11} {:>7} {:>8}",
             self.neighbours.name(),
             self.chunks,
             grid_name(self.grid),
+            self.transport.name(),
+            self.ipc_peers,
             self.bytes,
             self.messages,
             self.pack_us,
             self.local_us,
             self.transfer_us,
             self.unpack_us,
+            self.pull_us,
             self.total_us,
             self.bytes as f64 / self.total_us / 1e3,
             self.contig_us,
@@ -396,12 +429,12 @@ fn nccl_row(
     ctl: &MpiComm,
     args: &HaloArgs,
     spec: HaloSpec,
-    grid_cap: GridCap,
+    (grid_cap, transport): (GridCap, HaloTransport),
     (contig_us, contig_dir_us): (f64, f64),
 ) -> anyhow::Result<HaloRow> {
     let opts = GpuOptions::default().with_grid(grid_cap);
-    let mut ex =
-        HaloExchange::with_options(comm, spec, &opts).context("setting up the halo exchange")?;
+    let mut ex = HaloExchange::with_transport(comm, spec, &opts, transport)
+        .context("setting up the halo exchange")?;
     let grid = *ex.grid();
     let mut field = device::alloc_zeros::<f64>(comm.stream(), ex.field_len())?;
 
@@ -418,12 +451,14 @@ fn nccl_row(
         sum.local_ms += t.local_ms;
         sum.transfer_ms += t.transfer_ms;
         sum.unpack_ms += t.unpack_ms;
+        sum.pull_ms += t.pull_ms;
     }
     let per = 1000.0 / f64::from(args.iters);
     let pack_us = max_over_ranks(ctl, sum.pack_ms * per)?;
     let local_us = max_over_ranks(ctl, sum.local_ms * per)?;
     let transfer_us = max_over_ranks(ctl, sum.transfer_ms * per)?;
     let unpack_us = max_over_ranks(ctl, sum.unpack_ms * per)?;
+    let pull_us = max_over_ranks(ctl, sum.pull_ms * per)?;
 
     // Pipelined, back to back.
     let total_us = time_us(comm, ctl, args.iters, args.warmup, || {
@@ -436,9 +471,13 @@ fn nccl_row(
         None
     };
     let plan = ex.plan();
-    let mut most = [0u64; 2];
+    let mut most = [0u64; 3];
     ctl.all_reduce(
-        &[plan.payload_bytes(), plan.sends().len() as u64][..],
+        &[
+            plan.payload_bytes(),
+            plan.sends().len() as u64,
+            ex.ipc_peers().len() as u64,
+        ][..],
         &mut most[..],
         ReduceOp::Max,
     )?;
@@ -446,12 +485,15 @@ fn nccl_row(
         neighbours: spec.neighbours,
         chunks: spec.chunks,
         grid: grid_cap,
+        transport,
+        ipc_peers: most[2] as usize,
         bytes: most[0],
         messages: most[1] as usize,
         pack_us,
         local_us,
         transfer_us,
         unpack_us,
+        pull_us,
         total_us,
         contig_us,
         contig_dir_us: Some(contig_dir_us),
@@ -657,7 +699,8 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
             spec.radius,
             spec.quantities
         )?;
-        writeln!(out, "#  pack/local/transfer/unpack: CUDA events around each step of one exchange run step by step (stream drained after each; local = direct copies where a rank is its own neighbour); total: -n pipelined exchanges back to back after -w {}, per exchange (-n {})", args.warmup, args.iters)?;
+        writeln!(out, "#  pack/local/transfer/unpack/pull: CUDA events around each step of one exchange run step by step (stream drained after each; local = direct copies where a rank is its own neighbour; transfer/unpack = neighbours through NCCL; pull = neighbours through CUDA IPC, read from their send buffers into the ghost cells); total: -n pipelined exchanges back to back after -w {}, per exchange (-n {})", args.warmup, args.iters)?;
+        writeln!(out, "#  transport: auto = CUDA IPC to neighbours on the same node where both GPUs can, NCCL otherwise; nccl = NCCL only; ipc: neighbour ranks reached through IPC")?;
         writeln!(out, "#  chunks: pipeline depth (every message to another rank cut into this many pieces); grid: the kernels' grid policy (auto, full, or waves); msgs: messages sent per exchange")?;
         writeln!(out, "#  contig: the same bytes in one contiguous buffer per neighbour rank (itself included), one group of send/recv through the same backend; ratio = total / contig")?;
         writeln!(out, "#  c/dir: one contiguous buffer per direction (6 or 26 messages); ratio = total / c/dir")?;
@@ -685,13 +728,14 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
                 let mut ours_total_us: Option<(Neighbours, f64)> = None;
                 for nb in args.neighbours.neighbours() {
                     let base = contiguous_baselines(&comm, &ctl, args, &args.spec(nb))?;
-                    for (&chunks, &grid_cap) in args
-                        .chunks
-                        .iter()
-                        .flat_map(|c| args.grid.iter().map(move |g| (c, g)))
-                    {
+                    let rows = args.transport.iter().flat_map(|&t| {
+                        args.chunks
+                            .iter()
+                            .flat_map(move |&c| args.grid.iter().map(move |&g| (t, c, g)))
+                    });
+                    for (transport, chunks, grid_cap) in rows {
                         let spec = args.spec(nb).with_chunks(chunks);
-                        let row = nccl_row(&comm, &ctl, args, spec, grid_cap, base)?;
+                        let row = nccl_row(&comm, &ctl, args, spec, (grid_cap, transport), base)?;
                         if rank == 0 {
                             writeln!(out, "{}", row.line())?;
                             out.flush()?;
@@ -764,6 +808,7 @@ mod tests {
         assert_eq!(s.dims, None);
         assert_eq!(w.args.chunks, vec![halo::DEFAULT_CHUNKS]);
         assert_eq!(s.chunks, halo::DEFAULT_CHUNKS);
+        assert_eq!(w.args.transport, vec![HaloTransport::Auto]);
     }
 
     #[test]
@@ -806,6 +851,12 @@ mod tests {
         );
         assert_eq!(grid_name(GridCap::Waves(2)), "2");
         assert!(Wrap::try_parse_from(["x", "--grid", "0"]).is_err());
+        let t = Wrap::try_parse_from(["x", "--transport", "nccl,auto"]).unwrap();
+        assert_eq!(
+            t.args.transport,
+            vec![HaloTransport::Nccl, HaloTransport::Auto]
+        );
+        assert!(Wrap::try_parse_from(["x", "--transport", "ipc"]).is_err());
         assert!(Wrap::try_parse_from(["x", "--chunks", "0"]).is_ok()); // refused by validate()
         assert_eq!(w.args.spec(Neighbours::All).chunks, 1);
         let s = w.args.spec(Neighbours::Faces);
@@ -827,12 +878,15 @@ mod tests {
             neighbours: Neighbours::All,
             chunks: 4,
             grid: GridCap::Auto,
+            transport: HaloTransport::Nccl,
+            ipc_peers: 0,
             bytes: 1_000_000,
             messages: 2,
             pack_us: 1.0,
             local_us: 0.5,
             transfer_us: 2.0,
             unpack_us: 1.0,
+            pull_us: 0.0,
             total_us: 4.0,
             contig_us: 2.0,
             contig_dir_us: None,
@@ -840,7 +894,7 @@ mod tests {
         };
         let l = row.line();
         assert!(
-            l.contains("all") && l.contains("250.00") && l.contains("2.00"),
+            l.contains("all") && l.contains("nccl") && l.contains("250.00") && l.contains("2.00"),
             "{l}"
         );
         assert_eq!(

@@ -11,6 +11,7 @@ use datatype_pack::gpu::{FusedCopier, FusedPacker, GpuOptions, GridCap};
 use nccl_sys as sys;
 
 use super::geometry::{pack_error, HaloPlan, HaloSpec, Neighbours, ProcessGrid};
+use super::peer::{HaloTransport, PeerLinks};
 use crate::backend::nccl::NcclComm;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
@@ -64,14 +65,18 @@ pub struct HaloTimes {
     pub local_ms: f64,
     /// The grouped sends and receives of every message (every chunk).
     pub transfer_ms: f64,
-    /// The fused unpack launches (every chunk).
+    /// The fused unpack launches of what NCCL received (every chunk).
     pub unpack_ms: f64,
+    /// Neighbours on the same node reached through CUDA IPC ([`HaloTransport::Auto`]): the
+    /// waits for their ready flags and the launches that read their packed bytes straight into
+    /// the ghost cells (transfer and unpack in one).
+    pub pull_ms: f64,
 }
 
 impl HaloTimes {
     /// The sum of the steps: the exchange without any overlap.
     pub fn total_ms(&self) -> f64 {
-        self.pack_ms + self.local_ms + self.transfer_ms + self.unpack_ms
+        self.pack_ms + self.local_ms + self.transfer_ms + self.unpack_ms + self.pull_ms
     }
 }
 
@@ -83,25 +88,26 @@ struct Sync {
     side_done: CudaEvent,
     wire_done: CudaEvent,
     unpack_done: CudaEvent,
+    pull_done: CudaEvent,
 }
 
 /// A halo exchange over an [`NcclComm`]: plans, compiled pack, unpack and copy kernels, the send
-/// and receive buffers and two side streams, made once and reused by every
-/// [`exchange`](Self::exchange). See the [module docs](super).
+/// and receive buffers, the CUDA IPC links to neighbours on the same node and four streams,
+/// made once and reused by every [`exchange`](Self::exchange). See the [module docs](super).
 pub struct HaloExchange<'c> {
     comm: &'c NcclComm,
     spec: HaloSpec,
     grid: ProcessGrid,
     plan: HaloPlan,
-    /// Per chunk; `None` for a chunk without regions.
+    /// Per chunk; `None` for a chunk without regions. The unpacks cover what NCCL receives.
     pack: Vec<Option<FusedPacker>>,
     unpack: Vec<Option<FusedPacker>>,
     local: Option<FusedCopier>,
-    send_buf: CudaSlice<u8>,
     recv_buf: CudaSlice<u8>,
     /// Raw addresses of the buffers: the exchange orders its streams with its own events, so
-    /// cudarc's per-buffer event tracking is bypassed.
+    /// cudarc's per-buffer event tracking is bypassed. The send buffer belongs to `links`.
     send_ptr: u64,
+    send_len: usize,
     recv_ptr: u64,
     /// Packs and local copies.
     side: Arc<CudaStream>,
@@ -110,10 +116,15 @@ pub struct HaloExchange<'c> {
     wire: Arc<CudaStream>,
     /// Unpacks.
     unpacker: Arc<CudaStream>,
+    /// Pulls from neighbours reached through CUDA IPC, at the highest priority too.
+    puller: Arc<CudaStream>,
     sync: Sync,
     field_len: usize,
     /// Around the steps of [`exchange_timed`](Self::exchange_timed).
-    timing: [CudaEvent; 5],
+    timing: [CudaEvent; 6],
+    transport: HaloTransport,
+    /// Declared last: dropped after everything that enqueues work using its buffers.
+    links: PeerLinks,
 }
 
 impl fmt::Debug for HaloExchange<'_> {
@@ -122,6 +133,8 @@ impl fmt::Debug for HaloExchange<'_> {
             .field("spec", &self.spec)
             .field("grid", &self.grid)
             .field("plan", &self.plan)
+            .field("transport", &self.transport)
+            .field("ipc_peers", &self.ipc_peers())
             .finish_non_exhaustive()
     }
 }
@@ -147,7 +160,8 @@ impl<'c> HaloExchange<'c> {
     /// The exchange of `spec` over `comm`'s ranks with [`HaloExchange::default_options`].
     /// Collective: every rank calls it with the same spec. Compiles the pack, unpack and copy
     /// kernels (NVRTC), allocates the send and receive buffers on the communicator's device and
-    /// creates three streams.
+    /// creates four streams; agrees with the other ranks of the node which
+    /// neighbours are reached through CUDA IPC ([`HaloTransport`]).
     ///
     /// # Errors
     /// As [`with_options`](Self::with_options).
@@ -168,12 +182,27 @@ impl<'c> HaloExchange<'c> {
     /// options), which may differ between ranks.
     ///
     /// # Errors
+    /// As [`with_transport`](Self::with_transport).
+    pub fn with_options(comm: &'c NcclComm, spec: HaloSpec, options: &GpuOptions) -> Result<Self> {
+        Self::with_transport(comm, spec, options, HaloTransport::Auto)
+    }
+
+    /// [`with_options`](Self::with_options) with the way neighbour ranks are reached
+    /// ([`HaloTransport`]), which may differ between ranks: a pair of ranks uses CUDA IPC only
+    /// when both choose [`HaloTransport::Auto`].
+    ///
+    /// # Errors
     /// On every rank, when any rank's spec is refused ([`HaloSpec::validate`], a process grid
     /// that does not hold the ranks) or the ranks pass different specs:
     /// [`Error::InvalidArgument`]. Then, on the ranks where they happen:
     /// [`Error::Unavailable`] without NVRTC; [`Error::Cuda`] when compiling, loading,
     /// allocating or creating streams and events fails; MPI errors of the agreement.
-    pub fn with_options(comm: &'c NcclComm, spec: HaloSpec, options: &GpuOptions) -> Result<Self> {
+    pub fn with_transport(
+        comm: &'c NcclComm,
+        spec: HaloSpec,
+        options: &GpuOptions,
+        transport: HaloTransport,
+    ) -> Result<Self> {
         let _span = tracing::debug_span!("halo_new").entered();
         let (rank, size) = (comm.rank(), comm.size());
         let local = ProcessGrid::new(size, spec.dims)
@@ -210,6 +239,29 @@ impl<'c> HaloExchange<'c> {
         }
         let ctx = comm.context();
         let opts = options.clone();
+        let stream = comm.stream();
+        let side = ctx.new_stream().map_err(|e| cuda(OP, e))?;
+        let unpacker = ctx.new_stream().map_err(|e| cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
+        let (_least, greatest) =
+            cudarc::driver::result::stream::get_priority_range().map_err(|e| cuda(OP, e))?;
+        let wire = ctx
+            .new_stream_with_priority(greatest)
+            .map_err(|e| cuda(OP, e))?;
+        // Pulls are on the critical path like NCCL's kernels: their blocks go first too.
+        let puller = ctx
+            .new_stream_with_priority(greatest)
+            .map_err(|e| cuda(OP, e))?;
+        // Collective: agrees with the node's other ranks which neighbours are reached by IPC.
+        let links = PeerLinks::new(
+            comm,
+            &spec,
+            &grid,
+            &plan,
+            transport,
+            &opts,
+            vec![stream.clone(), side.clone(), puller.clone()],
+        )?;
         let packers = |regions: &dyn Fn(usize) -> Vec<datatype_pack::fused::Region>| {
             (0..plan.chunks())
                 .map(|k| {
@@ -224,7 +276,21 @@ impl<'c> HaloExchange<'c> {
                 .collect::<Result<Vec<_>>>()
         };
         let pack = packers(&|k| plan.chunk_send_regions(k).to_vec())?;
-        let unpack = packers(&|k| plan.chunk_recv_regions(k).to_vec())?;
+        // NCCL unpacks only what does not come through IPC.
+        let nccl_regions = |k: usize| {
+            let theirs: Vec<_> = plan
+                .recvs()
+                .iter()
+                .filter(|m| m.chunk == k && links.is_ipc(m.peer))
+                .map(|m| m.offset..m.offset + m.bytes)
+                .collect();
+            plan.chunk_recv_regions(k)
+                .iter()
+                .filter(|r| !theirs.iter().any(|span| span.contains(&r.packed_offset())))
+                .cloned()
+                .collect()
+        };
+        let unpack = packers(&nccl_regions)?;
         let local = if plan.locals().is_empty() {
             None
         } else {
@@ -233,27 +299,14 @@ impl<'c> HaloExchange<'c> {
                     .map_err(|e| pack_error(OP, e))?,
             )
         };
-        let stream = comm.stream();
-        let alloc = |bytes: u64| {
-            stream
-                .alloc_zeros::<u8>((bytes as usize).max(1))
-                .map_err(|e| cuda(OP, e))
-        };
-        let send_buf = alloc(plan.send_bytes())?;
-        let recv_buf = alloc(plan.recv_bytes())?;
-        // Taken once, while nothing else uses the buffers; the guards' events are recorded now.
-        let send_ptr = send_buf.device_ptr(stream).0;
-        let recv_ptr = recv_buf.device_ptr(stream).0;
-        // The buffers are zeroed on the communicator's stream; the side streams start from it.
-        comm.synchronize()?;
-        let side = ctx.new_stream().map_err(|e| cuda(OP, e))?;
-        let unpacker = ctx.new_stream().map_err(|e| cuda(OP, e))?;
-        ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
-        let (_least, greatest) =
-            cudarc::driver::result::stream::get_priority_range().map_err(|e| cuda(OP, e))?;
-        let wire = ctx
-            .new_stream_with_priority(greatest)
+        let recv_buf = stream
+            .alloc_zeros::<u8>((plan.recv_bytes() as usize).max(1))
             .map_err(|e| cuda(OP, e))?;
+        // Taken once, while nothing else uses the buffer; the guard's event is recorded now.
+        let recv_ptr = recv_buf.device_ptr(stream).0;
+        let (send_ptr, send_len) = links.send_buffer();
+        // The buffer is zeroed on the communicator's stream; the side streams start from it.
+        comm.synchronize()?;
         let ev = || {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
                 .map_err(|e| cuda(OP, e))
@@ -262,7 +315,7 @@ impl<'c> HaloExchange<'c> {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(|e| cuda(OP, e))
         };
-        let timing = [timed()?, timed()?, timed()?, timed()?, timed()?];
+        let timing = [timed()?, timed()?, timed()?, timed()?, timed()?, timed()?];
         let chunks = plan.chunks();
         let sync = Sync {
             start: ev()?,
@@ -271,6 +324,7 @@ impl<'c> HaloExchange<'c> {
             side_done: ev()?,
             wire_done: ev()?,
             unpack_done: ev()?,
+            pull_done: ev()?,
         };
         let field_len = spec.field_len()?;
         Ok(Self {
@@ -281,16 +335,19 @@ impl<'c> HaloExchange<'c> {
             pack,
             unpack,
             local,
-            send_buf,
             recv_buf,
             send_ptr,
+            send_len,
             recv_ptr,
             side,
             wire,
             unpacker,
+            puller,
             sync,
             field_len,
             timing,
+            transport,
+            links,
         })
     }
 
@@ -312,6 +369,27 @@ impl<'c> HaloExchange<'c> {
     /// The communicator.
     pub fn comm(&self) -> &'c NcclComm {
         self.comm
+    }
+
+    /// The transport this rank chose ([`with_transport`](Self::with_transport)).
+    pub fn transport(&self) -> HaloTransport {
+        self.transport
+    }
+
+    /// The neighbour ranks reached through CUDA IPC (both ranks of each pair agreed), in rank
+    /// order; every other neighbour rank is reached through NCCL.
+    pub fn ipc_peers(&self) -> Vec<usize> {
+        let mut peers: Vec<usize> = self
+            .plan
+            .sends()
+            .iter()
+            .chain(self.plan.recvs())
+            .map(|m| m.peer)
+            .filter(|&p| self.links.is_ipc(p))
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        peers
     }
 
     /// Elements (f64) a field must have: [`HaloSpec::field_len`].
@@ -344,7 +422,10 @@ impl<'c> HaloExchange<'c> {
 
     /// Enqueue the whole exchange, pipelined (see the [module docs](super)): starts and ends on
     /// the communicator's stream. Returns once enqueued; the ghost cells are filled when the
-    /// communicator's stream gets there. Every rank calls it (it contains the transfers).
+    /// communicator's stream gets there. Every rank calls it (it contains the transfers), as
+    /// often as the others: a neighbour reached through CUDA IPC waits on the device for this
+    /// rank's flags, and a rank that stops exchanging leaves it waiting until
+    /// [`NcclComm::synchronize`]'s deadline reports [`Error::Timeout`].
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `field` has the wrong length or lies on another device
@@ -363,6 +444,8 @@ impl<'c> HaloExchange<'c> {
         self.side.wait(&self.sync.start).map_err(ev)?;
         self.wire.wait(&self.sync.start).map_err(ev)?;
         self.unpacker.wait(&self.sync.start).map_err(ev)?;
+        self.puller.wait(&self.sync.start).map_err(ev)?;
+        self.links.begin();
         let enqueued = self.enqueue_pipeline(fp, field_bytes);
         // Join the side streams back into the communicator's stream whatever happened, so that
         // nothing enqueued outlives the exchange as seen from that stream.
@@ -373,12 +456,20 @@ impl<'c> HaloExchange<'c> {
     fn enqueue_pipeline(&self, field: u64, field_bytes: usize) -> Result<()> {
         let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
         let chunks = self.plan.chunks();
-        // Side stream: every chunk's pack, then the local copies (they overlap the transfers).
+        // Side stream: every chunk's pack (once the IPC receivers are done with the previous
+        // exchange's bytes), then the local copies (they overlap the transfers).
+        self.links.wait_consumed(&self.side)?;
         for k in 0..chunks {
             self.pack_chunk(&self.side, k, field, field_bytes)?;
             self.sync.packed[k].record(&self.side).map_err(ev)?;
+            self.links.signal_ready(&self.side, k)?;
         }
         self.copy_locals(&self.side, field, field_bytes)?;
+        // Pull stream: chunk k of each IPC neighbour once that neighbour packed it.
+        for k in 0..chunks {
+            self.links.pull(&self.puller, k, field, field_bytes)?;
+        }
+        self.links.signal_consumed(&self.puller)?;
         // Wire stream: chunk k goes on the wire once packed.
         for k in 0..chunks {
             self.wire.wait(&self.sync.packed[k]).map_err(ev)?;
@@ -398,9 +489,11 @@ impl<'c> HaloExchange<'c> {
         self.sync.side_done.record(&self.side).map_err(ev)?;
         self.sync.wire_done.record(&self.wire).map_err(ev)?;
         self.sync.unpack_done.record(&self.unpacker).map_err(ev)?;
+        self.sync.pull_done.record(&self.puller).map_err(ev)?;
         main.wait(&self.sync.side_done).map_err(ev)?;
         main.wait(&self.sync.wire_done).map_err(ev)?;
-        main.wait(&self.sync.unpack_done).map_err(ev)
+        main.wait(&self.sync.unpack_done).map_err(ev)?;
+        main.wait(&self.sync.pull_done).map_err(ev)
     }
 
     fn pack_chunk(
@@ -417,18 +510,11 @@ impl<'c> HaloExchange<'c> {
         // SAFETY: `field` is the device address of a field of `field_bytes` bytes on the
         // packer's context (checked by check_field), borrowed mutably by the caller for the
         // whole exchange and ordered before and after it through the communicator's stream;
-        // the send buffer is ours, `send_buf.len()` bytes, and only this exchange's streams
-        // touch it, ordered by its events.
-        unsafe {
-            p.pack_raw(
-                stream,
-                field,
-                field_bytes,
-                self.send_ptr,
-                self.send_buf.len(),
-            )
-        }
-        .map_err(|e| pack_error(OP_P, e))
+        // the send buffer is ours, `send_len` bytes, and only this exchange's streams touch it,
+        // ordered by its events, and IPC neighbours read it only between this exchange's ready
+        // flags and their consumed flags, which the first pack waits for.
+        unsafe { p.pack_raw(stream, field, field_bytes, self.send_ptr, self.send_len) }
+            .map_err(|e| pack_error(OP_P, e))
     }
 
     fn unpack_chunk(
@@ -479,8 +565,9 @@ impl<'c> HaloExchange<'c> {
         let recv_fn = sys::nccl_fn!(lib, ncclRecv).map_err(unavailable)?;
         let raw_stream = stream.cu_stream() as sys::cudaStream_t;
         let (sp, rp) = (self.send_ptr, self.recv_ptr);
-        let mut sends = self.plan.sends().iter().filter(|m| m.chunk == k).peekable();
-        let mut recvs = self.plan.recvs().iter().filter(|m| m.chunk == k).peekable();
+        let nccl = |m: &&super::Message| m.chunk == k && !self.links.is_ipc(m.peer);
+        let mut sends = self.plan.sends().iter().filter(nccl).peekable();
+        let mut recvs = self.plan.recvs().iter().filter(nccl).peekable();
         if sends.peek().is_none() && recvs.peek().is_none() {
             return Ok(());
         }
@@ -547,9 +634,12 @@ impl<'c> HaloExchange<'c> {
         {
             let (fp, _write) = field.device_ptr_mut(&main);
             let bytes = self.field_len * 8;
+            self.links.begin();
+            self.links.wait_consumed(&main)?;
             t[0].record(&main).map_err(ev)?;
             for k in 0..chunks {
                 self.pack_chunk(&main, k, fp, bytes)?;
+                self.links.signal_ready(&main, k)?;
             }
             t[1].record(&main).map_err(ev)?;
             self.copy_locals(&main, fp, bytes)?;
@@ -562,6 +652,11 @@ impl<'c> HaloExchange<'c> {
                 self.unpack_chunk(&main, k, fp, bytes)?;
             }
             t[4].record(&main).map_err(ev)?;
+            for k in 0..chunks {
+                self.links.pull(&main, k, fp, bytes)?;
+            }
+            self.links.signal_consumed(&main)?;
+            t[5].record(&main).map_err(ev)?;
         }
         self.comm.synchronize()?;
         let ms = |a: usize, b: usize| -> Result<f64> {
@@ -572,6 +667,7 @@ impl<'c> HaloExchange<'c> {
             local_ms: ms(1, 2)?,
             transfer_ms: ms(2, 3)?,
             unpack_ms: ms(3, 4)?,
+            pull_ms: ms(4, 5)?,
         })
     }
 }

@@ -1,13 +1,16 @@
 //! Halo exchange of a 3-D block per rank on device memory (feature `nccl`): fused pack
-//! launches, grouped point-to-point transfers and fused unpack launches into the ghost cells,
-//! pipelined in chunks, with direct copies where a rank is its own neighbour.
+//! launches, then for each neighbour rank either a grouped NCCL transfer and a fused unpack, or,
+//! for a neighbour on the same node whose GPU this one reaches, one launch that reads the
+//! neighbour's packed bytes over CUDA IPC straight into the ghost cells; pipelined in chunks,
+//! with direct copies where a rank is its own neighbour.
 //!
 //! | item | what it is |
 //! |---|---|
 //! | [`HaloSpec`] | cells per rank `[nx, ny, nz]`, radius, quantities (f64), [`Neighbours::Faces`] or [`Neighbours::All`], optional process grid, pipeline chunks |
 //! | [`ProcessGrid`], [`dims_create`] | the periodic 3-D grid of ranks (like `MPI_Dims_create`) and each rank's neighbours |
 //! | [`HaloPlan`] | the regions a rank packs and unpacks (subarrays lowered to `datatype_pack` plans), its [`Message`]s per chunk and its [`LocalCopy`]s |
-//! | [`HaloExchange`] | the exchange on an [`NcclComm`](crate::NcclComm): [`exchange`](HaloExchange::exchange), or its three steps, and [`HaloTimes`] |
+//! | [`HaloExchange`] | the exchange on an [`NcclComm`](crate::NcclComm): [`exchange`](HaloExchange::exchange), [`exchange_timed`](HaloExchange::exchange_timed) and its [`HaloTimes`] |
+//! | [`HaloTransport`] | how neighbour ranks are reached: CUDA IPC on the same node where possible, else NCCL ([`Auto`](HaloTransport::Auto)), or NCCL only |
 //! | [`initial_field`], [`expected_field`], [`exchange_on_cpu`] | the reference: every ghost cell computed from the global field, and the whole exchange on the CPU |
 //!
 //! # Layout
@@ -30,12 +33,24 @@
 //!    rank that is the neighbour in several directions gets one message holding all of those
 //!    regions. Messages carry exactly the packed bytes: no padding.
 //! 4. **Unpack**: per chunk, one launch scatters the received bytes into the ghost cells.
+//! 5. **Pull** (instead of 3 and 4, for neighbours on the same node): with
+//!    [`HaloTransport::Auto`] (the default), two ranks of one node whose GPUs can reach each
+//!    other's memory (the same GPU, or peer access) agree when the exchange is made to skip
+//!    NCCL: each maps the other's send buffer (CUDA IPC) and, per chunk, once the sender's
+//!    *ready* flag for this exchange arrives, one launch reads the sender's packed bytes and
+//!    writes them into its own ghost cells: transfer and unpack in one pass, no receive buffer.
+//!    A *consumed* flag back to the sender keeps the next exchange's pack from overwriting the
+//!    send buffer while it is read. The flags are 64-bit counters written into the other
+//!    rank's memory with `cuStreamWriteValue64` and waited for with `cuStreamWaitValue64`: the
+//!    streams order themselves, the host never waits. Pairs that cannot (another node, no peer
+//!    access, a rank that chose [`HaloTransport::Nccl`]) use NCCL; both kinds mix freely.
 //!
-//! The chunks ([`HaloSpec::chunks`], default [`DEFAULT_CHUNKS`]) make a pipeline on three
-//! streams of the exchange's own: chunk `k + 1` is packed while chunk `k` is on the wire and
-//! chunk `k - 1` is being unpacked, and the local copies run beside the transfers; the
-//! transfers' stream has the device's highest priority, so NCCL's kernels get multiprocessors
-//! ahead of the copy kernels. The communicator's stream starts and ends the exchange: the three
+//! The chunks ([`HaloSpec::chunks`], default [`DEFAULT_CHUNKS`]) make a pipeline on four
+//! streams of the exchange's own: chunk `k + 1` is packed while chunk `k` is on the wire (or
+//! being pulled) and chunk `k - 1` is being unpacked, and the local copies run beside the
+//! transfers; the transfers' and the pulls' streams have the device's highest priority, so
+//! their kernels get multiprocessors ahead of the copy kernels. The communicator's stream
+//! starts and ends the exchange: the four
 //! streams wait for it first, and it waits for them last, so
 //! to the caller the exchange is one stream-ordered operation like every NCCL operation of
 //! this crate: [`HaloExchange::exchange`] returns without waiting and the field is ready when
@@ -61,6 +76,7 @@
 
 mod exchange;
 mod geometry;
+mod peer;
 
 pub use exchange::{HaloExchange, HaloTimes};
 pub use geometry::{
@@ -69,3 +85,4 @@ pub use geometry::{
     HaloPlan, HaloSpec, LocalCopy, Message, Neighbours, ProcessGrid, DEFAULT_CHUNKS, GHOST_FILL,
     MAX_CHUNKS, MESSAGE_ALIGN,
 };
+pub use peer::HaloTransport;

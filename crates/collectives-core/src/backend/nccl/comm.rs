@@ -105,8 +105,9 @@ impl fmt::Debug for NcclComm {
     }
 }
 
-/// This rank's index among the ranks of its node, and their number.
-fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
+/// The ranks of `mpi` that share this rank's node (`MPI_Comm_split_type` with
+/// `MPI_COMM_TYPE_SHARED`), ordered as in `mpi`. Collective over `mpi`.
+pub(crate) fn node_comm(mpi: &MpiComm) -> Result<MpiComm> {
     // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split_type overwrites it.
     let mut local: mpi_ffi::MPI_Comm = unsafe { std::mem::zeroed() };
     // SAFETY: valid communicator, constants from rsmpi's shim, valid out-pointer.
@@ -121,12 +122,17 @@ fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
     };
     if rc != 0 {
         return Err(Error::invalid(
-            "from_mpi",
+            "node_comm",
             format!("MPI_Comm_split_type failed with code {rc}"),
         ));
     }
     // SAFETY: `local` was just created for this rank and is owned by nobody else.
-    let local = unsafe { MpiComm::from_raw(local) }?.with_checked(false);
+    Ok(unsafe { MpiComm::from_raw(local) }?.with_checked(false))
+}
+
+/// This rank's index among the ranks of its node, and their number.
+fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
+    let local = node_comm(mpi)?;
     Ok((local.rank(), local.size()))
 }
 

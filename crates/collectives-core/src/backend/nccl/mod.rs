@@ -25,5 +25,6 @@ mod comm;
 mod raw;
 mod request;
 
+pub(crate) use comm::node_comm;
 pub use comm::{GroupGuard, NcclComm, UnevenAlgorithm};
 pub use raw::cuda_driver_present;
