@@ -1,8 +1,8 @@
 //! GPU pack throughput of the generated kernels against copy baselines, on one GPU (no MPI): the
 //! benchmark behind `collbench pack` and the `pack_bench` example.
 //!
-//! For each layout: our pack (the generated kernel through [`Packer`], or one fused launch
-//! through [`FusedPacker`]) against
+//! For each layout: our pack (the generated kernel through [`Packer`], flat or by axes as
+//! [`crate::LaunchShape::for_plan`] picks, or one fused launch through [`FusedPacker`]) against
 //! (a) `cuMemcpyDtoDAsync` of the same number of bytes (the ceiling),
 //! (b) `cuMemcpy2DAsync` where the layout is 2-D (one dimension over a block),
 //! (c) one `cuMemcpyDtoDAsync` per block (what MPI libraries do); above
@@ -750,7 +750,8 @@ impl Bench {
             .collect();
         out(
             "Launch configuration sweep: ours GB/s by threads per block / grid (full = the whole \
-             LaunchShape grid, Nw = at most N waves, auto = GridCap::Auto)\n",
+             LaunchShape grid, Nw = at most N waves, auto = GridCap::Auto; a layout launched flat, \
+             see LaunchShape::flat_suits, uses at most 256 threads per block whatever the limit)\n",
         );
         let mut head = String::from("| layout |");
         let mut rule = String::from("|---|");

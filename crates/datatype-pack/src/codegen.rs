@@ -7,7 +7,19 @@
 //!
 //! # The generated kernels
 //!
-//! Each kernel implements the [`LaunchShape`] contract of its plan: grid-stride loops with x over
+//! A single plan's kernels ([`generate`]) implement the [`LaunchShape`] that
+//! [`LaunchShape::for_plan`] picks: flat or by axes. Fused kernels map every region flat
+//! ([`fused_shape`]): each region walks its own packed words over its own span of the fused
+//! grid.
+//!
+//! A flat kernel is the one-thread-per-word kernel: a 1-D grid-stride loop over the packed words,
+//! thread `i` on packed word `i` (packed offset `i * W`), its strided offset
+//! `START + i * W` for a contiguous plan and otherwise `START + (i % WPB) * W` plus the digits of
+//! `i / WPB` in the counts times the strides, every divisor a baked-in constant (a shift for a
+//! power of two). With the full grid each thread moves one word; under a capped grid the loop
+//! is unrolled four times, four loads in flight before the first store.
+//!
+//! A kernel by axes implements the axes contract of its plan: grid-stride loops with x over
 //! the words of a block, y over `counts[0]`, z over `counts[1]`, the outer dimensions looped
 //! inside the kernel, 64-bit index arithmetic. The block length in words, every count and every
 //! stride are baked into the source as constants, so the compiler strength-reduces the index
@@ -27,10 +39,20 @@
 //!   times.
 //!
 //! Both visit exactly the `(x, y, z, outer)` indices that the contract gives each thread, so
-//! every packed word is written once. A copy kernel runs the same loop nests over its source
-//! plan and writes each word at its strided offset plus a baked-in constant `DELTA` (the
-//! destination start minus the source start, modulo 2^64; the wrapping sum is the destination
-//! offset) instead of its packed offset.
+//! every packed word is written once.
+//!
+//! # Fused kernels
+//!
+//! A fused launch is one 1-D grid of `block_threads` threads per block whose thread blocks are
+//! partitioned among the regions (in proportion to their bytes, at least one each): region `r`
+//! owns blocks `first..end`. Thread `t` of block `b` in that span starts on word
+//! `i = (b - first) * T + t` of the region (`T` threads per block) and strides by the span's
+//! `(end - first) * T` threads: the flat loop of the region's plan, with the region's constants
+//! baked in, so any span (one block included) covers any number of words (64-bit indices). The
+//! packed offset of word `i` is the region's packed offset plus `i * W`. A fused copy kernel
+//! runs the same flat loop over its source plan and writes each word at its strided offset plus
+//! a baked-in constant `DELTA` (the destination start minus the source start, modulo 2^64; the
+//! wrapping sum is the destination offset) instead of a packed offset.
 //!
 //! Words of 1, 2, 4, 8 bytes move as `unsigned char`, `unsigned short`, `unsigned int`,
 //! `unsigned long long`; 16-byte words as a 16-byte-aligned struct of four `unsigned int`
@@ -49,7 +71,7 @@ use crate::plan::{LaunchLimits, LaunchShape, StridedBlock};
 
 /// Hashed into every kernel name; changes whenever the generated code changes, so that cached
 /// binaries of older code are never mistaken for the current one.
-const CODEGEN_VERSION: u64 = 1;
+const CODEGEN_VERSION: u64 = 3;
 
 /// How many loop trips the hot loop of a kernel unrolls.
 pub const UNROLL: u64 = 4;
@@ -72,7 +94,7 @@ impl Direction {
     }
 }
 
-/// What a region body does with the words its loops visit.
+/// What a flat body does with the words its loop visits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Move {
     /// Pack or unpack between the strided and the packed buffer.
@@ -137,23 +159,27 @@ fn hash_plan(h: &mut Fnv64, plan: &StridedBlock, word_size: u32) {
     h.u64(u64::from(word_size));
 }
 
-/// The hash that names the kernels of `plan` moved in words of `word_size` bytes by thread
-/// blocks of shape `block`.
-pub fn plan_hash(plan: &StridedBlock, word_size: u32, block: [u32; 3]) -> u64 {
+/// The hash that names the kernels of `plan` launched as `shape`: it covers the plan, the word
+/// size, the mapping (flat or by axes) and the thread-block shape, everything baked into the
+/// code.
+pub fn plan_hash(plan: &StridedBlock, shape: &LaunchShape) -> u64 {
     let mut h = Fnv64::new();
     h.u64(CODEGEN_VERSION).bytes(b"plan");
-    hash_plan(&mut h, plan, word_size);
-    for d in block {
+    hash_plan(&mut h, plan, shape.word_size());
+    h.u64(u64::from(shape.is_flat()));
+    for d in shape.block() {
         h.u64(u64::from(d));
     }
     h.finish()
 }
 
+/// Checks `word_size` and makes the launch shape with `make` (a [`LaunchShape`] constructor).
 fn check_word(
     op: &'static str,
     plan: &StridedBlock,
     word_size: u32,
     limits: &LaunchLimits,
+    make: fn(&StridedBlock, u32, &LaunchLimits) -> Result<LaunchShape>,
 ) -> Result<LaunchShape> {
     if word_type(word_size).is_none() {
         return Err(invalid(
@@ -161,7 +187,7 @@ fn check_word(
             format!("word size {word_size} is not 1, 2, 4, 8 or 16"),
         ));
     }
-    LaunchShape::with_limits(plan, word_size, limits)
+    make(plan, word_size, limits)
 }
 
 /// The kernels of one plan at one word size: CUDA C source and the names of its two
@@ -200,9 +226,10 @@ impl PlanKernels {
         }
     }
 
-    /// The launch shape the kernels implement: launch with its [`block`](LaunchShape::block)
-    /// (baked into the code) and any grid, [`grid`](LaunchShape::grid) or smaller
-    /// ([`cap_grid`]). A no-op shape means the plan is empty: launch nothing.
+    /// The launch shape the kernels implement ([`LaunchShape::for_plan`]: flat or by axes):
+    /// launch with its [`block`](LaunchShape::block) (baked into the code) and any grid,
+    /// [`grid`](LaunchShape::grid) or smaller ([`cap_grid`]). A no-op shape means the plan is
+    /// empty: launch nothing.
     pub fn shape(&self) -> &LaunchShape {
         &self.shape
     }
@@ -213,8 +240,9 @@ impl PlanKernels {
     }
 }
 
-/// Generates the pack and unpack kernels of `plan` in words of `word_size` bytes, with the
-/// thread-block shape of [`LaunchShape::new`] (blocks of up to 1024 threads).
+/// Generates the pack and unpack kernels of `plan` in words of `word_size` bytes, launched as
+/// [`LaunchShape::for_plan`] under [`LaunchLimits::CUDA`] (flat, or by axes with blocks of up to
+/// 1024 threads).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `word_size` is not 1, 2, 4, 8 or
@@ -223,9 +251,9 @@ pub fn generate(plan: &StridedBlock, word_size: u32) -> Result<PlanKernels> {
     generate_with_limits(plan, word_size, &LaunchLimits::CUDA)
 }
 
-/// As [`generate`], with the thread-block shape of [`LaunchShape::with_limits`] under `limits`
-/// (for example thread blocks of at most 256 threads). The block shape is baked into the code
-/// and hashed into the kernel names.
+/// As [`generate`], with the launch shape of [`LaunchShape::for_plan`] under `limits` (for
+/// example thread blocks of at most 256 threads). The mapping and the block shape are baked into
+/// the code and hashed into the kernel names.
 ///
 /// # Errors
 /// As [`generate`]; also [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero
@@ -235,8 +263,14 @@ pub fn generate_with_limits(
     word_size: u32,
     limits: &LaunchLimits,
 ) -> Result<PlanKernels> {
-    let shape = check_word("codegen::generate", plan, word_size, limits)?;
-    let hash = plan_hash(plan, word_size, shape.block());
+    let shape = check_word(
+        "codegen::generate",
+        plan,
+        word_size,
+        limits,
+        LaunchShape::for_plan,
+    )?;
+    let hash = plan_hash(plan, &shape);
     let pack_name = format!("dtp_pack_{hash:016x}");
     let unpack_name = format!("dtp_unpack_{hash:016x}");
     let mut src = String::new();
@@ -252,24 +286,43 @@ pub fn generate_with_limits(
     );
     let _ = writeln!(
         src,
-        "// launch: block {:?}, grid up to {:?} (any grid is correct)\n",
+        "// launch: {}, block {:?}, grid up to {:?} (any grid is correct)\n",
+        if shape.is_flat() { "flat" } else { "by axes" },
         shape.block(),
         shape.grid()
     );
     let threads = shape.threads_per_block();
+    if shape.is_flat() {
+        flat_offset(&mut src, "dtp_flat_offset", plan, shape.word_size());
+    }
     for dir in [Direction::Pack, Direction::Unpack] {
         let body = format!("dtp_body_{}", dir.name());
-        region_body(&mut src, &body, plan, &shape, Move::Packed(dir), None);
         let name = match dir {
             Direction::Pack => &pack_name,
             Direction::Unpack => &unpack_name,
+        };
+        let args = if shape.is_flat() {
+            flat_body(
+                &mut src,
+                &body,
+                "dtp_flat_offset",
+                &shape,
+                Move::Packed(dir),
+            );
+            format!(
+                "(dtp_u64)blockIdx.x * {threads}ull + threadIdx.x, (dtp_u64)gridDim.x * {threads}ull"
+            )
+        } else {
+            region_body(&mut src, &body, plan, &shape, dir);
+            "blockIdx.x, blockIdx.y, blockIdx.z,\n\
+             \x20       threadIdx.x, threadIdx.y, threadIdx.z, gridDim.x, gridDim.y, gridDim.z"
+                .to_string()
         };
         let _ = writeln!(
             src,
             "extern \"C\" __global__ void __launch_bounds__({threads}) {name}(\n\
              \x20   const unsigned char* __restrict__ src, unsigned char* __restrict__ dst)\n{{\n\
-             \x20   {body}(src, dst, blockIdx.x, blockIdx.y, blockIdx.z,\n\
-             \x20       threadIdx.x, threadIdx.y, threadIdx.z, gridDim.x, gridDim.y, gridDim.z);\n}}\n"
+             \x20   {body}(src, dst, {args});\n}}\n"
         );
     }
     Ok(PlanKernels {
@@ -313,23 +366,14 @@ fn prelude(src: &mut String) {
     );
 }
 
-/// Fixed grid of a fused region, baked into the code.
-#[derive(Debug, Clone, Copy)]
-struct FixedGrid {
-    grid: [u32; 3],
-}
-
 /// Emits `static __device__ void NAME(in, out, bx, by, bz, tx, ty, tz, gx, gy, gz)`, the loops
-/// of one plan for one thread whose (virtual) block and thread indices and grid size are given.
-/// `fixed` bakes a grid in (fused kernels); the grid arguments are then ignored. For a copy,
-/// `plan` is the source plan.
+/// by axes of one plan for one thread whose block and thread indices and grid size are given.
 fn region_body(
     src: &mut String,
     name: &str,
     plan: &StridedBlock,
     shape: &LaunchShape,
-    mv: Move,
-    fixed: Option<FixedGrid>,
+    dir: Direction,
 ) {
     let w = u64::from(shape.word_size());
     let wt = word_type(shape.word_size()).unwrap_or("unsigned char");
@@ -359,56 +403,21 @@ fn region_body(
         s0 = s(0),
         s1 = s(1),
     );
-    if let Move::Copy { delta } = mv {
-        let _ = writeln!(
-            src,
-            "    constexpr dtp_u64 DELTA = {delta}ull; // destination start - source start, mod 2^64"
-        );
-    }
-    if let Some(FixedGrid { grid: [gx, gy, gz] }) = fixed {
-        let _ = writeln!(
-            src,
-            "    (void)gx; (void)gy; (void)gz;\n\
-             \x20   constexpr dtp_u64 GX = {gx}ull, GY = {gy}ull, GZ = {gz}ull;"
-        );
-    } else {
-        src.push_str("    const dtp_u64 GX = gx, GY = gy, GZ = gz;\n");
-    }
+    src.push_str("    const dtp_u64 GX = gx, GY = gy, GZ = gz;\n");
     src.push_str(
         "    const dtp_u64 x0 = bx * BX + tx, y0 = by * BY + ty, z0 = bz * BZ + tz;\n\
          \x20   if (x0 >= EX || y0 >= EY || z0 >= EZ) return;\n\
          \x20   const dtp_u64 sx = GX * BX, sy = GY * BY, sz = GZ * BZ;\n\
          \x20   (void)sx;\n",
     );
-    // Pack reads the strided side and writes the packed side; unpack the other way round; a copy
-    // reads the source's strided side and writes the destination's (in the packed offset's
-    // place).
-    let in_is_strided = mv != Move::Packed(Direction::Unpack);
-    let is_copy = matches!(mv, Move::Copy { .. });
+    // Pack reads the strided side and writes the packed side; unpack the other way round.
+    let in_is_strided = dir == Direction::Pack;
     let copy = |src: &mut String, indent: &str, pairs: &[(String, String)]| {
-        // pairs: (strided offset, packed or destination offset); all loads first, then all
-        // stores.
-        for (i, (so, po)) in pairs.iter().enumerate() {
-            let from = if in_is_strided { so } else { po };
-            let _ = writeln!(
-                src,
-                "{indent}const word v{i} = *reinterpret_cast<const word*>(in + ({from}));"
-            );
-        }
-        for (i, (so, po)) in pairs.iter().enumerate() {
-            let to = if in_is_strided { po } else { so };
-            let _ = writeln!(
-                src,
-                "{indent}*reinterpret_cast<word*>(out + ({to})) = v{i};"
-            );
-        }
+        copy_words(src, indent, in_is_strided, pairs);
     };
     let outer = plan.counts().get(2..).unwrap_or(&[]);
     let open_outer = |src: &mut String| {
-        if outer.is_empty() && is_copy {
-            // A copy has no packed offset, so no use for the outer index.
-            src.push_str("        { const dtp_u64 so = 0;\n");
-        } else if outer.is_empty() {
+        if outer.is_empty() {
             src.push_str("        { const dtp_u64 o = 0, so = 0;\n");
         } else {
             let total: u64 = outer.iter().product();
@@ -448,13 +457,8 @@ fn region_body(
             "            for (dtp_u64 z = z0; z < EZ; z += sz) {\n\
              \x20               const dtp_u64 sb = START + so + z * S1 + xb;\n",
         );
-        if is_copy {
-            src.push_str("                const dtp_u64 db = sb + DELTA;\n");
-        } else {
-            src.push_str("                const dtp_u64 pb = (z + EZ * o) * (EY * BL) + xb;\n");
-        }
+        src.push_str("                const dtp_u64 pb = (z + EZ * o) * (EY * BL) + xb;\n");
         src.push_str("                dtp_u64 y = y0;\n");
-        let (ob, os) = if is_copy { ("db", "S0") } else { ("pb", "BL") };
         let _ = writeln!(
             src,
             "                for (; y + {m}ull * sy < EY; y += {u}ull * sy) {{",
@@ -467,7 +471,7 @@ fn region_body(
                 } else {
                     format!("(y + {i}ull * sy)")
                 };
-                (format!("sb + {yi} * S0"), format!("{ob} + {yi} * {os}"))
+                (format!("sb + {yi} * S0"), format!("pb + {yi} * BL"))
             })
             .collect();
         copy(src, "                    ", &pairs);
@@ -478,7 +482,7 @@ fn region_body(
         copy(
             src,
             "                    ",
-            &[("sb + y * S0".to_string(), format!("{ob} + y * {os}"))],
+            &[("sb + y * S0".to_string(), "pb + y * BL".to_string())],
         );
         src.push_str("                }\n            }\n        }\n");
     }
@@ -490,13 +494,8 @@ fn region_body(
              \x20               for (dtp_u64 y = y0; y < EY; y += sy) {\n\
              \x20                   const dtp_u64 sb = START + so + z * S1 + y * S0;\n",
         );
-        if is_copy {
-            src.push_str("                    const dtp_u64 db = sb + DELTA;\n");
-        } else {
-            src.push_str("                    const dtp_u64 pb = ((z + EZ * o) * EY + y) * BL;\n");
-        }
+        src.push_str("                    const dtp_u64 pb = ((z + EZ * o) * EY + y) * BL;\n");
         src.push_str("                    dtp_u64 x = x0;\n");
-        let ob = if is_copy { "db" } else { "pb" };
         let _ = writeln!(
             src,
             "                    for (; x + {m}ull * sx < EX; x += {u}ull * sx) {{",
@@ -509,7 +508,7 @@ fn region_body(
                 } else {
                     format!("(x + {i}ull * sx)")
                 };
-                (format!("sb + {xi} * W"), format!("{ob} + {xi} * W"))
+                (format!("sb + {xi} * W"), format!("pb + {xi} * W"))
             })
             .collect();
         copy(src, "                        ", &pairs);
@@ -520,10 +519,115 @@ fn region_body(
         copy(
             src,
             "                        ",
-            &[("sb + x * W".to_string(), format!("{ob} + x * W"))],
+            &[("sb + x * W".to_string(), "pb + x * W".to_string())],
         );
         src.push_str("                    }\n                }\n            }\n        }\n");
     }
+    src.push_str("    }\n}\n\n");
+}
+
+/// Emits the copies of `pairs` (strided offset, packed or destination offset), all loads first,
+/// then all stores: from the strided side to the other if `in_is_strided`, else the other way.
+fn copy_words(src: &mut String, indent: &str, in_is_strided: bool, pairs: &[(String, String)]) {
+    for (i, (so, po)) in pairs.iter().enumerate() {
+        let from = if in_is_strided { so } else { po };
+        let _ = writeln!(
+            src,
+            "{indent}const word v{i} = *reinterpret_cast<const word*>(in + ({from}));"
+        );
+    }
+    for (i, (so, po)) in pairs.iter().enumerate() {
+        let to = if in_is_strided { po } else { so };
+        let _ = writeln!(
+            src,
+            "{indent}*reinterpret_cast<word*>(out + ({to})) = v{i};"
+        );
+    }
+}
+
+/// Emits `static __device__ dtp_u64 NAME(dtp_u64 i)`: the strided byte offset of packed word `i`
+/// of `plan` in words of `w` bytes (the flat contract of [`LaunchShape`]).
+fn flat_offset(src: &mut String, name: &str, plan: &StridedBlock, w: u32) {
+    let start = plan.start();
+    let _ = writeln!(
+        src,
+        "// The strided offset of packed word i.\n\
+         static __device__ __forceinline__ dtp_u64 {name}(dtp_u64 i)\n{{"
+    );
+    if plan.is_contiguous() {
+        let _ = writeln!(
+            src,
+            "    // Contiguous: packed word i is strided word i.\n    return {start}ull + i * {w}ull;\n}}\n"
+        );
+        return;
+    }
+    let words = plan.block_len() / u64::from(w);
+    let _ = writeln!(
+        src,
+        "    dtp_u64 b = i / {words}ull; // the block\n\
+         \x20   dtp_u64 off = {start}ull + (i % {words}ull) * {w}ull;"
+    );
+    let last = plan.ndims() - 1;
+    for (k, (&n, &s)) in plan.counts().iter().zip(plan.strides()).enumerate() {
+        if k == last {
+            let _ = writeln!(src, "    off += b * {s}ull;");
+        } else {
+            let _ = writeln!(src, "    off += (b % {n}ull) * {s}ull; b /= {n}ull;");
+        }
+    }
+    src.push_str("    return off;\n}\n\n");
+}
+
+/// Emits `static __device__ void NAME(in, out, i, step)`, the flat loop of one thread: packed
+/// words `i, i + step, ...` below the shape's word count, the strided offset of each from the
+/// function `offset` ([`flat_offset`]). A copy (`mv`) writes each word at its strided offset
+/// plus `DELTA` rather than at its packed offset.
+fn flat_body(src: &mut String, name: &str, offset: &str, shape: &LaunchShape, mv: Move) {
+    let w = shape.word_size();
+    let wt = word_type(w).unwrap_or("unsigned char");
+    let n = shape.extents()[0];
+    let _ = writeln!(
+        src,
+        "static __device__ __forceinline__ void {name}(\n\
+         \x20   const unsigned char* __restrict__ in, unsigned char* __restrict__ out,\n\
+         \x20   dtp_u64 i, dtp_u64 step)\n{{\n\
+         \x20   typedef {wt} word;\n\
+         \x20   constexpr dtp_u64 W = {w}ull, N = {n}ull;"
+    );
+    if let Move::Copy { delta } = mv {
+        let _ = writeln!(
+            src,
+            "    constexpr dtp_u64 DELTA = {delta}ull; // destination start - source start, mod 2^64"
+        );
+    }
+    // Pack and copy read the (source's) strided side; unpack reads the packed side.
+    let in_is_strided = mv != Move::Packed(Direction::Unpack);
+    let pair = |j: String| {
+        let to = match mv {
+            Move::Packed(_) => format!("({j}) * W"),
+            Move::Copy { .. } => format!("{offset}({j}) + DELTA"),
+        };
+        (format!("{offset}({j})"), to)
+    };
+    let u = UNROLL;
+    let _ = writeln!(
+        src,
+        "    // A capped grid: several words per thread, {u} loads in flight.\n\
+         \x20   for (; i + {m}ull * step < N; i += {u}ull * step) {{",
+        m = u - 1
+    );
+    let pairs: Vec<(String, String)> = (0..u)
+        .map(|k| {
+            pair(if k == 0 {
+                "i".to_string()
+            } else {
+                format!("i + {k}ull * step")
+            })
+        })
+        .collect();
+    copy_words(src, "        ", in_is_strided, &pairs);
+    src.push_str("    }\n    for (; i < N; i += step) {\n");
+    copy_words(src, "        ", in_is_strided, &[pair("i".to_string())]);
     src.push_str("    }\n}\n\n");
 }
 
@@ -582,10 +686,32 @@ impl FusedKernels {
     }
 }
 
+/// The launch shape of one region of a fused launch ([`generate_fused`],
+/// [`generate_fused_copy`]): [`LaunchShape::flat`], whatever the plan (3 words per block, more
+/// than two dimensions and contiguous plans included). Its grid is the region's full grid,
+/// which the fused launch caps at the region's share of the budget; its block is the thread
+/// count of every region ([`FLAT_THREADS`](crate::plan::FLAT_THREADS), or fewer under
+/// smaller limits).
+///
+/// A region never keeps the mapping by axes: flat, a warp moves 32 consecutive packed words
+/// whatever the block length (by axes, a 3-word block pads x to 4 threads), and the spans of
+/// the fused grid are 1-D already. The price is a few multiplications by constants per word
+/// (the divisions by the counts), which the one-thread-per-word kernel pays too.
+///
+/// # Errors
+/// As [`LaunchShape::flat`].
+pub fn fused_shape(
+    plan: &StridedBlock,
+    word_size: u32,
+    limits: &LaunchLimits,
+) -> Result<LaunchShape> {
+    LaunchShape::flat(plan, word_size, limits)
+}
+
 /// Generates fused pack and unpack kernels for `regions`, region `i` moved in words of
-/// `words[i]` bytes by the thread-block shape of its [`LaunchShape`] under `limits`, with at
-/// most about `max_blocks` thread blocks in all (each non-empty region gets at least one; the
-/// budget is shared in proportion to packed bytes).
+/// `words[i]` bytes by the flat loop of its [`fused_shape`] under `limits`, with at most about
+/// `max_blocks` thread blocks in all (each non-empty region gets at least one; the budget is
+/// shared in proportion to packed bytes).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `words` and `regions` differ in
@@ -601,7 +727,7 @@ pub fn generate_fused(
     check_word_count(OP, regions.len(), words.len())?;
     let mut shapes = Vec::with_capacity(regions.len());
     for (r, &w) in regions.iter().zip(words) {
-        let shape = check_word(OP, r.plan(), w, limits)?;
+        let shape = check_word(OP, r.plan(), w, limits, fused_shape)?;
         if r.packed_offset() % u64::from(w) != 0 {
             return Err(invalid(
                 OP,
@@ -639,33 +765,28 @@ pub fn generate_fused(
         regions.len(),
         block_threads
     );
-    for (i, ((r, shape), g)) in regions.iter().zip(&shapes).zip(&part.grids).enumerate() {
+    for (i, (r, shape)) in regions.iter().zip(&shapes).enumerate() {
         if part.spans[i].0 == part.spans[i].1 {
             continue;
         }
         let _ = writeln!(
             src,
             "// region {i}: plan start {}, block length {}, counts {:?}, strides {:?}; packed at {}; \
-             {}-byte words; block {:?}, grid {:?}",
+             {} words of {} bytes, flat over thread blocks {:?}",
             r.plan().start(),
             r.plan().block_len(),
             r.plan().counts(),
             r.plan().strides(),
             r.packed_offset(),
+            shape.extents()[0],
             shape.word_size(),
-            shape.block(),
-            g
+            part.spans[i],
         );
+        let offset = format!("dtp_r{i}_offset");
+        flat_offset(&mut src, &offset, r.plan(), shape.word_size());
         for dir in [Direction::Pack, Direction::Unpack] {
             let body = format!("dtp_r{i}_{}", dir.name());
-            region_body(
-                &mut src,
-                &body,
-                r.plan(),
-                shape,
-                Move::Packed(dir),
-                Some(FixedGrid { grid: *g }),
-            );
+            flat_body(&mut src, &body, &offset, shape, Move::Packed(dir));
         }
     }
     for dir in [Direction::Pack, Direction::Unpack] {
@@ -705,7 +826,7 @@ fn check_word_count(op: &'static str, regions: usize, words: usize) -> Result<()
 /// How the thread blocks of a fused launch are shared among its regions.
 #[derive(Debug, Clone)]
 struct Partition {
-    /// Each region's fixed grid (all zero for an empty region).
+    /// Each region's grid, `[blocks, 1, 1]` for its flat shape (all zero for an empty region).
     grids: Vec<[u32; 3]>,
     /// Threads per thread block: the most any non-empty region's shape has.
     block_threads: u32,
@@ -756,8 +877,9 @@ fn partition(shapes: &[LaunchShape], bytes: &[u64], max_blocks: u64) -> Partitio
     }
 }
 
-/// Emits the `extern "C"` kernel `name(src, dst)` of a fused launch: thread block `b` runs, as
-/// virtual block `b - first` of its region's fixed grid, the region whose span holds it.
+/// Emits the `extern "C"` kernel `name(src, dst)` of a fused launch: thread `t` of thread block
+/// `b` runs the flat body of the region whose span `first..end` holds `b`, from word
+/// `(b - first) * T + t` in steps of `(end - first) * T` (`T` the region's threads per block).
 /// `call(i)` gives region `i`'s body and its two buffer arguments.
 fn fused_entry(
     src: &mut String,
@@ -777,20 +899,22 @@ fn fused_entry(
         if first == end {
             continue;
         }
-        let [gx, gy, _] = part.grids[i];
-        let [bx, by, _] = shape.block();
         let tpb = shape.threads_per_block();
         let (body, a_in, a_out) = call(i);
+        // Every region of a fused launch has the same threads per block (see `fused_shape`);
+        // should one have fewer, its extra threads sit out.
+        let guard = if tpb < block_threads {
+            format!("if (t < {tpb}ull) ")
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             src,
             "    if (b < {end}ull) {{\n\
-             \x20       const dtp_u64 l = b - {first}ull;\n\
-             \x20       if (t < {tpb}ull)\n\
-             \x20           {body}({a_in}, {a_out},\n\
-             \x20               l % {gx}ull, (l / {gx}ull) % {gy}ull, l / ({gx}ull * {gy}ull),\n\
-             \x20               t % {bx}ull, (t / {bx}ull) % {by}ull, t / ({bx}ull * {by}ull), 0, 0, 0);\n\
+             \x20       {guard}{body}({a_in}, {a_out}, (b - {first}ull) * {tpb}ull + t, {step}ull);\n\
              \x20       return;\n\
-             \x20   }}"
+             \x20   }}",
+            step = (end - first) * u64::from(tpb),
         );
     }
     src.push_str("}\n\n");
@@ -838,8 +962,8 @@ impl FusedCopyKernels {
 }
 
 /// Generates a fused copy kernel for `regions`, region `i` moved in words of `words[i]` bytes
-/// (see [`CopyRegion::word_size`]) by the thread-block shape of its source plan's
-/// [`LaunchShape`] under `limits`, with at most about `max_blocks` thread blocks in all (shared
+/// (see [`CopyRegion::word_size`]) by the flat loop of its source plan's [`fused_shape`] under
+/// `limits`, with at most about `max_blocks` thread blocks in all (shared
 /// in proportion to the bytes each region copies, at least one each), as
 /// [`generate_fused`].
 ///
@@ -859,7 +983,7 @@ pub fn generate_fused_copy(
     crate::fused::check_copy(regions)?;
     let mut shapes = Vec::with_capacity(regions.len());
     for (r, &w) in regions.iter().zip(words) {
-        let shape = check_word(OP, r.src(), w, limits)?;
+        let shape = check_word(OP, r.src(), w, limits, fused_shape)?;
         if !r.src().is_empty() && r.dst_start() % u64::from(w) != 0 {
             return Err(invalid(
                 OP,
@@ -895,32 +1019,33 @@ pub fn generate_fused_copy(
         regions.len(),
         part.block_threads
     );
-    for (i, ((r, shape), g)) in regions.iter().zip(&shapes).zip(&part.grids).enumerate() {
+    for (i, (r, shape)) in regions.iter().zip(&shapes).enumerate() {
         if part.spans[i].0 == part.spans[i].1 {
             continue;
         }
         let _ = writeln!(
             src,
             "// region {i}: source start {}, destination start {}, block length {}, counts {:?}, \
-             strides {:?}; {}-byte words; block {:?}, grid {:?}",
+             strides {:?}; {} words of {} bytes, flat over thread blocks {:?}",
             r.src().start(),
             r.dst_start(),
             r.src().block_len(),
             r.src().counts(),
             r.src().strides(),
+            shape.extents()[0],
             shape.word_size(),
-            shape.block(),
-            g
+            part.spans[i],
         );
-        region_body(
+        let offset = format!("dtp_c{i}_offset");
+        flat_offset(&mut src, &offset, r.src(), shape.word_size());
+        flat_body(
             &mut src,
             &format!("dtp_c{i}_copy"),
-            r.src(),
+            &offset,
             shape,
             Move::Copy {
                 delta: r.dst_start().wrapping_sub(r.src().start()),
             },
-            Some(FixedGrid { grid: *g }),
         );
     }
     fused_entry(&mut src, &name, &part, &shapes, |i| {
@@ -1038,16 +1163,87 @@ mod tests {
 
     #[test]
     fn long_blocks_get_the_word_loop() {
-        // 1 MiB blocks: more words than a thread block's x extent.
-        let p = StridedBlock::new(0, 1 << 20, vec![4], vec![1 << 21]).unwrap();
+        // Blocks of 1 MiB + 48 bytes (65,539 words, so mapped by axes): more words than a thread
+        // block's x extent.
+        let p = StridedBlock::new(0, (1 << 20) + 48, vec![4], vec![1 << 21]).unwrap();
         let k = generate(&p, 16).unwrap();
+        assert!(!k.shape().is_flat());
         assert!(k.source().contains("if (sx >= EX)"));
         assert!(k.source().contains("x += 4ull * sx"));
         // Short blocks: only the unrolled loop over blocks.
-        let p = StridedBlock::new(0, 8, vec![1000], vec![512]).unwrap();
+        let p = StridedBlock::new(0, 24, vec![1000], vec![512]).unwrap();
         let k = generate(&p, 8).unwrap();
+        assert!(!k.shape().is_flat());
         assert!(!k.source().contains("if (sx >= EX)"));
         assert!(k.source().contains("y += 4ull * sy"));
+    }
+
+    #[test]
+    fn flat_kernels() {
+        // Contiguous: the strided offset is the packed one plus the start.
+        let p = StridedBlock::new(0, 4 << 20, vec![], vec![]).unwrap();
+        let k = generate(&p, 16).unwrap();
+        assert!(k.shape().is_flat());
+        let s = k.source();
+        for needle in [
+            "// launch: flat, block [256, 1, 1], grid up to [1024, 1, 1]",
+            "return 0ull + i * 16ull;",
+            "constexpr dtp_u64 W = 16ull, N = 262144ull;",
+            "typedef dtp_w16 word;",
+            "i + 3ull * step < N; i += 4ull * step",
+            "for (; i < N; i += step)",
+            "(dtp_u64)blockIdx.x * 256ull + threadIdx.x, (dtp_u64)gridDim.x * 256ull",
+            "*reinterpret_cast<word*>(out + ((i) * W)) = v0;",
+            "*reinterpret_cast<word*>(out + (dtp_flat_offset(i))) = v0;",
+        ] {
+            assert!(s.contains(needle), "{needle} missing from\n{s}");
+        }
+        assert!(s.contains(&format!(
+            "extern \"C\" __global__ void __launch_bounds__(256) {}(",
+            k.pack_name()
+        )));
+        assert!(s.contains(&format!("{}(", k.unpack_name())));
+        assert!(!s.contains("blockIdx.y") && !s.contains("% "));
+        let count = |c: char| s.chars().filter(|&x| x == c).count();
+        assert_eq!(count('{'), count('}'));
+        assert_eq!(count('('), count(')'));
+        // A non-canonical contiguous plan: the same offsets, no digits.
+        let q = StridedBlock::new(4, 4, vec![3, 1, 2], vec![4, 99, 12]).unwrap();
+        let k = generate(&q, 4).unwrap();
+        assert!(k.shape().is_flat() && k.source().contains("return 4ull + i * 4ull;"));
+        // 1-byte blocks at stride 512, and 2-byte blocks in two dimensions: digits of the
+        // block index by constants.
+        let p = StridedBlock::new(3, 1, vec![1 << 20], vec![512]).unwrap();
+        let s = generate(&p, 1).unwrap().source().to_string();
+        assert!(s.contains("dtp_u64 b = i / 1ull;") && s.contains("off += b * 512ull;"));
+        assert!(s.contains("dtp_u64 off = 3ull + (i % 1ull) * 1ull;"));
+        let p = StridedBlock::new(2, 2, vec![1000, 70], vec![6, 7000]).unwrap();
+        let s = generate(&p, 2).unwrap().source().to_string();
+        assert!(s.contains("off += (b % 1000ull) * 6ull; b /= 1000ull;"));
+        assert!(s.contains("off += b * 7000ull;"));
+        // Fewer threads per block under smaller limits.
+        let small = LaunchLimits {
+            max_threads_per_block: 128,
+            ..LaunchLimits::CUDA
+        };
+        let k = generate_with_limits(&p, 2, &small).unwrap();
+        assert_eq!(k.shape().block(), [128, 1, 1]);
+        assert!(k.source().contains("__launch_bounds__(128)"));
+        assert!(k.source().contains("(dtp_u64)gridDim.x * 128ull"));
+        // The mapping is part of the name.
+        let flat = LaunchShape::flat(&p, 2, &LaunchLimits::CUDA).unwrap();
+        let mut axes = LaunchShape::with_limits(&p, 2, &small).unwrap();
+        assert_eq!(axes.block(), [1, 128, 1]);
+        assert_ne!(plan_hash(&p, &flat), plan_hash(&p, &axes));
+        axes = LaunchShape::with_limits(&p, 2, &LaunchLimits::CUDA).unwrap();
+        assert_ne!(plan_hash(&p, &flat), plan_hash(&p, &axes));
+        assert_eq!(
+            plan_hash(&p, &flat),
+            plan_hash(
+                &p,
+                &LaunchShape::for_plan(&p, 2, &LaunchLimits::CUDA).unwrap()
+            )
+        );
     }
 
     #[test]
@@ -1123,12 +1319,15 @@ mod tests {
         )));
         assert!(s.contains(&format!("DELTA = {}ull", (1u64 << 20) - 8)));
         assert!(s.contains(&format!("DELTA = {}ull", 32u64.wrapping_sub(64))));
-        assert!(s.contains("const dtp_u64 db = sb + DELTA;"));
-        assert!(s.contains("db + y * S0"));
+        // Flat: each word's destination is its source offset plus DELTA.
+        assert!(s.contains("*reinterpret_cast<word*>(out + (dtp_c0_offset(i) + DELTA)) = v0;"));
+        assert!(
+            s.contains("const word v0 = *reinterpret_cast<const word*>(in + (dtp_c2_offset(i)));")
+        );
         assert!(s.contains("dtp_c0_copy(src, dst,") && s.contains("dtp_c2_copy(src, dst,"));
-        assert!(!s.contains("dtp_c1_copy"));
+        assert!(!s.contains("dtp_c1_copy") && !s.contains("dtp_c1_offset"));
         // No packed offsets anywhere.
-        assert!(!s.contains("pb"));
+        assert!(!s.contains("* W)") && !s.contains("blockIdx.y"));
         let count = |c: char| s.chars().filter(|&x| x == c).count();
         assert_eq!(count('{'), count('}'));
         assert_eq!(count('('), count(')'));
@@ -1155,8 +1354,302 @@ mod tests {
             1 << 24,
         )];
         let k = generate_fused_copy(&long, &[16], 1000, &LaunchLimits::CUDA).unwrap();
-        assert!(k.source().contains("if (sx >= EX)"));
-        assert!(k.source().contains("db + x * W"));
+        assert!(k
+            .source()
+            .contains("constexpr dtp_u64 W = 16ull, N = 262144ull;"));
+        assert!(k
+            .source()
+            .contains("dtp_u64 b = i / 65536ull; // the block"));
+        assert!(k
+            .source()
+            .contains("dtp_c0_offset(i + 3ull * step) + DELTA"));
+    }
+
+    /// The regions of a fused launch as its flat kernels see them: (plan, word size) each.
+    type FlatRegions<'a> = Vec<(&'a StridedBlock, u32)>;
+
+    /// Runs the fused flat contract on the CPU, thread by thread, as the generated entry and
+    /// bodies do: thread `t` of block `b` finds the region whose span holds `b`, starts on word
+    /// `(b - first) * T + t` and strides by `(end - first) * T`. Calls `visit(region, i,
+    /// strided offset)` for every word a thread moves; returns each region's hit count per
+    /// packed word.
+    fn emulate_fused(
+        spans: &[(u64, u64)],
+        block_threads: u32,
+        grid_blocks: u32,
+        regions: &FlatRegions<'_>,
+        limits: &LaunchLimits,
+        mut visit: impl FnMut(usize, u64, u64),
+    ) -> Vec<Vec<u32>> {
+        let shapes: Vec<LaunchShape> = regions
+            .iter()
+            .map(|&(p, w)| fused_shape(p, w, limits).unwrap())
+            .collect();
+        let mut hits: Vec<Vec<u32>> = shapes
+            .iter()
+            .map(|l| vec![0; l.extents()[0] as usize])
+            .collect();
+        for b in 0..u64::from(grid_blocks) {
+            let r = spans
+                .iter()
+                .position(|&(first, end)| first < end && b < end)
+                .expect("every block belongs to a region");
+            let (first, end) = spans[r];
+            assert!(b >= first);
+            let tpb = u64::from(shapes[r].threads_per_block());
+            assert!(tpb <= u64::from(block_threads));
+            let (p, w) = regions[r];
+            for t in 0..tpb {
+                let (mut i, step) = ((b - first) * tpb + t, (end - first) * tpb);
+                while i < shapes[r].extents()[0] {
+                    visit(r, i, crate::plan::flat_word_offset(p, u64::from(w), i));
+                    hits[r][i as usize] += 1;
+                    i += step;
+                }
+            }
+        }
+        hits
+    }
+
+    /// Halo-like regions with 3-word blocks (24-byte blocks in 8-byte words, 12-byte blocks in
+    /// 4-byte words), mixed word sizes, more than two dimensions, a contiguous region and an
+    /// empty one; disjoint in the strided buffer.
+    fn flat_test_plans() -> Vec<StridedBlock> {
+        vec![
+            // The x face of a halo: 24-byte blocks, rows, planes, quantities.
+            StridedBlock::new(8, 24, vec![6, 5, 2], vec![80, 80 * 7, 80 * 7 * 6]).unwrap(),
+            StridedBlock::new(7_000, 12, vec![9, 4], vec![20, 200]).unwrap(),
+            StridedBlock::new(8_001, 3, vec![11], vec![5]).unwrap(),
+            StridedBlock::empty(),
+            StridedBlock::new(8_200, 16, vec![4, 3, 2, 2], vec![32, 160, 500, 1_100]).unwrap(),
+            StridedBlock::new(12_000, 1_000, vec![], vec![]).unwrap(),
+            StridedBlock::new(13_002, 2, vec![50], vec![6]).unwrap(),
+        ]
+    }
+
+    #[test]
+    fn fused_flat_contract_matches_the_cpu_reference() {
+        let plans = flat_test_plans();
+        let regions = crate::fused::layout(&plans).unwrap();
+        let extent = crate::fused::extent_end(&regions) as usize;
+        let packed = crate::fused::packed_size(&regions) as usize;
+        let tiny = LaunchLimits {
+            max_grid: [3, 2, 2],
+            max_block: [8, 2, 2],
+            max_threads_per_block: 8,
+        };
+        let strided: Vec<u8> = (0..extent).map(|i| (i * 7 + 3) as u8).collect();
+        let packed_in: Vec<u8> = (0..packed).map(|i| (i * 5 + 1) as u8).collect();
+        // Word sizes: the widest each region allows, and 1 byte for all.
+        let widest: Vec<u32> = regions
+            .iter()
+            .map(|r| r.plan().word_size(0, r.packed_offset()))
+            .collect();
+        assert!(widest.contains(&8) && widest.contains(&4) && widest.contains(&1));
+        for words in [widest.clone(), vec![1; regions.len()]] {
+            for limits in [&tiny, &LaunchLimits::CUDA] {
+                // One block per region (the grid-stride loop does everything), a few, all.
+                for max_blocks in [1, 2, 7, 40, u64::MAX] {
+                    let k = generate_fused(&regions, &words, max_blocks, limits).unwrap();
+                    let flat: FlatRegions<'_> = regions
+                        .iter()
+                        .map(|r| r.plan())
+                        .zip(words.clone())
+                        .collect();
+                    if max_blocks == 1 {
+                        // One block each for the non-empty regions.
+                        assert!(k.spans().iter().all(|&(a, b)| b - a <= 1));
+                    }
+                    let mut got = vec![0u8; packed];
+                    let hits = emulate_fused(
+                        k.spans(),
+                        k.block_threads(),
+                        k.grid_blocks(),
+                        &flat,
+                        limits,
+                        |r, i, so| {
+                            let w = u64::from(words[r]);
+                            let d = (regions[r].packed_offset() + i * w) as usize;
+                            let so = so as usize;
+                            got[d..d + w as usize].copy_from_slice(&strided[so..so + w as usize]);
+                        },
+                    );
+                    assert!(
+                        hits.iter().flatten().all(|&h| h == 1),
+                        "{words:?} {max_blocks}"
+                    );
+                    let mut want = vec![0u8; packed];
+                    crate::fused::pack(&regions, &strided, &mut want).unwrap();
+                    assert_eq!(got, want, "pack {words:?} {max_blocks}");
+                    // Unpack: the same visits, the other way.
+                    let mut got = vec![0xA5u8; extent];
+                    emulate_fused(
+                        k.spans(),
+                        k.block_threads(),
+                        k.grid_blocks(),
+                        &flat,
+                        limits,
+                        |r, i, so| {
+                            let w = u64::from(words[r]) as usize;
+                            let s = regions[r].packed_offset() as usize + i as usize * w;
+                            let so = so as usize;
+                            got[so..so + w].copy_from_slice(&packed_in[s..s + w]);
+                        },
+                    );
+                    let mut want = vec![0xA5u8; extent];
+                    crate::fused::unpack(&regions, &packed_in, &mut want).unwrap();
+                    assert_eq!(got, want, "unpack {words:?} {max_blocks}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fused_flat_copy_contract_matches_the_cpu_reference() {
+        // Each region copied 20,000 bytes up (some destinations less aligned than sources).
+        let shift = [20_000u64, 20_004, 20_001, 20_000, 20_008, 20_002, 20_000];
+        let regions: Vec<CopyRegion> = flat_test_plans()
+            .into_iter()
+            .zip(shift)
+            .map(|(p, d)| {
+                let at = p.start() + d;
+                CopyRegion::new(p, if at == d { 0 } else { at })
+            })
+            .collect();
+        let len = 40_000usize;
+        let src: Vec<u8> = (0..len).map(|i| (i * 11 + 7) as u8).collect();
+        let mut want = src.clone();
+        crate::fused::copy(&regions, &src, &mut want).unwrap();
+        let mut in_place = src.clone();
+        crate::fused::copy_in_place(&regions, &mut in_place).unwrap();
+        assert_eq!(in_place, want, "sources and destinations are disjoint");
+        let widest: Vec<u32> = regions.iter().map(|r| r.word_size(0, 0)).collect();
+        assert!(widest.contains(&4) && widest.contains(&1) && widest.contains(&8));
+        let tiny = LaunchLimits {
+            max_grid: [2, 1, 1],
+            max_block: [4, 1, 1],
+            max_threads_per_block: 4,
+        };
+        for words in [widest, vec![1; regions.len()]] {
+            for limits in [&tiny, &LaunchLimits::CUDA] {
+                for max_blocks in [1, 3, u64::MAX] {
+                    let k = generate_fused_copy(&regions, &words, max_blocks, limits).unwrap();
+                    let flat: FlatRegions<'_> =
+                        regions.iter().map(|r| r.src()).zip(words.clone()).collect();
+                    let mut got = src.clone();
+                    let hits = emulate_fused(
+                        k.spans(),
+                        k.block_threads(),
+                        k.grid_blocks(),
+                        &flat,
+                        limits,
+                        |r, _, so| {
+                            let w = words[r] as usize;
+                            let delta = regions[r]
+                                .dst_start()
+                                .wrapping_sub(regions[r].src().start());
+                            let d = so.wrapping_add(delta) as usize;
+                            let so = so as usize;
+                            got[d..d + w].copy_from_slice(&src[so..so + w]);
+                        },
+                    );
+                    assert!(hits.iter().flatten().all(|&h| h == 1));
+                    assert_eq!(got, want, "{words:?} {max_blocks}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fused_kernels_are_flat() {
+        // A halo's x face: 24-byte blocks (3 words of 8 bytes) at a stride of 2096 bytes, 256
+        // rows, 256 planes, 8 quantities; and its y face, 2096-byte rows.
+        let x = StridedBlock::new(
+            24,
+            24,
+            vec![256, 256, 8],
+            vec![2096, 2096 * 262, 2096 * 262 * 262],
+        )
+        .unwrap();
+        let y = StridedBlock::new(
+            2096 * 3,
+            2048,
+            vec![3, 256, 8],
+            vec![2096, 2096 * 262, 2096 * 262 * 262],
+        )
+        .unwrap();
+        let regions = crate::fused::layout(&[x.clone(), y.clone()]).unwrap();
+        let k = generate_fused(&regions, &[8, 8], u64::MAX, &LaunchLimits::CUDA).unwrap();
+        let s = k.source();
+        // 256-thread blocks, each region its full grid: one thread per word.
+        assert_eq!(k.block_threads(), 256);
+        let words = [x.packed_size() / 8, y.packed_size() / 8];
+        assert_eq!(k.spans()[0], (0, words[0].div_ceil(256)));
+        assert_eq!(k.spans()[1].1 - k.spans()[1].0, words[1].div_ceil(256));
+        for needle in [
+            "extern \"C\" __global__ void __launch_bounds__(256) ",
+            "dtp_u64 b = i / 3ull; // the block",
+            "dtp_u64 off = 24ull + (i % 3ull) * 8ull;",
+            "off += (b % 256ull) * 2096ull; b /= 256ull;",
+            "dtp_r0_pack(src, dst + 0ull, (b - 0ull) * 256ull + t, ",
+            "*reinterpret_cast<word*>(out + ((i) * W)) = v0;",
+            "const word v0 = *reinterpret_cast<const word*>(in + (dtp_r1_offset(i)));",
+            "i + 3ull * step < N; i += 4ull * step",
+        ] {
+            assert!(s.contains(needle), "{needle} missing from\n{s}");
+        }
+        assert!(s.contains(&format!("off += b * {}ull;", 2096u64 * 262 * 262)));
+        assert!(!s.contains("blockIdx.y") && !s.contains("if (t <"));
+        let count = |c: char| s.chars().filter(|&x| x == c).count();
+        assert_eq!(count('{'), count('}'));
+        assert_eq!(count('('), count(')'));
+        // Fewer threads under smaller limits.
+        let small = LaunchLimits {
+            max_threads_per_block: 64,
+            ..LaunchLimits::CUDA
+        };
+        let k = generate_fused(&regions, &[8, 8], 10, &small).unwrap();
+        assert_eq!(k.block_threads(), 64);
+        assert!(k.source().contains("__launch_bounds__(64)"));
+        // The budget is shared in proportion to bytes.
+        let k = generate_fused(&regions, &[8, 8], 1000, &LaunchLimits::CUDA).unwrap();
+        let n: Vec<u64> = k.spans().iter().map(|&(a, b)| b - a).collect();
+        let ratio = (x.packed_size() as f64 / y.packed_size() as f64) * n[1] as f64 / n[0] as f64;
+        assert!((0.95..1.05).contains(&ratio), "{n:?}");
+        assert!(n.iter().sum::<u64>() <= 1002);
+    }
+
+    #[test]
+    fn fused_flat_counts_beyond_u32() {
+        // Shape arithmetic only: 2^43 one-byte words in one region, 2^36 in another.
+        let big =
+            StridedBlock::new(0, 1, vec![1 << 20, 1 << 20, 8], vec![2, 1 << 21, 1 << 41]).unwrap();
+        let other = StridedBlock::new(1 << 45, 3, vec![1 << 30, 64], vec![4, 1 << 32]).unwrap();
+        let regions = crate::fused::layout(&[big.clone(), other.clone()]).unwrap();
+        for max_blocks in [1, 1056, u64::MAX] {
+            let k = generate_fused(&regions, &[1, 1], max_blocks, &LaunchLimits::CUDA).unwrap();
+            let total = k.spans()[1].1;
+            assert_eq!(u64::from(k.grid_blocks()), total);
+            assert!(total <= (1 << 30) + 2, "{total}");
+            let s = k.source();
+            assert!(s.contains(&format!("N = {}ull;", big.packed_size())));
+            assert!(s.contains(&format!("N = {}ull;", other.packed_size())));
+            for (r, &(first, end)) in k.spans().iter().enumerate() {
+                assert!(end > first);
+                let step = (end - first) * u64::from(k.block_threads());
+                // The entry's step and start are 64-bit constants and expressions.
+                assert!(s.contains(&format!(
+                    "dtp_r{r}_pack(src, dst + {}ull, (b - {first}ull) * 256ull + t, {step}ull);",
+                    regions[r].packed_offset()
+                )));
+                // Fewer threads than words: the grid-stride loop takes thread t over words
+                // t, t + step, ..., many trips each, beyond 2^32 words.
+                let n = regions[r].plan().packed_size();
+                assert!(step < n && n.div_ceil(step) > 1, "{step} {n}");
+            }
+        }
+        // The unrolled loop's bound cannot overflow: i + 3 * step stays far below 2^64.
+        assert!(big.packed_size() + 3 * ((1u64 << 30) * 256) < u64::MAX / 2);
     }
 
     #[test]

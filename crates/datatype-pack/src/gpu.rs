@@ -19,6 +19,16 @@
 //! [`std::panic::catch_unwind`], so a missing symbol comes back as [`Error::Cuda`]. (The panic
 //! hook still prints the panic message; with `panic = "abort"` a missing symbol aborts.)
 //!
+//! # Launch shapes
+//!
+//! A [`Packer`] launches its plan's kernels as [`LaunchShape::for_plan`] says: flat (one thread
+//! per packed word, 1-D blocks of [`FLAT_THREADS`](crate::plan::FLAT_THREADS) threads, as the
+//! one-thread-per-word kernel) for contiguous plans and for plans of at most two dimensions with
+//! a power-of-two number of words per block; by axes otherwise. Fused launches
+//! ([`FusedPacker`], [`FusedCopier`]) map every region flat
+//! ([`codegen::fused_shape`](crate::codegen::fused_shape)), each region over its own span of
+//! the one 1-D grid.
+//!
 //! # Word sizes and variants
 //!
 //! The word size of a launch is [`StridedBlock::word_size`] of the plan *and* the two device
@@ -74,7 +84,9 @@ use cudarc::nvrtc::Ptx;
 use crate::codegen::{self, Direction, Fnv64};
 use crate::error::{invalid, Buffer, Error, Result};
 use crate::fused::{self, CopyRegion, CopySpans, Region};
-use crate::plan::{LaunchLimits, LaunchShape, StridedBlock};
+#[cfg(doc)]
+use crate::plan::LaunchShape;
+use crate::plan::{LaunchLimits, StridedBlock};
 
 /// Environment variable naming the on-disk cache directory of compiled kernels.
 pub const CACHE_ENV: &str = "DATATYPE_PACK_CACHE";
@@ -390,11 +402,13 @@ pub enum GridCap {
     /// (multiprocessors x resident blocks per multiprocessor); threads then loop over several
     /// blocks, four loads in flight per thread.
     Waves(u32),
-    /// The full grid when it has more than [`AUTO_FULL_ABOVE_WAVES`] waves, one wave otherwise;
-    /// a fused launch decides by its largest region and shares the wave among its regions in
-    /// proportion to their packed bytes. Measured on an H200 (docs/PACK-GPU-LOG.md): a long
-    /// stream of small blocks is fastest with the full grid, while a grid of a few waves (a
-    /// halo face, or a halo's faces fused) is faster as one wave of looping threads.
+    /// For a [flat](LaunchShape::flat) kernel, the full grid: one thread per word, as the
+    /// one-thread-per-word kernel launches. Fused launches are flat (every region, see
+    /// [`codegen::fused_shape`](crate::codegen::fused_shape)), so they too get every region's
+    /// full grid. Otherwise (a single plan's kernel by axes) the full grid when it has more
+    /// than [`AUTO_FULL_ABOVE_WAVES`] waves, one wave below. Measured on an H200
+    /// (docs/PACK-GPU-LOG.md) for kernels by axes: a long stream of small blocks is fastest
+    /// with the full grid, while a grid of a few waves is faster as one wave of looping threads.
     Auto,
 }
 
@@ -410,7 +424,9 @@ pub struct GpuOptions {
     /// How many thread blocks a launch gets (default [`GridCap::Auto`]).
     pub grid: GridCap,
     /// Most threads in one thread block, a power of two from 32 to 1024 (default 512): the
-    /// `max_threads_per_block` of the [`LaunchLimits`] the kernels' shapes are made under.
+    /// `max_threads_per_block` of the [`LaunchLimits`] the kernels' shapes are made under. A
+    /// [flat](LaunchShape::flat) kernel uses at most [`FLAT_THREADS`](crate::plan::FLAT_THREADS)
+    /// of them.
     pub max_threads_per_block: u32,
 }
 
@@ -499,15 +515,9 @@ impl Device {
     }
 
     /// The most thread blocks of `threads` threads a launch whose full grid has `full` blocks
-    /// gets, under the grid policy.
-    fn max_blocks(&self, threads: u32, full: u64) -> u64 {
-        let wave = self.wave(threads);
-        match self.options.grid {
-            GridCap::Full => u64::MAX,
-            GridCap::Waves(w) => wave.saturating_mul(u64::from(w.max(1))),
-            GridCap::Auto if full > wave.saturating_mul(AUTO_FULL_ABOVE_WAVES) => u64::MAX,
-            GridCap::Auto => wave,
-        }
+    /// gets, under the grid policy; `flat` for a flat kernel.
+    fn max_blocks(&self, threads: u32, full: u64, flat: bool) -> u64 {
+        grid_budget(self.options.grid, self.wave(threads), full, flat)
     }
 
     fn load<const N: usize>(
@@ -544,6 +554,17 @@ impl Device {
             ));
         }
         Ok(())
+    }
+}
+
+/// The most thread blocks a launch gets under `policy`, `wave` thread blocks filling the device
+/// once, for a full grid of `full` blocks; `flat` for a flat kernel.
+fn grid_budget(policy: GridCap, wave: u64, full: u64, flat: bool) -> u64 {
+    match policy {
+        GridCap::Full => u64::MAX,
+        GridCap::Waves(w) => wave.saturating_mul(u64::from(w.max(1))),
+        GridCap::Auto if flat || full > wave.saturating_mul(AUTO_FULL_ABOVE_WAVES) => u64::MAX,
+        GridCap::Auto => wave,
     }
 }
 
@@ -792,6 +813,7 @@ impl Packer {
                     self.dev.max_blocks(
                         shape.threads_per_block(),
                         shape.grid().iter().map(|&g| u64::from(g)).product(),
+                        shape.is_flat(),
                     ),
                 ),
             });
@@ -1060,18 +1082,19 @@ impl<const N: usize> FusedLaunch<N> {
         }
         guard(op, || {
             let limits = self.dev.options.limits();
-            // The grid policy looks at the largest region: a launch of many regions of a few
-            // waves each (a halo's faces) is one wave of looping threads under `Auto`.
+            // Every region is flat (`codegen::fused_shape`): `Auto` gives the full grid, the
+            // one-thread-per-word launch; `Waves(n)` shares n waves among the regions in
+            // proportion to their bytes.
             let mut full = 0u64;
             let mut threads = 1;
             for (plan, &w) in plans.zip(words) {
-                let shape = LaunchShape::with_limits(plan, w, &limits)?;
+                let shape = codegen::fused_shape(plan, w, &limits)?;
                 if !shape.is_noop() {
                     full = full.max(shape.grid().iter().map(|&g| u64::from(g)).product::<u64>());
                     threads = threads.max(shape.threads_per_block());
                 }
             }
-            let budget = self.dev.max_blocks(threads, full);
+            let budget = self.dev.max_blocks(threads, full, true);
             let k = generate(budget, &limits)?;
             let funcs = self.dev.load(op, k.source(), k.names())?;
             let v = Arc::new(FusedVariant {
@@ -1655,6 +1678,7 @@ impl FusedCopier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{LaunchShape, FLAT_THREADS};
 
     fn send_sync<T: Send + Sync>() {}
 
@@ -1663,6 +1687,26 @@ mod tests {
         send_sync::<Packer>();
         send_sync::<FusedPacker>();
         send_sync::<FusedCopier>();
+    }
+
+    #[test]
+    fn grid_budgets() {
+        // Flat kernels get the full grid under Auto, whatever its size.
+        assert_eq!(grid_budget(GridCap::Auto, 528, 100, true), u64::MAX);
+        assert_eq!(grid_budget(GridCap::Auto, 528, 100, false), 528);
+        assert_eq!(grid_budget(GridCap::Auto, 528, 528 * 9, false), u64::MAX);
+        // Explicit policies apply to both mappings.
+        for flat in [false, true] {
+            assert_eq!(grid_budget(GridCap::Full, 528, 100, flat), u64::MAX);
+            assert_eq!(grid_budget(GridCap::Waves(2), 528, 1 << 20, flat), 1056);
+        }
+        // The launch the flat shape of a contiguous 4 MiB copy gets by default: every block.
+        let plan = StridedBlock::new(0, 4 << 20, vec![], vec![]).unwrap();
+        let shape = LaunchShape::for_plan(&plan, 16, &GpuOptions::default().limits()).unwrap();
+        assert_eq!(shape.block(), [FLAT_THREADS, 1, 1]);
+        let full = u64::from(shape.grid()[0]);
+        let cap = grid_budget(GridCap::Auto, 1056, full, shape.is_flat());
+        assert_eq!(codegen::cap_grid(shape.grid(), cap), [1024, 1, 1]);
     }
 
     #[test]

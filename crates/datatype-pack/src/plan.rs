@@ -204,6 +204,24 @@ impl StridedBlock {
         self.extent_end
     }
 
+    /// Whether the plan's bytes are one contiguous run, in packing order, from [`start`]: every
+    /// dimension with a count above 1 has the stride of the whole span below it (`block_len`
+    /// times the counts of the dimensions inside it). Packed byte `p` is then strided byte
+    /// `start + p`. A plan without dimensions is contiguous; so is the empty plan.
+    ///
+    /// [`start`]: StridedBlock::start
+    pub fn is_contiguous(&self) -> bool {
+        let mut span = self.block_len;
+        for (&n, &s) in self.counts.iter().zip(&self.strides) {
+            if n > 1 && s != span {
+                return false;
+            }
+            // Cannot overflow: the product is at most the packed size.
+            span *= n;
+        }
+        true
+    }
+
     /// The widest word, in bytes (1, 2, 4, 8 or 16), in which a packer may move this plan's data
     /// between a strided buffer at address `src_addr_align` and a packed buffer at address
     /// `dst_addr_align` (the roles may be swapped for unpacking: the result is symmetric).
@@ -257,15 +275,21 @@ impl Default for LaunchLimits {
     }
 }
 
-/// How a [`StridedBlock`] maps onto a CUDA-like launch.
+/// Threads per thread block of a [flat](LaunchShape::flat) launch (fewer only where the launch
+/// limits allow fewer): the shape of the one-thread-per-word kernel it is modelled on.
+pub const FLAT_THREADS: u32 = 256;
+
+/// How a [`StridedBlock`] maps onto a CUDA-like launch: by axes ([`LaunchShape::with_limits`])
+/// or flat ([`LaunchShape::flat`], one thread per packed word); [`LaunchShape::for_plan`] picks
+/// one for a single plan's kernel.
 ///
-/// Three axes of work: x = the words of a block (`block_len / word_size`), y = the first stream
-/// dimension (`counts[0]`), z = the second (`counts[1]`); an axis the plan lacks has extent 1.
-/// The remaining dimensions (`counts[2..]`, [`outer_counts`](Self::outer_counts)) are loops
-/// inside the kernel. Each axis is covered by a grid-stride loop, so any extent fits a grid
-/// capped at the device limits; [`iterations`](Self::iterations) says how many trips each loop
-/// makes at most. A kernel that implements the contract below packs exactly what
-/// [`crate::cpu::pack`] packs:
+/// By axes, there are three axes of work: x = the words of a block (`block_len / word_size`),
+/// y = the first stream dimension (`counts[0]`), z = the second (`counts[1]`); an axis the plan
+/// lacks has extent 1. The remaining dimensions (`counts[2..]`,
+/// [`outer_counts`](Self::outer_counts)) are loops inside the kernel. Each axis is covered by a
+/// grid-stride loop, so any extent fits a grid capped at the device limits;
+/// [`iterations`](Self::iterations) says how many trips each loop makes at most. A kernel that
+/// implements the contract below packs exactly what [`crate::cpu::pack`] packs:
 ///
 /// ```text
 /// for each (i2, i3, ..) < outer_counts:                          // in-kernel loops
@@ -278,19 +302,67 @@ impl Default for LaunchLimits {
 ///         copy W bytes strided -> packed (pack) or packed -> strided (unpack)
 /// ```
 ///
+/// A flat shape ([`is_flat`](Self::is_flat)) has a 1-D grid and thread block and one axis of
+/// work, the packed words (`extents[0] = packed_size / W`), covered by one grid-stride loop; a
+/// word's place in the plan comes from its packed index:
+///
+/// ```text
+/// for i = blockIdx.x*blockDim.x + threadIdx.x; i < extents[0]; i += gridDim.x*blockDim.x
+///   x = i % words_per_block,  b = i / words_per_block,  (i0, i1, ..) = digits of b in counts
+///   strided = start + x*W + i0*strides[0] + i1*strides[1] + ..   // = start + i*W if contiguous
+///   packed  = i*W
+///   copy W bytes strided -> packed (pack) or packed -> strided (unpack)
+/// ```
+///
 /// Indices and offsets need 64-bit arithmetic. An empty plan gives a shape with
 /// [`is_noop`](Self::is_noop) true and a zero grid: launch nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LaunchShape {
     word_size: u32,
+    flat: bool,
+    words_per_block: u64,
     extents: [u64; 3],
     outer_counts: Vec<u64>,
     block: [u32; 3],
     grid: [u32; 3],
 }
 
+/// The checks every launch shape makes of its arguments.
+fn check_args(plan: &StridedBlock, word_size: u32, limits: &LaunchLimits) -> Result<()> {
+    const OP: &str = "LaunchShape";
+    if !matches!(word_size, 1 | 2 | 4 | 8 | 16) {
+        return Err(invalid(
+            OP,
+            format!("word size {word_size} is not 1, 2, 4, 8 or 16"),
+        ));
+    }
+    if plan.word_size(0, 0) < word_size {
+        return Err(invalid(
+            OP,
+            format!(
+                "word size {word_size} does not divide the plan (block length {}, start {}, \
+                 strides {:?}); at most {}",
+                plan.block_len,
+                plan.start,
+                plan.strides,
+                plan.word_size(0, 0)
+            ),
+        ));
+    }
+    if limits.max_grid.contains(&0)
+        || limits.max_block.contains(&0)
+        || limits.max_threads_per_block == 0
+    {
+        return Err(invalid(
+            OP,
+            format!("launch limits must be non-zero: {limits:?}"),
+        ));
+    }
+    Ok(())
+}
+
 impl LaunchShape {
-    /// The launch shape of `plan` moved in words of `word_size` bytes, for
+    /// The launch shape by axes of `plan` moved in words of `word_size` bytes, for
     /// [`LaunchLimits::CUDA`].
     ///
     /// # Errors
@@ -299,7 +371,79 @@ impl LaunchShape {
         Self::with_limits(plan, word_size, &LaunchLimits::CUDA)
     }
 
-    /// The launch shape of `plan` moved in words of `word_size` bytes, within `limits`.
+    /// Whether a single plan's kernel is launched [flat](Self::flat) rather than by axes: when
+    /// the plan is contiguous ([`StridedBlock::is_contiguous`]), or has at most two dimensions
+    /// and a power-of-two number of words per block (1 included). For those the flat launch is
+    /// the one-thread-per-word launch: 256-thread blocks, thread `i` on packed word `i`, each
+    /// warp on 32 consecutive packed words, with the word's place found by shifts and at most
+    /// one division by a constant. Blocks of any other number of words keep the axes mapping,
+    /// which needs no division. An empty plan is never flat.
+    pub fn flat_suits(plan: &StridedBlock, word_size: u32) -> bool {
+        let words = plan.block_len() / u64::from(word_size.max(1));
+        !plan.is_empty() && (plan.is_contiguous() || (plan.ndims() <= 2 && words.is_power_of_two()))
+    }
+
+    /// The launch shape of a single plan's kernels ([`crate::codegen::generate`]):
+    /// [flat](Self::flat) where [`flat_suits`](Self::flat_suits), by axes
+    /// ([`with_limits`](Self::with_limits)) otherwise.
+    ///
+    /// # Errors
+    /// As [`LaunchShape::with_limits`].
+    pub fn for_plan(plan: &StridedBlock, word_size: u32, limits: &LaunchLimits) -> Result<Self> {
+        if Self::flat_suits(plan, word_size) {
+            Self::flat(plan, word_size, limits)
+        } else {
+            Self::with_limits(plan, word_size, limits)
+        }
+    }
+
+    /// The flat launch shape of `plan` moved in words of `word_size` bytes, within `limits` (see
+    /// the [type docs](Self)): thread blocks of [`FLAT_THREADS`] threads in x (the largest power
+    /// of two the limits allow, if fewer) and as many thread blocks in x as the packed words
+    /// need, capped at `max_grid[0]` (the grid-stride loop covers the rest).
+    ///
+    /// # Errors
+    /// As [`LaunchShape::with_limits`].
+    pub fn flat(plan: &StridedBlock, word_size: u32, limits: &LaunchLimits) -> Result<Self> {
+        check_args(plan, word_size, limits)?;
+        if plan.is_empty() {
+            return Ok(Self::noop(word_size, true));
+        }
+        let w = u64::from(word_size);
+        let cap = FLAT_THREADS
+            .min(limits.max_threads_per_block)
+            .min(limits.max_block[0]);
+        // The largest power of two not above `cap` (which is at least 1: limits are non-zero).
+        let threads = 1u32 << (31 - cap.leading_zeros());
+        let words = plan.packed_size() / w;
+        let blocks = words
+            .div_ceil(u64::from(threads))
+            .min(u64::from(limits.max_grid[0])) as u32;
+        Ok(Self {
+            word_size,
+            flat: true,
+            words_per_block: plan.block_len() / w,
+            extents: [words, 1, 1],
+            outer_counts: Vec::new(),
+            block: [threads, 1, 1],
+            grid: [blocks, 1, 1],
+        })
+    }
+
+    /// The shape of an empty plan: nothing to launch.
+    fn noop(word_size: u32, flat: bool) -> Self {
+        Self {
+            word_size,
+            flat,
+            words_per_block: 0,
+            extents: [0; 3],
+            outer_counts: Vec::new(),
+            block: [1; 3],
+            grid: [0; 3],
+        }
+    }
+
+    /// The launch shape by axes of `plan` moved in words of `word_size` bytes, within `limits`.
     ///
     /// Thread-block dimensions are powers of two filled x first, then y, then z, up to
     /// `max_threads_per_block`, so that plans of small blocks still give full thread blocks;
@@ -309,34 +453,9 @@ impl LaunchShape {
     /// [`Error::InvalidArgument`] if `word_size` is not 1, 2, 4, 8 or 16, does not divide the
     /// plan's block length, start and strides (use [`StridedBlock::word_size`]), or a limit is 0.
     pub fn with_limits(plan: &StridedBlock, word_size: u32, limits: &LaunchLimits) -> Result<Self> {
-        const OP: &str = "LaunchShape";
-        if !matches!(word_size, 1 | 2 | 4 | 8 | 16) {
-            return Err(invalid(
-                OP,
-                format!("word size {word_size} is not 1, 2, 4, 8 or 16"),
-            ));
-        }
-        if plan.word_size(0, 0) < word_size {
-            return Err(invalid(
-                OP,
-                format!(
-                    "word size {word_size} does not divide the plan (block length {}, start {}, \
-                     strides {:?}); at most {}",
-                    plan.block_len,
-                    plan.start,
-                    plan.strides,
-                    plan.word_size(0, 0)
-                ),
-            ));
-        }
-        if limits.max_grid.contains(&0)
-            || limits.max_block.contains(&0)
-            || limits.max_threads_per_block == 0
-        {
-            return Err(invalid(
-                OP,
-                format!("launch limits must be non-zero: {limits:?}"),
-            ));
+        check_args(plan, word_size, limits)?;
+        if plan.is_empty() {
+            return Ok(Self::noop(word_size, false));
         }
         let counts = plan.counts();
         let extents = [
@@ -345,15 +464,6 @@ impl LaunchShape {
             counts.get(1).copied().unwrap_or(1),
         ];
         let outer_counts = counts.get(2..).unwrap_or(&[]).to_vec();
-        if plan.is_empty() {
-            return Ok(Self {
-                word_size,
-                extents: [0; 3],
-                outer_counts: Vec::new(),
-                block: [1; 3],
-                grid: [0; 3],
-            });
-        }
         let mut block = [1u32; 3];
         let mut room = limits.max_threads_per_block;
         for axis in 0..3 {
@@ -381,6 +491,8 @@ impl LaunchShape {
         }
         Ok(Self {
             word_size,
+            flat: false,
+            words_per_block: extents[0],
             extents,
             outer_counts,
             block,
@@ -393,18 +505,26 @@ impl LaunchShape {
         self.word_size
     }
 
-    /// Words in one block: `block_len / word_size` (the x extent).
-    pub fn words_per_block(&self) -> u64 {
-        self.extents[0]
+    /// Whether the shape is flat ([`LaunchShape::flat`]): a 1-D launch of one thread per packed
+    /// word rather than one by axes.
+    pub fn is_flat(&self) -> bool {
+        self.flat
     }
 
-    /// Work per axis: `[words per block, counts[0], counts[1]]` (1 for a missing dimension,
-    /// all 0 for the empty plan).
+    /// Words in one block: `block_len / word_size` (the x extent of a shape by axes); 0 for the
+    /// empty plan.
+    pub fn words_per_block(&self) -> u64 {
+        self.words_per_block
+    }
+
+    /// Work per axis: `[words per block, counts[0], counts[1]]` (1 for a missing dimension), or
+    /// `[packed words, 1, 1]` for a flat shape; all 0 for the empty plan.
     pub fn extents(&self) -> [u64; 3] {
         self.extents
     }
 
-    /// Counts of the dimensions looped inside the kernel (`counts[2..]`), innermost first.
+    /// Counts of the dimensions looped inside the kernel (`counts[2..]`), innermost first; none
+    /// for a flat shape.
     pub fn outer_counts(&self) -> &[u64] {
         &self.outer_counts
     }
@@ -441,6 +561,30 @@ impl LaunchShape {
     pub fn is_noop(&self) -> bool {
         self.grid.contains(&0)
     }
+}
+
+/// The strided offset of packed word `i` of `p` in words of `w` bytes under the flat contract of
+/// [`LaunchShape`], computed as the generated flat kernels compute it (`START + i * W` for a
+/// contiguous plan, else the digits of the block index in the counts): for the CPU emulators
+/// of the flat single-plan and fused kernels.
+#[cfg(test)]
+pub(crate) fn flat_word_offset(p: &StridedBlock, w: u64, i: u64) -> u64 {
+    if p.is_contiguous() {
+        return p.start() + i * w;
+    }
+    let wpb = p.block_len() / w;
+    let (x, mut rest) = (i % wpb, i / wpb);
+    let mut off = p.start() + x * w;
+    let k_last = p.ndims() - 1;
+    for (k, (&c, &s)) in p.counts().iter().zip(p.strides()).enumerate() {
+        if k == k_last {
+            off += rest * s;
+        } else {
+            off += (rest % c) * s;
+            rest /= c;
+        }
+    }
+    off
 }
 
 #[cfg(test)]
@@ -698,6 +842,190 @@ mod tests {
         assert!(l.is_noop());
         assert_eq!(l.grid(), [0, 0, 0]);
         assert_eq!(l.iterations(), [0, 0, 0]);
+        let f = LaunchShape::flat(&StridedBlock::empty(), 16, &LaunchLimits::CUDA).unwrap();
+        assert!(f.is_noop() && f.is_flat());
+        assert_eq!(f.iterations(), [0, 0, 0]);
+        let l = LaunchShape::for_plan(&StridedBlock::empty(), 16, &LaunchLimits::CUDA).unwrap();
+        assert!(l.is_noop() && !l.is_flat());
+    }
+
+    #[test]
+    fn contiguity() {
+        assert!(StridedBlock::new(3, 40, vec![], vec![])
+            .unwrap()
+            .is_contiguous());
+        assert!(StridedBlock::new(0, 4, vec![8, 3], vec![4, 32])
+            .unwrap()
+            .is_contiguous());
+        // A count-1 dimension's stride does not matter.
+        assert!(StridedBlock::new(0, 4, vec![8, 1, 3], vec![4, 7, 32])
+            .unwrap()
+            .is_contiguous());
+        assert!(!StridedBlock::new(0, 4, vec![8, 3], vec![4, 36])
+            .unwrap()
+            .is_contiguous());
+        assert!(!StridedBlock::new(0, 4, vec![8], vec![8])
+            .unwrap()
+            .is_contiguous());
+        assert!(StridedBlock::empty().is_contiguous());
+    }
+
+    #[test]
+    fn flat_policy_on_the_benchmark_rows() {
+        // The rows of `collbench pack`: contiguous 4 MiB, then vectors at stride 512.
+        let c = StridedBlock::new(0, 4 << 20, vec![], vec![]).unwrap();
+        let l = LaunchShape::for_plan(&c, 16, &LaunchLimits::CUDA).unwrap();
+        assert!(l.is_flat());
+        // The launch of the one-thread-per-word kernel: 256 threads, one per 16-byte word.
+        assert_eq!(l.extents(), [1 << 18, 1, 1]);
+        assert_eq!(l.block(), [256, 1, 1]);
+        assert_eq!(l.grid(), [1024, 1, 1]);
+        assert_eq!(l.iterations(), [1, 1, 1]);
+        assert_eq!(l.outer_counts(), &[] as &[u64]);
+        for total in [1u64 << 10, 1 << 20, 64 << 20] {
+            for (block, flat) in [
+                (1u64, true),
+                (2, true),
+                (4, true),
+                (6, false),
+                (8, true),
+                (12, false),
+                (16, true),
+                (24, false),
+                (32, true),
+                (64, true),
+                (128, true),
+                (256, true),
+                (512, true),
+            ] {
+                let t = crate::construct::vector(total / block, block, 512, 1).unwrap();
+                let p = StridedBlock::from_type(&t).unwrap();
+                let w = p.word_size(256, 256);
+                let l = LaunchShape::for_plan(&p, w, &LaunchLimits::CUDA).unwrap();
+                assert_eq!(l.is_flat(), flat, "{block} B blocks: {l:?}");
+                if flat {
+                    let words = p.packed_size() / u64::from(w);
+                    assert_eq!(l.block(), [256, 1, 1]);
+                    assert_eq!(u64::from(l.grid()[0]), words.div_ceil(256));
+                    assert_eq!(l.words_per_block(), p.block_len() / u64::from(w));
+                }
+            }
+        }
+        // Three dimensions, or 3 words per block: by axes. A non-canonical contiguous plan of
+        // three dimensions: flat.
+        let p = StridedBlock::new(0, 8, vec![4, 4, 4], vec![16, 128, 1024]).unwrap();
+        assert!(!LaunchShape::flat_suits(&p, 8));
+        let p = StridedBlock::new(0, 24, vec![4], vec![32]).unwrap();
+        assert!(!LaunchShape::flat_suits(&p, 8));
+        let p = StridedBlock::new(0, 8, vec![4, 4, 4], vec![8, 32, 128]).unwrap();
+        assert!(LaunchShape::flat_suits(&p, 8));
+        assert!(!LaunchShape::flat_suits(&StridedBlock::empty(), 1));
+        // Fewer threads where the limits say so; still a power of two.
+        let odd = LaunchLimits {
+            max_threads_per_block: 100,
+            ..LaunchLimits::CUDA
+        };
+        assert_eq!(LaunchShape::flat(&c, 16, &odd).unwrap().block(), [64, 1, 1]);
+        // The word size is checked as for a shape by axes.
+        let p = StridedBlock::new(4, 8, vec![2], vec![16]).unwrap();
+        assert!(LaunchShape::flat(&p, 8, &LaunchLimits::CUDA).is_err());
+        assert!(LaunchShape::for_plan(&p, 8, &LaunchLimits::CUDA).is_err());
+        assert!(LaunchShape::flat(&p, 4, &LaunchLimits::CUDA).is_ok());
+    }
+
+    #[test]
+    fn flat_shape_counts_beyond_grid_limits() {
+        let lim = LaunchLimits::CUDA;
+        // 5e9 one-byte blocks: more words than a u32 counts, one thread each.
+        let p = StridedBlock::new(0, 1, vec![5_000_000_000], vec![512]).unwrap();
+        let l = LaunchShape::for_plan(&p, 1, &lim).unwrap();
+        assert!(l.is_flat());
+        assert_eq!(l.extents(), [5_000_000_000, 1, 1]);
+        assert_eq!(l.grid(), [19_531_250, 1, 1]);
+        assert_eq!(l.iterations(), [1, 1, 1]);
+        check_limits(&l, &lim);
+        // Two dimensions beyond 65,535 each, 2-byte blocks.
+        let p = StridedBlock::new(2, 2, vec![100_000, 70_000], vec![4, 400_000]).unwrap();
+        let l = LaunchShape::for_plan(&p, 2, &lim).unwrap();
+        assert!(l.is_flat());
+        assert_eq!(l.extents()[0], 7_000_000_000);
+        check_limits(&l, &lim);
+        // Beyond 2^31 - 1 thread blocks: the grid-stride loop takes the rest.
+        let p = StridedBlock::new(0, 1, vec![1 << 40], vec![2]).unwrap();
+        let l = LaunchShape::for_plan(&p, 1, &lim).unwrap();
+        assert_eq!(l.grid(), [(1u32 << 31) - 1, 1, 1]);
+        assert_eq!(l.iterations(), [3, 1, 1]);
+        check_limits(&l, &lim);
+        let p = StridedBlock::new(0, 1 << 50, vec![], vec![]).unwrap();
+        let l = LaunchShape::for_plan(&p, 1, &lim).unwrap();
+        assert!(l.is_flat() && l.iterations()[0] > 1);
+        check_limits(&l, &lim);
+    }
+
+    /// Runs the flat kernel contract of [`LaunchShape`] on the CPU, thread by thread, computing
+    /// offsets as the generated flat kernel does.
+    fn emulate_flat(p: &StridedBlock, l: &LaunchShape, src: &[u8], dst: &mut [u8]) -> Vec<u32> {
+        assert!(l.is_flat());
+        let w = u64::from(l.word_size());
+        let mut hits = vec![0u32; p.packed_size() as usize];
+        if l.is_noop() {
+            return hits;
+        }
+        let n = l.extents()[0];
+        let (g, b) = (u64::from(l.grid()[0]), u64::from(l.block()[0]));
+        assert_eq!(l.words_per_block(), p.block_len() / w);
+        for thread in 0..g * b {
+            let mut i = thread;
+            while i < n {
+                let strided = super::flat_word_offset(p, w, i);
+                let (s, d) = (strided as usize, (i * w) as usize);
+                dst[d..d + w as usize].copy_from_slice(&src[s..s + w as usize]);
+                for h in &mut hits[d..d + w as usize] {
+                    *h += 1;
+                }
+                i += g * b;
+            }
+        }
+        hits
+    }
+
+    #[test]
+    fn flat_contract_matches_cpu_pack_under_tiny_limits() {
+        let tiny = LaunchLimits {
+            max_grid: [3, 2, 2],
+            max_block: [4, 2, 2],
+            max_threads_per_block: 8,
+        };
+        let cases = [
+            StridedBlock::new(3, 40, vec![], vec![]).unwrap(),
+            StridedBlock::new(8, 16, vec![7], vec![24]).unwrap(),
+            StridedBlock::new(0, 8, vec![5, 3], vec![16, 100]).unwrap(),
+            StridedBlock::new(4, 4, vec![3, 5, 2, 3], vec![8, 32, 200, 500]).unwrap(),
+            StridedBlock::new(2, 2, vec![9, 1, 4], vec![2, 0, 40]).unwrap(),
+            // Contiguous but not canonical.
+            StridedBlock::new(5, 4, vec![3, 1, 2], vec![4, 99, 12]).unwrap(),
+            StridedBlock::new(1, 1, vec![37], vec![3]).unwrap(),
+            StridedBlock::new(0, 2, vec![11, 3], vec![6, 70]).unwrap(),
+            StridedBlock::empty(),
+        ];
+        for p in &cases {
+            for limits in [&tiny, &LaunchLimits::CUDA] {
+                let w = p.word_size(0, 0);
+                for word in [1, w] {
+                    let l = LaunchShape::flat(p, word, limits).unwrap();
+                    if !l.is_noop() {
+                        check_limits(&l, limits);
+                    }
+                    let src: Vec<u8> = (0..p.extent_end()).map(|i| (i * 7 + 1) as u8).collect();
+                    let mut want = vec![0u8; p.packed_size() as usize];
+                    crate::cpu::pack(p, &src, &mut want).unwrap();
+                    let mut got = vec![0u8; want.len()];
+                    let hits = emulate_flat(p, &l, &src, &mut got);
+                    assert_eq!(got, want, "{p:?} {l:?}");
+                    assert!(hits.iter().all(|&h| h == 1), "{p:?} {l:?} {hits:?}");
+                }
+            }
+        }
     }
 
     /// A random plan: up to 5 dimensions, strides at least as large as the span below them
@@ -754,6 +1082,41 @@ mod tests {
             let hits = emulate_pack(&p, &l, &src, &mut got);
             proptest::prop_assert_eq!(got, want);
             proptest::prop_assert!(hits.iter().all(|&h| h == 1));
+        }
+
+        /// Under random small limits, the flat contract visits every packed word once and packs
+        /// what the CPU packer packs, for any plan (not only those it suits).
+        #[test]
+        fn flat_contract_on_random_plans(
+            p in random_plan(6),
+            grid in 1u32..5,
+            threads in 1u32..17,
+        ) {
+            let limits = LaunchLimits {
+                max_grid: [grid, 1, 1],
+                max_block: [threads, 1, 1],
+                max_threads_per_block: threads,
+            };
+            let l = LaunchShape::flat(&p, p.word_size(0, 0), &limits).unwrap();
+            check_limits(&l, &limits);
+            let src: Vec<u8> = (0..p.extent_end()).map(|i| (i * 13 + 5) as u8).collect();
+            let mut want = vec![0u8; p.packed_size() as usize];
+            crate::cpu::pack(&p, &src, &mut want).unwrap();
+            let mut got = vec![0u8; want.len()];
+            let hits = emulate_flat(&p, &l, &src, &mut got);
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert!(hits.iter().all(|&h| h == 1));
+        }
+
+        /// A flat shape with the CUDA limits stays within them for any count, and its one loop
+        /// covers every packed word.
+        #[test]
+        fn flat_shape_within_cuda_limits(p in random_plan(3_000_000)) {
+            let w = p.word_size(0, 0);
+            let l = LaunchShape::flat(&p, w, &LaunchLimits::CUDA).unwrap();
+            check_limits(&l, &LaunchLimits::CUDA);
+            proptest::prop_assert_eq!(l.extents()[0], p.packed_size() / u64::from(w));
+            proptest::prop_assert_eq!(l.block(), [FLAT_THREADS, 1, 1]);
         }
 
         /// With the CUDA limits, counts far beyond 65,535 stay within every grid dimension and

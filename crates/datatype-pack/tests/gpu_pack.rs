@@ -22,7 +22,7 @@ use datatype_pack::construct::{subarray, Order};
 use datatype_pack::fused::CopyRegion;
 use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream, DevicePtr};
 use datatype_pack::gpu::{self, FusedCopier, FusedPacker, GpuOptions, GridCap, Packer};
-use datatype_pack::{cpu, fused, Buffer, Error, StridedBlock};
+use datatype_pack::{cpu, fused, Buffer, Error, LaunchShape, StridedBlock};
 
 const POOL: usize = 1200;
 const CHUNKS: usize = 12;
@@ -217,19 +217,19 @@ fn first_diff(a: &[u8], b: &[u8]) -> String {
 }
 
 fn run_case(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, c: &Case) -> Result<u64, String> {
-    let err = |e: &dyn std::fmt::Display| format!("case {}: {e}", c.index);
+    run_case_with(ctx, stream, c, &options_for(c.index))
+}
+
+/// Packs and unpacks `c` through the safe entry points with `opts`, against the CPU oracle.
+fn run_case_with(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    c: &Case,
+    opts: &GpuOptions,
+) -> Result<u64, String> {
+    let err = |e: &dyn std::fmt::Display| format!("case {} ({opts:?}): {e}", c.index);
     let plan = &c.plan;
-    // The default options, and two other launch configurations on a third of the cases each.
-    let opts = match c.index % 3 {
-        0 => GpuOptions::default(),
-        1 => GpuOptions::default()
-            .with_max_threads_per_block(256)
-            .with_grid(GridCap::Waves(1)),
-        _ => GpuOptions::default()
-            .with_max_threads_per_block(1024)
-            .with_grid(GridCap::Full),
-    };
-    let packer = Packer::with_options(ctx, plan, &opts).map_err(|e| err(&e))?;
+    let packer = Packer::with_options(ctx, plan, opts).map_err(|e| err(&e))?;
     let extent = plan.extent_end() as usize;
     let packed = plan.packed_size() as usize;
     // Allocations of at least one byte, also for empty layouts.
@@ -696,9 +696,19 @@ fn options_for(index: usize) -> GpuOptions {
 /// Packs and unpacks `c` through `pack_raw`/`unpack_raw` on device addresses at the case's
 /// offsets into larger allocations.
 fn run_raw_case(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, c: &Case) -> Result<(), String> {
-    let err = |e: &dyn std::fmt::Display| format!("case {} (raw): {e}", c.index);
+    run_raw_case_with(ctx, stream, c, &options_for(c.index))
+}
+
+/// As [`run_raw_case`], with `opts`.
+fn run_raw_case_with(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    c: &Case,
+    opts: &GpuOptions,
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| format!("case {} (raw, {opts:?}): {e}", c.index);
     let plan = &c.plan;
-    let packer = Packer::with_options(ctx, plan, &options_for(c.index)).map_err(|e| err(&e))?;
+    let packer = Packer::with_options(ctx, plan, opts).map_err(|e| err(&e))?;
     let extent = plan.extent_end() as usize;
     let packed = plan.packed_size() as usize;
     let host_src = pattern(c.strided_off + extent + c.tail + 1, c.index as u64 * 5 + 2);
@@ -1438,4 +1448,277 @@ fn copy_pool_covers_what_it_promises() {
             c.index
         );
     }
+}
+
+// Flat kernels (`LaunchShape::flat`): contiguous plans and plans of tiny blocks.
+
+/// The launch configurations every flat case runs under: the default (full grid, one word per
+/// thread), a one-wave grid, the full grid with a 1024-thread limit (flat kernels still use 256),
+/// and 32-thread blocks in one wave (many trips of the grid-stride loop per thread).
+fn flat_options() -> [GpuOptions; 4] {
+    [
+        GpuOptions::default(),
+        GpuOptions::default()
+            .with_max_threads_per_block(256)
+            .with_grid(GridCap::Waves(1)),
+        GpuOptions::default()
+            .with_max_threads_per_block(1024)
+            .with_grid(GridCap::Full),
+        GpuOptions::default()
+            .with_max_threads_per_block(32)
+            .with_grid(GridCap::Waves(1)),
+    ]
+}
+
+/// Plans the flat kernels take, each with unaligned starts or views on some cases: contiguous
+/// plans of many sizes (odd ones included), contiguous plans that are not canonical, 1-byte and
+/// 2-byte blocks with counts far beyond 65,535 (in one and in two dimensions), and blocks of a
+/// power-of-two number of words.
+fn flat_cases() -> Vec<Case> {
+    let mut plans = Vec::new();
+    let sizes = [
+        1u64,
+        2,
+        3,
+        15,
+        16,
+        17,
+        31,
+        255,
+        256,
+        257,
+        4095,
+        4099,
+        65_536,
+        (1 << 20) + 5,
+        4 << 20,
+        (4 << 20) + 16 * 7 + 1,
+        (16 << 20) + 3,
+    ];
+    for (i, &n) in sizes.iter().enumerate() {
+        plans.push(StridedBlock::new([0, 1, 3, 8, 16][i % 5], n, vec![], vec![]).unwrap());
+    }
+    plans.extend([
+        // Contiguous, not canonical.
+        StridedBlock::new(4, 4, vec![1000, 1, 3], vec![4, 77, 4000]).unwrap(),
+        StridedBlock::new(0, 16, vec![64, 64], vec![16, 1024]).unwrap(),
+        StridedBlock::new(1, 3, vec![5, 7], vec![3, 15]).unwrap(),
+        // 1-byte blocks.
+        StridedBlock::new(0, 1, vec![3_000_001], vec![2]).unwrap(),
+        StridedBlock::new(1, 1, vec![100_000], vec![512]).unwrap(),
+        StridedBlock::new(0, 1, vec![70_001, 100], vec![3, 70_001 * 3 + 5]).unwrap(),
+        StridedBlock::new(3, 1, vec![100, 70_000], vec![2, 211]).unwrap(),
+        // 2-byte blocks.
+        StridedBlock::new(0, 2, vec![2_500_000], vec![4]).unwrap(),
+        StridedBlock::new(2, 2, vec![80_000, 30], vec![6, 480_010]).unwrap(),
+        StridedBlock::new(0, 2, vec![3, 1_000_000], vec![2, 8]).unwrap(),
+        // 8 and 16 words per block.
+        StridedBlock::new(0, 128, vec![10_000], vec![512]).unwrap(),
+        StridedBlock::new(4, 64, vec![300, 7], vec![68, 300 * 68 + 4]).unwrap(),
+    ]);
+    // Views: aligned, then at odd and even offsets into larger allocations.
+    let views = [(0usize, 0usize), (1, 0), (0, 2), (4, 8), (3, 5), (256, 16)];
+    let mut out = Vec::new();
+    for (i, plan) in plans.into_iter().enumerate() {
+        for k in 0..2 {
+            let (strided_off, packed_off) = views[(2 * i + k) % views.len()];
+            out.push(Case {
+                index: out.len(),
+                plan: plan.clone(),
+                strided_off,
+                packed_off,
+                tail: [0, 7][k],
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn flat_cases_take_the_flat_kernels() {
+    // Runs without a GPU: every flat case is launched flat for every word size.
+    let cases = flat_cases();
+    assert!(cases.len() >= 50);
+    for c in &cases {
+        for w in [1, 2, 4, 8, 16] {
+            if w <= c.plan.word_size(0, 0) {
+                assert!(
+                    LaunchShape::flat_suits(&c.plan, w),
+                    "{c:?} in {w}-byte words"
+                );
+            }
+        }
+    }
+    assert!(cases.iter().any(|c| c.plan.packed_size() > 1 << 24));
+    assert!(cases
+        .iter()
+        .any(|c| c.plan.counts().first() > Some(&65_535)));
+    assert!(cases.iter().any(|c| c.plan.counts().get(1) > Some(&65_535)));
+    assert!(cases
+        .iter()
+        .any(|c| c.strided_off % 2 == 1 && c.plan.start() % 2 == 0));
+    // The pool has both kinds of single-plan kernels.
+    if std::env::var("DTP_POOL_LIMIT").is_ok() {
+        return;
+    }
+    let pool = pool();
+    let flat = |c: &Case| {
+        !c.plan.is_empty()
+            && LaunchShape::flat_suits(
+                &c.plan,
+                c.plan.word_size(c.strided_off as u64, c.packed_off as u64),
+            )
+    };
+    assert!(pool.iter().filter(|c| flat(c)).count() > 100);
+    assert!(
+        pool.iter()
+            .filter(|c| !flat(c) && !c.plan.is_empty())
+            .count()
+            > 100
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn flat_kernels_match_the_cpu_oracle() {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    let cases = flat_cases();
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for c in &cases {
+        for opts in &flat_options() {
+            runs += 1;
+            if let Err(e) = run_case_with(&ctx, &stream, c, opts) {
+                failures.push(e);
+            }
+            if let Err(e) = run_raw_case_with(&ctx, &stream, c, opts) {
+                failures.push(e);
+            }
+        }
+    }
+    println!(
+        "flat: {} layouts x {} launch configurations, safe and raw: {} failed",
+        cases.len(),
+        runs / cases.len(),
+        failures.len()
+    );
+    for f in failures.iter().take(10) {
+        println!("  {f}");
+    }
+    assert!(failures.is_empty());
+    stream.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn flat_launches_are_the_one_thread_per_word_launch() {
+    let ctx = ctx();
+    // Contiguous 4 MiB in 16-byte words: 1024 blocks of 256 threads, as the naive kernel.
+    let contiguous = StridedBlock::new(0, 4 << 20, vec![], vec![]).unwrap();
+    let p = Packer::new(&ctx, &contiguous).unwrap();
+    assert_eq!(p.launch_dims(16).unwrap(), ([1024, 1, 1], [256, 1, 1]));
+    // Odd views of it move in narrower words, still one thread per word.
+    assert_eq!(p.launch_dims(1).unwrap(), ([16_384, 1, 1], [256, 1, 1]));
+    // 1 MiB of 1-byte blocks at stride 512: the full grid under the default policy.
+    let tiny = StridedBlock::new(0, 1, vec![1 << 20], vec![512]).unwrap();
+    let p = Packer::new(&ctx, &tiny).unwrap();
+    assert_eq!(p.launch_dims(1).unwrap(), ([4096, 1, 1], [256, 1, 1]));
+    // A one-wave policy caps the flat grid; 32-thread blocks where the limit says so.
+    let one = GpuOptions::default()
+        .with_max_threads_per_block(32)
+        .with_grid(GridCap::Waves(1));
+    let p = Packer::with_options(&ctx, &tiny, &one).unwrap();
+    let (grid, block) = p.launch_dims(1).unwrap();
+    assert_eq!(block, [32, 1, 1]);
+    assert!(
+        grid[0] < (1 << 20) / 32 && grid[1] == 1 && grid[2] == 1,
+        "{grid:?}"
+    );
+    // 64 MiB of 1-byte blocks: one x grid of 262,144 blocks (no 65,535 cap in y).
+    let big = StridedBlock::new(0, 1, vec![64 << 20], vec![512]).unwrap();
+    let p = Packer::new(&ctx, &big).unwrap();
+    assert_eq!(p.launch_dims(1).unwrap(), ([262_144, 1, 1], [256, 1, 1]));
+    // 3 words per block keep the mapping by axes.
+    let axes = StridedBlock::new(0, 12, vec![1 << 16], vec![512]).unwrap();
+    let p = Packer::new(&ctx, &axes).unwrap();
+    let (_, block) = p.launch_dims(4).unwrap();
+    assert_eq!(block, [4, 128, 1]);
+}
+
+// Fused kernels map every region flat (`codegen::fused_shape`).
+
+/// The grid policies every fused flat case runs under: `Auto` (the full grid, one thread per
+/// word), `Full`, and one wave of 128-thread blocks (many trips of each region's grid-stride
+/// loop).
+fn fused_flat_options() -> [GpuOptions; 3] {
+    [
+        GpuOptions::default(),
+        GpuOptions::default().with_grid(GridCap::Full),
+        GpuOptions::default()
+            .with_grid(GridCap::Waves(1))
+            .with_max_threads_per_block(128),
+    ]
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fused_flat_halos_match_the_cpu_oracle() {
+    // 6 faces and 26 regions, radius 1 to 3, cells of 1 to 16 bytes (so blocks of 1 to 48
+    // bytes: 3-word blocks at radius 3), views at aligned and unaligned offsets (narrower
+    // words), under every grid policy: pack, unpack and the periodic copy in place.
+    let offsets = [(0usize, 0usize), (1, 3), (4, 8), (8, 2), (2, 4)];
+    let mut k = 0;
+    for all26 in [false, true] {
+        for r in 1..=3u64 {
+            for elem in [1u64, 2, 4, 8, 16] {
+                for opts in &fused_flat_options() {
+                    let (grid_off, packed_off) = offsets[k % offsets.len()];
+                    k += 1;
+                    fused_round_trip(13, r, elem, all26, grid_off, packed_off, opts);
+                    periodic_halo(13, r, elem, all26, grid_off, opts);
+                }
+            }
+        }
+    }
+    // Larger faces of 24-byte blocks (3 words of 8 bytes), as a halo of radius 3 in doubles.
+    for opts in &fused_flat_options() {
+        fused_round_trip(96, 3, 8, false, 0, 0, opts);
+        fused_round_trip(64, 3, 8, true, 8, 16, opts);
+        periodic_halo(64, 3, 8, true, 0, opts);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fused_flat_launches_are_one_thread_per_word() {
+    let ctx = ctx();
+    // The x faces of a radius-3 halo of doubles: 24-byte blocks, 3 words of 8 bytes each.
+    let (send, _) = halo(64, 3, 8, false);
+    let packer = FusedPacker::new(&ctx, &send).unwrap();
+    let words: Vec<u64> = send
+        .iter()
+        .zip(packer.words(256, 256))
+        .map(|(p, w)| p.packed_size() / u64::from(w))
+        .collect();
+    // Auto: every region's full grid of 256-thread blocks.
+    let full: u64 = words.iter().map(|w| w.div_ceil(256)).sum();
+    assert_eq!(packer.launch_dims().unwrap(), (full as u32, 256));
+    // One wave: no more blocks than the full grid (this small halo fits in one wave), at least
+    // one per region, still 256 threads (the default limit of 512 is not used).
+    let one = GpuOptions::default().with_grid(GridCap::Waves(1));
+    let p = FusedPacker::with_regions(&ctx, fused::layout(&send).unwrap(), &one).unwrap();
+    let (grid, block) = p.launch_dims().unwrap();
+    assert_eq!(block, 256);
+    assert!(
+        u64::from(grid) <= full && grid >= send.len() as u32,
+        "{grid}"
+    );
+    // The fused copier too, each region copied to a disjoint place far above the field.
+    let regions: Vec<CopyRegion> = send
+        .iter()
+        .map(|s| CopyRegion::new(s.clone(), s.start() + (1 << 30)))
+        .collect();
+    let copier = FusedCopier::new(&ctx, regions, &GpuOptions::default()).unwrap();
+    assert_eq!(copier.launch_dims().unwrap(), (full as u32, 256));
 }

@@ -77,6 +77,127 @@ fn generated_sources_compile() {
 }
 
 #[test]
+fn flat_sources_compile_without_runtime_division() {
+    if !have_nvrtc() {
+        return;
+    }
+    let plans = [
+        StridedBlock::new(0, 4 << 20, vec![], vec![]).unwrap(),
+        StridedBlock::new(3, 1001, vec![], vec![]).unwrap(),
+        StridedBlock::new(4, 4, vec![1000, 1, 3], vec![4, 77, 4000]).unwrap(),
+        StridedBlock::new(0, 1, vec![1 << 20], vec![512]).unwrap(),
+        StridedBlock::new(2, 2, vec![1000, 70], vec![6, 7000]).unwrap(),
+        StridedBlock::new(0, 2, vec![100_000, 70_000], vec![4, 400_000]).unwrap(),
+        StridedBlock::new(0, 128, vec![1000], vec![512]).unwrap(),
+    ];
+    for p in &plans {
+        for w in [1u32, 2, 4, 8, 16] {
+            if w > p.word_size(0, 0) {
+                continue;
+            }
+            let k = codegen::generate(p, w).unwrap();
+            assert!(k.shape().is_flat(), "{p:?} in {w}-byte words");
+            let ptx = gpu::compile(k.source(), "compute_90", &[])
+                .unwrap_or_else(|e| panic!("{e}\n{}", k.source()));
+            let ptx = String::from_utf8_lossy(&ptx);
+            assert!(ptx.contains(k.pack_name()) && ptx.contains(k.unpack_name()));
+            // Every divisor is a constant: no division instruction (nor its slow path).
+            for op in [
+                "div.u64", "rem.u64", "div.s64", "rem.s64", "div.u32", "rem.u32",
+            ] {
+                assert!(
+                    !ptx.contains(op),
+                    "{op} in the flat kernels of {p:?}:\n{ptx}"
+                );
+            }
+            if w == 16 {
+                assert!(
+                    ptx.contains("ld.global.nc.v4.u32") || ptx.contains("ld.global.v4.u32"),
+                    "16-byte words must move as 128-bit loads:\n{ptx}"
+                );
+            }
+            gpu::compile(k.source(), "sm_90", &[]).unwrap();
+        }
+    }
+}
+
+/// The send faces of a cube of `n` interior cells per side, halo radius `r`, `elem`-byte cells,
+/// 8 quantities: 6 faces, or 26 regions with `all26`.
+fn halo_faces(n: u64, r: u64, elem: u64, all26: bool) -> Vec<StridedBlock> {
+    use datatype_pack::construct::{subarray, Order};
+    let size = n + 2 * r;
+    let mut out = Vec::new();
+    for d in (0..27).map(|k| [k / 9, (k / 3) % 3, k % 3]) {
+        let nonzero = d.iter().filter(|&&v| v != 1).count();
+        if nonzero == 0 || (!all26 && nonzero != 1) {
+            continue;
+        }
+        let pick = |v: u64| match v {
+            0 => (r, r),
+            1 => (r, n),
+            _ => (n, r),
+        };
+        let (mut starts, mut subs): (Vec<u64>, Vec<u64>) = d.iter().map(|&v| pick(v)).unzip();
+        starts.insert(0, 0);
+        subs.insert(0, 8);
+        let t = subarray(&[8, size, size, size], &subs, &starts, Order::C, elem).unwrap();
+        out.push(StridedBlock::from_type(&t).unwrap());
+    }
+    out
+}
+
+#[test]
+fn fused_flat_sources_compile_without_runtime_division() {
+    if !have_nvrtc() {
+        return;
+    }
+    for (n, r, elem, all26) in [
+        (256, 3, 8, false),
+        (20, 1, 4, true),
+        (31, 2, 16, true),
+        (17, 3, 1, true),
+    ] {
+        let faces = halo_faces(n, r, elem, all26);
+        let regions = fused::layout(&faces).unwrap();
+        // The widest words, words of 1 byte, and the words of a view 4 bytes off.
+        for addr in [0u64, 1, 4] {
+            let words: Vec<u32> = regions
+                .iter()
+                .map(|g| g.plan().word_size(addr, g.packed_offset()))
+                .collect();
+            for budget in [1, 1000, u64::MAX] {
+                let k =
+                    codegen::generate_fused(&regions, &words, budget, &LaunchLimits::CUDA).unwrap();
+                let ptx = gpu::compile(k.source(), "compute_90", &[])
+                    .unwrap_or_else(|e| panic!("{e}\n{}", k.source()));
+                let ptx = String::from_utf8_lossy(&ptx);
+                assert!(ptx.contains(k.pack_name()) && ptx.contains(k.unpack_name()));
+                for op in [
+                    "div.u64", "rem.u64", "div.s64", "rem.s64", "div.u32", "rem.u32",
+                ] {
+                    assert!(!ptx.contains(op), "{op} in the fused kernels of {faces:?}");
+                }
+                // A periodic copy of each face onto the opposite one, in the same words.
+                let copies: Vec<fused::CopyRegion> = faces
+                    .iter()
+                    .map(|f| fused::CopyRegion::new(f.clone(), f.start() + elem * n))
+                    .collect();
+                let cw: Vec<u32> = copies.iter().map(|c| c.word_size(addr, addr)).collect();
+                let c = codegen::generate_fused_copy(&copies, &cw, budget, &LaunchLimits::CUDA)
+                    .unwrap();
+                let ptx = gpu::compile(c.source(), "compute_90", &[])
+                    .unwrap_or_else(|e| panic!("{e}\n{}", c.source()));
+                let ptx = String::from_utf8_lossy(&ptx);
+                assert!(ptx.contains(c.name()));
+                for op in ["div.u64", "rem.u64", "div.u32", "rem.u32"] {
+                    assert!(!ptx.contains(op), "{op} in the fused copy of {faces:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn generated_copy_sources_compile() {
     if !have_nvrtc() {
         return;

@@ -86,10 +86,11 @@ pub struct HaloSpec {
     pub chunks: usize,
 }
 
-/// The default [`HaloSpec::chunks`]: on 2xH200 (docs/PERFORMANCE.md) 2 chunks were as fast as
-/// or faster than 1, and 4 or 8 slower, because every NCCL group of sends and receives costs
-/// about 20 us more than the bytes it moves.
-pub const DEFAULT_CHUNKS: usize = 2;
+/// The default [`HaloSpec::chunks`]: 1. On 2xH200 (docs/PERFORMANCE.md) one chunk was 12 to
+/// 19 us faster than two when the neighbour is reached through CUDA IPC (every extra chunk adds
+/// launches and flag waits and its pack competes with the pulls), and as fast as two through
+/// NCCL, where every extra chunk also costs an NCCL group (about 20 us).
+pub const DEFAULT_CHUNKS: usize = 1;
 
 /// The largest [`HaloSpec::chunks`] accepted.
 pub const MAX_CHUNKS: usize = 64;
