@@ -12,19 +12,12 @@ use nccl_sys as sys;
 
 use super::geometry::{pack_error, HaloPlan, HaloSpec, Neighbours, ProcessGrid};
 use super::peer::{HaloTransport, PeerLinks};
-use crate::backend::nccl::NcclComm;
+use crate::backend::nccl::{cuda, NcclComm};
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 
 const OP: &str = "halo_exchange";
-
-fn cuda(op: &'static str, e: cudarc::driver::DriverError) -> Error {
-    Error::Cuda {
-        op,
-        message: e.to_string(),
-    }
-}
 
 fn unavailable(e: sys::Error) -> Error {
     Error::Unavailable {

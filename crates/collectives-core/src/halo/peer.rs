@@ -27,7 +27,7 @@ use datatype_pack::fused::Region;
 use datatype_pack::gpu::{FusedPacker, GpuOptions};
 
 use super::geometry::{pack_error, HaloPlan, HaloSpec, ProcessGrid};
-use crate::backend::nccl::{node_comm, NcclComm};
+use crate::backend::nccl::{cuda, node_comm, NcclComm};
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
@@ -165,13 +165,6 @@ fn words_handle(words: &[u64]) -> cu::CUipcMemHandle {
         }
     }
     h
-}
-
-fn cuda(op: &'static str, e: cudarc::driver::DriverError) -> Error {
-    Error::Cuda {
-        op,
-        message: e.to_string(),
-    }
 }
 
 /// A neighbour this rank pulls from.

@@ -27,4 +27,5 @@ mod request;
 
 pub(crate) use comm::node_comm;
 pub use comm::{GroupGuard, NcclComm, UnevenAlgorithm};
+pub(crate) use raw::cuda;
 pub use raw::cuda_driver_present;
