@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use datatype_pack::construct::{subarray, Order};
 use datatype_pack::fused::{CopyRegion, Region};
-use datatype_pack::StridedBlock;
+use datatype_pack::{StridedBlock, Type};
 
 use crate::error::{Error, Result};
 
@@ -414,7 +414,11 @@ pub struct LocalCopy {
 /// out). Per chunk, one message per distinct neighbour rank, so a neighbour that is the
 /// neighbour in several directions gets one message holding all of them. A sender orders the
 /// regions of a message by direction ([`directions`] order); the receiver orders its ghost
-/// regions by the sender's direction, so the concatenations agree region by region. Buffers
+/// regions by the sender's direction, so the concatenations agree region by region. One
+/// exception: when the neighbour on both sides along x is the same rank (a periodic grid two
+/// ranks wide), the two x faces travel interleaved row by row, so that the receiver writes
+/// whole runs of `2 radius` ghost cells (see `x_pair_plans`); a message then holds more than
+/// one region per direction, and both ends agree on them. Buffers
 /// are laid out chunk by chunk, then by peer; messages start on [`MESSAGE_ALIGN`]-byte
 /// boundaries and regions within a message follow each other with no gap.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -451,8 +455,85 @@ fn piece(spec: &HaloSpec, b: &CellBox, k: usize, chunks: usize) -> Option<(Range
 /// One side of a plan: the messages, the regions, and for each chunk the range of its regions.
 type Side = (Vec<Message>, Vec<Region>, Vec<Range<usize>>);
 
-/// The side of `items` (peer, direction, box), every peer another rank.
-fn layout(spec: &HaloSpec, items: &[(usize, Direction, CellBox)]) -> Result<Side> {
+/// Which end of the messages a side of a plan describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The sender: interior cells ([`send_box`]).
+    Send,
+    /// The receiver: ghost cells ([`ghost_box`]).
+    Recv,
+}
+
+/// The direction towards the low x neighbour.
+const X_LOW: Direction = [-1, 0, 0];
+/// The direction towards the high x neighbour.
+const X_HIGH: Direction = [1, 0, 0];
+
+/// A plan from its start, block length and `(count, stride)` dimensions (innermost first),
+/// canonicalized like every other plan of an exchange.
+fn strided(start: u64, block: u64, dims: &[(u64, u64)]) -> Result<StridedBlock> {
+    let too_big = || Error::invalid("halo", "a halo region's byte offsets exceed i64");
+    let mut t = Type::dense(block);
+    for &(count, stride) in dims {
+        t = Type::stream(count, i64::try_from(stride).map_err(|_| too_big())?, t);
+    }
+    let t = t.with_offset(i64::try_from(start).map_err(|_| too_big())?);
+    StridedBlock::from_type(&t).map_err(|e| pack_error("halo", e))
+}
+
+/// The regions of both x faces between two ranks that are each other's neighbour on both
+/// sides along x (a periodic grid two ranks wide), for the quantities `q` and the y and z
+/// cells of `b` (a piece of either x face), interleaved row by row.
+///
+/// Apart, each x face is a column of `radius`-cell pieces, one per row, and a receiver
+/// writing one face leaves every 32-byte memory sector it touches partly written (a
+/// read-modify-write in the memory). Yet the high ghost cells of row `y` and the low ghost
+/// cells of row `y + 1` touch: together they are `2 radius` contiguous cells. So the
+/// receiver's main region is those runs, one per pair of neighbouring rows, and the sender
+/// packs the same bytes in the same order: for each pair, its low x interior cells of row `y`
+/// (what lands in the high ghost cells) then its high x interior cells of row `y + 1`. Two
+/// more regions carry what has no partner: the low ghost cells of the first row and the high
+/// ghost cells of the last row of every z layer. Returns the non-empty regions, in the same
+/// order at both ends.
+fn x_pair_plans(
+    spec: &HaloSpec,
+    end: End,
+    q: &Range<usize>,
+    b: &CellBox,
+) -> Result<Vec<StridedBlock>> {
+    let p = spec.padded().map(|v| v as u64);
+    let (r, n) = (spec.radius as u64, spec.n[0] as u64);
+    let (y0, ny) = (b.start[1] as u64, b.size[1] as u64);
+    let (z0, nz) = (b.start[2] as u64, b.size[2] as u64);
+    let (row, layer, array) = (8 * p[0], 8 * p[0] * p[1], 8 * p[0] * p[1] * p[2]);
+    let at = |y: u64, x: u64| q.start as u64 * array + z0 * layer + y * row + 8 * x;
+    let outer = [(nz, layer), (q.len() as u64, array)];
+    let dims =
+        |inner: &[(u64, u64)]| -> Vec<(u64, u64)> { inner.iter().chain(&outer).copied().collect() };
+    let last = y0 + ny - 1;
+    let plans = match end {
+        End::Send => [
+            strided(
+                at(y0, r),
+                8 * r,
+                &dims(&[(2, row + 8 * (n - r)), (ny - 1, row)]),
+            )?,
+            strided(at(y0, n), 8 * r, &outer)?,
+            strided(at(last, r), 8 * r, &outer)?,
+        ],
+        End::Recv => [
+            strided(at(y0, n + r), 16 * r, &dims(&[(ny - 1, row)]))?,
+            strided(at(y0, 0), 8 * r, &outer)?,
+            strided(at(last, n + r), 8 * r, &outer)?,
+        ],
+    };
+    Ok(plans.into_iter().filter(|pl| !pl.is_empty()).collect())
+}
+
+/// The side of `items` (peer, direction, box), every peer another rank, at `end`. When a peer
+/// is the neighbour on both sides along x, its two x faces travel interleaved
+/// ([`x_pair_plans`]), at the place of the first of the two in the message.
+fn layout(spec: &HaloSpec, side: End, items: &[(usize, Direction, CellBox)]) -> Result<Side> {
     // Group by peer, keeping the direction order within each peer; messages by peer number.
     let mut by_peer: Vec<(usize, Vec<(Direction, CellBox)>)> = Vec::new();
     let mut index: HashMap<usize, usize> = HashMap::new();
@@ -474,14 +555,28 @@ fn layout(spec: &HaloSpec, items: &[(usize, Direction, CellBox)]) -> Result<Side
             let offset = at.next_multiple_of(MESSAGE_ALIGN);
             let mut end = offset;
             let mut directions = Vec::with_capacity(parts.len());
+            let paired = [X_LOW, X_HIGH]
+                .iter()
+                .all(|x| parts.iter().any(|(d, _)| d == x));
             for (dir, b) in parts {
                 let Some((q, p)) = piece(spec, b, k, spec.chunks) else {
                     continue;
                 };
-                let plan = box_plan_of(spec, &p, q)?;
-                let bytes = plan.packed_size();
-                regions.push(Region::new(plan, end));
-                end += bytes;
+                let plans = if paired && (*dir == X_LOW || *dir == X_HIGH) {
+                    // The first of the two x faces carries both; the second adds nothing.
+                    if directions.contains(&X_LOW) || directions.contains(&X_HIGH) {
+                        vec![]
+                    } else {
+                        x_pair_plans(spec, side, &q, &p)?
+                    }
+                } else {
+                    vec![box_plan_of(spec, &p, q)?]
+                };
+                for plan in plans {
+                    let bytes = plan.packed_size();
+                    regions.push(Region::new(plan, end));
+                    end += bytes;
+                }
                 directions.push(*dir);
             }
             if end > offset {
@@ -545,8 +640,8 @@ impl HaloPlan {
             // What the neighbour at -d sent in direction d lands in the ghost box of -d.
             recvs.push((grid.neighbour(rank, back), d, ghost_box(spec, back)));
         }
-        let (sends, send_regions, send_spans) = layout(spec, &sends)?;
-        let (recvs, recv_regions, recv_spans) = layout(spec, &recvs)?;
+        let (sends, send_regions, send_spans) = layout(spec, End::Send, &sends)?;
+        let (recvs, recv_regions, recv_spans) = layout(spec, End::Recv, &recvs)?;
         Ok(Self {
             rank,
             chunks: spec.chunks,
@@ -1095,6 +1190,65 @@ mod tests {
                 let whole = HaloPlan::new(&spec.with_chunks(1), &grid, r).unwrap();
                 assert_eq!(p.remote_bytes(), whole.remote_bytes());
                 assert_eq!(p.send_bytes_by_peer(), whole.send_bytes_by_peer());
+            }
+        }
+    }
+
+    #[test]
+    fn two_ranks_along_x_interleave_the_x_faces() {
+        // No other face has blocks of 2r or r cells (x spans 5 cells).
+        let (r, n) = (2usize, [5usize, 3, 4]);
+        for (dims, chunks) in [
+            ([2, 1, 1], 1),
+            ([2, 1, 1], 2),
+            ([2, 2, 1], 1),
+            ([3, 1, 1], 1),
+        ] {
+            let spec = HaloSpec::new(n, r, 3, Neighbours::Faces)
+                .with_dims(dims)
+                .with_chunks(chunks);
+            let grid = ProcessGrid::new(dims.iter().product(), spec.dims).unwrap();
+            let p = HaloPlan::new(&spec, &grid, 0).unwrap();
+            let runs: Vec<&Region> = p
+                .recv_regions()
+                .iter()
+                .filter(|g| g.plan().block_len() == (16 * r) as u64)
+                .collect();
+            let pairs: Vec<&Region> = p
+                .send_regions()
+                .iter()
+                .filter(|g| {
+                    g.plan().block_len() == (8 * r) as u64 && g.plan().counts().first() == Some(&2)
+                })
+                .collect();
+            if dims[0] == 2 {
+                // One run of 2r ghost cells per pair of neighbouring rows, per chunk, and the
+                // sender's matching region of two r-cell pieces per pair.
+                assert_eq!(runs.len(), chunks, "{dims:?} {chunks}");
+                assert_eq!(pairs.len(), chunks, "{dims:?} {chunks}");
+                let rows = n[1] - 1;
+                let layers: u64 = runs.iter().map(|g| g.plan().num_blocks()).sum();
+                assert_eq!(layers, (rows * n[2] * 3) as u64);
+                for (g, s) in runs.iter().zip(&pairs) {
+                    assert_eq!(g.plan().packed_size(), s.plan().packed_size());
+                    assert_eq!(s.plan().block_len(), (8 * r) as u64);
+                }
+            } else {
+                assert!(runs.is_empty() && pairs.is_empty(), "{dims:?}");
+            }
+            // The x faces still carry all their bytes.
+            let x: u64 = [X_LOW, X_HIGH]
+                .iter()
+                .map(|&d| 8 * 3 * send_box(&spec, d).cells() as u64)
+                .sum();
+            let to_x: u64 = p
+                .sends()
+                .iter()
+                .filter(|m| m.peer == grid.neighbour(0, X_HIGH))
+                .map(|m| m.bytes)
+                .sum();
+            if dims[0] == 2 {
+                assert_eq!(to_x, x);
             }
         }
     }
