@@ -103,8 +103,9 @@ pub struct HaloArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [halo::DEFAULT_CHUNKS])]
     pub chunks: Vec<usize>,
     /// Grid policies of the pack, copy and unpack kernels to measure, one row each
-    /// (comma-separated: auto, full, or a number of waves; default: full, the library's
-    /// default for halo exchanges).
+    /// (comma-separated: auto, full, a number of waves, or sN for N thread blocks per
+    /// multiprocessor; default: full, the library's default for halo exchanges, under which
+    /// the local copies take LOCAL_BLOCKS_PER_SM blocks per multiprocessor).
     #[arg(long, value_delimiter = ',', default_values = ["full"], value_parser = parse_grid)]
     pub grid: Vec<GridCap>,
     /// How neighbour ranks are reached, one row each (comma-separated: auto = CUDA IPC on the
@@ -137,7 +138,8 @@ pub struct HaloArgs {
     pub mpi_iters: u32,
 }
 
-/// `auto`, `full` or a number of waves -> the grid policy.
+/// `auto`, `full`, a number of waves or `sN` (N thread blocks per multiprocessor) -> the grid
+/// policy.
 ///
 /// # Errors
 /// A message naming the bad value.
@@ -145,12 +147,20 @@ pub fn parse_grid(s: &str) -> Result<GridCap, String> {
     match s.trim() {
         "auto" => Ok(GridCap::Auto),
         "full" => Ok(GridCap::Full),
-        n => match n.parse::<u32>() {
-            Ok(w) if w > 0 => Ok(GridCap::Waves(w)),
-            _ => Err(format!(
-                "bad grid policy `{s}` (expected auto, full or a number of waves)"
-            )),
-        },
+        n => {
+            let (per_sm, count) = match n.strip_prefix('s') {
+                Some(c) => (true, c),
+                None => (false, n),
+            };
+            match count.parse::<u32>() {
+                Ok(c) if c > 0 && per_sm => Ok(GridCap::PerSm(c)),
+                Ok(w) if w > 0 => Ok(GridCap::Waves(w)),
+                _ => Err(format!(
+                    "bad grid policy `{s}` (expected auto, full, a number of waves or sN, N \
+                     blocks per multiprocessor)"
+                )),
+            }
+        }
     }
 }
 
@@ -171,6 +181,7 @@ pub fn grid_name(g: GridCap) -> String {
     match g {
         GridCap::Full => "full".into(),
         GridCap::Waves(w) => w.to_string(),
+        GridCap::PerSm(n) => format!("s{n}"),
         _ => "auto".into(),
     }
 }
@@ -850,6 +861,9 @@ mod tests {
             vec![GridCap::Auto, GridCap::Full, GridCap::Waves(2)]
         );
         assert_eq!(grid_name(GridCap::Waves(2)), "2");
+        assert_eq!(parse_grid("s2"), Ok(GridCap::PerSm(2)));
+        assert_eq!(grid_name(GridCap::PerSm(2)), "s2");
+        assert!(parse_grid("s0").is_err() && parse_grid("s").is_err() && parse_grid("0").is_err());
         assert!(Wrap::try_parse_from(["x", "--grid", "0"]).is_err());
         let t = Wrap::try_parse_from(["x", "--transport", "nccl,auto"]).unwrap();
         assert_eq!(

@@ -402,6 +402,10 @@ pub enum GridCap {
     /// (multiprocessors x resident blocks per multiprocessor); threads then loop over several
     /// blocks, four loads in flight per thread.
     Waves(u32),
+    /// At most this many thread blocks per multiprocessor (at least one): less than a wave when
+    /// fewer than a multiprocessor holds, for a launch that should leave most of the device to
+    /// kernels running beside it. Threads loop as under [`GridCap::Waves`].
+    PerSm(u32),
     /// For a [flat](LaunchShape::flat) kernel, the full grid: one thread per word, as the
     /// one-thread-per-word kernel launches. Fused launches are flat (every region, see
     /// [`codegen::fused_shape`](crate::codegen::fused_shape)), so they too get every region's
@@ -517,7 +521,7 @@ impl Device {
     /// The most thread blocks of `threads` threads a launch whose full grid has `full` blocks
     /// gets, under the grid policy; `flat` for a flat kernel.
     fn max_blocks(&self, threads: u32, full: u64, flat: bool) -> u64 {
-        grid_budget(self.options.grid, self.wave(threads), full, flat)
+        grid_budget(self.options.grid, self.wave(threads), self.sms, full, flat)
     }
 
     fn load<const N: usize>(
@@ -558,11 +562,12 @@ impl Device {
 }
 
 /// The most thread blocks a launch gets under `policy`, `wave` thread blocks filling the device
-/// once, for a full grid of `full` blocks; `flat` for a flat kernel.
-fn grid_budget(policy: GridCap, wave: u64, full: u64, flat: bool) -> u64 {
+/// once and `sms` multiprocessors, for a full grid of `full` blocks; `flat` for a flat kernel.
+fn grid_budget(policy: GridCap, wave: u64, sms: u64, full: u64, flat: bool) -> u64 {
     match policy {
         GridCap::Full => u64::MAX,
         GridCap::Waves(w) => wave.saturating_mul(u64::from(w.max(1))),
+        GridCap::PerSm(n) => sms.max(1).saturating_mul(u64::from(n.max(1))),
         GridCap::Auto if flat || full > wave.saturating_mul(AUTO_FULL_ABOVE_WAVES) => u64::MAX,
         GridCap::Auto => wave,
     }
@@ -1692,20 +1697,28 @@ mod tests {
     #[test]
     fn grid_budgets() {
         // Flat kernels get the full grid under Auto, whatever its size.
-        assert_eq!(grid_budget(GridCap::Auto, 528, 100, true), u64::MAX);
-        assert_eq!(grid_budget(GridCap::Auto, 528, 100, false), 528);
-        assert_eq!(grid_budget(GridCap::Auto, 528, 528 * 9, false), u64::MAX);
+        assert_eq!(grid_budget(GridCap::Auto, 528, 132, 100, true), u64::MAX);
+        assert_eq!(grid_budget(GridCap::Auto, 528, 132, 100, false), 528);
+        assert_eq!(
+            grid_budget(GridCap::Auto, 528, 132, 528 * 9, false),
+            u64::MAX
+        );
         // Explicit policies apply to both mappings.
         for flat in [false, true] {
-            assert_eq!(grid_budget(GridCap::Full, 528, 100, flat), u64::MAX);
-            assert_eq!(grid_budget(GridCap::Waves(2), 528, 1 << 20, flat), 1056);
+            assert_eq!(grid_budget(GridCap::Full, 528, 132, 100, flat), u64::MAX);
+            assert_eq!(
+                grid_budget(GridCap::Waves(2), 528, 132, 1 << 20, flat),
+                1056
+            );
+            assert_eq!(grid_budget(GridCap::PerSm(2), 528, 132, 1 << 20, flat), 264);
+            assert_eq!(grid_budget(GridCap::PerSm(0), 528, 132, 1 << 20, flat), 132);
         }
         // The launch the flat shape of a contiguous 4 MiB copy gets by default: every block.
         let plan = StridedBlock::new(0, 4 << 20, vec![], vec![]).unwrap();
         let shape = LaunchShape::for_plan(&plan, 16, &GpuOptions::default().limits()).unwrap();
         assert_eq!(shape.block(), [FLAT_THREADS, 1, 1]);
         let full = u64::from(shape.grid()[0]);
-        let cap = grid_budget(GridCap::Auto, 1056, full, shape.is_flat());
+        let cap = grid_budget(GridCap::Auto, 1056, 132, full, shape.is_flat());
         assert_eq!(codegen::cap_grid(shape.grid(), cap), [1024, 1, 1]);
     }
 

@@ -73,6 +73,40 @@ impl HaloTimes {
     }
 }
 
+/// Thread blocks per multiprocessor of the local copies of an exchange that pulls from IPC
+/// neighbours, under the [`GridCap::Full`] policy (the default,
+/// [`HaloExchange::default_options`]).
+///
+/// The local copies run on their own stream beside the pulls, which are on the critical path;
+/// they are not. With a full grid they held most of the multiprocessors' thread slots for
+/// their 35 us, and the pulls, whose reads over NVLink need many threads in flight, got few:
+/// capped, the 6-face exchange on 2xH200 went from 151 to 138 us. Beside NCCL transfers (a
+/// few multiprocessors) the full grid stays faster (220 against 247 us), and so does a rank
+/// that is its own only neighbour (docs/PERFORMANCE.md).
+pub const LOCAL_BLOCKS_PER_SM: u32 = 2;
+
+/// The options of the local copier: `opts`, with the full grid capped at
+/// [`LOCAL_BLOCKS_PER_SM`] when the exchange `pulls` from IPC neighbours; any other grid
+/// policy as given.
+fn local_options(opts: &GpuOptions, pulls: bool) -> GpuOptions {
+    match opts.grid {
+        GridCap::Full if pulls => opts.clone().with_grid(GridCap::PerSm(LOCAL_BLOCKS_PER_SM)),
+        _ => opts.clone(),
+    }
+}
+
+/// The streams an exchange forks from the communicator's stream ([`HaloExchange::exchange`]).
+#[derive(Debug, Clone, Copy)]
+struct StreamsUsed {
+    /// The local copies.
+    side: bool,
+    /// NCCL transfers and the unpacks of what they bring.
+    wire: bool,
+    /// Pulls apart from the packs: only with more than one chunk, so that the pull of chunk
+    /// `k` overlaps the pack of chunk `k + 1`.
+    puller: bool,
+}
+
 /// Events that order the streams of one exchange (no timing).
 struct Sync {
     start: CudaEvent,
@@ -284,11 +318,12 @@ impl<'c> HaloExchange<'c> {
                 .collect()
         };
         let unpack = packers(&nccl_regions)?;
+        let pulls = plan.recvs().iter().any(|m| links.is_ipc(m.peer));
         let local = if plan.locals().is_empty() {
             None
         } else {
             Some(
-                FusedCopier::new(ctx, plan.copy_regions()?, &opts)
+                FusedCopier::new(ctx, plan.copy_regions()?, &local_options(&opts, pulls))
                     .map_err(|e| pack_error(OP, e))?,
             )
         };
@@ -433,60 +468,101 @@ impl<'c> HaloExchange<'c> {
         let (fp, _write) = field.device_ptr_mut(&main);
         let field_bytes = self.field_len * 8;
         let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
-        self.sync.start.record(&main).map_err(ev)?;
-        self.side.wait(&self.sync.start).map_err(ev)?;
-        self.wire.wait(&self.sync.start).map_err(ev)?;
-        self.unpacker.wait(&self.sync.start).map_err(ev)?;
-        self.puller.wait(&self.sync.start).map_err(ev)?;
         self.links.begin();
-        let enqueued = self.enqueue_pipeline(fp, field_bytes);
+        let streams = self.streams_used();
+        if streams.wire {
+            self.sync.start.record(&main).map_err(ev)?;
+            self.wire.wait(&self.sync.start).map_err(ev)?;
+            self.unpacker.wait(&self.sync.start).map_err(ev)?;
+        }
+        if streams.puller {
+            self.sync.start.record(&main).map_err(ev)?;
+            self.puller.wait(&self.sync.start).map_err(ev)?;
+        }
+        let enqueued = self.enqueue_pipeline(&main, streams, fp, field_bytes);
         // Join the side streams back into the communicator's stream whatever happened, so that
         // nothing enqueued outlives the exchange as seen from that stream.
-        let joined = self.join(&main);
+        let joined = self.join(&main, streams);
         enqueued.and(joined)
     }
 
-    fn enqueue_pipeline(&self, field: u64, field_bytes: usize) -> Result<()> {
+    /// Which streams besides the communicator's an exchange uses: every hop between streams
+    /// costs microseconds on the critical path, so none is forked for nothing.
+    fn streams_used(&self) -> StreamsUsed {
+        let nccl = |m: &super::Message| !self.links.is_ipc(m.peer);
+        let ipc = |m: &super::Message| self.links.is_ipc(m.peer);
+        StreamsUsed {
+            side: self.local.is_some(),
+            wire: self.plan.sends().iter().any(nccl) || self.plan.recvs().iter().any(nccl),
+            puller: self.plan.chunks() > 1 && self.plan.recvs().iter().any(ipc),
+        }
+    }
+
+    /// Enqueues one exchange. On the communicator's stream: every chunk's pack (once the IPC
+    /// receivers are done with the previous exchange's bytes), each followed by its ready
+    /// flags; with a single chunk, then the pulls from IPC neighbours too (they wait for the
+    /// peers' packs anyway). On the side stream, once everything is packed, the local copies,
+    /// which overlap the transfers and pulls. The other streams as their names say.
+    fn enqueue_pipeline(
+        &self,
+        main: &CudaStream,
+        streams: StreamsUsed,
+        field: u64,
+        field_bytes: usize,
+    ) -> Result<()> {
         let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
         let chunks = self.plan.chunks();
-        // Side stream: every chunk's pack (once the IPC receivers are done with the previous
-        // exchange's bytes), then the local copies (they overlap the transfers).
-        self.links.wait_consumed(&self.side)?;
+        self.links.wait_consumed(main)?;
         for k in 0..chunks {
-            self.pack_chunk(&self.side, k, field, field_bytes)?;
-            self.sync.packed[k].record(&self.side).map_err(ev)?;
-            self.links.signal_ready(&self.side, k)?;
+            self.pack_chunk(main, k, field, field_bytes)?;
+            if streams.wire || (streams.side && k + 1 == chunks) {
+                self.sync.packed[k].record(main).map_err(ev)?;
+            }
+            self.links.signal_ready(main, k)?;
         }
-        self.copy_locals(&self.side, field, field_bytes)?;
-        // Pull stream: chunk k of each IPC neighbour once that neighbour packed it.
-        for k in 0..chunks {
-            self.links.pull(&self.puller, k, field, field_bytes)?;
+        if streams.side {
+            self.side.wait(&self.sync.packed[chunks - 1]).map_err(ev)?;
+            self.copy_locals(&self.side, field, field_bytes)?;
         }
-        self.links.signal_consumed(&self.puller)?;
-        // Wire stream: chunk k goes on the wire once packed.
+        // Pulls: chunk k of each IPC neighbour once that neighbour packed it.
+        let pull_on = if streams.puller { &*self.puller } else { main };
         for k in 0..chunks {
-            self.wire.wait(&self.sync.packed[k]).map_err(ev)?;
-            self.transfer_chunk(&self.wire, k)?;
-            self.sync.received[k].record(&self.wire).map_err(ev)?;
+            self.links.pull(pull_on, k, field, field_bytes)?;
         }
-        // Unpack stream: chunk k is unpacked once received.
-        for k in 0..chunks {
-            self.unpacker.wait(&self.sync.received[k]).map_err(ev)?;
-            self.unpack_chunk(&self.unpacker, k, field, field_bytes)?;
+        self.links.signal_consumed(pull_on)?;
+        if streams.wire {
+            // Wire stream: chunk k goes on the wire once packed.
+            for k in 0..chunks {
+                self.wire.wait(&self.sync.packed[k]).map_err(ev)?;
+                self.transfer_chunk(&self.wire, k)?;
+                self.sync.received[k].record(&self.wire).map_err(ev)?;
+            }
+            // Unpack stream: chunk k is unpacked once received.
+            for k in 0..chunks {
+                self.unpacker.wait(&self.sync.received[k]).map_err(ev)?;
+                self.unpack_chunk(&self.unpacker, k, field, field_bytes)?;
+            }
         }
         Ok(())
     }
 
-    fn join(&self, main: &Arc<CudaStream>) -> Result<()> {
+    fn join(&self, main: &Arc<CudaStream>, streams: StreamsUsed) -> Result<()> {
         let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
-        self.sync.side_done.record(&self.side).map_err(ev)?;
-        self.sync.wire_done.record(&self.wire).map_err(ev)?;
-        self.sync.unpack_done.record(&self.unpacker).map_err(ev)?;
-        self.sync.pull_done.record(&self.puller).map_err(ev)?;
-        main.wait(&self.sync.side_done).map_err(ev)?;
-        main.wait(&self.sync.wire_done).map_err(ev)?;
-        main.wait(&self.sync.unpack_done).map_err(ev)?;
-        main.wait(&self.sync.pull_done).map_err(ev)
+        if streams.side {
+            self.sync.side_done.record(&self.side).map_err(ev)?;
+            main.wait(&self.sync.side_done).map_err(ev)?;
+        }
+        if streams.wire {
+            self.sync.wire_done.record(&self.wire).map_err(ev)?;
+            self.sync.unpack_done.record(&self.unpacker).map_err(ev)?;
+            main.wait(&self.sync.wire_done).map_err(ev)?;
+            main.wait(&self.sync.unpack_done).map_err(ev)?;
+        }
+        if streams.puller {
+            self.sync.pull_done.record(&self.puller).map_err(ev)?;
+            main.wait(&self.sync.pull_done).map_err(ev)?;
+        }
+        Ok(())
     }
 
     fn pack_chunk(
