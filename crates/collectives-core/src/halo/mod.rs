@@ -45,13 +45,19 @@
 //!    streams order themselves, the host never waits. Pairs that cannot (another node, no peer
 //!    access, a rank that chose [`HaloTransport::Nccl`]) use NCCL; both kinds mix freely.
 //!
-//! The chunks ([`HaloSpec::chunks`], default [`DEFAULT_CHUNKS`]) make a pipeline on four
-//! streams of the exchange's own: chunk `k + 1` is packed while chunk `k` is on the wire (or
-//! being pulled) and chunk `k - 1` is being unpacked, and the local copies run beside the
-//! transfers; the transfers' and the pulls' streams have the device's highest priority, so
-//! their kernels get multiprocessors ahead of the copy kernels. The communicator's stream
-//! starts and ends the exchange: the four
-//! streams wait for it first, and it waits for them last, so
+//! When both x neighbours are the same rank (a periodic grid two ranks wide), the two x faces
+//! travel interleaved row by row, so that the receiver writes whole runs of `2 radius` ghost
+//! cells rather than two columns of `radius`-cell pieces (see [`HaloPlan`]).
+//!
+//! The packs, and with one chunk the pulls, run on the communicator's stream. The chunks
+//! ([`HaloSpec::chunks`], default [`DEFAULT_CHUNKS`]) make a pipeline on streams of the
+//! exchange's own: chunk `k + 1` is packed while chunk `k` is on the wire (or being pulled)
+//! and chunk `k - 1` is being unpacked; the transfers' and the pulls' streams have the
+//! device's highest priority, so their kernels get multiprocessors ahead of the copy kernels.
+//! The local copies run on a side stream once everything is packed, beside the transfers and
+//! pulls; beside pulls, with at most [`LOCAL_BLOCKS_PER_SM`] thread blocks per multiprocessor
+//! so as to leave the pulls the device. A stream is forked only when it has work, and every
+//! forked stream waits for the communicator's stream first, which waits for it last, so
 //! to the caller the exchange is one stream-ordered operation like every NCCL operation of
 //! this crate: [`HaloExchange::exchange`] returns without waiting and the field is ready when
 //! the communicator's stream gets there ([`NcclComm::synchronize`](crate::NcclComm::synchronize)).
@@ -78,7 +84,7 @@ mod exchange;
 mod geometry;
 mod peer;
 
-pub use exchange::{HaloExchange, HaloTimes};
+pub use exchange::{HaloExchange, HaloTimes, LOCAL_BLOCKS_PER_SM};
 pub use geometry::{
     box_plan, box_plan_of, dims_create, directions, exchange_on_cpu, expected_field, ghost_box,
     global_cell, global_cells, initial_field, reference_value, send_box, CellBox, Direction,
