@@ -148,18 +148,17 @@ pub fn parse_grid(s: &str) -> Result<GridCap, String> {
         "auto" => Ok(GridCap::Auto),
         "full" => Ok(GridCap::Full),
         n => {
-            let (per_sm, count) = match n.strip_prefix('s') {
-                Some(c) => (true, c),
-                None => (false, n),
-            };
-            match count.parse::<u32>() {
-                Ok(c) if c > 0 && per_sm => Ok(GridCap::PerSm(c)),
-                Ok(w) if w > 0 => Ok(GridCap::Waves(w)),
-                _ => Err(format!(
+            let count = |c: &str| c.parse::<u32>().ok().filter(|&c| c > 0);
+            match n.strip_prefix('s') {
+                Some(c) => count(c).map(GridCap::PerSm),
+                None => count(n).map(GridCap::Waves),
+            }
+            .ok_or_else(|| {
+                format!(
                     "bad grid policy `{s}` (expected auto, full, a number of waves or sN, N \
                      blocks per multiprocessor)"
-                )),
-            }
+                )
+            })
         }
     }
 }

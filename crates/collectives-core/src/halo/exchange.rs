@@ -470,13 +470,14 @@ impl<'c> HaloExchange<'c> {
         let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
         self.links.begin();
         let streams = self.streams_used();
-        if streams.wire {
+        if streams.wire || streams.puller {
             self.sync.start.record(&main).map_err(ev)?;
+        }
+        if streams.wire {
             self.wire.wait(&self.sync.start).map_err(ev)?;
             self.unpacker.wait(&self.sync.start).map_err(ev)?;
         }
         if streams.puller {
-            self.sync.start.record(&main).map_err(ev)?;
             self.puller.wait(&self.sync.start).map_err(ev)?;
         }
         let enqueued = self.enqueue_pipeline(&main, streams, fp, field_bytes);

@@ -510,6 +510,14 @@ fn x_pair_plans(
     let outer = [(nz, layer), (q.len() as u64, array)];
     let dims =
         |inner: &[(u64, u64)]| -> Vec<(u64, u64)> { inner.iter().chain(&outer).copied().collect() };
+    // The unpaired pieces: `radius` cells from `x` in the row `y` of every z layer.
+    let piece = |y: u64, x: u64| {
+        let b = CellBox {
+            start: [x as usize, y as usize, b.start[2]],
+            size: [spec.radius, 1, b.size[2]],
+        };
+        box_plan_of(spec, &b, q.clone())
+    };
     let last = y0 + ny - 1;
     let plans = match end {
         End::Send => [
@@ -518,13 +526,13 @@ fn x_pair_plans(
                 8 * r,
                 &dims(&[(2, row + 8 * (n - r)), (ny - 1, row)]),
             )?,
-            strided(at(y0, n), 8 * r, &outer)?,
-            strided(at(last, r), 8 * r, &outer)?,
+            piece(y0, n)?,
+            piece(last, r)?,
         ],
         End::Recv => [
             strided(at(y0, n + r), 16 * r, &dims(&[(ny - 1, row)]))?,
-            strided(at(y0, 0), 8 * r, &outer)?,
-            strided(at(last, n + r), 8 * r, &outer)?,
+            piece(y0, 0)?,
+            piece(last, n + r)?,
         ],
     };
     Ok(plans.into_iter().filter(|pl| !pl.is_empty()).collect())
