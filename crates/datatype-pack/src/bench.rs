@@ -17,8 +17,8 @@
 //! GB/s counts the packed bytes once (as the D2D copy counts the bytes copied once). Every time
 //! is the median of [`ITERS`] timed iterations after [`WARMUP`] warm-up iterations
 //! ([`SLOW_ITERS`] iterations after one warm-up when one run takes over [`SLOW_MS`] ms), each
-//! iteration measured with CUDA events; iterations of small layouts run several back-to-back
-//! operations and report the time per operation. Then NVRTC compile times: cold (first compile
+//! iteration measured with CUDA events around [`MIN_REPS`] to [`MAX_REPS`] back-to-back
+//! operations (about [`REP_BYTES`] bytes), reporting the time per operation. Then NVRTC compile times: cold (first compile
 //! of the process), warm (a new source), in-memory cache hit and on-disk cache hit.
 //!
 //! Rows: contiguous 4 MiB; 2-D vectors of 1 to 512-byte blocks at stride 512 with totals of
@@ -129,6 +129,13 @@ fn cu(r: sys::CUresult) -> Result<()> {
         })
     }
 }
+
+/// A timed iteration moves about this many bytes ([`Bench::reps`]).
+pub const REP_BYTES: u64 = 256 << 20;
+/// Fewest back-to-back operations per timed iteration.
+pub const MIN_REPS: u64 = 4;
+/// Most back-to-back operations per timed iteration.
+pub const MAX_REPS: u64 = 256;
 
 /// Median time of one operation, in milliseconds: `f` enqueues `reps` operations. A measurement
 /// whose first run takes more than [`SLOW_MS`] uses [`SLOW_ITERS`] iterations and no further
@@ -448,8 +455,12 @@ impl Bench {
         &self.ctx
     }
 
+    /// Back-to-back operations per timed iteration of a layout of `bytes` packed bytes: enough
+    /// to move [`REP_BYTES`] (at least [`MIN_REPS`], at most [`MAX_REPS`]), so that a timing
+    /// window spans hundreds of microseconds rather than the few microseconds of one small
+    /// launch, whose timings moved by 20 % between rows and runs.
     fn reps(bytes: u64) -> usize {
-        ((4u64 << 20) / bytes.max(1)).clamp(1, 64) as usize
+        (REP_BYTES / bytes.max(1)).clamp(MIN_REPS, MAX_REPS) as usize
     }
 
     fn d2d(&self, bytes: u64) -> Result<f64> {
@@ -918,9 +929,11 @@ pub fn run(options: &Options, out: &mut dyn FnMut(&str)) -> Result<()> {
     }
     out(&format!(
         "Pack throughput: median of {ITERS} timed iterations after {WARMUP} warm-ups (of \
-         {SLOW_ITERS} iterations after one warm-up where one run takes over {SLOW_MS} ms); GB/s = \
+         {SLOW_ITERS} iterations after one warm-up where one run takes over {SLOW_MS} ms), each \
+         iteration {MIN_REPS} to {MAX_REPS} back-to-back operations moving about {} MiB; GB/s = \
          packed bytes / time; `~` = per-block copies timed on the first {PER_BLOCK_SUBSET} \
-         blocks and scaled to all blocks.\n"
+         blocks and scaled to all blocks.\n",
+        REP_BYTES >> 20
     ));
     for l in header() {
         out(l);

@@ -1080,7 +1080,7 @@ mod tests {
         assert!(!a.source().contains("#include"));
         assert!(a.source().contains("void __launch_bounds__"));
         assert!(a.source().contains(&format!(
-            "extern \"C\" __global__ void __launch_bounds__(1024) {}(",
+            "extern \"C\" __global__ void __launch_bounds__(512) {}(",
             a.pack_name()
         )));
         assert!(a.source().contains(&format!("{}(", a.unpack_name())));
@@ -1163,15 +1163,15 @@ mod tests {
 
     #[test]
     fn long_blocks_get_the_word_loop() {
-        // Blocks of 1 MiB + 48 bytes (65,539 words, so mapped by axes): more words than a thread
-        // block's x extent.
-        let p = StridedBlock::new(0, (1 << 20) + 48, vec![4], vec![1 << 21]).unwrap();
+        // 32 blocks of 1 MiB + 48 bytes (65,539 words, a long launch, so mapped by axes): more
+        // words than a thread block's x extent.
+        let p = StridedBlock::new(0, (1 << 20) + 48, vec![32], vec![1 << 21]).unwrap();
         let k = generate(&p, 16).unwrap();
         assert!(!k.shape().is_flat());
         assert!(k.source().contains("if (sx >= EX)"));
         assert!(k.source().contains("x += 4ull * sx"));
         // Short blocks: only the unrolled loop over blocks.
-        let p = StridedBlock::new(0, 24, vec![1000], vec![512]).unwrap();
+        let p = StridedBlock::new(0, 24, vec![1 << 20], vec![512]).unwrap();
         let k = generate(&p, 8).unwrap();
         assert!(!k.shape().is_flat());
         assert!(!k.source().contains("if (sx >= EX)"));

@@ -427,10 +427,12 @@ pub struct GpuOptions {
     pub nvrtc_options: Vec<String>,
     /// How many thread blocks a launch gets (default [`GridCap::Auto`]).
     pub grid: GridCap,
-    /// Most threads in one thread block, a power of two from 32 to 1024 (default 512): the
-    /// `max_threads_per_block` of the [`LaunchLimits`] the kernels' shapes are made under. A
-    /// [flat](LaunchShape::flat) kernel uses at most [`FLAT_THREADS`](crate::plan::FLAT_THREADS)
-    /// of them.
+    /// Most threads in one thread block, a power of two from 32 to 1024 (default 1024): the
+    /// `max_threads_per_block` of the [`LaunchLimits`] the kernels' shapes are made under.
+    /// Kernels by axes use at most [`AXES_THREADS`](crate::plan::AXES_THREADS) (512) of them,
+    /// a single plan's [flat](LaunchShape::flat) kernel
+    /// [`flat_threads`](crate::plan::flat_threads), fused kernels
+    /// [`FLAT_THREADS`](crate::plan::FLAT_THREADS).
     pub max_threads_per_block: u32,
 }
 
@@ -439,7 +441,7 @@ impl Default for GpuOptions {
         Self {
             nvrtc_options: Vec::new(),
             grid: GridCap::Auto,
-            max_threads_per_block: 512,
+            max_threads_per_block: 1024,
         }
     }
 }
@@ -1726,8 +1728,8 @@ mod tests {
     fn options_and_policy() {
         let o = GpuOptions::default();
         assert_eq!(o.grid, GridCap::Auto);
-        assert_eq!(o.max_threads_per_block, 512);
-        assert_eq!(o.limits().max_threads_per_block, 512);
+        assert_eq!(o.max_threads_per_block, 1024);
+        assert_eq!(o.limits().max_threads_per_block, 1024);
         let o = o
             .with_grid(GridCap::Waves(2))
             .with_max_threads_per_block(128)

@@ -276,8 +276,42 @@ impl Default for LaunchLimits {
 }
 
 /// Threads per thread block of a [flat](LaunchShape::flat) launch (fewer only where the launch
-/// limits allow fewer): the shape of the one-thread-per-word kernel it is modelled on.
+/// limits allow fewer): the shape of the one-thread-per-word kernel it is modelled on. A single
+/// plan's kernel may use more ([`flat_threads`]).
 pub const FLAT_THREADS: u32 = 256;
+
+/// Most threads per thread block of a shape by axes ([`LaunchShape::with_limits`]), fewer
+/// where the launch limits allow fewer.
+pub const AXES_THREADS: u32 = 512;
+
+/// Blocks of at most this many bytes are small for [`flat_threads`].
+pub const SMALL_BLOCK_BYTES: u64 = 64;
+
+/// A flat launch of at least this many packed words is long for [`flat_threads`].
+pub const LONG_LAUNCH_WORDS: u64 = 1 << 21;
+
+/// Threads per thread block of a single plan's [flat](LaunchShape::flat) kernel moved in
+/// words of `word_size` bytes ([`LaunchShape::for_plan`]): [`FLAT_THREADS`], except for a long
+/// launch ([`LONG_LAUNCH_WORDS`] words or more) of small blocks ([`SMALL_BLOCK_BYTES`] or
+/// fewer, not contiguous): 1024, or 512 when each block is a single word of 8 or 16 bytes.
+///
+/// Measured on an H200 (docs/PERFORMANCE.md, "Pack: threads per thread block"), 64 MiB packed
+/// from blocks at stride 512: 1024-thread blocks move 64-byte blocks 7 % faster than
+/// 256-thread blocks (1702 against 1589 GB/s) and 1 to 4-byte blocks 3 to 5 % faster, but
+/// 128 to 512-byte blocks 2 to 4 % slower; single 16-byte words are fastest with 512 (626
+/// against 623 with 256 and 620 with 1024). Short launches keep 256 threads, so that they
+/// spread over every multiprocessor.
+pub fn flat_threads(plan: &StridedBlock, word_size: u32) -> u32 {
+    let w = u64::from(word_size.max(1));
+    let long = plan.packed_size() / w >= LONG_LAUNCH_WORDS;
+    if plan.is_contiguous() || plan.block_len() > SMALL_BLOCK_BYTES || !long {
+        FLAT_THREADS
+    } else if plan.block_len() == w && w >= 8 {
+        512
+    } else {
+        1024
+    }
+}
 
 /// How a [`StridedBlock`] maps onto a CUDA-like launch: by axes ([`LaunchShape::with_limits`])
 /// or flat ([`LaunchShape::flat`], one thread per packed word); [`LaunchShape::for_plan`] picks
@@ -373,14 +407,21 @@ impl LaunchShape {
 
     /// Whether a single plan's kernel is launched [flat](Self::flat) rather than by axes: when
     /// the plan is contiguous ([`StridedBlock::is_contiguous`]), or has at most two dimensions
-    /// and a power-of-two number of words per block (1 included). For those the flat launch is
-    /// the one-thread-per-word launch: 256-thread blocks, thread `i` on packed word `i`, each
-    /// warp on 32 consecutive packed words, with the word's place found by shifts and at most
-    /// one division by a constant. Blocks of any other number of words keep the axes mapping,
-    /// which needs no division. An empty plan is never flat.
+    /// and either a power-of-two number of words per block (1 included) or fewer than
+    /// [`LONG_LAUNCH_WORDS`] packed words. For those the flat launch is the one-thread-per-word
+    /// launch: thread blocks of [`flat_threads`] threads, thread `i` on packed word `i`, each
+    /// warp on 32 consecutive packed words, with the word's place found by shifts and divisions
+    /// by constants. Long launches of blocks of any other number of words keep the axes
+    /// mapping, which needs no division (at 64 MiB of 24-byte blocks, 1022 against 852 GB/s
+    /// for the one-thread-per-word kernel); a short launch is about one wave of threads, where
+    /// the axes mapping of 3-word blocks leaves a quarter of its lanes idle. An empty plan is
+    /// never flat.
     pub fn flat_suits(plan: &StridedBlock, word_size: u32) -> bool {
-        let words = plan.block_len() / u64::from(word_size.max(1));
-        !plan.is_empty() && (plan.is_contiguous() || (plan.ndims() <= 2 && words.is_power_of_two()))
+        let w = u64::from(word_size.max(1));
+        let words = plan.block_len() / w;
+        let short = plan.packed_size() / w < LONG_LAUNCH_WORDS;
+        !plan.is_empty()
+            && (plan.is_contiguous() || (plan.ndims() <= 2 && (words.is_power_of_two() || short)))
     }
 
     /// The launch shape of a single plan's kernels ([`crate::codegen::generate`]):
@@ -391,7 +432,7 @@ impl LaunchShape {
     /// As [`LaunchShape::with_limits`].
     pub fn for_plan(plan: &StridedBlock, word_size: u32, limits: &LaunchLimits) -> Result<Self> {
         if Self::flat_suits(plan, word_size) {
-            Self::flat(plan, word_size, limits)
+            Self::flat_with_threads(plan, word_size, limits, flat_threads(plan, word_size))
         } else {
             Self::with_limits(plan, word_size, limits)
         }
@@ -405,12 +446,27 @@ impl LaunchShape {
     /// # Errors
     /// As [`LaunchShape::with_limits`].
     pub fn flat(plan: &StridedBlock, word_size: u32, limits: &LaunchLimits) -> Result<Self> {
+        Self::flat_with_threads(plan, word_size, limits, FLAT_THREADS)
+    }
+
+    /// [`LaunchShape::flat`] with thread blocks of `threads` threads (the largest power of two
+    /// not above it and the limits).
+    ///
+    /// # Errors
+    /// As [`LaunchShape::with_limits`].
+    pub fn flat_with_threads(
+        plan: &StridedBlock,
+        word_size: u32,
+        limits: &LaunchLimits,
+        threads: u32,
+    ) -> Result<Self> {
         check_args(plan, word_size, limits)?;
         if plan.is_empty() {
             return Ok(Self::noop(word_size, true));
         }
         let w = u64::from(word_size);
-        let cap = FLAT_THREADS
+        let cap = threads
+            .max(1)
             .min(limits.max_threads_per_block)
             .min(limits.max_block[0]);
         // The largest power of two not above `cap` (which is at least 1: limits are non-zero).
@@ -446,7 +502,7 @@ impl LaunchShape {
     /// The launch shape by axes of `plan` moved in words of `word_size` bytes, within `limits`.
     ///
     /// Thread-block dimensions are powers of two filled x first, then y, then z, up to
-    /// `max_threads_per_block`, so that plans of small blocks still give full thread blocks;
+    /// `max_threads_per_block` or [`AXES_THREADS`], whichever is lower, so that plans of small blocks still give full thread blocks;
     /// grid dimensions are the blocks needed to cover each axis, capped at `max_grid`.
     ///
     /// # Errors
@@ -465,7 +521,7 @@ impl LaunchShape {
         ];
         let outer_counts = counts.get(2..).unwrap_or(&[]).to_vec();
         let mut block = [1u32; 3];
-        let mut room = limits.max_threads_per_block;
+        let mut room = limits.max_threads_per_block.min(AXES_THREADS);
         for axis in 0..3 {
             // Widest power of two not above the extent (rounded up), the axis limit and the room
             // left in the thread block.
@@ -681,8 +737,9 @@ mod tests {
         let p = StridedBlock::new(0, 8, vec![1000], vec![64]).unwrap();
         let l = LaunchShape::new(&p, 8).unwrap();
         assert_eq!(l.extents(), [1, 1000, 1]);
-        assert_eq!(l.block(), [1, 1024, 1]);
-        assert_eq!(l.grid(), [1, 1, 1]);
+        // Thread blocks by axes hold at most AXES_THREADS threads, whatever the limits allow.
+        assert_eq!(l.block(), [1, AXES_THREADS, 1]);
+        assert_eq!(l.grid(), [1, 2, 1]);
         assert_eq!(l.iterations(), [1, 1, 1]);
         assert!(!l.is_noop());
     }
@@ -725,8 +782,8 @@ mod tests {
         )
         .unwrap();
         let l = LaunchShape::new(&p, 16).unwrap();
-        assert_eq!(l.block(), [1024, 1, 1]);
-        assert_eq!(l.grid(), [1, 65_535, 65_535]);
+        assert_eq!(l.block(), [512, 1, 1]);
+        assert_eq!(l.grid(), [2, 65_535, 65_535]);
         assert_eq!(l.iterations(), [1, 153, 4]);
         check_limits(&l, &lim);
         // Huge blocks: x beyond 2^31 - 1 thread blocks.
@@ -883,15 +940,17 @@ mod tests {
         assert_eq!(l.iterations(), [1, 1, 1]);
         assert_eq!(l.outer_counts(), &[] as &[u64]);
         for total in [1u64 << 10, 1 << 20, 64 << 20] {
+            // 3 words per block: by axes only in the long launches of 64 MiB.
+            let long = total == 64 << 20;
             for (block, flat) in [
                 (1u64, true),
                 (2, true),
                 (4, true),
-                (6, false),
+                (6, !long),
                 (8, true),
-                (12, false),
+                (12, !long),
                 (16, true),
-                (24, false),
+                (24, !long),
                 (32, true),
                 (64, true),
                 (128, true),
@@ -905,8 +964,15 @@ mod tests {
                 assert_eq!(l.is_flat(), flat, "{block} B blocks: {l:?}");
                 if flat {
                     let words = p.packed_size() / u64::from(w);
-                    assert_eq!(l.block(), [256, 1, 1]);
-                    assert_eq!(u64::from(l.grid()[0]), words.div_ceil(256));
+                    // 64 MiB of blocks up to 64 bytes: larger thread blocks (`flat_threads`).
+                    let threads = match (total, block) {
+                        (t, 8 | 16) if t == 64 << 20 => 512,
+                        (t, b) if t == 64 << 20 && b <= 64 => 1024,
+                        _ => 256,
+                    };
+                    assert_eq!(l.block(), [threads, 1, 1], "{block} B blocks, {total} B");
+                    assert_eq!(flat_threads(&p, w), threads);
+                    assert_eq!(u64::from(l.grid()[0]), words.div_ceil(u64::from(threads)));
                     assert_eq!(l.words_per_block(), p.block_len() / u64::from(w));
                 }
             }
@@ -915,8 +981,10 @@ mod tests {
         // three dimensions: flat.
         let p = StridedBlock::new(0, 8, vec![4, 4, 4], vec![16, 128, 1024]).unwrap();
         assert!(!LaunchShape::flat_suits(&p, 8));
-        let p = StridedBlock::new(0, 24, vec![4], vec![32]).unwrap();
+        let p = StridedBlock::new(0, 24, vec![1 << 20], vec![32]).unwrap();
         assert!(!LaunchShape::flat_suits(&p, 8));
+        let p = StridedBlock::new(0, 24, vec![4], vec![32]).unwrap();
+        assert!(LaunchShape::flat_suits(&p, 8));
         let p = StridedBlock::new(0, 8, vec![4, 4, 4], vec![8, 32, 128]).unwrap();
         assert!(LaunchShape::flat_suits(&p, 8));
         assert!(!LaunchShape::flat_suits(&StridedBlock::empty(), 1));
@@ -926,6 +994,16 @@ mod tests {
             ..LaunchLimits::CUDA
         };
         assert_eq!(LaunchShape::flat(&c, 16, &odd).unwrap().block(), [64, 1, 1]);
+        let small = crate::construct::vector(1 << 20, 64, 512, 1).unwrap();
+        let small = StridedBlock::from_type(&small).unwrap();
+        assert_eq!(flat_threads(&small, 16), 1024);
+        assert_eq!(
+            LaunchShape::for_plan(&small, 16, &odd).unwrap().block(),
+            [64, 1, 1]
+        );
+        // A contiguous plan keeps FLAT_THREADS, however long.
+        let long = StridedBlock::new(0, 1 << 30, vec![], vec![]).unwrap();
+        assert_eq!(flat_threads(&long, 1), FLAT_THREADS);
         // The word size is checked as for a shape by axes.
         let p = StridedBlock::new(4, 8, vec![2], vec![16]).unwrap();
         assert!(LaunchShape::flat(&p, 8, &LaunchLimits::CUDA).is_err());
@@ -941,7 +1019,9 @@ mod tests {
         let l = LaunchShape::for_plan(&p, 1, &lim).unwrap();
         assert!(l.is_flat());
         assert_eq!(l.extents(), [5_000_000_000, 1, 1]);
-        assert_eq!(l.grid(), [19_531_250, 1, 1]);
+        // A long launch of small blocks: 1024 threads per thread block (`flat_threads`).
+        assert_eq!(l.block(), [1024, 1, 1]);
+        assert_eq!(l.grid(), [4_882_813, 1, 1]);
         assert_eq!(l.iterations(), [1, 1, 1]);
         check_limits(&l, &lim);
         // Two dimensions beyond 65,535 each, 2-byte blocks.
@@ -952,7 +1032,7 @@ mod tests {
         check_limits(&l, &lim);
         // Beyond 2^31 - 1 thread blocks: the grid-stride loop takes the rest.
         let p = StridedBlock::new(0, 1, vec![1 << 40], vec![2]).unwrap();
-        let l = LaunchShape::for_plan(&p, 1, &lim).unwrap();
+        let l = LaunchShape::flat(&p, 1, &lim).unwrap();
         assert_eq!(l.grid(), [(1u32 << 31) - 1, 1, 1]);
         assert_eq!(l.iterations(), [3, 1, 1]);
         check_limits(&l, &lim);

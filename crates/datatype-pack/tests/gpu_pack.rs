@@ -22,6 +22,7 @@ use datatype_pack::construct::{subarray, Order};
 use datatype_pack::fused::CopyRegion;
 use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream, DevicePtr};
 use datatype_pack::gpu::{self, FusedCopier, FusedPacker, GpuOptions, GridCap, Packer};
+use datatype_pack::plan::{flat_threads, FLAT_THREADS};
 use datatype_pack::{cpu, fused, Buffer, Error, LaunchShape, StridedBlock};
 
 const POOL: usize = 1200;
@@ -1512,6 +1513,10 @@ fn flat_cases() -> Vec<Case> {
         StridedBlock::new(0, 2, vec![2_500_000], vec![4]).unwrap(),
         StridedBlock::new(2, 2, vec![80_000, 30], vec![6, 480_010]).unwrap(),
         StridedBlock::new(0, 2, vec![3, 1_000_000], vec![2, 8]).unwrap(),
+        // Long launches of small blocks, thread blocks of 1024 and 512 threads
+        // (`flat_threads`): 64-byte blocks, single 16-byte words.
+        StridedBlock::new(0, 64, vec![1 << 19], vec![512]).unwrap(),
+        StridedBlock::new(16, 16, vec![2_100_000], vec![48]).unwrap(),
         // 8 and 16 words per block.
         StridedBlock::new(0, 128, vec![10_000], vec![512]).unwrap(),
         StridedBlock::new(4, 64, vec![300, 7], vec![68, 300 * 68 + 4]).unwrap(),
@@ -1557,6 +1562,14 @@ fn flat_cases_take_the_flat_kernels() {
     assert!(cases
         .iter()
         .any(|c| c.strided_off % 2 == 1 && c.plan.start() % 2 == 0));
+    // Every thread-block size of a single plan's flat kernel, in the widest words.
+    let threads: Vec<u32> = cases
+        .iter()
+        .map(|c| flat_threads(&c.plan, c.plan.word_size(0, 0)))
+        .collect();
+    for t in [FLAT_THREADS, 512, 1024] {
+        assert!(threads.contains(&t), "no case of {t} threads per block");
+    }
     // The pool has both kinds of single-plan kernels.
     if std::env::var("DTP_POOL_LIMIT").is_ok() {
         return;
@@ -1635,12 +1648,21 @@ fn flat_launches_are_the_one_thread_per_word_launch() {
         grid[0] < (1 << 20) / 32 && grid[1] == 1 && grid[2] == 1,
         "{grid:?}"
     );
-    // 64 MiB of 1-byte blocks: one x grid of 262,144 blocks (no 65,535 cap in y).
+    // 64 MiB of 1-byte blocks: a long launch of small blocks, 1024-thread blocks
+    // (`flat_threads`), one x grid of 65,536 blocks (no 65,535 cap in y).
     let big = StridedBlock::new(0, 1, vec![64 << 20], vec![512]).unwrap();
     let p = Packer::new(&ctx, &big).unwrap();
+    assert_eq!(p.launch_dims(1).unwrap(), ([65_536, 1, 1], [1024, 1, 1]));
+    // Under a limit of 256 threads, 256-thread blocks.
+    let p = Packer::with_options(
+        &ctx,
+        &big,
+        &GpuOptions::default().with_max_threads_per_block(256),
+    )
+    .unwrap();
     assert_eq!(p.launch_dims(1).unwrap(), ([262_144, 1, 1], [256, 1, 1]));
-    // 3 words per block keep the mapping by axes.
-    let axes = StridedBlock::new(0, 12, vec![1 << 16], vec![512]).unwrap();
+    // A long launch of 3 words per block keeps the mapping by axes.
+    let axes = StridedBlock::new(0, 12, vec![1 << 20], vec![512]).unwrap();
     let p = Packer::new(&ctx, &axes).unwrap();
     let (_, block) = p.launch_dims(4).unwrap();
     assert_eq!(block, [4, 128, 1]);
