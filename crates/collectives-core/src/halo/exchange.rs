@@ -54,7 +54,8 @@ fn nccl_error(lib: &sys::Library, op: &'static str, code: sys::ncclResult_t) -> 
 pub struct HaloTimes {
     /// The fused pack launches (every chunk).
     pub pack_ms: f64,
-    /// The local copies (directions in which the rank is its own neighbour).
+    /// The local copies (directions in which the rank is its own neighbour) and the wrap
+    /// copies after the receives ([`HaloPlan::wraps`]).
     pub local_ms: f64,
     /// The grouped sends and receives of every message (every chunk).
     pub transfer_ms: f64,
@@ -130,6 +131,8 @@ pub struct HaloExchange<'c> {
     pack: Vec<Option<FusedPacker>>,
     unpack: Vec<Option<FusedPacker>>,
     local: Option<FusedCopier>,
+    /// The wrap copies, after every pull and unpack ([`HaloPlan::wraps`]).
+    wrap: Option<FusedCopier>,
     recv_buf: CudaSlice<u8>,
     /// Raw addresses of the buffers: the exchange orders its streams with its own events, so
     /// cudarc's per-buffer event tracking is bypassed. The send buffer belongs to `links`.
@@ -148,7 +151,7 @@ pub struct HaloExchange<'c> {
     sync: Sync,
     field_len: usize,
     /// Around the steps of [`exchange_timed`](Self::exchange_timed).
-    timing: [CudaEvent; 6],
+    timing: [CudaEvent; 7],
     transport: HaloTransport,
     /// Declared last: dropped after everything that enqueues work using its buffers.
     links: PeerLinks,
@@ -327,6 +330,15 @@ impl<'c> HaloExchange<'c> {
                     .map_err(|e| pack_error(OP, e))?,
             )
         };
+        // Alone on the device at the end of the exchange: the grid policy as given.
+        let wrap = if plan.wraps().is_empty() {
+            None
+        } else {
+            Some(
+                FusedCopier::new(ctx, plan.wrap_regions()?, &opts)
+                    .map_err(|e| pack_error(OP, e))?,
+            )
+        };
         let recv_buf = stream
             .alloc_zeros::<u8>((plan.recv_bytes() as usize).max(1))
             .map_err(|e| cuda(OP, e))?;
@@ -343,7 +355,15 @@ impl<'c> HaloExchange<'c> {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(|e| cuda(OP, e))
         };
-        let timing = [timed()?, timed()?, timed()?, timed()?, timed()?, timed()?];
+        let timing = [
+            timed()?,
+            timed()?,
+            timed()?,
+            timed()?,
+            timed()?,
+            timed()?,
+            timed()?,
+        ];
         let chunks = plan.chunks();
         let sync = Sync {
             start: ev()?,
@@ -363,6 +383,7 @@ impl<'c> HaloExchange<'c> {
             pack,
             unpack,
             local,
+            wrap,
             recv_buf,
             send_ptr,
             send_len,
@@ -503,7 +524,8 @@ impl<'c> HaloExchange<'c> {
     /// receivers are done with the previous exchange's bytes), each followed by its ready
     /// flags; with a single chunk, then the pulls from IPC neighbours too (they wait for the
     /// peers' packs anyway). On the side stream, once everything is packed, the local copies,
-    /// which overlap the transfers and pulls. The other streams as their names say.
+    /// which overlap the transfers and pulls. The other streams as their names say. Last,
+    /// after the pulls (on their stream) and the unpacks, the wrap copies.
     fn enqueue_pipeline(
         &self,
         main: &CudaStream,
@@ -543,6 +565,16 @@ impl<'c> HaloExchange<'c> {
                 self.unpacker.wait(&self.sync.received[k]).map_err(ev)?;
                 self.unpack_chunk(&self.unpacker, k, field, field_bytes)?;
             }
+        }
+        if self.wrap.is_some() {
+            // Every message is in (pulled on `pull_on`, unpacked on the unpack stream): the
+            // edges and corners they carry go into place, while the local copies may still
+            // run on the side stream (they write other ghost cells and read none of these).
+            if streams.wire {
+                self.sync.unpack_done.record(&self.unpacker).map_err(ev)?;
+                pull_on.wait(&self.sync.unpack_done).map_err(ev)?;
+            }
+            self.copy_wraps(pull_on, field, field_bytes)?;
         }
         Ok(())
     }
@@ -612,16 +644,47 @@ impl<'c> HaloExchange<'c> {
         .map_err(|e| pack_error(OP_U, e))
     }
 
+    /// The local copies (interior cells into this rank's own ghost cells).
     fn copy_locals(&self, stream: &CudaStream, field: u64, field_bytes: usize) -> Result<()> {
-        const OP_L: &str = "halo_local_copy";
-        let Some(c) = &self.local else {
+        self.copy_in_field(
+            self.local.as_ref(),
+            "halo_local_copy",
+            stream,
+            field,
+            field_bytes,
+        )
+    }
+
+    /// The wrap copies (ghost cells that messages filled into edge and corner ghost cells);
+    /// enqueued after every pull and unpack, on the same stream or behind an event.
+    fn copy_wraps(&self, stream: &CudaStream, field: u64, field_bytes: usize) -> Result<()> {
+        self.copy_in_field(
+            self.wrap.as_ref(),
+            "halo_wrap_copy",
+            stream,
+            field,
+            field_bytes,
+        )
+    }
+
+    fn copy_in_field(
+        &self,
+        copier: Option<&FusedCopier>,
+        op: &'static str,
+        stream: &CudaStream,
+        field: u64,
+        field_bytes: usize,
+    ) -> Result<()> {
+        let Some(c) = copier else {
             return Ok(());
         };
-        // SAFETY: as in pack_chunk; the copies read interior cells and write ghost cells of the
-        // same field, which are disjoint, and no other launch of the exchange writes those
-        // ghost cells.
+        // SAFETY: as in pack_chunk. Both copiers read and write the same field: a local copy
+        // reads interior cells and writes ghost cells; a wrap copy reads ghost cells that
+        // messages filled (it runs after them) and writes edge and corner ghost cells. What a
+        // copy reads and writes are disjoint, and no other launch of the exchange writes the
+        // ghost cells they write.
         unsafe { c.copy_raw(stream, field, field_bytes, field, field_bytes) }
-            .map_err(|e| pack_error(OP_L, e))
+            .map_err(|e| pack_error(op, e))
     }
 
     /// Enqueue the sends and receives of chunk `k` on `stream`: one NCCL group holding one send
@@ -686,7 +749,7 @@ impl<'c> HaloExchange<'c> {
     }
 
     /// The exchange step by step on the communicator's stream, timed: CUDA events around every
-    /// pack, the local copies, every transfer and every unpack, then a wait for the stream
+    /// pack, the local copies, every transfer, every unpack, the pulls and the wrap copies, then a wait for the stream
     /// ([`NcclComm::synchronize`], with its deadline). It fills the same ghost cells as
     /// [`exchange`](Self::exchange) but without overlap: it shows where the time goes.
     ///
@@ -727,6 +790,8 @@ impl<'c> HaloExchange<'c> {
             }
             self.links.signal_consumed(&main)?;
             t[5].record(&main).map_err(ev)?;
+            self.copy_wraps(&main, fp, bytes)?;
+            t[6].record(&main).map_err(ev)?;
         }
         self.comm.synchronize()?;
         let ms = |a: usize, b: usize| -> Result<f64> {
@@ -734,7 +799,7 @@ impl<'c> HaloExchange<'c> {
         };
         Ok(HaloTimes {
             pack_ms: ms(0, 1)?,
-            local_ms: ms(1, 2)?,
+            local_ms: ms(1, 2)? + ms(5, 6)?,
             transfer_ms: ms(2, 3)?,
             unpack_ms: ms(3, 4)?,
             pull_ms: ms(4, 5)?,

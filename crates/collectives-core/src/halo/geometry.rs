@@ -391,14 +391,21 @@ pub struct Message {
     pub directions: Vec<Direction>,
 }
 
-/// What a rank that is its own neighbour in `direction` (a periodic grid of 1 or 2 ranks along
-/// an axis) moves without a message: the interior cells `from` copied straight into the ghost
-/// cells `to` of the same field. The two plans have the same shape and differ in their start.
+/// What a rank moves without a message: cells `from` of its field copied straight into the
+/// ghost cells `to` of the same field. The two plans have the same shape and differ in their
+/// start.
+///
+/// Two kinds ([`HaloPlan::locals`], [`HaloPlan::wraps`]): a rank that is its own neighbour in
+/// `direction` (a periodic grid of one rank along every axis `direction` moves on) copies
+/// interior cells; and along an axis of one rank, the ghost cells of an edge or a corner repeat
+/// ghost cells that the neighbour across the other axes fills, so they are copied from there
+/// once those have arrived.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LocalCopy {
     /// The direction the cells are sent in.
     pub direction: Direction,
-    /// The interior cells read ([`send_box`] of `direction`), byte offsets in the field.
+    /// The cells read, byte offsets in the field: interior cells ([`send_box`] of `direction`)
+    /// for a local copy; for a wrap copy, ghost cells filled by a message ([`wrap_box`]).
     pub from: StridedBlock,
     /// The ghost cells written ([`ghost_box`] of the opposite direction).
     pub to: StridedBlock,
@@ -408,7 +415,10 @@ pub struct LocalCopy {
 /// the local copies.
 ///
 /// Messages go to other ranks only: a rank that is its own neighbour copies those cells
-/// directly ([`LocalCopy`]). Every message is cut into [`HaloSpec::chunks`] pipeline pieces
+/// directly ([`LocalCopy`]), and along an axis of a single rank the edges and corners travel
+/// inside the face (or edge) across the other axes and are copied into place after it arrives
+/// ([`wrap_box`], [`HaloPlan::wraps`]): a 26-neighbour exchange on a grid two ranks wide
+/// sends the two x faces and nothing else. Every message is cut into [`HaloSpec::chunks`] pipeline pieces
 /// (chunk `k` holds quantities `k q / chunks .. (k + 1) q / chunks` of every region, or the same
 /// share of its z layers when there are fewer quantities than chunks; empty pieces are left
 /// out). Per chunk, one message per distinct neighbour rank, so a neighbour that is the
@@ -432,6 +442,29 @@ pub struct HaloPlan {
     send_spans: Vec<Range<usize>>,
     recv_spans: Vec<Range<usize>>,
     locals: Vec<LocalCopy>,
+    wraps: Vec<LocalCopy>,
+}
+
+/// Where the ghost cells that `direction`'s neighbour fills can be copied from instead, when
+/// the direction moves along an axis of a single rank (`dims[a] == 1`) and along another: the
+/// [`ghost_box`] of `-direction` shifted by `direction[a] * n[a]` cells along every such axis.
+///
+/// Along an axis of one rank the grid repeats this rank with period `n[a]`: the ghost cells at
+/// `-direction` hold the same values as the cells `n[a]` further in, which lie in the ghost
+/// cells of the neighbour across the other axes alone (a face or an edge whose message brings
+/// them). `None` when no axis of `direction` has a single rank, or every one does (then the
+/// rank is its own neighbour: a local copy).
+pub fn wrap_box(spec: &HaloSpec, dims: [usize; 3], direction: Direction) -> Option<CellBox> {
+    let single = |a: usize| direction[a] != 0 && dims[a] == 1;
+    let other = |a: usize| direction[a] != 0 && dims[a] != 1;
+    if !(0..3).any(single) || !(0..3).any(other) {
+        return None;
+    }
+    let mut b = ghost_box(spec, direction.map(|c| -c));
+    for a in (0..3).filter(|&a| single(a)) {
+        b.start[a] = (b.start[a] as i64 + i64::from(direction[a]) * spec.n[a] as i64) as usize;
+    }
+    Some(b)
 }
 
 /// Packed-buffer offsets of messages are multiples of this many bytes.
@@ -631,9 +664,19 @@ impl HaloPlan {
         let mut sends = Vec::new();
         let mut recvs = Vec::new();
         let mut locals = Vec::new();
+        let mut wraps = Vec::new();
         for &d in &dirs {
             let back = d.map(|c| -c);
             let to = grid.neighbour(rank, d);
+            if let Some(from) = wrap_box(spec, grid.dims(), d) {
+                // No message: the cells are already on their way in another direction's.
+                wraps.push(LocalCopy {
+                    direction: d,
+                    from: box_plan(spec, &from)?,
+                    to: box_plan(spec, &ghost_box(spec, back))?,
+                });
+                continue;
+            }
             if to == rank {
                 // Then the neighbour at -d is this rank too: what it sends in direction d lands
                 // in its own ghost box of -d.
@@ -660,6 +703,7 @@ impl HaloPlan {
             send_spans,
             recv_spans,
             locals,
+            wraps,
         })
     }
 
@@ -712,6 +756,21 @@ impl HaloPlan {
         &self.locals
     }
 
+    /// The wrap copies ([`wrap_box`]): the edges and corners along an axis of a single rank
+    /// (26-neighbour exchanges only), copied from ghost cells that messages fill. They run
+    /// after every message is unpacked.
+    pub fn wraps(&self) -> &[LocalCopy] {
+        &self.wraps
+    }
+
+    /// The wrap copies ([`wraps`](Self::wraps)) as `datatype_pack` copy regions.
+    ///
+    /// # Errors
+    /// As [`copy_regions`](Self::copy_regions).
+    pub fn wrap_regions(&self) -> Result<Vec<CopyRegion>> {
+        copy_regions_of(&self.wraps)
+    }
+
     /// The local copies as `datatype_pack` copy regions (one buffer: the field), what the GPU
     /// copier and the CPU reference ([`datatype_pack::fused::copy_in_place`]) both take.
     ///
@@ -719,11 +778,7 @@ impl HaloPlan {
     /// [`Error::InvalidArgument`] if a copy reads and writes regions of different shapes (never
     /// for a plan made by [`HaloPlan::new`]).
     pub fn copy_regions(&self) -> Result<Vec<CopyRegion>> {
-        self.locals
-            .iter()
-            .map(|c| CopyRegion::between(c.from.clone(), &c.to))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| pack_error("halo", e))
+        copy_regions_of(&self.locals)
     }
 
     /// Bytes of the send buffer.
@@ -736,9 +791,13 @@ impl HaloPlan {
         datatype_pack::fused::packed_size(&self.recv_regions)
     }
 
-    /// Bytes of ghost cells this rank fills by local copies in one exchange.
+    /// Bytes of ghost cells this rank fills by copies in one exchange, wrap copies included.
     pub fn local_bytes(&self) -> u64 {
-        self.locals.iter().map(|c| c.from.packed_size()).sum()
+        self.locals
+            .iter()
+            .chain(&self.wraps)
+            .map(|c| c.from.packed_size())
+            .sum()
     }
 
     /// Bytes this rank sends to other ranks in one exchange (without the alignment gaps).
@@ -765,6 +824,14 @@ impl HaloPlan {
     }
 }
 
+fn copy_regions_of(copies: &[LocalCopy]) -> Result<Vec<CopyRegion>> {
+    copies
+        .iter()
+        .map(|c| CopyRegion::between(c.from.clone(), &c.to))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| pack_error("halo", e))
+}
+
 fn by_peer(rank: usize, messages: &[Message], local: u64) -> Vec<(usize, u64)> {
     let mut sum: BTreeMap<usize, u64> = BTreeMap::new();
     for m in messages {
@@ -787,10 +854,11 @@ impl fmt::Display for HaloPlan {
         }
         write!(
             f,
-            " {} messages in {} chunks, {} local copies",
+            " {} messages in {} chunks, {} local copies, {} wrap copies",
             self.sends.len(),
             self.chunks,
-            self.locals.len()
+            self.locals.len(),
+            self.wraps.len()
         )
     }
 }
@@ -976,6 +1044,9 @@ pub fn exchange_on_cpu(spec: &HaloSpec, grid: &ProcessGrid, fields: &mut [Vec<f6
             .map_err(|e| pack_error(OP, e))?;
         datatype_pack::fused::unpack(plan.recv_regions(), &packed, dst)
             .map_err(|e| pack_error(OP, e))?;
+        // Wrap copies: edges and corners from the ghost cells just filled.
+        datatype_pack::fused::copy_in_place(&plan.wrap_regions()?, dst)
+            .map_err(|e| pack_error(OP, e))?;
     }
     if let Some((from, to, chunk)) = wire.keys().next() {
         return Err(Error::invalid(
@@ -1127,11 +1198,15 @@ mod tests {
         assert_eq!(p.sends().len(), 1);
         assert_eq!(p.recvs().len(), 1);
         assert_eq!(p.sends()[0].peer, 1);
-        // 8 directions with dx = 0 are local copies, 18 with dx != 0 go to the other rank.
+        // 8 directions with dx = 0 are local copies; of the 18 with dx != 0, the two x faces
+        // go to the other rank and the 16 edges and corners are wrap copies of their ghosts.
         assert_eq!(p.locals().len(), 8);
-        assert_eq!(p.sends()[0].directions.len(), 18);
+        assert_eq!(p.sends()[0].directions, vec![X_LOW, X_HIGH]);
+        assert_eq!(p.recvs()[0].directions, vec![X_LOW, X_HIGH]);
         assert!(p.locals().iter().all(|c| c.direction[0] == 0));
-        for c in p.locals() {
+        assert_eq!(p.wraps().len(), 16);
+        assert!(p.wraps().iter().all(|c| c.direction[0] != 0));
+        for c in p.locals().iter().chain(p.wraps()) {
             assert_eq!(c.from.packed_size(), c.to.packed_size());
             assert_eq!(c.from.counts(), c.to.counts());
             assert_eq!(c.from.strides(), c.to.strides());
@@ -1153,11 +1228,13 @@ mod tests {
         assert_eq!(p.send_bytes_by_peer(), p.recv_bytes_by_peer());
         assert_eq!(p.send_bytes_by_peer()[0], (0, p.local_bytes()));
         assert!(p.to_string().contains("to 1"));
+        assert!(p.to_string().contains("16 wrap copies"));
         // One rank: no message at all.
         let one = ProcessGrid::new(1, None).unwrap();
         let p = HaloPlan::new(&spec, &one, 0).unwrap();
         assert!(p.sends().is_empty() && p.recvs().is_empty());
         assert_eq!(p.locals().len(), 26);
+        assert!(p.wraps().is_empty());
         assert_eq!(p.send_bytes(), 0);
     }
 
@@ -1357,6 +1434,28 @@ mod tests {
             }
         }
         assert!(cases > 500, "{cases}");
+    }
+
+    #[test]
+    fn wrap_boxes_read_ghost_cells_one_period_in() {
+        let spec = HaloSpec::new([4, 3, 5], 2, 1, Neighbours::All);
+        // x across two ranks, y and z single: the edge (1, 1, 0) lands at low x, low y; the
+        // same values sit ny rows further in, in the low x ghost cells of the interior rows.
+        let b = wrap_box(&spec, [2, 1, 1], [1, 1, 0]).unwrap();
+        assert_eq!(b.start, [0, 3, 2]);
+        assert_eq!(b.size, [2, 2, 5]);
+        assert!(ghost_box(&spec, [-1, 0, 0]).contains(b.start));
+        // A corner, high y and z: shifted down by ny and nz.
+        let b = wrap_box(&spec, [2, 1, 1], [-1, -1, -1]).unwrap();
+        assert_eq!(b.start, [6, 2, 2]);
+        assert_eq!(b.size, [2, 2, 2]);
+        // Two axes of several ranks: the edge across them both.
+        let b = wrap_box(&spec, [2, 2, 1], [1, 1, 1]).unwrap();
+        assert_eq!(b.start, [0, 0, 5]);
+        // Not along a single-rank axis, or only along such axes: no wrap.
+        assert_eq!(wrap_box(&spec, [2, 2, 1], [1, 1, 0]), None);
+        assert_eq!(wrap_box(&spec, [2, 1, 1], [0, 1, 1]), None);
+        assert_eq!(wrap_box(&spec, [1, 1, 1], [1, 1, 1]), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | [`HaloSpec`] | cells per rank `[nx, ny, nz]`, radius, quantities (f64), [`Neighbours::Faces`] or [`Neighbours::All`], optional process grid, pipeline chunks |
 //! | [`ProcessGrid`], [`dims_create`] | the periodic 3-D grid of ranks (like `MPI_Dims_create`) and each rank's neighbours |
-//! | [`HaloPlan`] | the regions a rank packs and unpacks (subarrays lowered to `datatype_pack` plans), its [`Message`]s per chunk and its [`LocalCopy`]s |
+//! | [`HaloPlan`] | the regions a rank packs and unpacks (subarrays lowered to `datatype_pack` plans), its [`Message`]s per chunk, its [`LocalCopy`]s and wrap copies ([`wrap_box`]) |
 //! | [`HaloExchange`] | the exchange on an [`NcclComm`](crate::NcclComm): [`exchange`](HaloExchange::exchange), [`exchange_timed`](HaloExchange::exchange_timed) and its [`HaloTimes`] |
 //! | [`HaloTransport`] | how neighbour ranks are reached: CUDA IPC on the same node where possible, else NCCL ([`Auto`](HaloTransport::Auto)), or NCCL only |
 //! | [`initial_field`], [`expected_field`], [`exchange_on_cpu`] | the reference: every ghost cell computed from the global field, and the whole exchange on the CPU |
@@ -23,8 +23,8 @@
 //!
 //! # One exchange
 //!
-//! 1. **Local copies**: where a rank is its own neighbour (a periodic grid of 1 or 2 ranks along
-//!    an axis), one launch copies the interior cells straight into its own ghost cells
+//! 1. **Local copies**: where a rank is its own neighbour (a periodic grid of one rank along
+//!    every axis a direction moves on), one launch copies the interior cells straight into its own ghost cells
 //!    (`datatype_pack::gpu::FusedCopier`): no buffer, no message.
 //! 2. **Pack**: the interior slabs the other ranks need (6 faces, or 26 faces, edges and
 //!    corners) are packed into the send buffer, one fused launch per chunk
@@ -44,6 +44,12 @@
 //!    rank's memory with `cuStreamWriteValue64` and waited for with `cuStreamWaitValue64`: the
 //!    streams order themselves, the host never waits. Pairs that cannot (another node, no peer
 //!    access, a rank that chose [`HaloTransport::Nccl`]) use NCCL; both kinds mix freely.
+//! 6. **Wrap copies** (26 neighbours, on a grid with a single rank along some axis and several
+//!    along another): an edge or corner whose direction moves along such an axis holds the
+//!    same values as ghost cells one period further in, which the face (or edge) across the
+//!    other axes brings; so it gets no message of its own, and one launch copies it from
+//!    there once everything is in ([`wrap_box`], [`HaloPlan::wraps`]). On a grid two ranks
+//!    wide, the 26-neighbour exchange sends the two x faces only, like the 6-face one.
 //!
 //! When both x neighbours are the same rank (a periodic grid two ranks wide), the two x faces
 //! travel interleaved row by row, so that the receiver writes whole runs of `2 radius` ghost
@@ -87,8 +93,8 @@ mod peer;
 pub use exchange::{HaloExchange, HaloTimes, LOCAL_BLOCKS_PER_SM};
 pub use geometry::{
     box_plan, box_plan_of, dims_create, directions, exchange_on_cpu, expected_field, ghost_box,
-    global_cell, global_cells, initial_field, reference_value, send_box, CellBox, Direction,
-    HaloPlan, HaloSpec, LocalCopy, Message, Neighbours, ProcessGrid, DEFAULT_CHUNKS, GHOST_FILL,
-    MAX_CHUNKS, MESSAGE_ALIGN,
+    global_cell, global_cells, initial_field, reference_value, send_box, wrap_box, CellBox,
+    Direction, HaloPlan, HaloSpec, LocalCopy, Message, Neighbours, ProcessGrid, DEFAULT_CHUNKS,
+    GHOST_FILL, MAX_CHUNKS, MESSAGE_ALIGN,
 };
 pub use peer::HaloTransport;
