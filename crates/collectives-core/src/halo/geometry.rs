@@ -571,6 +571,78 @@ fn x_pair_plans(
     Ok(plans.into_iter().filter(|pl| !pl.is_empty()).collect())
 }
 
+/// The wrap copies with the copies of `[-1, dy, dz]` and `[1, dy, dz]` paired like the x
+/// faces ([`x_pair_plans`]): the high x ghost cells of row `y` and the low x ghost cells of row
+/// `y + 1` touch, and so do the cells they are copied from (the same shift moves both), so
+/// one copy of `2 radius` cells per pair of neighbouring rows moves both, and two more copy
+/// the low ghost cells of the first row and the high ghost cells of the last. Half as many
+/// pieces, each a whole run rather than two ends of one. A pair whose plans do not line up
+/// that way (rows of one cell, or copies shifted along x) stays as it is.
+fn pair_x_wraps(spec: &HaloSpec, wraps: Vec<LocalCopy>) -> Result<Vec<LocalCopy>> {
+    let row = 8 * spec.padded()[0] as u64;
+    let mut out = Vec::with_capacity(wraps.len() + wraps.len() / 2);
+    let mut used = vec![false; wraps.len()];
+    for i in 0..wraps.len() {
+        if used[i] {
+            continue;
+        }
+        let a = &wraps[i];
+        let partner = (a.direction[0] == -1)
+            .then(|| {
+                wraps.iter().position(|b| {
+                    b.direction == [1, a.direction[1], a.direction[2]]
+                        && lines_up(&a.to, &b.to, row)
+                        && lines_up(&a.from, &b.from, row)
+                })
+            })
+            .flatten();
+        let Some(j) = partner else {
+            out.push(a.clone());
+            continue;
+        };
+        used[j] = true;
+        let b = &wraps[j];
+        // (start of the pair run, start of the first row's low ghosts, start of the last
+        // row's high ghosts) of one plan pair.
+        let pieces = |hi: &StridedBlock, lo: &StridedBlock| -> Result<[StridedBlock; 3]> {
+            let (n, block) = (hi.counts()[0], hi.block_len());
+            let rest: Vec<(u64, u64)> = hi.counts()[1..]
+                .iter()
+                .copied()
+                .zip(hi.strides()[1..].iter().copied())
+                .collect();
+            let mut pairs = vec![(n - 1, row)];
+            pairs.extend(&rest);
+            Ok([
+                strided(hi.start(), 2 * block, &pairs)?,
+                strided(lo.start(), block, &rest)?,
+                strided(hi.start() + (n - 1) * row, block, &rest)?,
+            ])
+        };
+        let (from, to) = (pieces(&a.from, &b.from)?, pieces(&a.to, &b.to)?);
+        for (from, to) in from.into_iter().zip(to) {
+            out.push(LocalCopy {
+                direction: a.direction,
+                from,
+                to,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `hi` (high x ghost cells of some rows) and `lo` (low x ghost cells of the same
+/// rows) have one shape, rows of `row` bytes as their first dimension (at least two of them),
+/// and `hi` ends each row where `lo` starts the next.
+fn lines_up(hi: &StridedBlock, lo: &StridedBlock, row: u64) -> bool {
+    hi.block_len() == lo.block_len()
+        && hi.counts() == lo.counts()
+        && hi.strides() == lo.strides()
+        && hi.counts().first().is_some_and(|&n| n >= 2)
+        && hi.strides().first() == Some(&row)
+        && hi.start() + hi.block_len() == lo.start() + row
+}
+
 /// The side of `items` (peer, direction, box), every peer another rank, at `end`. When a peer
 /// is the neighbour on both sides along x, its two x faces travel interleaved
 /// ([`x_pair_plans`]), at the place of the first of the two in the message.
@@ -691,6 +763,7 @@ impl HaloPlan {
             // What the neighbour at -d sent in direction d lands in the ghost box of -d.
             recvs.push((grid.neighbour(rank, back), d, ghost_box(spec, back)));
         }
+        let wraps = pair_x_wraps(spec, wraps)?;
         let (sends, send_regions, send_spans) = layout(spec, End::Send, &sends)?;
         let (recvs, recv_regions, recv_spans) = layout(spec, End::Recv, &recvs)?;
         Ok(Self {
@@ -1204,8 +1277,21 @@ mod tests {
         assert_eq!(p.sends()[0].directions, vec![X_LOW, X_HIGH]);
         assert_eq!(p.recvs()[0].directions, vec![X_LOW, X_HIGH]);
         assert!(p.locals().iter().all(|c| c.direction[0] == 0));
-        assert_eq!(p.wraps().len(), 16);
+        // 8 pairs of edges or corners at low and high x, each a run per pair of rows and the
+        // two rows without a partner; with a radius of 1, the 6 pairs one row high (dy != 0)
+        // have no rows to pair and stay 12 copies. A radius of 2 pairs them all.
+        assert_eq!(p.wraps().len(), 2 * 3 + 12);
+        let r2 = HaloSpec::cube(4, 2, 1, Neighbours::All).with_chunks(1);
+        assert_eq!(HaloPlan::new(&r2, &grid, 0).unwrap().wraps().len(), 8 * 3);
         assert!(p.wraps().iter().all(|c| c.direction[0] != 0));
+        assert_eq!(
+            p.wraps().iter().map(|c| c.to.packed_size()).sum::<u64>(),
+            8 * directions(Neighbours::All)
+                .iter()
+                .filter(|d| d[0] != 0 && (d[1], d[2]) != (0, 0))
+                .map(|&d| ghost_box(&spec, d).cells() as u64)
+                .sum::<u64>()
+        );
         for c in p.locals().iter().chain(p.wraps()) {
             assert_eq!(c.from.packed_size(), c.to.packed_size());
             assert_eq!(c.from.counts(), c.to.counts());
@@ -1228,7 +1314,7 @@ mod tests {
         assert_eq!(p.send_bytes_by_peer(), p.recv_bytes_by_peer());
         assert_eq!(p.send_bytes_by_peer()[0], (0, p.local_bytes()));
         assert!(p.to_string().contains("to 1"));
-        assert!(p.to_string().contains("16 wrap copies"));
+        assert!(p.to_string().contains("18 wrap copies"));
         // One rank: no message at all.
         let one = ProcessGrid::new(1, None).unwrap();
         let p = HaloPlan::new(&spec, &one, 0).unwrap();
