@@ -18,7 +18,10 @@
 //! is the median of [`ITERS`] timed iterations after [`WARMUP`] warm-up iterations
 //! ([`SLOW_ITERS`] iterations after one warm-up when one run takes over [`SLOW_MS`] ms), each
 //! iteration measured with CUDA events around [`MIN_REPS`] to [`MAX_REPS`] back-to-back
-//! operations (about [`REP_BYTES`] bytes), reporting the time per operation. Then NVRTC compile times: cold (first compile
+//! operations (about [`REP_BYTES`] bytes), reporting the time per operation. Every column but
+//! the per-block copies captures an iteration's operations into a CUDA graph once and launches
+//! that, so that small rows time the device's work rather than the host's launch rate; the
+//! per-block copies are issued from the host one call at a time, as MPI libraries issue them. Then NVRTC compile times: cold (first compile
 //! of the process), warm (a new source), in-memory cache hit and on-disk cache hit.
 //!
 //! Rows: contiguous 4 MiB; 2-D vectors of 1 to 512-byte blocks at stride 512 with totals of
@@ -34,8 +37,8 @@ use std::time::Instant;
 
 use cudarc::driver::sys::{self, CUevent_flags, CUmemorytype};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DriverError,
+    LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -137,13 +140,28 @@ pub const MIN_REPS: u64 = 4;
 /// Most back-to-back operations per timed iteration.
 pub const MAX_REPS: u64 = 256;
 
-/// Median time of one operation, in milliseconds: `f` enqueues `reps` operations. A measurement
-/// whose first run takes more than [`SLOW_MS`] uses [`SLOW_ITERS`] iterations and no further
-/// warm-up (per-row copies of tiny blocks through the copy engine can be that slow).
+/// How the operations of a timed iteration reach the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Issue {
+    /// Each operation enqueued from the host as it is timed: what an MPI library's loop of
+    /// copies costs, host submission included.
+    Direct,
+    /// The iteration's operations captured once into a CUDA graph, then launched as one:
+    /// what the device spends on them, without the host's submission rate (3 to 4 us per
+    /// launch back to back, which hid the 1 KiB and 1 MiB rows' kernels).
+    Graph,
+}
+
+/// Median time of one operation, in milliseconds: `f` enqueues `reps` operations, issued as
+/// `issue` says (the first run, which loads modules and decides the iteration count, is always
+/// direct). A measurement whose first run takes more than [`SLOW_MS`] uses [`SLOW_ITERS`]
+/// iterations and no further warm-up (per-row copies of tiny blocks through the copy engine can
+/// be that slow).
 fn time_ms(
     ctx: &Arc<CudaContext>,
-    stream: &CudaStream,
+    stream: &Arc<CudaStream>,
     reps: usize,
+    issue: Issue,
     mut f: impl FnMut() -> Result<()>,
 ) -> Result<f64> {
     let once = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
@@ -160,20 +178,47 @@ fn time_ms(
         Ok(f64::from(a.elapsed_ms(&b).map_err(drv)?) / reps as f64)
     };
     let first = once(&mut f)?;
+    let graph = match issue {
+        Issue::Graph => Some(capture(stream, &mut f)?),
+        Issue::Direct => None,
+    };
+    let mut run = || -> Result<()> {
+        match &graph {
+            Some(g) => g.launch().map_err(drv),
+            None => f(),
+        }
+    };
     let iters = if first * reps as f64 > SLOW_MS {
         SLOW_ITERS
     } else {
         for _ in 1..WARMUP {
-            f()?;
+            run()?;
         }
         ITERS
     };
     let mut ts = Vec::with_capacity(iters);
     for _ in 0..iters {
-        ts.push(once(&mut f)?);
+        ts.push(once(&mut run)?);
     }
     ts.sort_by(f64::total_cmp);
     Ok(ts[iters / 2])
+}
+
+/// The operations `f` enqueues on `stream`, captured into a CUDA graph ready to launch.
+fn capture(stream: &Arc<CudaStream>, f: &mut dyn FnMut() -> Result<()>) -> Result<CudaGraph> {
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(drv)?;
+    let enqueued = f();
+    // End the capture whatever happened, so that the stream is usable again.
+    let graph = stream.end_capture(sys::CUgraphInstantiate_flags_enum(0));
+    enqueued?;
+    let graph = graph.map_err(drv)?.ok_or_else(|| Error::Cuda {
+        op: OP,
+        message: "the stream capture produced no graph".into(),
+    })?;
+    graph.upload().map_err(drv)?;
+    Ok(graph)
 }
 
 /// The naive kernels: one thread per word, layout passed at run time, up to two dimensions.
@@ -468,7 +513,7 @@ impl Bench {
         let (d, _g2) = self.dst.device_ptr(&self.stream);
         let reps = Self::reps(bytes);
         let st = self.stream.cu_stream();
-        time_ms(&self.ctx, &self.stream, reps, || {
+        time_ms(&self.ctx, &self.stream, reps, Issue::Graph, || {
             for _ in 0..reps {
                 // SAFETY: both allocations hold at least `bytes` bytes (checked by the caller).
                 cu(unsafe { sys::cuMemcpyDtoDAsync_v2(d, s, bytes as usize, st) })?;
@@ -509,7 +554,7 @@ impl Bench {
         if unsafe { sys::cuMemcpy2DAsync_v2(&p, st) } != sys::CUresult::CUDA_SUCCESS {
             return Ok(None);
         }
-        time_ms(&self.ctx, &self.stream, reps, || {
+        time_ms(&self.ctx, &self.stream, reps, Issue::Graph, || {
             for _ in 0..reps {
                 // SAFETY: as above.
                 cu(unsafe { sys::cuMemcpy2DAsync_v2(&p, st) })?;
@@ -534,7 +579,7 @@ impl Bench {
             }
         }
         let st = self.stream.cu_stream();
-        let ms = time_ms(&self.ctx, &self.stream, 1, || {
+        let ms = time_ms(&self.ctx, &self.stream, 1, Issue::Direct, || {
             for &(from, to, n) in &copies {
                 // SAFETY: each block lies inside the source allocation and its packed place
                 // inside the destination allocation (checked by the caller).
@@ -555,7 +600,7 @@ impl Bench {
         let (d, _g2) = self.dst.device_ptr(&self.stream);
         let bytes: u64 = plans.iter().map(StridedBlock::packed_size).sum();
         let reps = Self::reps(bytes);
-        time_ms(&self.ctx, &self.stream, reps, || {
+        time_ms(&self.ctx, &self.stream, reps, Issue::Graph, || {
             for _ in 0..reps {
                 let mut at = 0;
                 for (p, &w) in plans.iter().zip(words) {
@@ -595,7 +640,7 @@ impl Bench {
         let (s, _g1) = self.src.device_ptr(&self.stream);
         let (d, _g2) = self.dst.device_ptr(&self.stream);
         let (slen, dlen) = (self.src.len(), self.dst.len());
-        time_ms(&self.ctx, &self.stream, reps, || {
+        time_ms(&self.ctx, &self.stream, reps, Issue::Graph, || {
             for _ in 0..reps {
                 // SAFETY: both addresses are the benchmark's own allocations in the packer's
                 // context, `slen` and `dlen` bytes long, alive for the whole measurement; only
@@ -617,7 +662,7 @@ impl Bench {
         let (s, _g1) = self.src.device_ptr(&self.stream);
         let (d, _g2) = self.dst.device_ptr(&self.stream);
         let (slen, dlen) = (self.src.len(), self.dst.len());
-        time_ms(&self.ctx, &self.stream, reps, || {
+        time_ms(&self.ctx, &self.stream, reps, Issue::Graph, || {
             for _ in 0..reps {
                 // SAFETY: as in `Bench::ours`.
                 unsafe { fp.pack_raw(&self.stream, s, slen, d, dlen) }?;
@@ -667,7 +712,7 @@ impl Bench {
             let (s, _g1) = self.src.device_ptr(&self.stream);
             let (d, _g2) = self.dst.device_ptr(&self.stream);
             let slen = self.src.len();
-            time_ms(&self.ctx, &self.stream, reps, || {
+            time_ms(&self.ctx, &self.stream, reps, Issue::Graph, || {
                 for _ in 0..reps {
                     for (p, reg) in packers.iter().zip(&regions) {
                         let range = reg.packed_range();
@@ -930,7 +975,8 @@ pub fn run(options: &Options, out: &mut dyn FnMut(&str)) -> Result<()> {
     out(&format!(
         "Pack throughput: median of {ITERS} timed iterations after {WARMUP} warm-ups (of \
          {SLOW_ITERS} iterations after one warm-up where one run takes over {SLOW_MS} ms), each \
-         iteration {MIN_REPS} to {MAX_REPS} back-to-back operations moving about {} MiB; GB/s = \
+         iteration {MIN_REPS} to {MAX_REPS} back-to-back operations moving about {} MiB, \
+         launched as one CUDA graph (the per-block copies: from the host, one call each); GB/s = \
          packed bytes / time; `~` = per-block copies timed on the first {PER_BLOCK_SUBSET} \
          blocks and scaled to all blocks.\n",
         REP_BYTES >> 20
