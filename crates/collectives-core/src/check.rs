@@ -121,6 +121,21 @@ pub fn root_buffer<B>(op: &'static str, name: &str, buf: Option<B>) -> Result<B>
     buf.ok_or_else(|| Error::invalid(op, format!("the root must pass a {name} buffer")))
 }
 
+/// A buffer (or stream) `name` on device `theirs` used with a communicator on device `mine`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the two differ.
+pub fn same_device(op: &'static str, name: &str, theirs: usize, mine: usize) -> Result<()> {
+    if theirs == mine {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            op,
+            format!("{name} is on device {theirs} but the communicator is on device {mine}"),
+        ))
+    }
+}
+
 /// A tag in `0..=tag_ub`.
 ///
 /// # Errors
@@ -197,6 +212,15 @@ mod tests {
             Err(Error::InvalidArgument { msg, .. }) => msg,
             other => panic!("expected InvalidArgument, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn device_rule() {
+        assert!(same_device("x", "send", 1, 1).is_ok());
+        assert_eq!(
+            msg(same_device("x", "send", 1, 0)),
+            "send is on device 1 but the communicator is on device 0"
+        );
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 #[cfg(feature = "nccl")]
 pub mod mpi_cuda;
+#[cfg(feature = "nccl")]
+mod mpi_device;
 pub mod mpi_host;
 #[cfg(feature = "nccl")]
 pub mod mpi_staged;

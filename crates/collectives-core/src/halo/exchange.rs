@@ -13,6 +13,7 @@ use nccl_sys as sys;
 use super::geometry::{pack_error, HaloPlan, HaloSpec, Neighbours, ProcessGrid};
 use super::peer::{HaloTransport, PeerLinks};
 use crate::backend::nccl::{cuda, NcclComm};
+use crate::check;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
@@ -459,14 +460,12 @@ impl<'c> HaloExchange<'c> {
                 ),
             ));
         }
-        let (mine, theirs) = (self.comm.context().ordinal(), field.ordinal());
-        if mine != theirs {
-            return Err(Error::invalid(
-                op,
-                format!("the field is on device {theirs} but the communicator is on device {mine}"),
-            ));
-        }
-        Ok(())
+        check::same_device(
+            op,
+            "the field",
+            field.ordinal(),
+            self.comm.context().ordinal(),
+        )
     }
 
     /// Enqueue the whole exchange, pipelined (see the [module docs](super)): starts and ends on

@@ -39,42 +39,6 @@ impl MpiCudaComm {
         Ok(rank as c_int)
     }
 
-    /// Both buffers on this device.
-    fn on_devices<T>(
-        &self,
-        op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &CudaSlice<T>,
-    ) -> Result<()> {
-        self.on_device(op, "send", send)?;
-        self.on_device(op, "recv", recv)
-    }
-
-    fn all_reduce_args<T: Element>(
-        &self,
-        op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &CudaSlice<T>,
-        red: ReduceOp,
-    ) -> Result<c_int> {
-        check_op::<T>(op, red, BACKEND)?;
-        check::same_len(op, "send", send.len(), "recv", recv.len())?;
-        self.on_devices(op, send, recv)?;
-        host::count(op, send.len())
-    }
-
-    fn all_gather_args<T: Element>(
-        &self,
-        op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &CudaSlice<T>,
-    ) -> Result<c_int> {
-        check::blocks_len(op, "recv", recv.len(), self.mpi.size(), send.len())?;
-        self.on_devices(op, send, recv)?;
-        host::count(op, recv.len())?;
-        host::count(op, send.len())
-    }
-
     /// A pinned host buffer of `len` elements when non-blocking collectives stage through host
     /// memory (see the module documentation), else `None`.
     fn staging<T: Element>(&self, op: &'static str, len: usize) -> Result<Option<Lease<'_, T>>> {
@@ -176,21 +140,7 @@ impl Communicator for MpiCudaComm {
     ) -> Result<()> {
         const OP: &str = "reduce";
         let _span = tracing::trace_span!("reduce").entered();
-        let is_root = self.mpi.rank() == root;
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::rank_in_range(OP, "root", root, self.mpi.size())?;
-            self.on_device(OP, "send", send)?;
-            let recv = if is_root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-                self.on_device(OP, "recv", recv)?;
-                Some(recv)
-            } else {
-                None
-            };
-            Ok((host::count(OP, send.len())?, recv))
-        })();
+        let local = self.args().reduce(OP, send, recv, op, root);
         let call = Call::new(OpKind::Reduce)
             .element::<T>()
             .reduce(op)
@@ -235,7 +185,7 @@ impl Communicator for MpiCudaComm {
     ) -> Result<()> {
         const OP: &str = "all_reduce";
         let _span = tracing::trace_span!("all_reduce").entered();
-        let local = self.all_reduce_args(OP, send, recv, op);
+        let local = self.args().all_reduce(OP, send, recv, op);
         let n = self.mpi.agree(
             Call::new(OpKind::AllReduce)
                 .element::<T>()
@@ -300,7 +250,7 @@ impl Communicator for MpiCudaComm {
     fn all_gather<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
         const OP: &str = "all_gather";
         let _span = tracing::trace_span!("all_gather").entered();
-        let local = self.all_gather_args(OP, send, recv);
+        let local = self.args().all_gather(OP, send, recv);
         let n = self.mpi.agree(
             Call::new(OpKind::AllGather)
                 .element::<T>()
@@ -326,20 +276,8 @@ impl Communicator for MpiCudaComm {
     ) -> Result<()> {
         const OP: &str = "all_gather_v";
         let _span = tracing::trace_span!("all_gather_v").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            let total = check::counts(OP, "counts", counts, size)?;
-            check::len_is(
-                OP,
-                "send",
-                send.len(),
-                counts[rank],
-                &format!("counts[{rank}]"),
-            )?;
-            check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-            self.on_devices(OP, send, recv)?;
-            host::counts_displs(OP, counts)
-        })();
+        let rank = self.mpi.rank();
+        let local = self.args().all_gather_v(OP, send, recv, counts);
         let (c, d) = self.mpi.agree(
             Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
             local,
@@ -373,21 +311,7 @@ impl Communicator for MpiCudaComm {
     ) -> Result<()> {
         const OP: &str = "gather";
         let _span = tracing::trace_span!("gather").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, size)?;
-            self.on_device(OP, "send", send)?;
-            let recv = if rank == root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::blocks_len(OP, "recv", recv.len(), size, send.len())?;
-                self.on_device(OP, "recv", recv)?;
-                host::count(OP, recv.len())?;
-                Some(recv)
-            } else {
-                None
-            };
-            Ok((host::count(OP, send.len())?, recv))
-        })();
+        let local = self.args().gather(OP, send, recv, root);
         let call = Call::new(OpKind::Gather)
             .element::<T>()
             .root(root)
@@ -418,28 +342,8 @@ impl Communicator for MpiCudaComm {
     ) -> Result<()> {
         const OP: &str = "gather_v";
         let _span = tracing::trace_span!("gather_v").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, size)?;
-            let total = check::counts(OP, "counts", counts, size)?;
-            check::len_is(
-                OP,
-                "send",
-                send.len(),
-                counts[rank],
-                &format!("counts[{rank}]"),
-            )?;
-            self.on_device(OP, "send", send)?;
-            let recv = if rank == root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-                self.on_device(OP, "recv", recv)?;
-                Some(recv)
-            } else {
-                None
-            };
-            Ok((host::counts_displs(OP, counts)?, recv))
-        })();
+        let rank = self.mpi.rank();
+        let local = self.args().gather_v(OP, send, recv, counts, root);
         let call = Call::new(OpKind::GatherV)
             .element::<T>()
             .root(root)
@@ -479,21 +383,7 @@ impl Communicator for MpiCudaComm {
     ) -> Result<()> {
         const OP: &str = "scatter";
         let _span = tracing::trace_span!("scatter").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, size)?;
-            self.on_device(OP, "recv", recv)?;
-            let send = if rank == root {
-                let send = check::root_buffer(OP, "send", send)?;
-                check::blocks_len(OP, "send", send.len(), size, recv.len())?;
-                self.on_device(OP, "send", send)?;
-                host::count(OP, send.len())?;
-                Some(send)
-            } else {
-                None
-            };
-            Ok((host::count(OP, recv.len())?, send))
-        })();
+        let local = self.args().scatter(OP, send, recv, root);
         let call = Call::new(OpKind::Scatter)
             .element::<T>()
             .root(root)
@@ -523,28 +413,8 @@ impl Communicator for MpiCudaComm {
     ) -> Result<()> {
         const OP: &str = "scatter_v";
         let _span = tracing::trace_span!("scatter_v").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, size)?;
-            let total = check::counts(OP, "counts", counts, size)?;
-            check::len_is(
-                OP,
-                "recv",
-                recv.len(),
-                counts[rank],
-                &format!("counts[{rank}]"),
-            )?;
-            self.on_device(OP, "recv", recv)?;
-            let send = if rank == root {
-                let send = check::root_buffer(OP, "send", send)?;
-                check::len_is(OP, "send", send.len(), total, "the sum of counts")?;
-                self.on_device(OP, "send", send)?;
-                Some(send)
-            } else {
-                None
-            };
-            Ok((host::counts_displs(OP, counts)?, send))
-        })();
+        let rank = self.mpi.rank();
+        let local = self.args().scatter_v(OP, send, recv, counts, root);
         let call = Call::new(OpKind::ScatterV)
             .element::<T>()
             .root(root)
@@ -583,13 +453,7 @@ impl Communicator for MpiCudaComm {
     ) -> Result<()> {
         const OP: &str = "reduce_scatter";
         let _span = tracing::trace_span!("reduce_scatter").entered();
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::blocks_len(OP, "send", send.len(), self.mpi.size(), recv.len())?;
-            self.on_devices(OP, send, recv)?;
-            host::count(OP, send.len())?;
-            host::count(OP, recv.len())
-        })();
+        let local = self.args().reduce_scatter(OP, send, recv, op);
         let n = self.mpi.agree(
             Call::new(OpKind::ReduceScatter)
                 .element::<T>()
@@ -621,13 +485,7 @@ impl Communicator for MpiCudaComm {
     fn all_to_all<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
         const OP: &str = "all_to_all";
         let _span = tracing::trace_span!("all_to_all").entered();
-        let local = (|| {
-            check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-            let block = check::equal_blocks(OP, "send", send.len(), self.mpi.size())?;
-            self.on_devices(OP, send, recv)?;
-            host::count(OP, send.len())?;
-            host::count(OP, block)
-        })();
+        let local = self.args().all_to_all(OP, send, recv);
         let n = self.mpi.agree(
             Call::new(OpKind::AllToAll).element::<T>().count(send.len()),
             local,
@@ -652,18 +510,9 @@ impl Communicator for MpiCudaComm {
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
         let _span = tracing::trace_span!("all_to_all_v").entered();
-        let size = self.mpi.size();
-        let local = (|| {
-            let s_total = check::counts(OP, "send_counts", send_counts, size)?;
-            let r_total = check::counts(OP, "recv_counts", recv_counts, size)?;
-            check::len_is(OP, "send", send.len(), s_total, "the sum of send_counts")?;
-            check::len_is(OP, "recv", recv.len(), r_total, "the sum of recv_counts")?;
-            self.on_devices(OP, send, recv)?;
-            Ok((
-                host::counts_displs(OP, send_counts)?,
-                host::counts_displs(OP, recv_counts)?,
-            ))
-        })();
+        let local = self
+            .args()
+            .all_to_all_v(OP, send, send_counts, recv, recv_counts);
         let call = Call::new(OpKind::AllToAllV)
             .element::<T>()
             .all_to_all(send_counts, recv_counts);
@@ -749,7 +598,7 @@ impl Communicator for MpiCudaComm {
         }
         let dest = self.peer(OP, "destination", dest, tag)?;
         let source = self.peer(OP, "source", source, tag)?;
-        self.on_devices(OP, send, recv)?;
+        self.args().on_devices(OP, send, recv)?;
         let (sn, rn) = (host::count(OP, send.len())?, host::count(OP, recv.len())?);
         self.foreign(OP, &[send.stream(), recv.stream()])?;
         let expected = recv.len();
@@ -803,7 +652,8 @@ impl Communicator for MpiCudaComm {
         const OP: &str = "i_all_reduce";
         let _span = tracing::trace_span!("i_all_reduce").entered();
         let local = self
-            .all_reduce_args(OP, send, recv, op)
+            .args()
+            .all_reduce(OP, send, recv, op)
             .and_then(|n| Ok((n, self.staging2::<T>(OP, send.len(), recv.len())?)));
         let (n, staging) = self.mpi.agree(
             Call::new(OpKind::AllReduce)
@@ -941,7 +791,8 @@ impl Communicator for MpiCudaComm {
         const OP: &str = "i_all_gather";
         let _span = tracing::trace_span!("i_all_gather").entered();
         let local = self
-            .all_gather_args(OP, send, recv)
+            .args()
+            .all_gather(OP, send, recv)
             .and_then(|n| Ok((n, self.staging2::<T>(OP, send.len(), recv.len())?)));
         let (n, staging) = self.mpi.agree(
             Call::new(OpKind::AllGather)

@@ -9,13 +9,14 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use mpi::ffi;
 
 use super::raw;
+use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
 use crate::backend::mpi_staged::{env_bytes, Pool};
 use crate::backend::nccl::cuda_driver_present;
 use crate::comm::Communicator;
 use crate::cuda_aware::{self, CudaAwareness, Vendor};
 use crate::error::{Error, Result};
-use crate::op::ReduceOp;
+use crate::op::{BackendKind, ReduceOp};
 
 /// A communicator of the CUDA-aware MPI backend: collectives on device memory (`CudaSlice<T>`
 /// buffers) handed to MPI as device pointers. See the [module documentation](super).
@@ -347,6 +348,16 @@ impl MpiCudaComm {
         self.mpi.finalize()
     }
 
+    /// The argument rules this communicator shares with the other MPI backend on device memory.
+    pub(super) fn args(&self) -> DeviceArgs {
+        DeviceArgs {
+            backend: BackendKind::MpiCuda,
+            device: self.ctx.ordinal(),
+            rank: self.mpi.rank(),
+            size: self.mpi.size(),
+        }
+    }
+
     /// `buf` must live on this communicator's device.
     pub(super) fn on_device<T>(
         &self,
@@ -354,15 +365,7 @@ impl MpiCudaComm {
         name: &str,
         buf: &CudaSlice<T>,
     ) -> Result<()> {
-        let (mine, theirs) = (self.ctx.ordinal(), buf.ordinal());
-        if mine == theirs {
-            Ok(())
-        } else {
-            Err(Error::invalid(
-                op,
-                format!("{name} is on device {theirs} but the communicator is on device {mine}"),
-            ))
-        }
+        self.args().on_device(op, name, buf)
     }
 
     /// Where cudarc does not track a buffer's uses (event tracking off, or a single stream in its

@@ -8,6 +8,7 @@
 //! of one chunk overlapping MPI's work on another.
 
 use std::ffi::{c_int, c_void};
+use std::ops::Deref;
 
 use cudarc::driver::{CudaEvent, CudaSlice};
 use mpi::ffi;
@@ -43,14 +44,14 @@ impl MpiStagedComm {
         Ok(rank as c_int)
     }
 
-    fn on_devices<T>(
-        &self,
+    /// The root's buffer, where this rank has one, with a pinned host buffer of its length.
+    fn leased<'c, T: Element, B: Deref<Target = CudaSlice<T>>>(
+        &'c self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &CudaSlice<T>,
-    ) -> Result<()> {
-        self.on_device(op, "send", send)?;
-        self.on_device(op, "recv", recv)
+        buf: Option<B>,
+    ) -> Result<Option<(Lease<'c, T>, B)>> {
+        buf.map(|b| Ok((self.lease::<T>(op, b.len())?, b)))
+            .transpose()
     }
 
     /// Enqueue the copy of `range` of `src` into the same range of `host`, and an event after it.
@@ -147,10 +148,7 @@ impl MpiStagedComm {
         recv: &CudaSlice<T>,
         red: ReduceOp,
     ) -> Result<(Lease<'c, T>, Lease<'c, T>)> {
-        check_op::<T>(op, red, BACKEND)?;
-        check::same_len(op, "send", send.len(), "recv", recv.len())?;
-        self.on_devices(op, send, recv)?;
-        host::count(op, send.len())?;
+        self.args().all_reduce(op, send, recv, red)?;
         Ok((self.lease(op, send.len())?, self.lease(op, recv.len())?))
     }
 
@@ -160,10 +158,7 @@ impl MpiStagedComm {
         send: &CudaSlice<T>,
         recv: &CudaSlice<T>,
     ) -> Result<(Lease<'c, T>, Lease<'c, T>)> {
-        check::blocks_len(op, "recv", recv.len(), self.mpi.size(), send.len())?;
-        self.on_devices(op, send, recv)?;
-        host::count(op, recv.len())?;
-        host::count(op, send.len())?;
+        self.args().all_gather(op, send, recv)?;
         Ok((self.lease(op, send.len())?, self.lease(op, recv.len())?))
     }
 }
@@ -229,22 +224,10 @@ impl Communicator for MpiStagedComm {
     ) -> Result<()> {
         const OP: &str = "reduce";
         let _span = tracing::trace_span!("reduce").entered();
-        let is_root = self.mpi.rank() == root;
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::rank_in_range(OP, "root", root, self.mpi.size())?;
-            self.on_device(OP, "send", send)?;
-            let recv = if is_root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-                self.on_device(OP, "recv", recv)?;
-                Some((self.lease::<T>(OP, recv.len())?, recv))
-            } else {
-                None
-            };
-            host::count(OP, send.len())?;
-            Ok((self.lease::<T>(OP, send.len())?, recv))
-        })();
+        let local = self
+            .args()
+            .reduce(OP, send, recv, op, root)
+            .and_then(|(_, recv)| Ok((self.lease::<T>(OP, send.len())?, self.leased(OP, recv)?)));
         let call = Call::new(OpKind::Reduce)
             .element::<T>()
             .reduce(op)
@@ -320,21 +303,10 @@ impl Communicator for MpiStagedComm {
     ) -> Result<()> {
         const OP: &str = "all_gather_v";
         let _span = tracing::trace_span!("all_gather_v").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            let total = check::counts(OP, "counts", counts, size)?;
-            check::len_is(
-                OP,
-                "send",
-                send.len(),
-                counts[rank],
-                &format!("counts[{rank}]"),
-            )?;
-            check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-            self.on_devices(OP, send, recv)?;
-            host::counts_displs(OP, counts)?;
-            Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?))
-        })();
+        let local = self
+            .args()
+            .all_gather_v(OP, send, recv, counts)
+            .and_then(|_| Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?)));
         let (mut hs, mut hr) = self.mpi.agree(
             Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
             local,
@@ -352,22 +324,10 @@ impl Communicator for MpiStagedComm {
     ) -> Result<()> {
         const OP: &str = "gather";
         let _span = tracing::trace_span!("gather").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, size)?;
-            self.on_device(OP, "send", send)?;
-            let recv = if rank == root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::blocks_len(OP, "recv", recv.len(), size, send.len())?;
-                self.on_device(OP, "recv", recv)?;
-                host::count(OP, recv.len())?;
-                Some((self.lease::<T>(OP, recv.len())?, recv))
-            } else {
-                None
-            };
-            host::count(OP, send.len())?;
-            Ok((self.lease::<T>(OP, send.len())?, recv))
-        })();
+        let local = self
+            .args()
+            .gather(OP, send, recv, root)
+            .and_then(|(_, recv)| Ok((self.lease::<T>(OP, send.len())?, self.leased(OP, recv)?)));
         let call = Call::new(OpKind::Gather)
             .element::<T>()
             .root(root)
@@ -392,29 +352,10 @@ impl Communicator for MpiStagedComm {
     ) -> Result<()> {
         const OP: &str = "gather_v";
         let _span = tracing::trace_span!("gather_v").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, size)?;
-            let total = check::counts(OP, "counts", counts, size)?;
-            check::len_is(
-                OP,
-                "send",
-                send.len(),
-                counts[rank],
-                &format!("counts[{rank}]"),
-            )?;
-            self.on_device(OP, "send", send)?;
-            let recv = if rank == root {
-                let recv = check::root_buffer(OP, "receive", recv)?;
-                check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-                self.on_device(OP, "recv", recv)?;
-                Some((self.lease::<T>(OP, recv.len())?, recv))
-            } else {
-                None
-            };
-            host::counts_displs(OP, counts)?;
-            Ok((self.lease::<T>(OP, send.len())?, recv))
-        })();
+        let local = self
+            .args()
+            .gather_v(OP, send, recv, counts, root)
+            .and_then(|(_, recv)| Ok((self.lease::<T>(OP, send.len())?, self.leased(OP, recv)?)));
         let call = Call::new(OpKind::GatherV)
             .element::<T>()
             .root(root)
@@ -439,22 +380,10 @@ impl Communicator for MpiStagedComm {
     ) -> Result<()> {
         const OP: &str = "scatter";
         let _span = tracing::trace_span!("scatter").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, size)?;
-            self.on_device(OP, "recv", recv)?;
-            let send = if rank == root {
-                let send = check::root_buffer(OP, "send", send)?;
-                check::blocks_len(OP, "send", send.len(), size, recv.len())?;
-                self.on_device(OP, "send", send)?;
-                host::count(OP, send.len())?;
-                Some((self.lease::<T>(OP, send.len())?, send))
-            } else {
-                None
-            };
-            host::count(OP, recv.len())?;
-            Ok((self.lease::<T>(OP, recv.len())?, send))
-        })();
+        let local = self
+            .args()
+            .scatter(OP, send, recv, root)
+            .and_then(|(_, send)| Ok((self.lease::<T>(OP, recv.len())?, self.leased(OP, send)?)));
         let call = Call::new(OpKind::Scatter)
             .element::<T>()
             .root(root)
@@ -479,29 +408,10 @@ impl Communicator for MpiStagedComm {
     ) -> Result<()> {
         const OP: &str = "scatter_v";
         let _span = tracing::trace_span!("scatter_v").entered();
-        let (rank, size) = (self.mpi.rank(), self.mpi.size());
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, size)?;
-            let total = check::counts(OP, "counts", counts, size)?;
-            check::len_is(
-                OP,
-                "recv",
-                recv.len(),
-                counts[rank],
-                &format!("counts[{rank}]"),
-            )?;
-            self.on_device(OP, "recv", recv)?;
-            let send = if rank == root {
-                let send = check::root_buffer(OP, "send", send)?;
-                check::len_is(OP, "send", send.len(), total, "the sum of counts")?;
-                self.on_device(OP, "send", send)?;
-                Some((self.lease::<T>(OP, send.len())?, send))
-            } else {
-                None
-            };
-            host::counts_displs(OP, counts)?;
-            Ok((self.lease::<T>(OP, recv.len())?, send))
-        })();
+        let local = self
+            .args()
+            .scatter_v(OP, send, recv, counts, root)
+            .and_then(|(_, send)| Ok((self.lease::<T>(OP, recv.len())?, self.leased(OP, send)?)));
         let call = Call::new(OpKind::ScatterV)
             .element::<T>()
             .root(root)
@@ -526,14 +436,10 @@ impl Communicator for MpiStagedComm {
     ) -> Result<()> {
         const OP: &str = "reduce_scatter";
         let _span = tracing::trace_span!("reduce_scatter").entered();
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::blocks_len(OP, "send", send.len(), self.mpi.size(), recv.len())?;
-            self.on_devices(OP, send, recv)?;
-            host::count(OP, send.len())?;
-            host::count(OP, recv.len())?;
-            Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?))
-        })();
+        let local = self
+            .args()
+            .reduce_scatter(OP, send, recv, op)
+            .and_then(|_| Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?)));
         let (mut hs, mut hr) = self.mpi.agree(
             Call::new(OpKind::ReduceScatter)
                 .element::<T>()
@@ -549,14 +455,10 @@ impl Communicator for MpiStagedComm {
     fn all_to_all<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
         const OP: &str = "all_to_all";
         let _span = tracing::trace_span!("all_to_all").entered();
-        let local = (|| {
-            check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-            let block = check::equal_blocks(OP, "send", send.len(), self.mpi.size())?;
-            self.on_devices(OP, send, recv)?;
-            host::count(OP, send.len())?;
-            host::count(OP, block)?;
-            Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?))
-        })();
+        let local = self
+            .args()
+            .all_to_all(OP, send, recv)
+            .and_then(|_| Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?)));
         let (mut hs, mut hr) = self.mpi.agree(
             Call::new(OpKind::AllToAll).element::<T>().count(send.len()),
             local,
@@ -575,17 +477,10 @@ impl Communicator for MpiStagedComm {
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
         let _span = tracing::trace_span!("all_to_all_v").entered();
-        let size = self.mpi.size();
-        let local = (|| {
-            let s_total = check::counts(OP, "send_counts", send_counts, size)?;
-            let r_total = check::counts(OP, "recv_counts", recv_counts, size)?;
-            check::len_is(OP, "send", send.len(), s_total, "the sum of send_counts")?;
-            check::len_is(OP, "recv", recv.len(), r_total, "the sum of recv_counts")?;
-            self.on_devices(OP, send, recv)?;
-            host::counts_displs(OP, send_counts)?;
-            host::counts_displs(OP, recv_counts)?;
-            Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?))
-        })();
+        let local = self
+            .args()
+            .all_to_all_v(OP, send, send_counts, recv, recv_counts)
+            .and_then(|_| Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?)));
         let call = Call::new(OpKind::AllToAllV)
             .element::<T>()
             .all_to_all(send_counts, recv_counts);
@@ -630,7 +525,7 @@ impl Communicator for MpiStagedComm {
         let _span = tracing::trace_span!("send_recv").entered();
         self.peer(OP, "destination", dest, tag)?;
         self.peer(OP, "source", source, tag)?;
-        self.on_devices(OP, send, recv)?;
+        self.args().on_devices(OP, send, recv)?;
         host::count(OP, send.len())?;
         host::count(OP, recv.len())?;
         let mut hs = self.lease::<T>(OP, send.len())?;

@@ -7,11 +7,14 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
 use super::raw::{self, Lease, Pool};
 use crate::backend::mpi_cuda::{agree_setup, local_stream, raw_cuda as cuda};
+use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
 use crate::comm::Communicator;
 use crate::element::Element;
-use crate::error::{Error, Result};
-use crate::op::ReduceOp;
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
+use crate::op::{BackendKind, ReduceOp};
 
 /// A communicator of the staged backend: device buffers (`CudaSlice<T>`) copied to pinned host memory,
 /// through the host MPI, and back. Works with any MPI, CUDA-aware or not. See the
@@ -175,6 +178,16 @@ impl MpiStagedComm {
         self.stream.synchronize().map_err(|e| cuda(op, e))
     }
 
+    /// The argument rules this communicator shares with the other MPI backend on device memory.
+    pub(super) fn args(&self) -> DeviceArgs {
+        DeviceArgs {
+            backend: BackendKind::MpiStaged,
+            device: self.ctx.ordinal(),
+            rank: self.mpi.rank(),
+            size: self.mpi.size(),
+        }
+    }
+
     /// `buf` must live on this communicator's device.
     pub(super) fn on_device<T>(
         &self,
@@ -182,15 +195,7 @@ impl MpiStagedComm {
         name: &str,
         buf: &CudaSlice<T>,
     ) -> Result<()> {
-        let (mine, theirs) = (self.ctx.ordinal(), buf.ordinal());
-        if mine == theirs {
-            Ok(())
-        } else {
-            Err(Error::invalid(
-                op,
-                format!("{name} is on device {theirs} but the communicator is on device {mine}"),
-            ))
-        }
+        self.args().on_device(op, name, buf)
     }
 
     /// A pinned host buffer of `len` elements.

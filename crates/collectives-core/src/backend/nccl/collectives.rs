@@ -71,15 +71,7 @@ impl NcclComm {
         name: &str,
         buf: &CudaSlice<T>,
     ) -> Result<()> {
-        let (mine, theirs) = (self.ctx.ordinal(), buf.ordinal());
-        if mine == theirs {
-            Ok(())
-        } else {
-            Err(Error::invalid(
-                op,
-                format!("{name} is on device {theirs} but the communicator is on device {mine}"),
-            ))
-        }
+        check::same_device(op, name, buf.ordinal(), self.ctx.ordinal())
     }
 
     /// Enqueue grouped sends of `send`'s parts and receives into `recv`'s parts (counts in elements).

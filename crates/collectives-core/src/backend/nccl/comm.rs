@@ -12,6 +12,7 @@ use nccl_sys as sys;
 
 use super::raw;
 use crate::backend::mpi_host::MpiComm;
+use crate::check;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
@@ -378,15 +379,12 @@ impl NcclComm {
     /// # Errors
     /// [`Error::InvalidArgument`] when the stream belongs to another device.
     pub fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
-        let (mine, theirs) = (self.ctx.ordinal(), stream.context().ordinal());
-        if mine != theirs {
-            return Err(Error::invalid(
-                "with_stream",
-                format!(
-                    "the stream is on device {theirs} but the communicator is on device {mine}"
-                ),
-            ));
-        }
+        check::same_device(
+            "with_stream",
+            "the stream",
+            stream.context().ordinal(),
+            self.ctx.ordinal(),
+        )?;
         self.synchronize()?;
         self.stream = stream;
         Ok(self)
