@@ -108,8 +108,15 @@ impl<T: Element> IpcBuffer<T> {
         // CUDA refuses empty allocations: an empty buffer keeps one byte it never uses.
         // SAFETY: a plain allocation of at least one byte in the context bound above.
         let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| cuda(OP, e))?;
-        // SAFETY: `ptr` addresses `bytes.max(1)` bytes just allocated, that nothing else uses.
-        if let Err(e) = unsafe { result::memset_d8_sync(ptr, 0, bytes.max(1)) } {
+        // The zeroing is ordered on `stream`, the stream every later use of the buffer is ordered
+        // after. `cuMemsetD8` (no stream) would run on the legacy default stream, which a
+        // non-blocking stream (cudarc's `new_stream`, ours) does not wait for: an upload enqueued next
+        // on `stream` could land first and be zeroed after it. On a GPU shared by two processes the
+        // memset is often delayed that long, and the buffer then sends zeros.
+        // SAFETY: `ptr` addresses `bytes.max(1)` bytes just allocated, that nothing else uses;
+        // `stream` is a live stream of the context bound above.
+        if let Err(e) = unsafe { result::memset_d8_async(ptr, 0, bytes.max(1), stream.cu_stream()) }
+        {
             // SAFETY: allocated above, never handed out, freed once.
             let _ = unsafe { result::free_sync(ptr) };
             return Err(cuda(OP, e));
@@ -178,6 +185,38 @@ impl<T> Drop for IpcBuffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host function that holds up the stream it is enqueued on for 300 ms.
+    extern "C" fn hold_up(_: *mut c_void) {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+
+    /// The zeroing of a new `IpcBuffer` is ordered on the buffer's stream, so the upload enqueued after
+    /// it is never overwritten, whatever else the device's legacy default stream is busy with. Holding
+    /// up the legacy stream makes the order of a memset enqueued there (the cause of wrong sends with
+    /// two ranks on one GPU) deterministic: the zeros would land after the upload.
+    #[test]
+    #[ignore = "needs a CUDA device"]
+    fn ipc_buffer_zeroing_is_ordered_on_its_stream() {
+        use cudarc::driver::{sys, CudaContext};
+        let ctx = CudaContext::new(0).expect("a CUDA device");
+        let stream = ctx.new_stream().expect("a stream");
+        let host: Vec<u32> = (0..(1u32 << 20))
+            .map(|i| i.wrapping_mul(2_654_435_761) | 1)
+            .collect();
+        // SAFETY: the legacy default stream (null) of the current context, bound by `new_stream`;
+        // `hold_up` is a valid host function that ignores its argument and calls no CUDA API.
+        let rc = unsafe {
+            sys::cuLaunchHostFunc(std::ptr::null_mut(), Some(hold_up), std::ptr::null_mut())
+        };
+        assert_eq!(rc, sys::CUresult::CUDA_SUCCESS, "cuLaunchHostFunc");
+        let buf = IpcBuffer::upload(&stream, &host).expect("an IpcBuffer");
+        // Every stream of the device, the legacy one included, is done before the buffer is read.
+        ctx.synchronize().expect("the device completes");
+        let got = crate::device::download(&stream, &buf).expect("a download");
+        let wrong = got.iter().zip(&host).filter(|(a, b)| a != b).count();
+        assert_eq!(wrong, 0, "{wrong} of {} elements overwritten", host.len());
+    }
 
     #[test]
     fn empty_buffers_point_at_host_memory_that_is_no_sentinel() {
