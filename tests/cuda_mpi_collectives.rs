@@ -26,7 +26,7 @@ use collectives::cuda_aware::{self, CudaAwareness};
 use collectives::cudarc::driver::CudaSlice;
 use collectives::{device, scope, Communicator, Error, MpiCudaComm, MpiStagedComm, ReduceOp};
 use common::suite::{self, Backend, Val};
-use common::{case, checked, Case, T};
+use common::{case, catalog, Case, T};
 use half::bf16;
 use num_complex::Complex;
 
@@ -48,6 +48,12 @@ impl Backend for MpiCudaComm {
         self.synchronize().expect("the stream completes");
         device::download(self.stream(), buf).expect("a device-to-host copy")
     }
+    fn zeros<V: Val>(&self, len: usize) -> CudaSlice<V> {
+        device::alloc_zeros(self.stream(), len).expect("device memory")
+    }
+    fn tag_ub(&self) -> i32 {
+        self.mpi().tag_ub()
+    }
 }
 
 impl Backend for MpiStagedComm {
@@ -58,6 +64,12 @@ impl Backend for MpiStagedComm {
     fn down<V: Val>(&self, buf: &CudaSlice<V>) -> Vec<V> {
         self.synchronize().expect("the stream completes");
         device::download(self.stream(), buf).expect("a device-to-host copy")
+    }
+    fn zeros<V: Val>(&self, len: usize) -> CudaSlice<V> {
+        device::alloc_zeros(self.stream(), len).expect("device memory")
+    }
+    fn tag_ub(&self) -> i32 {
+        self.mpi().tag_ub()
     }
 }
 
@@ -165,110 +177,28 @@ fn construction(t: &T) {
     });
 }
 
-/// Argument checks on device buffers, then a good call on the same communicator.
-fn bad_input<C: Backend>(t: &T, c: &C) {
-    let (rank, size) = (c.rank(), c.size());
-    let four = c.up(&[1.0f64; 4]);
-    let mut three = c.up(&[0.0f64; 3]);
-    use std::borrow::{Borrow, BorrowMut};
-    t.err(
-        c.all_reduce::<f64>(four.borrow(), three.borrow_mut(), ReduceOp::Sum),
-        "length mismatch",
-        |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("send has 4 elements but recv has 3")),
-    );
-    let z = c.up(&[Complex::new(1.0f64, 1.0); 2]);
-    let mut zo = c.up(&[Complex::new(0.0f64, 0.0); 2]);
-    for op in [ReduceOp::Max, ReduceOp::Min] {
-        t.err(
-            c.all_reduce::<Complex<f64>>(z.borrow(), zo.borrow_mut(), op),
-            "complex max/min",
-            |e| {
-                matches!(
-                    e,
-                    Error::Unsupported {
-                        element: "complex<f64>",
-                        ..
-                    }
-                )
-            },
-        );
+/// The bad-input catalog's communicator for `MpiCudaComm`: the shared one, or a checked one of its own.
+fn with_cuda_catalog(t: &T, checked: bool, body: &mut dyn FnMut(&MpiCudaComm)) {
+    if checked {
+        with_cuda(t, |_| match MpiCudaComm::from_mpi(t.comm, None) {
+            Ok(c) => body(&c.with_checked(true)),
+            Err(e) => t.fail(format!("construction: {e}")),
+        })
+    } else {
+        with_cuda(t, |c| body(c))
     }
-    // Complex products are MPI's own (not lane by lane): allowed and exact.
-    t.ok(
-        c.all_reduce::<Complex<f64>>(z.borrow(), zo.borrow_mut(), ReduceOp::Prod),
-        "complex prod",
-    );
-    let mut expected = Complex::new(1.0f64, 0.0);
-    for _ in 0..size {
-        expected *= Complex::new(1.0, 1.0);
-    }
-    t.eq(
-        &c.down::<Complex<f64>>(zo.borrow()),
-        &vec![expected; 2],
-        "complex prod",
-    );
-    let h = c.up(&[bf16::from_f32(1.0); 2]);
-    let mut ho = c.up(&[bf16::from_f32(0.0); 2]);
-    t.err(
-        c.all_reduce::<bf16>(h.borrow(), ho.borrow_mut(), ReduceOp::Sum),
-        "bf16 sum on MPI",
-        |e| matches!(e, Error::Unsupported { .. }),
-    );
-    let mut b = c.up(&[0u8; 2]);
-    t.err(
-        c.broadcast::<u8>(b.borrow_mut(), size),
-        "root out of range",
-        |e| matches!(e, Error::InvalidArgument { .. }),
-    );
-    t.err(
-        c.all_gather_v::<f64>(four.borrow(), three.borrow_mut(), &vec![4; size + 1]),
-        "counts of wrong length",
-        |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("one per rank")),
-    );
-    t.err(
-        c.send::<f64>(four.borrow(), rank, -1),
-        "negative tag",
-        |e| matches!(e, Error::InvalidArgument { .. }),
-    );
-    t.err(
-        c.send::<f64>(four.borrow(), size, 0),
-        "destination out of range",
-        |e| matches!(e, Error::InvalidArgument { .. }),
-    );
-    let mut x = c.up(&[1u32; 3]);
-    t.ok(
-        c.all_reduce_in_place::<u32>(x.borrow_mut(), ReduceOp::Sum),
-        "a good call afterwards",
-    );
-    t.eq(
-        &c.down::<u32>(x.borrow()),
-        &vec![size as u32; 3],
-        "a good call afterwards",
-    );
 }
 
-/// Checked mode: a count that differs on rank 1 is an error on every rank, and the communicator stays
-/// in step.
-fn checked_mismatch<C: Backend>(t: &T, c: &C) {
-    use std::borrow::{Borrow, BorrowMut};
-    let n = if c.rank() == 1 { 5 } else { 4 };
-    let send = c.up(&vec![1.0f32; n]);
-    let mut recv = c.up(&vec![0.0f32; n]);
-    t.err(
-        c.all_reduce::<f32>(send.borrow(), recv.borrow_mut(), ReduceOp::Sum),
-        "cross-rank count mismatch",
-        |e| matches!(e, Error::Mismatch { field: "count", .. }),
-    );
-    let mut x = c.up(&[2.0f64; 2]);
-    t.ok(
-        c.all_reduce_in_place::<f64>(x.borrow_mut(), ReduceOp::Sum),
-        "in step afterwards",
-    );
-    t.eq(
-        &c.down::<f64>(x.borrow()),
-        &vec![2.0 * c.size() as f64; 2],
-        "in step afterwards",
-    );
+/// The bad-input catalog's communicator for `MpiStagedComm`: the shared one, or a checked one of its own.
+fn with_staged_catalog(t: &T, checked: bool, body: &mut dyn FnMut(&MpiStagedComm)) {
+    if checked {
+        with_staged(t, |_| match MpiStagedComm::from_mpi(t.comm, None) {
+            Ok(c) => body(&c.with_checked(true)),
+            Err(e) => t.fail(format!("construction: {e}")),
+        })
+    } else {
+        with_staged(t, |c| body(c))
+    }
 }
 
 /// A non-blocking average: the division happens at completion (on the host for both backends).
@@ -441,7 +371,7 @@ macro_rules! suite_cases {
 }
 
 macro_rules! backend_cases {
-    ($prefix:literal, $with:ident, $comm:ty, $ipc:ident) => {{
+    ($prefix:literal, $with:ident, $comm:ty, $ipc:ident, $catalog:ident) => {{
         let mut v: Vec<Case> = Vec::new();
         v.extend(suite_cases!($prefix, $with, $comm, f32, "f32"));
         v.extend(suite_cases!($prefix, $with, $comm, f64, "f64"));
@@ -459,9 +389,6 @@ macro_rules! backend_cases {
             case(concat!($prefix, "_barrier_split_dup"), |t| {
                 $with(t, |c| suite::barrier_split_dup(t, c))
             }),
-            case(concat!($prefix, "_bad_input"), |t| {
-                $with(t, |c| bad_input(t, c))
-            }),
             case(concat!($prefix, "_non_blocking_avg"), |t| {
                 $with(t, |c| non_blocking_avg(t, c))
             }),
@@ -471,14 +398,8 @@ macro_rules! backend_cases {
             case(concat!($prefix, "_ipc_buffers"), |t| {
                 $with(t, |c| $ipc(t, c))
             }),
-            checked(concat!($prefix, "_checked_mismatch"), 2, |t| {
-                // A communicator of its own, checked; made where the shared one can be made.
-                $with(t, |_| match <$comm>::from_mpi(t.comm, None) {
-                    Ok(c) => checked_mismatch(t, &c.with_checked(true)),
-                    Err(e) => t.fail(format!("construction: {e}")),
-                })
-            }),
         ]);
+        v.extend(catalog::cases($prefix, $catalog));
         v
     }};
 }
@@ -500,14 +421,16 @@ fn main() {
             "mpi_cuda",
             with_cuda,
             MpiCudaComm,
-            ipc_buffers_cuda
+            ipc_buffers_cuda,
+            with_cuda_catalog
         ));
     }
     cases.extend(backend_cases!(
         "mpi_staged",
         with_staged,
         MpiStagedComm,
-        ipc_buffers_staged
+        ipc_buffers_staged,
+        with_staged_catalog
     ));
     cases.push(case("mpi_staged_pipeline", staged_pipeline));
     common::run(&cases)

@@ -167,12 +167,7 @@ fn main() {
     let cases: Vec<Case> = vec![
         case("doctor_report", report),
         case("doctor_detection", detection),
-        Case {
-            name: "p2p_on_host",
-            min_ranks: 2,
-            checked: false,
-            body: p2p_on_host,
-        },
+        case("p2p_on_host", p2p_on_host).min_ranks(2),
     ];
     common::run(&cases)
 }

@@ -1,5 +1,6 @@
 //! Every collective of the NCCL backend, for f32, f64, bf16, i32, u8 and complex<f64>, through the same
-//! suite as the host backend (tests/common/suite.rs), on GPUs. One rank per GPU:
+//! suite as the host backend (tests/common/suite.rs), and the bad-input catalog
+//! (tests/common/catalog.rs), on GPUs. One rank per GPU:
 //! `mpirun -n 2 target/release/deps/nccl_collectives-*`. Without a CUDA driver or libnccl it reports
 //! that it was skipped and passes nothing.
 
@@ -10,9 +11,9 @@ mod common;
 use std::cell::OnceCell;
 
 use collectives::backend::nccl::{cuda_driver_present, UnevenAlgorithm};
-use collectives::{Communicator, Error, NcclComm, ReduceOp};
-use common::suite::{self, Backend};
-use common::{case, checked, Case, T};
+use collectives::NcclComm;
+use common::suite;
+use common::{case, catalog, Case, T};
 use half::bf16;
 use num_complex::Complex;
 
@@ -57,74 +58,13 @@ fn uneven_with(t: &T, algorithm: UnevenAlgorithm) {
     }
 }
 
-fn bad_input(t: &T) {
-    with_nccl(t, |c| {
-        let (rank, size) = (c.rank(), c.size());
-        let four = c.up(&[1.0f64; 4]);
-        let mut three = c.up(&[0.0f64; 3]);
-        t.err(c.all_reduce(&four, &mut three, ReduceOp::Sum), "length mismatch", |e| {
-            matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("send has 4 elements but recv has 3"))
-        });
-        let z = c.up(&[Complex::new(1.0f64, 1.0); 2]);
-        let mut zo = c.up(&[Complex::new(0.0f64, 0.0); 2]);
-        for op in [ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
-            t.err(
-                c.all_reduce(&z, &mut zo, op),
-                "complex max/min/prod on NCCL",
-                |e| {
-                    matches!(
-                        e,
-                        Error::Unsupported {
-                            element: "complex<f64>",
-                            ..
-                        }
-                    )
-                },
-            );
-        }
-        let mut b = c.up(&[0u8; 2]);
-        t.err(c.broadcast(&mut b, size), "root out of range", |e| {
-            matches!(e, Error::InvalidArgument { .. })
-        });
-        t.err(
-            c.all_gather_v(&four, &mut three, &vec![4; size + 1]),
-            "counts of wrong length",
-            |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("one per rank")),
-        );
-        t.err(c.send(&four, rank, -1), "negative tag", |e| {
-            matches!(e, Error::InvalidArgument { .. })
-        });
-        // Nothing went wrong on the communicator: it still works.
-        let mut x = c.up(&[1u32; 3]);
-        t.ok(
-            c.all_reduce_in_place(&mut x, ReduceOp::Sum),
-            "a good call afterwards",
-        );
-        t.eq(&c.down(&x), &vec![size as u32; 3], "a good call afterwards");
-    });
-}
-
-fn checked_mismatch(t: &T) {
-    with_checked_nccl(t, |c| {
-        let n = if c.rank() == 1 { 5 } else { 4 };
-        let send = c.up(&vec![1.0f32; n]);
-        let mut recv = c.up(&vec![0.0f32; n]);
-        t.err(
-            c.all_reduce(&send, &mut recv, ReduceOp::Sum),
-            "cross-rank count mismatch",
-            |e| matches!(e, Error::Mismatch { field: "count", .. }),
-        );
-        let mut x = c.up(&[2.0f64; 2]);
-        t.ok(
-            c.all_reduce_in_place(&mut x, ReduceOp::Sum),
-            "in step afterwards",
-        );
-        t.eq(
-            &c.down(&x),
-            &vec![2.0 * c.size() as f64; 2],
-            "in step afterwards",
-        );
-    });
+/// The bad-input catalog's communicator: the shared one, or a checked one of its own.
+fn with_catalog(t: &T, checked: bool, body: &mut dyn FnMut(&NcclComm)) {
+    if checked {
+        with_checked_nccl(t, |c| body(c))
+    } else {
+        with_nccl(t, |c| body(c))
+    }
 }
 
 macro_rules! suite_cases {
@@ -166,14 +106,13 @@ fn main() {
         case("nccl_barrier_split_dup", |t| {
             with_nccl(t, |c| suite::barrier_split_dup(t, c))
         }),
-        case("nccl_bad_input", bad_input),
         case("nccl_uneven_grouped_p2p", |t| {
             uneven_with(t, UnevenAlgorithm::GroupedP2p)
         }),
         case("nccl_uneven_broadcasts", |t| {
             uneven_with(t, UnevenAlgorithm::Broadcasts)
         }),
-        checked("nccl_checked_mismatch", 2, checked_mismatch),
     ]);
+    cases.extend(catalog::cases("nccl", with_catalog));
     common::run(&cases)
 }

@@ -6,6 +6,7 @@
 //! per test and, at the end, `mpi-tests: N passed, M failed`, the line `cargo xtask test` counts.
 #![allow(dead_code)]
 
+pub mod catalog;
 pub mod suite;
 
 use std::cell::RefCell;
@@ -77,29 +78,37 @@ impl T<'_> {
 
 /// A test: name, fewest ranks it needs, checked mode, body.
 pub struct Case {
-    pub name: &'static str,
+    pub name: String,
     pub min_ranks: usize,
     pub checked: bool,
-    pub body: fn(&T),
+    pub body: Box<dyn Fn(&T)>,
 }
 
 /// A test that runs on any number of ranks, without checked mode.
-pub const fn case(name: &'static str, body: fn(&T)) -> Case {
+pub fn case(name: impl Into<String>, body: impl Fn(&T) + 'static) -> Case {
     Case {
-        name,
+        name: name.into(),
         min_ranks: 1,
         checked: false,
-        body,
+        body: Box::new(body),
+    }
+}
+
+impl Case {
+    /// The same test, run only where there are at least `n` ranks.
+    pub fn min_ranks(mut self, n: usize) -> Case {
+        self.min_ranks = n;
+        self
     }
 }
 
 /// A test with checked mode on.
-pub const fn checked(name: &'static str, min_ranks: usize, body: fn(&T)) -> Case {
+pub fn checked(name: impl Into<String>, min_ranks: usize, body: impl Fn(&T) + 'static) -> Case {
     Case {
-        name,
+        name: name.into(),
         min_ranks,
         checked: true,
-        body,
+        body: Box::new(body),
     }
 }
 

@@ -18,6 +18,14 @@ pub trait Backend: Communicator {
     fn up<V: Val>(&self, host: &[V]) -> Self::Owned<V>;
     /// The values of `buf`, once the work before it is complete.
     fn down<V: Val>(&self, buf: &Self::Buf<V>) -> Vec<V>;
+    /// A buffer of `len` zeros (large ones need not be touched on the host).
+    fn zeros<V: Val>(&self, len: usize) -> Self::Owned<V> {
+        self.up(&vec![V::from_i(0); len])
+    }
+    /// The largest tag point-to-point operations take (`MPI_TAG_UB` on MPI backends).
+    fn tag_ub(&self) -> i32 {
+        i32::MAX
+    }
 }
 
 impl Backend for collectives::MpiComm {
@@ -27,6 +35,13 @@ impl Backend for collectives::MpiComm {
     }
     fn down<V: Val>(&self, buf: &[V]) -> Vec<V> {
         buf.to_vec()
+    }
+    fn zeros<V: Val>(&self, len: usize) -> Vec<V> {
+        // Zeros allocate lazily (calloc): a buffer of gigabytes costs nothing until it is written.
+        vec![V::from_i(0); len]
+    }
+    fn tag_ub(&self) -> i32 {
+        collectives::MpiComm::tag_ub(self)
     }
 }
 
@@ -38,6 +53,9 @@ impl Backend for collectives::NcclComm {
     fn down<V: Val>(&self, buf: &Self::Buf<V>) -> Vec<V> {
         self.synchronize().expect("the stream completes");
         collectives::device::download(self.stream(), buf).expect("a device-to-host copy")
+    }
+    fn zeros<V: Val>(&self, len: usize) -> Self::Owned<V> {
+        collectives::device::alloc_zeros(self.stream(), len).expect("device memory")
     }
 }
 

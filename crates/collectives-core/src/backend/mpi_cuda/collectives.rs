@@ -586,6 +586,9 @@ impl Communicator for MpiCudaComm {
         const OP: &str = "send_recv";
         let _span = tracing::trace_span!("send_recv").entered();
         let rank = self.mpi.rank();
+        // Peers and tag first, then lengths: the order every backend checks in.
+        let dest_c = self.peer(OP, "destination", dest, tag)?;
+        let source_c = self.peer(OP, "source", source, tag)?;
         if dest == rank && source == rank {
             // A message to oneself: Open MPI copies it locally and truncates silently, so check here.
             check::same_len(
@@ -596,8 +599,7 @@ impl Communicator for MpiCudaComm {
                 recv.len(),
             )?;
         }
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        let source = self.peer(OP, "source", source, tag)?;
+        let (dest, source) = (dest_c, source_c);
         self.args().on_devices(OP, send, recv)?;
         let (sn, rn) = (host::count(OP, send.len())?, host::count(OP, recv.len())?);
         self.foreign(OP, &[send.stream(), recv.stream()])?;

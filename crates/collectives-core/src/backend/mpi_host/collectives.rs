@@ -542,6 +542,9 @@ impl Communicator for MpiComm {
     ) -> Result<()> {
         const OP: &str = "send_recv";
         let _span = tracing::trace_span!("send_recv").entered();
+        // Peers and tag first, then lengths: the order every backend checks in.
+        let dest_c = self.peer(OP, "destination", dest, tag)?;
+        let source_c = self.peer(OP, "source", source, tag)?;
         if dest == self.rank && source == self.rank {
             // A message to oneself: Open MPI copies it locally and truncates silently, so check here.
             check::same_len(
@@ -552,8 +555,7 @@ impl Communicator for MpiComm {
                 recv.len(),
             )?;
         }
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        let source = self.peer(OP, "source", source, tag)?;
+        let (dest, source) = (dest_c, source_c);
         let (sn, rn) = (raw::count(OP, send.len())?, raw::count(OP, recv.len())?);
         let dt = raw::datatype::<T>();
         let mut status = raw::status();
