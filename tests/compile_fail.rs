@@ -1,5 +1,6 @@
 //! Compile-fail tests: buffers of non-blocking operations stay borrowed while the operation may use
-//! them, and a send and a receive buffer that overlap (on host or device memory) do not compile.
+//! them; a send and a receive buffer that overlap (on host or device memory) do not compile; and
+//! `Element` cannot be implemented outside the library.
 
 #[test]
 fn non_blocking_buffers_stay_borrowed() {

@@ -106,7 +106,19 @@ pub enum ElementKind {
     Complex,
 }
 
+/// Keeps [`Element`] implemented by this crate's types only.
+mod sealed {
+    /// Implemented for the element types of this crate, and nothing else.
+    pub trait Sealed {}
+}
+
 /// A type that collectives can move and reduce.
+///
+/// The trait is sealed: the implementations are the twelve types listed in the crate documentation
+/// (`i8, u8, i32, u32, i64, u64, f16, bf16, f32, f64, Complex<f32>, Complex<f64>`), and no other crate
+/// can add one. Every piece an element needs is stated by each implementation, none taken from a
+/// default: an element that `Avg` divides must divide, and one that cannot be divided is refused
+/// `Avg` by [`crate::op`] before any call.
 ///
 /// # Safety
 /// An implementation promises that
@@ -117,7 +129,9 @@ pub enum ElementKind {
 /// - `KIND` tells the truth about the arithmetic, since reductions are allowed or refused from it.
 ///
 /// The implementations in this crate check the size equalities at compile time.
-pub unsafe trait Element: Pod + Send + Sync + fmt::Debug + PartialEq + 'static {
+pub unsafe trait Element:
+    sealed::Sealed + Pod + Send + Sync + fmt::Debug + PartialEq + 'static
+{
     /// Name used in messages and in benchmark output (`f32`, `complex<f64>`, ...).
     const NAME: &'static str;
     /// NCCL wire form.
@@ -134,11 +148,10 @@ pub unsafe trait Element: Pod + Send + Sync + fmt::Debug + PartialEq + 'static {
 
     /// Divide every element by `n`, the last step of an average computed as a sum.
     ///
-    /// Only called for kinds on which [`crate::op`] allows `Avg` through a sum (floats and complex).
+    /// Only called for kinds on which [`crate::op`] allows `Avg` through a sum (floats and complex);
+    /// integers and 16-bit floats, which MPI cannot average, leave `buf` as it is.
     #[doc(hidden)]
-    fn divide_all(buf: &mut [Self], n: usize) {
-        let _ = (buf, n);
-    }
+    fn divide_all(buf: &mut [Self], n: usize);
 }
 
 /// The element name for a [`Element::type_code`], for messages about ranks that disagree.
@@ -172,6 +185,7 @@ macro_rules! element {
         // SAFETY: the compile-time assertions below check the size equalities; `$t` is laid out as
         // `$lanes` values of `$dtype` (num-complex's `Complex` is `#[repr(C)] {re, im}`), `$mpi` is
         // `$t` itself or a same-size integer used only to move bytes, and `$kind` is its arithmetic.
+        impl sealed::Sealed for $t {}
         unsafe impl Element for $t {
             const NAME: &'static str = $name;
             const WIRE: WireForm = WireForm { dtype: DType::$dtype, lanes: $lanes };
@@ -194,7 +208,11 @@ macro_rules! element {
             buf.iter_mut().for_each(|x| *x /= d);
         }
     };
-    (@divide $other:ident $real:ty) => {};
+    (@divide $other:ident $real:ty) => {
+        fn divide_all(_: &mut [Self], _: usize) {
+            // Never called: `Avg` through a sum is refused for this kind (crate::op).
+        }
+    };
 }
 
 element!(i8, "i8", I8, 1, Integer, i8, i8);
