@@ -386,11 +386,20 @@ impl MpiComm {
 
     /// Free the communicator now, reporting errors.
     ///
+    /// A communicator refused after a timeout ([`is_usable`](Self::is_usable) is `false`) is not freed:
+    /// its timed-out operation is still in flight inside MPI and uses it. The handle is left to MPI
+    /// (and to `MPI_Finalize`/`MPI_Abort`), and this returns `Ok(())`; dropping does the same.
+    ///
     /// # Errors
     /// [`Error::Mpi`](crate::Error::Mpi) from `MPI_Comm_free`.
     pub fn finalize(self) -> Result<()> {
-        let mut raw = self.raw;
-        std::mem::forget(self);
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so its health is moved out exactly once.
+        let health = unsafe { std::ptr::read(&this.health) };
+        if !health.is_usable() {
+            return Ok(());
+        }
+        let mut raw = this.raw;
         // SAFETY: `raw` is owned by the communicator that was just consumed, so nothing else frees it.
         raw::check("finalize", unsafe { ffi::MPI_Comm_free(&mut raw) })
     }
@@ -446,7 +455,8 @@ impl Drop for MpiComm {
         let mut finalized: c_int = 0;
         // SAFETY: MPI_Finalized may be called at any time, even after MPI_Finalize.
         unsafe { ffi::MPI_Finalized(&mut finalized) };
-        if finalized == 0 {
+        // After a timeout the communicator stays allocated: an operation in flight inside MPI uses it.
+        if finalized == 0 && self.health.is_usable() {
             // SAFETY: the handle is owned by this communicator and freed only here; errors are ignored
             // because a drop must not panic (`finalize` reports them).
             unsafe { ffi::MPI_Comm_free(&mut self.raw) };
