@@ -203,7 +203,8 @@ impl MpiCudaBuilder<'_> {
     /// [`Error::Unavailable`] (`what: "a CUDA-aware MPI"`) naming the detection's evidence when the
     /// MPI is not known to be CUDA-aware and `force` is off, or without a CUDA driver or GPU;
     /// [`Error::InvalidArgument`] for a device that does not exist, and on the ranks whose own part
-    /// went well when another rank's did not; [`Error::Mpi`] and [`Error::Cuda`] from the libraries.
+    /// went well when another rank's did not; [`Error::Mpi`] and [`Error::Cuda`] from the libraries;
+    /// [`Error::Timeout`] under the MPI communicator's deadline when a rank does not take part.
     pub fn build(self) -> Result<MpiCudaComm> {
         const OP: &str = "mpi_cuda";
         let _span = tracing::debug_span!("mpi_cuda_new").entered();
