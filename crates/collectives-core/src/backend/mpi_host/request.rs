@@ -171,12 +171,14 @@ pub(crate) fn new_request() -> ffi::MPI_Request {
     unsafe { std::mem::zeroed() }
 }
 
-/// Complete `requests`: `MPI_Waitall` without a deadline, else `MPI_Testall` polled until `timeout`
-/// passes. `Ok(true)` when they completed (`statuses` filled, one per request), `Ok(false)` when some
-/// are still in flight after the deadline. This is the one waiting loop of the MPI backends.
+/// Complete `requests`: `MPI_Wait`/`MPI_Waitall` without a deadline, else `MPI_Test`/`MPI_Testall`
+/// polled until `timeout` passes. `Ok(true)` when they completed (`statuses` filled, one per
+/// request), `Ok(false)` when some are still in flight after the deadline. This is the one waiting
+/// loop of the MPI backends.
 ///
 /// # Errors
-/// [`Error::Mpi`] from `MPI_Waitall`/`MPI_Testall`.
+/// [`Error::Mpi`] from the wait or test, with the failing request's own code where MPI reports it
+/// in a status (`MPI_ERR_IN_STATUS`).
 pub(crate) fn wait_requests(
     op: &'static str,
     requests: &mut [ffi::MPI_Request],
@@ -185,21 +187,40 @@ pub(crate) fn wait_requests(
 ) -> Result<bool> {
     assert_eq!(requests.len(), statuses.len(), "one status per request");
     let n = c_int::try_from(requests.len()).expect("a handful of requests");
+    let (reqs, stats) = (requests.as_mut_ptr(), statuses.as_mut_ptr());
+    let code = |rc: c_int, statuses: &[ffi::MPI_Status]| {
+        if rc == 0 || n == 1 {
+            return rc;
+        }
+        statuses.iter().map(|s| s.MPI_ERROR).find(|&e| e != 0).unwrap_or(rc)
+    };
     let Some(timeout) = timeout else {
         // SAFETY: `requests` came from successful MPI_I* calls (or are MPI_REQUEST_NULL once complete);
         // `statuses` has room for one status per request.
-        raw::check(op, unsafe {
-            ffi::MPI_Waitall(n, requests.as_mut_ptr(), statuses.as_mut_ptr())
-        })?;
+        let rc = unsafe {
+            if n == 1 {
+                ffi::MPI_Wait(reqs, stats)
+            } else {
+                ffi::MPI_Waitall(n, reqs, stats)
+            }
+        };
+        raw::check(op, code(rc, statuses))?;
         return Ok(true);
     };
     let polled = deadline::poll(timeout, || {
         let mut flag: c_int = 0;
-        // SAFETY: as for MPI_Waitall; `flag` is a valid out-pointer. MPI sets each request to
-        // MPI_REQUEST_NULL once all are complete, and the loop stops then.
-        raw::check(op, unsafe {
-            ffi::MPI_Testall(n, requests.as_mut_ptr(), &mut flag, statuses.as_mut_ptr())
-        })?;
+        // SAFETY: as for the wait; `flag` is a valid out-pointer. MPI sets the requests to
+        // MPI_REQUEST_NULL once complete, and the loop stops then.
+        let rc = unsafe {
+            if n == 1 {
+                ffi::MPI_Test(reqs, &mut flag, stats)
+            } else {
+                ffi::MPI_Testall(n, reqs, &mut flag, stats)
+            }
+        };
+        // SAFETY: `stats` points at `statuses`, which MPI has finished writing.
+        let statuses = unsafe { std::slice::from_raw_parts(stats, requests.len()) };
+        raw::check(op, code(rc, statuses))?;
         Ok(flag != 0)
     })?;
     Ok(polled == Polled::Done)
