@@ -17,6 +17,11 @@
 //! Point-to-point operations are not checked (they have no collective to agree through). Every rank of a
 //! communicator must use the same mode: a checked rank and an unchecked rank do not make the same calls.
 //!
+//! The agreement waits for every rank, so a rank that never makes the call still blocks the others,
+//! unless the communicator has a deadline ([`crate::deadline`]): then the agreement's all-gather is
+//! polled against it like any other operation, and a missing rank is
+//! [`Error::Timeout`] under the collective's name.
+//!
 //! Checked mode is on when `COLLECTIVES_CHECK` is `1`/`true`/`on`, off when it is `0`/`false`/`off`,
 //! and otherwise on in debug builds and off in release builds; a communicator's own setting
 //! (`with_checked`) overrides both. Its cost is one small all-gather per call (see docs/PERFORMANCE.md).

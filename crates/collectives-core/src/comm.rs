@@ -20,6 +20,12 @@
 //! - in checked mode (see [`crate::checked`]) the ranks also agree on the call before it is made, so a
 //!   call whose arguments do not fit together across ranks returns an error on every rank instead of
 //!   hanging;
+//! - under a deadline (always on NCCL; opt-in on the MPI backends, see [`crate::deadline`] and
+//!   [`MpiComm::with_timeout`](crate::MpiComm::with_timeout)) a peer that dies or never makes the
+//!   matching call is [`Error::Timeout`](crate::Error::Timeout) instead of a hang, and every operation
+//!   on an MPI communicator after that is [`Error::Unusable`](crate::Error::Unusable); without one, an
+//!   MPI operation waits for its peers for as long as it takes. These two errors are not repeated in
+//!   each method's `# Errors`;
 //! - buffers are laid out packed in rank order: block `i` of a gather/scatter/all-to-all buffer belongs to
 //!   rank `i`, and the v-variants place blocks back to back, so no padding is ever needed.
 
@@ -50,7 +56,10 @@ impl<T: Element> Buffer<T> for [T] {
 /// Collectives and point-to-point operations over a group of ranks.
 ///
 /// All operations return [`Error`](crate::Error) values for bad input; none panics. Collective
-/// operations must be called by every rank of the communicator in the same order.
+/// operations must be called by every rank of the communicator in the same order. Every operation
+/// may also return [`Error::Timeout`](crate::Error::Timeout) under a deadline and, on the MPI
+/// backends, [`Error::Unusable`](crate::Error::Unusable) once an earlier operation timed out (see the
+/// [module documentation](self)).
 pub trait Communicator: Sized {
     /// The buffer type of this backend for elements `T` (`[T]` for host memory).
     type Buf<T: Element>: ?Sized + Buffer<T>;

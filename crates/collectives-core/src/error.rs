@@ -107,12 +107,26 @@ pub enum Error {
         /// Why (the files tried, the missing symbol, the release that introduced it).
         message: String,
     },
-    /// An operation did not complete in time.
+    /// An operation did not complete in time: a peer died, hangs, or never made the matching call.
+    /// On the MPI backends the communicator is unusable afterwards ([`Error::Unusable`]).
     #[error("{op}: timed out after {after:?}")]
     Timeout {
         /// The operation.
         op: &'static str,
         /// How long it was given.
+        after: Duration,
+    },
+    /// An MPI communicator (or a device communicator over one) was refused for further use because an
+    /// earlier operation on it timed out: that operation is still in flight inside MPI and its peers
+    /// are out of step. Nothing recovers it; end the job (`MPI_Abort`) or drop the communicator and
+    /// finalize.
+    #[error("{op}: the communicator is unusable: {timed_out} timed out after {after:?} earlier; abort the job or finalize")]
+    Unusable {
+        /// The operation refused now.
+        op: &'static str,
+        /// The operation that timed out.
+        timed_out: &'static str,
+        /// Its deadline.
         after: Duration,
     },
 }
@@ -129,7 +143,8 @@ impl Error {
             | Error::PeerInvalid { op, .. }
             | Error::Nccl { op, .. }
             | Error::Cuda { op, .. }
-            | Error::Timeout { op, .. } => op,
+            | Error::Timeout { op, .. }
+            | Error::Unusable { op, .. } => op,
             Error::Unavailable { .. } => "load",
         }
     }
@@ -190,5 +205,15 @@ mod tests {
             limit: i32::MAX as usize,
         };
         assert!(e.to_string().contains("2147483648"));
+        let e = Error::Unusable {
+            op: "barrier",
+            timed_out: "all_reduce",
+            after: Duration::from_millis(1500),
+        };
+        assert_eq!(e.op(), "barrier");
+        assert_eq!(
+            e.to_string(),
+            "barrier: the communicator is unusable: all_reduce timed out after 1.5s earlier; abort the job or finalize"
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! | [`comm`] | the [`Communicator`] trait every backend implements |
 //! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
 //! | [`check`], [`checked`] | argument rules (always on) and checked mode (cross-rank agreement) |
+//! | [`deadline`] | `COLLECTIVES_TIMEOUT` and the one polling loop that waits against a deadline |
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
 //! | [`cuda_aware`] | whether the MPI library takes device pointers, with the evidence ([`CudaAwareness`]) |
 //! | `backend::{mpi_cuda, mpi_staged}` | `MpiCudaComm` (device pointers to a CUDA-aware MPI) and `MpiStagedComm` (device buffers through pinned host memory and any MPI); with the `nccl` feature, which brings the CUDA driver bindings |
@@ -36,6 +37,7 @@ pub mod check;
 pub mod checked;
 pub mod comm;
 pub mod cuda_aware;
+pub mod deadline;
 #[cfg(feature = "nccl")]
 pub mod device;
 pub mod element;

@@ -98,7 +98,8 @@ impl<'s> Scope<'s, '_> {
 ///
 /// # Errors
 /// The first error of an operation that was still in flight when `f` returned (operations completed
-/// through [`Request::wait`] report their errors there).
+/// through [`Request::wait`] report their errors there). Under a deadline each such operation is
+/// waited for with the deadline of its communicator, one after another.
 pub fn scope<'env, F, R>(f: F) -> Result<R>
 where
     F: for<'s> FnOnce(&'s Scope<'s, 'env>) -> R,
@@ -143,7 +144,9 @@ impl Request<'_> {
     /// Block until the operation is complete.
     ///
     /// # Errors
-    /// The backend's error for the operation.
+    /// The backend's error for the operation; [`Error::Timeout`](crate::Error::Timeout) when its
+    /// communicator has a deadline and the operation does not complete within it, counted from this
+    /// call (on the MPI backends the communicator is refused afterwards).
     pub fn wait(self) -> Result<()> {
         let pending = self.slots.borrow_mut()[self.index].take();
         match pending {

@@ -94,6 +94,9 @@ impl Communicator for MpiCudaComm {
     }
 
     fn barrier(&self) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.barrier();
+        }
         const OP: &str = "barrier";
         let _span = tracing::trace_span!("barrier").entered();
         self.mpi.agree(Call::new(OpKind::Barrier), Ok(()))?;
@@ -103,6 +106,9 @@ impl Communicator for MpiCudaComm {
     }
 
     fn broadcast<T: Element>(&self, buf: &mut CudaSlice<T>, root: usize) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.broadcast(buf, root);
+        }
         const OP: &str = "broadcast";
         let _span = tracing::trace_span!("broadcast").entered();
         let local = check::rank_in_range(OP, "root", root, self.mpi.size())
@@ -138,6 +144,9 @@ impl Communicator for MpiCudaComm {
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.reduce(send, recv, op, root);
+        }
         const OP: &str = "reduce";
         let _span = tracing::trace_span!("reduce").entered();
         let local = self.args().reduce(OP, send, recv, op, root);
@@ -183,6 +192,9 @@ impl Communicator for MpiCudaComm {
         recv: &mut CudaSlice<T>,
         op: ReduceOp,
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.all_reduce(send, recv, op);
+        }
         const OP: &str = "all_reduce";
         let _span = tracing::trace_span!("all_reduce").entered();
         let local = self.args().all_reduce(OP, send, recv, op);
@@ -215,6 +227,9 @@ impl Communicator for MpiCudaComm {
     }
 
     fn all_reduce_in_place<T: Element>(&self, buf: &mut CudaSlice<T>, op: ReduceOp) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.all_reduce_in_place(buf, op);
+        }
         const OP: &str = "all_reduce_in_place";
         let _span = tracing::trace_span!("all_reduce_in_place").entered();
         let local = check_op::<T>(OP, op, BACKEND)
@@ -248,6 +263,9 @@ impl Communicator for MpiCudaComm {
     }
 
     fn all_gather<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.all_gather(send, recv);
+        }
         const OP: &str = "all_gather";
         let _span = tracing::trace_span!("all_gather").entered();
         let local = self.args().all_gather(OP, send, recv);
@@ -274,6 +292,9 @@ impl Communicator for MpiCudaComm {
         recv: &mut CudaSlice<T>,
         counts: &[usize],
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.all_gather_v(send, recv, counts);
+        }
         const OP: &str = "all_gather_v";
         let _span = tracing::trace_span!("all_gather_v").entered();
         let rank = self.mpi.rank();
@@ -309,6 +330,9 @@ impl Communicator for MpiCudaComm {
         recv: Option<&mut CudaSlice<T>>,
         root: usize,
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.gather(send, recv, root);
+        }
         const OP: &str = "gather";
         let _span = tracing::trace_span!("gather").entered();
         let local = self.args().gather(OP, send, recv, root);
@@ -340,6 +364,9 @@ impl Communicator for MpiCudaComm {
         counts: &[usize],
         root: usize,
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.gather_v(send, recv, counts, root);
+        }
         const OP: &str = "gather_v";
         let _span = tracing::trace_span!("gather_v").entered();
         let rank = self.mpi.rank();
@@ -381,6 +408,9 @@ impl Communicator for MpiCudaComm {
         recv: &mut CudaSlice<T>,
         root: usize,
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.scatter(send, recv, root);
+        }
         const OP: &str = "scatter";
         let _span = tracing::trace_span!("scatter").entered();
         let local = self.args().scatter(OP, send, recv, root);
@@ -411,6 +441,9 @@ impl Communicator for MpiCudaComm {
         counts: &[usize],
         root: usize,
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.scatter_v(send, recv, counts, root);
+        }
         const OP: &str = "scatter_v";
         let _span = tracing::trace_span!("scatter_v").entered();
         let rank = self.mpi.rank();
@@ -451,6 +484,9 @@ impl Communicator for MpiCudaComm {
         recv: &mut CudaSlice<T>,
         op: ReduceOp,
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.reduce_scatter(send, recv, op);
+        }
         const OP: &str = "reduce_scatter";
         let _span = tracing::trace_span!("reduce_scatter").entered();
         let local = self.args().reduce_scatter(OP, send, recv, op);
@@ -483,6 +519,9 @@ impl Communicator for MpiCudaComm {
     }
 
     fn all_to_all<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.all_to_all(send, recv);
+        }
         const OP: &str = "all_to_all";
         let _span = tracing::trace_span!("all_to_all").entered();
         let local = self.args().all_to_all(OP, send, recv);
@@ -508,6 +547,9 @@ impl Communicator for MpiCudaComm {
         recv: &mut CudaSlice<T>,
         recv_counts: &[usize],
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.all_to_all_v(send, send_counts, recv, recv_counts);
+        }
         const OP: &str = "all_to_all_v";
         let _span = tracing::trace_span!("all_to_all_v").entered();
         let local = self
@@ -540,6 +582,9 @@ impl Communicator for MpiCudaComm {
     }
 
     fn send<T: Element>(&self, buf: &CudaSlice<T>, dest: usize, tag: Tag) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.send(buf, dest, tag);
+        }
         const OP: &str = "send";
         let _span = tracing::trace_span!("send").entered();
         let dest = self.peer(OP, "destination", dest, tag)?;
@@ -556,6 +601,9 @@ impl Communicator for MpiCudaComm {
     }
 
     fn recv<T: Element>(&self, buf: &mut CudaSlice<T>, source: usize, tag: Tag) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.recv(buf, source, tag);
+        }
         const OP: &str = "recv";
         let _span = tracing::trace_span!("recv").entered();
         let source = self.peer(OP, "source", source, tag)?;
@@ -583,6 +631,9 @@ impl Communicator for MpiCudaComm {
         source: usize,
         tag: Tag,
     ) -> Result<()> {
+        if let Some(staged) = &self.staged {
+            return staged.send_recv(send, dest, recv, source, tag);
+        }
         const OP: &str = "send_recv";
         let _span = tracing::trace_span!("send_recv").entered();
         let rank = self.mpi.rank();
@@ -635,13 +686,16 @@ impl Communicator for MpiCudaComm {
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
         let _span = tracing::trace_span!("split").entered();
         self.sync("split")?;
-        Ok(self.mpi.split(color, key)?.map(|m| self.derived(m)))
+        self.mpi
+            .split(color, key)?
+            .map(|m| self.derived(m))
+            .transpose()
     }
 
     fn dup(&self) -> Result<Self> {
         let _span = tracing::trace_span!("dup").entered();
         self.sync("dup")?;
-        Ok(self.derived(self.mpi.dup()?))
+        self.derived(self.mpi.dup()?)
     }
 
     fn i_all_reduce<'s, T: Element>(
@@ -651,6 +705,9 @@ impl Communicator for MpiCudaComm {
         recv: &'s mut CudaSlice<T>,
         op: ReduceOp,
     ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.i_all_reduce(scope, send, recv, op);
+        }
         const OP: &str = "i_all_reduce";
         let _span = tracing::trace_span!("i_all_reduce").entered();
         let local = self
@@ -721,6 +778,9 @@ impl Communicator for MpiCudaComm {
         buf: &'s mut CudaSlice<T>,
         root: usize,
     ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.i_broadcast(scope, buf, root);
+        }
         const OP: &str = "i_broadcast";
         let _span = tracing::trace_span!("i_broadcast").entered();
         let local = check::rank_in_range(OP, "root", root, self.mpi.size())
@@ -790,6 +850,9 @@ impl Communicator for MpiCudaComm {
         send: &'s CudaSlice<T>,
         recv: &'s mut CudaSlice<T>,
     ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.i_all_gather(scope, send, recv);
+        }
         const OP: &str = "i_all_gather";
         let _span = tracing::trace_span!("i_all_gather").entered();
         let local = self
@@ -849,6 +912,9 @@ impl Communicator for MpiCudaComm {
         dest: usize,
         tag: Tag,
     ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.i_send(scope, buf, dest, tag);
+        }
         const OP: &str = "i_send";
         let _span = tracing::trace_span!("i_send").entered();
         let dest = self.peer(OP, "destination", dest, tag)?;
@@ -882,6 +948,9 @@ impl Communicator for MpiCudaComm {
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.i_recv(scope, buf, source, tag);
+        }
         const OP: &str = "i_recv";
         let _span = tracing::trace_span!("i_recv").entered();
         let source = self.peer(OP, "source", source, tag)?;

@@ -11,7 +11,7 @@ use mpi::ffi;
 use super::raw;
 use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
-use crate::backend::mpi_staged::{env_bytes, Pool};
+use crate::backend::mpi_staged::{env_bytes, MpiStagedComm, Pool};
 use crate::backend::nccl::cuda_driver_present;
 use crate::comm::Communicator;
 use crate::cuda_aware::{self, CudaAwareness, Vendor};
@@ -42,6 +42,8 @@ pub struct MpiCudaComm {
     pub(super) nbc_on_device: bool,
     /// Pinned host buffers for non-blocking collectives staged through host memory.
     pub(super) pool: Pool,
+    /// Under a deadline, the path every operation takes (see the module documentation).
+    pub(super) staged: Option<Box<MpiStagedComm>>,
 }
 
 impl fmt::Debug for MpiCudaComm {
@@ -53,6 +55,7 @@ impl fmt::Debug for MpiCudaComm {
             .field("checked", &self.mpi.checked())
             .field("forced", &self.forced)
             .field("nbc_on_device", &self.nbc_on_device)
+            .field("timeout", &self.mpi.timeout())
             .finish_non_exhaustive()
     }
 }
@@ -200,7 +203,8 @@ impl MpiCudaBuilder<'_> {
     /// [`Error::Unavailable`] (`what: "a CUDA-aware MPI"`) naming the detection's evidence when the
     /// MPI is not known to be CUDA-aware and `force` is off, or without a CUDA driver or GPU;
     /// [`Error::InvalidArgument`] for a device that does not exist, and on the ranks whose own part
-    /// went well when another rank's did not; [`Error::Mpi`] and [`Error::Cuda`] from the libraries.
+    /// went well when another rank's did not; [`Error::Mpi`] and [`Error::Cuda`] from the libraries;
+    /// [`Error::Timeout`] under the MPI communicator's deadline when a rank does not take part.
     pub fn build(self) -> Result<MpiCudaComm> {
         const OP: &str = "mpi_cuda";
         let _span = tracing::debug_span!("mpi_cuda_new").entered();
@@ -215,7 +219,9 @@ impl MpiCudaBuilder<'_> {
         let ctx = stream.context().clone();
         ctx.bind_to_thread().map_err(|e| raw::cuda(OP, e))?;
         let vendor = cuda_aware::detect()?.facts.vendor();
+        let staged = deadline_path(&mpi, &stream)?;
         Ok(MpiCudaComm {
+            staged,
             mpi,
             pool: Pool::new(
                 ctx.clone(),
@@ -232,6 +238,16 @@ impl MpiCudaBuilder<'_> {
                 .unwrap_or_else(|| nonblocking_collectives_on_device(vendor)),
         })
     }
+}
+
+/// Under a deadline (`mpi`'s), the staged communicator every operation runs through; collective over
+/// `mpi`.
+fn deadline_path(mpi: &MpiComm, stream: &Arc<CudaStream>) -> Result<Option<Box<MpiStagedComm>>> {
+    if mpi.timeout().is_none() {
+        return Ok(None);
+    }
+    let staged = MpiStagedComm::new(mpi, stream.clone())?.serving(BackendKind::MpiCuda, mpi);
+    Ok(Some(Box::new(staged)))
 }
 
 /// Whether this process may hand device pointers to MPI: `Ok(false)` when detection says yes,
@@ -326,6 +342,9 @@ impl MpiCudaComm {
     #[must_use]
     pub fn with_checked(mut self, on: bool) -> Self {
         self.mpi.set_checked(on);
+        if let Some(staged) = &mut self.staged {
+            staged.set_checked(on);
+        }
         self
     }
 
@@ -345,6 +364,9 @@ impl MpiCudaComm {
     /// [`Error::Cuda`] from the wait; [`Error::Mpi`] from `MPI_Comm_free`.
     pub fn finalize(self) -> Result<()> {
         self.synchronize()?;
+        if let Some(staged) = self.staged {
+            staged.finalize()?;
+        }
         self.mpi.finalize()
     }
 
@@ -405,15 +427,18 @@ impl MpiCudaComm {
     }
 
     /// A communicator for a new MPI communicator of some of these ranks, on the same stream.
-    pub(super) fn derived(&self, mpi: MpiComm) -> MpiCudaComm {
-        MpiCudaComm {
+    /// Collective over `mpi` under a deadline (its staged path is made).
+    pub(super) fn derived(&self, mpi: MpiComm) -> Result<MpiCudaComm> {
+        let staged = deadline_path(&mpi, &self.stream)?;
+        Ok(MpiCudaComm {
+            staged,
             mpi,
             ctx: self.ctx.clone(),
             stream: self.stream.clone(),
             forced: self.forced,
             nbc_on_device: self.nbc_on_device,
             pool: Pool::new(self.ctx.clone(), self.pool.limit()),
-        }
+        })
     }
 }
 

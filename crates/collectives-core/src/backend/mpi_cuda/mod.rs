@@ -28,6 +28,14 @@
 //!   then take a slower path. [`IpcBuffer`] allocates with `cuMemAlloc`, which it can map.
 //! - **Arguments, counts, checked mode**: exactly as [`MpiComm`](crate::MpiComm), through the same
 //!   helpers, plus a check that every buffer lives on the communicator's device.
+//! - **Deadline**: the [`MpiComm`](crate::MpiComm)'s it is built from
+//!   ([`MpiComm::with_timeout`](crate::MpiComm::with_timeout)). Under one, every operation runs as
+//!   [`MpiStagedComm`](crate::MpiStagedComm)'s does (through pinned host memory, with this backend's
+//!   argument rules and errors), polled against the deadline: Open MPI has no non-blocking collectives
+//!   on device memory, and an operation that times out stays in flight inside MPI, so it must work on
+//!   memory this crate owns and never frees, which the caller's device buffers are not. A timeout is
+//!   [`Error::Timeout`](crate::Error::Timeout) and refuses the communicator
+//!   ([`Error::Unusable`](crate::Error::Unusable)) from then on. Without a deadline nothing changes.
 
 mod collectives;
 mod comm;

@@ -2,17 +2,16 @@
 //!
 //! Every method follows the same steps: open a tracing span named after the operation; check the
 //! arguments locally (lengths, ranks, the reduce operation for the element, counts that fit MPI's `int`);
-//! in checked mode agree with the other ranks ([`MpiComm::agree`]); make the MPI call; turn its return
-//! code into a `Result`; finish (`Avg`'s division).
-
-use std::ffi::c_int;
-use std::ptr;
+//! in checked mode agree with the other ranks ([`MpiComm::agree`]); make the MPI call through
+//! [`MpiComm::run`] (blocking, or polled against the deadline on copies) or [`MpiComm::start`]; turn
+//! its return code into a `Result`; finish (`Avg`'s division).
 
 use mpi::ffi;
+use std::ffi::c_int;
 
 use super::comm::MpiComm;
-use super::raw::{self, ptr, ptr_mut};
-use super::request::MpiPending;
+use super::raw::{self, either};
+use super::request::{Form, Region};
 use crate::check;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Communicator, Tag};
@@ -50,12 +49,10 @@ impl MpiComm {
             },
             other => other,
         })?;
-        Ok(Some(comm.with_checked(self.checked)))
+        Ok(Some(
+            comm.with_checked(self.checked).with_timeout(self.timeout),
+        ))
     }
-}
-
-fn null_mut() -> *mut std::ffi::c_void {
-    ptr::null_mut()
 }
 
 impl Communicator for MpiComm {
@@ -80,8 +77,13 @@ impl Communicator for MpiComm {
     fn barrier(&self) -> Result<()> {
         let _span = tracing::trace_span!("barrier").entered();
         self.agree(Call::new(OpKind::Barrier), Ok(()))?;
-        // SAFETY: a valid communicator.
-        raw::check("barrier", unsafe { ffi::MPI_Barrier(self.raw) })
+        // SAFETY: a barrier takes no buffer; both forms on this communicator.
+        unsafe {
+            self.run("barrier", [], |_, form| {
+                either!(form, MPI_Barrier / MPI_Ibarrier(self.raw))
+            })
+        }
+        .map(drop)
     }
 
     fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
@@ -96,16 +98,17 @@ impl Communicator for MpiComm {
                 .count(buf.len()),
             local,
         )?;
+        let dt = raw::datatype::<T>();
         // SAFETY: `buf` holds `n` elements of `T`, described by its datatype; root checked in range.
-        raw::check(OP, unsafe {
-            ffi::MPI_Bcast(
-                ptr_mut(buf),
-                n,
-                raw::datatype::<T>(),
-                root as c_int,
-                self.raw,
-            )
-        })
+        unsafe {
+            self.run(OP, [Region::in_out(buf)], |p, form| {
+                either!(
+                    form,
+                    MPI_Bcast / MPI_Ibcast(p[0], n, dt, root as c_int, self.raw)
+                )
+            })
+        }
+        .map(drop)
     }
 
     fn reduce<T: Element>(
@@ -130,20 +133,18 @@ impl Communicator for MpiComm {
             .root(root)
             .count(send.len());
         let (n, mut recv) = self.agree(call, local)?;
-        let recv_ptr = recv.as_deref_mut().map_or_else(null_mut, ptr_mut);
+        let (dt, mop) = (raw::datatype::<T>(), raw::op(op));
+        let regions = [Region::send(send), Region::recv_opt(recv.as_deref_mut())];
         // SAFETY: `send` holds `n` elements; on the root `recv` holds `n` too (checked), elsewhere MPI
-        // ignores the receive buffer; root in range; the datatype describes `T`.
-        raw::check(OP, unsafe {
-            ffi::MPI_Reduce(
-                ptr(send),
-                recv_ptr,
-                n,
-                raw::datatype::<T>(),
-                raw::op(op),
-                root as c_int,
-                self.raw,
-            )
-        })?;
+        // ignores the (null) receive buffer; root in range; the datatype describes `T`.
+        unsafe {
+            self.run(OP, regions, |p, form| {
+                either!(
+                    form,
+                    MPI_Reduce / MPI_Ireduce(p[0], p[1], n, dt, mop, root as c_int, self.raw)
+                )
+            })
+        }?;
         if let Some(recv) = recv {
             raw::finish_avg(op, recv, self.size);
         }
@@ -163,18 +164,17 @@ impl Communicator for MpiComm {
                 .count(send.len()),
             local,
         )?;
-        // SAFETY: both buffers hold `n` elements of `T` (checked), described by its datatype; the call
+        let (dt, mop) = (raw::datatype::<T>(), raw::op(op));
+        // SAFETY: both buffers hold `n` elements of `T` (checked), described by its datatype; `run`
         // returns before the borrows end.
-        raw::check(OP, unsafe {
-            ffi::MPI_Allreduce(
-                ptr(send),
-                ptr_mut(recv),
-                n,
-                raw::datatype::<T>(),
-                raw::op(op),
-                self.raw,
-            )
-        })?;
+        unsafe {
+            self.run(OP, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Allreduce / MPI_Iallreduce(p[0], p[1], n, dt, mop, self.raw)
+                )
+            })
+        }?;
         raw::finish_avg(op, recv, self.size);
         Ok(())
     }
@@ -190,18 +190,17 @@ impl Communicator for MpiComm {
                 .count(buf.len()),
             local,
         )?;
+        let (dt, mop, place) = (raw::datatype::<T>(), raw::op(op), raw::in_place());
         // SAFETY: `buf` holds `n` elements of `T`; MPI_IN_PLACE (from the MPI's own header) makes MPI
-        // read and write `buf` only.
-        raw::check(OP, unsafe {
-            ffi::MPI_Allreduce(
-                raw::in_place(),
-                ptr_mut(buf),
-                n,
-                raw::datatype::<T>(),
-                raw::op(op),
-                self.raw,
-            )
-        })?;
+        // read and write `buf` (or its copy) only.
+        unsafe {
+            self.run(OP, [Region::in_out(buf)], |p, form| {
+                either!(
+                    form,
+                    MPI_Allreduce / MPI_Iallreduce(place, p[0], n, dt, mop, self.raw)
+                )
+            })
+        }?;
         raw::finish_avg(op, buf, self.size);
         Ok(())
     }
@@ -222,9 +221,15 @@ impl Communicator for MpiComm {
         )?;
         let dt = raw::datatype::<T>();
         // SAFETY: `send` holds `n` and `recv` holds `size * n` elements of `T` (checked).
-        raw::check(OP, unsafe {
-            ffi::MPI_Allgather(ptr(send), n, dt, ptr_mut(recv), n, dt, self.raw)
-        })
+        unsafe {
+            self.run(OP, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Allgather / MPI_Iallgather(p[0], n, dt, p[1], n, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
     }
 
     fn all_gather_v<T: Element>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
@@ -240,20 +245,25 @@ impl Communicator for MpiComm {
             local,
         )?;
         let dt = raw::datatype::<T>();
+        let mine = c[self.rank];
+        let regions = [
+            Region::send(send),
+            Region::recv(recv),
+            Region::send(&c),
+            Region::send(&d),
+        ];
         // SAFETY: `send` holds counts[rank] elements and `recv` the sum of counts, laid out at the packed
-        // displacements `d` (all checked, all within int range).
-        raw::check(OP, unsafe {
-            ffi::MPI_Allgatherv(
-                ptr(send),
-                c[self.rank],
-                dt,
-                ptr_mut(recv),
-                c.as_ptr(),
-                d.as_ptr(),
-                dt,
-                self.raw,
-            )
-        })
+        // displacements `d` (all checked, all within int range); `p[2]`, `p[3]` are `c` and `d`.
+        unsafe {
+            self.run(OP, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Allgatherv / MPI_Iallgatherv(p[0], mine, dt, p[1], c, d, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
     }
 
     fn gather<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, root: usize) -> Result<()> {
@@ -283,12 +293,22 @@ impl Communicator for MpiComm {
             local,
         )?;
         let dt = raw::datatype::<T>();
-        let recv_ptr = recv.map_or_else(null_mut, ptr_mut);
+        let root = root as c_int;
         // SAFETY: `send` holds `n` elements; on the root `recv` holds `size * n` (checked); MPI ignores the
-        // receive buffer elsewhere.
-        raw::check(OP, unsafe {
-            ffi::MPI_Gather(ptr(send), n, dt, recv_ptr, n, dt, root as c_int, self.raw)
-        })
+        // (null) receive buffer elsewhere.
+        unsafe {
+            self.run(
+                OP,
+                [Region::send(send), Region::recv_opt(recv)],
+                |p, form| {
+                    either!(
+                        form,
+                        MPI_Gather / MPI_Igather(p[0], n, dt, p[1], n, dt, root, self.raw)
+                    )
+                },
+            )
+        }
+        .map(drop)
     }
 
     fn gather_v<T: Element>(
@@ -313,22 +333,25 @@ impl Communicator for MpiComm {
             .counts(counts);
         let ((c, d), recv) = self.agree(call, local)?;
         let dt = raw::datatype::<T>();
-        let recv_ptr = recv.map_or_else(null_mut, ptr_mut);
+        let (mine, root) = (c[self.rank], root as c_int);
+        let regions = [
+            Region::send(send),
+            Region::recv_opt(recv),
+            Region::send(&c),
+            Region::send(&d),
+        ];
         // SAFETY: `send` holds counts[rank] elements; on the root `recv` holds the sum of counts at the
         // packed displacements (checked); elsewhere MPI ignores the receive arguments.
-        raw::check(OP, unsafe {
-            ffi::MPI_Gatherv(
-                ptr(send),
-                c[self.rank],
-                dt,
-                recv_ptr,
-                c.as_ptr(),
-                d.as_ptr(),
-                dt,
-                root as c_int,
-                self.raw,
-            )
-        })
+        unsafe {
+            self.run(OP, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Gatherv / MPI_Igatherv(p[0], mine, dt, p[1], c, d, dt, root, self.raw)
+                )
+            })
+        }
+        .map(drop)
     }
 
     fn scatter<T: Element>(&self, send: Option<&[T]>, recv: &mut [T], root: usize) -> Result<()> {
@@ -358,21 +381,22 @@ impl Communicator for MpiComm {
             local,
         )?;
         let dt = raw::datatype::<T>();
-        let send_ptr = send.map_or(ptr::null(), ptr);
+        let root = root as c_int;
         // SAFETY: `recv` holds `n` elements; on the root `send` holds `size * n` (checked); MPI ignores the
-        // send buffer elsewhere.
-        raw::check(OP, unsafe {
-            ffi::MPI_Scatter(
-                send_ptr,
-                n,
-                dt,
-                ptr_mut(recv),
-                n,
-                dt,
-                root as c_int,
-                self.raw,
+        // (null) send buffer elsewhere.
+        unsafe {
+            self.run(
+                OP,
+                [Region::send_opt(send), Region::recv(recv)],
+                |p, form| {
+                    either!(
+                        form,
+                        MPI_Scatter / MPI_Iscatter(p[0], n, dt, p[1], n, dt, root, self.raw)
+                    )
+                },
             )
-        })
+        }
+        .map(drop)
     }
 
     fn scatter_v<T: Element>(
@@ -397,22 +421,25 @@ impl Communicator for MpiComm {
             .counts(counts);
         let ((c, d), send) = self.agree(call, local)?;
         let dt = raw::datatype::<T>();
-        let send_ptr = send.map_or(ptr::null(), ptr);
+        let (mine, root) = (c[self.rank], root as c_int);
+        let regions = [
+            Region::send_opt(send),
+            Region::recv(recv),
+            Region::send(&c),
+            Region::send(&d),
+        ];
         // SAFETY: `recv` holds counts[rank] elements; on the root `send` holds the sum of counts at the
         // packed displacements (checked); elsewhere MPI ignores the send arguments.
-        raw::check(OP, unsafe {
-            ffi::MPI_Scatterv(
-                send_ptr,
-                c.as_ptr(),
-                d.as_ptr(),
-                dt,
-                ptr_mut(recv),
-                c[self.rank],
-                dt,
-                root as c_int,
-                self.raw,
-            )
-        })
+        unsafe {
+            self.run(OP, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Scatterv / MPI_Iscatterv(p[0], c, d, dt, p[1], mine, dt, root, self.raw)
+                )
+            })
+        }
+        .map(drop)
     }
 
     fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
@@ -431,17 +458,17 @@ impl Communicator for MpiComm {
                 .count(recv.len()),
             local,
         )?;
+        let (dt, mop) = (raw::datatype::<T>(), raw::op(op));
         // SAFETY: `send` holds `size * n` and `recv` holds `n` elements of `T` (checked).
-        raw::check(OP, unsafe {
-            ffi::MPI_Reduce_scatter_block(
-                ptr(send),
-                ptr_mut(recv),
-                n,
-                raw::datatype::<T>(),
-                raw::op(op),
-                self.raw,
-            )
-        })?;
+        unsafe {
+            self.run(OP, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Reduce_scatter_block
+                        / MPI_Ireduce_scatter_block(p[0], p[1], n, dt, mop, self.raw)
+                )
+            })
+        }?;
         raw::finish_avg(op, recv, self.size);
         Ok(())
     }
@@ -461,9 +488,15 @@ impl Communicator for MpiComm {
         )?;
         let dt = raw::datatype::<T>();
         // SAFETY: both buffers hold `size` blocks of `n` elements of `T` (checked).
-        raw::check(OP, unsafe {
-            ffi::MPI_Alltoall(ptr(send), n, dt, ptr_mut(recv), n, dt, self.raw)
-        })
+        unsafe {
+            self.run(OP, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Alltoall / MPI_Ialltoall(p[0], n, dt, p[1], n, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
     }
 
     fn all_to_all_v<T: Element>(
@@ -490,20 +523,26 @@ impl Communicator for MpiComm {
             .all_to_all(send_counts, recv_counts);
         let ((sc, sd), (rc, rd)) = self.agree(call, local)?;
         let dt = raw::datatype::<T>();
-        // SAFETY: `send` and `recv` hold the sums of their counts at packed displacements (checked).
-        raw::check(OP, unsafe {
-            ffi::MPI_Alltoallv(
-                ptr(send),
-                sc.as_ptr(),
-                sd.as_ptr(),
-                dt,
-                ptr_mut(recv),
-                rc.as_ptr(),
-                rd.as_ptr(),
-                dt,
-                self.raw,
-            )
-        })
+        let regions = [
+            Region::send(send),
+            Region::recv(recv),
+            Region::send(&sc),
+            Region::send(&sd),
+            Region::send(&rc),
+            Region::send(&rd),
+        ];
+        // SAFETY: `send` and `recv` hold the sums of their counts at packed displacements (checked);
+        // `p[2..6]` are the four arrays.
+        unsafe {
+            self.run(OP, regions, |p, form| {
+                let [sc, sd, rc, rd] = [p[2], p[3], p[4], p[5]].map(|a| a.cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Alltoallv / MPI_Ialltoallv(p[0], sc, sd, dt, p[1], rc, rd, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
     }
 
     fn send<T: Element>(&self, buf: &[T], dest: usize, tag: Tag) -> Result<()> {
@@ -511,10 +550,14 @@ impl Communicator for MpiComm {
         let _span = tracing::trace_span!("send").entered();
         let dest = self.peer(OP, "destination", dest, tag)?;
         let n = raw::count(OP, buf.len())?;
+        let dt = raw::datatype::<T>();
         // SAFETY: `buf` holds `n` elements of `T`; destination and tag checked in range.
-        raw::check(OP, unsafe {
-            ffi::MPI_Send(ptr(buf), n, raw::datatype::<T>(), dest, tag, self.raw)
-        })
+        unsafe {
+            self.run(OP, [Region::send(buf)], |p, form| {
+                either!(form, MPI_Send / MPI_Isend(p[0], n, dt, dest, tag, self.raw))
+            })
+        }
+        .map(drop)
     }
 
     fn recv<T: Element>(&self, buf: &mut [T], source: usize, tag: Tag) -> Result<()> {
@@ -522,13 +565,15 @@ impl Communicator for MpiComm {
         let _span = tracing::trace_span!("recv").entered();
         let source = self.peer(OP, "source", source, tag)?;
         let n = raw::count(OP, buf.len())?;
-        let mut status = raw::status();
         let dt = raw::datatype::<T>();
         // SAFETY: `buf` has room for `n` elements of `T` (a longer message is MPI_ERR_TRUNCATE, not an
-        // overflow); `status` is a valid out-pointer.
-        raw::check(OP, unsafe {
-            ffi::MPI_Recv(ptr_mut(buf), n, dt, source, tag, self.raw, &mut status)
-        })?;
+        // overflow); the status is a valid out-pointer.
+        let status = unsafe {
+            self.run(OP, [Region::recv(buf)], |p, form| match form {
+                Form::Blocking(status) => ffi::MPI_Recv(p[0], n, dt, source, tag, self.raw, status),
+                Form::Start(r) => ffi::MPI_Irecv(p[0], n, dt, source, tag, self.raw, r),
+            })
+        }?;
         raw::received(OP, &status, dt, buf.len())
     }
 
@@ -558,24 +603,16 @@ impl Communicator for MpiComm {
         let (dest, source) = (dest_c, source_c);
         let (sn, rn) = (raw::count(OP, send.len())?, raw::count(OP, recv.len())?);
         let dt = raw::datatype::<T>();
-        let mut status = raw::status();
         // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements of `T`; ranks and tag checked.
-        raw::check(OP, unsafe {
-            ffi::MPI_Sendrecv(
-                ptr(send),
-                sn,
+        let status = unsafe {
+            self.exchange(
+                OP,
+                (Region::send(send), sn, dest),
+                (Region::recv(&mut *recv), rn, source),
                 dt,
-                dest,
                 tag,
-                ptr_mut(recv),
-                rn,
-                dt,
-                source,
-                tag,
-                self.raw,
-                &mut status,
             )
-        })?;
+        }?;
         raw::received(OP, &status, dt, recv.len())
     }
 
@@ -592,6 +629,7 @@ impl Communicator for MpiComm {
             }),
         };
         let c = self.agree(Call::new(OpKind::Split), local)?;
+        self.arrive(OP)?;
         // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split overwrites it.
         let mut new: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: valid communicator; `new` is a valid out-pointer.
@@ -605,6 +643,7 @@ impl Communicator for MpiComm {
         const OP: &str = "dup";
         let _span = tracing::trace_span!("dup").entered();
         self.agree(Call::new(OpKind::Dup), Ok(()))?;
+        self.arrive(OP)?;
         // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_dup overwrites it.
         let mut new: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: valid communicator; `new` is a valid out-pointer.
@@ -632,23 +671,17 @@ impl Communicator for MpiComm {
                 .count(send.len()),
             local,
         )?;
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Iallreduce overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
+        let (dt, mop) = (raw::datatype::<T>(), raw::op(op));
         // SAFETY: both buffers hold `n` elements of `T` and stay borrowed for 's, and the scope completes
         // the request before 's ends, so MPI never touches them after the borrows end.
-        raw::check(OP, unsafe {
-            ffi::MPI_Iallreduce(
-                ptr(send),
-                ptr_mut(recv),
-                n,
-                raw::datatype::<T>(),
-                raw::op(op),
-                self.raw,
-                &mut request,
+        let pending = unsafe {
+            self.start::<T, 2>(
+                OP,
+                [Region::send(send), Region::recv(&mut *recv)],
+                |p, r| ffi::MPI_Iallreduce(p[0], p[1], n, dt, mop, self.raw, r),
             )
-        })?;
-        let pending = MpiPending::<T>::new(request, OP).average(op, recv, self.size);
-        Ok(scope.register(Box::new(pending)))
+        }?;
+        Ok(scope.register(Box::new(pending.average(op, recv, self.size))))
     }
 
     fn i_broadcast<'s, T: Element>(
@@ -668,21 +701,15 @@ impl Communicator for MpiComm {
                 .count(buf.len()),
             local,
         )?;
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Ibcast overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
+        let dt = raw::datatype::<T>();
         // SAFETY: `buf` holds `n` elements and stays borrowed for 's; the scope completes the request
         // before 's ends.
-        raw::check(OP, unsafe {
-            ffi::MPI_Ibcast(
-                ptr_mut(buf),
-                n,
-                raw::datatype::<T>(),
-                root as c_int,
-                self.raw,
-                &mut request,
-            )
-        })?;
-        Ok(scope.register(Box::new(MpiPending::<T>::new(request, OP))))
+        let pending = unsafe {
+            self.start::<T, 1>(OP, [Region::in_out(buf)], |p, r| {
+                ffi::MPI_Ibcast(p[0], n, dt, root as c_int, self.raw, r)
+            })
+        }?;
+        Ok(scope.register(Box::new(pending)))
     }
 
     fn i_all_gather<'s, T: Element>(
@@ -705,23 +732,14 @@ impl Communicator for MpiComm {
             local,
         )?;
         let dt = raw::datatype::<T>();
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Iallgather overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
         // SAFETY: `send` holds `n` and `recv` `size * n` elements, borrowed for 's; the scope completes the
         // request before 's ends.
-        raw::check(OP, unsafe {
-            ffi::MPI_Iallgather(
-                ptr(send),
-                n,
-                dt,
-                ptr_mut(recv),
-                n,
-                dt,
-                self.raw,
-                &mut request,
-            )
-        })?;
-        Ok(scope.register(Box::new(MpiPending::<T>::new(request, OP))))
+        let pending = unsafe {
+            self.start::<T, 2>(OP, [Region::send(send), Region::recv(recv)], |p, r| {
+                ffi::MPI_Iallgather(p[0], n, dt, p[1], n, dt, self.raw, r)
+            })
+        }?;
+        Ok(scope.register(Box::new(pending)))
     }
 
     fn i_send<'s, T: Element>(
@@ -735,21 +753,14 @@ impl Communicator for MpiComm {
         let _span = tracing::trace_span!("i_send").entered();
         let dest = self.peer(OP, "destination", dest, tag)?;
         let n = raw::count(OP, buf.len())?;
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Isend overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
+        let dt = raw::datatype::<T>();
         // SAFETY: `buf` holds `n` elements, borrowed for 's; the scope completes the request before 's ends.
-        raw::check(OP, unsafe {
-            ffi::MPI_Isend(
-                ptr(buf),
-                n,
-                raw::datatype::<T>(),
-                dest,
-                tag,
-                self.raw,
-                &mut request,
-            )
-        })?;
-        Ok(scope.register(Box::new(MpiPending::<T>::new(request, OP))))
+        let pending = unsafe {
+            self.start::<T, 1>(OP, [Region::send(buf)], |p, r| {
+                ffi::MPI_Isend(p[0], n, dt, dest, tag, self.raw, r)
+            })
+        }?;
+        Ok(scope.register(Box::new(pending)))
     }
 
     fn i_recv<'s, T: Element>(
@@ -763,23 +774,15 @@ impl Communicator for MpiComm {
         let _span = tracing::trace_span!("i_recv").entered();
         let source = self.peer(OP, "source", source, tag)?;
         let n = raw::count(OP, buf.len())?;
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Irecv overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
+        let dt = raw::datatype::<T>();
+        let len = buf.len();
         // SAFETY: `buf` has room for `n` elements, borrowed for 's; the scope completes the request before
         // 's ends.
-        raw::check(OP, unsafe {
-            ffi::MPI_Irecv(
-                ptr_mut(buf),
-                n,
-                raw::datatype::<T>(),
-                source,
-                tag,
-                self.raw,
-                &mut request,
-            )
-        })?;
-        Ok(scope.register(Box::new(
-            MpiPending::<T>::new(request, OP).expect(buf.len()),
-        )))
+        let pending = unsafe {
+            self.start::<T, 1>(OP, [Region::recv(buf)], |p, r| {
+                ffi::MPI_Irecv(p[0], n, dt, source, tag, self.raw, r)
+            })
+        }?;
+        Ok(scope.register(Box::new(pending.expect(len))))
     }
 }

@@ -1,13 +1,19 @@
-//! [`MpiComm`]: construction, teardown and checked mode.
+//! [`MpiComm`]: construction, teardown, checked mode, and the deadline: every MPI operation of the
+//! three MPI backends is made through [`MpiComm::run`] (blocking) or [`MpiComm::start`]
+//! (non-blocking), which choose between the blocking call and its polled non-blocking twin.
 
 use std::ffi::{c_int, c_void};
 use std::fmt;
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use mpi::ffi;
 
 use super::raw;
+use super::request::{new_request, wait_requests, Form, Health, MpiPending, Region, Staging};
 use crate::checked::{self, Call, RECORD_LEN};
+use crate::deadline;
+use crate::element::Element;
 use crate::error::Result;
 
 /// A communicator of the MPI host backend: collectives on host memory (`[T]` buffers).
@@ -17,6 +23,23 @@ use crate::error::Result;
 /// Dropping it frees the duplicate (`MPI_Comm_free`), unless MPI has been finalized already;
 /// [`finalize`](Self::finalize) does the same and reports errors. `MPI_Comm_free` is collective in the
 /// MPI standard: drop communicators in the same order on every rank.
+///
+/// **Deadlines** (opt-in: `COLLECTIVES_TIMEOUT` seconds, or [`with_timeout`](Self::with_timeout)):
+/// without one, operations are MPI's blocking calls, and a peer that dies or never makes the matching
+/// call blocks this rank forever (checked mode does not change that: its agreement waits for the peer
+/// too). With one, every blocking operation runs as its non-blocking twin (`MPI_Iallreduce`,
+/// `MPI_Isend`, `MPI_Ibarrier`, ...) polled with `MPI_Test` until the deadline, on copies of the
+/// buffers, and returns [`Error::Timeout`](crate::Error::Timeout) when it passes; so does
+/// [`Request::wait`](crate::Request::wait), and so does checked mode's agreement, which is where a
+/// missing peer is usually first noticed. After a timeout the communicator is refused: every later
+/// operation returns [`Error::Unusable`](crate::Error::Unusable) at once (after this rank's own
+/// argument errors, and before any communication), and the job should end (`MPI_Abort`, or drop the
+/// communicators and finalize). `split` and `dup` have no non-blocking twin: under a deadline they
+/// first meet in a polled barrier (or checked mode's agreement), so a peer that never arrives is a
+/// timeout, but one that dies between that meeting and the call can still block them.
+///
+/// Every rank of a communicator must use a deadline or none (the durations may differ): MPI does not
+/// match a blocking collective with a non-blocking one.
 ///
 /// ```no_run
 /// use collectives_core::{Communicator, MpiComm, ReduceOp};
@@ -33,6 +56,10 @@ pub struct MpiComm {
     pub(super) size: usize,
     pub(super) checked: bool,
     pub(super) tag_ub: i32,
+    /// The deadline of blocking operations and waits, if any.
+    pub(super) timeout: Option<Duration>,
+    /// Refused after a timeout; shared with the communicators of a device backend built on this one.
+    pub(super) health: Health,
     /// MPI handles are used from the thread that made them (rsmpi initializes `MPI_THREAD_SINGLE`).
     _not_send: PhantomData<*const ()>,
 }
@@ -43,6 +70,8 @@ impl fmt::Debug for MpiComm {
             .field("rank", &self.rank)
             .field("size", &self.size)
             .field("checked", &self.checked)
+            .field("timeout", &self.timeout)
+            .field("usable", &self.health.is_usable())
             .finish_non_exhaustive()
     }
 }
@@ -86,6 +115,8 @@ impl MpiComm {
             size: 0,
             checked: checked::enabled_by_default(),
             tag_ub: 32767,
+            timeout: deadline::timeout_from_env(),
+            health: Health::default(),
             _not_send: PhantomData,
         };
         // From here on `comm` frees the handle on every path.
@@ -137,6 +168,217 @@ impl MpiComm {
         self.checked = on;
     }
 
+    /// Give blocking operations and waits a deadline (`Some`), or none (`None`: MPI's blocking calls);
+    /// overrides `COLLECTIVES_TIMEOUT`. See the [type documentation](Self) for what changes. Every rank
+    /// must use a deadline or none; communicators made from this one (`split`, `dup`, the device
+    /// backends' `from_mpi`/`new`) inherit it.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The deadline of blocking operations and waits, if there is one.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Whether the communicator may still be used: `false` once an operation on it (or on a device
+    /// communicator built on it) timed out, after which every operation returns
+    /// [`Error::Unusable`](crate::Error::Unusable).
+    pub fn is_usable(&self) -> bool {
+        self.health.is_usable()
+    }
+
+    /// Share `other`'s health, so that a timeout in either refuses both (the duplicates that make up
+    /// one device communicator).
+    pub(crate) fn linked_to(mut self, other: &MpiComm) -> Self {
+        self.health = other.health.clone();
+        self
+    }
+
+    /// [`Error::Unusable`](crate::Error::Unusable) once an operation on this communicator timed out.
+    pub(crate) fn ensure_usable(&self, op: &'static str) -> Result<()> {
+        self.health.check(op)
+    }
+
+    /// Make one MPI operation and complete it: the blocking call without a deadline; under one, its
+    /// non-blocking twin on copies of `regions`, polled until the deadline (see the
+    /// [`request`](super::request) module). The status is the blocking call's, or the completed
+    /// request's.
+    ///
+    /// # Errors
+    /// [`Error::Unusable`](crate::Error::Unusable) after an earlier timeout;
+    /// [`Error::Timeout`](crate::Error::Timeout) (and the communicator refused from then on);
+    /// [`Error::Mpi`](crate::Error::Mpi).
+    ///
+    /// # Safety
+    /// `call(p, form)` makes exactly one MPI call on this communicator: with [`Form::Blocking`] the
+    /// blocking operation (a receive stores its status there), with [`Form::Start`] its non-blocking
+    /// twin, which stores its request there. Its buffer arguments are `p[k]` for `regions[k]`, in
+    /// order, with counts and datatypes that fit each region's length; every other argument is valid
+    /// for the call.
+    pub(crate) unsafe fn run<const N: usize>(
+        &self,
+        op: &'static str,
+        regions: [Region<'_>; N],
+        call: impl FnOnce([*mut c_void; N], Form<'_>) -> c_int,
+    ) -> Result<ffi::MPI_Status> {
+        self.health.check(op)?;
+        let mut status = raw::status();
+        let Some(timeout) = self.timeout else {
+            raw::check(
+                op,
+                call(regions.map(Region::direct), Form::Blocking(&mut status)),
+            )?;
+            return Ok(status);
+        };
+        let (staging, p) = Staging::new(regions);
+        let mut request = [new_request()];
+        // A call that fails starts nothing, so the copies may be freed.
+        raw::check(op, call(p, Form::Start(&mut request[0])))?;
+        let mut status = [status];
+        self.complete(op, staging, &mut request, &mut status, timeout)?;
+        Ok(status[0])
+    }
+
+    /// `MPI_Sendrecv`, or under a deadline `MPI_Irecv` and `MPI_Isend` on copies, polled together
+    /// (MPI 3.1 has no `MPI_Isendrecv`). Returns the receive's status.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    ///
+    /// # Safety
+    /// `send` holds `sn` and `recv` has room for `rn` elements of datatype `dt`; `dest`, `source` and
+    /// `tag` are valid for this communicator.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn exchange(
+        &self,
+        op: &'static str,
+        (send, sn, dest): (Region<'_>, c_int, c_int),
+        (recv, rn, source): (Region<'_>, c_int, c_int),
+        dt: ffi::MPI_Datatype,
+        tag: c_int,
+    ) -> Result<ffi::MPI_Status> {
+        self.health.check(op)?;
+        let mut status = [raw::status(), raw::status()];
+        let Some(timeout) = self.timeout else {
+            let (s, r) = (send.direct(), recv.direct());
+            // SAFETY: buffers, counts, ranks and tag as the caller promises; a valid out-pointer.
+            raw::check(op, unsafe {
+                ffi::MPI_Sendrecv(
+                    s,
+                    sn,
+                    dt,
+                    dest,
+                    tag,
+                    r,
+                    rn,
+                    dt,
+                    source,
+                    tag,
+                    self.raw,
+                    &mut status[0],
+                )
+            })?;
+            return Ok(status[0]);
+        };
+        let (staging, p) = Staging::new([send, recv]);
+        let mut requests = [new_request(), new_request()];
+        // SAFETY: the receive into the copy of `recv` (room for `rn` elements), as the caller promises.
+        raw::check(op, unsafe {
+            ffi::MPI_Irecv(p[1], rn, dt, source, tag, self.raw, &mut requests[0])
+        })?;
+        // SAFETY: the send of the copy of `send` (`sn` elements), as the caller promises.
+        let sent = raw::check(op, unsafe {
+            ffi::MPI_Isend(p[0], sn, dt, dest, tag, self.raw, &mut requests[1])
+        });
+        if let Err(e) = sent {
+            // The receive is in flight and will not be waited for: its copy must outlive it.
+            staging.abandon();
+            return Err(e);
+        }
+        self.complete(op, staging, &mut requests, &mut status, timeout)?;
+        Ok(status[0])
+    }
+
+    /// Wait for requests started on `staging`'s copies against `timeout`: copy the results back when
+    /// they complete; otherwise leave the copies to MPI for good, and refuse the communicator after a
+    /// timeout.
+    fn complete(
+        &self,
+        op: &'static str,
+        staging: Staging,
+        requests: &mut [ffi::MPI_Request],
+        statuses: &mut [ffi::MPI_Status],
+        timeout: Duration,
+    ) -> Result<()> {
+        match wait_requests(op, requests, statuses, Some(timeout)) {
+            Ok(true) => {
+                staging.finish();
+                Ok(())
+            }
+            Ok(false) => {
+                staging.abandon();
+                Err(self.health.timed_out(op, timeout))
+            }
+            Err(e) => {
+                staging.abandon();
+                Err(e)
+            }
+        }
+    }
+
+    /// Start one non-blocking MPI operation: on `regions` themselves without a deadline, on copies
+    /// under one (see [`run`](Self::run)); its wait honours the deadline.
+    ///
+    /// # Errors
+    /// [`Error::Unusable`](crate::Error::Unusable) after an earlier timeout; [`Error::Mpi`](crate::Error::Mpi).
+    ///
+    /// # Safety
+    /// `call(p, request)` makes exactly one non-blocking MPI call on this communicator, storing its
+    /// request, with `p[k]` for `regions[k]` as in [`run`](Self::run). The memory of `regions` stays
+    /// borrowed for `'s` (the pending operation completes before `'s` ends).
+    pub(crate) unsafe fn start<'s, T: Element, const N: usize>(
+        &self,
+        op: &'static str,
+        regions: [Region<'_>; N],
+        call: impl FnOnce([*mut c_void; N], &mut ffi::MPI_Request) -> c_int,
+    ) -> Result<MpiPending<'s, T>> {
+        self.health.check(op)?;
+        let (deadline, p) = match self.timeout {
+            None => (None, regions.map(Region::direct)),
+            Some(timeout) => {
+                let (staging, p) = Staging::new(regions);
+                (Some((staging, timeout)), p)
+            }
+        };
+        let mut request = new_request();
+        raw::check(op, call(p, &mut request))?;
+        Ok(MpiPending::with_deadline(
+            request,
+            op,
+            deadline,
+            self.health.clone(),
+        ))
+    }
+
+    /// Under a deadline and outside checked mode, meet the other ranks in a polled barrier before a
+    /// call that has no non-blocking twin (`split`, `dup`), so that a missing peer is a timeout.
+    pub(crate) fn arrive(&self, op: &'static str) -> Result<()> {
+        if self.timeout.is_none() || self.checked {
+            return self.health.check(op);
+        }
+        // SAFETY: a barrier takes no buffer; both forms are made on this communicator.
+        unsafe {
+            self.run(op, [], |_, form| match form {
+                Form::Blocking(_) => ffi::MPI_Barrier(self.raw),
+                Form::Start(request) => ffi::MPI_Ibarrier(self.raw, request),
+            })
+        }
+        .map(drop)
+    }
+
     /// The largest tag this MPI accepts (`MPI_TAG_UB`).
     pub fn tag_ub(&self) -> i32 {
         self.tag_ub
@@ -144,22 +386,36 @@ impl MpiComm {
 
     /// Free the communicator now, reporting errors.
     ///
+    /// A communicator refused after a timeout ([`is_usable`](Self::is_usable) is `false`) is not freed:
+    /// its timed-out operation is still in flight inside MPI and uses it. The handle is left to MPI
+    /// (and to `MPI_Finalize`/`MPI_Abort`), and this returns `Ok(())`; dropping does the same.
+    ///
     /// # Errors
     /// [`Error::Mpi`](crate::Error::Mpi) from `MPI_Comm_free`.
     pub fn finalize(self) -> Result<()> {
-        let mut raw = self.raw;
-        std::mem::forget(self);
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so its health is moved out exactly once.
+        let health = unsafe { std::ptr::read(&this.health) };
+        if !health.is_usable() {
+            return Ok(());
+        }
+        let mut raw = this.raw;
         // SAFETY: `raw` is owned by the communicator that was just consumed, so nothing else frees it.
         raw::check("finalize", unsafe { ffi::MPI_Comm_free(&mut raw) })
     }
 
     /// Run the checked-mode agreement for `call` (when checked mode is on) and pass on this rank's own
     /// result: the local error first, then a peer's rejection or a mismatch, else `local`'s value.
+    ///
+    /// On a communicator refused after a timeout: the local error if there is one, else
+    /// [`Error::Unusable`](crate::Error::Unusable), without any communication.
     pub(crate) fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
-        if !self.checked {
-            return local;
-        }
         let op = call.op().name();
+        if !self.checked || !self.health.is_usable() {
+            let value = local?;
+            self.health.check(op)?;
+            return Ok(value);
+        }
         let mine = call.record(local.is_ok());
         let mut table = vec![0i64; RECORD_LEN * self.size];
         self.all_gather_i64(op, &mine, &mut table)?;
@@ -177,19 +433,20 @@ impl MpiComm {
     fn all_gather_i64(&self, op: &'static str, mine: &[i64], table: &mut [i64]) -> Result<()> {
         let n = raw::count(op, mine.len())?;
         debug_assert_eq!(table.len(), mine.len() * self.size);
+        let dt = raw::datatype::<i64>();
         // SAFETY: `mine` holds `n` i64 and `table` holds `n` per rank (allocated by the caller for this
-        // communicator's size); the datatype is i64's.
-        raw::check(op, unsafe {
-            ffi::MPI_Allgather(
-                mine.as_ptr().cast(),
-                n,
-                raw::datatype::<i64>(),
-                table.as_mut_ptr().cast(),
-                n,
-                raw::datatype::<i64>(),
-                self.raw,
+        // communicator's size); the datatype is i64's; both forms on this communicator.
+        unsafe {
+            self.run(
+                op,
+                [Region::send(mine), Region::recv(table)],
+                |p, form| match form {
+                    Form::Blocking(_) => ffi::MPI_Allgather(p[0], n, dt, p[1], n, dt, self.raw),
+                    Form::Start(r) => ffi::MPI_Iallgather(p[0], n, dt, p[1], n, dt, self.raw, r),
+                },
             )
-        })
+        }
+        .map(drop)
     }
 }
 
@@ -198,7 +455,8 @@ impl Drop for MpiComm {
         let mut finalized: c_int = 0;
         // SAFETY: MPI_Finalized may be called at any time, even after MPI_Finalize.
         unsafe { ffi::MPI_Finalized(&mut finalized) };
-        if finalized == 0 {
+        // After a timeout the communicator stays allocated: an operation in flight inside MPI uses it.
+        if finalized == 0 && self.health.is_usable() {
             // SAFETY: the handle is owned by this communicator and freed only here; errors are ignored
             // because a drop must not panic (`finalize` reports them).
             unsafe { ffi::MPI_Comm_free(&mut self.raw) };

@@ -10,6 +10,11 @@
 //! count or displacement beyond `i32::MAX` elements is [`Error::CountOverflow`](crate::Error::CountOverflow)
 //! before any call; split such transfers.
 //!
+//! Deadlines: opt-in (`COLLECTIVES_TIMEOUT`, [`MpiComm::with_timeout`]); under one, every operation of
+//! this backend and of the two device backends built on it goes through one path
+//! (`MpiComm::run`/`MpiComm::start`, then `MPI_Test` polled by [`crate::deadline::poll`]) and works on
+//! copies it owns; see [`MpiComm`] for what holds then.
+//!
 //! Elements: complex numbers use MPI's complex types (so `Prod` multiplies correctly); `f16`/`bf16` move
 //! as 16-bit words and cannot be reduced; `Avg` of floats is a sum followed by a division on each
 //! receiving rank.

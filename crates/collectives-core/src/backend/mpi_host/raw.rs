@@ -113,6 +113,21 @@ pub(crate) fn ptr_mut<T>(buf: &mut [T]) -> *mut c_void {
     }
 }
 
+/// The two forms of one MPI operation, for the closure given to `MpiComm::run`:
+/// `either!(form, MPI_Allreduce / MPI_Iallreduce (send, recv, n, dt, op, comm))` makes the blocking
+/// call, or the non-blocking one with the request added as its last argument. Expands to unsafe calls.
+macro_rules! either {
+    ($form:expr, $blocking:ident / $start:ident ($($arg:expr),* $(,)?)) => {
+        match $form {
+            $crate::backend::mpi_host::request::Form::Blocking(_) => ::mpi::ffi::$blocking($($arg),*),
+            $crate::backend::mpi_host::request::Form::Start(request) => {
+                ::mpi::ffi::$start($($arg,)* request)
+            }
+        }
+    };
+}
+pub(crate) use either;
+
 /// Turn an MPI return code into a `Result`.
 pub(crate) fn check(op: &'static str, code: c_int) -> Result<()> {
     if code == success() {

@@ -7,7 +7,7 @@
 //! are complete on return, their pinned buffers back in the pool. All-reduces move in chunks, the copies
 //! of one chunk overlapping MPI's work on another.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::ops::Deref;
 
 use cudarc::driver::{CudaEvent, CudaSlice};
@@ -18,7 +18,7 @@ use super::raw::{self, Lease};
 use super::request::StagedPending;
 use crate::backend::mpi_cuda::raw_cuda as cuda;
 use crate::backend::mpi_host::raw as host;
-use crate::backend::mpi_host::request::MpiPending;
+use crate::backend::mpi_host::request::Region;
 use crate::check;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Communicator, Tag};
@@ -28,14 +28,6 @@ use crate::op::{check_op, BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 
 const BACKEND: BackendKind = BackendKind::MpiStaged;
-
-fn cptr<T>(buf: &[T]) -> *const c_void {
-    host::ptr(buf)
-}
-
-fn mptr<T>(buf: &mut [T]) -> *mut c_void {
-    host::ptr_mut(buf)
-}
 
 impl MpiStagedComm {
     fn peer(&self, op: &'static str, what: &str, rank: usize, tag: Tag) -> Result<c_int> {
@@ -266,7 +258,7 @@ impl Communicator for MpiStagedComm {
     fn all_reduce_in_place<T: Element>(&self, buf: &mut CudaSlice<T>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce_in_place";
         let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = check_op::<T>(OP, op, BACKEND)
+        let local = check_op::<T>(OP, op, self.kind)
             .and_then(|()| self.on_device(OP, "buf", buf))
             .and_then(|()| host::count(OP, buf.len()))
             .and_then(|_| self.lease::<T>(OP, buf.len()));
@@ -498,6 +490,7 @@ impl Communicator for MpiStagedComm {
         self.on_device(OP, "buf", buf)?;
         host::count(OP, buf.len())?;
         let mut h = self.lease::<T>(OP, buf.len())?;
+        self.mpi.ensure_usable(OP)?;
         self.stage_in(OP, buf, h.host_mut())?;
         self.host.send(h.host(), dest, tag)
     }
@@ -530,6 +523,7 @@ impl Communicator for MpiStagedComm {
         host::count(OP, recv.len())?;
         let mut hs = self.lease::<T>(OP, send.len())?;
         let mut hr = self.lease::<T>(OP, recv.len())?;
+        self.mpi.ensure_usable(OP)?;
         self.stage_in(OP, send, hs.host_mut())?;
         self.host
             .send_recv(hs.host(), dest, hr.host_mut(), source, tag)?;
@@ -570,22 +564,17 @@ impl Communicator for MpiStagedComm {
         )?;
         let n = host::count(OP, send.len())?;
         self.stage_in(OP, send, hs.host_mut())?;
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Iallreduce overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
+        let (dt, mop, comm) = (host::datatype::<T>(), host::op(op), self.host.as_raw());
         // SAFETY: both pinned host buffers hold `n` elements of `T` and are owned by the operation in
         // flight until it completes (they travel in the pending operation the scope waits for).
-        host::check(OP, unsafe {
-            ffi::MPI_Iallreduce(
-                cptr(hs.host()),
-                mptr(hr.host_mut()),
-                n,
-                host::datatype::<T>(),
-                host::op(op),
-                self.host.as_raw(),
-                &mut request,
+        let inner = unsafe {
+            self.host.start::<T, 2>(
+                OP,
+                [Region::send(hs.host()), Region::recv(hr.host_mut())],
+                |p, r| ffi::MPI_Iallreduce(p[0], p[1], n, dt, mop, comm, r),
             )
-        })?;
-        let inner = MpiPending::<T>::new(request, OP).average(op, hr.host_mut(), self.mpi.size());
+        }?
+        .average(op, hr.host_mut(), self.mpi.size());
         Ok(scope.register(Box::new(StagedPending {
             inner,
             stream: &self.stream,
@@ -617,26 +606,21 @@ impl Communicator for MpiStagedComm {
         if is_root {
             self.stage_in(OP, buf, h.host_mut())?;
         }
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Ibcast overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
+        let (dt, comm) = (host::datatype::<T>(), self.host.as_raw());
         // SAFETY: the pinned host buffer holds `n` elements and is owned by the operation in flight.
-        host::check(OP, unsafe {
-            ffi::MPI_Ibcast(
-                mptr(h.host_mut()),
-                n,
-                host::datatype::<T>(),
-                root as c_int,
-                self.host.as_raw(),
-                &mut request,
-            )
-        })?;
+        let inner = unsafe {
+            self.host
+                .start::<T, 1>(OP, [Region::in_out(h.host_mut())], |p, r| {
+                    ffi::MPI_Ibcast(p[0], n, dt, root as c_int, comm, r)
+                })
+        }?;
         let (keep, back) = if is_root {
             (vec![h], None)
         } else {
             (Vec::new(), Some((h, buf)))
         };
         Ok(scope.register(Box::new(StagedPending {
-            inner: MpiPending::<T>::new(request, OP),
+            inner,
             stream: &self.stream,
             keep,
             back,
@@ -660,25 +644,18 @@ impl Communicator for MpiStagedComm {
         )?;
         let n = host::count(OP, send.len())?;
         self.stage_in(OP, send, hs.host_mut())?;
-        let dt = host::datatype::<T>();
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Iallgather overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
+        let (dt, comm) = (host::datatype::<T>(), self.host.as_raw());
         // SAFETY: `hs` holds `n` and `hr` `size * n` elements (checked), both owned by the operation in
         // flight until it completes.
-        host::check(OP, unsafe {
-            ffi::MPI_Iallgather(
-                cptr(hs.host()),
-                n,
-                dt,
-                mptr(hr.host_mut()),
-                n,
-                dt,
-                self.host.as_raw(),
-                &mut request,
+        let inner = unsafe {
+            self.host.start::<T, 2>(
+                OP,
+                [Region::send(hs.host()), Region::recv(hr.host_mut())],
+                |p, r| ffi::MPI_Iallgather(p[0], n, dt, p[1], n, dt, comm, r),
             )
-        })?;
+        }?;
         Ok(scope.register(Box::new(StagedPending {
-            inner: MpiPending::<T>::new(request, OP),
+            inner,
             stream: &self.stream,
             keep: vec![hs],
             back: Some((hr, recv)),
@@ -698,23 +675,18 @@ impl Communicator for MpiStagedComm {
         self.on_device(OP, "buf", buf)?;
         let n = host::count(OP, buf.len())?;
         let mut h = self.lease::<T>(OP, buf.len())?;
+        self.mpi.ensure_usable(OP)?;
         self.stage_in(OP, buf, h.host_mut())?;
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Isend overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
+        let (dt, comm) = (host::datatype::<T>(), self.host.as_raw());
         // SAFETY: the pinned host buffer holds `n` elements and is owned by the operation in flight.
-        host::check(OP, unsafe {
-            ffi::MPI_Isend(
-                cptr(h.host()),
-                n,
-                host::datatype::<T>(),
-                dest,
-                tag,
-                self.host.as_raw(),
-                &mut request,
-            )
-        })?;
+        let inner = unsafe {
+            self.host
+                .start::<T, 1>(OP, [Region::send(h.host())], |p, r| {
+                    ffi::MPI_Isend(p[0], n, dt, dest, tag, comm, r)
+                })
+        }?;
         Ok(scope.register(Box::new(StagedPending {
-            inner: MpiPending::<T>::new(request, OP),
+            inner,
             stream: &self.stream,
             keep: vec![h],
             back: None,
@@ -736,24 +708,18 @@ impl Communicator for MpiStagedComm {
         let mut h = self.lease::<T>(OP, buf.len())?;
         // The previous contents of the device buffer are replaced: nothing to copy in. Work still
         // queued on the stream may read the buffer, so the copy back waits for it (stream order).
-        // SAFETY: an MPI_Request handle may start as any value; MPI_Irecv overwrites it.
-        let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
+        let (dt, comm) = (host::datatype::<T>(), self.host.as_raw());
         // SAFETY: the pinned host buffer has room for `n` elements and is owned by the operation in
         // flight.
-        host::check(OP, unsafe {
-            ffi::MPI_Irecv(
-                mptr(h.host_mut()),
-                n,
-                host::datatype::<T>(),
-                source,
-                tag,
-                self.host.as_raw(),
-                &mut request,
-            )
-        })?;
+        let inner = unsafe {
+            self.host
+                .start::<T, 1>(OP, [Region::recv(h.host_mut())], |p, r| {
+                    ffi::MPI_Irecv(p[0], n, dt, source, tag, comm, r)
+                })
+        }?;
         let expected = buf.len();
         Ok(scope.register(Box::new(StagedPending {
-            inner: MpiPending::<T>::new(request, OP).expect(expected),
+            inner: inner.expect(expected),
             stream: &self.stream,
             keep: Vec::new(),
             back: Some((h, buf)),

@@ -40,6 +40,9 @@ pub struct MpiStagedComm {
     /// Elements of an all-reduce move in chunks of this many bytes, pipelined.
     pub(super) chunk_bytes: usize,
     pub(super) pool: Pool,
+    /// Whose reduction rules apply: this backend's, or the CUDA-aware one's when it runs its
+    /// operations through this path under a deadline.
+    pub(super) kind: BackendKind,
 }
 
 impl fmt::Debug for MpiStagedComm {
@@ -63,9 +66,14 @@ impl MpiStagedComm {
     /// smallest value over the ranks, so that all split alike), the pool keeps at most
     /// `COLLECTIVES_STAGED_POOL` bytes of pinned memory between operations (default 1 GiB).
     ///
+    /// The deadline and checked mode are `mpi`'s ([`MpiComm::with_timeout`]): under a deadline every
+    /// operation's MPI part is polled against it on copies of the pinned buffers, and a timeout is
+    /// [`Error::Timeout`], after which the communicator is refused ([`Error::Unusable`]).
+    ///
     /// # Errors
     /// [`Error::Mpi`] from duplicating `mpi`; [`Error::InvalidArgument`] on the ranks whose own part
-    /// went well when another rank's did not.
+    /// went well when another rank's did not; [`Error::Timeout`] under a deadline when a rank does not
+    /// take part.
     pub fn new(mpi: &MpiComm, stream: Arc<CudaStream>) -> Result<Self> {
         Self::make(mpi, Ok(stream))
     }
@@ -86,7 +94,7 @@ impl MpiStagedComm {
         const OP: &str = "mpi_staged";
         let _span = tracing::debug_span!("mpi_staged_new").entered();
         let dup = mpi.dup()?;
-        let host = dup.dup()?.with_checked(false);
+        let host = dup.dup()?.with_checked(false).linked_to(&dup);
         let stream = agree_setup(OP, &dup, stream)?;
         let mut chunk = [raw::env_bytes(raw::CHUNK_ENV, raw::DEFAULT_CHUNK_BYTES) as u64];
         host.all_reduce_in_place(&mut chunk[..], ReduceOp::Min)?;
@@ -102,7 +110,18 @@ impl MpiStagedComm {
             ctx,
             stream,
             chunk_bytes: chunk[0] as usize,
+            kind: BackendKind::MpiStaged,
         })
+    }
+
+    /// This communicator as the path of an [`MpiCudaComm`](crate::MpiCudaComm) under a deadline:
+    /// its argument rules are that backend's, and a timeout here refuses `mpi` (that communicator's
+    /// own MPI communicator) too.
+    pub(crate) fn serving(mut self, kind: BackendKind, mpi: &MpiComm) -> Self {
+        self.kind = kind;
+        self.mpi = self.mpi.linked_to(mpi);
+        self.host = self.host.linked_to(mpi);
+        self
     }
 
     /// The stream the copies are enqueued on.
@@ -125,6 +144,10 @@ impl MpiStagedComm {
     pub fn with_checked(mut self, on: bool) -> Self {
         self.mpi.set_checked(on);
         self
+    }
+
+    pub(crate) fn set_checked(&mut self, on: bool) {
+        self.mpi.set_checked(on);
     }
 
     /// Pipeline all-reduces in chunks of `bytes` (at least one element); every rank must pass the same
@@ -181,7 +204,7 @@ impl MpiStagedComm {
     /// The argument rules this communicator shares with the other MPI backend on device memory.
     pub(super) fn args(&self) -> DeviceArgs {
         DeviceArgs {
-            backend: BackendKind::MpiStaged,
+            backend: self.kind,
             device: self.ctx.ordinal(),
             rank: self.mpi.rank(),
             size: self.mpi.size(),
@@ -230,7 +253,7 @@ impl MpiStagedComm {
 
     /// A communicator for a new MPI communicator of some of these ranks, on the same stream.
     pub(super) fn derived(&self, mpi: MpiComm) -> Result<MpiStagedComm> {
-        let host = mpi.dup()?.with_checked(false);
+        let host = mpi.dup()?.with_checked(false).linked_to(&mpi);
         Ok(MpiStagedComm {
             mpi,
             host,
@@ -238,6 +261,7 @@ impl MpiStagedComm {
             stream: self.stream.clone(),
             chunk_bytes: self.chunk_bytes,
             pool: Pool::new(self.ctx.clone(), self.pool.limit()),
+            kind: self.kind,
         })
     }
 }

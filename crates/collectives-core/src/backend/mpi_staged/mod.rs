@@ -15,6 +15,11 @@
 //! - **Pinned memory** is cacheable (not write-combined, which the CPU reads slowly) and pooled: a
 //!   lease per buffer, returned when the operation completes; the pool keeps up to
 //!   `COLLECTIVES_STAGED_POOL` bytes (default 1 GiB, [`MpiStagedComm::with_pool_bytes`]).
+//! - **Deadline**: the [`MpiComm`](crate::MpiComm)'s it is built from
+//!   ([`MpiComm::with_timeout`](crate::MpiComm::with_timeout)). Under one, the MPI part of every
+//!   operation is polled against it (on copies of the pinned buffers); a timeout is
+//!   [`Error::Timeout`](crate::Error::Timeout) and refuses the communicator
+//!   ([`Error::Unusable`](crate::Error::Unusable)) from then on.
 //! - **Stream order**: copies are enqueued on the communicator's stream, where cudarc orders them
 //!   after the buffers' producers on other streams; with cudarc's event tracking off, a buffer of
 //!   another stream has that stream synchronized first.

@@ -17,15 +17,10 @@ use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 
-/// Environment variable: the deadline of NCCL waits, in seconds (default 300).
-pub const TIMEOUT_ENV: &str = "COLLECTIVES_TIMEOUT";
-
+/// The deadline of NCCL waits: `COLLECTIVES_TIMEOUT` seconds, parsed as for the MPI backends
+/// ([`crate::deadline::timeout_from_env`]), else 300 s.
 fn default_timeout() -> Duration {
-    std::env::var(TIMEOUT_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(Duration::from_secs(300), Duration::from_secs_f64)
+    crate::deadline::timeout_from_env().unwrap_or(Duration::from_secs(300))
 }
 
 /// A communicator of the NCCL backend: collectives on device memory (`CudaSlice<T>` buffers).
