@@ -8,7 +8,10 @@
 //! | `nccl-bindings` | regenerates (or `--check`s) nccl-sys's bindings from a pinned `nccl.h` |
 //! | `help`     | prints the usage                                                        |
 //!
-//! It needs no system library, so it builds before anything else on a bare machine.
+//! It needs no system library beyond the C library, so it builds before anything else on a
+//! bare machine; like any Rust program it needs a C compiler driver (`cc`) to link, which
+//! rustup's toolchain does not bring (Debian/Ubuntu: `apt-get install gcc`). It runs no external
+//! program to signal processes or to learn its user id: both are system calls.
 
 mod artifacts;
 mod bench;
