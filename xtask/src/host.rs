@@ -1,8 +1,8 @@
 //! Facts about the host and acting on it: programs on `PATH`, whether we run as root, live
-//! processes and signals to them. Everything here is done by the process itself (`/proc`,
-//! system calls), so none of it depends on an external program.
+//! processes and signals to them, whether a shared library loads. Everything here is done by the
+//! process itself (`/proc`, system calls), so none of it depends on an external program.
 
-use std::ffi::OsStr;
+use std::ffi::{CString, OsStr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -200,6 +200,39 @@ fn send_raw(signal: libc::c_int, target: Target) -> Result<Delivery, String> {
     }
 }
 
+/// Whether the dynamic loader can open the shared library `name` (a file name such as
+/// `libcuda.so.1`, looked up as dlopen(3) does); the loader's message when it cannot.
+///
+/// The library is opened and closed again; its initializers run, as they would in any
+/// program that uses it.
+///
+/// # Errors
+/// The loader's reason (`libcuda.so.1: cannot open shared object file: ...`).
+pub fn library_loads(name: &str) -> Result<(), String> {
+    let c_name = CString::new(name).map_err(|_| format!("bad library name {name:?}"))?;
+    // SAFETY: `c_name` is a valid NUL-terminated string that outlives the call.
+    let handle = unsafe { libc::dlopen(c_name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        // SAFETY: dlerror(3) returns NULL or a NUL-terminated message owned by the loader,
+        // valid until the next dl* call on this thread; it is copied before any other call.
+        let message = unsafe {
+            let text = libc::dlerror();
+            if text.is_null() {
+                format!("{name}: cannot be opened")
+            } else {
+                std::ffi::CStr::from_ptr(text)
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        };
+        return Err(message);
+    }
+    // SAFETY: `handle` came from a successful dlopen above and is closed exactly once; no
+    // symbol of it was looked up, so nothing refers into the library afterwards.
+    unsafe { libc::dlclose(handle) };
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,5 +351,12 @@ mod tests {
         }
         assert_eq!(Target::Group(42).kill_arg(), Ok(-42));
         assert_eq!(Target::Process(42).kill_arg(), Ok(42));
+    }
+
+    #[test]
+    fn libraries_load_or_say_why_not() {
+        assert_eq!(library_loads("libc.so.6"), Ok(()));
+        let err = library_loads("libno-such-library-xtask.so.9").unwrap_err();
+        assert!(err.contains("libno-such-library-xtask.so.9"), "{err}");
     }
 }
