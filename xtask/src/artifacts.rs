@@ -92,21 +92,40 @@ fn artifact_of(message: &Value) -> Option<Artifact> {
     })
 }
 
+/// Appends the artifacts of `more` whose executable is not in `into` yet (a `cargo test --no-run`
+/// after a `cargo build` reports the examples and binaries again).
+pub fn merge(into: &mut Vec<Artifact>, more: Vec<Artifact>) {
+    for artifact in more {
+        if !into.iter().any(|a| a.executable == artifact.executable) {
+            into.push(artifact);
+        }
+    }
+}
+
 /// Runs `cargo build <args> --message-format=json-render-diagnostics` in `root`, with cargo's
 /// diagnostics and progress going to our stderr, and returns the executables it built.
 ///
 /// # Errors
 /// When cargo cannot be started or the build fails.
 pub fn build(cargo: &Path, root: &Path, args: &[&str]) -> Result<Vec<Artifact>, String> {
+    run_cargo(cargo, root, &[&["build"], args].concat())
+}
+
+/// Runs `cargo <command> --message-format=json-render-diagnostics` in `root` (a `build`, or a
+/// `test --no-run`), with cargo's diagnostics and progress going to our stderr, and returns the
+/// executables it reports.
+///
+/// # Errors
+/// When cargo cannot be started or the command fails.
+pub fn run_cargo(cargo: &Path, root: &Path, command: &[&str]) -> Result<Vec<Artifact>, String> {
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
-        .arg("build")
-        .args(args)
+        .args(command)
         .arg("--message-format=json-render-diagnostics")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    let shown = format!("cargo build {}", args.join(" "));
+    let shown = format!("cargo {}", command.join(" "));
     eprintln!("xtask: {shown}");
     let out = cmd
         .output()
@@ -126,6 +145,18 @@ mod tests {
 {"reason":"compiler-artifact","package_id":"path+file:///w#collectives@0.1.0","manifest_path":"/w/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"mpi_collectives","src_path":"/w/tests/mpi_collectives.rs","edition":"2021","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/mpi_collectives-0123"],"executable":"/w/target/debug/deps/mpi_collectives-0123","fresh":false}
 {"reason":"build-finished","success":true}
 not json at all"#;
+
+    #[test]
+    fn merging_keeps_one_artifact_per_executable() {
+        let mut all = parse_messages(MESSAGES);
+        let again = parse_messages(MESSAGES);
+        merge(&mut all, again);
+        assert_eq!(all.len(), 2);
+        let mut other = all[0].clone();
+        other.executable = PathBuf::from("/w/target/debug/examples/other");
+        merge(&mut all, vec![other]);
+        assert_eq!(all.len(), 3);
+    }
 
     #[test]
     fn keeps_only_executables() {

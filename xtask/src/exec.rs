@@ -8,13 +8,16 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::host;
+use crate::host::{self, Signal, Target};
 
 /// How long a timed-out launch gets to exit after `SIGTERM` before everything is `SIGKILL`ed.
 const TERM_GRACE: Duration = Duration::from_secs(10);
 
 /// How long to wait for the output pipes to close once the child is gone.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a `SIGKILL`ed child gets to be reaped before it is reported as surviving.
+const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// What a finished (or killed) child left behind.
 #[derive(Debug)]
@@ -25,18 +28,25 @@ pub struct Outcome {
     pub timed_out: bool,
     /// stdout and stderr, interleaved line by line as they arrived.
     pub output: String,
+    /// What went wrong while taking the process tree down after a timeout: signals that could
+    /// not be sent, processes that survived. Empty when nothing did.
+    pub kill_errors: Vec<String>,
 }
 
 impl Outcome {
     /// Whether the child exited with status 0 in time.
     pub fn success(&self) -> bool {
-        !self.timed_out && self.status.is_some_and(|s| s.success())
+        !self.timed_out && self.kill_errors.is_empty() && self.status.is_some_and(|s| s.success())
     }
 
-    /// A short description of how the child ended: `exit 0`, `exit 1`, `signal 9`, `timeout`.
+    /// A short description of how the child ended: `exit 0`, `exit 1`, `signal 9`, `timeout`,
+    /// or `timeout; <what failed while killing it>`.
     pub fn describe(&self) -> String {
         if self.timed_out {
-            return "timeout".to_owned();
+            if self.kill_errors.is_empty() {
+                return "timeout".to_owned();
+            }
+            return format!("timeout; {}", self.kill_errors.join("; "));
         }
         match self.status {
             Some(s) => match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
@@ -54,7 +64,10 @@ impl Outcome {
 ///
 /// With `limit`, the child is started in a new process group; when the limit passes, the group
 /// gets `SIGTERM` (so `mpirun` can take its ranks down), then after a grace period the group and
-/// every process that descended from the child get `SIGKILL`.
+/// every process that descended from the child get `SIGKILL`. The signals are sent with kill(2);
+/// one that fails for any reason but the target being gone already is recorded in
+/// [`Outcome::kill_errors`], and so is a child that outlives `SIGKILL`: such a run never counts as
+/// a success, and this function does not wait forever for it.
 ///
 /// # Errors
 /// When the child cannot be started.
@@ -91,6 +104,7 @@ pub fn run_tee(mut cmd: Command, limit: Option<Duration>, echo: bool) -> std::io
 
     let started = Instant::now();
     let mut timed_out = false;
+    let mut kill_errors = Vec::new();
     let status = match limit {
         None => child.wait().ok(),
         Some(limit) => loop {
@@ -98,7 +112,9 @@ pub fn run_tee(mut cmd: Command, limit: Option<Duration>, echo: bool) -> std::io
                 Ok(Some(status)) => break Some(status),
                 Ok(None) if started.elapsed() >= limit => {
                     timed_out = true;
-                    break kill_tree(&mut child);
+                    let (status, errors) = kill_tree(&mut child);
+                    kill_errors = errors;
+                    break status;
                 }
                 Ok(None) => thread::sleep(Duration::from_millis(50)),
                 Err(_) => break None,
@@ -125,6 +141,7 @@ pub fn run_tee(mut cmd: Command, limit: Option<Duration>, echo: bool) -> std::io
         status,
         timed_out,
         output,
+        kill_errors,
     })
 }
 
@@ -157,27 +174,50 @@ where
 }
 
 /// Takes down a child started in its own process group, and everything it started.
-fn kill_tree(child: &mut std::process::Child) -> Option<ExitStatus> {
+///
+/// Returns the child's status when it was reaped, and what went wrong on the way: a signal that
+/// could not be sent (other than to a process already gone), or a child still running after
+/// `SIGKILL` and [`KILL_GRACE`].
+fn kill_tree(child: &mut std::process::Child) -> (Option<ExitStatus>, Vec<String>) {
     let pid = child.id();
     let tree = host::descendants(pid);
-    let group = format!("-{pid}");
-    host::kill("TERM", &group);
-    let deadline = Instant::now() + TERM_GRACE;
-    let mut status = None;
-    while Instant::now() < deadline {
-        if let Ok(Some(s)) = child.try_wait() {
-            status = Some(s);
-            break;
+    let group = Target::Group(pid);
+    let mut errors = Vec::new();
+    let mut send = |signal, target| {
+        if let Err(e) = host::send_signal(signal, target) {
+            errors.push(e);
         }
-        thread::sleep(Duration::from_millis(100));
-    }
-    host::kill("KILL", &group);
+    };
+    send(Signal::Term, group);
+    let mut status = wait_for(child, TERM_GRACE);
+    send(Signal::Kill, group);
     for process in tree {
         if process.is_alive() {
-            host::kill("KILL", &process.pid.to_string());
+            send(Signal::Kill, Target::Process(process.pid));
         }
     }
-    status.or_else(|| child.wait().ok())
+    if status.is_none() {
+        status = wait_for(child, KILL_GRACE);
+    }
+    if status.is_none() {
+        errors.push(format!(
+            "process {pid} still running {} s after SIGKILL",
+            KILL_GRACE.as_secs()
+        ));
+    }
+    (status, errors)
+}
+
+/// The child's status once it has exited, polling for at most `grace`; `None` if it has not.
+fn wait_for(child: &mut std::process::Child, grace: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + grace;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),
+            Ok(None) | Err(_) => return None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -207,8 +247,15 @@ mod tests {
         let t0 = Instant::now();
         let outcome = run_tee(cmd, Some(Duration::from_millis(300)), false).unwrap();
         assert!(outcome.timed_out);
-        assert_eq!(outcome.describe(), "timeout");
+        assert_eq!(outcome.describe(), "timeout", "{:?}", outcome.kill_errors);
         assert!(!outcome.success());
+        // The shell died of the SIGTERM sent to its group: it was delivered, and reaped.
+        let status = outcome.status.expect("the child was reaped");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGTERM),
+            "{status:?}"
+        );
         assert!(t0.elapsed() < Duration::from_secs(25));
         let grandchild: u32 = outcome
             .output
@@ -221,5 +268,33 @@ mod tests {
             stat.is_err() || stat.is_ok_and(|s| s.contains(") Z")),
             "grandchild {grandchild} survived"
         );
+    }
+
+    #[test]
+    fn a_failed_kill_fails_the_run_and_is_described() {
+        let mut outcome = Outcome {
+            status: None,
+            timed_out: true,
+            output: String::new(),
+            kill_errors: vec!["cannot send SIGKILL to process 7: Operation not permitted".into()],
+        };
+        assert!(!outcome.success());
+        assert_eq!(
+            outcome.describe(),
+            "timeout; cannot send SIGKILL to process 7: Operation not permitted"
+        );
+        // Even a zero exit does not make up for a process that could not be signalled.
+        outcome.timed_out = false;
+        outcome.status = Some(std::os::unix::process::ExitStatusExt::from_raw(0));
+        assert!(!outcome.success());
+    }
+
+    #[test]
+    fn a_child_that_ends_in_time_is_not_signalled() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "exit 0"]);
+        let outcome = run_tee(cmd, Some(Duration::from_secs(20)), false).unwrap();
+        assert!(outcome.success());
+        assert!(!outcome.timed_out && outcome.kill_errors.is_empty());
     }
 }

@@ -1,9 +1,10 @@
-//! Facts about the host: programs on `PATH`, whether we run as root, live processes.
+//! Facts about the host and acting on it: programs on `PATH`, whether we run as root, live
+//! processes and signals to them, whether a shared library loads. Everything here is done by the
+//! process itself (`/proc`, system calls), so none of it depends on an external program.
 
-use std::ffi::OsStr;
+use std::ffi::{CString, OsStr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// The first executable file called `name` in the directories of `path_var` (a `PATH` value).
 pub fn which(name: &str, path_var: &OsStr) -> Option<PathBuf> {
@@ -18,31 +19,20 @@ pub fn which_in_path(name: &str) -> Option<PathBuf> {
     which(name, &std::env::var_os("PATH").unwrap_or_default())
 }
 
-fn is_executable(path: &Path) -> bool {
+/// Whether `path` is a file with an execute bit set.
+pub fn is_executable(path: &Path) -> bool {
     path.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Whether this process runs with effective user id 0.
-///
-/// Reads `Uid:` in `/proc/self/status`, else asks `id -u`, else trusts `$USER`.
 pub fn is_root() -> bool {
-    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-        if let Some(euid) = effective_uid_from_status(&status) {
-            return euid == 0;
-        }
-    }
-    if let Ok(out) = Command::new("id").arg("-u").stderr(Stdio::null()).output() {
-        if out.status.success() {
-            if let Ok(uid) = String::from_utf8_lossy(&out.stdout).trim().parse::<u32>() {
-                return uid == 0;
-            }
-        }
-    }
-    std::env::var("USER").is_ok_and(|u| u == "root")
+    // SAFETY: geteuid(2) takes no arguments, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// The effective uid from the text of `/proc/<pid>/status` (`Uid: real effective saved fs`).
+#[cfg(test)]
 fn effective_uid_from_status(status: &str) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(2)?.parse().ok()
@@ -109,25 +99,158 @@ pub fn descendants(root: u32) -> Vec<ProcessId> {
     found
 }
 
-/// Sends `signal` (a name such as `TERM` or `KILL`) with the `kill` command to `target`
-/// (a pid, or `-PGID` for a process group). Errors are ignored: the target may be gone already.
-pub fn kill(signal: &str, target: &str) {
-    let _ = Command::new("kill")
-        .args([format!("-{signal}").as_str(), "--", target])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+/// A signal xtask sends to the processes it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// `SIGTERM`: asks to exit (`mpirun` then takes its ranks down).
+    Term,
+    /// `SIGKILL`: cannot be caught or ignored.
+    Kill,
+}
+
+impl Signal {
+    /// The signal's number.
+    pub fn number(self) -> libc::c_int {
+        match self {
+            Signal::Term => libc::SIGTERM,
+            Signal::Kill => libc::SIGKILL,
+        }
+    }
+
+    /// `SIGTERM`, `SIGKILL`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Term => "SIGTERM",
+            Signal::Kill => "SIGKILL",
+        }
+    }
+}
+
+/// Who receives a signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// One process, by pid.
+    Process(u32),
+    /// Every process of a process group, by its id.
+    Group(u32),
+}
+
+impl Target {
+    /// The `pid` argument of kill(2): the pid, or minus the group id.
+    ///
+    /// # Errors
+    /// For targets kill(2) would read as something else: pid 0 (our own group), group 0 or 1
+    /// (`-1` is every process we may signal), and ids beyond `pid_t`.
+    fn kill_arg(self) -> Result<libc::pid_t, String> {
+        match self {
+            Target::Process(pid) => match libc::pid_t::try_from(pid) {
+                Ok(p) if p > 0 => Ok(p),
+                _ => Err(format!("refusing to signal pid {pid}")),
+            },
+            Target::Group(pgid) => match libc::pid_t::try_from(pgid) {
+                Ok(g) if g > 1 => Ok(-g),
+                _ => Err(format!("refusing to signal process group {pgid}")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Process(pid) => write!(f, "process {pid}"),
+            Target::Group(pgid) => write!(f, "process group {pgid}"),
+        }
+    }
+}
+
+/// What became of a signal that was not an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The target exists and the signal was sent.
+    Sent,
+    /// No such process or group (`ESRCH`): it is gone already.
+    Gone,
+}
+
+/// Sends `signal` to `target` with kill(2).
+///
+/// # Errors
+/// Any failure other than `ESRCH` (which is [`Delivery::Gone`]): no permission, an invalid
+/// target. The message names the signal, the target and the system's reason.
+pub fn send_signal(signal: Signal, target: Target) -> Result<Delivery, String> {
+    send_raw(signal.number(), target)
+        .map_err(|e| format!("cannot send {} to {target}: {e}", signal.name()))
+}
+
+/// kill(2) with a raw signal number (the tests use an invalid one to see an error come back).
+fn send_raw(signal: libc::c_int, target: Target) -> Result<Delivery, String> {
+    let pid = target.kill_arg()?;
+    // SAFETY: kill(2) reads only its two integer arguments; `pid` is a positive pid or a
+    // negated group id above 1, never 0 or -1 (checked by `kill_arg`).
+    let rc = unsafe { libc::kill(pid, signal) };
+    if rc == 0 {
+        return Ok(Delivery::Sent);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ESRCH) {
+        Ok(Delivery::Gone)
+    } else {
+        Err(err.to_string())
+    }
+}
+
+/// Whether the dynamic loader can open the shared library `name` (a file name such as
+/// `libcuda.so.1`, looked up as dlopen(3) does); the loader's message when it cannot.
+///
+/// The library is opened and closed again; its initializers run, as they would in any
+/// program that uses it.
+///
+/// # Errors
+/// The loader's reason (`libcuda.so.1: cannot open shared object file: ...`).
+pub fn library_loads(name: &str) -> Result<(), String> {
+    let c_name = CString::new(name).map_err(|_| format!("bad library name {name:?}"))?;
+    // SAFETY: `c_name` is a valid NUL-terminated string that outlives the call.
+    let handle = unsafe { libc::dlopen(c_name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        // SAFETY: dlerror(3) returns NULL or a NUL-terminated message owned by the loader,
+        // valid until the next dl* call on this thread; it is copied before any other call.
+        let message = unsafe {
+            let text = libc::dlerror();
+            if text.is_null() {
+                format!("{name}: cannot be opened")
+            } else {
+                std::ffi::CStr::from_ptr(text)
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        };
+        return Err(message);
+    }
+    // SAFETY: `handle` came from a successful dlopen above and is closed exactly once; no
+    // symbol of it was looked up, so nothing refers into the library afterwards.
+    unsafe { libc::dlclose(handle) };
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Command;
 
     #[test]
     fn which_finds_sh_and_misses_with_empty_path() {
         assert!(which("sh", OsStr::new("/nonexistent:/bin:/usr/bin")).is_some());
         assert!(which("sh", OsStr::new("/nonexistent")).is_none());
         assert!(which("sh", OsStr::new("")).is_none());
+    }
+
+    #[test]
+    fn is_root_agrees_with_proc_status() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let euid = effective_uid_from_status(&status).unwrap();
+        assert_eq!(is_root(), euid == 0);
     }
 
     #[test]
@@ -160,5 +283,80 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert!(found.iter().any(|p| p.pid == child.id()));
+    }
+
+    #[test]
+    fn signals_are_delivered_without_an_external_program() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        assert_eq!(
+            send_signal(Signal::Term, Target::Process(pid)),
+            Ok(Delivery::Sent)
+        );
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+        // Reaped: the pid names no process now (unless reused within these microseconds).
+        assert_eq!(
+            send_signal(Signal::Kill, Target::Process(pid)),
+            Ok(Delivery::Gone)
+        );
+    }
+
+    #[test]
+    fn a_group_signal_reaches_every_member() {
+        use std::os::unix::process::CommandExt;
+        let mut leader = Command::new("sh");
+        leader.args(["-c", "sleep 30 & wait"]).process_group(0);
+        let mut leader = leader.spawn().unwrap();
+        let pgid = leader.id();
+        // Wait until the shell has started its `sleep`, so both are in the group.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let member = loop {
+            if let Some(p) = descendants(pgid).first() {
+                break *p;
+            }
+            assert!(std::time::Instant::now() < deadline, "sleep never started");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(
+            send_signal(Signal::Kill, Target::Group(pgid)),
+            Ok(Delivery::Sent)
+        );
+        assert_eq!(leader.wait().unwrap().signal(), Some(libc::SIGKILL));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while member.is_alive() {
+            let zombie = std::fs::read_to_string(format!("/proc/{}/stat", member.pid))
+                .is_ok_and(|s| s.contains(") Z"));
+            if zombie {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "group member survived"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn failures_other_than_a_gone_target_are_errors() {
+        let me = std::process::id();
+        // An invalid signal number: EINVAL, which must come back as an error.
+        let err = send_raw(100_000, Target::Process(me)).unwrap_err();
+        assert!(err.contains("Invalid argument"), "{err}");
+        let err = send_signal(Signal::Term, Target::Process(0)).unwrap_err();
+        assert!(err.contains("pid 0"), "{err}");
+        for pgid in [0, 1, u32::MAX] {
+            assert!(send_signal(Signal::Kill, Target::Group(pgid)).is_err());
+        }
+        assert_eq!(Target::Group(42).kill_arg(), Ok(-42));
+        assert_eq!(Target::Process(42).kill_arg(), Ok(42));
+    }
+
+    #[test]
+    fn libraries_load_or_say_why_not() {
+        assert_eq!(library_loads("libc.so.6"), Ok(()));
+        let err = library_loads("libno-such-library-xtask.so.9").unwrap_err();
+        assert!(err.contains("libno-such-library-xtask.so.9"), "{err}");
     }
 }

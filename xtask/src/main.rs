@@ -3,17 +3,25 @@
 //! | subcommand | what it does                                                            |
 //! |------------|-------------------------------------------------------------------------|
 //! | `deps`     | checks Open MPI (headers, `mpirun`) and libclang; installs them with apt as root |
-//! | `test`     | `deps`, then `cargo test`, then examples and `mpi_*` tests under `mpirun -n 1..4` |
+//! | `test`     | `deps`, then `cargo test`, then examples and `mpi_*` tests under `mpirun -n 1..4`, then the GPU suite where a GPU is present |
 //! | `bench`    | `deps`, then `collbench allreduce --backend all` under `mpirun -n 2`     |
+//! | `gpu-stage` | release build of the GPU suite into `.gpu-box/`, with `run-all.sh` for a GPU machine without Rust |
+//! | `gpu-suite` | only the GPU suite: built here, or `--staged DIR` as `run-all.sh` runs it |
 //! | `nccl-bindings` | regenerates (or `--check`s) nccl-sys's bindings from a pinned `nccl.h` |
 //! | `help`     | prints the usage                                                        |
 //!
-//! It needs no system library, so it builds before anything else on a bare machine.
+//! It needs no system library beyond the C library, so it builds before anything else on a
+//! bare machine; like any Rust program it needs a C compiler driver (`cc`) to link, which
+//! rustup's toolchain does not bring (Debian/Ubuntu: `apt-get install gcc`). It runs no external
+//! program to signal processes or to learn its user id: both are system calls.
 
 mod artifacts;
 mod bench;
 mod deps;
 mod exec;
+mod gpu;
+mod gpu_stage;
+mod gpu_suite;
 mod host;
 mod mpirun;
 mod nccl_bindings;
@@ -32,18 +40,52 @@ subcommands:
   deps                      check Open MPI headers, mpirun and libclang; install them
                             with apt-get when running as root on Debian/Ubuntu
   test [options] [-- ARGS]  deps, cargo test (ARGS go to cargo test), then every example
-                            and every tests/mpi_* binary under mpirun -n 1,2,3,4
+                            and every tests/mpi_* binary under mpirun -n 1,2,3,4, then
+                            the GPU suite (see gpu-suite) where a GPU is present
       --ranks 1,2           rank counts to launch with (default 1,2,3,4)
       --skip-unit           skip the cargo test step
+      --skip-gpu            skip the GPU suite even where a GPU is present
   bench [ARGS]              deps, then mpirun -n 2 collbench allreduce --backend all ARGS
                             (ARGS default to -b 8 -e 64M -f 2)
+  gpu-stage                 release build of every binary, example and GPU test binary,
+                            stripped, into .gpu-box/ with env.sh and the CUDA-aware Open MPI
+                            of the GPU kit and run-all.sh: `bash .gpu-box/run-all.sh` on a
+                            GPU machine without a Rust toolchain runs the GPU suite
+  gpu-suite [options]       only the GPU suite, built here (debug), or as staged:
+                            1. test binaries with ignored tests, with --ignored
+                            2. nccl_* under mpirun -n 1..GPUs (nccl_halo on 2+ ranks with
+                               HALO_EXPECT_IPC=1 where all GPU pairs have peer access)
+                            3. cuda_mpi_* under mpirun -n 1..GPUs with
+                               COLLECTIVES_EXPECT_CUDA_AWARE=0, under XTASK_CUDA_MPIRUN with =1,
+                               and both on 2 ranks sharing GPU 0 (CUDA_VISIBLE_DEVICES=0)
+                            4. GPU examples (*nccl*, *cuda*, *gpu*) under mpirun -n 1..GPUs
+                            5. compute-sanitizer memcheck, racecheck, synccheck over gpu_pack
+                               and nccl_collectives on 1 rank (a run passes with the program
+                               and \"ERROR SUMMARY: 0 errors\")
+      --staged DIR          run the binaries DIR/suite.json lists (what run-all.sh does)
+      --dry-run             print the steps' commands, run nothing
+      --only TEXT           only the steps whose command contains TEXT (repeatable)
+      --skip-sanitizer      leave out the compute-sanitizer runs
+      --detect              print whether there is a GPU; exit 0 if so, 1 if not
   nccl-bindings --header H [--check]  regenerate nccl-sys's bindings from nccl.h H (or compare)
   help                      print this text
 
 environment:
-  XTASK_MPI_TIMEOUT=SECS    wall-clock limit of one mpirun launch (default 300)
+  XTASK_MPI_TIMEOUT=SECS    wall-clock limit of one mpirun launch or GPU step (default 300)
+  XTASK_SANITIZER_TIMEOUT=SECS  limit of one compute-sanitizer run (default 900)
   XTASK_JOBS=N              cargo build jobs (default 2)
-  COLLECTIVES_GPU_EXAMPLES=1  also run the examples named *nccl*, *cuda* or *gpu*
+  XTASK_GPUS=N              use N GPUs without detecting them; 0 skips the GPU suite
+                            (detection: nvidia-smi -L, else /dev/nvidiaN with libcuda.so.1;
+                            CUDA_VISIBLE_DEVICES caps the count)
+  XTASK_CUDA_MPIRUN=PATH    a CUDA-aware mpirun for the cuda_mpi_* runs; its lib/ (or
+                            XTASK_CUDA_MPIRUN_LIB) goes first in LD_LIBRARY_PATH, passed on
+                            with -x (run-all.sh uses /opt/ompi-cuda/bin/mpirun when present)
+  XTASK_COMPUTE_SANITIZER=PATH  compute-sanitizer when not on PATH or in /usr/local/cuda/bin
+  HALO_EXPECT_IPC=0|1       override the peer-access decision for nccl_halo
+  XTASK_GPU_KIT=DIR         gpu-stage: the directory with env.sh and ompi-cuda-*.tar.xz
+                            (default ../shared/gpu-box beside the checkout)
+  XTASK_STAGE_BUDGET_MIB=N  gpu-stage: fail when .gpu-box is larger (default 56)
+  COLLECTIVES_GPU_EXAMPLES=1  also run the GPU examples at every --ranks count of `test`
 ";
 
 fn main() -> ExitCode {
@@ -57,6 +99,8 @@ fn main() -> ExitCode {
         "deps" => deps::run(),
         "test" => test::run(&rest),
         "bench" => bench::run(&rest),
+        "gpu-stage" => gpu_stage::run(&rest),
+        "gpu-suite" => gpu_suite::run(&rest),
         "nccl-bindings" => nccl_bindings::run(&rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");

@@ -37,8 +37,12 @@ pub fn timeout() -> Duration {
 /// One `mpirun` command line with its environment, kept as data so it can be shown and tested.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
-    /// Arguments after `mpirun`, the binary and its own arguments included.
-    pub args: Vec<String>,
+    /// The launcher: `mpirun` from `PATH` unless [`Launch::with_program`] chose another.
+    pub program: PathBuf,
+    /// The launcher's options (`-n 2`, `--oversubscribe`, `-x NAME`, ...).
+    pub options: Vec<String>,
+    /// The program to launch on every rank and its arguments.
+    pub target: Vec<String>,
     /// Variables always set.
     pub env: Vec<(String, String)>,
     /// Variables set only when the caller's environment does not already set them.
@@ -53,17 +57,19 @@ impl Launch {
     /// (oversubscription allowed, no CMA single-copy, which needs ptrace rights).
     pub fn new(exe: &Path, args: &[String], ranks: u32, as_root: bool, testing: bool) -> Self {
         let mut launch = Launch {
-            args: vec!["-n".to_owned(), ranks.to_string()],
+            program: PathBuf::from("mpirun"),
+            options: vec!["-n".to_owned(), ranks.to_string()],
+            target: Vec::new(),
             env: Vec::new(),
             env_defaults: Vec::new(),
         };
         if as_root {
-            launch.args.push("--allow-run-as-root".to_owned());
+            launch.options.push("--allow-run-as-root".to_owned());
             launch.set("OMPI_ALLOW_RUN_AS_ROOT", "1");
             launch.set("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
         }
         if testing {
-            launch.args.push("--oversubscribe".to_owned());
+            launch.options.push("--oversubscribe".to_owned());
             for (key, value) in [
                 ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
                 ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
@@ -71,9 +77,21 @@ impl Launch {
                 launch.env_defaults.push((key.to_owned(), value.to_owned()));
             }
         }
-        launch.args.push(exe.display().to_string());
-        launch.args.extend(args.iter().cloned());
+        launch.target.push(exe.display().to_string());
+        launch.target.extend(args.iter().cloned());
         launch
+    }
+
+    /// The same launch through another `mpirun` (a CUDA-aware Open MPI, say).
+    #[must_use]
+    pub fn with_program(mut self, program: &Path) -> Self {
+        self.program = program.to_path_buf();
+        self
+    }
+
+    /// Every argument after the launcher: its options, then the program and its arguments.
+    pub fn args(&self) -> Vec<String> {
+        self.options.iter().chain(&self.target).cloned().collect()
     }
 
     /// Sets `key=value` for the launched processes.
@@ -82,10 +100,21 @@ impl Launch {
         self.env.push((key.to_owned(), value.to_owned()));
     }
 
+    /// Sets `key=value` and also passes it with `-x key`, so that ranks started on other nodes
+    /// (or by a launcher that does not pass its whole environment on) see it too.
+    pub fn export(&mut self, key: &str, value: &str) {
+        self.set(key, value);
+        let exported = self.options.windows(2).any(|w| w[0] == "-x" && w[1] == key);
+        if !exported {
+            self.options.push("-x".to_owned());
+            self.options.push(key.to_owned());
+        }
+    }
+
     /// The command to spawn.
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new("mpirun");
-        cmd.args(&self.args);
+        let mut cmd = Command::new(&self.program);
+        cmd.args(self.args());
         for (key, value) in &self.env_defaults {
             if std::env::var_os(key).is_none() {
                 cmd.env(key, value);
@@ -99,14 +128,19 @@ impl Launch {
 
     /// The command as a shell line (forced variables first), to show or to paste.
     pub fn shell_line(&self) -> String {
-        let mut words: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        words.push("mpirun".to_owned());
-        words.extend(self.args.iter().map(|a| shell_quote(a)));
+        let mut words: Vec<String> = self
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={}", shell_quote(v)))
+            .collect();
+        words.push(shell_quote(&self.program.display().to_string()));
+        words.extend(self.args().iter().map(|a| shell_quote(a)));
         words.join(" ")
     }
 }
 
-fn shell_quote(word: &str) -> String {
+/// `word` as one shell word: unchanged when it is plain, else in single quotes.
+pub fn shell_quote(word: &str) -> String {
     let plain = !word.is_empty()
         && word
             .bytes()
@@ -212,7 +246,7 @@ mod tests {
     fn launch_line_for_root_tests() {
         let launch = Launch::new(Path::new("/t/ex"), &[], 3, true, true);
         assert_eq!(
-            launch.args,
+            launch.args(),
             ["-n", "3", "--allow-run-as-root", "--oversubscribe", "/t/ex"]
         );
         assert_eq!(
@@ -239,7 +273,7 @@ mod tests {
         let args = vec!["allreduce".to_owned(), "-e".to_owned(), "64M".to_owned()];
         let mut launch = Launch::new(Path::new("/r/collbench"), &args, 2, false, false);
         assert_eq!(
-            launch.args,
+            launch.args(),
             ["-n", "2", "/r/collbench", "allreduce", "-e", "64M"]
         );
         assert!(launch.env.is_empty() && launch.env_defaults.is_empty());
@@ -250,6 +284,41 @@ mod tests {
             Launch::new(Path::new("/a b/x"), &[], 1, false, false).shell_line(),
             "mpirun -n 1 '/a b/x'"
         );
+    }
+
+    #[test]
+    fn exports_go_before_the_program_once() {
+        let args = vec!["--flag".to_owned()];
+        let mut launch = Launch::new(Path::new("/t/bin"), &args, 2, false, false)
+            .with_program(Path::new("/opt/m pi/bin/mpirun"));
+        launch.export("HALO_EXPECT_IPC", "1");
+        launch.export("HALO_EXPECT_IPC", "1");
+        launch.export("LD_LIBRARY_PATH", "/opt/lib:/usr/lib");
+        assert_eq!(
+            launch.args(),
+            [
+                "-n",
+                "2",
+                "-x",
+                "HALO_EXPECT_IPC",
+                "-x",
+                "LD_LIBRARY_PATH",
+                "/t/bin",
+                "--flag"
+            ]
+        );
+        assert_eq!(
+            launch.shell_line(),
+            "HALO_EXPECT_IPC=1 LD_LIBRARY_PATH=/opt/lib:/usr/lib '/opt/m pi/bin/mpirun' \
+             -n 2 -x HALO_EXPECT_IPC -x LD_LIBRARY_PATH /t/bin --flag"
+        );
+        let cmd = launch.command();
+        assert_eq!(cmd.get_program(), "/opt/m pi/bin/mpirun");
+        let envs: Vec<_> = cmd.get_envs().collect();
+        assert!(envs.contains(&(
+            std::ffi::OsStr::new("HALO_EXPECT_IPC"),
+            Some(std::ffi::OsStr::new("1"))
+        )));
     }
 
     #[test]

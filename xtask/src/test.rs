@@ -1,6 +1,7 @@
 //! `cargo xtask test`: system dependencies, `cargo test` over the workspace, then every example
 //! and every `tests/mpi_*` binary of the root package under `mpirun -n K` for each rank count K,
-//! ending with one `N passed, M failed` line.
+//! then, where a GPU is present, the GPU suite (`gpu_suite`), ending with one
+//! `N passed, M failed` line.
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -9,7 +10,7 @@ use std::process::{Command, ExitCode};
 use crate::artifacts::{self, Artifact};
 use crate::mpirun::{self, Binary, Kind};
 use crate::summary::{self, Step, Tally};
-use crate::{cargo, deps, exec, host, jobs, results, workspace_root};
+use crate::{cargo, deps, exec, gpu_suite, host, jobs, results, workspace_root};
 
 /// The package whose examples and `tests/mpi_*` binaries run under `mpirun`.
 pub const ROOT_PACKAGE: &str = "collectives";
@@ -30,6 +31,8 @@ pub struct Options {
     pub ranks: Vec<u32>,
     /// Skip the `cargo test` step.
     pub skip_unit: bool,
+    /// Skip the GPU suite even where a GPU is present.
+    pub skip_gpu: bool,
     /// Arguments after `--`, passed to `cargo test`.
     pub cargo_args: Vec<String>,
 }
@@ -42,6 +45,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
     let mut options = Options {
         ranks: DEFAULT_RANKS.to_vec(),
         skip_unit: false,
+        skip_gpu: false,
         cargo_args: Vec::new(),
     };
     let mut iter = args.iter();
@@ -51,6 +55,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
                 options.cargo_args.extend(iter.by_ref().cloned());
             }
             "--skip-unit" => options.skip_unit = true,
+            "--skip-gpu" => options.skip_gpu = true,
             "--ranks" => {
                 let list = iter.next().ok_or("--ranks needs a list such as 1,2")?;
                 options.ranks = parse_ranks(list)?;
@@ -123,6 +128,19 @@ pub fn run(args: &[String]) -> ExitCode {
         label: format!("mpirun tests (n={ranks_label})"),
         tally: Some(tests),
     });
+    if options.skip_gpu {
+        println!("GPU suite skipped (--skip-gpu)");
+        steps.push(Step {
+            label: "GPU suite".to_owned(),
+            tally: None,
+        });
+    } else {
+        steps.extend(gpu_suite::local_steps(
+            &root,
+            as_root,
+            &gpu_suite::Options::default(),
+        ));
+    }
 
     print!("{}", summary::render(&steps));
     if summary::total_failed(&steps) == 0 {
@@ -187,7 +205,10 @@ fn multi_rank(root: &Path, ranks: &[u32], as_root: bool) -> (Tally, Tally) {
     let gpu_wanted = std::env::var("COLLECTIVES_GPU_EXAMPLES").is_ok_and(|v| v == "1");
     let (binaries, skipped) = select(&built, &root.join("Cargo.toml"), gpu_wanted);
     for name in &skipped {
-        println!("skipping GPU example {name} (set COLLECTIVES_GPU_EXAMPLES=1 to run it)");
+        println!(
+            "skipping GPU example {name} here (the GPU suite runs it; \
+             COLLECTIVES_GPU_EXAMPLES=1 runs it at these rank counts too)"
+        );
     }
     let count = |kind| binaries.iter().filter(|b| b.kind == kind).count();
     println!(
@@ -240,7 +261,7 @@ pub fn select(built: &[Artifact], manifest: &Path, gpu_wanted: bool) -> (Vec<Bin
 }
 
 /// Whether an example's name says it needs a GPU.
-fn needs_gpu(name: &str) -> bool {
+pub fn needs_gpu(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     GPU_WORDS.iter().any(|w| name.contains(w))
 }
@@ -261,6 +282,7 @@ mod tests {
             Options {
                 ranks: vec![1, 2, 3, 4],
                 skip_unit: false,
+                skip_gpu: false,
                 cargo_args: vec![]
             }
         );
@@ -268,6 +290,7 @@ mod tests {
             "--ranks",
             "2,1,2",
             "--skip-unit",
+            "--skip-gpu",
             "--",
             "-p",
             "x",
@@ -275,7 +298,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(o.ranks, [2, 1]);
-        assert!(o.skip_unit);
+        assert!(o.skip_unit && o.skip_gpu);
         assert_eq!(o.cargo_args, ["-p", "x", "--ranks"]);
         assert_eq!(parse_args(&strings(&["--ranks=3"])).unwrap().ranks, [3]);
         for bad in [
