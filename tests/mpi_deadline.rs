@@ -388,25 +388,10 @@ fn main() {
             deadline_from_the_environment,
         ),
         case("polling_cost", polling_cost),
-        Case {
-            name: "late_rank",
-            min_ranks: 2,
-            checked: false,
-            body: late_rank,
-        },
-        Case {
-            name: "silent_rank_barrier",
-            min_ranks: 2,
-            checked: false,
-            body: silent_rank_barrier,
-        },
+        case("late_rank", late_rank).min_ranks(2),
+        case("silent_rank_barrier", silent_rank_barrier).min_ranks(2),
         checked("silent_rank_checked", 2, silent_rank_checked),
-        Case {
-            name: "silent_rank_request",
-            min_ranks: 2,
-            checked: false,
-            body: silent_rank_request,
-        },
+        case("silent_rank_request", silent_rank_request).min_ranks(2),
     ];
     common::run(&cases)
 }

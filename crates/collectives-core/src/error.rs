@@ -116,11 +116,12 @@ pub enum Error {
         /// How long it was given.
         after: Duration,
     },
-    /// An MPI communicator (or a device communicator over one) was refused for further use because an
-    /// earlier operation on it timed out: that operation is still in flight inside MPI and its peers
-    /// are out of step. Nothing recovers it; end the job (`MPI_Abort`) or drop the communicator and
-    /// finalize.
-    #[error("{op}: the communicator is unusable: {timed_out} timed out after {after:?} earlier; abort the job or finalize")]
+    /// A communicator was refused for further use because an earlier operation on it timed out (on
+    /// MPI, that operation is still in flight inside MPI and its peers are out of step; on NCCL, the
+    /// timeout aborted the communicator), or, on NCCL, because `abort` was called (`timed_out` is then
+    /// `"abort"` and `after` zero). Nothing recovers it; end the job (`MPI_Abort`) or drop the
+    /// communicator and finalize.
+    #[error("{op}: the communicator is unusable: {}; abort the job or finalize", refusal(timed_out, *after))]
     Unusable {
         /// The operation refused now.
         op: &'static str,
@@ -129,6 +130,15 @@ pub enum Error {
         /// Its deadline.
         after: Duration,
     },
+}
+
+/// Why a communicator is [`Error::Unusable`], in words.
+fn refusal(timed_out: &str, after: Duration) -> String {
+    if timed_out == "abort" && after.is_zero() {
+        "it was aborted".to_string()
+    } else {
+        format!("{timed_out} timed out after {after:?} earlier")
+    }
 }
 
 impl Error {

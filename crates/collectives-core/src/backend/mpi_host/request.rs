@@ -192,7 +192,11 @@ pub(crate) fn wait_requests(
         if rc == 0 || n == 1 {
             return rc;
         }
-        statuses.iter().map(|s| s.MPI_ERROR).find(|&e| e != 0).unwrap_or(rc)
+        statuses
+            .iter()
+            .map(|s| s.MPI_ERROR)
+            .find(|&e| e != 0)
+            .unwrap_or(rc)
     };
     let Some(timeout) = timeout else {
         // SAFETY: `requests` came from successful MPI_I* calls (or are MPI_REQUEST_NULL once complete);

@@ -866,6 +866,7 @@ impl Communicator for NcclComm {
             mpi,
             timeout: self.timeout,
             aborted: std::cell::Cell::new(false),
+            refusal: std::cell::Cell::new(super::comm::ABORTED_BY_CALL),
             uneven: self.uneven,
         };
         // NCCL and MPI order the new ranks by (key, old rank) alike; check rather than assume.

@@ -23,6 +23,9 @@ fn default_timeout() -> Duration {
     crate::deadline::timeout_from_env().unwrap_or(Duration::from_secs(300))
 }
 
+/// The refusal recorded by a call to [`NcclComm::abort`] (no deadline was involved).
+pub(super) const ABORTED_BY_CALL: (&str, Duration) = ("abort", Duration::ZERO);
+
 /// A communicator of the NCCL backend: collectives on device memory (`CudaSlice<T>` buffers).
 ///
 /// ```no_run
@@ -50,6 +53,9 @@ pub struct NcclComm {
     pub(super) mpi: MpiComm,
     pub(super) timeout: Duration,
     pub(super) aborted: Cell<bool>,
+    /// Why the communicator is refused once `aborted`: the operation that timed out and its deadline,
+    /// or `("abort", 0)` for a call to [`NcclComm::abort`].
+    pub(super) refusal: Cell<(&'static str, Duration)>,
     pub(super) uneven: UnevenAlgorithm,
 }
 
@@ -206,6 +212,7 @@ impl NcclComm {
             mpi,
             timeout: default_timeout(),
             aborted: Cell::new(comm.is_null()),
+            refusal: Cell::new(ABORTED_BY_CALL),
             uneven: UnevenAlgorithm::Auto,
         };
         made.settle_async(OP, rc)?;
@@ -327,10 +334,12 @@ impl NcclComm {
     /// An error when the communicator was aborted: its handle is freed and must not reach NCCL.
     pub(super) fn ensure_live(&self, op: &'static str) -> Result<()> {
         if self.aborted.get() {
-            Err(Error::invalid(
+            let (timed_out, after) = self.refusal.get();
+            Err(Error::Unusable {
                 op,
-                "the communicator was aborted after an earlier timeout or error",
-            ))
+                timed_out,
+                after,
+            })
         } else {
             Ok(())
         }
@@ -427,6 +436,9 @@ impl NcclComm {
             }
             self.async_error(op)?;
             if Instant::now() >= deadline {
+                if !self.aborted.get() {
+                    self.refusal.set((op, self.timeout));
+                }
                 self.abort();
                 return Err(Error::Timeout {
                     op,
@@ -444,12 +456,7 @@ impl NcclComm {
 
     /// The communicator's asynchronous error, if any (`ncclInProgress` counts as none).
     pub(super) fn async_error(&self, op: &'static str) -> Result<()> {
-        if self.aborted.get() {
-            return Err(Error::invalid(
-                op,
-                "the communicator was aborted after an earlier timeout or error",
-            ));
-        }
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclCommGetAsyncError).map_err(raw::unavailable)?;
         let mut state: sys::ncclResult_t = sys::ncclSuccess;
         // SAFETY: a live (not aborted) communicator and a valid out-pointer.
