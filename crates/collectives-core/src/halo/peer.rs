@@ -27,7 +27,7 @@ use datatype_pack::fused::Region;
 use datatype_pack::gpu::{FusedPacker, GpuOptions};
 
 use super::geometry::{pack_error, HaloPlan, HaloSpec, ProcessGrid};
-use crate::backend::nccl::{cuda, node_comm, NcclComm};
+use crate::backend::nccl::NcclComm;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
@@ -74,7 +74,7 @@ struct DeviceAlloc {
 
 impl DeviceAlloc {
     fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
-        ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
         let mut ptr: cu::CUdeviceptr = 0;
         // SAFETY: valid out-pointer; the context is current on this thread.
         check(OP, "cuMemAlloc", unsafe {
@@ -89,7 +89,7 @@ impl DeviceAlloc {
             cu::cuMemsetD8_v2(ptr, 0, alloc.bytes)
         })?;
         // The memset runs on the legacy stream; nothing may use the memory before it is done.
-        ctx.synchronize().map_err(|e| cuda(OP, e))?;
+        ctx.synchronize().map_err(|e| Error::cuda(OP, e))?;
         Ok(alloc)
     }
 
@@ -276,7 +276,7 @@ impl PeerLinks {
             streams,
             deadline: comm.timeout(),
         };
-        let node = node_comm(comm.mpi())?;
+        let node = comm.mpi().split_shared()?;
         let uuid = ctx.uuid().map(|u| uuid_words(&u)).unwrap_or([0, 0]);
         let memops = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)
@@ -349,7 +349,7 @@ impl PeerLinks {
         by_rank: &BTreeMap<usize, &[u64]>,
         options: &GpuOptions,
     ) -> Result<()> {
-        self.ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
+        self.ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
         let inbox = |words: &[u64]| Mapping::open(&words[4 + HANDLE_WORDS..]);
         let peers: BTreeSet<usize> = plan
             .sends()

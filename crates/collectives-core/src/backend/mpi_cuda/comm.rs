@@ -1,12 +1,10 @@
 //! [`MpiCudaComm`]: construction (with the CUDA-awareness verdict agreed on by every rank), streams,
 //! teardown; and the device choice shared with the staged backend.
 
-use std::ffi::c_int;
 use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
-use mpi::ffi;
 
 use super::raw;
 use crate::backend::mpi_device::DeviceArgs;
@@ -63,21 +61,7 @@ impl fmt::Debug for MpiCudaComm {
 /// # Errors
 /// [`Error::Mpi`] from the split.
 pub fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
-    // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split_type overwrites it.
-    let mut local: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid communicator, constants from rsmpi's shim, a valid out-pointer.
-    let rc = unsafe {
-        ffi::MPI_Comm_split_type(
-            mpi.as_raw(),
-            ffi::RSMPI_COMM_TYPE_SHARED,
-            mpi.rank() as c_int,
-            ffi::RSMPI_INFO_NULL,
-            &mut local,
-        )
-    };
-    crate::backend::mpi_host::raw::check("node_local", rc)?;
-    // SAFETY: `local` was just created for this rank and is owned by nobody else.
-    let local = unsafe { MpiComm::from_raw(local) }?.with_checked(false);
+    let local = mpi.split_shared()?;
     Ok((local.rank(), local.size()))
 }
 

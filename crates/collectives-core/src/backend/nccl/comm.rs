@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaStream};
-use mpi::ffi as mpi_ffi;
 use nccl_sys as sys;
 
 use super::raw;
@@ -106,34 +105,9 @@ impl fmt::Debug for NcclComm {
     }
 }
 
-/// The ranks of `mpi` that share this rank's node (`MPI_Comm_split_type` with
-/// `MPI_COMM_TYPE_SHARED`), ordered as in `mpi`. Collective over `mpi`.
-pub(crate) fn node_comm(mpi: &MpiComm) -> Result<MpiComm> {
-    // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split_type overwrites it.
-    let mut local: mpi_ffi::MPI_Comm = unsafe { std::mem::zeroed() };
-    // SAFETY: valid communicator, constants from rsmpi's shim, valid out-pointer.
-    let rc = unsafe {
-        mpi_ffi::MPI_Comm_split_type(
-            mpi.as_raw(),
-            mpi_ffi::RSMPI_COMM_TYPE_SHARED,
-            mpi.rank() as c_int,
-            mpi_ffi::RSMPI_INFO_NULL,
-            &mut local,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::invalid(
-            "node_comm",
-            format!("MPI_Comm_split_type failed with code {rc}"),
-        ));
-    }
-    // SAFETY: `local` was just created for this rank and is owned by nobody else.
-    Ok(unsafe { MpiComm::from_raw(local) }?.with_checked(false))
-}
-
 /// This rank's index among the ranks of its node, and their number.
 fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
-    let local = node_comm(mpi)?;
+    let local = mpi.split_shared()?;
     Ok((local.rank(), local.size()))
 }
 
@@ -467,6 +441,13 @@ impl NcclComm {
         } else {
             Err(raw::error(self.lib, self.raw, op, state))
         }
+    }
+
+    /// The [`Error::Nccl`] for `code`, a result a raw NCCL call on this communicator returned
+    /// (its name from `ncclGetErrorString`, the communicator's `ncclGetLastError`), for callers
+    /// that make NCCL calls of their own on [`as_raw`](Self::as_raw).
+    pub fn error(&self, op: &'static str, code: sys::ncclResult_t) -> Error {
+        raw::error(self.lib, self.raw, op, code)
     }
 
     /// Turn a call's result into a `Result`; `ncclInProgress` is waited out with the deadline.

@@ -10,18 +10,12 @@ use crate::op::ReduceOp;
 
 /// The process-wide NCCL library, or why it cannot be used.
 pub(crate) fn library() -> Result<&'static sys::Library> {
-    sys::library().map_err(|e| Error::Unavailable {
-        what: "NCCL",
-        message: e.to_string(),
-    })
+    sys::library().map_err(Error::from)
 }
 
 /// Turn a missing optional entry point into our error type.
 pub(crate) fn unavailable(e: sys::Error) -> Error {
-    Error::Unavailable {
-        what: "NCCL",
-        message: e.to_string(),
-    }
+    Error::from(e)
 }
 
 /// Whether the CUDA driver library can be opened (cudarc would panic on first use otherwise).
