@@ -40,8 +40,6 @@ pub mod cuda_aware;
 pub mod device;
 pub mod element;
 pub mod error;
-#[cfg(feature = "nccl")]
-pub mod halo;
 pub mod op;
 pub mod request;
 

@@ -12,11 +12,11 @@ use nccl_sys as sys;
 
 use super::geometry::{pack_error, HaloPlan, HaloSpec, Neighbours, ProcessGrid};
 use super::peer::{HaloTransport, PeerLinks};
-use crate::backend::nccl::NcclComm;
-use crate::check;
-use crate::comm::Communicator;
-use crate::error::{Error, Result};
-use crate::op::ReduceOp;
+use collectives_core::check;
+use collectives_core::Communicator;
+use collectives_core::NcclComm;
+use collectives_core::ReduceOp;
+use collectives_core::{Error, Result};
 
 const OP: &str = "halo_exchange";
 

@@ -9,7 +9,7 @@ use datatype_pack::construct::{subarray, Order};
 use datatype_pack::fused::{CopyRegion, Region};
 use datatype_pack::{StridedBlock, Type};
 
-use crate::error::{Error, Result};
+use collectives_core::{Error, Result};
 
 /// Which neighbours a rank exchanges with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -27,10 +27,10 @@ use datatype_pack::fused::Region;
 use datatype_pack::gpu::{FusedPacker, GpuOptions};
 
 use super::geometry::{pack_error, HaloPlan, HaloSpec, ProcessGrid};
-use crate::backend::nccl::NcclComm;
-use crate::comm::Communicator;
-use crate::error::{Error, Result};
-use crate::op::ReduceOp;
+use collectives_core::Communicator;
+use collectives_core::NcclComm;
+use collectives_core::ReduceOp;
+use collectives_core::{Error, Result};
 
 const OP: &str = "halo_peer";
 
