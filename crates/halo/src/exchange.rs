@@ -10,8 +10,8 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use datatype_pack::gpu::{FusedCopier, FusedPacker, GpuOptions, GridCap};
 use nccl_sys as sys;
 
-use super::geometry::{pack_error, HaloPlan, HaloSpec, Neighbours, ProcessGrid};
 use super::peer::{HaloTransport, PeerLinks};
+use super::plan::{pack_error, HaloPlan, HaloSpec, Neighbours, ProcessGrid};
 use collectives_core::check;
 use collectives_core::Communicator;
 use collectives_core::NcclComm;

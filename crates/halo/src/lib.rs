@@ -89,14 +89,14 @@
 #![deny(missing_docs)]
 
 mod exchange;
-mod geometry;
 mod peer;
+mod plan;
 
 pub use exchange::{HaloExchange, HaloTimes, LOCAL_BLOCKS_PER_SM};
-pub use geometry::{
+pub use peer::HaloTransport;
+pub use plan::{
     box_plan, box_plan_of, dims_create, directions, exchange_on_cpu, expected_field, ghost_box,
     global_cell, global_cells, initial_field, reference_value, send_box, wrap_box, CellBox,
     Direction, HaloPlan, HaloSpec, LocalCopy, Message, Neighbours, ProcessGrid, DEFAULT_CHUNKS,
     GHOST_FILL, MAX_CHUNKS, MESSAGE_ALIGN,
 };
-pub use peer::HaloTransport;

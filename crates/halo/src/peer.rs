@@ -26,7 +26,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use datatype_pack::fused::Region;
 use datatype_pack::gpu::{FusedPacker, GpuOptions};
 
-use super::geometry::{pack_error, HaloPlan, HaloSpec, ProcessGrid};
+use super::plan::{pack_error, HaloPlan, HaloSpec, ProcessGrid};
 use collectives_core::Communicator;
 use collectives_core::NcclComm;
 use collectives_core::ReduceOp;
