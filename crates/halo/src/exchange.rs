@@ -2,21 +2,19 @@
 
 use std::ffi::{c_int, c_void};
 use std::fmt;
-
 use std::sync::Arc;
 
+use collectives_core::{check, Communicator, Error, NcclComm, ReduceOp, Result};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use datatype_pack::gpu::{FusedCopier, FusedPacker, GpuOptions, GridCap};
 use nccl_sys as sys;
 
-use super::peer::{HaloTransport, PeerLinks};
-use super::plan::{pack_error, HaloPlan, HaloSpec, Neighbours, ProcessGrid};
-use collectives_core::check;
-use collectives_core::Communicator;
-use collectives_core::NcclComm;
-use collectives_core::ReduceOp;
-use collectives_core::{Error, Result};
+use crate::error::pack_error;
+use crate::grid::ProcessGrid;
+use crate::peer::{HaloTransport, PeerLinks};
+use crate::plan::{HaloPlan, Message};
+use crate::spec::{HaloSpec, Neighbours};
 
 const OP: &str = "halo_exchange";
 
@@ -481,8 +479,8 @@ impl<'c> HaloExchange<'c> {
     /// Which streams besides the communicator's an exchange uses: every hop between streams
     /// costs microseconds on the critical path, so none is forked for nothing.
     fn streams_used(&self) -> StreamsUsed {
-        let nccl = |m: &super::Message| !self.links.is_ipc(m.peer);
-        let ipc = |m: &super::Message| self.links.is_ipc(m.peer);
+        let nccl = |m: &Message| !self.links.is_ipc(m.peer);
+        let ipc = |m: &Message| self.links.is_ipc(m.peer);
         StreamsUsed {
             side: self.local.is_some(),
             wire: self.plan.sends().iter().any(nccl) || self.plan.recvs().iter().any(nccl),
@@ -668,7 +666,7 @@ impl<'c> HaloExchange<'c> {
         let recv_fn = sys::nccl_fn!(lib, ncclRecv)?;
         let raw_stream = stream.cu_stream() as sys::cudaStream_t;
         let (sp, rp) = (self.send_ptr, self.recv_ptr);
-        let nccl = |m: &&super::Message| m.chunk == k && !self.links.is_ipc(m.peer);
+        let nccl = |m: &&Message| m.chunk == k && !self.links.is_ipc(m.peer);
         let mut sends = self.plan.sends().iter().filter(nccl).peekable();
         let mut recvs = self.plan.recvs().iter().filter(nccl).peekable();
         if sends.peek().is_none() && recvs.peek().is_none() {
