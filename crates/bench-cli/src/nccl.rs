@@ -231,7 +231,7 @@ impl<'c, T: BenchElement> RawNcclAllReduce<'c, T> {
     /// # Errors
     /// `op` cannot reduce `T` on NCCL (the library's own check); an entry point is missing.
     pub fn new(comm: &'c NcclComm, op: ReduceOp) -> anyhow::Result<Self> {
-        collectives_core::op::check_op::<T>("raw ncclAllReduce", op, BackendKind::Nccl)?;
+        collectives_core::check::check_op::<T>("raw ncclAllReduce", op, BackendKind::Nccl)?;
         let lib = comm.library();
         Ok(RawNcclAllReduce {
             comm,
