@@ -20,11 +20,12 @@ use crate::backend::mpi_cuda::raw_cuda as cuda;
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::MpiPending;
 use crate::check;
+use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
-use crate::op::{check_op, BackendKind, ReduceOp};
+use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 
 const BACKEND: BackendKind = BackendKind::MpiStaged;

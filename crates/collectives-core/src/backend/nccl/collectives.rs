@@ -15,11 +15,12 @@ use super::comm::{NcclComm, UnevenAlgorithm};
 use super::raw;
 use super::request::NcclPending;
 use crate::check;
+use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Buffer, Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::op::{check_op, BackendKind, ReduceOp};
+use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 
 const BACKEND: BackendKind = BackendKind::Nccl;
