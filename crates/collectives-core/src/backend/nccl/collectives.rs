@@ -286,7 +286,7 @@ impl NcclComm {
         let event = self
             .stream
             .record_event(None)
-            .map_err(|e| raw::cuda(op, e))?;
+            .map_err(|e| Error::cuda(op, e))?;
         Ok(scope.register(Box::new(NcclPending {
             comm: self,
             event,
@@ -328,7 +328,7 @@ impl Communicator for NcclComm {
         let mut one = self
             .stream
             .alloc_zeros::<f32>(1)
-            .map_err(|e| raw::cuda(OP, e))?;
+            .map_err(|e| Error::cuda(OP, e))?;
         self.enqueue_all_reduce(OP, None, &mut one, ReduceOp::Sum, 1)?;
         self.synchronize()
     }
@@ -855,7 +855,7 @@ impl Communicator for NcclComm {
                 "NCCL returned no communicator for a color",
             ));
         }
-        let stream = self.ctx.new_stream().map_err(|e| raw::cuda(OP, e))?;
+        let stream = self.ctx.new_stream().map_err(|e| Error::cuda(OP, e))?;
         let comm = NcclComm {
             lib: self.lib,
             raw: new,

@@ -10,6 +10,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use nccl_sys as sys;
 
 use super::raw;
+use crate::backend::cuda_common::{cuda_driver_present, node_local};
 use crate::backend::mpi_host::MpiComm;
 use crate::check;
 use crate::comm::Communicator;
@@ -105,12 +106,6 @@ impl fmt::Debug for NcclComm {
     }
 }
 
-/// This rank's index among the ranks of its node, and their number.
-fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
-    let local = mpi.split_shared()?;
-    Ok((local.rank(), local.size()))
-}
-
 impl NcclComm {
     /// An NCCL communicator over the ranks of `mpi`, one GPU per rank: `device`, or the GPU of this
     /// rank's node-local index. Collective over `mpi`.
@@ -158,7 +153,7 @@ impl NcclComm {
         for (d, s) in uid.internal.iter_mut().zip(id.iter()) {
             *d = *s as _;
         }
-        let stream = ctx.new_stream().map_err(|e| raw::cuda(OP, e))?;
+        let stream = ctx.new_stream().map_err(|e| Error::cuda(OP, e))?;
         let mut config = sys::config_initializer();
         config.blocking = 0;
         let mut comm: sys::ncclComm_t = std::ptr::null_mut();
@@ -219,7 +214,7 @@ impl NcclComm {
         let mut one = made
             .stream
             .alloc_zeros::<f32>(1)
-            .map_err(|e| raw::cuda(OP, e))?;
+            .map_err(|e| Error::cuda(OP, e))?;
         {
             let f = sys::nccl_fn!(lib, ncclAllReduce).map_err(raw::unavailable)?;
             let (p, _g) = cudarc::driver::DevicePtrMut::device_ptr_mut(&mut one, &made.stream);
@@ -247,14 +242,14 @@ impl NcclComm {
     ) -> Result<(&'static sys::Library, Arc<CudaContext>)> {
         const OP: &str = "from_mpi";
         let lib = raw::library()?;
-        if !raw::cuda_driver_present() {
+        if !cuda_driver_present() {
             return Err(Error::Unavailable {
                 what: "the CUDA driver",
                 message: "libcuda could not be opened".into(),
             });
         }
         let count = CudaContext::device_count()
-            .map_err(|e| raw::cuda(OP, e))?
+            .map_err(|e| Error::cuda(OP, e))?
             .max(0) as usize;
         let (local_rank, local_size) = node_local(mpi)?;
         let device = match device {
@@ -276,8 +271,8 @@ impl NcclComm {
                 format!("device {device} does not exist ({count} GPU(s) visible)"),
             ));
         }
-        let ctx = CudaContext::new(device).map_err(|e| raw::cuda(OP, e))?;
-        ctx.bind_to_thread().map_err(|e| raw::cuda(OP, e))?;
+        let ctx = CudaContext::new(device).map_err(|e| Error::cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
         Ok((lib, ctx))
     }
 
@@ -380,8 +375,10 @@ impl NcclComm {
         let event = self
             .stream
             .record_event(None)
-            .map_err(|e| raw::cuda(OP, e))?;
-        self.wait_for(OP, || event.try_is_complete().map_err(|e| raw::cuda(OP, e)))
+            .map_err(|e| Error::cuda(OP, e))?;
+        self.wait_for(OP, || {
+            event.try_is_complete().map_err(|e| Error::cuda(OP, e))
+        })
     }
 
     /// Block on the host until every rank has called it (an MPI barrier; no device work is ordered).

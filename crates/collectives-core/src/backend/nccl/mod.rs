@@ -25,5 +25,5 @@ mod comm;
 mod raw;
 mod request;
 
+pub use super::cuda_common::cuda_driver_present;
 pub use comm::{GroupGuard, NcclComm, UnevenAlgorithm};
-pub use raw::cuda_driver_present;

@@ -18,12 +18,6 @@ pub(crate) fn unavailable(e: sys::Error) -> Error {
     Error::from(e)
 }
 
-/// Whether the CUDA driver library can be opened (cudarc would panic on first use otherwise).
-pub fn cuda_driver_present() -> bool {
-    // SAFETY: the probe only tries to open libcuda with the dynamic loader and closes it again.
-    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
-}
-
 /// `ncclGetErrorString` of a code.
 pub(crate) fn error_name(lib: &sys::Library, code: sys::ncclResult_t) -> String {
     let Ok(f) = sys::nccl_fn!(lib, ncclGetErrorString) else {
@@ -90,14 +84,6 @@ pub(crate) fn redop(op: ReduceOp) -> sys::ncclRedOp_t {
         ReduceOp::Max => sys::ncclMax,
         ReduceOp::Min => sys::ncclMin,
         ReduceOp::Avg => sys::ncclAvg,
-    }
-}
-
-/// A cudarc driver error as ours.
-pub(crate) fn cuda(op: &'static str, e: cudarc::driver::DriverError) -> Error {
-    Error::Cuda {
-        op,
-        message: e.to_string(),
     }
 }
 
