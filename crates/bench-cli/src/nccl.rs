@@ -16,7 +16,7 @@
 //!
 //! Buffers exist for every element type, including those cudarc cannot copy itself (`f16`/`bf16`
 //! without its `f16` feature, complex numbers): memory is allocated and copied as bytes and typed as
-//! `CudaSlice<T>` for the library ([`alloc_zeroed`], [`upload`], [`download`]).
+//! `CudaSlice<T>` for the library (`alloc_zeroed`, `upload`, `download`).
 
 use std::ffi::{c_void, CStr};
 use std::io::Write;

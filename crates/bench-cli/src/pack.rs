@@ -1,5 +1,5 @@
 //! `collbench pack`: GPU pack throughput of the generated kernels against copy baselines, and NVRTC
-//! compile times, on one GPU (no MPI needed). The measurement itself is [`bench`].
+//! compile times, on one GPU (no MPI needed). The measurement itself is [`bench`](mod@bench).
 
 pub mod bench;
 

@@ -132,7 +132,7 @@ fn cu(r: sys::CUresult) -> Result<()> {
     }
 }
 
-/// A timed iteration moves about this many bytes ([`Bench::reps`]).
+/// A timed iteration moves about this many bytes (`Bench::reps` picks the number of operations that does).
 pub const REP_BYTES: u64 = 256 << 20;
 /// Fewest back-to-back operations per timed iteration.
 pub const MIN_REPS: u64 = 4;
