@@ -5,6 +5,7 @@
 //! | crate | re-exported as | what it holds |
 //! |---|---|---|
 //! | `collectives-core` | the root of this crate | elements, reduce operations, errors, the [`Communicator`] trait, the backends |
+//! | `collectives-halo` | [`halo`] | 3-D halo exchange of device fields over NCCL: process grids, plans, fused pack and unpack, and a CPU reference |
 //! | `datatype-pack` | [`pack`] | non-contiguous data in a canonical stride IR, packed by a CPU reference (GPU kernels to come) |
 //! | `nccl-sys` | [`nccl_sys`] | raw NCCL bindings, loaded at run time |
 //! | rsmpi | [`mpi`] | MPI's environment, handles and C interface (`mpi::ffi`) |
@@ -27,5 +28,6 @@
 pub struct ReadmeDoctests;
 
 pub use collectives_core::*;
+pub use collectives_halo as halo;
 pub use datatype_pack as pack;
 pub use nccl_sys;

@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 
 use anyhow::{bail, Context};
 use collectives_core::backend::mpi_host;
-use collectives_core::op::check_op;
+use collectives_core::check::check_op;
 use collectives_core::{Communicator, MpiComm, ReduceOp};
 use mpi::datatype::Equivalence;
 use mpi::ffi;

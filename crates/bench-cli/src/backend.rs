@@ -1,9 +1,11 @@
-//! The backends collbench can measure (`--backend`), and which of them can run here.
+//! The backends collbench can measure (`--backend`), which of them can run here, and the raw
+//! baseline measured beside them (`--baseline`).
 //!
 //! Adding a backend: give it an [`unavailable`](Backend::unavailable) answer that looks at the machine
 //! (devices, CUDA-awareness of the MPI), and a branch in [`crate::app::run_allreduce`] that makes its
 //! communicators and runs its benchmark.
 
+use clap::ValueEnum;
 use collectives_core::BackendKind;
 
 /// A backend, by its `--backend` name.
@@ -178,6 +180,15 @@ pub fn resolve(
         return Err("no backend is available".to_string());
     }
     Ok((run, notes))
+}
+
+/// The hidden baseline measured next to the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Baseline {
+    /// The backend's own all-reduce called directly on the same handle, buffers and stream:
+    /// `MPI_Allreduce` through `mpi::ffi` (mpi; on the device pointers for cuda-mpi), `ncclAllReduce`
+    /// through `nccl_sys` (nccl); none for mpi-staged.
+    Raw,
 }
 
 /// The answers of a machine without CUDA: only MPI runs.

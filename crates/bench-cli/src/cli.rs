@@ -5,7 +5,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use collectives_core::ReduceOp;
 
-use crate::backend::{self, Backend, BackendChoice};
+use crate::backend::{self, Backend, BackendChoice, Baseline};
 use crate::dtype::DataType;
 use crate::report::{Columns, Format};
 use crate::sizes::{self, Step};
@@ -86,15 +86,6 @@ pub enum OnOff {
     On,
     /// Checked mode off.
     Off,
-}
-
-/// The hidden baseline measured next to the library.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Baseline {
-    /// The backend's own all-reduce called directly on the same handle, buffers and stream:
-    /// `MPI_Allreduce` through `mpi::ffi` (mpi; on the device pointers for cuda-mpi), `ncclAllReduce`
-    /// through `nccl_sys` (nccl); none for mpi-staged.
-    Raw,
 }
 
 /// A `-d` or `-o` choice: one value or all of them.
@@ -431,5 +422,11 @@ mod tests {
         assert!(help.contains("--minbytes"));
         assert!(!help.contains("--checked-cost"));
         assert!(!help.contains("--baseline"));
+    }
+
+    #[test]
+    fn the_command_line_reaches_doctor() {
+        let c = Cli::try_parse_from(["collbench", "doctor"]).unwrap();
+        assert!(matches!(c.command, Command::Doctor));
     }
 }

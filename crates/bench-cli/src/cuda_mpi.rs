@@ -230,7 +230,7 @@ impl<T: BenchElement> RawDeviceAllReduce<T> {
     /// # Errors
     /// `op` cannot reduce `T` on MPI (the library's own check).
     pub fn new(comm: &MpiCudaComm, op: ReduceOp) -> anyhow::Result<Self> {
-        collectives_core::op::check_op::<T>(
+        collectives_core::check::check_op::<T>(
             "raw MPI_Allreduce",
             op,
             collectives_core::BackendKind::MpiCuda,

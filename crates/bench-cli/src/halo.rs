@@ -1,4 +1,4 @@
-//! `collbench halo`: the 3-D halo exchange of `collectives_core::halo` (fused pack, grouped
+//! `collbench halo`: the 3-D halo exchange of `collectives_halo` (fused pack, grouped
 //! send/receive, fused unpack) timed per step, against the same bytes sent contiguously through the
 //! same backend.
 //!
@@ -42,11 +42,11 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::CudaSlice;
-use collectives_core::halo::{
-    self, directions, ghost_box, send_box, HaloExchange, HaloSpec, HaloTransport, Neighbours,
-    ProcessGrid,
-};
 use collectives_core::{device, Communicator, MpiComm, NcclComm, ReduceOp};
+use collectives_halo::{
+    self as halo, directions, ghost_box, send_box, HaloExchange, HaloSpec, HaloTransport,
+    Neighbours, ProcessGrid,
+};
 use datatype_pack::gpu::{GpuOptions, GridCap};
 
 use crate::backend::{self, Backend, BackendChoice};

@@ -16,7 +16,7 @@
 //!
 //! Buffers exist for every element type, including those cudarc cannot copy itself (`f16`/`bf16`
 //! without its `f16` feature, complex numbers): memory is allocated and copied as bytes and typed as
-//! `CudaSlice<T>` for the library ([`alloc_zeroed`], [`upload`], [`download`]).
+//! `CudaSlice<T>` for the library (`alloc_zeroed`, `upload`, `download`).
 
 use std::ffi::{c_void, CStr};
 use std::io::Write;
@@ -231,7 +231,7 @@ impl<'c, T: BenchElement> RawNcclAllReduce<'c, T> {
     /// # Errors
     /// `op` cannot reduce `T` on NCCL (the library's own check); an entry point is missing.
     pub fn new(comm: &'c NcclComm, op: ReduceOp) -> anyhow::Result<Self> {
-        collectives_core::op::check_op::<T>("raw ncclAllReduce", op, BackendKind::Nccl)?;
+        collectives_core::check::check_op::<T>("raw ncclAllReduce", op, BackendKind::Nccl)?;
         let lib = comm.library();
         Ok(RawNcclAllReduce {
             comm,

@@ -1,9 +1,11 @@
 //! `collbench pack`: GPU pack throughput of the generated kernels against copy baselines, and NVRTC
-//! compile times, on one GPU (no MPI needed). The measurement is `datatype_pack::bench`, which the
-//! `pack_bench` example of datatype-pack also runs.
+//! compile times, on one GPU (no MPI needed). The measurement itself is [`bench`](mod@bench).
+
+pub mod bench;
 
 use clap::Args;
-use datatype_pack::bench::{self, Options};
+
+use bench::Options;
 
 /// Flags of `collbench pack`.
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@
 use crate::comm::Buffer;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::op::{refusal, BackendKind, ReduceOp};
 
 /// `root` (or a peer) must be a rank of the communicator.
 ///
@@ -203,8 +204,31 @@ pub fn at_root<T: Element, B: Buffer<T> + ?Sized, R: std::ops::Deref<Target = B>
     Ok(Some(buf))
 }
 
+/// Check that `op` can reduce elements of type `T` on `backend`.
+///
+/// # Errors
+/// [`Error::Unsupported`] naming the element, the operation, the backend and the reason.
+pub fn check_op<T: Element>(
+    op_name: &'static str,
+    op: ReduceOp,
+    backend: BackendKind,
+) -> Result<()> {
+    match refusal(T::KIND, op, backend) {
+        None => Ok(()),
+        Some(reason) => Err(Error::Unsupported {
+            op: op_name,
+            element: T::NAME,
+            reduce_op: Some(op),
+            backend,
+            reason,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use num_complex::Complex;
+
     use super::*;
 
     fn msg(r: Result<impl std::fmt::Debug>) -> String {
@@ -310,5 +334,32 @@ mod tests {
                 limit: 5
             }
         );
+    }
+
+    #[test]
+    fn complex_min_max_never() {
+        for b in [
+            BackendKind::MpiHost,
+            BackendKind::MpiCuda,
+            BackendKind::MpiStaged,
+            BackendKind::Nccl,
+        ] {
+            for op in [ReduceOp::Min, ReduceOp::Max] {
+                let err = check_op::<Complex<f64>>("all_reduce", op, b).unwrap_err();
+                match err {
+                    Error::Unsupported {
+                        element,
+                        reduce_op,
+                        backend,
+                        ..
+                    } => {
+                        assert_eq!(element, "complex<f64>");
+                        assert_eq!(reduce_op, Some(op));
+                        assert_eq!(backend, b);
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
     }
 }

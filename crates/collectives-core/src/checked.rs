@@ -186,7 +186,7 @@ impl<'a> Call<'a> {
     pub fn op(&self) -> OpKind {
         self.op
     }
-    /// Whether a second exchange ([`pair_record`]) is needed after the first one agreed.
+    /// Whether a second exchange ([`pair_record`](Self::pair_record)) is needed after the first one agreed.
     pub fn needs_pair_check(&self) -> bool {
         self.all_to_all.is_some()
     }

@@ -159,11 +159,33 @@ impl Error {
         }
     }
 
-    /// Shorthand for [`Error::InvalidArgument`].
-    pub(crate) fn invalid(op: &'static str, msg: impl Into<String>) -> Error {
+    /// [`Error::InvalidArgument`] for `op`, with `msg` saying what is wrong (with the numbers).
+    pub fn invalid(op: &'static str, msg: impl Into<String>) -> Error {
         Error::InvalidArgument {
             op,
             msg: msg.into(),
+        }
+    }
+
+    /// [`Error::Cuda`] for `op` from a cudarc driver error (feature `nccl`). For code that drives
+    /// CUDA itself next to a device backend and reports its failures as this crate's errors.
+    #[cfg(feature = "nccl")]
+    pub fn cuda(op: &'static str, e: cudarc::driver::DriverError) -> Error {
+        Error::Cuda {
+            op,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A missing libnccl or NCCL entry point (from [`nccl_sys::library`] or `nccl_sys::nccl_fn!`) is
+/// [`Error::Unavailable`] naming NCCL (feature `nccl`).
+#[cfg(feature = "nccl")]
+impl From<nccl_sys::Error> for Error {
+    fn from(e: nccl_sys::Error) -> Self {
+        Error::Unavailable {
+            what: "NCCL",
+            message: e.to_string(),
         }
     }
 }

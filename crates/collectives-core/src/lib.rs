@@ -11,7 +11,7 @@
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
 //! | [`cuda_aware`] | whether the MPI library takes device pointers, with the evidence ([`CudaAwareness`]) |
 //! | `backend::{mpi_cuda, mpi_staged}` | `MpiCudaComm` (device pointers to a CUDA-aware MPI) and `MpiStagedComm` (device buffers through pinned host memory and any MPI); with the `nccl` feature, which brings the CUDA driver bindings |
-//! | [`array`] | ndarray arrays as host buffers (feature `ndarray`, on by default) |
+//! | [`array`](mod@array) | ndarray arrays as host buffers (feature `ndarray`, on by default) |
 //!
 //! Raw bindings are re-exported: [`mpi`] (rsmpi, whose `mpi::ffi` is the MPI C interface), and with the
 //! `nccl` feature `nccl_sys` (NCCL, loaded at run time) and `cudarc` (CUDA driver, loaded at run time).
@@ -42,8 +42,6 @@ pub mod deadline;
 pub mod device;
 pub mod element;
 pub mod error;
-#[cfg(feature = "nccl")]
-pub mod halo;
 pub mod op;
 pub mod request;
 

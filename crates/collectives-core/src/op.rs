@@ -8,12 +8,11 @@
 //! | complex | all | MPI backends only (NCCL would multiply lane by lane: a wrong answer) | never (complex numbers are not ordered) | all (as for floats) |
 //!
 //! Anything outside the table is [`Error::Unsupported`](crate::Error::Unsupported), returned before any
-//! library call.
+//! library call by [`check_op`](crate::check::check_op).
 
 use std::fmt;
 
-use crate::element::{Element, ElementKind};
-use crate::error::{Error, Result};
+use crate::element::ElementKind;
 
 /// A reduction applied element-wise across ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -151,33 +150,13 @@ pub const fn refusal(
     }
 }
 
-/// Check that `op` can reduce elements of type `T` on `backend`.
-///
-/// # Errors
-/// [`Error::Unsupported`] naming the element, the operation, the backend and the reason.
-pub fn check_op<T: Element>(
-    op_name: &'static str,
-    op: ReduceOp,
-    backend: BackendKind,
-) -> Result<()> {
-    match refusal(T::KIND, op, backend) {
-        None => Ok(()),
-        Some(reason) => Err(Error::Unsupported {
-            op: op_name,
-            element: T::NAME,
-            reduce_op: Some(op),
-            backend,
-            reason,
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use half::{bf16, f16};
     use num_complex::Complex;
 
     use super::*;
+    use crate::element::Element;
 
     const BACKENDS: [BackendKind; 4] = [
         BackendKind::MpiHost,
@@ -187,7 +166,7 @@ mod tests {
     ];
 
     fn allowed<T: Element>(op: ReduceOp, b: BackendKind) -> bool {
-        check_op::<T>("test", op, b).is_ok()
+        refusal(T::KIND, op, b).is_none()
     }
 
     #[test]
@@ -214,28 +193,6 @@ mod tests {
             BackendKind::MpiStaged
         ));
         assert!(!allowed::<Complex<f64>>(ReduceOp::Prod, BackendKind::Nccl));
-    }
-
-    #[test]
-    fn complex_min_max_never() {
-        for b in BACKENDS {
-            for op in [ReduceOp::Min, ReduceOp::Max] {
-                let err = check_op::<Complex<f64>>("all_reduce", op, b).unwrap_err();
-                match err {
-                    Error::Unsupported {
-                        element,
-                        reduce_op,
-                        backend,
-                        ..
-                    } => {
-                        assert_eq!(element, "complex<f64>");
-                        assert_eq!(reduce_op, Some(op));
-                        assert_eq!(backend, b);
-                    }
-                    other => panic!("unexpected {other:?}"),
-                }
-            }
-        }
     }
 
     #[test]

@@ -12,14 +12,13 @@
 //! | fused regions | [`fused`] | many plans (a halo's faces) packed into one buffer: [`fused::Region`], layout, CPU reference; strided-to-strided copies of equal-shape regions: [`fused::CopyRegion`], CPU reference |
 //! | code generation | [`codegen`] | CUDA C source of `pack`/`unpack` kernels baked from a [`StridedBlock`] and word size, fused multi-region kernels and fused copy kernels |
 //! | GPU | `gpu` (feature `cuda`) | NVRTC compile and cache; `gpu::Packer`, `gpu::FusedPacker` and `gpu::FusedCopier` launch on cudarc streams, from cudarc buffers or raw device pointers |
-//! | benchmark | `bench` (feature `cuda`) | pack throughput against copy baselines and NVRTC compile times (`collbench pack`) |
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `cuda` | on | the `gpu` and `bench` modules and the `cudarc` dependency. Nothing CUDA is needed to build: `libcuda` and `libnvrtc` are loaded at run time, and their absence is an `Err`, never a panic |
+//! | `cuda` | on | the `gpu` module and the `cudarc` dependency. Nothing CUDA is needed to build: `libcuda` and `libnvrtc` are loaded at run time, and their absence is an `Err`, never a panic |
 //! | `mpi` | off | the `mpi_decode` module and the `mpi` (rsmpi) dependency, which needs an MPI installation at build time |
 //!
-//! Unsafe code is denied crate-wide and allowed only in the `gpu`, `bench` and `mpi_decode`
+//! Unsafe code is denied crate-wide and allowed only in the `gpu` and `mpi_decode`
 //! modules, where each block states its invariant; the CPU modules and the code generator are
 //! safe Rust.
 //!
@@ -74,9 +73,6 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
-#[cfg(feature = "cuda")]
-#[allow(unsafe_code)]
-pub mod bench;
 pub mod canonical;
 pub mod codegen;
 pub mod construct;

@@ -6,7 +6,7 @@ use std::os::raw::c_int;
 use std::path::PathBuf;
 
 use crate::bindings::ncclResult_t;
-use crate::loader::Version;
+use crate::version::Version;
 
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

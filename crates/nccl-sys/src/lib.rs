@@ -74,18 +74,20 @@ mod functions {
 mod error;
 mod loader;
 mod macros;
+mod version;
 
 pub use bindings::*;
 pub use error::{Attempt, Error, LoadError, Result};
 pub use loader::{
-    library, symbol_introduced_in, Library, Version, DEFAULT_CANDIDATES, LIBRARY_ENV,
-    OLDEST_SUPPORTED, OPTIONAL_SYMBOLS, REQUIRED_SYMBOLS,
+    library, symbol_introduced_in, Library, DEFAULT_CANDIDATES, LIBRARY_ENV, OLDEST_SUPPORTED,
+    OPTIONAL_SYMBOLS, REQUIRED_SYMBOLS,
 };
 pub use macros::{
     coll_config_initializer, config_initializer, nccl_version, sim_info_initializer,
     NCCL_API_MAGIC, NCCL_COMM_NULL, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR,
     NCCL_SIM_INFO_MAGIC, NCCL_SPLIT_NOCOLOR, NCCL_UNDEF_FLOAT, NCCL_UNIQUE_ID_BYTES,
 };
+pub use version::Version;
 
 /// The function pointer for one NCCL entry point of a [`Library`], as
 /// `Result<unsafe extern "C" fn(..) -> .., Error>`.

@@ -3,6 +3,8 @@
 //! implementation), `request.rs` (operations in flight), and `raw.rs` (the library calls' plumbing).
 
 #[cfg(feature = "nccl")]
+mod cuda_common;
+#[cfg(feature = "nccl")]
 pub mod mpi_cuda;
 #[cfg(feature = "nccl")]
 mod mpi_device;

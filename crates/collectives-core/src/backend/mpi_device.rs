@@ -13,9 +13,10 @@ use cudarc::driver::CudaSlice;
 
 use crate::backend::mpi_host::raw as host;
 use crate::check;
+use crate::check::check_op;
 use crate::element::Element;
 use crate::error::Result;
-use crate::op::{check_op, BackendKind, ReduceOp};
+use crate::op::{BackendKind, ReduceOp};
 
 /// MPI counts and displacements of a `v` collective.
 pub(crate) type CountsDispls = (Vec<c_int>, Vec<c_int>);

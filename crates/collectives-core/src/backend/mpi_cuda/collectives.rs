@@ -15,15 +15,16 @@ use mpi::ffi;
 use super::comm::MpiCudaComm;
 use super::raw::{dptr, dptr_mut};
 use super::request::CudaPending;
+use crate::backend::cuda_common::{stage_in, Lease, StagedPending};
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::MpiPending;
-use crate::backend::mpi_staged::{stage_in, Lease, StagedPending};
 use crate::check;
+use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
-use crate::op::{check_op, BackendKind, ReduceOp};
+use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 
 const BACKEND: BackendKind = BackendKind::MpiCuda;

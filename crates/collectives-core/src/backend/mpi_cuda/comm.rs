@@ -1,18 +1,17 @@
 //! [`MpiCudaComm`]: construction (with the CUDA-awareness verdict agreed on by every rank), streams,
 //! teardown; and the device choice shared with the staged backend.
 
-use std::ffi::c_int;
 use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
-use mpi::ffi;
 
-use super::raw;
+use crate::backend::cuda_common::{
+    agree_setup, env_bytes, local_stream, Pool, DEFAULT_POOL_BYTES, POOL_ENV,
+};
 use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
-use crate::backend::mpi_staged::{env_bytes, MpiStagedComm, Pool};
-use crate::backend::nccl::cuda_driver_present;
+use crate::backend::mpi_staged::MpiStagedComm;
 use crate::comm::Communicator;
 use crate::cuda_aware::{self, CudaAwareness, Vendor};
 use crate::error::{Error, Result};
@@ -58,88 +57,6 @@ impl fmt::Debug for MpiCudaComm {
             .field("timeout", &self.mpi.timeout())
             .finish_non_exhaustive()
     }
-}
-
-/// This rank's index among the ranks of its node (`MPI_Comm_split_type` shared memory), and their
-/// number. Collective over `mpi`.
-///
-/// # Errors
-/// [`Error::Mpi`] from the split.
-pub fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
-    // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split_type overwrites it.
-    let mut local: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid communicator, constants from rsmpi's shim, a valid out-pointer.
-    let rc = unsafe {
-        ffi::MPI_Comm_split_type(
-            mpi.as_raw(),
-            ffi::RSMPI_COMM_TYPE_SHARED,
-            mpi.rank() as c_int,
-            ffi::RSMPI_INFO_NULL,
-            &mut local,
-        )
-    };
-    crate::backend::mpi_host::raw::check("node_local", rc)?;
-    // SAFETY: `local` was just created for this rank and is owned by nobody else.
-    let local = unsafe { MpiComm::from_raw(local) }?.with_checked(false);
-    Ok((local.rank(), local.size()))
-}
-
-/// Why this process cannot use a GPU: no CUDA driver, or no device; `None` when it can. Never panics.
-pub fn cuda_unavailable() -> Option<String> {
-    if !cuda_driver_present() {
-        return Some("no CUDA driver (libcuda could not be opened)".to_string());
-    }
-    match CudaContext::device_count() {
-        Ok(n) if n > 0 => None,
-        Ok(_) => Some("the CUDA driver sees no device".to_string()),
-        Err(e) => Some(format!("the CUDA driver cannot list devices: {e}")),
-    }
-}
-
-/// A new stream on `device`, or on the GPU of this rank's node-local index (round robin when a node
-/// has more ranks than GPUs: MPI, unlike NCCL, lets ranks share a GPU). Collective over `mpi` (the
-/// node-local split).
-pub(crate) fn local_stream(
-    op: &'static str,
-    mpi: &MpiComm,
-    device: Option<usize>,
-) -> Result<Arc<CudaStream>> {
-    let (local_rank, _) = node_local(mpi)?;
-    if let Some(why) = cuda_unavailable() {
-        return Err(Error::Unavailable {
-            what: "a GPU",
-            message: why,
-        });
-    }
-    let count = CudaContext::device_count()
-        .map_err(|e| raw::cuda(op, e))?
-        .max(0) as usize;
-    let device = device.unwrap_or(local_rank % count.max(1));
-    if device >= count {
-        return Err(Error::invalid(
-            op,
-            format!("device {device} does not exist ({count} GPU(s) visible)"),
-        ));
-    }
-    let ctx = CudaContext::new(device).map_err(|e| raw::cuda(op, e))?;
-    ctx.bind_to_thread().map_err(|e| raw::cuda(op, e))?;
-    ctx.new_stream().map_err(|e| raw::cuda(op, e))
-}
-
-/// Agree over `mpi` whether every rank's `local` is `Ok`: a rank's own error comes back as it is, and
-/// ranks whose part went well learn that another rank's did not.
-pub(crate) fn agree_setup<R>(op: &'static str, mpi: &MpiComm, local: Result<R>) -> Result<R> {
-    let ok = [u8::from(local.is_ok())];
-    let mut all = [0u8];
-    mpi.all_reduce(&ok[..], &mut all[..], ReduceOp::Min)?;
-    let value = local?;
-    if all[0] == 0 {
-        return Err(Error::invalid(
-            op,
-            "another rank could not set up its side (see its error)",
-        ));
-    }
-    Ok(value)
 }
 
 /// Where the device of an [`MpiCudaBuilder`] comes from.
@@ -217,19 +134,13 @@ impl MpiCudaBuilder<'_> {
         let local = verdict(self.force).and_then(|forced| stream.map(|s| (forced, s)));
         let (forced, stream) = agree_setup(OP, &mpi, local)?;
         let ctx = stream.context().clone();
-        ctx.bind_to_thread().map_err(|e| raw::cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
         let vendor = cuda_aware::detect()?.facts.vendor();
         let staged = deadline_path(&mpi, &stream)?;
         Ok(MpiCudaComm {
             staged,
             mpi,
-            pool: Pool::new(
-                ctx.clone(),
-                env_bytes(
-                    crate::backend::mpi_staged::POOL_ENV,
-                    crate::backend::mpi_staged::DEFAULT_POOL_BYTES,
-                ),
-            ),
+            pool: Pool::new(ctx.clone(), env_bytes(POOL_ENV, DEFAULT_POOL_BYTES)),
             ctx,
             stream,
             forced,
@@ -355,7 +266,7 @@ impl MpiCudaComm {
     pub fn synchronize(&self) -> Result<()> {
         self.stream
             .synchronize()
-            .map_err(|e| raw::cuda("synchronize", e))
+            .map_err(|e| Error::cuda("synchronize", e))
     }
 
     /// Free the communicator after the stream's work completes, reporting errors.
@@ -397,7 +308,7 @@ impl MpiCudaComm {
         for s in streams {
             // The buffer's own context decides whether taking it on our stream waits for its writes.
             if !Arc::ptr_eq(s, &self.stream) && !s.context().is_managing_stream_synchronization() {
-                s.synchronize().map_err(|e| raw::cuda(op, e))?;
+                s.synchronize().map_err(|e| Error::cuda(op, e))?;
             }
         }
         Ok(())
@@ -406,7 +317,7 @@ impl MpiCudaComm {
     /// Wait for the communicator's stream: called after the buffers were taken on it (which orders
     /// their producers on other streams before it) and before MPI reads or writes them.
     pub(super) fn sync(&self, op: &'static str) -> Result<()> {
-        self.stream.synchronize().map_err(|e| raw::cuda(op, e))
+        self.stream.synchronize().map_err(|e| Error::cuda(op, e))
     }
 
     /// The second half of an average: the sum MPI computed, divided by the number of ranks, through
@@ -445,6 +356,7 @@ impl MpiCudaComm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cuda_common::cuda_unavailable;
     use crate::cuda_aware::Evidence;
 
     #[test]

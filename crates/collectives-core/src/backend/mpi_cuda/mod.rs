@@ -42,9 +42,6 @@ mod comm;
 mod raw;
 mod request;
 
-pub(crate) use comm::{agree_setup, local_stream};
-pub use comm::{
-    cuda_unavailable, node_local, nonblocking_collectives_on_device, MpiCudaBuilder, MpiCudaComm,
-};
-pub(crate) use raw::cuda as raw_cuda;
+pub use super::cuda_common::{cuda_unavailable, node_local};
+pub use comm::{nonblocking_collectives_on_device, MpiCudaBuilder, MpiCudaComm};
 pub use raw::IpcBuffer;

@@ -14,14 +14,6 @@ use crate::backend::mpi_host::raw as host;
 use crate::element::Element;
 use crate::error::{Error, Result};
 
-/// A cudarc driver error as ours.
-pub(crate) fn cuda(op: &'static str, e: cudarc::driver::DriverError) -> Error {
-    Error::Cuda {
-        op,
-        message: e.to_string(),
-    }
-}
-
 /// The address MPI gets for an empty buffer: a host address that is never read or written (MPI does
 /// not touch a buffer with a zero count), never a sentinel such as `MPI_IN_PLACE`.
 fn empty() -> *mut c_void {
@@ -104,10 +96,13 @@ impl<T: Element> IpcBuffer<T> {
                 count: len,
                 limit: usize::MAX / std::mem::size_of::<T>().max(1),
             })?;
-        stream.context().bind_to_thread().map_err(|e| cuda(OP, e))?;
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| Error::cuda(OP, e))?;
         // CUDA refuses empty allocations: an empty buffer keeps one byte it never uses.
         // SAFETY: a plain allocation of at least one byte in the context bound above.
-        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| cuda(OP, e))?;
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| Error::cuda(OP, e))?;
         // The zeroing is ordered on `stream`, the stream every later use of the buffer is ordered
         // after. `cuMemsetD8` (no stream) would run on the legacy default stream, which a
         // non-blocking stream (cudarc's `new_stream`, ours) does not wait for: an upload enqueued next
@@ -119,7 +114,7 @@ impl<T: Element> IpcBuffer<T> {
         {
             // SAFETY: allocated above, never handed out, freed once.
             let _ = unsafe { result::free_sync(ptr) };
-            return Err(cuda(OP, e));
+            return Err(Error::cuda(OP, e));
         }
         // SAFETY: `ptr` is a live allocation of at least `len * size_of::<T>()` zeroed bytes (a valid
         // `T` each: elements are Pod), owned from here by the slice, which this buffer keeps from

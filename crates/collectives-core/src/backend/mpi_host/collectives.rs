@@ -13,11 +13,12 @@ use super::comm::MpiComm;
 use super::raw::{self, either};
 use super::request::{Form, Region};
 use crate::check;
+use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
-use crate::op::{check_op, BackendKind, ReduceOp};
+use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 
 const BACKEND: BackendKind = BackendKind::MpiHost;

@@ -379,6 +379,33 @@ impl MpiComm {
         .map(drop)
     }
 
+    /// The ranks of this communicator that share this rank's node (`MPI_Comm_split_type` with
+    /// `MPI_COMM_TYPE_SHARED`), ordered as here, with checked mode off. Collective: every rank
+    /// calls it.
+    ///
+    /// The device backends use it to pick a GPU per node-local rank; code built on them uses it to
+    /// find the ranks it can reach through shared or CUDA IPC memory.
+    ///
+    /// # Errors
+    /// [`Error::Mpi`](crate::Error::Mpi) from the split.
+    pub fn split_shared(&self) -> Result<MpiComm> {
+        const OP: &str = "split_shared";
+        // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split_type overwrites it.
+        let mut local: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid communicator, constants from rsmpi's shim, a valid out-pointer.
+        raw::check(OP, unsafe {
+            ffi::MPI_Comm_split_type(
+                self.raw,
+                ffi::RSMPI_COMM_TYPE_SHARED,
+                self.rank as c_int,
+                ffi::RSMPI_INFO_NULL,
+                &mut local,
+            )
+        })?;
+        // SAFETY: `local` was just created for this rank and is owned by nobody else.
+        Ok(unsafe { MpiComm::from_raw(local) }?.with_checked(false))
+    }
+
     /// The largest tag this MPI accepts (`MPI_TAG_UB`).
     pub fn tag_ub(&self) -> i32 {
         self.tag_ub

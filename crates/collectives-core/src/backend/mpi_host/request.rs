@@ -225,7 +225,7 @@ pub(crate) fn wait_requests(
         // SAFETY: `stats` points at `statuses`, which MPI has finished writing.
         let statuses = unsafe { std::slice::from_raw_parts(stats, requests.len()) };
         raw::check(op, code(rc, statuses))?;
-        Ok(flag != 0)
+        Ok::<bool, Error>(flag != 0)
     })?;
     Ok(polled == Polled::Done)
 }

@@ -14,17 +14,18 @@ use cudarc::driver::{CudaEvent, CudaSlice};
 use mpi::ffi;
 
 use super::comm::MpiStagedComm;
-use super::raw::{self, Lease};
+use super::raw;
 use super::request::StagedPending;
-use crate::backend::mpi_cuda::raw_cuda as cuda;
+use crate::backend::cuda_common::{self, Lease};
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::Region;
 use crate::check;
+use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
-use crate::error::Result;
-use crate::op::{check_op, BackendKind, ReduceOp};
+use crate::error::{Error, Result};
+use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 
 const BACKEND: BackendKind = BackendKind::MpiStaged;
@@ -54,8 +55,10 @@ impl MpiStagedComm {
         host: &mut [T],
         range: std::ops::Range<usize>,
     ) -> Result<CudaEvent> {
-        raw::download(op, &self.stream, src, range.clone(), &mut host[range])?;
-        self.stream.record_event(None).map_err(|e| cuda(op, e))
+        cuda_common::download(op, &self.stream, src, range.clone(), &mut host[range])?;
+        self.stream
+            .record_event(None)
+            .map_err(|e| Error::cuda(op, e))
     }
 
     /// The all-reduce of `send` (or of `recv` in place) into `recv` in chunks: the copy of chunk
@@ -116,7 +119,7 @@ impl MpiStagedComm {
                 }?;
                 events.push(event);
             }
-            events[k].synchronize().map_err(|e| cuda(op, e))?;
+            events[k].synchronize().map_err(|e| Error::cuda(op, e))?;
             let r = ranges[k].clone();
             match &send {
                 Some((_, lease)) => self.host.all_reduce(
@@ -128,7 +131,7 @@ impl MpiStagedComm {
                     .host
                     .all_reduce_in_place(&mut out.host_mut()[r.clone()], red)?,
             }
-            raw::upload(op, &self.stream, &out.host()[r.clone()], recv, r)?;
+            cuda_common::upload(op, &self.stream, &out.host()[r.clone()], recv, r)?;
         }
         self.sync(op)
     }

@@ -5,15 +5,14 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
-use super::raw::{self, Lease, Pool};
-use crate::backend::mpi_cuda::{agree_setup, local_stream, raw_cuda as cuda};
+use super::raw;
+use crate::backend::cuda_common::{self, Lease, Pool};
+use crate::backend::cuda_common::{agree_setup, local_stream};
 use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
 use crate::comm::Communicator;
 use crate::element::Element;
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::op::{BackendKind, ReduceOp};
 
 /// A communicator of the staged backend: device buffers (`CudaSlice<T>`) copied to pinned host memory,
@@ -96,16 +95,16 @@ impl MpiStagedComm {
         let dup = mpi.dup()?;
         let host = dup.dup()?.with_checked(false).linked_to(&dup);
         let stream = agree_setup(OP, &dup, stream)?;
-        let mut chunk = [raw::env_bytes(raw::CHUNK_ENV, raw::DEFAULT_CHUNK_BYTES) as u64];
+        let mut chunk = [cuda_common::env_bytes(raw::CHUNK_ENV, raw::DEFAULT_CHUNK_BYTES) as u64];
         host.all_reduce_in_place(&mut chunk[..], ReduceOp::Min)?;
         let ctx = stream.context().clone();
-        ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
         Ok(MpiStagedComm {
             mpi: dup,
             host,
             pool: Pool::new(
                 ctx.clone(),
-                raw::env_bytes(raw::POOL_ENV, raw::DEFAULT_POOL_BYTES),
+                cuda_common::env_bytes(cuda_common::POOL_ENV, cuda_common::DEFAULT_POOL_BYTES),
             ),
             ctx,
             stream,
@@ -198,7 +197,7 @@ impl MpiStagedComm {
     }
 
     pub(super) fn sync(&self, op: &'static str) -> Result<()> {
-        self.stream.synchronize().map_err(|e| cuda(op, e))
+        self.stream.synchronize().map_err(|e| Error::cuda(op, e))
     }
 
     /// The argument rules this communicator shares with the other MPI backend on device memory.
@@ -233,7 +232,7 @@ impl MpiStagedComm {
         dev: &CudaSlice<T>,
         host: &mut [T],
     ) -> Result<()> {
-        raw::stage_in(op, &self.stream, dev, host)
+        cuda_common::stage_in(op, &self.stream, dev, host)
     }
 
     /// Copy `host` into `dev` and wait for the copy.
@@ -243,12 +242,12 @@ impl MpiStagedComm {
         host: &[T],
         dev: &mut CudaSlice<T>,
     ) -> Result<()> {
-        raw::stage_out(op, &self.stream, host, dev)
+        cuda_common::stage_out(op, &self.stream, host, dev)
     }
 
-    /// See [`raw::foreign`].
+    /// See [`cuda_common::foreign`].
     pub(super) fn foreign<T>(&self, op: &'static str, buf: &CudaSlice<T>) -> Result<()> {
-        raw::foreign(op, &self.stream, buf)
+        cuda_common::foreign(op, &self.stream, buf)
     }
 
     /// A communicator for a new MPI communicator of some of these ranks, on the same stream.

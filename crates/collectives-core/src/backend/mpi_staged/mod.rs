@@ -29,7 +29,6 @@ mod comm;
 mod raw;
 mod request;
 
+pub use super::cuda_common::{parse_bytes, DEFAULT_POOL_BYTES, POOL_ENV};
 pub use comm::MpiStagedComm;
-pub(crate) use raw::{env_bytes, stage_in, Lease, Pool};
-pub use raw::{parse_bytes, CHUNK_ENV, DEFAULT_CHUNK_BYTES, DEFAULT_POOL_BYTES, POOL_ENV};
-pub(crate) use request::StagedPending;
+pub use raw::{CHUNK_ENV, DEFAULT_CHUNK_BYTES};

@@ -15,11 +15,12 @@ use super::comm::{NcclComm, UnevenAlgorithm};
 use super::raw;
 use super::request::NcclPending;
 use crate::check;
+use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Buffer, Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::op::{check_op, BackendKind, ReduceOp};
+use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 
 const BACKEND: BackendKind = BackendKind::Nccl;
@@ -285,7 +286,7 @@ impl NcclComm {
         let event = self
             .stream
             .record_event(None)
-            .map_err(|e| raw::cuda(op, e))?;
+            .map_err(|e| Error::cuda(op, e))?;
         Ok(scope.register(Box::new(NcclPending {
             comm: self,
             event,
@@ -327,7 +328,7 @@ impl Communicator for NcclComm {
         let mut one = self
             .stream
             .alloc_zeros::<f32>(1)
-            .map_err(|e| raw::cuda(OP, e))?;
+            .map_err(|e| Error::cuda(OP, e))?;
         self.enqueue_all_reduce(OP, None, &mut one, ReduceOp::Sum, 1)?;
         self.synchronize()
     }
@@ -854,7 +855,7 @@ impl Communicator for NcclComm {
                 "NCCL returned no communicator for a color",
             ));
         }
-        let stream = self.ctx.new_stream().map_err(|e| raw::cuda(OP, e))?;
+        let stream = self.ctx.new_stream().map_err(|e| Error::cuda(OP, e))?;
         let comm = NcclComm {
             lib: self.lib,
             raw: new,

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaStream};
-use mpi::ffi as mpi_ffi;
 use nccl_sys as sys;
 
 use super::raw;
+use crate::backend::cuda_common::{cuda_driver_present, node_local};
 use crate::backend::mpi_host::MpiComm;
 use crate::check;
 use crate::comm::Communicator;
@@ -107,37 +107,6 @@ impl fmt::Debug for NcclComm {
     }
 }
 
-/// The ranks of `mpi` that share this rank's node (`MPI_Comm_split_type` with
-/// `MPI_COMM_TYPE_SHARED`), ordered as in `mpi`. Collective over `mpi`.
-pub(crate) fn node_comm(mpi: &MpiComm) -> Result<MpiComm> {
-    // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split_type overwrites it.
-    let mut local: mpi_ffi::MPI_Comm = unsafe { std::mem::zeroed() };
-    // SAFETY: valid communicator, constants from rsmpi's shim, valid out-pointer.
-    let rc = unsafe {
-        mpi_ffi::MPI_Comm_split_type(
-            mpi.as_raw(),
-            mpi_ffi::RSMPI_COMM_TYPE_SHARED,
-            mpi.rank() as c_int,
-            mpi_ffi::RSMPI_INFO_NULL,
-            &mut local,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::invalid(
-            "node_comm",
-            format!("MPI_Comm_split_type failed with code {rc}"),
-        ));
-    }
-    // SAFETY: `local` was just created for this rank and is owned by nobody else.
-    Ok(unsafe { MpiComm::from_raw(local) }?.with_checked(false))
-}
-
-/// This rank's index among the ranks of its node, and their number.
-fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
-    let local = node_comm(mpi)?;
-    Ok((local.rank(), local.size()))
-}
-
 impl NcclComm {
     /// An NCCL communicator over the ranks of `mpi`, one GPU per rank: `device`, or the GPU of this
     /// rank's node-local index. Collective over `mpi`.
@@ -185,7 +154,7 @@ impl NcclComm {
         for (d, s) in uid.internal.iter_mut().zip(id.iter()) {
             *d = *s as _;
         }
-        let stream = ctx.new_stream().map_err(|e| raw::cuda(OP, e))?;
+        let stream = ctx.new_stream().map_err(|e| Error::cuda(OP, e))?;
         let mut config = sys::config_initializer();
         config.blocking = 0;
         let mut comm: sys::ncclComm_t = std::ptr::null_mut();
@@ -247,7 +216,7 @@ impl NcclComm {
         let mut one = made
             .stream
             .alloc_zeros::<f32>(1)
-            .map_err(|e| raw::cuda(OP, e))?;
+            .map_err(|e| Error::cuda(OP, e))?;
         {
             let f = sys::nccl_fn!(lib, ncclAllReduce).map_err(raw::unavailable)?;
             let (p, _g) = cudarc::driver::DevicePtrMut::device_ptr_mut(&mut one, &made.stream);
@@ -275,14 +244,14 @@ impl NcclComm {
     ) -> Result<(&'static sys::Library, Arc<CudaContext>)> {
         const OP: &str = "from_mpi";
         let lib = raw::library()?;
-        if !raw::cuda_driver_present() {
+        if !cuda_driver_present() {
             return Err(Error::Unavailable {
                 what: "the CUDA driver",
                 message: "libcuda could not be opened".into(),
             });
         }
         let count = CudaContext::device_count()
-            .map_err(|e| raw::cuda(OP, e))?
+            .map_err(|e| Error::cuda(OP, e))?
             .max(0) as usize;
         let (local_rank, local_size) = node_local(mpi)?;
         let device = match device {
@@ -304,8 +273,8 @@ impl NcclComm {
                 format!("device {device} does not exist ({count} GPU(s) visible)"),
             ));
         }
-        let ctx = CudaContext::new(device).map_err(|e| raw::cuda(OP, e))?;
-        ctx.bind_to_thread().map_err(|e| raw::cuda(OP, e))?;
+        let ctx = CudaContext::new(device).map_err(|e| Error::cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
         Ok((lib, ctx))
     }
 
@@ -410,8 +379,10 @@ impl NcclComm {
         let event = self
             .stream
             .record_event(None)
-            .map_err(|e| raw::cuda(OP, e))?;
-        self.wait_for(OP, || event.try_is_complete().map_err(|e| raw::cuda(OP, e)))
+            .map_err(|e| Error::cuda(OP, e))?;
+        self.wait_for(OP, || {
+            event.try_is_complete().map_err(|e| Error::cuda(OP, e))
+        })
     }
 
     /// Block on the host until every rank has called it (an MPI barrier; no device work is ordered).
@@ -469,6 +440,13 @@ impl NcclComm {
         } else {
             Err(raw::error(self.lib, self.raw, op, state))
         }
+    }
+
+    /// The [`Error::Nccl`] for `code`, a result a raw NCCL call on this communicator returned
+    /// (its name from `ncclGetErrorString`, the communicator's `ncclGetLastError`), for callers
+    /// that make NCCL calls of their own on [`as_raw`](Self::as_raw).
+    pub fn error(&self, op: &'static str, code: sys::ncclResult_t) -> Error {
+        raw::error(self.lib, self.raw, op, code)
     }
 
     /// Turn a call's result into a `Result`; `ncclInProgress` is waited out with the deadline.

@@ -25,7 +25,5 @@ mod comm;
 mod raw;
 mod request;
 
-pub(crate) use comm::node_comm;
+pub use super::cuda_common::cuda_driver_present;
 pub use comm::{GroupGuard, NcclComm, UnevenAlgorithm};
-pub(crate) use raw::cuda;
-pub use raw::cuda_driver_present;

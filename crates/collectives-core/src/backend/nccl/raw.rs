@@ -10,24 +10,12 @@ use crate::op::ReduceOp;
 
 /// The process-wide NCCL library, or why it cannot be used.
 pub(crate) fn library() -> Result<&'static sys::Library> {
-    sys::library().map_err(|e| Error::Unavailable {
-        what: "NCCL",
-        message: e.to_string(),
-    })
+    sys::library().map_err(Error::from)
 }
 
 /// Turn a missing optional entry point into our error type.
 pub(crate) fn unavailable(e: sys::Error) -> Error {
-    Error::Unavailable {
-        what: "NCCL",
-        message: e.to_string(),
-    }
-}
-
-/// Whether the CUDA driver library can be opened (cudarc would panic on first use otherwise).
-pub fn cuda_driver_present() -> bool {
-    // SAFETY: the probe only tries to open libcuda with the dynamic loader and closes it again.
-    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
+    Error::from(e)
 }
 
 /// `ncclGetErrorString` of a code.
@@ -96,14 +84,6 @@ pub(crate) fn redop(op: ReduceOp) -> sys::ncclRedOp_t {
         ReduceOp::Max => sys::ncclMax,
         ReduceOp::Min => sys::ncclMin,
         ReduceOp::Avg => sys::ncclAvg,
-    }
-}
-
-/// A cudarc driver error as ours.
-pub(crate) fn cuda(op: &'static str, e: cudarc::driver::DriverError) -> Error {
-    Error::Cuda {
-        op,
-        message: e.to_string(),
     }
 }
 

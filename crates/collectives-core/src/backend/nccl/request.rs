@@ -5,8 +5,7 @@ use std::marker::PhantomData;
 use cudarc::driver::CudaEvent;
 
 use super::comm::NcclComm;
-use super::raw;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::request::Pending;
 
 /// One non-blocking NCCL operation on buffers borrowed for `'s`.
@@ -25,9 +24,9 @@ impl Pending for NcclPending<'_> {
         }
         let op = self.op;
         let event = &self.event;
-        let r = self
-            .comm
-            .wait_for(op, || event.try_is_complete().map_err(|e| raw::cuda(op, e)));
+        let r = self.comm.wait_for(op, || {
+            event.try_is_complete().map_err(|e| Error::cuda(op, e))
+        });
         self.done = true;
         r
     }
@@ -39,7 +38,7 @@ impl Pending for NcclPending<'_> {
         let complete = self
             .event
             .try_is_complete()
-            .map_err(|e| raw::cuda(self.op, e))?;
+            .map_err(|e| Error::cuda(self.op, e))?;
         if !complete {
             self.comm.async_error(self.op)?;
             return Ok(false);

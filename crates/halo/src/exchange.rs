@@ -1,53 +1,22 @@
 //! [`HaloExchange`]: the exchange on the NCCL backend.
 
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::fmt;
-
 use std::sync::Arc;
 
+use collectives_core::{check, Communicator, Error, NcclComm, ReduceOp, Result};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use datatype_pack::gpu::{FusedCopier, FusedPacker, GpuOptions, GridCap};
 use nccl_sys as sys;
 
-use super::geometry::{pack_error, HaloPlan, HaloSpec, Neighbours, ProcessGrid};
-use super::peer::{HaloTransport, PeerLinks};
-use crate::backend::nccl::{cuda, NcclComm};
-use crate::check;
-use crate::comm::Communicator;
-use crate::error::{Error, Result};
-use crate::op::ReduceOp;
+use crate::error::pack_error;
+use crate::grid::ProcessGrid;
+use crate::peer::{HaloTransport, PeerLinks};
+use crate::plan::{HaloPlan, Message};
+use crate::spec::{HaloSpec, Neighbours};
 
 const OP: &str = "halo_exchange";
-
-fn unavailable(e: sys::Error) -> Error {
-    Error::Unavailable {
-        what: "NCCL",
-        message: e.to_string(),
-    }
-}
-
-fn nccl_error(lib: &sys::Library, op: &'static str, code: sys::ncclResult_t) -> Error {
-    let name = sys::nccl_fn!(lib, ncclGetErrorString)
-        .ok()
-        .map(|f| {
-            // SAFETY: ncclGetErrorString returns a static NUL-terminated string for any code.
-            let p = unsafe { f(code) };
-            if p.is_null() {
-                String::new()
-            } else {
-                // SAFETY: non-null, NUL-terminated and static (see above).
-                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-            }
-        })
-        .unwrap_or_default();
-    Error::Nccl {
-        op,
-        code,
-        name,
-        message: String::new(),
-    }
-}
 
 /// Time of each step of one exchange run step by step ([`HaloExchange::exchange_timed`]), in
 /// milliseconds, from CUDA events on the communicator's stream.
@@ -271,18 +240,18 @@ impl<'c> HaloExchange<'c> {
         let ctx = comm.context();
         let opts = options.clone();
         let stream = comm.stream();
-        let side = ctx.new_stream().map_err(|e| cuda(OP, e))?;
-        let unpacker = ctx.new_stream().map_err(|e| cuda(OP, e))?;
-        ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
+        let side = ctx.new_stream().map_err(|e| Error::cuda(OP, e))?;
+        let unpacker = ctx.new_stream().map_err(|e| Error::cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
         let (_least, greatest) =
-            cudarc::driver::result::stream::get_priority_range().map_err(|e| cuda(OP, e))?;
+            cudarc::driver::result::stream::get_priority_range().map_err(|e| Error::cuda(OP, e))?;
         let wire = ctx
             .new_stream_with_priority(greatest)
-            .map_err(|e| cuda(OP, e))?;
+            .map_err(|e| Error::cuda(OP, e))?;
         // Pulls are on the critical path like NCCL's kernels: their blocks go first too.
         let puller = ctx
             .new_stream_with_priority(greatest)
-            .map_err(|e| cuda(OP, e))?;
+            .map_err(|e| Error::cuda(OP, e))?;
         // Collective: agrees with the node's other ranks which neighbours are reached by IPC.
         let links = PeerLinks::new(
             comm,
@@ -342,7 +311,7 @@ impl<'c> HaloExchange<'c> {
         };
         let recv_buf = stream
             .alloc_zeros::<u8>((plan.recv_bytes() as usize).max(1))
-            .map_err(|e| cuda(OP, e))?;
+            .map_err(|e| Error::cuda(OP, e))?;
         // Taken once, while nothing else uses the buffer; the guard's event is recorded now.
         let recv_ptr = recv_buf.device_ptr(stream).0;
         let (send_ptr, send_len) = links.send_buffer();
@@ -350,11 +319,11 @@ impl<'c> HaloExchange<'c> {
         comm.synchronize()?;
         let ev = || {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                .map_err(|e| cuda(OP, e))
+                .map_err(|e| Error::cuda(OP, e))
         };
         let timed = || {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| cuda(OP, e))
+                .map_err(|e| Error::cuda(OP, e))
         };
         let timing = [
             timed()?,
@@ -487,7 +456,7 @@ impl<'c> HaloExchange<'c> {
         let main = self.comm.stream().clone();
         let (fp, _write) = field.device_ptr_mut(&main);
         let field_bytes = self.field_len * 8;
-        let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
+        let ev = |e: cudarc::driver::DriverError| Error::cuda(OP, e);
         self.links.begin();
         let streams = self.streams_used();
         if streams.wire || streams.puller {
@@ -510,8 +479,8 @@ impl<'c> HaloExchange<'c> {
     /// Which streams besides the communicator's an exchange uses: every hop between streams
     /// costs microseconds on the critical path, so none is forked for nothing.
     fn streams_used(&self) -> StreamsUsed {
-        let nccl = |m: &super::Message| !self.links.is_ipc(m.peer);
-        let ipc = |m: &super::Message| self.links.is_ipc(m.peer);
+        let nccl = |m: &Message| !self.links.is_ipc(m.peer);
+        let ipc = |m: &Message| self.links.is_ipc(m.peer);
         StreamsUsed {
             side: self.local.is_some(),
             wire: self.plan.sends().iter().any(nccl) || self.plan.recvs().iter().any(nccl),
@@ -532,7 +501,7 @@ impl<'c> HaloExchange<'c> {
         field: u64,
         field_bytes: usize,
     ) -> Result<()> {
-        let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
+        let ev = |e: cudarc::driver::DriverError| Error::cuda(OP, e);
         let chunks = self.plan.chunks();
         self.links.wait_consumed(main)?;
         for k in 0..chunks {
@@ -579,7 +548,7 @@ impl<'c> HaloExchange<'c> {
     }
 
     fn join(&self, main: &Arc<CudaStream>, streams: StreamsUsed) -> Result<()> {
-        let ev = |e: cudarc::driver::DriverError| cuda(OP, e);
+        let ev = |e: cudarc::driver::DriverError| Error::cuda(OP, e);
         if streams.side {
             self.sync.side_done.record(&self.side).map_err(ev)?;
             main.wait(&self.sync.side_done).map_err(ev)?;
@@ -693,11 +662,11 @@ impl<'c> HaloExchange<'c> {
         let _span = tracing::trace_span!("halo_transfer", chunk = k).entered();
         let comm = self.comm;
         let lib = comm.library();
-        let send_fn = sys::nccl_fn!(lib, ncclSend).map_err(unavailable)?;
-        let recv_fn = sys::nccl_fn!(lib, ncclRecv).map_err(unavailable)?;
+        let send_fn = sys::nccl_fn!(lib, ncclSend)?;
+        let recv_fn = sys::nccl_fn!(lib, ncclRecv)?;
         let raw_stream = stream.cu_stream() as sys::cudaStream_t;
         let (sp, rp) = (self.send_ptr, self.recv_ptr);
-        let nccl = |m: &&super::Message| m.chunk == k && !self.links.is_ipc(m.peer);
+        let nccl = |m: &&Message| m.chunk == k && !self.links.is_ipc(m.peer);
         let mut sends = self.plan.sends().iter().filter(nccl).peekable();
         let mut recvs = self.plan.recvs().iter().filter(nccl).peekable();
         if sends.peek().is_none() && recvs.peek().is_none() {
@@ -722,7 +691,7 @@ impl<'c> HaloExchange<'c> {
             };
             if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
                 drop(group);
-                return Err(nccl_error(lib, OP_X, rc));
+                return Err(comm.error(OP_X, rc));
             }
         }
         for m in recvs {
@@ -741,7 +710,7 @@ impl<'c> HaloExchange<'c> {
             };
             if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
                 drop(group);
-                return Err(nccl_error(lib, OP_X, rc));
+                return Err(comm.error(OP_X, rc));
             }
         }
         group.end()
@@ -759,7 +728,7 @@ impl<'c> HaloExchange<'c> {
         const OP_T: &str = "halo_exchange_timed";
         let _span = tracing::trace_span!("halo_exchange_timed").entered();
         self.check_field(OP_T, field)?;
-        let ev = |e: cudarc::driver::DriverError| cuda(OP_T, e);
+        let ev = |e: cudarc::driver::DriverError| Error::cuda(OP_T, e);
         let main = self.comm.stream().clone();
         let chunks = self.plan.chunks();
         let t = &self.timing;

@@ -1,8 +1,8 @@
 //! GPU pack throughput of the generated kernels against copy baselines, on one GPU (no MPI): the
-//! benchmark behind `collbench pack` and the `pack_bench` example.
+//! measurement behind `collbench pack`.
 //!
 //! For each layout: our pack (the generated kernel through [`Packer`], flat or by axes as
-//! [`crate::LaunchShape::for_plan`] picks, or one fused launch through [`FusedPacker`]) against
+//! [`LaunchShape::for_plan`](datatype_pack::LaunchShape::for_plan) picks, or one fused launch through [`FusedPacker`]) against
 //! (a) `cuMemcpyDtoDAsync` of the same number of bytes (the ceiling),
 //! (b) `cuMemcpy2DAsync` where the layout is 2-D (one dimension over a block),
 //! (c) one `cuMemcpyDtoDAsync` per block (what MPI libraries do); above
@@ -35,17 +35,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::sys::{self, CUevent_flags, CUmemorytype};
-use cudarc::driver::{
+use collectives_core::cudarc::driver::sys::{self, CUevent_flags, CUmemorytype};
+use collectives_core::cudarc::driver::{
     CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DriverError,
     LaunchConfig, PushKernelArg,
 };
-use cudarc::nvrtc::Ptx;
+use collectives_core::cudarc::nvrtc::Ptx;
 
-use crate::construct::{subarray, vector, Order};
-use crate::error::{Error, Result};
-use crate::gpu::{self, FusedPacker, GpuOptions, GridCap, Packer};
-use crate::{codegen, fused, StridedBlock};
+use datatype_pack::construct::{subarray, vector, Order};
+use datatype_pack::gpu::{self, FusedPacker, GpuOptions, GridCap, Packer};
+use datatype_pack::{codegen, fused, Error, Result, StridedBlock};
 
 /// Timed iterations of each measurement.
 pub const ITERS: usize = 25;
@@ -133,7 +132,7 @@ fn cu(r: sys::CUresult) -> Result<()> {
     }
 }
 
-/// A timed iteration moves about this many bytes ([`Bench::reps`]).
+/// A timed iteration moves about this many bytes (`Bench::reps` picks the number of operations that does).
 pub const REP_BYTES: u64 = 256 << 20;
 /// Fewest back-to-back operations per timed iteration.
 pub const MIN_REPS: u64 = 4;

@@ -1,17 +1,23 @@
-//! Halo exchange of a 3-D block per rank on device memory (feature `nccl`): fused pack
+//! Halo exchange of a 3-D block per rank on device memory, over the NCCL backend of
+//! `collectives-core` and the GPU packers of `datatype-pack`: fused pack
 //! launches, then for each neighbour rank either a grouped NCCL transfer and a fused unpack, or,
 //! for a neighbour on the same node whose GPU this one reaches, one launch that reads the
 //! neighbour's packed bytes over CUDA IPC straight into the ghost cells; pipelined in chunks,
 //! with direct copies where a rank is its own neighbour.
 //!
-//! | item | what it is |
+//! | module | what it holds |
 //! |---|---|
-//! | [`HaloSpec`] | cells per rank `[nx, ny, nz]`, radius, quantities (f64), [`Neighbours::Faces`] or [`Neighbours::All`], optional process grid, pipeline chunks |
-//! | [`ProcessGrid`], [`dims_create`] | the periodic 3-D grid of ranks (like `MPI_Dims_create`) and each rank's neighbours |
-//! | [`HaloPlan`] | the regions a rank packs and unpacks (subarrays lowered to `datatype_pack` plans), its [`Message`]s per chunk, its [`LocalCopy`]s and wrap copies ([`wrap_box`]) |
-//! | [`HaloExchange`] | the exchange on an [`NcclComm`](crate::NcclComm): [`exchange`](HaloExchange::exchange), [`exchange_timed`](HaloExchange::exchange_timed) and its [`HaloTimes`] |
-//! | [`HaloTransport`] | how neighbour ranks are reached: CUDA IPC on the same node where possible, else NCCL ([`Auto`](HaloTransport::Auto)), or NCCL only |
-//! | [`initial_field`], [`expected_field`], [`exchange_on_cpu`] | the reference: every ghost cell computed from the global field, and the whole exchange on the CPU |
+//! | [`spec`] | [`HaloSpec`]: cells per rank `[nx, ny, nz]`, radius, quantities (f64), [`Neighbours::Faces`] or [`Neighbours::All`] and their [`Direction`]s, optional process grid, pipeline chunks |
+//! | [`grid`] | [`ProcessGrid`], [`dims_create`]: the periodic 3-D grid of ranks (like `MPI_Dims_create`) and each rank's neighbours |
+//! | [`boxes`] | [`CellBox`]es of a rank's padded block: what it sends ([`send_box`]) and receives ([`ghost_box`]), wrap sources ([`wrap_box`]), as `datatype_pack` plans ([`box_plan`]) |
+//! | [`plan`] | [`HaloPlan`]: the regions a rank packs and unpacks, its [`Message`]s per chunk, its [`LocalCopy`]s and wrap copies |
+//! | [`reference`](mod@reference) | the CPU reference: [`initial_field`], [`expected_field`] (every ghost cell computed from the global field) and [`exchange_on_cpu`] (the whole exchange on the CPU) |
+//! | [`exchange`](mod@exchange) | [`HaloExchange`]: the exchange on an [`NcclComm`](collectives_core::NcclComm): [`exchange`](HaloExchange::exchange), [`exchange_timed`](HaloExchange::exchange_timed) and its [`HaloTimes`] |
+//! | [`peer`] | [`HaloTransport`]: how neighbour ranks are reached: CUDA IPC on the same node where possible, else NCCL ([`Auto`](HaloTransport::Auto)), or NCCL only |
+//!
+//! Every item is also re-exported at the crate root. Errors are `collectives-core`'s
+//! [`Error`](collectives_core::Error); the facade crate `collectives` re-exports this crate as
+//! `collectives::halo`.
 //!
 //! # Layout
 //!
@@ -66,16 +72,16 @@
 //! forked stream waits for the communicator's stream first, which waits for it last, so
 //! to the caller the exchange is one stream-ordered operation like every NCCL operation of
 //! this crate: [`HaloExchange::exchange`] returns without waiting and the field is ready when
-//! the communicator's stream gets there ([`NcclComm::synchronize`](crate::NcclComm::synchronize)).
+//! the communicator's stream gets there ([`NcclComm::synchronize`](collectives_core::NcclComm::synchronize)).
 //! [`HaloExchange::exchange_timed`] runs the same steps one after the other on the
 //! communicator's stream, waits, and returns the time of each step (CUDA events): where the
 //! time goes, not what the pipeline costs.
 //!
 //! ```no_run
-//! use collectives_core::halo::{HaloExchange, HaloSpec, Neighbours};
 //! use collectives_core::{device, MpiComm, NcclComm};
+//! use collectives_halo::{HaloExchange, HaloSpec, Neighbours};
 //!
-//! let universe = mpi::initialize().expect("MPI initializes once");
+//! let universe = collectives_core::mpi::initialize().expect("MPI initializes once");
 //! let world = MpiComm::world(&universe)?;
 //! let comm = NcclComm::from_mpi(&world, None)?;
 //! let spec = HaloSpec::cube(64, 3, 8, Neighbours::All);
@@ -85,16 +91,24 @@
 //! comm.synchronize()?;
 //! # Ok::<(), collectives_core::Error>(())
 //! ```
+#![deny(missing_docs)]
 
-mod exchange;
-mod geometry;
-mod peer;
+pub mod boxes;
+mod error;
+pub mod exchange;
+pub mod grid;
+pub mod peer;
+pub mod plan;
+pub mod reference;
+pub mod spec;
 
+pub use boxes::{box_plan, box_plan_of, ghost_box, send_box, wrap_box, CellBox};
 pub use exchange::{HaloExchange, HaloTimes, LOCAL_BLOCKS_PER_SM};
-pub use geometry::{
-    box_plan, box_plan_of, dims_create, directions, exchange_on_cpu, expected_field, ghost_box,
-    global_cell, global_cells, initial_field, reference_value, send_box, wrap_box, CellBox,
-    Direction, HaloPlan, HaloSpec, LocalCopy, Message, Neighbours, ProcessGrid, DEFAULT_CHUNKS,
-    GHOST_FILL, MAX_CHUNKS, MESSAGE_ALIGN,
-};
+pub use grid::{dims_create, ProcessGrid};
 pub use peer::HaloTransport;
+pub use plan::{HaloPlan, LocalCopy, Message, MESSAGE_ALIGN};
+pub use reference::{
+    exchange_on_cpu, expected_field, global_cell, global_cells, initial_field, reference_value,
+    GHOST_FILL,
+};
+pub use spec::{directions, Direction, HaloSpec, Neighbours, DEFAULT_CHUNKS, MAX_CHUNKS};

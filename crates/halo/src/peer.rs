@@ -14,23 +14,23 @@
 //!   buffer is never overwritten while a peer still reads it.
 //!
 //! Which pairs use IPC is agreed by both ranks of the pair when the exchange is made
-//! ([`PeerLinks::new`]); every other neighbour goes through NCCL as before.
+//! ([`HaloExchange::new`](crate::HaloExchange::new)); every other neighbour goes through NCCL as before.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::c_uint;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use collectives_core::{Communicator, Error, NcclComm, ReduceOp, Result};
 use cudarc::driver::sys::{self as cu, CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaStream};
 use datatype_pack::fused::Region;
 use datatype_pack::gpu::{FusedPacker, GpuOptions};
 
-use super::geometry::{pack_error, HaloPlan, HaloSpec, ProcessGrid};
-use crate::backend::nccl::{cuda, node_comm, NcclComm};
-use crate::comm::Communicator;
-use crate::error::{Error, Result};
-use crate::op::ReduceOp;
+use crate::error::pack_error;
+use crate::grid::ProcessGrid;
+use crate::plan::HaloPlan;
+use crate::spec::HaloSpec;
 
 const OP: &str = "halo_peer";
 
@@ -74,7 +74,7 @@ struct DeviceAlloc {
 
 impl DeviceAlloc {
     fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
-        ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
+        ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
         let mut ptr: cu::CUdeviceptr = 0;
         // SAFETY: valid out-pointer; the context is current on this thread.
         check(OP, "cuMemAlloc", unsafe {
@@ -89,7 +89,7 @@ impl DeviceAlloc {
             cu::cuMemsetD8_v2(ptr, 0, alloc.bytes)
         })?;
         // The memset runs on the legacy stream; nothing may use the memory before it is done.
-        ctx.synchronize().map_err(|e| cuda(OP, e))?;
+        ctx.synchronize().map_err(|e| Error::cuda(OP, e))?;
         Ok(alloc)
     }
 
@@ -188,7 +188,7 @@ struct Receiver {
 
 /// The IPC side of one exchange: this rank's send buffer (exportable), its inbox of flags, the
 /// mappings of its IPC neighbours' send buffers and inboxes, and the pull launches.
-pub(super) struct PeerLinks {
+pub(crate) struct PeerLinks {
     ctx: Arc<CudaContext>,
     rank: usize,
     chunks: usize,
@@ -250,7 +250,7 @@ impl PeerLinks {
     /// other and both support 64-bit stream memory operations; when opening any mapping fails
     /// on any rank of the node, no pair of the node uses IPC.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
+    pub(crate) fn new(
         comm: &NcclComm,
         spec: &HaloSpec,
         grid: &ProcessGrid,
@@ -276,7 +276,7 @@ impl PeerLinks {
             streams,
             deadline: comm.timeout(),
         };
-        let node = node_comm(comm.mpi())?;
+        let node = comm.mpi().split_shared()?;
         let uuid = ctx.uuid().map(|u| uuid_words(&u)).unwrap_or([0, 0]);
         let memops = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)
@@ -349,7 +349,7 @@ impl PeerLinks {
         by_rank: &BTreeMap<usize, &[u64]>,
         options: &GpuOptions,
     ) -> Result<()> {
-        self.ctx.bind_to_thread().map_err(|e| cuda(OP, e))?;
+        self.ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
         let inbox = |words: &[u64]| Mapping::open(&words[4 + HANDLE_WORDS..]);
         let peers: BTreeSet<usize> = plan
             .sends()
@@ -422,17 +422,17 @@ impl PeerLinks {
     }
 
     /// Whether messages to and from `peer` go through IPC.
-    pub(super) fn is_ipc(&self, peer: usize) -> bool {
+    pub(crate) fn is_ipc(&self, peer: usize) -> bool {
         self.ipc.contains(&peer)
     }
 
     /// The send buffer: its device address and length.
-    pub(super) fn send_buffer(&self) -> (u64, usize) {
+    pub(crate) fn send_buffer(&self) -> (u64, usize) {
         self.send.as_ref().map_or((0, 0), |s| (s.ptr, s.bytes))
     }
 
     /// Start the next exchange.
-    pub(super) fn begin(&mut self) {
+    pub(crate) fn begin(&mut self) {
         self.epoch += 1;
     }
 
@@ -473,7 +473,7 @@ impl PeerLinks {
 
     /// On `stream`: wait until every IPC receiver has pulled the previous exchange's bytes out
     /// of the send buffer. Enqueue before the first pack.
-    pub(super) fn wait_consumed(&self, stream: &CudaStream) -> Result<()> {
+    pub(crate) fn wait_consumed(&self, stream: &CudaStream) -> Result<()> {
         for r in &self.receivers {
             let slot = self.slot(self.inbox_ptr(), r.rank, self.chunks);
             self.wait(stream, slot, self.epoch - 1)?;
@@ -483,7 +483,7 @@ impl PeerLinks {
 
     /// On `stream`, after the pack of chunk `k`: tell every IPC receiver of chunk `k` that it
     /// may pull.
-    pub(super) fn signal_ready(&self, stream: &CudaStream, k: usize) -> Result<()> {
+    pub(crate) fn signal_ready(&self, stream: &CudaStream, k: usize) -> Result<()> {
         for r in self.receivers.iter().filter(|r| r.chunks[k]) {
             self.write(stream, self.slot(r.inbox.ptr, self.rank, k), self.epoch)?;
         }
@@ -492,7 +492,7 @@ impl PeerLinks {
 
     /// On `stream`: for every IPC sender of chunk `k`, wait for its ready flag, then read its
     /// packed bytes into the ghost cells of `field` (`field_bytes` bytes).
-    pub(super) fn pull(
+    pub(crate) fn pull(
         &self,
         stream: &CudaStream,
         k: usize,
@@ -518,7 +518,7 @@ impl PeerLinks {
     }
 
     /// On `stream`, after every pull: tell every IPC sender that its send buffer is free.
-    pub(super) fn signal_consumed(&self, stream: &CudaStream) -> Result<()> {
+    pub(crate) fn signal_consumed(&self, stream: &CudaStream) -> Result<()> {
         for s in &self.senders {
             self.write(
                 stream,

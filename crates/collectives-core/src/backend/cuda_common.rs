@@ -1,0 +1,427 @@
+//! CUDA plumbing shared by the device backends on MPI ([`MpiCudaComm`](super::mpi_cuda::MpiCudaComm),
+//! [`MpiStagedComm`](super::mpi_staged::MpiStagedComm)) and the NCCL one, kept in one place so that
+//! no backend reaches into another:
+//!
+//! - whether a GPU can be used ([`cuda_driver_present`], [`cuda_unavailable`]), the node-local
+//!   rank ([`node_local`]), a stream on this rank's GPU (`local_stream`), and agreement on setup
+//!   across ranks (`agree_setup`);
+//! - staging through pinned host memory: the pool of pinned buffers and its leases (`Pool`,
+//!   `Lease`, [`POOL_ENV`], [`DEFAULT_POOL_BYTES`]), copies of element ranges between device and
+//!   pinned memory on a stream, and `StagedPending`, a non-blocking MPI operation on pinned
+//!   buffers whose result is copied back when it completes.
+//!
+//! CUDA driver errors become [`Error::Cuda`] through [`Error::cuda`].
+
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
+
+use crate::backend::mpi_host::request::MpiPending;
+use crate::backend::mpi_host::MpiComm;
+use crate::comm::Communicator;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::op::ReduceOp;
+use crate::request::Pending;
+
+/// Whether the CUDA driver library can be opened (cudarc would panic on first use otherwise).
+pub fn cuda_driver_present() -> bool {
+    // SAFETY: the probe only tries to open libcuda with the dynamic loader and closes it again.
+    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
+}
+
+/// This rank's index among the ranks of its node (`MPI_Comm_split_type` shared memory), and their
+/// number. Collective over `mpi`.
+///
+/// # Errors
+/// [`Error::Mpi`] from the split.
+pub fn node_local(mpi: &MpiComm) -> Result<(usize, usize)> {
+    let local = mpi.split_shared()?;
+    Ok((local.rank(), local.size()))
+}
+
+/// Why this process cannot use a GPU: no CUDA driver, or no device; `None` when it can. Never panics.
+pub fn cuda_unavailable() -> Option<String> {
+    if !cuda_driver_present() {
+        return Some("no CUDA driver (libcuda could not be opened)".to_string());
+    }
+    match CudaContext::device_count() {
+        Ok(n) if n > 0 => None,
+        Ok(_) => Some("the CUDA driver sees no device".to_string()),
+        Err(e) => Some(format!("the CUDA driver cannot list devices: {e}")),
+    }
+}
+
+/// A new stream on `device`, or on the GPU of this rank's node-local index (round robin when a node
+/// has more ranks than GPUs: MPI, unlike NCCL, lets ranks share a GPU). Collective over `mpi` (the
+/// node-local split).
+pub(crate) fn local_stream(
+    op: &'static str,
+    mpi: &MpiComm,
+    device: Option<usize>,
+) -> Result<Arc<CudaStream>> {
+    let (local_rank, _) = node_local(mpi)?;
+    if let Some(why) = cuda_unavailable() {
+        return Err(Error::Unavailable {
+            what: "a GPU",
+            message: why,
+        });
+    }
+    let count = CudaContext::device_count()
+        .map_err(|e| Error::cuda(op, e))?
+        .max(0) as usize;
+    let device = device.unwrap_or(local_rank % count.max(1));
+    if device >= count {
+        return Err(Error::invalid(
+            op,
+            format!("device {device} does not exist ({count} GPU(s) visible)"),
+        ));
+    }
+    let ctx = CudaContext::new(device).map_err(|e| Error::cuda(op, e))?;
+    ctx.bind_to_thread().map_err(|e| Error::cuda(op, e))?;
+    ctx.new_stream().map_err(|e| Error::cuda(op, e))
+}
+
+/// Agree over `mpi` whether every rank's `local` is `Ok`: a rank's own error comes back as it is, and
+/// ranks whose part went well learn that another rank's did not.
+pub(crate) fn agree_setup<R>(op: &'static str, mpi: &MpiComm, local: Result<R>) -> Result<R> {
+    let ok = [u8::from(local.is_ok())];
+    let mut all = [0u8];
+    mpi.all_reduce(&ok[..], &mut all[..], ReduceOp::Min)?;
+    let value = local?;
+    if all[0] == 0 {
+        return Err(Error::invalid(
+            op,
+            "another rank could not set up its side (see its error)",
+        ));
+    }
+    Ok(value)
+}
+
+/// Environment variable: the most pinned host memory the pool keeps between operations, in bytes.
+pub const POOL_ENV: &str = "COLLECTIVES_STAGED_POOL";
+
+/// The pool's limit when [`POOL_ENV`] is not set.
+pub const DEFAULT_POOL_BYTES: usize = 1 << 30;
+
+/// `4096`, `512K`, `4M`, `1G` (powers of 1024) as bytes; `None` for anything else or zero.
+pub fn parse_bytes(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last()? {
+        (i, 'k' | 'K') => (&t[..i], 10),
+        (i, 'm' | 'M') => (&t[..i], 20),
+        (i, 'g' | 'G') => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    let n: usize = digits.trim().parse().ok()?;
+    n.checked_mul(1usize << shift).filter(|&b| b > 0)
+}
+
+/// The value of a byte-count variable, else `default`.
+pub(crate) fn env_bytes(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| parse_bytes(&v))
+        .unwrap_or(default)
+}
+
+/// One pinned (page-locked, cacheable) host allocation.
+pub(crate) struct Pinned {
+    buf: PinnedHostSlice<u8>,
+    /// `buf`'s address, taken once: the memory never moves.
+    ptr: *mut u8,
+}
+
+impl Pinned {
+    fn alloc(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Pinned> {
+        const OP: &str = "pinned";
+        // Cacheable pinned memory (flags 0): cudarc's default, write-combined memory, is slow for the
+        // CPU to read, and MPI reads these buffers on the CPU.
+        // SAFETY: the memory is zeroed below before any slice of it is made.
+        let mut buf = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }
+            .map_err(|e| Error::cuda(OP, e))?;
+        let ptr = buf.as_mut_ptr().map_err(|e| Error::cuda(OP, e))?;
+        // SAFETY: `ptr` addresses `bytes` bytes of memory owned by `buf`, touched by nothing else yet.
+        unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        Ok(Pinned { buf, ptr })
+    }
+
+    fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Pinned buffers kept for reuse: allocating page-locked memory costs milliseconds per call.
+pub(crate) struct Pool {
+    ctx: Arc<CudaContext>,
+    free: RefCell<Vec<Pinned>>,
+    limit: Cell<usize>,
+}
+
+impl Pool {
+    pub(crate) fn new(ctx: Arc<CudaContext>, limit: usize) -> Pool {
+        Pool {
+            ctx,
+            free: RefCell::new(Vec::new()),
+            limit: Cell::new(limit),
+        }
+    }
+
+    pub(crate) fn set_limit(&self, limit: usize) {
+        self.limit.set(limit);
+        self.trim();
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.get()
+    }
+
+    /// Bytes held for reuse now.
+    pub(crate) fn held(&self) -> usize {
+        self.free.borrow().iter().map(Pinned::capacity).sum()
+    }
+
+    /// A host buffer of `len` elements of `T`, from the pool or newly pinned.
+    pub(crate) fn lease<T: Element>(&self, op: &'static str, len: usize) -> Result<Lease<'_, T>> {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or(Error::CountOverflow {
+                op,
+                count: len,
+                limit: usize::MAX / std::mem::size_of::<T>(),
+            })?;
+        if bytes == 0 {
+            return Ok(Lease {
+                pool: self,
+                pinned: None,
+                len: 0,
+                _element: PhantomData,
+            });
+        }
+        let reuse = {
+            let mut free = self.free.borrow_mut();
+            let best = free
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.capacity() >= bytes)
+                .min_by_key(|(_, p)| p.capacity())
+                .map(|(i, _)| i);
+            best.map(|i| free.swap_remove(i))
+        };
+        let pinned = match reuse {
+            Some(p) => p,
+            None => Pinned::alloc(&self.ctx, bytes.next_power_of_two().max(4096))?,
+        };
+        Ok(Lease {
+            pool: self,
+            pinned: Some(pinned),
+            len,
+            _element: PhantomData,
+        })
+    }
+
+    fn give_back(&self, pinned: Pinned) {
+        self.free.borrow_mut().push(pinned);
+        self.trim();
+    }
+
+    /// Keep buffers, largest first, while their total fits the limit; free the others.
+    fn trim(&self) {
+        let mut free = self.free.borrow_mut();
+        free.sort_by_key(|p| std::cmp::Reverse(p.capacity()));
+        let mut total = 0usize;
+        free.retain(|p| match total.checked_add(p.capacity()) {
+            Some(t) if t <= self.limit.get() => {
+                total = t;
+                true
+            }
+            _ => false,
+        });
+    }
+}
+
+/// A pinned host buffer of `len` elements of `T`, back in its pool when dropped. Whoever holds it has
+/// waited for the copies into and out of it before reading, writing or dropping it.
+pub(crate) struct Lease<'p, T> {
+    pool: &'p Pool,
+    pinned: Option<Pinned>,
+    len: usize,
+    _element: PhantomData<T>,
+}
+
+impl<T: Element> Lease<'_, T> {
+    /// The elements.
+    pub(crate) fn host(&self) -> &[T] {
+        match &self.pinned {
+            // SAFETY: the allocation holds at least `len * size_of::<T>()` initialized bytes (zeroed
+            // when pinned, written since only as whole `T`s, which are Pod), is page-aligned, and is
+            // owned by this lease alone; the borrow of `self` keeps it alive.
+            Some(p) => unsafe { std::slice::from_raw_parts(p.ptr.cast::<T>(), self.len) },
+            None => &[],
+        }
+    }
+
+    /// The elements, to write.
+    pub(crate) fn host_mut(&mut self) -> &mut [T] {
+        match &mut self.pinned {
+            // SAFETY: as in `host`, and the exclusive borrow of `self` makes this the only view.
+            Some(p) => unsafe { std::slice::from_raw_parts_mut(p.ptr.cast::<T>(), self.len) },
+            None => &mut [],
+        }
+    }
+}
+
+impl<T> Drop for Lease<'_, T> {
+    fn drop(&mut self) {
+        if let Some(p) = self.pinned.take() {
+            self.pool.give_back(p);
+        }
+    }
+}
+
+/// Enqueue on `stream` a copy of elements `range` of `dev` into `host` (of `range.len()` elements).
+/// The copy runs asynchronously: `host` must not be read before the stream (or an event recorded after
+/// the copy) is waited for.
+pub(crate) fn download<T: Element>(
+    op: &'static str,
+    stream: &Arc<CudaStream>,
+    dev: &CudaSlice<T>,
+    range: Range<usize>,
+    host: &mut [T],
+) -> Result<()> {
+    crate::check::same_len(op, "host", host.len(), "device range", range.len())?;
+    if range.is_empty() {
+        return Ok(());
+    }
+    let size = std::mem::size_of::<T>();
+    // SAFETY: `dev` holds exactly `len * size` bytes, read as bytes.
+    let bytes = unsafe { dev.transmute::<u8>(dev.len() * size) }
+        .ok_or_else(|| Error::invalid(op, "device buffer size"))?;
+    let part = bytes
+        .try_slice(range.start * size..range.end * size)
+        .ok_or_else(|| Error::invalid(op, "range outside the device buffer"))?;
+    stream
+        .memcpy_dtoh(&part, bytemuck::cast_slice_mut::<T, u8>(host))
+        .map_err(|e| Error::cuda(op, e))
+}
+
+/// Enqueue on `stream` a copy of `host` into elements `range` of `dev`. Asynchronous: `host` must stay
+/// unchanged until the stream is waited for.
+pub(crate) fn upload<T: Element>(
+    op: &'static str,
+    stream: &Arc<CudaStream>,
+    host: &[T],
+    dev: &mut CudaSlice<T>,
+    range: Range<usize>,
+) -> Result<()> {
+    crate::check::same_len(op, "host", host.len(), "device range", range.len())?;
+    if range.is_empty() {
+        return Ok(());
+    }
+    let size = std::mem::size_of::<T>();
+    let total = dev.len() * size;
+    // SAFETY: `dev` holds exactly `total` bytes; any bytes written are a valid `T` (Pod).
+    let mut bytes = unsafe { dev.transmute_mut::<u8>(total) }
+        .ok_or_else(|| Error::invalid(op, "device buffer size"))?;
+    let mut part = bytes
+        .try_slice_mut(range.start * size..range.end * size)
+        .ok_or_else(|| Error::invalid(op, "range outside the device buffer"))?;
+    stream
+        .memcpy_htod(bytemuck::cast_slice::<T, u8>(host), &mut part)
+        .map_err(|e| Error::cuda(op, e))
+}
+
+/// Where cudarc does not track the buffer's uses (event tracking off, or a single stream in its
+/// context), copies on `stream` are not ordered after the buffer's own stream: wait for it here.
+pub(crate) fn foreign<T>(
+    op: &'static str,
+    stream: &Arc<CudaStream>,
+    buf: &CudaSlice<T>,
+) -> Result<()> {
+    if Arc::ptr_eq(buf.stream(), stream) || buf.context().is_managing_stream_synchronization() {
+        return Ok(());
+    }
+    buf.stream().synchronize().map_err(|e| Error::cuda(op, e))
+}
+
+/// Copy `dev` into `host` on `stream` and wait for the copy.
+pub(crate) fn stage_in<T: Element>(
+    op: &'static str,
+    stream: &Arc<CudaStream>,
+    dev: &CudaSlice<T>,
+    host: &mut [T],
+) -> Result<()> {
+    foreign(op, stream, dev)?;
+    download(op, stream, dev, 0..dev.len(), host)?;
+    stream.synchronize().map_err(|e| Error::cuda(op, e))
+}
+
+/// Copy `host` into `dev` on `stream` and wait for the copy.
+pub(crate) fn stage_out<T: Element>(
+    op: &'static str,
+    stream: &Arc<CudaStream>,
+    host: &[T],
+    dev: &mut CudaSlice<T>,
+) -> Result<()> {
+    foreign(op, stream, dev)?;
+    let len = dev.len();
+    upload(op, stream, host, dev, 0..len)?;
+    stream.synchronize().map_err(|e| Error::cuda(op, e))
+}
+
+/// One non-blocking staged operation on device buffers borrowed for `'s`.
+pub(crate) struct StagedPending<'s, T: Element> {
+    /// The MPI request on the host buffers (with the received-count check and an average's division).
+    pub(crate) inner: MpiPending<'s, T>,
+    /// The stream of the copies.
+    pub(crate) stream: &'s Arc<CudaStream>,
+    /// Host buffers MPI reads until completion.
+    pub(crate) keep: Vec<Lease<'s, T>>,
+    /// The host buffer MPI writes, and the device buffer it is copied to once complete.
+    pub(crate) back: Option<(Lease<'s, T>, &'s mut CudaSlice<T>)>,
+}
+
+impl<T: Element> StagedPending<'_, T> {
+    fn finish(&mut self) -> Result<()> {
+        self.keep.clear();
+        match self.back.take() {
+            Some((host, dev)) => stage_out(self.inner.op, self.stream, host.host(), dev),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<T: Element> Pending for StagedPending<'_, T> {
+    fn wait(&mut self) -> Result<()> {
+        self.inner.wait()?;
+        self.finish()
+    }
+
+    fn test(&mut self) -> Result<bool> {
+        if !self.inner.test()? {
+            return Ok(false);
+        }
+        self.finish().map(|()| true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_parse() {
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("512K"), Some(512 << 10));
+        assert_eq!(parse_bytes(" 4m "), Some(4 << 20));
+        assert_eq!(parse_bytes("1G"), Some(1 << 30));
+        assert_eq!(parse_bytes("0"), None);
+        assert_eq!(parse_bytes("4X"), None);
+        assert_eq!(parse_bytes(""), None);
+        assert_eq!(parse_bytes("M"), None);
+        assert_eq!(parse_bytes("99999999999999999999G"), None);
+    }
+}

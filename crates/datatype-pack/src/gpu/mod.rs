@@ -1,0 +1,114 @@
+//! GPU packing: the kernels of [`crate::codegen`] compiled with NVRTC for the device's
+//! compute capability, cached, and launched on a stream through [`cudarc`] (re-exported).
+//!
+//! | item | what it does |
+//! |---|---|
+//! | [`context`] | a CUDA context for a device, or an `Err` when the driver cannot be loaded |
+//! | [`Packer`] | one plan: `pack`/`unpack` between cudarc device buffers on a stream |
+//! | [`FusedPacker`] | many [`Region`](crate::fused::Region)s (a halo's faces) packed or unpacked in one launch |
+//! | [`FusedCopier`] | many [`CopyRegion`](crate::fused::CopyRegion)s copied strided to strided in one launch, between two buffers or within one |
+//! | [`compile`] | NVRTC with an in-memory cache keyed by (source, arch, options) and an optional on-disk cache |
+//!
+//! One module per concern inside, every public item re-exported here:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `driver` | opening `libcuda`, a context per device, its architecture, the guard against panics in the bindings |
+//! | `compile` | NVRTC compilation and the module cache, in memory and on disk |
+//! | `options` | [`GpuOptions`] and the grid policy [`GridCap`] |
+//! | `launch` | what every launcher shares: the device, grid budgets, argument checks, the launch |
+//! | `packer` | [`Packer`] |
+//! | `fused_launch` | what the two fused launchers share: kernels per list of word sizes, their launch |
+//! | `fused_packer` | [`FusedPacker`] |
+//! | `fused_copier` | [`FusedCopier`] |
+//!
+//! # Loading the CUDA libraries
+//!
+//! Nothing is needed at build time: `libcuda` and `libnvrtc` are opened at run time (cudarc's
+//! dynamic loading). cudarc panics when a library or a symbol is missing; this module never lets
+//! that reach the caller. Before the first driver (or NVRTC) call it checks that the library
+//! opens under one of cudarc's candidate names, and returns [`Error::LibraryNotFound`](crate::Error::LibraryNotFound) with the
+//! names it tried if none does; every entry point also runs inside
+//! [`std::panic::catch_unwind`], so a missing symbol comes back as [`Error::Cuda`](crate::Error::Cuda). (The panic
+//! hook still prints the panic message; with `panic = "abort"` a missing symbol aborts.)
+//!
+//! # Launch shapes
+//!
+//! A [`Packer`] launches its plan's kernels as [`LaunchShape::for_plan`](crate::LaunchShape::for_plan) says: flat (one thread
+//! per packed word, 1-D blocks of [`FLAT_THREADS`](crate::plan::FLAT_THREADS) threads, as the
+//! one-thread-per-word kernel) for contiguous plans and for plans of at most two dimensions with
+//! a power-of-two number of words per block; by axes otherwise. Fused launches
+//! ([`FusedPacker`], [`FusedCopier`]) map every region flat
+//! ([`codegen::fused_shape`](crate::codegen::fused_shape)), each region over its own span of
+//! the one 1-D grid.
+//!
+//! # Word sizes and variants
+//!
+//! The word size of a launch is [`StridedBlock::word_size`](crate::StridedBlock::word_size) of the plan *and* the two device
+//! addresses passed, so a view that starts at an odd byte of an allocation is packed correctly
+//! (in narrower words). Each word size is its own kernel variant, compiled on first use and
+//! kept by the packer; the variant for 256-byte-aligned buffers (every cudarc allocation) is
+//! compiled when the packer is made, so that compile errors surface there.
+//!
+//! # Compile cache
+//!
+//! [`compile`] keeps every image it produced in memory, keyed by the exact source, architecture
+//! and options. When the environment variable `DATATYPE_PACK_CACHE` names a directory, images
+//! are also stored there (one file per key, named by a hash of the key, holding the full key,
+//! which is compared on load) and read back by later processes. The disk cache is best effort:
+//! an unreadable or unwritable directory only costs a compile.
+//!
+//! # Bounds
+//!
+//! Every launch is preceded by the checks of [`crate::cpu::pack`]: the strided buffer must hold
+//! the plan's [`extent_end`](crate::StridedBlock::extent_end) and the packed buffer its
+//! [`packed_size`](crate::StridedBlock::packed_size); otherwise the call returns
+//! [`Error::OutOfBounds`](crate::Error::OutOfBounds) or [`Error::BufferTooSmall`](crate::Error::BufferTooSmall) and launches nothing. Buffers and stream
+//! must belong to the packer's context.
+//!
+//! # Raw device pointers
+//!
+//! The safe entry points take cudarc buffers, and cudarc orders every use of a buffer against
+//! the others through events: once a context has more than one stream, each `pack` makes the
+//! stream wait on the buffers' last writes and records a read or write event afterwards. A
+//! caller that orders its streams with its own events (a halo exchange over several streams)
+//! calls the `unsafe` raw entry points instead ([`Packer::pack_raw`],
+//! [`FusedPacker::pack_raw`], [`FusedCopier::copy_raw`], ...), which take device addresses and
+//! lengths in bytes and do no event bookkeeping. They make the same checks of the stream's
+//! context and of the lengths against the layout, and launch the same kernels; that the
+//! addresses belong to the context, hold the lengths given and are not in use by other work is
+//! the caller's promise.
+
+mod compile;
+mod driver;
+mod fused_copier;
+mod fused_launch;
+mod fused_packer;
+mod launch;
+mod options;
+mod packer;
+
+pub use cudarc;
+
+pub use compile::{
+    clear_memory_cache, compile, nvrtc_available, nvrtc_options, nvrtc_version, CACHE_ENV,
+};
+pub use driver::{context, device_arch, driver_available};
+pub use fused_copier::FusedCopier;
+pub use fused_packer::FusedPacker;
+pub use options::{GpuOptions, GridCap, AUTO_FULL_ABOVE_WAVES};
+pub use packer::Packer;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn packers_are_send_and_sync() {
+        send_sync::<Packer>();
+        send_sync::<FusedPacker>();
+        send_sync::<FusedCopier>();
+    }
+}
