@@ -3,7 +3,7 @@
 //! | subcommand | what it does                                                            |
 //! |------------|-------------------------------------------------------------------------|
 //! | `deps`     | checks Open MPI (headers, `mpirun`) and libclang; installs them with apt as root |
-//! | `test`     | `deps`, then `cargo test`, then examples and `mpi_*` tests under `mpirun -n 1..4`, then the GPU suite where a GPU is present |
+//! | `test`     | `deps`, then `cargo test` and `cargo doc` (warnings are errors), then examples and `mpi_*` tests under `mpirun -n 1..4`, then the GPU suite where a GPU is present |
 //! | `bench`    | `deps`, then `collbench allreduce --backend all` under `mpirun -n 2`     |
 //! | `gpu-stage` | release build of the GPU suite into `.gpu-box/`, with `run-all.sh` for a GPU machine without Rust |
 //! | `gpu-suite` | only the GPU suite: built here, or `--staged DIR` as `run-all.sh` runs it |
@@ -39,11 +39,12 @@ usage: cargo xtask <subcommand> [options]
 subcommands:
   deps                      check Open MPI headers, mpirun and libclang; install them
                             with apt-get when running as root on Debian/Ubuntu
-  test [options] [-- ARGS]  deps, cargo test (ARGS go to cargo test), then every example
+  test [options] [-- ARGS]  deps, cargo test (ARGS go to cargo test), cargo doc with
+                            rustdoc warnings as errors, then every example
                             and every tests/mpi_* binary under mpirun -n 1,2,3,4, then
                             the GPU suite (see gpu-suite) where a GPU is present
       --ranks 1,2           rank counts to launch with (default 1,2,3,4)
-      --skip-unit           skip the cargo test step
+      --skip-unit           skip the cargo test and cargo doc steps
       --skip-gpu            skip the GPU suite even where a GPU is present
   bench [ARGS]              deps, then mpirun -n 2 collbench allreduce --backend all ARGS
                             (ARGS default to -b 8 -e 64M -f 2)

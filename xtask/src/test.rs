@@ -119,6 +119,11 @@ pub fn run(args: &[String]) -> ExitCode {
         tally: (!options.skip_unit).then(|| cargo_test(&root, &options.cargo_args, as_root)),
     }];
 
+    steps.push(Step {
+        label: "cargo doc (warnings are errors)".to_owned(),
+        tally: (!options.skip_unit).then(|| cargo_doc(&root)),
+    });
+
     let (examples, tests) = multi_rank(&root, &options.ranks, as_root);
     steps.push(Step {
         label: format!("mpirun examples (n={ranks_label})"),
@@ -181,6 +186,27 @@ fn cargo_test(root: &Path, extra: &[String], as_root: bool) -> Tally {
         }
     };
     results::tally_cargo_test(&outcome.output, outcome.success(), &outcome.describe())
+}
+
+/// Step 2b: `cargo doc --workspace --no-deps` with rustdoc's warnings as errors (broken or private
+/// links, bad code blocks), one check.
+fn cargo_doc(root: &Path) -> Tally {
+    let jobs = jobs();
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(root)
+        .args(["doc", "--workspace", "--no-deps", "-j", &jobs])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    println!("== RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps -j {jobs} ==");
+    let mut tally = Tally::default();
+    match exec::run_tee(cmd, None, true) {
+        Ok(outcome) if outcome.success() => tally.pass(1),
+        Ok(outcome) => tally.fail(
+            1,
+            format!("cargo doc: rustdoc warnings or errors ({})", outcome.describe()),
+        ),
+        Err(e) => tally.fail(1, format!("cargo doc: cannot run cargo: {e}")),
+    }
+    tally
 }
 
 /// Step 3: build the root package's examples and tests, then launch each example and each

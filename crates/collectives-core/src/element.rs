@@ -185,7 +185,6 @@ macro_rules! element {
         // SAFETY: the compile-time assertions below check the size equalities; `$t` is laid out as
         // `$lanes` values of `$dtype` (num-complex's `Complex` is `#[repr(C)] {re, im}`), `$mpi` is
         // `$t` itself or a same-size integer used only to move bytes, and `$kind` is its arithmetic.
-        impl sealed::Sealed for $t {}
         unsafe impl Element for $t {
             const NAME: &'static str = $name;
             const WIRE: WireForm = WireForm { dtype: DType::$dtype, lanes: $lanes };
@@ -195,6 +194,7 @@ macro_rules! element {
         }
         const _: () = assert!(std::mem::size_of::<$t>() == $lanes * DType::$dtype.size());
         const _: () = assert!(std::mem::size_of::<$t>() == std::mem::size_of::<$mpi>());
+        impl sealed::Sealed for $t {}
     };
     (@divide Float $real:ty) => {
         fn divide_all(buf: &mut [Self], n: usize) {
