@@ -5,6 +5,7 @@
 //! | `deps`     | checks Open MPI (headers, `mpirun`) and libclang; installs them with apt as root |
 //! | `test`     | `deps`, then `cargo test`, then examples and `mpi_*` tests under `mpirun -n 1..4` |
 //! | `bench`    | `deps`, then `collbench allreduce --backend all` under `mpirun -n 2`     |
+//! | `fuzz`     | `deps`, then the long fuzz runs: a million layouts against the oracle, ten thousand MPI datatypes against `MPI_Pack` |
 //! | `nccl-bindings` | regenerates (or `--check`s) nccl-sys's bindings from a pinned `nccl.h` |
 //! | `help`     | prints the usage                                                        |
 //!
@@ -14,6 +15,7 @@ mod artifacts;
 mod bench;
 mod deps;
 mod exec;
+mod fuzz;
 mod host;
 mod mpirun;
 mod nccl_bindings;
@@ -37,11 +39,20 @@ subcommands:
       --skip-unit           skip the cargo test step
   bench [ARGS]              deps, then mpirun -n 2 collbench allreduce --backend all ARGS
                             (ARGS default to -b 8 -e 64M -f 2)
+  fuzz [options]            deps, then the long fuzz runs, with counts and times: random
+                            layouts against an element-by-element oracle (release build),
+                            then random nested MPI datatypes decoded and packed against
+                            MPI_Pack/MPI_Unpack under mpirun
+      --cases N             layouts (default 1000000; 0 skips them)
+      --types N             MPI datatypes (default 10000; 0 skips them)
+      --seed S              seed of both generators (decimal or 0x hex; default: each
+                            fuzzer's fixed seed)
+      --ranks K             ranks the datatypes are shared out on (default 2)
   nccl-bindings --header H [--check]  regenerate nccl-sys's bindings from nccl.h H (or compare)
   help                      print this text
 
 environment:
-  XTASK_MPI_TIMEOUT=SECS    wall-clock limit of one mpirun launch (default 300)
+  XTASK_MPI_TIMEOUT=SECS    wall-clock limit of one mpirun launch (default 300; 3600 for fuzz)
   XTASK_JOBS=N              cargo build jobs (default 2)
   COLLECTIVES_GPU_EXAMPLES=1  also run the examples named *nccl*, *cuda* or *gpu*
 ";
@@ -57,6 +68,7 @@ fn main() -> ExitCode {
         "deps" => deps::run(),
         "test" => test::run(&rest),
         "bench" => bench::run(&rest),
+        "fuzz" => fuzz::run(&rest),
         "nccl-bindings" => nccl_bindings::run(&rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
