@@ -7,6 +7,7 @@
 //! | `bench`    | `deps`, then `collbench allreduce --backend all` under `mpirun -n 2`     |
 //! | `gpu-stage` | release build of the GPU suite into `.gpu-box/`, with `run-all.sh` for a GPU machine without Rust |
 //! | `gpu-suite` | only the GPU suite: built here, or `--staged DIR` as `run-all.sh` runs it |
+//! | `fuzz`     | `deps`, then the long fuzz runs: a million layouts against the oracle, ten thousand MPI datatypes against `MPI_Pack` |
 //! | `nccl-bindings` | regenerates (or `--check`s) nccl-sys's bindings from a pinned `nccl.h` |
 //! | `help`     | prints the usage                                                        |
 //!
@@ -22,6 +23,7 @@ mod exec;
 mod gpu;
 mod gpu_stage;
 mod gpu_suite;
+mod fuzz;
 mod host;
 mod mpirun;
 mod nccl_bindings;
@@ -68,12 +70,22 @@ subcommands:
       --only TEXT           only the steps whose command contains TEXT (repeatable)
       --skip-sanitizer      leave out the compute-sanitizer runs
       --detect              print whether there is a GPU; exit 0 if so, 1 if not
+  fuzz [options]            deps, then the long fuzz runs, with counts and times: random
+                            layouts against an element-by-element oracle (release build),
+                            then random nested MPI datatypes decoded and packed against
+                            MPI_Pack/MPI_Unpack under mpirun
+      --cases N             layouts (default 1000000; 0 skips them)
+      --types N             MPI datatypes (default 10000; 0 skips them)
+      --seed S              seed of both generators (decimal or 0x hex; default: each
+                            fuzzer's fixed seed)
+      --ranks K             ranks the datatypes are shared out on (default 2)
   nccl-bindings --header H [--check]  regenerate nccl-sys's bindings from nccl.h H (or compare)
   help                      print this text
 
 environment:
   XTASK_MPI_TIMEOUT=SECS    wall-clock limit of one mpirun launch or GPU step (default 300)
   XTASK_SANITIZER_TIMEOUT=SECS  limit of one compute-sanitizer run (default 900)
+  XTASK_MPI_TIMEOUT=SECS    wall-clock limit of one mpirun launch (default 300; 3600 for fuzz)
   XTASK_JOBS=N              cargo build jobs (default 2)
   XTASK_GPUS=N              use N GPUs without detecting them; 0 skips the GPU suite
                             (detection: nvidia-smi -L, else /dev/nvidiaN with libcuda.so.1;
@@ -102,6 +114,7 @@ fn main() -> ExitCode {
         "bench" => bench::run(&rest),
         "gpu-stage" => gpu_stage::run(&rest),
         "gpu-suite" => gpu_suite::run(&rest),
+        "fuzz" => fuzz::run(&rest),
         "nccl-bindings" => nccl_bindings::run(&rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");

@@ -144,12 +144,12 @@ pub fn merge_streams(t: Type) -> Type {
 /// [module docs](self) for when that is allowed. Run [`canonicalize`] afterwards to merge the
 /// levels the reordering made adjacent.
 pub fn sort_by_stride(t: Type) -> Type {
-    let t = hoist_offsets(t);
-    let top = t.offset();
-    let mut c: Chain = t.with_offset(0).chain();
+    let mut c: Chain = t.chain();
+    // Each level takes its own offset along: offsets only add up, in any order. Hoisting them
+    // afterwards (when their sum fits) leaves the one offset on the new outermost node.
     c.streams
         .sort_by_key(|l| std::cmp::Reverse(l.stride.unsigned_abs()));
-    c.into_type().with_offset(top)
+    hoist_offsets(c.into_type())
 }
 
 /// The default passes, in the order [`canonicalize`] applies them in one round.
@@ -278,6 +278,22 @@ mod tests {
         // Sorting then canonicalizing merges the now-adjacent levels.
         assert_eq!(canonicalize(sorted), s(10, 8, 6, d(0, 4)));
         assert_eq!(sort_by_stride(d(3, 2)), d(3, 2));
+    }
+
+    #[test]
+    fn sort_by_stride_keeps_offsets_whose_sum_exceeds_i64() {
+        // The bytes i64::MAX + 16 and i64::MAX + 19: the offsets cannot be hoisted into one.
+        // Sorting moves the stride-3 level outward; its offset of 16 must come along (it was
+        // once overwritten by the old outermost offset, giving a plan 16 bytes off).
+        let t = s(i64::MAX, 0, 1, s(16, 3, 2, d(0, 1)));
+        let sorted = sort_by_stride(t.clone());
+        assert_eq!(sorted, s(16, 3, 2, s(i64::MAX, 0, 1, d(0, 1))));
+        let first = i128::from(i64::MAX) + 16;
+        assert_eq!(sorted.byte_range().unwrap(), Some(first..first + 4));
+        assert_eq!(sorted.byte_range(), t.byte_range());
+        // Such a layout starts beyond any u64 plan start: refused, not planned elsewhere.
+        assert!(crate::plan::StridedBlock::from_type_sorted(&t).is_err());
+        assert!(crate::plan::StridedBlock::from_type(&t).is_err());
     }
 
     #[test]

@@ -134,13 +134,16 @@ impl Type {
         }
     }
 
-    /// Number of bytes the layout packs into (bytes selected, counted with multiplicity).
+    /// Number of bytes the layout packs into (bytes selected, counted with multiplicity); 0 for
+    /// an empty layout, however large the layout under a zero count.
     ///
     /// # Errors
     /// [`Error::Overflow`](crate::Error::Overflow) if the size does not fit a `u64`.
     pub fn packed_size(&self) -> Result<u64> {
         match self {
             Type::Dense { extent, .. } => Ok(*extent),
+            // Nothing below a zero count is selected: its size, even one beyond u64, is moot.
+            Type::Stream { count: 0, .. } => Ok(0),
             Type::Stream { count, child, .. } => {
                 let c = child.packed_size()?;
                 count
@@ -371,6 +374,21 @@ mod tests {
             t.packed_size(),
             Err(crate::Error::Overflow { .. })
         ));
+    }
+
+    #[test]
+    fn an_empty_layout_packs_nothing_even_over_an_oversized_child() {
+        // 2^62 x 8 bytes overflows u64, but under a zero count nothing is selected.
+        let huge = Type::stream(1 << 62, 0, Type::stream(8, 0, Type::dense(1)));
+        assert!(huge.packed_size().is_err());
+        let t = Type::stream(0, 0, huge.clone());
+        assert!(t.is_empty());
+        assert_eq!(t.packed_size(), Ok(0));
+        assert_eq!(Type::stream(3, 8, t.clone()).packed_size(), Ok(0));
+        assert_eq!(
+            Type::stream(1 << 62, 8, Type::stream(1 << 62, 8, t)).packed_size(),
+            Ok(0)
+        );
     }
 
     #[test]
