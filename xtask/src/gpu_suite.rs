@@ -1097,7 +1097,7 @@ mod tests {
             line("mpirun -n 1 compute-sanitizer synccheck nccl_collectives"),
             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n 1 \
              --allow-run-as-root --oversubscribe /cuda/bin/compute-sanitizer --tool synccheck \
-             --error-exitcode 7 /box/nccl_collectives"
+             --error-exitcode 7 --report-api-errors no /box/nccl_collectives"
         );
         let (cmd, _) = invocation(&steps[0], &m);
         assert_eq!(cmd.get_program(), "/box/gpu_pack");
