@@ -116,7 +116,7 @@ fn stage(root: &Path) -> Result<(), String> {
     let mut staged_suite = Vec::new();
     for b in &suite {
         let to = match b.kind {
-            BinaryKind::Example => bin.join(file_name(&b.path)?),
+            BinaryKind::Example | BinaryKind::Benchmark => bin.join(file_name(&b.path)?),
             BinaryKind::Libtest | BinaryKind::MpiTest => {
                 let to = tests.join(file_name(&b.path)?);
                 copy(&b.path, &to)?;

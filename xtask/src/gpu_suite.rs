@@ -12,12 +12,15 @@
 //!    `COLLECTIVES_EXPECT_CUDA_AWARE=0`, and under the CUDA-aware `mpirun` (`XTASK_CUDA_MPIRUN`)
 //!    with `=1`; then the same two on 2 ranks sharing GPU 0 (`CUDA_VISIBLE_DEVICES=0`);
 //! 4. the GPU examples (`*nccl*`, `*cuda*`, `*gpu*`) under `mpirun -n K`, K = 1..=G;
-//! 5. with `compute-sanitizer`: `memcheck`, `racecheck` and `synccheck` over `gpu_pack` and over
+//! 5. `collbench p2p` with its byte check on 2 ranks sharing GPU 0: `mpi-staged` under `mpirun`,
+//!    `cuda-mpi` and `mpi-staged` under the CUDA-aware `mpirun`;
+//! 6. with `compute-sanitizer`: `memcheck`, `racecheck` and `synccheck` over `gpu_pack` and over
 //!    `nccl_collectives` on 1 rank.
 //!
 //! Counting: a libtest binary by its `test result:` lines, a multi-rank binary by its
-//! `mpi-tests:` line, an example by its exit status, a sanitizer run as one check that passes
-//! when the program passes and the sanitizer says `ERROR SUMMARY: 0 errors`. A step that hits
+//! `mpi-tests:` line, an example or a `collbench` check by its exit status, a sanitizer run as one
+//! check that passes when the program passes and the sanitizer reports no error (`ERROR SUMMARY:
+//! 0 errors`, or racecheck's `RACECHECK SUMMARY` with 0 errors and 0 warnings). A step that hits
 //! its time limit, crashes, or runs no test at all (a binary that did not see the GPU) fails.
 
 use std::path::{Path, PathBuf};
@@ -33,6 +36,15 @@ use crate::results::{failed_names, parse_mpi_tests, parse_result_line};
 use crate::summary::{self, Tally};
 use crate::test::{needs_gpu, ROOT_PACKAGE};
 use crate::{cargo, exec, host, jobs, workspace_root};
+
+/// The benchmark binary whose point-to-point check runs on 2 ranks sharing GPU 0.
+pub const COLLBENCH: &str = "collbench";
+
+/// `collbench` arguments of that check: latency and bandwidth from 1 B to 4 MiB, bytes checked,
+/// few iterations (it is a check, not a measurement).
+pub const P2P_CHECK_ARGS: [&str; 11] = [
+    "p2p", "-b", "1", "-e", "4M", "-n", "20", "-w", "5", "-c", "1",
+];
 
 /// Multi-rank test binaries of the root package that need GPUs and NCCL.
 pub const NCCL_TEST_PREFIX: &str = "nccl_";
@@ -71,6 +83,9 @@ pub enum BinaryKind {
     MpiTest,
     /// A GPU example: passes when it exits 0.
     Example,
+    /// `collbench`: its point-to-point check on 2 ranks sharing GPU 0 passes when it exits 0 (it
+    /// exits 1 when a byte arrived wrong).
+    Benchmark,
 }
 
 impl BinaryKind {
@@ -80,6 +95,7 @@ impl BinaryKind {
             BinaryKind::Libtest => "libtest",
             BinaryKind::MpiTest => "mpi-test",
             BinaryKind::Example => "example",
+            BinaryKind::Benchmark => "benchmark",
         }
     }
 
@@ -89,6 +105,7 @@ impl BinaryKind {
             BinaryKind::Libtest,
             BinaryKind::MpiTest,
             BinaryKind::Example,
+            BinaryKind::Benchmark,
         ]
         .into_iter()
         .find(|k| k.as_str() == name)
@@ -140,16 +157,19 @@ pub enum Group {
     MpiRuns,
     /// GPU examples under `mpirun`.
     Examples,
+    /// `collbench p2p` with its byte check, 2 ranks sharing GPU 0.
+    Benchmarks,
     /// compute-sanitizer runs.
     Sanitizer,
 }
 
 impl Group {
     /// Every group, in order.
-    pub const ALL: [Group; 4] = [
+    pub const ALL: [Group; 5] = [
         Group::Tests,
         Group::MpiRuns,
         Group::Examples,
+        Group::Benchmarks,
         Group::Sanitizer,
     ];
 
@@ -159,6 +179,7 @@ impl Group {
             Group::Tests => "GPU tests (--ignored)",
             Group::MpiRuns => "GPU multi-rank tests (nccl_*, cuda_mpi_*)",
             Group::Examples => "GPU examples",
+            Group::Benchmarks => "collbench p2p, 2 ranks sharing GPU 0 (bytes checked)",
             Group::Sanitizer => "compute-sanitizer (memcheck, racecheck, synccheck)",
         }
     }
@@ -223,7 +244,7 @@ pub fn plan(binaries: &[SuiteBinary], m: &Machine) -> Vec<Step> {
         return steps;
     }
     let mpirun_step = |group, b: &SuiteBinary, ranks, cuda_aware, env: Vec<(String, String)>| {
-        let counting = if b.kind == BinaryKind::Example {
+        let counting = if matches!(b.kind, BinaryKind::Example | BinaryKind::Benchmark) {
             Counting::Exit
         } else {
             Counting::MpiTests
@@ -289,6 +310,24 @@ pub fn plan(binaries: &[SuiteBinary], m: &Machine) -> Vec<Step> {
     for b in of_kind(BinaryKind::Example) {
         for k in 1..=m.gpus {
             steps.push(mpirun_step(Group::Examples, b, k, false, Vec::new()));
+        }
+    }
+
+    // Two ranks sharing one GPU, the set-up where asynchronous CUDA work and MPI's reads raced:
+    // every byte of collbench's point-to-point check must arrive right, on both MPI device
+    // backends and both MPIs (cuda-mpi only under the CUDA-aware one).
+    for b in of_kind(BinaryKind::Benchmark) {
+        let mut runs = vec![(false, "mpi-staged")];
+        if m.cuda_mpirun.is_some() {
+            runs.extend([(true, "cuda-mpi"), (true, "mpi-staged")]);
+        }
+        for (cuda_aware, backend) in runs {
+            let e = env(&[("CUDA_VISIBLE_DEVICES", "0")]);
+            let mut step = mpirun_step(Group::Benchmarks, b, 2, cuda_aware, e);
+            step.args = P2P_CHECK_ARGS.map(str::to_owned).to_vec();
+            step.args.extend(["--backend".to_owned(), backend.to_owned()]);
+            step.what = format!("{} p2p --backend {backend}", step.what);
+            steps.push(step);
         }
     }
 
@@ -667,6 +706,8 @@ pub fn classify(built: &[Artifact], root_manifest: &Path) -> (Vec<SuiteBinary>, 
             libtest.push(entry(BinaryKind::Libtest));
         } else if root && a.is("example") && !a.test_profile && needs_gpu(&a.name) {
             ready.push(entry(BinaryKind::Example));
+        } else if a.is("bin") && !a.test_profile && a.name == COLLBENCH {
+            ready.push(entry(BinaryKind::Benchmark));
         }
     }
     (ready, libtest)
@@ -977,6 +1018,7 @@ mod tests {
             bin("nccl_collectives", BinaryKind::MpiTest),
             bin("06_nccl_all_reduce", BinaryKind::Example),
             bin("nccl_sys", BinaryKind::Libtest),
+            bin("collbench", BinaryKind::Benchmark),
         ]
     }
 
@@ -1009,9 +1051,16 @@ mod tests {
                 "mpirun -n 1 nccl_collectives",
                 "mpirun -n 1 nccl_halo",
                 "mpirun -n 1 06_nccl_all_reduce",
+                "mpirun -n 2 collbench [CUDA_VISIBLE_DEVICES=0] p2p --backend mpi-staged",
             ]
         );
         assert_eq!(steps[0].counting, Counting::Libtest);
+        let p2p = &steps[7];
+        assert_eq!(p2p.counting, Counting::Exit);
+        assert_eq!(p2p.group, Group::Benchmarks);
+        assert_eq!(p2p.args[..3], ["p2p", "-b", "1"]);
+        assert_eq!(p2p.args[p2p.args.len() - 2..], ["--backend", "mpi-staged"]);
+        assert!(p2p.args.windows(2).any(|w| w == ["-c", "1"]));
         assert_eq!(steps[0].launcher, Launcher::Direct);
         assert_eq!(steps[2].counting, Counting::MpiTests);
         assert_eq!(steps[6].counting, Counting::Exit);
@@ -1048,6 +1097,9 @@ mod tests {
                 "mpirun -n 2 nccl_halo [HALO_EXPECT_IPC=1]",
                 "mpirun -n 1 06_nccl_all_reduce",
                 "mpirun -n 2 06_nccl_all_reduce",
+                "mpirun -n 2 collbench [CUDA_VISIBLE_DEVICES=0] p2p --backend mpi-staged",
+                "CUDA-aware mpirun -n 2 collbench [CUDA_VISIBLE_DEVICES=0] p2p --backend cuda-mpi",
+                "CUDA-aware mpirun -n 2 collbench [CUDA_VISIBLE_DEVICES=0] p2p --backend mpi-staged",
                 "compute-sanitizer memcheck gpu_pack --ignored",
                 "mpirun -n 1 compute-sanitizer memcheck nccl_collectives",
                 "compute-sanitizer racecheck gpu_pack --ignored",
@@ -1318,6 +1370,7 @@ mod tests {
                 ("nccl_halo".to_owned(), BinaryKind::MpiTest),
                 ("cuda_mpi_collectives".to_owned(), BinaryKind::MpiTest),
                 ("06_nccl_all_reduce".to_owned(), BinaryKind::Example),
+                ("collbench".to_owned(), BinaryKind::Benchmark),
             ]
         );
         assert_eq!(

@@ -62,7 +62,9 @@ subcommands:
                                COLLECTIVES_EXPECT_CUDA_AWARE=0, under XTASK_CUDA_MPIRUN with =1,
                                and both on 2 ranks sharing GPU 0 (CUDA_VISIBLE_DEVICES=0)
                             4. GPU examples (*nccl*, *cuda*, *gpu*) under mpirun -n 1..GPUs
-                            5. compute-sanitizer memcheck, racecheck, synccheck over gpu_pack
+                            5. collbench p2p with its byte check on 2 ranks sharing GPU 0
+                               (mpi-staged; cuda-mpi and mpi-staged under XTASK_CUDA_MPIRUN)
+                            6. compute-sanitizer memcheck, racecheck, synccheck over gpu_pack
                                and nccl_collectives on 1 rank (a run passes with the program
                                and \"ERROR SUMMARY: 0 errors\")
       --staged DIR          run the binaries DIR/suite.json lists (what run-all.sh does)
