@@ -20,6 +20,7 @@ mod common;
 
 use std::cell::OnceCell;
 use std::sync::Arc;
+use std::time::Duration;
 
 use collectives::backend::mpi_cuda::{cuda_unavailable, IpcBuffer};
 use collectives::cuda_aware::{self, CudaAwareness};
@@ -54,6 +55,12 @@ impl Backend for MpiCudaComm {
     fn tag_ub(&self) -> i32 {
         self.mpi().tag_ub()
     }
+    fn with_deadline(&self, world: &collectives::MpiComm, after: Duration) -> Result<Self, Error> {
+        MpiCudaComm::from_mpi(&world.dup()?.with_timeout(Some(after)), None)
+    }
+    fn on_other_device<V: Val>(&self, len: usize) -> Option<CudaSlice<V>> {
+        suite::other_device_zeros(self.context().ordinal(), len)
+    }
 }
 
 impl Backend for MpiStagedComm {
@@ -70,6 +77,12 @@ impl Backend for MpiStagedComm {
     }
     fn tag_ub(&self) -> i32 {
         self.mpi().tag_ub()
+    }
+    fn with_deadline(&self, world: &collectives::MpiComm, after: Duration) -> Result<Self, Error> {
+        MpiStagedComm::from_mpi(&world.dup()?.with_timeout(Some(after)), None)
+    }
+    fn on_other_device<V: Val>(&self, len: usize) -> Option<CudaSlice<V>> {
+        suite::other_device_zeros(self.context().ordinal(), len)
     }
 }
 
@@ -400,6 +413,9 @@ macro_rules! backend_cases {
             }),
         ]);
         v.extend(catalog::cases($prefix, $catalog));
+        if catalog::visible_gpus() >= 2 {
+            v.extend(catalog::device_cases($prefix, $catalog));
+        }
         v
     }};
 }

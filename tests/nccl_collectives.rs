@@ -114,5 +114,8 @@ fn main() {
         }),
     ]);
     cases.extend(catalog::cases("nccl", with_catalog));
+    if catalog::visible_gpus() >= 2 {
+        cases.extend(catalog::device_cases("nccl", with_catalog));
+    }
     common::run(&cases)
 }

@@ -9,11 +9,13 @@
 //! tables, not taken from the library.
 //!
 //! Not here because they do not compile (tests/ui): a send and a receive buffer that overlap, on host
-//! or device memory. Not here because they need hardware of their own: a buffer on another GPU than
-//! the communicator's (`device_cases`, where two GPUs are visible).
+//! or device memory, and a call on a finalized communicator (`finalize` takes it by value). A
+//! buffer on another GPU than the communicator's needs device buffers and two visible GPUs: it is
+//! in [`device_cases`], which the device test binaries add where two GPUs are visible.
 #![allow(dead_code)]
 
 use std::borrow::{Borrow, BorrowMut};
+use std::time::{Duration, Instant};
 
 use collectives::{scope, BackendKind, Communicator, Error, ReduceOp};
 use half::bf16;
@@ -129,7 +131,36 @@ pub fn cases<C: Backend + 'static>(prefix: &str, with: With<C>) -> Vec<Case> {
             2,
             non_blocking_cross_rank_mismatch,
         ),
+        Entry {
+            name: "use_after_a_timeout",
+            min_ranks: 2,
+            checked: false,
+            body: use_after_a_timeout,
+        },
     ];
+    to_cases(prefix, with, entries)
+}
+
+/// The cases only device backends have, for a run where at least two GPUs are visible: a buffer on
+/// another GPU than the communicator's.
+pub fn device_cases<C: Backend + 'static>(prefix: &str, with: With<C>) -> Vec<Case> {
+    to_cases(
+        prefix,
+        with,
+        vec![local("buffer_on_another_gpu", buffer_on_another_gpu)],
+    )
+}
+
+/// How many GPUs this process sees (0 without a CUDA driver).
+pub fn visible_gpus() -> usize {
+    collectives::cudarc::driver::CudaContext::device_count().map_or(0, |n| n as usize)
+}
+
+fn to_cases<C: Backend + 'static>(
+    prefix: &str,
+    with: With<C>,
+    entries: Vec<Entry<C>>,
+) -> Vec<Case> {
     entries
         .into_iter()
         .map(|e| {
@@ -148,11 +179,6 @@ pub fn cases<C: Backend + 'static>(prefix: &str, with: With<C>) -> Vec<Case> {
             }
         })
         .collect()
-}
-
-/// The number of cases [`cases`] returns.
-pub fn len() -> usize {
-    cases::<collectives::MpiComm>("", |_, _, _| {}).len()
 }
 
 fn invalid(e: &Error) -> bool {
@@ -904,4 +930,66 @@ fn non_blocking_cross_rank_mismatch<C: Backend>(t: &T, c: &C) {
     });
     t.err(r.and_then(|x| x), "i_all_reduce", mismatch("count"));
     still_in_step(t, c, "after a non-blocking mismatch");
+}
+
+/// A peer that never sends: the receive times out on every rank within its deadline plus a second,
+/// and the communicator refuses every later call with `Unusable`, on every backend (NCCL aborts it,
+/// MPI leaves the receive in flight). The communicator the case was given is untouched.
+fn use_after_a_timeout<C: Backend>(t: &T, c: &C) {
+    let after = Duration::from_millis(500);
+    let Some(timed) = t.ok(
+        c.with_deadline(t.comm, after),
+        "a communicator with a deadline",
+    ) else {
+        return;
+    };
+    let (rank, size) = (timed.rank(), timed.size());
+    let mut buf = timed.up(&[0u8; 4]);
+    let start = Instant::now();
+    // Every rank receives from its neighbour and nobody sends.
+    let r = timed.recv::<u8>(buf.borrow_mut(), (rank + 1) % size, 77);
+    let took = start.elapsed();
+    t.err(
+        r,
+        "a receive nobody sends to",
+        |e| matches!(e, Error::Timeout { after: a, .. } if *a == after),
+    );
+    t.check(took < after + Duration::from_secs(1), || {
+        format!("the timeout came after {took:?}, more than {after:?} + 1 s")
+    });
+    t.err(
+        timed.all_reduce_in_place::<u8>(buf.borrow_mut(), ReduceOp::Sum),
+        "an all-reduce after the timeout",
+        |e| matches!(e, Error::Unusable { .. }),
+    );
+    t.err(timed.barrier(), "a barrier after the timeout", |e| {
+        matches!(e, Error::Unusable { .. })
+    });
+    drop(timed);
+    still_in_step(
+        t,
+        c,
+        "the original communicator after another one timed out",
+    );
+}
+
+/// A buffer on another GPU than the communicator's: refused, naming both devices.
+fn buffer_on_another_gpu<C: Backend>(t: &T, c: &C) {
+    let Some(other) = c.on_other_device::<f32>(4) else {
+        return t.fail("no buffer on another GPU could be made".into());
+    };
+    let mine = c.up(&[1.0f32; 4]);
+    let mut out = c.up(&[0.0f32; 4]);
+    t.err(
+        c.all_reduce::<f32>(other.borrow(), out.borrow_mut(), ReduceOp::Sum),
+        "send on another GPU",
+        invalid_mentioning("send is on device"),
+    );
+    let mut other = other;
+    t.err(
+        c.all_reduce::<f32>(mine.borrow(), other.borrow_mut(), ReduceOp::Sum),
+        "recv on another GPU",
+        invalid_mentioning("recv is on device"),
+    );
+    still_in_step(t, c, "after a buffer on another GPU");
 }

@@ -26,6 +26,19 @@ pub trait Backend: Communicator {
     fn tag_ub(&self) -> i32 {
         i32::MAX
     }
+    /// A new communicator of this backend over the ranks of `world`, whose operations time out
+    /// `after` (collective over `world`).
+    fn with_deadline(
+        &self,
+        world: &collectives::MpiComm,
+        after: std::time::Duration,
+    ) -> Result<Self, Error>;
+    /// A buffer of `len` zeros on another GPU than this communicator's, where this backend has
+    /// device buffers and a second GPU is visible.
+    fn on_other_device<V: Val>(&self, len: usize) -> Option<Self::Owned<V>> {
+        let _ = len;
+        None
+    }
 }
 
 impl Backend for collectives::MpiComm {
@@ -43,6 +56,13 @@ impl Backend for collectives::MpiComm {
     fn tag_ub(&self) -> i32 {
         collectives::MpiComm::tag_ub(self)
     }
+    fn with_deadline(
+        &self,
+        world: &collectives::MpiComm,
+        after: std::time::Duration,
+    ) -> Result<Self, Error> {
+        Ok(world.dup()?.with_timeout(Some(after)))
+    }
 }
 
 impl Backend for collectives::NcclComm {
@@ -57,6 +77,28 @@ impl Backend for collectives::NcclComm {
     fn zeros<V: Val>(&self, len: usize) -> Self::Owned<V> {
         collectives::device::alloc_zeros(self.stream(), len).expect("device memory")
     }
+    fn with_deadline(
+        &self,
+        world: &collectives::MpiComm,
+        after: std::time::Duration,
+    ) -> Result<Self, Error> {
+        Ok(collectives::NcclComm::from_mpi(world, None)?.with_timeout(after))
+    }
+    fn on_other_device<V: Val>(&self, len: usize) -> Option<Self::Owned<V>> {
+        other_device_zeros(self.stream().context().ordinal(), len)
+    }
+}
+
+/// `len` zeros on a visible GPU other than `mine`, if there is one.
+pub fn other_device_zeros<V: Val>(
+    mine: usize,
+    len: usize,
+) -> Option<collectives::cudarc::driver::CudaSlice<V>> {
+    use collectives::cudarc::driver::CudaContext;
+    let count = CudaContext::device_count().ok()? as usize;
+    let other = (0..count).find(|&d| d != mine)?;
+    let stream = CudaContext::new(other).ok()?.default_stream();
+    collectives::device::alloc_zeros(&stream, len).ok()
 }
 
 /// Test values: small integers, so sums and products are exact in every type.

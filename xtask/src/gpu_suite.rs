@@ -325,7 +325,8 @@ pub fn plan(binaries: &[SuiteBinary], m: &Machine) -> Vec<Step> {
             let e = env(&[("CUDA_VISIBLE_DEVICES", "0")]);
             let mut step = mpirun_step(Group::Benchmarks, b, 2, cuda_aware, e);
             step.args = P2P_CHECK_ARGS.map(str::to_owned).to_vec();
-            step.args.extend(["--backend".to_owned(), backend.to_owned()]);
+            step.args
+                .extend(["--backend".to_owned(), backend.to_owned()]);
             step.what = format!("{} p2p --backend {backend}", step.what);
             steps.push(step);
         }
