@@ -26,7 +26,7 @@ pub enum GridCap {
     /// [`codegen::fused_shape`](crate::codegen::fused_shape)), so they too get every region's
     /// full grid. Otherwise (a single plan's kernel by axes) the full grid when it has more
     /// than [`AUTO_FULL_ABOVE_WAVES`] waves, one wave below. Measured on an H200
-    /// (docs/PACK-GPU-LOG.md) for kernels by axes: a long stream of small blocks is fastest
+    /// (docs/logs/PACK-GPU-LOG.md) for kernels by axes: a long stream of small blocks is fastest
     /// with the full grid, while a grid of a few waves is faster as one wave of looping threads.
     Auto,
 }
