@@ -202,7 +202,10 @@ fn cargo_doc(root: &Path) -> Tally {
         Ok(outcome) if outcome.success() => tally.pass(1),
         Ok(outcome) => tally.fail(
             1,
-            format!("cargo doc: rustdoc warnings or errors ({})", outcome.describe()),
+            format!(
+                "cargo doc: rustdoc warnings or errors ({})",
+                outcome.describe()
+            ),
         ),
         Err(e) => tally.fail(1, format!("cargo doc: cannot run cargo: {e}")),
     }

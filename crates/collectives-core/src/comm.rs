@@ -45,6 +45,10 @@ pub trait Buffer<T: Element> {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The CUDA device the buffer lives on; `None` for host memory.
+    fn device(&self) -> Option<usize> {
+        None
+    }
 }
 
 impl<T: Element> Buffer<T> for [T] {

@@ -6,7 +6,7 @@
 //! | [`op`] | [`ReduceOp`], [`BackendKind`], which reductions each backend can do with each element |
 //! | [`comm`] | the [`Communicator`] trait every backend implements |
 //! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
-//! | [`check`], [`checked`] | argument rules (always on) and checked mode (cross-rank agreement) |
+//! | [`check`], [`checked`] | argument rules (always on; one table for every backend) and checked mode (cross-rank agreement) |
 //! | [`deadline`] | `COLLECTIVES_TIMEOUT` and the one polling loop that waits against a deadline |
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
 //! | [`cuda_aware`] | whether the MPI library takes device pointers, with the evidence ([`CudaAwareness`]) |
@@ -44,6 +44,7 @@ pub mod element;
 pub mod error;
 pub mod op;
 pub mod request;
+mod rules;
 
 pub use mpi;
 

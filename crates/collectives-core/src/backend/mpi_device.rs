@@ -1,8 +1,8 @@
 //! The argument rules of the two MPI backends on device memory, [`MpiCudaComm`] and
-//! [`MpiStagedComm`], in one place: both refuse the same input with the same typed error, checked
-//! in the same order, on every rank before the ranks agree. Each rule returns what the MPI call
-//! needs (counts as `c_int`, or counts and displacements) and, on the root, the root-only buffer;
-//! the staged backend adds its pinned host buffers once the rules pass.
+//! [`MpiStagedComm`]: the one table of [`crate::rules`] with the communicator's device and MPI's
+//! `int` count limit, its counts turned into what the MPI call takes (`c_int`, or counts and
+//! displacements). Both refuse the same input with the same typed error, in the same order, as
+//! every other backend.
 //!
 //! [`MpiCudaComm`]: super::mpi_cuda::MpiCudaComm
 //! [`MpiStagedComm`]: super::mpi_staged::MpiStagedComm
@@ -12,58 +12,41 @@ use std::ffi::c_int;
 use cudarc::driver::CudaSlice;
 
 use crate::backend::mpi_host::raw as host;
-use crate::check;
-use crate::check::check_op;
+use crate::backend::mpi_host::MpiComm;
+use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
 use crate::op::{BackendKind, ReduceOp};
+use crate::rules::{CountLimit, Rules};
 
 /// MPI counts and displacements of a `v` collective.
 pub(crate) type CountsDispls = (Vec<c_int>, Vec<c_int>);
 
-/// What the rules know of the communicator that checks them.
+/// The rules of an MPI communicator on a device.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct DeviceArgs {
-    /// The backend, whose reduction rules apply.
-    pub(crate) backend: BackendKind,
-    /// The communicator's CUDA device.
-    pub(crate) device: usize,
-    /// This rank.
-    pub(crate) rank: usize,
-    /// The number of ranks.
-    pub(crate) size: usize,
-}
+pub(crate) struct DeviceArgs(pub(crate) Rules);
 
 impl DeviceArgs {
-    /// `buf` lies on the communicator's device.
-    pub(crate) fn on_device<T>(
+    /// The rules of `backend` for the ranks of `mpi`, on CUDA device `device`.
+    pub(crate) fn new(backend: BackendKind, device: usize, mpi: &MpiComm) -> Self {
+        DeviceArgs(Rules {
+            backend,
+            rank: mpi.rank(),
+            size: mpi.size(),
+            device: Some(device),
+            limit: CountLimit::Elements(host::count_limit()),
+            tag_ub: mpi.tag_ub(),
+        })
+    }
+
+    /// `broadcast`: the count.
+    pub(crate) fn broadcast<T: Element>(
         &self,
         op: &'static str,
-        name: &str,
         buf: &CudaSlice<T>,
-    ) -> Result<()> {
-        check::same_device(op, name, buf.ordinal(), self.device)
-    }
-
-    /// The root-only buffer, where this rank has one, on the communicator's device.
-    fn on_root_device<T>(
-        &self,
-        op: &'static str,
-        name: &str,
-        buf: Option<&CudaSlice<T>>,
-    ) -> Result<()> {
-        buf.map_or(Ok(()), |b| self.on_device(op, name, b))
-    }
-
-    /// Both buffers on the communicator's device.
-    pub(crate) fn on_devices<T>(
-        &self,
-        op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &CudaSlice<T>,
-    ) -> Result<()> {
-        self.on_device(op, "send", send)?;
-        self.on_device(op, "recv", recv)
+        root: usize,
+    ) -> Result<c_int> {
+        self.0.broadcast::<T, _>(op, buf, root).map(host::int)
     }
 
     /// `reduce`: the count, and `recv` on the root.
@@ -75,19 +58,8 @@ impl DeviceArgs {
         red: ReduceOp,
         root: usize,
     ) -> Result<(c_int, Option<&'b mut CudaSlice<T>>)> {
-        check_op::<T>(op, red, self.backend)?;
-        check::rank_in_range(op, "root", root, self.size)?;
-        self.on_device(op, "send", send)?;
-        let recv = check::at_root(
-            op,
-            "recv",
-            self.rank == root,
-            recv,
-            send.len(),
-            "the length of send",
-        )?;
-        self.on_root_device(op, "recv", recv.as_deref())?;
-        Ok((host::count(op, send.len())?, recv))
+        let (n, recv) = self.0.reduce::<T, _, _>(op, send, recv, red, root)?;
+        Ok((host::int(n), recv))
     }
 
     /// `all_reduce`: the count.
@@ -98,37 +70,43 @@ impl DeviceArgs {
         recv: &CudaSlice<T>,
         red: ReduceOp,
     ) -> Result<c_int> {
-        check_op::<T>(op, red, self.backend)?;
-        check::same_len(op, "send", send.len(), "recv", recv.len())?;
-        self.on_devices(op, send, recv)?;
-        host::count(op, send.len())
+        self.0
+            .all_reduce::<T, _>(op, send, recv, red)
+            .map(host::int)
+    }
+
+    /// `all_reduce_in_place`: the count.
+    pub(crate) fn all_reduce_in_place<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &CudaSlice<T>,
+        red: ReduceOp,
+    ) -> Result<c_int> {
+        self.0
+            .all_reduce_in_place::<T, _>(op, buf, red)
+            .map(host::int)
     }
 
     /// `all_gather`: the count of one block.
-    pub(crate) fn all_gather<T>(
+    pub(crate) fn all_gather<T: Element>(
         &self,
         op: &'static str,
         send: &CudaSlice<T>,
         recv: &CudaSlice<T>,
     ) -> Result<c_int> {
-        check::blocks_len(op, "recv", recv.len(), self.size, send.len())?;
-        self.on_devices(op, send, recv)?;
-        host::count(op, recv.len())?;
-        host::count(op, send.len())
+        self.0.all_gather::<T, _>(op, send, recv).map(host::int)
     }
 
     /// `all_gather_v`: counts and displacements.
-    pub(crate) fn all_gather_v<T>(
+    pub(crate) fn all_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &CudaSlice<T>,
         recv: &CudaSlice<T>,
         counts: &[usize],
     ) -> Result<CountsDispls> {
-        let total = check::v_counts(op, "send", send.len(), counts, self.rank, self.size)?;
-        check::len_is(op, "recv", recv.len(), total, "the sum of counts")?;
-        self.on_devices(op, send, recv)?;
-        host::counts_displs(op, counts)
+        self.0.all_gather_v::<T, _>(op, send, recv, counts)?;
+        Ok(host::packed(counts))
     }
 
     /// `gather`: the count of one block, and `recv` on the root.
@@ -139,21 +117,8 @@ impl DeviceArgs {
         recv: Option<&'b mut CudaSlice<T>>,
         root: usize,
     ) -> Result<(c_int, Option<&'b mut CudaSlice<T>>)> {
-        check::rank_in_range(op, "root", root, self.size)?;
-        self.on_device(op, "send", send)?;
-        let recv = check::at_root(
-            op,
-            "recv",
-            self.rank == root,
-            recv,
-            self.size.saturating_mul(send.len()),
-            &format!("{} ranks x {} elements", self.size, send.len()),
-        )?;
-        self.on_root_device(op, "recv", recv.as_deref())?;
-        if let Some(r) = &recv {
-            host::count(op, r.len())?;
-        }
-        Ok((host::count(op, send.len())?, recv))
+        let (n, recv) = self.0.gather::<T, _, _>(op, send, recv, root)?;
+        Ok((host::int(n), recv))
     }
 
     /// `gather_v`: counts and displacements, and `recv` on the root.
@@ -165,19 +130,8 @@ impl DeviceArgs {
         counts: &[usize],
         root: usize,
     ) -> Result<(CountsDispls, Option<&'b mut CudaSlice<T>>)> {
-        check::rank_in_range(op, "root", root, self.size)?;
-        let total = check::v_counts(op, "send", send.len(), counts, self.rank, self.size)?;
-        self.on_device(op, "send", send)?;
-        let recv = check::at_root(
-            op,
-            "recv",
-            self.rank == root,
-            recv,
-            total,
-            "the sum of counts",
-        )?;
-        self.on_root_device(op, "recv", recv.as_deref())?;
-        Ok((host::counts_displs(op, counts)?, recv))
+        let recv = self.0.gather_v::<T, _, _>(op, send, recv, counts, root)?;
+        Ok((host::packed(counts), recv))
     }
 
     /// `scatter`: the count of one block, and `send` on the root.
@@ -188,21 +142,8 @@ impl DeviceArgs {
         recv: &CudaSlice<T>,
         root: usize,
     ) -> Result<(c_int, Option<&'b CudaSlice<T>>)> {
-        check::rank_in_range(op, "root", root, self.size)?;
-        self.on_device(op, "recv", recv)?;
-        let send = check::at_root(
-            op,
-            "send",
-            self.rank == root,
-            send,
-            self.size.saturating_mul(recv.len()),
-            &format!("{} ranks x {} elements", self.size, recv.len()),
-        )?;
-        self.on_root_device(op, "send", send)?;
-        if let Some(s) = send {
-            host::count(op, s.len())?;
-        }
-        Ok((host::count(op, recv.len())?, send))
+        let (n, send) = self.0.scatter::<T, _, _>(op, send, recv, root)?;
+        Ok((host::int(n), send))
     }
 
     /// `scatter_v`: counts and displacements, and `send` on the root.
@@ -214,19 +155,8 @@ impl DeviceArgs {
         counts: &[usize],
         root: usize,
     ) -> Result<(CountsDispls, Option<&'b CudaSlice<T>>)> {
-        check::rank_in_range(op, "root", root, self.size)?;
-        let total = check::v_counts(op, "recv", recv.len(), counts, self.rank, self.size)?;
-        self.on_device(op, "recv", recv)?;
-        let send = check::at_root(
-            op,
-            "send",
-            self.rank == root,
-            send,
-            total,
-            "the sum of counts",
-        )?;
-        self.on_root_device(op, "send", send)?;
-        Ok((host::counts_displs(op, counts)?, send))
+        let send = self.0.scatter_v::<T, _, _>(op, send, recv, counts, root)?;
+        Ok((host::packed(counts), send))
     }
 
     /// `reduce_scatter`: the count of one block.
@@ -237,29 +167,23 @@ impl DeviceArgs {
         recv: &CudaSlice<T>,
         red: ReduceOp,
     ) -> Result<c_int> {
-        check_op::<T>(op, red, self.backend)?;
-        check::blocks_len(op, "send", send.len(), self.size, recv.len())?;
-        self.on_devices(op, send, recv)?;
-        host::count(op, send.len())?;
-        host::count(op, recv.len())
+        self.0
+            .reduce_scatter::<T, _>(op, send, recv, red)
+            .map(host::int)
     }
 
     /// `all_to_all`: the count of one block.
-    pub(crate) fn all_to_all<T>(
+    pub(crate) fn all_to_all<T: Element>(
         &self,
         op: &'static str,
         send: &CudaSlice<T>,
         recv: &CudaSlice<T>,
     ) -> Result<c_int> {
-        check::same_len(op, "send", send.len(), "recv", recv.len())?;
-        let block = check::equal_blocks(op, "send", send.len(), self.size)?;
-        self.on_devices(op, send, recv)?;
-        host::count(op, send.len())?;
-        host::count(op, block)
+        self.0.all_to_all::<T, _>(op, send, recv).map(host::int)
     }
 
     /// `all_to_all_v`: counts and displacements of both sides.
-    pub(crate) fn all_to_all_v<T>(
+    pub(crate) fn all_to_all_v<T: Element>(
         &self,
         op: &'static str,
         send: &CudaSlice<T>,
@@ -267,14 +191,38 @@ impl DeviceArgs {
         recv: &CudaSlice<T>,
         recv_counts: &[usize],
     ) -> Result<(CountsDispls, CountsDispls)> {
-        let s_total = check::counts(op, "send_counts", send_counts, self.size)?;
-        let r_total = check::counts(op, "recv_counts", recv_counts, self.size)?;
-        check::len_is(op, "send", send.len(), s_total, "the sum of send_counts")?;
-        check::len_is(op, "recv", recv.len(), r_total, "the sum of recv_counts")?;
-        self.on_devices(op, send, recv)?;
-        Ok((
-            host::counts_displs(op, send_counts)?,
-            host::counts_displs(op, recv_counts)?,
-        ))
+        self.0
+            .all_to_all_v::<T, _>(op, send, send_counts, recv, recv_counts)?;
+        Ok((host::packed(send_counts), host::packed(recv_counts)))
+    }
+
+    /// `send` (`what` = `"destination"`) or `recv` (`"source"`): the peer and the count.
+    pub(crate) fn point<T: Element>(
+        &self,
+        op: &'static str,
+        what: &str,
+        buf: &CudaSlice<T>,
+        peer: usize,
+        tag: Tag,
+    ) -> Result<(c_int, c_int)> {
+        let n = self.0.point::<T, _>(op, what, buf, peer, tag)?;
+        Ok((host::int(peer), host::int(n)))
+    }
+
+    /// `send_recv`: the destination, the source, and the send and receive counts.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_recv<T: Element>(
+        &self,
+        op: &'static str,
+        send: &CudaSlice<T>,
+        dest: usize,
+        recv: &CudaSlice<T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<[c_int; 4]> {
+        let (sn, rn) = self
+            .0
+            .send_recv::<T, _>(op, send, dest, recv, source, tag)?;
+        Ok([dest, source, sn, rn].map(host::int))
     }
 }

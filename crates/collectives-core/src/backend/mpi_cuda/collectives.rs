@@ -18,8 +18,6 @@ use super::request::CudaPending;
 use crate::backend::cuda_common::{stage_in, Lease, StagedPending};
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::MpiPending;
-use crate::check;
-use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
@@ -34,12 +32,6 @@ fn null_mut() -> *mut c_void {
 }
 
 impl MpiCudaComm {
-    fn peer(&self, op: &'static str, what: &str, rank: usize, tag: Tag) -> Result<c_int> {
-        check::rank_in_range(op, what, rank, self.mpi.size())?;
-        check::tag(op, tag, self.mpi.tag_ub())?;
-        Ok(rank as c_int)
-    }
-
     /// A pinned host buffer of `len` elements when non-blocking collectives stage through host
     /// memory (see the module documentation), else `None`.
     fn staging<T: Element>(&self, op: &'static str, len: usize) -> Result<Option<Lease<'_, T>>> {
@@ -112,9 +104,7 @@ impl Communicator for MpiCudaComm {
         }
         const OP: &str = "broadcast";
         let _span = tracing::trace_span!("broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.mpi.size())
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| host::count(OP, buf.len()));
+        let local = self.args().broadcast(OP, buf, root);
         let n = self.mpi.agree(
             Call::new(OpKind::Broadcast)
                 .element::<T>()
@@ -233,9 +223,7 @@ impl Communicator for MpiCudaComm {
         }
         const OP: &str = "all_reduce_in_place";
         let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = check_op::<T>(OP, op, BACKEND)
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| host::count(OP, buf.len()));
+        let local = self.args().all_reduce_in_place(OP, buf, op);
         let n = self.mpi.agree(
             Call::new(OpKind::AllReduceInPlace)
                 .element::<T>()
@@ -588,9 +576,7 @@ impl Communicator for MpiCudaComm {
         }
         const OP: &str = "send";
         let _span = tracing::trace_span!("send").entered();
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        let n = host::count(OP, buf.len())?;
+        let (dest, n) = self.args().point(OP, "destination", buf, dest, tag)?;
         self.foreign(OP, &[buf.stream()])?;
         let (p, _g) = dptr(buf, &self.stream);
         self.sync(OP)?;
@@ -607,9 +593,7 @@ impl Communicator for MpiCudaComm {
         }
         const OP: &str = "recv";
         let _span = tracing::trace_span!("recv").entered();
-        let source = self.peer(OP, "source", source, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        let n = host::count(OP, buf.len())?;
+        let (source, n) = self.args().point(OP, "source", buf, source, tag)?;
         self.foreign(OP, &[buf.stream()])?;
         let expected = buf.len();
         let dt = host::datatype::<T>();
@@ -637,23 +621,7 @@ impl Communicator for MpiCudaComm {
         }
         const OP: &str = "send_recv";
         let _span = tracing::trace_span!("send_recv").entered();
-        let rank = self.mpi.rank();
-        // Peers and tag first, then lengths: the order every backend checks in.
-        let dest_c = self.peer(OP, "destination", dest, tag)?;
-        let source_c = self.peer(OP, "source", source, tag)?;
-        if dest == rank && source == rank {
-            // A message to oneself: Open MPI copies it locally and truncates silently, so check here.
-            check::same_len(
-                OP,
-                "send (to this rank itself)",
-                send.len(),
-                "recv",
-                recv.len(),
-            )?;
-        }
-        let (dest, source) = (dest_c, source_c);
-        self.args().on_devices(OP, send, recv)?;
-        let (sn, rn) = (host::count(OP, send.len())?, host::count(OP, recv.len())?);
+        let [dest, source, sn, rn] = self.args().send_recv(OP, send, dest, recv, source, tag)?;
         self.foreign(OP, &[send.stream(), recv.stream()])?;
         let expected = recv.len();
         let dt = host::datatype::<T>();
@@ -784,9 +752,9 @@ impl Communicator for MpiCudaComm {
         }
         const OP: &str = "i_broadcast";
         let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.mpi.size())
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| host::count(OP, buf.len()))
+        let local = self
+            .args()
+            .broadcast(OP, buf, root)
             .and_then(|n| Ok((n, self.staging::<T>(OP, buf.len())?)));
         let (n, staging) = self.mpi.agree(
             Call::new(OpKind::Broadcast)
@@ -918,9 +886,7 @@ impl Communicator for MpiCudaComm {
         }
         const OP: &str = "i_send";
         let _span = tracing::trace_span!("i_send").entered();
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        let n = host::count(OP, buf.len())?;
+        let (dest, n) = self.args().point(OP, "destination", buf, dest, tag)?;
         self.foreign(OP, &[buf.stream()])?;
         // SAFETY: an MPI_Request handle may start as any value; MPI_Isend overwrites it.
         let mut request: ffi::MPI_Request = unsafe { std::mem::zeroed() };
@@ -954,9 +920,7 @@ impl Communicator for MpiCudaComm {
         }
         const OP: &str = "i_recv";
         let _span = tracing::trace_span!("i_recv").entered();
-        let source = self.peer(OP, "source", source, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        let n = host::count(OP, buf.len())?;
+        let (source, n) = self.args().point(OP, "source", buf, source, tag)?;
         self.foreign(OP, &[buf.stream()])?;
         let expected = buf.len();
         // SAFETY: an MPI_Request handle may start as any value; MPI_Irecv overwrites it.

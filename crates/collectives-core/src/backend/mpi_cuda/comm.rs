@@ -283,22 +283,7 @@ impl MpiCudaComm {
 
     /// The argument rules this communicator shares with the other MPI backend on device memory.
     pub(super) fn args(&self) -> DeviceArgs {
-        DeviceArgs {
-            backend: BackendKind::MpiCuda,
-            device: self.ctx.ordinal(),
-            rank: self.mpi.rank(),
-            size: self.mpi.size(),
-        }
-    }
-
-    /// `buf` must live on this communicator's device.
-    pub(super) fn on_device<T>(
-        &self,
-        op: &'static str,
-        name: &str,
-        buf: &CudaSlice<T>,
-    ) -> Result<()> {
-        self.args().on_device(op, name, buf)
+        DeviceArgs::new(BackendKind::MpiCuda, self.ctx.ordinal(), &self.mpi)
     }
 
     /// Where cudarc does not track a buffer's uses (event tracking off, or a single stream in its

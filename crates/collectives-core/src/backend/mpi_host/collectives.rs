@@ -12,22 +12,27 @@ use std::ffi::c_int;
 use super::comm::MpiComm;
 use super::raw::{self, either};
 use super::request::{Form, Region};
-use crate::check;
-use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
+use crate::rules::{CountLimit, Rules};
 
 const BACKEND: BackendKind = BackendKind::MpiHost;
 
 impl MpiComm {
-    fn peer(&self, op: &'static str, what: &str, rank: usize, tag: Tag) -> Result<c_int> {
-        check::rank_in_range(op, what, rank, self.size)?;
-        check::tag(op, tag, self.tag_ub)?;
-        Ok(rank as c_int)
+    /// The argument rules of this communicator.
+    pub(crate) fn rules(&self) -> Rules {
+        Rules {
+            backend: BACKEND,
+            rank: self.rank,
+            size: self.size,
+            device: None,
+            limit: CountLimit::Elements(raw::count_limit()),
+            tag_ub: self.tag_ub,
+        }
     }
 
     fn new_comm(&self, op: &'static str, raw: ffi::MPI_Comm) -> Result<Option<MpiComm>> {
@@ -90,8 +95,7 @@ impl Communicator for MpiComm {
     fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
         const OP: &str = "broadcast";
         let _span = tracing::trace_span!("broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size)
-            .and_then(|()| raw::count(OP, buf.len()));
+        let local = self.rules().broadcast::<T, _>(OP, buf, root).map(raw::int);
         let n = self.agree(
             Call::new(OpKind::Broadcast)
                 .element::<T>()
@@ -121,13 +125,10 @@ impl Communicator for MpiComm {
     ) -> Result<()> {
         const OP: &str = "reduce";
         let _span = tracing::trace_span!("reduce").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let recv = check::at_root(OP, "recv", is_root, recv, send.len(), "the length of send")?;
-            Ok((raw::count(OP, send.len())?, recv))
-        })();
+        let local = self
+            .rules()
+            .reduce::<T, _, _>(OP, send, recv, op, root)
+            .map(|(n, recv)| (raw::int(n), recv));
         let call = Call::new(OpKind::Reduce)
             .element::<T>()
             .reduce(op)
@@ -155,9 +156,10 @@ impl Communicator for MpiComm {
     fn all_reduce<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce";
         let _span = tracing::trace_span!("all_reduce").entered();
-        let local = check_op::<T>(OP, op, BACKEND)
-            .and_then(|()| check::same_len(OP, "send", send.len(), "recv", recv.len()))
-            .and_then(|()| raw::count(OP, send.len()));
+        let local = self
+            .rules()
+            .all_reduce::<T, _>(OP, send, recv, op)
+            .map(raw::int);
         let n = self.agree(
             Call::new(OpKind::AllReduce)
                 .element::<T>()
@@ -183,7 +185,10 @@ impl Communicator for MpiComm {
     fn all_reduce_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce_in_place";
         let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = check_op::<T>(OP, op, BACKEND).and_then(|()| raw::count(OP, buf.len()));
+        let local = self
+            .rules()
+            .all_reduce_in_place::<T, _>(OP, buf, op)
+            .map(raw::int);
         let n = self.agree(
             Call::new(OpKind::AllReduceInPlace)
                 .element::<T>()
@@ -209,11 +214,10 @@ impl Communicator for MpiComm {
     fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         const OP: &str = "all_gather";
         let _span = tracing::trace_span!("all_gather").entered();
-        let local =
-            check::blocks_len(OP, "recv", recv.len(), self.size, send.len()).and_then(|()| {
-                raw::count(OP, recv.len())?;
-                raw::count(OP, send.len())
-            });
+        let local = self
+            .rules()
+            .all_gather::<T, _>(OP, send, recv)
+            .map(raw::int);
         let n = self.agree(
             Call::new(OpKind::AllGather)
                 .element::<T>()
@@ -236,11 +240,10 @@ impl Communicator for MpiComm {
     fn all_gather_v<T: Element>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
         const OP: &str = "all_gather_v";
         let _span = tracing::trace_span!("all_gather_v").entered();
-        let local = (|| {
-            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
-            check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-            raw::counts_displs(OP, counts)
-        })();
+        let local = self
+            .rules()
+            .all_gather_v::<T, _>(OP, send, recv, counts)
+            .map(|()| raw::packed(counts));
         let (c, d) = self.agree(
             Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
             local,
@@ -270,22 +273,10 @@ impl Communicator for MpiComm {
     fn gather<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, root: usize) -> Result<()> {
         const OP: &str = "gather";
         let _span = tracing::trace_span!("gather").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let recv = check::at_root(
-                OP,
-                "recv",
-                is_root,
-                recv,
-                self.size.saturating_mul(send.len()),
-                &format!("{} ranks x {} elements", self.size, send.len()),
-            )?;
-            if let Some(b) = &recv {
-                raw::count(OP, b.len())?;
-            }
-            Ok((raw::count(OP, send.len())?, recv))
-        })();
+        let local = self
+            .rules()
+            .gather::<T, _, _>(OP, send, recv, root)
+            .map(|(n, recv)| (raw::int(n), recv));
         let (n, recv) = self.agree(
             Call::new(OpKind::Gather)
                 .element::<T>()
@@ -321,13 +312,10 @@ impl Communicator for MpiComm {
     ) -> Result<()> {
         const OP: &str = "gather_v";
         let _span = tracing::trace_span!("gather_v").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
-            let recv = check::at_root(OP, "recv", is_root, recv, total, "the sum of counts")?;
-            Ok((raw::counts_displs(OP, counts)?, recv))
-        })();
+        let local = self
+            .rules()
+            .gather_v::<T, _, _>(OP, send, recv, counts, root)
+            .map(|recv| (raw::packed(counts), recv));
         let call = Call::new(OpKind::GatherV)
             .element::<T>()
             .root(root)
@@ -358,22 +346,10 @@ impl Communicator for MpiComm {
     fn scatter<T: Element>(&self, send: Option<&[T]>, recv: &mut [T], root: usize) -> Result<()> {
         const OP: &str = "scatter";
         let _span = tracing::trace_span!("scatter").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let send = check::at_root(
-                OP,
-                "send",
-                is_root,
-                send,
-                self.size.saturating_mul(recv.len()),
-                &format!("{} ranks x {} elements", self.size, recv.len()),
-            )?;
-            if let Some(b) = &send {
-                raw::count(OP, b.len())?;
-            }
-            Ok((raw::count(OP, recv.len())?, send))
-        })();
+        let local = self
+            .rules()
+            .scatter::<T, _, _>(OP, send, recv, root)
+            .map(|(n, send)| (raw::int(n), send));
         let (n, send) = self.agree(
             Call::new(OpKind::Scatter)
                 .element::<T>()
@@ -409,13 +385,10 @@ impl Communicator for MpiComm {
     ) -> Result<()> {
         const OP: &str = "scatter_v";
         let _span = tracing::trace_span!("scatter_v").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::v_counts(OP, "recv", recv.len(), counts, self.rank, self.size)?;
-            let send = check::at_root(OP, "send", is_root, send, total, "the sum of counts")?;
-            Ok((raw::counts_displs(OP, counts)?, send))
-        })();
+        let local = self
+            .rules()
+            .scatter_v::<T, _, _>(OP, send, recv, counts, root)
+            .map(|send| (raw::packed(counts), send));
         let call = Call::new(OpKind::ScatterV)
             .element::<T>()
             .root(root)
@@ -446,12 +419,10 @@ impl Communicator for MpiComm {
     fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
         const OP: &str = "reduce_scatter";
         let _span = tracing::trace_span!("reduce_scatter").entered();
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::blocks_len(OP, "send", send.len(), self.size, recv.len())?;
-            raw::count(OP, send.len())?;
-            raw::count(OP, recv.len())
-        })();
+        let local = self
+            .rules()
+            .reduce_scatter::<T, _>(OP, send, recv, op)
+            .map(raw::int);
         let n = self.agree(
             Call::new(OpKind::ReduceScatter)
                 .element::<T>()
@@ -477,12 +448,10 @@ impl Communicator for MpiComm {
     fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         const OP: &str = "all_to_all";
         let _span = tracing::trace_span!("all_to_all").entered();
-        let local = (|| {
-            check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-            let block = check::equal_blocks(OP, "send", send.len(), self.size)?;
-            raw::count(OP, send.len())?;
-            raw::count(OP, block)
-        })();
+        let local = self
+            .rules()
+            .all_to_all::<T, _>(OP, send, recv)
+            .map(raw::int);
         let n = self.agree(
             Call::new(OpKind::AllToAll).element::<T>().count(send.len()),
             local,
@@ -509,16 +478,10 @@ impl Communicator for MpiComm {
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
         let _span = tracing::trace_span!("all_to_all_v").entered();
-        let local = (|| {
-            let s_total = check::counts(OP, "send_counts", send_counts, self.size)?;
-            let r_total = check::counts(OP, "recv_counts", recv_counts, self.size)?;
-            check::len_is(OP, "send", send.len(), s_total, "the sum of send_counts")?;
-            check::len_is(OP, "recv", recv.len(), r_total, "the sum of recv_counts")?;
-            Ok((
-                raw::counts_displs(OP, send_counts)?,
-                raw::counts_displs(OP, recv_counts)?,
-            ))
-        })();
+        let local = self
+            .rules()
+            .all_to_all_v::<T, _>(OP, send, send_counts, recv, recv_counts)
+            .map(|()| (raw::packed(send_counts), raw::packed(recv_counts)));
         let call = Call::new(OpKind::AllToAllV)
             .element::<T>()
             .all_to_all(send_counts, recv_counts);
@@ -549,8 +512,11 @@ impl Communicator for MpiComm {
     fn send<T: Element>(&self, buf: &[T], dest: usize, tag: Tag) -> Result<()> {
         const OP: &str = "send";
         let _span = tracing::trace_span!("send").entered();
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        let n = raw::count(OP, buf.len())?;
+        let n = raw::int(
+            self.rules()
+                .point::<T, _>(OP, "destination", buf, dest, tag)?,
+        );
+        let dest = dest as c_int;
         let dt = raw::datatype::<T>();
         // SAFETY: `buf` holds `n` elements of `T`; destination and tag checked in range.
         unsafe {
@@ -564,8 +530,8 @@ impl Communicator for MpiComm {
     fn recv<T: Element>(&self, buf: &mut [T], source: usize, tag: Tag) -> Result<()> {
         const OP: &str = "recv";
         let _span = tracing::trace_span!("recv").entered();
-        let source = self.peer(OP, "source", source, tag)?;
-        let n = raw::count(OP, buf.len())?;
+        let n = raw::int(self.rules().point::<T, _>(OP, "source", buf, source, tag)?);
+        let source = source as c_int;
         let dt = raw::datatype::<T>();
         // SAFETY: `buf` has room for `n` elements of `T` (a longer message is MPI_ERR_TRUNCATE, not an
         // overflow); the status is a valid out-pointer.
@@ -588,21 +554,11 @@ impl Communicator for MpiComm {
     ) -> Result<()> {
         const OP: &str = "send_recv";
         let _span = tracing::trace_span!("send_recv").entered();
-        // Peers and tag first, then lengths: the order every backend checks in.
-        let dest_c = self.peer(OP, "destination", dest, tag)?;
-        let source_c = self.peer(OP, "source", source, tag)?;
-        if dest == self.rank && source == self.rank {
-            // A message to oneself: Open MPI copies it locally and truncates silently, so check here.
-            check::same_len(
-                OP,
-                "send (to this rank itself)",
-                send.len(),
-                "recv",
-                recv.len(),
-            )?;
-        }
-        let (dest, source) = (dest_c, source_c);
-        let (sn, rn) = (raw::count(OP, send.len())?, raw::count(OP, recv.len())?);
+        let (sn, rn) = self
+            .rules()
+            .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
+        let (sn, rn) = (raw::int(sn), raw::int(rn));
+        let (dest, source) = (dest as c_int, source as c_int);
         let dt = raw::datatype::<T>();
         // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements of `T`; ranks and tag checked.
         let status = unsafe {
@@ -662,9 +618,10 @@ impl Communicator for MpiComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_reduce";
         let _span = tracing::trace_span!("i_all_reduce").entered();
-        let local = check_op::<T>(OP, op, BACKEND)
-            .and_then(|()| check::same_len(OP, "send", send.len(), "recv", recv.len()))
-            .and_then(|()| raw::count(OP, send.len()));
+        let local = self
+            .rules()
+            .all_reduce::<T, _>(OP, send, recv, op)
+            .map(raw::int);
         let n = self.agree(
             Call::new(OpKind::AllReduce)
                 .element::<T>()
@@ -693,8 +650,7 @@ impl Communicator for MpiComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_broadcast";
         let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size)
-            .and_then(|()| raw::count(OP, buf.len()));
+        let local = self.rules().broadcast::<T, _>(OP, buf, root).map(raw::int);
         let n = self.agree(
             Call::new(OpKind::Broadcast)
                 .element::<T>()
@@ -721,11 +677,10 @@ impl Communicator for MpiComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather";
         let _span = tracing::trace_span!("i_all_gather").entered();
-        let local =
-            check::blocks_len(OP, "recv", recv.len(), self.size, send.len()).and_then(|()| {
-                raw::count(OP, recv.len())?;
-                raw::count(OP, send.len())
-            });
+        let local = self
+            .rules()
+            .all_gather::<T, _>(OP, send, recv)
+            .map(raw::int);
         let n = self.agree(
             Call::new(OpKind::AllGather)
                 .element::<T>()
@@ -752,8 +707,11 @@ impl Communicator for MpiComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_send";
         let _span = tracing::trace_span!("i_send").entered();
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        let n = raw::count(OP, buf.len())?;
+        let n = raw::int(
+            self.rules()
+                .point::<T, _>(OP, "destination", buf, dest, tag)?,
+        );
+        let dest = dest as c_int;
         let dt = raw::datatype::<T>();
         // SAFETY: `buf` holds `n` elements, borrowed for 's; the scope completes the request before 's ends.
         let pending = unsafe {
@@ -773,8 +731,8 @@ impl Communicator for MpiComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_recv";
         let _span = tracing::trace_span!("i_recv").entered();
-        let source = self.peer(OP, "source", source, tag)?;
-        let n = raw::count(OP, buf.len())?;
+        let n = raw::int(self.rules().point::<T, _>(OP, "source", buf, source, tag)?);
+        let source = source as c_int;
         let dt = raw::datatype::<T>();
         let len = buf.len();
         // SAFETY: `buf` has room for `n` elements, borrowed for 's; the scope completes the request before

@@ -19,8 +19,6 @@ use super::request::StagedPending;
 use crate::backend::cuda_common::{self, Lease};
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::Region;
-use crate::check;
-use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
@@ -31,12 +29,6 @@ use crate::request::{Request, Scope};
 const BACKEND: BackendKind = BackendKind::MpiStaged;
 
 impl MpiStagedComm {
-    fn peer(&self, op: &'static str, what: &str, rank: usize, tag: Tag) -> Result<c_int> {
-        check::rank_in_range(op, what, rank, self.mpi.size())?;
-        check::tag(op, tag, self.mpi.tag_ub())?;
-        Ok(rank as c_int)
-    }
-
     /// The root's buffer, where this rank has one, with a pinned host buffer of its length.
     fn leased<'c, T: Element, B: Deref<Target = CudaSlice<T>>>(
         &'c self,
@@ -188,9 +180,9 @@ impl Communicator for MpiStagedComm {
     fn broadcast<T: Element>(&self, buf: &mut CudaSlice<T>, root: usize) -> Result<()> {
         const OP: &str = "broadcast";
         let _span = tracing::trace_span!("broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.mpi.size())
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| host::count(OP, buf.len()))
+        let local = self
+            .args()
+            .broadcast(OP, buf, root)
             .and_then(|_| self.lease::<T>(OP, buf.len()));
         let mut h = self.mpi.agree(
             Call::new(OpKind::Broadcast)
@@ -261,9 +253,9 @@ impl Communicator for MpiStagedComm {
     fn all_reduce_in_place<T: Element>(&self, buf: &mut CudaSlice<T>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce_in_place";
         let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = check_op::<T>(OP, op, self.kind)
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| host::count(OP, buf.len()))
+        let local = self
+            .args()
+            .all_reduce_in_place(OP, buf, op)
             .and_then(|_| self.lease::<T>(OP, buf.len()));
         let h = self.mpi.agree(
             Call::new(OpKind::AllReduceInPlace)
@@ -489,9 +481,7 @@ impl Communicator for MpiStagedComm {
     fn send<T: Element>(&self, buf: &CudaSlice<T>, dest: usize, tag: Tag) -> Result<()> {
         const OP: &str = "send";
         let _span = tracing::trace_span!("send").entered();
-        self.peer(OP, "destination", dest, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        host::count(OP, buf.len())?;
+        self.args().point(OP, "destination", buf, dest, tag)?;
         let mut h = self.lease::<T>(OP, buf.len())?;
         self.mpi.ensure_usable(OP)?;
         self.stage_in(OP, buf, h.host_mut())?;
@@ -501,9 +491,7 @@ impl Communicator for MpiStagedComm {
     fn recv<T: Element>(&self, buf: &mut CudaSlice<T>, source: usize, tag: Tag) -> Result<()> {
         const OP: &str = "recv";
         let _span = tracing::trace_span!("recv").entered();
-        self.peer(OP, "source", source, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        host::count(OP, buf.len())?;
+        self.args().point(OP, "source", buf, source, tag)?;
         let mut h = self.lease::<T>(OP, buf.len())?;
         self.host.recv(h.host_mut(), source, tag)?;
         self.stage_out(OP, h.host(), buf)
@@ -519,11 +507,7 @@ impl Communicator for MpiStagedComm {
     ) -> Result<()> {
         const OP: &str = "send_recv";
         let _span = tracing::trace_span!("send_recv").entered();
-        self.peer(OP, "destination", dest, tag)?;
-        self.peer(OP, "source", source, tag)?;
-        self.args().on_devices(OP, send, recv)?;
-        host::count(OP, send.len())?;
-        host::count(OP, recv.len())?;
+        self.args().send_recv(OP, send, dest, recv, source, tag)?;
         let mut hs = self.lease::<T>(OP, send.len())?;
         let mut hr = self.lease::<T>(OP, recv.len())?;
         self.mpi.ensure_usable(OP)?;
@@ -565,7 +549,7 @@ impl Communicator for MpiStagedComm {
                 .count(send.len()),
             local,
         )?;
-        let n = host::count(OP, send.len())?;
+        let n = host::int(send.len());
         self.stage_in(OP, send, hs.host_mut())?;
         let (dt, mop, comm) = (host::datatype::<T>(), host::op(op), self.host.as_raw());
         // SAFETY: both pinned host buffers hold `n` elements of `T` and are owned by the operation in
@@ -594,9 +578,9 @@ impl Communicator for MpiStagedComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_broadcast";
         let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.mpi.size())
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| host::count(OP, buf.len()))
+        let local = self
+            .args()
+            .broadcast(OP, buf, root)
             .and_then(|n| Ok((n, self.lease::<T>(OP, buf.len())?)));
         let (n, mut h) = self.mpi.agree(
             Call::new(OpKind::Broadcast)
@@ -645,7 +629,7 @@ impl Communicator for MpiStagedComm {
                 .count(send.len()),
             local,
         )?;
-        let n = host::count(OP, send.len())?;
+        let n = host::int(send.len());
         self.stage_in(OP, send, hs.host_mut())?;
         let (dt, comm) = (host::datatype::<T>(), self.host.as_raw());
         // SAFETY: `hs` holds `n` and `hr` `size * n` elements (checked), both owned by the operation in
@@ -674,9 +658,7 @@ impl Communicator for MpiStagedComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_send";
         let _span = tracing::trace_span!("i_send").entered();
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        let n = host::count(OP, buf.len())?;
+        let (dest, n) = self.args().point(OP, "destination", buf, dest, tag)?;
         let mut h = self.lease::<T>(OP, buf.len())?;
         self.mpi.ensure_usable(OP)?;
         self.stage_in(OP, buf, h.host_mut())?;
@@ -705,9 +687,7 @@ impl Communicator for MpiStagedComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_recv";
         let _span = tracing::trace_span!("i_recv").entered();
-        let source = self.peer(OP, "source", source, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        let n = host::count(OP, buf.len())?;
+        let (source, n) = self.args().point(OP, "source", buf, source, tag)?;
         let mut h = self.lease::<T>(OP, buf.len())?;
         // The previous contents of the device buffer are replaced: nothing to copy in. Work still
         // queued on the stream may read the buffer, so the copy back waits for it (stream order).

@@ -202,22 +202,7 @@ impl MpiStagedComm {
 
     /// The argument rules this communicator shares with the other MPI backend on device memory.
     pub(super) fn args(&self) -> DeviceArgs {
-        DeviceArgs {
-            backend: self.kind,
-            device: self.ctx.ordinal(),
-            rank: self.mpi.rank(),
-            size: self.mpi.size(),
-        }
-    }
-
-    /// `buf` must live on this communicator's device.
-    pub(super) fn on_device<T>(
-        &self,
-        op: &'static str,
-        name: &str,
-        buf: &CudaSlice<T>,
-    ) -> Result<()> {
-        self.args().on_device(op, name, buf)
+        DeviceArgs::new(self.kind, self.ctx.ordinal(), &self.mpi)
     }
 
     /// A pinned host buffer of `len` elements.

@@ -14,20 +14,22 @@ use nccl_sys as sys;
 use super::comm::{NcclComm, UnevenAlgorithm};
 use super::raw;
 use super::request::NcclPending;
-use crate::check;
-use crate::check::check_op;
 use crate::checked::{Call, OpKind};
 use crate::comm::{Buffer, Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
+use crate::rules::{CountLimit, Rules};
 
 const BACKEND: BackendKind = BackendKind::Nccl;
 
 impl<T: Element> Buffer<T> for CudaSlice<T> {
     fn len(&self) -> usize {
         CudaSlice::len(self)
+    }
+    fn device(&self) -> Option<usize> {
+        Some(self.ordinal())
     }
 }
 
@@ -66,13 +68,17 @@ impl NcclComm {
         self.stream.cu_stream() as sys::cudaStream_t
     }
 
-    fn on_device<T: Element>(
-        &self,
-        op: &'static str,
-        name: &str,
-        buf: &CudaSlice<T>,
-    ) -> Result<()> {
-        check::same_device(op, name, buf.ordinal(), self.ctx.ordinal())
+    /// The argument rules of this communicator: NCCL counts wire values in `size_t`, and its tags
+    /// (none: grouped sends and receives match in order) take any non-negative `i32`.
+    fn rules(&self) -> Rules {
+        Rules {
+            backend: BACKEND,
+            rank: self.rank,
+            size: self.size,
+            device: Some(self.ctx.ordinal()),
+            limit: CountLimit::WireValues(usize::MAX),
+            tag_ub: i32::MAX,
+        }
     }
 
     /// Enqueue grouped sends of `send`'s parts and receives into `recv`'s parts (counts in elements).
@@ -175,11 +181,9 @@ impl NcclComm {
         recv: &CudaSlice<T>,
         red: ReduceOp,
     ) -> Result<usize> {
-        check_op::<T>(op, red, BACKEND)?;
-        check::same_len(op, "send", send.len(), "recv", recv.len())?;
-        self.on_device(op, "send", send)?;
-        self.on_device(op, "recv", recv)?;
-        raw::count::<T>(op, send.len())
+        self.rules()
+            .all_reduce::<T, _>(op, send, recv, red)
+            .map(raw::wire::<T>)
     }
 
     fn enqueue_broadcast<T: Element>(
@@ -295,11 +299,6 @@ impl NcclComm {
             _buffers: PhantomData,
         })))
     }
-
-    fn peer(&self, op: &'static str, what: &str, rank: usize, tag: Tag) -> Result<()> {
-        check::rank_in_range(op, what, rank, self.size)?;
-        check::tag(op, tag, i32::MAX)
-    }
 }
 
 impl Communicator for NcclComm {
@@ -336,9 +335,10 @@ impl Communicator for NcclComm {
     fn broadcast<T: Element>(&self, buf: &mut CudaSlice<T>, root: usize) -> Result<()> {
         const OP: &str = "broadcast";
         let _span = tracing::trace_span!("broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size)
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| raw::count::<T>(OP, buf.len()));
+        let local = self
+            .rules()
+            .broadcast::<T, _>(OP, buf, root)
+            .map(raw::wire::<T>);
         let n = self.mpi.agree(
             Call::new(OpKind::Broadcast)
                 .element::<T>()
@@ -358,17 +358,10 @@ impl Communicator for NcclComm {
     ) -> Result<()> {
         const OP: &str = "reduce";
         let _span = tracing::trace_span!("reduce").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::rank_in_range(OP, "root", root, self.size)?;
-            self.on_device(OP, "send", send)?;
-            let recv = check::at_root(OP, "recv", is_root, recv, send.len(), "the length of send")?;
-            if let Some(b) = &recv {
-                self.on_device(OP, "recv", b)?;
-            }
-            Ok((raw::count::<T>(OP, send.len())?, recv))
-        })();
+        let local = self
+            .rules()
+            .reduce::<T, _, _>(OP, send, recv, op, root)
+            .map(|(n, recv)| (raw::wire::<T>(n), recv));
         let (n, recv) = self.mpi.agree(
             Call::new(OpKind::Reduce)
                 .element::<T>()
@@ -424,9 +417,10 @@ impl Communicator for NcclComm {
     fn all_reduce_in_place<T: Element>(&self, buf: &mut CudaSlice<T>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce_in_place";
         let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = check_op::<T>(OP, op, BACKEND)
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| raw::count::<T>(OP, buf.len()));
+        let local = self
+            .rules()
+            .all_reduce_in_place::<T, _>(OP, buf, op)
+            .map(raw::wire::<T>);
         let n = self.mpi.agree(
             Call::new(OpKind::AllReduceInPlace)
                 .element::<T>()
@@ -440,12 +434,10 @@ impl Communicator for NcclComm {
     fn all_gather<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
         const OP: &str = "all_gather";
         let _span = tracing::trace_span!("all_gather").entered();
-        let local = check::blocks_len(OP, "recv", recv.len(), self.size, send.len())
-            .and_then(|()| self.on_device(OP, "send", send))
-            .and_then(|()| self.on_device(OP, "recv", recv))
-            .and_then(|()| {
-                raw::count::<T>(OP, recv.len()).and_then(|_| raw::count::<T>(OP, send.len()))
-            });
+        let local = self
+            .rules()
+            .all_gather::<T, _>(OP, send, recv)
+            .map(raw::wire::<T>);
         let n = self.mpi.agree(
             Call::new(OpKind::AllGather)
                 .element::<T>()
@@ -463,13 +455,7 @@ impl Communicator for NcclComm {
     ) -> Result<()> {
         const OP: &str = "all_gather_v";
         let _span = tracing::trace_span!("all_gather_v").entered();
-        let local = (|| {
-            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
-            check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-            self.on_device(OP, "send", send)?;
-            self.on_device(OP, "recv", recv)?;
-            raw::count::<T>(OP, total)
-        })();
+        let local = self.rules().all_gather_v::<T, _>(OP, send, recv, counts);
         self.mpi.agree(
             Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
             local,
@@ -504,23 +490,10 @@ impl Communicator for NcclComm {
         let _span = tracing::trace_span!("gather").entered();
         let counts = vec![send.len(); self.size];
         let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            self.on_device(OP, "send", send)?;
-            let recv = check::at_root(
-                OP,
-                "recv",
-                is_root,
-                recv,
-                self.size.saturating_mul(send.len()),
-                &format!("{} ranks x {} elements", self.size, send.len()),
-            )?;
-            if let Some(b) = &recv {
-                self.on_device(OP, "recv", b)?;
-            }
-            raw::count::<T>(OP, send.len().saturating_mul(self.size))?;
-            Ok(recv)
-        })();
+        let local = self
+            .rules()
+            .gather::<T, _, _>(OP, send, recv, root)
+            .map(|(_, recv)| recv);
         let recv = self.mpi.agree(
             Call::new(OpKind::Gather)
                 .element::<T>()
@@ -547,17 +520,9 @@ impl Communicator for NcclComm {
         const OP: &str = "gather_v";
         let _span = tracing::trace_span!("gather_v").entered();
         let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
-            self.on_device(OP, "send", send)?;
-            let recv = check::at_root(OP, "recv", is_root, recv, total, "the sum of counts")?;
-            if let Some(b) = &recv {
-                self.on_device(OP, "recv", b)?;
-            }
-            raw::count::<T>(OP, total)?;
-            Ok(recv)
-        })();
+        let local = self
+            .rules()
+            .gather_v::<T, _, _>(OP, send, recv, counts, root);
         let recv = self.mpi.agree(
             Call::new(OpKind::GatherV)
                 .element::<T>()
@@ -584,23 +549,10 @@ impl Communicator for NcclComm {
         let _span = tracing::trace_span!("scatter").entered();
         let counts = vec![recv.len(); self.size];
         let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            self.on_device(OP, "recv", recv)?;
-            let send = check::at_root(
-                OP,
-                "send",
-                is_root,
-                send,
-                self.size.saturating_mul(recv.len()),
-                &format!("{} ranks x {} elements", self.size, recv.len()),
-            )?;
-            if let Some(b) = &send {
-                self.on_device(OP, "send", b)?;
-            }
-            raw::count::<T>(OP, recv.len().saturating_mul(self.size))?;
-            Ok(send)
-        })();
+        let local = self
+            .rules()
+            .scatter::<T, _, _>(OP, send, recv, root)
+            .map(|(_, send)| send);
         let send = self.mpi.agree(
             Call::new(OpKind::Scatter)
                 .element::<T>()
@@ -627,17 +579,9 @@ impl Communicator for NcclComm {
         const OP: &str = "scatter_v";
         let _span = tracing::trace_span!("scatter_v").entered();
         let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::v_counts(OP, "recv", recv.len(), counts, self.rank, self.size)?;
-            self.on_device(OP, "recv", recv)?;
-            let send = check::at_root(OP, "send", is_root, send, total, "the sum of counts")?;
-            if let Some(b) = &send {
-                self.on_device(OP, "send", b)?;
-            }
-            raw::count::<T>(OP, total)?;
-            Ok(send)
-        })();
+        let local = self
+            .rules()
+            .scatter_v::<T, _, _>(OP, send, recv, counts, root);
         let send = self.mpi.agree(
             Call::new(OpKind::ScatterV)
                 .element::<T>()
@@ -662,14 +606,10 @@ impl Communicator for NcclComm {
     ) -> Result<()> {
         const OP: &str = "reduce_scatter";
         let _span = tracing::trace_span!("reduce_scatter").entered();
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::blocks_len(OP, "send", send.len(), self.size, recv.len())?;
-            self.on_device(OP, "send", send)?;
-            self.on_device(OP, "recv", recv)?;
-            raw::count::<T>(OP, send.len())?;
-            raw::count::<T>(OP, recv.len())
-        })();
+        let local = self
+            .rules()
+            .reduce_scatter::<T, _>(OP, send, recv, op)
+            .map(raw::wire::<T>);
         let n = self.mpi.agree(
             Call::new(OpKind::ReduceScatter)
                 .element::<T>()
@@ -702,19 +642,12 @@ impl Communicator for NcclComm {
     fn all_to_all<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
         const OP: &str = "all_to_all";
         let _span = tracing::trace_span!("all_to_all").entered();
-        let local = (|| {
-            check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-            let block = check::equal_blocks(OP, "send", send.len(), self.size)?;
-            self.on_device(OP, "send", send)?;
-            self.on_device(OP, "recv", recv)?;
-            raw::count::<T>(OP, send.len())?;
-            Ok(block)
-        })();
-        let block = self.mpi.agree(
+        let local = self.rules().all_to_all::<T, _>(OP, send, recv);
+        self.mpi.agree(
             Call::new(OpKind::AllToAll).element::<T>().count(send.len()),
             local,
         )?;
-        let parts = packed(&vec![block; self.size]);
+        let parts = packed(&vec![send.len() / self.size; self.size]);
         self.exchange(OP, Some(send), &parts, Some(recv), &parts)
     }
 
@@ -727,15 +660,9 @@ impl Communicator for NcclComm {
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
         let _span = tracing::trace_span!("all_to_all_v").entered();
-        let local = (|| {
-            let s_total = check::counts(OP, "send_counts", send_counts, self.size)?;
-            let r_total = check::counts(OP, "recv_counts", recv_counts, self.size)?;
-            check::len_is(OP, "send", send.len(), s_total, "the sum of send_counts")?;
-            check::len_is(OP, "recv", recv.len(), r_total, "the sum of recv_counts")?;
-            self.on_device(OP, "send", send)?;
-            self.on_device(OP, "recv", recv)?;
-            raw::count::<T>(OP, s_total.max(r_total))
-        })();
+        let local = self
+            .rules()
+            .all_to_all_v::<T, _>(OP, send, send_counts, recv, recv_counts);
         self.mpi.agree(
             Call::new(OpKind::AllToAllV)
                 .element::<T>()
@@ -754,9 +681,8 @@ impl Communicator for NcclComm {
     fn send<T: Element>(&self, buf: &CudaSlice<T>, dest: usize, tag: Tag) -> Result<()> {
         const OP: &str = "send";
         let _span = tracing::trace_span!("send").entered();
-        self.peer(OP, "destination", dest, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        raw::count::<T>(OP, buf.len())?;
+        self.rules()
+            .point::<T, _>(OP, "destination", buf, dest, tag)?;
         self.exchange(
             OP,
             Some(buf),
@@ -773,9 +699,7 @@ impl Communicator for NcclComm {
     fn recv<T: Element>(&self, buf: &mut CudaSlice<T>, source: usize, tag: Tag) -> Result<()> {
         const OP: &str = "recv";
         let _span = tracing::trace_span!("recv").entered();
-        self.peer(OP, "source", source, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        raw::count::<T>(OP, buf.len())?;
+        self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
         let len = buf.len();
         self.exchange::<T>(
             OP,
@@ -800,19 +724,8 @@ impl Communicator for NcclComm {
     ) -> Result<()> {
         const OP: &str = "send_recv";
         let _span = tracing::trace_span!("send_recv").entered();
-        self.peer(OP, "destination", dest, tag)?;
-        self.peer(OP, "source", source, tag)?;
-        if dest == self.rank && source == self.rank {
-            check::same_len(
-                OP,
-                "send (to this rank itself)",
-                send.len(),
-                "recv",
-                recv.len(),
-            )?;
-        }
-        self.on_device(OP, "send", send)?;
-        self.on_device(OP, "recv", recv)?;
+        self.rules()
+            .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
         let len = recv.len();
         self.exchange(
             OP,
@@ -924,9 +837,10 @@ impl Communicator for NcclComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_broadcast";
         let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size)
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| raw::count::<T>(OP, buf.len()));
+        let local = self
+            .rules()
+            .broadcast::<T, _>(OP, buf, root)
+            .map(raw::wire::<T>);
         let n = self.mpi.agree(
             Call::new(OpKind::Broadcast)
                 .element::<T>()
@@ -946,12 +860,10 @@ impl Communicator for NcclComm {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather";
         let _span = tracing::trace_span!("i_all_gather").entered();
-        let local = check::blocks_len(OP, "recv", recv.len(), self.size, send.len())
-            .and_then(|()| self.on_device(OP, "send", send))
-            .and_then(|()| self.on_device(OP, "recv", recv))
-            .and_then(|()| {
-                raw::count::<T>(OP, recv.len()).and_then(|_| raw::count::<T>(OP, send.len()))
-            });
+        let local = self
+            .rules()
+            .all_gather::<T, _>(OP, send, recv)
+            .map(raw::wire::<T>);
         let n = self.mpi.agree(
             Call::new(OpKind::AllGather)
                 .element::<T>()
