@@ -42,6 +42,7 @@ pub mod deadline;
 pub mod device;
 pub mod element;
 pub mod error;
+mod frontend;
 pub mod op;
 pub mod request;
 mod rules;

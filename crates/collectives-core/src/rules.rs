@@ -21,7 +21,7 @@ use crate::op::{BackendKind, ReduceOp};
 
 /// The largest count one library call takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CountLimit {
+pub enum CountLimit {
     /// At most this many elements (MPI's `int` counts and displacements).
     Elements(usize),
     /// At most this many wire values ([`WireForm`](crate::WireForm) lanes, NCCL's `size_t`).
@@ -40,7 +40,7 @@ impl CountLimit {
 
 /// What the rules know of the communicator that checks them.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Rules {
+pub struct Rules {
     /// The backend, whose reduction rules apply.
     pub(crate) backend: BackendKind,
     /// This rank.
@@ -112,6 +112,20 @@ impl Rules {
     pub(crate) fn peer(&self, op: &'static str, what: &str, rank: usize, tag: Tag) -> Result<()> {
         check::rank_in_range(op, what, rank, self.size)?;
         check::tag(op, tag, self.tag_ub)
+    }
+
+    /// A `split` color: any `u32` up to MPI's largest color (`i32::MAX`); `None` joins none.
+    pub(crate) fn color(op: &'static str, color: Option<u32>) -> Result<Option<i32>> {
+        color
+            .map(|c| {
+                i32::try_from(c).map_err(|_| {
+                    crate::error::Error::invalid(
+                        op,
+                        format!("color {c} exceeds MPI's largest color {}", i32::MAX),
+                    )
+                })
+            })
+            .transpose()
     }
 
     /// `broadcast`: the count.
