@@ -58,12 +58,10 @@ pub trait Backend: Sized {
 
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
-    /// This rank.
-    fn rank(&self) -> usize;
-    /// The number of ranks.
-    fn size(&self) -> usize;
+    /// This rank and the number of ranks.
+    fn ranks(&self) -> (usize, usize);
     /// Whether checked mode is on.
-    fn checked(&self) -> bool;
+    fn is_checked(&self) -> bool;
     /// The rules' parameters for this communicator.
     fn rules(&self) -> Rules;
     /// Checked mode's agreement on `call` (or, unchecked, only the local result); see
@@ -333,15 +331,15 @@ impl<B: Backend> Communicator for B {
     }
 
     fn rank(&self) -> usize {
-        Backend::rank(self)
+        self.ranks().0
     }
 
     fn size(&self) -> usize {
-        Backend::size(self)
+        self.ranks().1
     }
 
     fn checked(&self) -> bool {
-        Backend::checked(self)
+        self.is_checked()
     }
 
     fn barrier(&self) -> Result<()> {

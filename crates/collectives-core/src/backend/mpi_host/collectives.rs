@@ -67,15 +67,11 @@ impl Backend for MpiComm {
         BACKEND
     }
 
-    fn rank(&self) -> usize {
-        self.rank
+    fn ranks(&self) -> (usize, usize) {
+        (self.rank, self.size)
     }
 
-    fn size(&self) -> usize {
-        self.size
-    }
-
-    fn checked(&self) -> bool {
+    fn is_checked(&self) -> bool {
         self.checked
     }
 

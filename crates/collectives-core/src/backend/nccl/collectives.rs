@@ -1,9 +1,9 @@
-//! The [`Communicator`] implementation of the NCCL backend.
-//!
-//! Each method: open a tracing span; check arguments (lengths, ranks, the reduce operation for the
-//! element, buffers on this communicator's device); agree in checked mode (through MPI); enqueue on the
+//! The raw operations of the NCCL backend ([`Backend`]): the front end ([`crate::frontend`]) has
+//! checked the arguments and agreed on the call (through MPI). Each operation enqueues on the
 //! communicator's stream, taking device pointers through cudarc so the buffers' other streams are
-//! ordered around ours; turn the result code into a `Result`. Zero-length operations enqueue nothing.
+//! ordered around ours, and turns the result code into a `Result`. Zero-length operations enqueue
+//! nothing. NCCL has no gather, scatter, all-to-all or uneven collectives: those are grouped sends
+//! and receives (or, for `all_gather_v`, grouped broadcasts) here.
 
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
@@ -14,10 +14,11 @@ use nccl_sys as sys;
 use super::comm::{NcclComm, UnevenAlgorithm};
 use super::raw;
 use super::request::NcclPending;
-use crate::checked::{Call, OpKind};
+use crate::checked::Call;
 use crate::comm::{Buffer, Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::frontend::{Backend, Start};
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -174,18 +175,6 @@ impl NcclComm {
         self.settle(op, rc)
     }
 
-    fn all_reduce_args<T: Element>(
-        &self,
-        op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &CudaSlice<T>,
-        red: ReduceOp,
-    ) -> Result<usize> {
-        self.rules()
-            .all_reduce::<T, _>(op, send, recv, red)
-            .map(raw::wire::<T>)
-    }
-
     fn enqueue_broadcast<T: Element>(
         &self,
         op: &'static str,
@@ -301,79 +290,78 @@ impl NcclComm {
     }
 }
 
-impl Communicator for NcclComm {
+impl Backend for NcclComm {
     type Buf<T: Element> = CudaSlice<T>;
+    type Staging<'c, T: Element> = ();
 
-    fn backend(&self) -> BackendKind {
+    fn kind(&self) -> BackendKind {
         BACKEND
     }
 
-    fn rank(&self) -> usize {
-        self.rank
+    fn ranks(&self) -> (usize, usize) {
+        (self.rank, self.size)
     }
 
-    fn size(&self) -> usize {
-        self.size
-    }
-
-    fn checked(&self) -> bool {
+    fn is_checked(&self) -> bool {
         self.mpi.checked()
     }
 
-    fn barrier(&self) -> Result<()> {
-        const OP: &str = "barrier";
-        let _span = tracing::trace_span!("barrier").entered();
-        self.mpi.agree(Call::new(OpKind::Barrier), Ok(()))?;
+    fn rules(&self) -> Rules {
+        NcclComm::rules(self)
+    }
+
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
+        self.mpi.agree(call, local)
+    }
+
+    /// NCCL averages itself (`ncclAvg`).
+    fn native_avg(&self) -> bool {
+        true
+    }
+
+    fn divide<T: Element>(&self, _: &'static str, _: &mut CudaSlice<T>) -> Result<()> {
+        Ok(())
+    }
+
+    fn stage<T: Element>(&self, _: &'static str, _: Start, _: [Option<usize>; 2]) -> Result<()> {
+        Ok(())
+    }
+
+    fn raw_barrier(&self, op: &'static str) -> Result<()> {
         let mut one = self
             .stream
             .alloc_zeros::<f32>(1)
-            .map_err(|e| Error::cuda(OP, e))?;
-        self.enqueue_all_reduce(OP, None, &mut one, ReduceOp::Sum, 1)?;
+            .map_err(|e| Error::cuda(op, e))?;
+        self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
         self.synchronize()
     }
 
-    fn broadcast<T: Element>(&self, buf: &mut CudaSlice<T>, root: usize) -> Result<()> {
-        const OP: &str = "broadcast";
-        let _span = tracing::trace_span!("broadcast").entered();
-        let local = self
-            .rules()
-            .broadcast::<T, _>(OP, buf, root)
-            .map(raw::wire::<T>);
-        let n = self.mpi.agree(
-            Call::new(OpKind::Broadcast)
-                .element::<T>()
-                .root(root)
-                .count(buf.len()),
-            local,
-        )?;
-        self.enqueue_broadcast(OP, buf, root, n)
+    fn raw_broadcast<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut CudaSlice<T>,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))
     }
 
-    fn reduce<T: Element>(
+    fn raw_reduce<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: Option<&mut CudaSlice<T>>,
-        op: ReduceOp,
+        red: ReduceOp,
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "reduce";
-        let _span = tracing::trace_span!("reduce").entered();
-        let local = self
-            .rules()
-            .reduce::<T, _, _>(OP, send, recv, op, root)
-            .map(|(n, recv)| (raw::wire::<T>(n), recv));
-        let (n, recv) = self.mpi.agree(
-            Call::new(OpKind::Reduce)
-                .element::<T>()
-                .reduce(op)
-                .root(root)
-                .count(send.len()),
-            local,
-        )?;
+        let n = raw::wire::<T>(n);
         if n == 0 {
             return Ok(());
         }
-        self.ensure_live(OP)?;
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable)?;
         let (s, _s) = send.device_ptr(&self.stream);
         let r = recv.map(|b| b.device_ptr_mut(&self.stream));
@@ -386,86 +374,53 @@ impl Communicator for NcclComm {
                 mptr(dst),
                 n,
                 raw::datatype::<T>(),
-                raw::redop(op),
+                raw::redop(red),
                 root as c_int,
                 self.raw,
                 self.raw_stream(),
             )
         };
-        self.settle(OP, rc)
+        self.settle(op, rc)
     }
 
-    fn all_reduce<T: Element>(
+    fn raw_all_reduce<T: Element>(
         &self,
+        op: &'static str,
+        send: Option<&CudaSlice<T>>,
+        recv: &mut CudaSlice<T>,
+        red: ReduceOp,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        self.enqueue_all_reduce(op, send, recv, red, raw::wire::<T>(n))
+    }
+
+    fn raw_all_gather<T: Element>(
+        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
-        op: ReduceOp,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "all_reduce";
-        let _span = tracing::trace_span!("all_reduce").entered();
-        let local = self.all_reduce_args(OP, send, recv, op);
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllReduce)
-                .element::<T>()
-                .reduce(op)
-                .count(send.len()),
-            local,
-        )?;
-        self.enqueue_all_reduce(OP, Some(send), recv, op, n)
+        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))
     }
 
-    fn all_reduce_in_place<T: Element>(&self, buf: &mut CudaSlice<T>, op: ReduceOp) -> Result<()> {
-        const OP: &str = "all_reduce_in_place";
-        let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = self
-            .rules()
-            .all_reduce_in_place::<T, _>(OP, buf, op)
-            .map(raw::wire::<T>);
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllReduceInPlace)
-                .element::<T>()
-                .reduce(op)
-                .count(buf.len()),
-            local,
-        )?;
-        self.enqueue_all_reduce(OP, None, buf, op, n)
-    }
-
-    fn all_gather<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
-        const OP: &str = "all_gather";
-        let _span = tracing::trace_span!("all_gather").entered();
-        let local = self
-            .rules()
-            .all_gather::<T, _>(OP, send, recv)
-            .map(raw::wire::<T>);
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllGather)
-                .element::<T>()
-                .count(send.len()),
-            local,
-        )?;
-        self.enqueue_all_gather(OP, send, recv, n)
-    }
-
-    fn all_gather_v<T: Element>(
+    /// Grouped broadcasts or grouped sends and receives, whichever the uneven algorithm picks.
+    fn raw_all_gather_v<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
         counts: &[usize],
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "all_gather_v";
-        let _span = tracing::trace_span!("all_gather_v").entered();
-        let local = self.rules().all_gather_v::<T, _>(OP, send, recv, counts);
-        self.mpi.agree(
-            Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
-            local,
-        )?;
         let total: usize = counts.iter().sum();
         match self
             .uneven
-            .choose(self.size, total * std::mem::size_of::<T>())
+            .choose(self.size, total.saturating_mul(std::mem::size_of::<T>()))
         {
-            UnevenAlgorithm::Broadcasts => self.enqueue_broadcasts(OP, send, recv, counts),
+            UnevenAlgorithm::Broadcasts => self.enqueue_broadcasts(op, send, recv, counts),
             _ => {
                 let mine = counts[self.rank];
                 let sends: Vec<Part> = (0..self.size)
@@ -475,152 +430,95 @@ impl Communicator for NcclComm {
                         peer,
                     })
                     .collect();
-                self.exchange(OP, Some(send), &sends, Some(recv), &packed(counts))
+                self.exchange(op, Some(send), &sends, Some(recv), &packed(counts))
             }
         }
     }
 
-    fn gather<T: Element>(
+    fn raw_gather<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: Option<&mut CudaSlice<T>>,
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "gather";
-        let _span = tracing::trace_span!("gather").entered();
-        let counts = vec![send.len(); self.size];
-        let is_root = self.rank == root;
-        let local = self
-            .rules()
-            .gather::<T, _, _>(OP, send, recv, root)
-            .map(|(_, recv)| recv);
-        let recv = self.mpi.agree(
-            Call::new(OpKind::Gather)
-                .element::<T>()
-                .root(root)
-                .count(send.len()),
-            local,
-        )?;
+        let counts = vec![n; self.size];
+        self.raw_gather_v(op, send, recv, &counts, root, ())
+    }
+
+    fn raw_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &CudaSlice<T>,
+        recv: Option<&mut CudaSlice<T>>,
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<()> {
         let sends = [Part {
             offset: 0,
             len: send.len(),
             peer: root,
         }];
-        let recvs = if is_root { packed(&counts) } else { Vec::new() };
-        self.exchange(OP, Some(send), &sends, recv, &recvs)
+        let recvs = if self.rank == root {
+            packed(counts)
+        } else {
+            Vec::new()
+        };
+        self.exchange(op, Some(send), &sends, recv, &recvs)
     }
 
-    fn gather_v<T: Element>(
+    fn raw_scatter<T: Element>(
         &self,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<()> {
-        const OP: &str = "gather_v";
-        let _span = tracing::trace_span!("gather_v").entered();
-        let is_root = self.rank == root;
-        let local = self
-            .rules()
-            .gather_v::<T, _, _>(OP, send, recv, counts, root);
-        let recv = self.mpi.agree(
-            Call::new(OpKind::GatherV)
-                .element::<T>()
-                .root(root)
-                .counts(counts),
-            local,
-        )?;
-        let sends = [Part {
-            offset: 0,
-            len: send.len(),
-            peer: root,
-        }];
-        let recvs = if is_root { packed(counts) } else { Vec::new() };
-        self.exchange(OP, Some(send), &sends, recv, &recvs)
-    }
-
-    fn scatter<T: Element>(
-        &self,
+        op: &'static str,
         send: Option<&CudaSlice<T>>,
         recv: &mut CudaSlice<T>,
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "scatter";
-        let _span = tracing::trace_span!("scatter").entered();
-        let counts = vec![recv.len(); self.size];
-        let is_root = self.rank == root;
-        let local = self
-            .rules()
-            .scatter::<T, _, _>(OP, send, recv, root)
-            .map(|(_, send)| send);
-        let send = self.mpi.agree(
-            Call::new(OpKind::Scatter)
-                .element::<T>()
-                .root(root)
-                .count(recv.len()),
-            local,
-        )?;
-        let sends = if is_root { packed(&counts) } else { Vec::new() };
+        let counts = vec![n; self.size];
+        self.raw_scatter_v(op, send, recv, &counts, root, ())
+    }
+
+    fn raw_scatter_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&CudaSlice<T>>,
+        recv: &mut CudaSlice<T>,
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<()> {
+        let sends = if self.rank == root {
+            packed(counts)
+        } else {
+            Vec::new()
+        };
         let recvs = [Part {
             offset: 0,
             len: recv.len(),
             peer: root,
         }];
-        self.exchange(OP, send, &sends, Some(recv), &recvs)
+        self.exchange(op, send, &sends, Some(recv), &recvs)
     }
 
-    fn scatter_v<T: Element>(
+    fn raw_reduce_scatter<T: Element>(
         &self,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<()> {
-        const OP: &str = "scatter_v";
-        let _span = tracing::trace_span!("scatter_v").entered();
-        let is_root = self.rank == root;
-        let local = self
-            .rules()
-            .scatter_v::<T, _, _>(OP, send, recv, counts, root);
-        let send = self.mpi.agree(
-            Call::new(OpKind::ScatterV)
-                .element::<T>()
-                .root(root)
-                .counts(counts),
-            local,
-        )?;
-        let sends = if is_root { packed(counts) } else { Vec::new() };
-        let recvs = [Part {
-            offset: 0,
-            len: recv.len(),
-            peer: root,
-        }];
-        self.exchange(OP, send, &sends, Some(recv), &recvs)
-    }
-
-    fn reduce_scatter<T: Element>(
-        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
-        op: ReduceOp,
+        red: ReduceOp,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "reduce_scatter";
-        let _span = tracing::trace_span!("reduce_scatter").entered();
-        let local = self
-            .rules()
-            .reduce_scatter::<T, _>(OP, send, recv, op)
-            .map(raw::wire::<T>);
-        let n = self.mpi.agree(
-            Call::new(OpKind::ReduceScatter)
-                .element::<T>()
-                .reduce(op)
-                .count(recv.len()),
-            local,
-        )?;
+        let n = raw::wire::<T>(n);
         if n == 0 {
             return Ok(());
         }
-        self.ensure_live(OP)?;
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable)?;
         let (s, _s) = send.device_ptr(&self.stream);
         let (r, _r) = recv.device_ptr_mut(&self.stream);
@@ -631,46 +529,37 @@ impl Communicator for NcclComm {
                 mptr(r),
                 n,
                 raw::datatype::<T>(),
-                raw::redop(op),
+                raw::redop(red),
                 self.raw,
                 self.raw_stream(),
             )
         };
-        self.settle(OP, rc)
+        self.settle(op, rc)
     }
 
-    fn all_to_all<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
-        const OP: &str = "all_to_all";
-        let _span = tracing::trace_span!("all_to_all").entered();
-        let local = self.rules().all_to_all::<T, _>(OP, send, recv);
-        self.mpi.agree(
-            Call::new(OpKind::AllToAll).element::<T>().count(send.len()),
-            local,
-        )?;
-        let parts = packed(&vec![send.len() / self.size; self.size]);
-        self.exchange(OP, Some(send), &parts, Some(recv), &parts)
-    }
-
-    fn all_to_all_v<T: Element>(
+    fn raw_all_to_all<T: Element>(
         &self,
+        op: &'static str,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        _: usize,
+        (): (),
+    ) -> Result<()> {
+        let parts = packed(&vec![send.len() / self.size.max(1); self.size]);
+        self.exchange(op, Some(send), &parts, Some(recv), &parts)
+    }
+
+    fn raw_all_to_all_v<T: Element>(
+        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         send_counts: &[usize],
         recv: &mut CudaSlice<T>,
         recv_counts: &[usize],
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "all_to_all_v";
-        let _span = tracing::trace_span!("all_to_all_v").entered();
-        let local = self
-            .rules()
-            .all_to_all_v::<T, _>(OP, send, send_counts, recv, recv_counts);
-        self.mpi.agree(
-            Call::new(OpKind::AllToAllV)
-                .element::<T>()
-                .all_to_all(send_counts, recv_counts),
-            local,
-        )?;
         self.exchange(
-            OP,
+            op,
             Some(send),
             &packed(send_counts),
             Some(recv),
@@ -678,81 +567,68 @@ impl Communicator for NcclComm {
         )
     }
 
-    fn send<T: Element>(&self, buf: &CudaSlice<T>, dest: usize, tag: Tag) -> Result<()> {
-        const OP: &str = "send";
-        let _span = tracing::trace_span!("send").entered();
-        self.rules()
-            .point::<T, _>(OP, "destination", buf, dest, tag)?;
-        self.exchange(
-            OP,
-            Some(buf),
-            &[Part {
-                offset: 0,
-                len: buf.len(),
-                peer: dest,
-            }],
-            None,
-            &[],
-        )
-    }
-
-    fn recv<T: Element>(&self, buf: &mut CudaSlice<T>, source: usize, tag: Tag) -> Result<()> {
-        const OP: &str = "recv";
-        let _span = tracing::trace_span!("recv").entered();
-        self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
-        let len = buf.len();
-        self.exchange::<T>(
-            OP,
-            None,
-            &[],
-            Some(buf),
-            &[Part {
-                offset: 0,
-                len,
-                peer: source,
-            }],
-        )
-    }
-
-    fn send_recv<T: Element>(
+    fn raw_send<T: Element>(
         &self,
+        op: &'static str,
+        buf: &CudaSlice<T>,
+        dest: usize,
+        _: Tag,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let part = Part {
+            offset: 0,
+            len: n,
+            peer: dest,
+        };
+        self.exchange(op, Some(buf), &[part], None, &[])
+    }
+
+    fn raw_recv<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut CudaSlice<T>,
+        source: usize,
+        _: Tag,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let part = Part {
+            offset: 0,
+            len: n,
+            peer: source,
+        };
+        self.exchange::<T>(op, None, &[], Some(buf), &[part])
+    }
+
+    fn raw_send_recv<T: Element>(
+        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         dest: usize,
         recv: &mut CudaSlice<T>,
         source: usize,
-        tag: Tag,
+        _: Tag,
+        (sn, rn): (usize, usize),
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "send_recv";
-        let _span = tracing::trace_span!("send_recv").entered();
-        self.rules()
-            .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
-        let len = recv.len();
-        self.exchange(
-            OP,
-            Some(send),
-            &[Part {
-                offset: 0,
-                len: send.len(),
-                peer: dest,
-            }],
-            Some(recv),
-            &[Part {
-                offset: 0,
-                len,
-                peer: source,
-            }],
-        )
+        let sends = [Part {
+            offset: 0,
+            len: sn,
+            peer: dest,
+        }];
+        let recvs = [Part {
+            offset: 0,
+            len: rn,
+            peer: source,
+        }];
+        self.exchange(op, Some(send), &sends, Some(recv), &recvs)
     }
 
-    fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
-        const OP: &str = "split";
-        let _span = tracing::trace_span!("split").entered();
-        let mpi = self.mpi.split(color, key)?;
-        let c = match color {
-            None => sys::NCCL_SPLIT_NOCOLOR,
-            Some(c) => c as c_int, // fits: the MPI split above refused colors beyond i32::MAX
-        };
-        self.ensure_live(OP)?;
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
+        let mpi = self.mpi.raw_split(op, color, key)?;
+        let c = color.unwrap_or(sys::NCCL_SPLIT_NOCOLOR);
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclCommSplit).map_err(raw::unavailable)?;
         let mut config = sys::config_initializer();
         config.blocking = 1;
@@ -760,15 +636,15 @@ impl Communicator for NcclComm {
         // SAFETY: a live (blocking) communicator and valid out-pointers that outlive the call, which
         // returns only once the split is complete; every rank calls it (collective).
         let rc = unsafe { f(self.raw, c, key, &mut new, &mut config) };
-        self.settle(OP, rc)?;
+        self.settle(op, rc)?;
         let Some(mpi) = mpi else { return Ok(None) };
         if new.is_null() {
             return Err(Error::invalid(
-                OP,
+                op,
                 "NCCL returned no communicator for a color",
             ));
         }
-        let stream = self.ctx.new_stream().map_err(|e| Error::cuda(OP, e))?;
+        let stream = self.ctx.new_stream().map_err(|e| Error::cuda(op, e))?;
         let comm = NcclComm {
             lib: self.lib,
             raw: new,
@@ -789,11 +665,11 @@ impl Communicator for NcclComm {
         // SAFETY: a live, initialized communicator and a valid out-pointer.
         let rc = unsafe { f(comm.raw, &mut nccl_rank) };
         if rc != sys::ncclSuccess {
-            return Err(raw::error(self.lib, comm.raw, OP, rc));
+            return Err(raw::error(self.lib, comm.raw, op, rc));
         }
         if nccl_rank < 0 || nccl_rank as usize != comm.rank {
             return Err(Error::invalid(
-                OP,
+                op,
                 format!(
                     "NCCL gave rank {nccl_rank} where MPI gave rank {}",
                     comm.rank
@@ -803,96 +679,78 @@ impl Communicator for NcclComm {
         Ok(Some(comm))
     }
 
-    fn dup(&self) -> Result<Self> {
-        self.split(Some(0), self.rank as i32)?
-            .ok_or_else(|| Error::invalid("dup", "split returned no communicator"))
+    /// A split into one color, ordered by rank.
+    fn raw_dup(&self, op: &'static str) -> Result<Self> {
+        self.raw_split(op, Some(0), self.rank as i32)?
+            .ok_or_else(|| Error::invalid(op, "split returned no communicator"))
     }
 
-    fn i_all_reduce<'s, T: Element>(
+    fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s CudaSlice<T>,
         recv: &'s mut CudaSlice<T>,
-        op: ReduceOp,
+        red: ReduceOp,
+        _average: bool,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_all_reduce";
-        let _span = tracing::trace_span!("i_all_reduce").entered();
-        let local = self.all_reduce_args(OP, send, recv, op);
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllReduce)
-                .element::<T>()
-                .reduce(op)
-                .count(send.len()),
-            local,
-        )?;
-        self.enqueue_all_reduce(OP, Some(send), recv, op, n)?;
-        self.register(scope, OP)
+        self.enqueue_all_reduce(op, Some(send), recv, red, raw::wire::<T>(n))?;
+        self.register(scope, op)
     }
 
-    fn i_broadcast<'s, T: Element>(
+    fn raw_i_broadcast<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut CudaSlice<T>,
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_broadcast";
-        let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = self
-            .rules()
-            .broadcast::<T, _>(OP, buf, root)
-            .map(raw::wire::<T>);
-        let n = self.mpi.agree(
-            Call::new(OpKind::Broadcast)
-                .element::<T>()
-                .root(root)
-                .count(buf.len()),
-            local,
-        )?;
-        self.enqueue_broadcast(OP, buf, root, n)?;
-        self.register(scope, OP)
+        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))?;
+        self.register(scope, op)
     }
 
-    fn i_all_gather<'s, T: Element>(
+    fn raw_i_all_gather<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s CudaSlice<T>,
         recv: &'s mut CudaSlice<T>,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_all_gather";
-        let _span = tracing::trace_span!("i_all_gather").entered();
-        let local = self
-            .rules()
-            .all_gather::<T, _>(OP, send, recv)
-            .map(raw::wire::<T>);
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllGather)
-                .element::<T>()
-                .count(send.len()),
-            local,
-        )?;
-        self.enqueue_all_gather(OP, send, recv, n)?;
-        self.register(scope, OP)
+        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))?;
+        self.register(scope, op)
     }
 
-    fn i_send<'s, T: Element>(
+    fn raw_i_send<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s CudaSlice<T>,
         dest: usize,
         tag: Tag,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        self.send(buf, dest, tag)?;
-        self.register(scope, "i_send")
+        self.raw_send(op, buf, dest, tag, n, ())?;
+        self.register(scope, op)
     }
 
-    fn i_recv<'s, T: Element>(
+    fn raw_i_recv<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut CudaSlice<T>,
         source: usize,
         tag: Tag,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        self.recv(buf, source, tag)?;
-        self.register(scope, "i_recv")
+        self.raw_recv(op, buf, source, tag, n, ())?;
+        self.register(scope, op)
     }
 }
