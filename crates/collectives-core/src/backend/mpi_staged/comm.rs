@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
 use super::raw;
-use crate::backend::cuda_common::{self, Lease, Pool};
+use crate::backend::cuda_common::{self, Pool};
 use crate::backend::cuda_common::{agree_setup, local_stream};
 use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
@@ -203,11 +203,6 @@ impl MpiStagedComm {
     /// The argument rules this communicator shares with the other MPI backend on device memory.
     pub(super) fn args(&self) -> DeviceArgs {
         DeviceArgs::new(self.kind, self.ctx.ordinal(), &self.mpi)
-    }
-
-    /// A pinned host buffer of `len` elements.
-    pub(super) fn lease<T: Element>(&self, op: &'static str, len: usize) -> Result<Lease<'_, T>> {
-        self.pool.lease(op, len)
     }
 
     /// Copy `dev` into `host` and wait for the copy.
