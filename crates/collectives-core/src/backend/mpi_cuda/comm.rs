@@ -9,7 +9,6 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use crate::backend::cuda_common::{
     agree_setup, env_bytes, local_stream, Pool, DEFAULT_POOL_BYTES, POOL_ENV,
 };
-use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
 use crate::backend::mpi_staged::MpiStagedComm;
 use crate::comm::Communicator;
@@ -279,11 +278,6 @@ impl MpiCudaComm {
             staged.finalize()?;
         }
         self.mpi.finalize()
-    }
-
-    /// The argument rules this communicator shares with the other MPI backend on device memory.
-    pub(super) fn args(&self) -> DeviceArgs {
-        DeviceArgs::new(BackendKind::MpiCuda, self.ctx.ordinal(), &self.mpi)
     }
 
     /// Where cudarc does not track a buffer's uses (event tracking off, or a single stream in its

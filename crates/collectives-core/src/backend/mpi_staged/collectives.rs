@@ -16,6 +16,7 @@ use super::comm::MpiStagedComm;
 use super::raw;
 use super::request::StagedPending;
 use crate::backend::cuda_common::{self, pinned, Lease, Leases};
+use crate::backend::mpi_device;
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::Region;
 use crate::checked::Call;
@@ -135,7 +136,7 @@ impl Backend for MpiStagedComm {
     }
 
     fn rules(&self) -> Rules {
-        self.args().0
+        mpi_device::rules(self.kind, self.ctx.ordinal(), &self.mpi)
     }
 
     fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {

@@ -8,7 +8,6 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use super::raw;
 use crate::backend::cuda_common::{self, Pool};
 use crate::backend::cuda_common::{agree_setup, local_stream};
-use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
 use crate::comm::Communicator;
 use crate::element::Element;
@@ -198,11 +197,6 @@ impl MpiStagedComm {
 
     pub(super) fn sync(&self, op: &'static str) -> Result<()> {
         self.stream.synchronize().map_err(|e| Error::cuda(op, e))
-    }
-
-    /// The argument rules this communicator shares with the other MPI backend on device memory.
-    pub(super) fn args(&self) -> DeviceArgs {
-        DeviceArgs::new(self.kind, self.ctx.ordinal(), &self.mpi)
     }
 
     /// Copy `dev` into `host` and wait for the copy.
