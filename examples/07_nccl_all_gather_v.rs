@@ -3,6 +3,7 @@
 //! and no device memory beyond the two buffers.
 //! One rank per GPU: `mpirun -n 2 target/release/examples/07_nccl_all_gather_v`.
 
+use collectives::DeviceCommunicator;
 use collectives::{device, Communicator, MpiComm, NcclComm};
 
 fn main() -> Result<(), collectives::Error> {

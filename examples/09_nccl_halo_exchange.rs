@@ -6,6 +6,7 @@
 //! One rank per GPU: `mpirun -n 2 target/release/examples/09_nccl_halo_exchange`.
 
 use collectives::halo::{self, HaloExchange, HaloSpec, Neighbours};
+use collectives::DeviceCommunicator;
 use collectives::{device, Communicator, MpiComm, NcclComm};
 
 fn main() -> Result<(), collectives::Error> {

@@ -18,6 +18,7 @@
 
 mod common;
 
+use collectives::DeviceCommunicator;
 use std::cell::OnceCell;
 use std::sync::Arc;
 

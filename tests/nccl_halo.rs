@@ -15,6 +15,7 @@
 
 mod common;
 
+use collectives::DeviceCommunicator;
 use std::cell::OnceCell;
 
 use collectives::backend::nccl::cuda_driver_present;

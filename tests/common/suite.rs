@@ -2,6 +2,7 @@
 //! rank-dependent inputs, answers computed here, buffers moved through the backend's own memory.
 #![allow(dead_code)]
 
+use collectives::DeviceCommunicator;
 use std::borrow::{Borrow, BorrowMut};
 
 use collectives::{op::refusal, scope, Communicator, Element, Error, ReduceOp};

@@ -3,6 +3,7 @@
 //! automatic choice between them) with padding every block to the largest and calling all-gather, the
 //! usual workaround. Reports time, algorithm bandwidth and the device memory each needs.
 
+use collectives_core::DeviceCommunicator;
 use std::io::Write;
 
 use anyhow::Context;

@@ -11,6 +11,7 @@
 //! at both ends; the drain makes sure). After both placements, one more call per placement with the
 //! check inputs, downloaded and compared exactly (MPI reduces these inputs exactly).
 
+use collectives_core::DeviceCommunicator;
 use std::ffi::c_void;
 use std::io::Write;
 use std::marker::PhantomData;

@@ -36,6 +36,7 @@
 //! CUDA-aware (`collectives_core::cuda_aware::detect`), it is skipped with a note rather than
 //! handing device pointers to an MPI that would read them as host memory.
 
+use collectives_core::DeviceCommunicator;
 use std::io::Write;
 
 use anyhow::{bail, Context};

@@ -18,6 +18,7 @@
 //! without its `f16` feature, complex numbers): memory is allocated and copied as bytes and typed as
 //! `CudaSlice<T>` for the library (`alloc_zeroed`, `upload`, `download`).
 
+use collectives_core::DeviceCommunicator;
 use std::ffi::{c_void, CStr};
 use std::io::Write;
 use std::marker::PhantomData;

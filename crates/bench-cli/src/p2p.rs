@@ -18,6 +18,7 @@
 //! - Iterations follow OSU's defaults unless `-n`/`-w` are given: latency 10000 (1000 above 8 KiB)
 //!   after 100 (10), bandwidth 100 (20) windows after 10 (2).
 
+use collectives_core::DeviceCommunicator;
 use std::borrow::{Borrow, BorrowMut};
 use std::ffi::c_void;
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | [`element`] | [`Element`]: the types that travel, their MPI datatype and NCCL wire form |
 //! | [`op`] | [`ReduceOp`], [`BackendKind`], which reductions each backend can do with each element |
-//! | [`comm`] | the [`Communicator`] trait every backend implements |
+//! | [`comm`] | the [`Communicator`] trait every backend implements; `DeviceCommunicator` (stream, deadline, wait) for the device backends |
 //! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
 //! | [`check`], [`checked`] | argument rules (always on; one table for every backend) and checked mode (cross-rank agreement) |
 //! | [`deadline`] | `COLLECTIVES_TIMEOUT` and the one polling loop that waits against a deadline |
@@ -58,6 +58,8 @@ pub use backend::mpi_host::MpiComm;
 pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]
 pub use backend::nccl::NcclComm;
+#[cfg(feature = "nccl")]
+pub use comm::DeviceCommunicator;
 pub use comm::{Buffer, Communicator, Tag};
 pub use cuda_aware::CudaAwareness;
 #[cfg(feature = "nccl")]

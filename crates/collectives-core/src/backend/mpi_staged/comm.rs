@@ -9,7 +9,7 @@ use super::raw;
 use crate::backend::cuda_common::{self, Pool};
 use crate::backend::cuda_common::{agree_setup, local_stream};
 use crate::backend::mpi_host::MpiComm;
-use crate::comm::Communicator;
+use crate::comm::{Communicator, DeviceCommunicator};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::op::{BackendKind, ReduceOp};
@@ -19,7 +19,7 @@ use crate::op::{BackendKind, ReduceOp};
 /// [module documentation](super).
 ///
 /// ```no_run
-/// use collectives_core::{Communicator, MpiComm, MpiStagedComm, ReduceOp};
+/// use collectives_core::{Communicator, DeviceCommunicator, MpiComm, MpiStagedComm, ReduceOp};
 ///
 /// let universe = mpi::initialize().expect("MPI initializes once");
 /// let world = MpiComm::world(&universe)?;
@@ -41,6 +41,29 @@ pub struct MpiStagedComm {
     /// Whose reduction rules apply: this backend's, or the CUDA-aware one's when it runs its
     /// operations through this path under a deadline.
     pub(super) kind: BackendKind,
+}
+
+impl DeviceCommunicator for MpiStagedComm {
+    /// The stream the copies are enqueued on.
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    fn mpi(&self) -> &MpiComm {
+        &self.mpi
+    }
+
+    fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
+        crate::check::same_device(
+            "with_stream",
+            "the stream",
+            stream.context().ordinal(),
+            self.ctx.ordinal(),
+        )?;
+        self.synchronize()?;
+        self.stream = stream;
+        Ok(self)
+    }
 }
 
 impl fmt::Debug for MpiStagedComm {
@@ -122,21 +145,6 @@ impl MpiStagedComm {
         self
     }
 
-    /// The stream the copies are enqueued on.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-
-    /// The CUDA context (device) of this communicator.
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-
-    /// The MPI communicator underneath (host operations, raw handle).
-    pub fn mpi(&self) -> &MpiComm {
-        &self.mpi
-    }
-
     /// Switch checked mode on or off (overrides `COLLECTIVES_CHECK`); every rank must agree.
     #[must_use]
     pub fn with_checked(mut self, on: bool) -> Self {
@@ -174,14 +182,6 @@ impl MpiStagedComm {
     /// Pinned host memory held for reuse now, in bytes.
     pub fn pooled_bytes(&self) -> usize {
         self.pool.held()
-    }
-
-    /// Wait until the work enqueued on the communicator's stream so far is complete.
-    ///
-    /// # Errors
-    /// [`Error::Cuda`].
-    pub fn synchronize(&self) -> Result<()> {
-        self.sync("synchronize")
     }
 
     /// Free the communicator after the stream's work completes, reporting errors.

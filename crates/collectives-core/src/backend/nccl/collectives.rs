@@ -15,7 +15,7 @@ use super::comm::{NcclComm, UnevenAlgorithm};
 use super::raw;
 use super::request::NcclPending;
 use crate::checked::Call;
-use crate::comm::{Buffer, Communicator, Tag};
+use crate::comm::{Buffer, Communicator, DeviceCommunicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::frontend::{Backend, Start};
