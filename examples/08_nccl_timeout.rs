@@ -3,10 +3,9 @@
 //! One rank per GPU, 2 or more ranks: `mpirun -n 2 target/release/examples/08_nccl_timeout`.
 //! Exits 0 when rank 0 saw the timeout.
 
-use collectives::DeviceCommunicator;
 use std::time::Duration;
 
-use collectives::{device, Communicator, Error, MpiComm, NcclComm, ReduceOp};
+use collectives::{device, Communicator, DeviceCommunicator, Error, MpiComm, NcclComm, ReduceOp};
 
 fn main() -> Result<(), Error> {
     let universe = mpi::initialize().expect("MPI initializes once");

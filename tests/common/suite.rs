@@ -2,10 +2,9 @@
 //! rank-dependent inputs, answers computed here, buffers moved through the backend's own memory.
 #![allow(dead_code)]
 
-use collectives::DeviceCommunicator;
 use std::borrow::{Borrow, BorrowMut};
 
-use collectives::{op::refusal, scope, Communicator, Element, Error, ReduceOp};
+use collectives::{op::refusal, scope, Communicator, DeviceCommunicator, Element, Error, ReduceOp};
 use half::bf16;
 use num_complex::Complex;
 

@@ -3,14 +3,13 @@
 //! automatic choice between them) with padding every block to the largest and calling all-gather, the
 //! usual workaround. Reports time, algorithm bandwidth and the device memory each needs.
 
-use collectives_core::DeviceCommunicator;
 use std::io::Write;
 
 use anyhow::Context;
 use clap::Args;
 use collectives_core::backend::nccl::UnevenAlgorithm;
 use collectives_core::cudarc::driver::sys::CUevent_flags;
-use collectives_core::{device, Communicator, MpiComm, NcclComm, ReduceOp};
+use collectives_core::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 
 use crate::sizes;
 

@@ -36,14 +36,13 @@
 //! CUDA-aware (`collectives_core::cuda_aware::detect`), it is skipped with a note rather than
 //! handing device pointers to an MPI that would read them as host memory.
 
-use collectives_core::DeviceCommunicator;
 use std::io::Write;
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::CudaSlice;
-use collectives_core::{device, Communicator, MpiComm, NcclComm, ReduceOp};
+use collectives_core::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 use collectives_halo::{
     self as halo, directions, ghost_box, send_box, HaloExchange, HaloSpec, HaloTransport,
     Neighbours, ProcessGrid,

@@ -18,7 +18,6 @@
 //! without its `f16` feature, complex numbers): memory is allocated and copied as bytes and typed as
 //! `CudaSlice<T>` for the library (`alloc_zeroed`, `upload`, `download`).
 
-use collectives_core::DeviceCommunicator;
 use std::ffi::{c_void, CStr};
 use std::io::Write;
 use std::marker::PhantomData;
@@ -29,7 +28,9 @@ use anyhow::{bail, Context};
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use collectives_core::nccl_sys as sys;
-use collectives_core::{device, BackendKind, Communicator, MpiComm, NcclComm, ReduceOp};
+use collectives_core::{
+    device, BackendKind, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp,
+};
 
 use crate::allreduce::{Measured, Settings};
 use crate::backend::Backend;

@@ -18,7 +18,6 @@
 //! - Iterations follow OSU's defaults unless `-n`/`-w` are given: latency 10000 (1000 above 8 KiB)
 //!   after 100 (10), bandwidth 100 (20) windows after 10 (2).
 
-use collectives_core::DeviceCommunicator;
 use std::borrow::{Borrow, BorrowMut};
 use std::ffi::c_void;
 use std::io::Write;
@@ -29,7 +28,8 @@ use clap::{Args, ValueEnum};
 use collectives_core::backend::mpi_cuda::IpcBuffer;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use collectives_core::{
-    device, scope, Buffer, Communicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm, ReduceOp,
+    device, scope, Buffer, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm,
+    NcclComm, ReduceOp,
 };
 use mpi::ffi;
 
