@@ -52,7 +52,7 @@ pub trait Backend: Sized {
     type Buf<T: Element>: ?Sized + Buffer<T>;
     /// What a call holds from before the agreement until its raw operation (or its completion):
     /// pinned host buffers where the backend stages through host memory, else nothing.
-    type Staging<'c, T: Element>
+    type Staging<'c, T: Element>: Default
     where
         Self: 'c;
 
@@ -70,16 +70,21 @@ pub trait Backend: Sized {
     /// Whether the backend reduces `Avg` itself; otherwise the front end sums and calls
     /// [`divide`](Self::divide).
     fn native_avg(&self) -> bool;
-    /// Divide every element of `buf` by the number of ranks (the second half of `Avg`).
-    fn divide<T: Element>(&self, op: &'static str, buf: &mut Self::Buf<T>) -> Result<()>;
+    /// Divide every element of `buf` by the number of ranks (the second half of `Avg`); called
+    /// only where [`native_avg`](Self::native_avg) is false.
+    fn divide<T: Element>(&self, _op: &'static str, _buf: &mut Self::Buf<T>) -> Result<()> {
+        Ok(())
+    }
     /// Take the host buffers a call of `start` needs for buffers of `lens` elements (`None`: the
-    /// buffer is absent on this rank).
+    /// buffer is absent on this rank); by default none.
     fn stage<T: Element>(
         &self,
-        op: &'static str,
-        start: Start,
-        lens: [Option<usize>; 2],
-    ) -> Result<Self::Staging<'_, T>>;
+        _op: &'static str,
+        _start: Start,
+        _lens: [Option<usize>; 2],
+    ) -> Result<Self::Staging<'_, T>> {
+        Ok(Default::default())
+    }
 
     /// `barrier`.
     fn raw_barrier(&self, op: &'static str) -> Result<()>;

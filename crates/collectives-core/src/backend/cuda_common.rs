@@ -378,6 +378,24 @@ pub(crate) fn stage_out<T: Element>(
     stream.synchronize().map_err(|e| Error::cuda(op, e))
 }
 
+/// Before a device communicator moves to `stream`: the stream is on the communicator's device, and
+/// the work on its old stream is complete.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a stream of another device; the errors of the wait.
+pub(crate) fn switching_stream<C: crate::comm::DeviceCommunicator>(
+    comm: &C,
+    stream: &Arc<CudaStream>,
+) -> Result<()> {
+    crate::check::same_device(
+        "with_stream",
+        "the stream",
+        stream.context().ordinal(),
+        comm.context().ordinal(),
+    )?;
+    comm.synchronize()
+}
+
 /// The pinned host buffers one call of a staged operation holds (one per buffer of the call that is
 /// present on this rank), taken before the ranks agree.
 pub type Leases<'c, T> = [Option<Lease<'c, T>>; 2];

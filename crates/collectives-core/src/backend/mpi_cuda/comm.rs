@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
 use crate::backend::cuda_common::{
-    agree_setup, env_bytes, local_stream, Pool, DEFAULT_POOL_BYTES, POOL_ENV,
+    self, agree_setup, env_bytes, local_stream, Pool, DEFAULT_POOL_BYTES, POOL_ENV,
 };
 use crate::backend::mpi_host::MpiComm;
 use crate::backend::mpi_staged::MpiStagedComm;
@@ -56,13 +56,7 @@ impl DeviceCommunicator for MpiCudaComm {
 
     /// Under a deadline, the staged path moves to `stream` too.
     fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
-        crate::check::same_device(
-            "with_stream",
-            "the stream",
-            stream.context().ordinal(),
-            self.ctx.ordinal(),
-        )?;
-        self.synchronize()?;
+        cuda_common::switching_stream(&self, &stream)?;
         if let Some(staged) = self.staged.take() {
             self.staged = Some(Box::new(staged.with_stream(stream.clone())?));
         }

@@ -13,7 +13,7 @@ use crate::checked::Call;
 use crate::comm::Tag;
 use crate::element::Element;
 use crate::error::Result;
-use crate::frontend::{Backend, Start};
+use crate::frontend::Backend;
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -90,10 +90,6 @@ impl Backend for MpiComm {
 
     fn divide<T: Element>(&self, _op: &'static str, buf: &mut [T]) -> Result<()> {
         raw::finish_avg(ReduceOp::Avg, buf, self.size);
-        Ok(())
-    }
-
-    fn stage<T: Element>(&self, _: &'static str, _: Start, _: [Option<usize>; 2]) -> Result<()> {
         Ok(())
     }
 

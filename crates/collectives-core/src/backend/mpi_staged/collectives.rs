@@ -148,10 +148,6 @@ impl Backend for MpiStagedComm {
         true
     }
 
-    fn divide<T: Element>(&self, _: &'static str, _: &mut CudaSlice<T>) -> Result<()> {
-        Ok(())
-    }
-
     /// Every operation stages every buffer present on this rank.
     fn stage<T: Element>(
         &self,

@@ -54,13 +54,7 @@ impl DeviceCommunicator for MpiStagedComm {
     }
 
     fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
-        crate::check::same_device(
-            "with_stream",
-            "the stream",
-            stream.context().ordinal(),
-            self.ctx.ordinal(),
-        )?;
-        self.synchronize()?;
+        cuda_common::switching_stream(&self, &stream)?;
         self.stream = stream;
         Ok(self)
     }

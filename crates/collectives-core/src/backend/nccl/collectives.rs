@@ -18,7 +18,7 @@ use crate::checked::Call;
 use crate::comm::{Buffer, Communicator, DeviceCommunicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::frontend::{Backend, Start};
+use crate::frontend::Backend;
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -317,14 +317,6 @@ impl Backend for NcclComm {
     /// NCCL averages itself (`ncclAvg`).
     fn native_avg(&self) -> bool {
         true
-    }
-
-    fn divide<T: Element>(&self, _: &'static str, _: &mut CudaSlice<T>) -> Result<()> {
-        Ok(())
-    }
-
-    fn stage<T: Element>(&self, _: &'static str, _: Start, _: [Option<usize>; 2]) -> Result<()> {
-        Ok(())
     }
 
     fn raw_barrier(&self, op: &'static str) -> Result<()> {

@@ -10,9 +10,8 @@ use cudarc::driver::{CudaContext, CudaStream};
 use nccl_sys as sys;
 
 use super::raw;
-use crate::backend::cuda_common::{cuda_driver_present, node_local};
+use crate::backend::cuda_common::{self, cuda_driver_present, node_local};
 use crate::backend::mpi_host::MpiComm;
-use crate::check;
 use crate::comm::{Communicator, DeviceCommunicator};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
@@ -504,13 +503,7 @@ impl DeviceCommunicator for NcclComm {
     }
 
     fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
-        check::same_device(
-            "with_stream",
-            "the stream",
-            stream.context().ordinal(),
-            self.ctx.ordinal(),
-        )?;
-        self.synchronize()?;
+        cuda_common::switching_stream(&self, &stream)?;
         self.stream = stream;
         Ok(self)
     }
