@@ -25,6 +25,7 @@ pub enum CountLimit {
     /// At most this many elements (MPI's `int` counts and displacements).
     Elements(usize),
     /// At most this many wire values ([`WireForm`](crate::WireForm) lanes, NCCL's `size_t`).
+    #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
     WireValues(usize),
 }
 
