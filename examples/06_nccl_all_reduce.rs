@@ -1,7 +1,7 @@
 //! NCCL all-reduce on device memory: every rank contributes `rank + 1`, every rank gets the sum.
 //! One rank per GPU: `mpirun -n 2 target/release/examples/06_nccl_all_reduce`.
 
-use collectives::{device, Communicator, MpiComm, NcclComm, ReduceOp};
+use collectives::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 
 fn main() -> Result<(), collectives::Error> {
     let universe = mpi::initialize().expect("MPI initializes once");

@@ -3,7 +3,7 @@
 //! and no device memory beyond the two buffers.
 //! One rank per GPU: `mpirun -n 2 target/release/examples/07_nccl_all_gather_v`.
 
-use collectives::{device, Communicator, MpiComm, NcclComm};
+use collectives::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm};
 
 fn main() -> Result<(), collectives::Error> {
     let universe = mpi::initialize().expect("MPI initializes once");

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use collectives::{device, Communicator, Error, MpiComm, NcclComm, ReduceOp};
+use collectives::{device, Communicator, DeviceCommunicator, Error, MpiComm, NcclComm, ReduceOp};
 
 fn main() -> Result<(), Error> {
     let universe = mpi::initialize().expect("MPI initializes once");

@@ -6,7 +6,7 @@
 //! One rank per GPU: `mpirun -n 2 target/release/examples/09_nccl_halo_exchange`.
 
 use collectives::halo::{self, HaloExchange, HaloSpec, Neighbours};
-use collectives::{device, Communicator, MpiComm, NcclComm};
+use collectives::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm};
 
 fn main() -> Result<(), collectives::Error> {
     let universe = mpi::initialize().expect("MPI initializes once");

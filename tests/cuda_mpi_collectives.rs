@@ -25,7 +25,9 @@ use std::time::Duration;
 use collectives::backend::mpi_cuda::{cuda_unavailable, IpcBuffer};
 use collectives::cuda_aware::{self, CudaAwareness};
 use collectives::cudarc::driver::CudaSlice;
-use collectives::{device, scope, Communicator, Error, MpiCudaComm, MpiStagedComm, ReduceOp};
+use collectives::{
+    device, scope, Communicator, DeviceCommunicator, Error, MpiCudaComm, MpiStagedComm, ReduceOp,
+};
 use common::suite::{self, Backend, Val};
 use common::{case, catalog, Case, T};
 use half::bf16;

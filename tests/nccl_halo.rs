@@ -19,7 +19,7 @@ use std::cell::OnceCell;
 
 use collectives::backend::nccl::cuda_driver_present;
 use collectives::halo::{self, HaloExchange, HaloSpec, HaloTransport, Neighbours};
-use collectives::{device, Communicator, Error, NcclComm};
+use collectives::{device, Communicator, DeviceCommunicator, Error, NcclComm};
 use common::{case, Case, T};
 
 thread_local! {

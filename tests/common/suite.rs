@@ -4,7 +4,7 @@
 
 use std::borrow::{Borrow, BorrowMut};
 
-use collectives::{op::refusal, scope, Communicator, Element, Error, ReduceOp};
+use collectives::{op::refusal, scope, Communicator, DeviceCommunicator, Element, Error, ReduceOp};
 use half::bf16;
 use num_complex::Complex;
 

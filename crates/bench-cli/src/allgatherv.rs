@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use collectives_core::backend::nccl::UnevenAlgorithm;
 use collectives_core::cudarc::driver::sys::CUevent_flags;
-use collectives_core::{device, Communicator, MpiComm, NcclComm, ReduceOp};
+use collectives_core::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 
 use crate::sizes;
 

@@ -21,7 +21,9 @@ use anyhow::{bail, Context};
 use collectives_core::backend::mpi_cuda::IpcBuffer;
 use collectives_core::backend::mpi_host;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use collectives_core::{device, Communicator, MpiComm, MpiCudaComm, MpiStagedComm, ReduceOp};
+use collectives_core::{
+    device, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, ReduceOp,
+};
 use mpi::datatype::Equivalence;
 use mpi::ffi;
 use mpi::raw::AsRaw;

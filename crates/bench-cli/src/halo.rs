@@ -42,7 +42,7 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::CudaSlice;
-use collectives_core::{device, Communicator, MpiComm, NcclComm, ReduceOp};
+use collectives_core::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 use collectives_halo::{
     self as halo, directions, ghost_box, send_box, HaloExchange, HaloSpec, HaloTransport,
     Neighbours, ProcessGrid,

@@ -28,7 +28,9 @@ use anyhow::{bail, Context};
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use collectives_core::nccl_sys as sys;
-use collectives_core::{device, BackendKind, Communicator, MpiComm, NcclComm, ReduceOp};
+use collectives_core::{
+    device, BackendKind, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp,
+};
 
 use crate::allreduce::{Measured, Settings};
 use crate::backend::Backend;

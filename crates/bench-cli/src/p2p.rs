@@ -28,7 +28,8 @@ use clap::{Args, ValueEnum};
 use collectives_core::backend::mpi_cuda::IpcBuffer;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use collectives_core::{
-    device, scope, Buffer, Communicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm, ReduceOp,
+    device, scope, Buffer, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm,
+    NcclComm, ReduceOp,
 };
 use mpi::ffi;
 

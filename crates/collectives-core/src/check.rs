@@ -1,6 +1,7 @@
 //! Argument rules shared by every backend, as functions of lengths and ranks.
 //!
-//! Each function returns [`Error::InvalidArgument`] with the numbers; backends call them before any
+//! Each function returns [`Error::InvalidArgument`] with the numbers. The crate's rules table
+//! composes them into each operation's rules, which every backend's operations pass before any
 //! library call, in every build.
 
 use crate::comm::Buffer;

@@ -29,6 +29,16 @@
 //! - buffers are laid out packed in rank order: block `i` of a gather/scatter/all-to-all buffer belongs to
 //!   rank `i`, and the v-variants place blocks back to back, so no padding is ever needed.
 
+#[cfg(feature = "nccl")]
+use std::sync::Arc;
+#[cfg(feature = "nccl")]
+use std::time::Duration;
+
+#[cfg(feature = "nccl")]
+use cudarc::driver::{CudaContext, CudaStream};
+
+#[cfg(feature = "nccl")]
+use crate::backend::mpi_host::MpiComm;
 use crate::element::Element;
 use crate::error::Result;
 use crate::op::{BackendKind, ReduceOp};
@@ -44,6 +54,10 @@ pub trait Buffer<T: Element> {
     /// Whether the buffer holds no element.
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+    /// The CUDA device the buffer lives on; `None` for host memory.
+    fn device(&self) -> Option<usize> {
+        None
     }
 }
 
@@ -317,4 +331,60 @@ pub trait Communicator: Sized {
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>>;
+}
+
+/// What the communicators on device memory share ([`NcclComm`](crate::NcclComm),
+/// [`MpiCudaComm`](crate::MpiCudaComm), [`MpiStagedComm`](crate::MpiStagedComm)): a CUDA stream
+/// that orders their device work, the MPI communicator underneath, a deadline, and a wait for the
+/// stream.
+///
+/// ```no_run
+/// use collectives_core::{DeviceCommunicator, Result};
+///
+/// /// Wait for the communicator's work, whichever device backend it is.
+/// fn drain<C: DeviceCommunicator>(comm: &C) -> Result<()> {
+///     comm.synchronize()
+/// }
+/// ```
+#[cfg(feature = "nccl")]
+pub trait DeviceCommunicator: Communicator {
+    /// The stream every operation of this communicator is ordered on.
+    fn stream(&self) -> &Arc<CudaStream>;
+
+    /// The CUDA context (device) of this communicator: its stream's.
+    fn context(&self) -> &Arc<CudaContext> {
+        self.stream().context()
+    }
+
+    /// The MPI communicator over the same ranks (checked mode's agreement, host barriers, the
+    /// raw handle).
+    fn mpi(&self) -> &MpiComm;
+
+    /// The deadline of waits and blocking operations, if any (always one on NCCL; the MPI
+    /// communicator's on the MPI backends).
+    fn deadline(&self) -> Option<Duration> {
+        self.mpi().timeout()
+    }
+
+    /// Wait until the work enqueued on the stream so far is complete.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`](crate::Error::Cuda); on NCCL also
+    /// [`Error::Timeout`](crate::Error::Timeout) (after aborting the communicator) and
+    /// [`Error::Nccl`](crate::Error::Nccl) for an asynchronous error.
+    fn synchronize(&self) -> Result<()> {
+        self.stream()
+            .synchronize()
+            .map_err(|e| crate::Error::cuda("synchronize", e))
+    }
+
+    /// Use `stream` (of this communicator's device) for every operation from now on, instead of
+    /// the communicator's own: work the caller enqueues there is ordered with the collectives
+    /// without events. Waits for the work on the old stream first.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the stream belongs to another
+    /// device; the errors of
+    /// [`synchronize`](Self::synchronize).
+    fn with_stream(self, stream: Arc<CudaStream>) -> Result<Self>;
 }

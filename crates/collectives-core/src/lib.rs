@@ -4,9 +4,9 @@
 //! |---|---|
 //! | [`element`] | [`Element`]: the types that travel, their MPI datatype and NCCL wire form |
 //! | [`op`] | [`ReduceOp`], [`BackendKind`], which reductions each backend can do with each element |
-//! | [`comm`] | the [`Communicator`] trait every backend implements |
+//! | [`comm`] | the [`Communicator`] trait every backend implements; `DeviceCommunicator` (stream, deadline, wait) for the device backends |
 //! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
-//! | [`check`], [`checked`] | argument rules (always on) and checked mode (cross-rank agreement) |
+//! | [`check`], [`checked`] | argument rules (always on; one table for every backend) and checked mode (cross-rank agreement) |
 //! | [`deadline`] | `COLLECTIVES_TIMEOUT` and the one polling loop that waits against a deadline |
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
 //! | [`cuda_aware`] | whether the MPI library takes device pointers, with the evidence ([`CudaAwareness`]) |
@@ -42,8 +42,10 @@ pub mod deadline;
 pub mod device;
 pub mod element;
 pub mod error;
+mod frontend;
 pub mod op;
 pub mod request;
+mod rules;
 
 pub use mpi;
 
@@ -56,6 +58,8 @@ pub use backend::mpi_host::MpiComm;
 pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]
 pub use backend::nccl::NcclComm;
+#[cfg(feature = "nccl")]
+pub use comm::DeviceCommunicator;
 pub use comm::{Buffer, Communicator, Tag};
 pub use cuda_aware::CudaAwareness;
 #[cfg(feature = "nccl")]

@@ -4,7 +4,9 @@ use std::ffi::{c_int, c_void};
 use std::fmt;
 use std::sync::Arc;
 
-use collectives_core::{check, Communicator, Error, NcclComm, ReduceOp, Result};
+use collectives_core::{
+    check, Communicator, DeviceCommunicator, Error, NcclComm, ReduceOp, Result,
+};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use datatype_pack::gpu::{FusedCopier, FusedPacker, GpuOptions, GridCap};
@@ -442,7 +444,7 @@ impl<'c> HaloExchange<'c> {
     /// communicator's stream gets there. Every rank calls it (it contains the transfers), as
     /// often as the others: a neighbour reached through CUDA IPC waits on the device for this
     /// rank's flags, and a rank that stops exchanging leaves it waiting until
-    /// [`NcclComm::synchronize`]'s deadline reports [`Error::Timeout`].
+    /// [`NcclComm::synchronize`](collectives_core::DeviceCommunicator::synchronize)'s deadline reports [`Error::Timeout`].
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `field` has the wrong length or lies on another device
@@ -718,7 +720,7 @@ impl<'c> HaloExchange<'c> {
 
     /// The exchange step by step on the communicator's stream, timed: CUDA events around every
     /// pack, the local copies, every transfer, every unpack, the pulls and the wrap copies, then a wait for the stream
-    /// ([`NcclComm::synchronize`], with its deadline). It fills the same ghost cells as
+    /// ([`NcclComm::synchronize`](collectives_core::DeviceCommunicator::synchronize), with its deadline). It fills the same ghost cells as
     /// [`exchange`](Self::exchange) but without overlap: it shows where the time goes.
     ///
     /// # Errors

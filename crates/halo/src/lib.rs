@@ -72,13 +72,13 @@
 //! forked stream waits for the communicator's stream first, which waits for it last, so
 //! to the caller the exchange is one stream-ordered operation like every NCCL operation of
 //! this crate: [`HaloExchange::exchange`] returns without waiting and the field is ready when
-//! the communicator's stream gets there ([`NcclComm::synchronize`](collectives_core::NcclComm::synchronize)).
+//! the communicator's stream gets there ([`NcclComm::synchronize`](collectives_core::DeviceCommunicator::synchronize)).
 //! [`HaloExchange::exchange_timed`] runs the same steps one after the other on the
 //! communicator's stream, waits, and returns the time of each step (CUDA events): where the
 //! time goes, not what the pipeline costs.
 //!
 //! ```no_run
-//! use collectives_core::{device, MpiComm, NcclComm};
+//! use collectives_core::{device, DeviceCommunicator, MpiComm, NcclComm};
 //! use collectives_halo::{HaloExchange, HaloSpec, Neighbours};
 //!
 //! let universe = collectives_core::mpi::initialize().expect("MPI initializes once");

@@ -21,7 +21,7 @@ use std::ffi::c_uint;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use collectives_core::{Communicator, Error, NcclComm, ReduceOp, Result};
+use collectives_core::{Communicator, DeviceCommunicator, Error, NcclComm, ReduceOp, Result};
 use cudarc::driver::sys::{self as cu, CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaStream};
 use datatype_pack::fused::Region;

@@ -245,11 +245,17 @@ impl Pool {
 
 /// A pinned host buffer of `len` elements of `T`, back in its pool when dropped. Whoever holds it has
 /// waited for the copies into and out of it before reading, writing or dropping it.
-pub(crate) struct Lease<'p, T> {
+pub struct Lease<'p, T> {
     pool: &'p Pool,
     pinned: Option<Pinned>,
     len: usize,
     _element: PhantomData<T>,
+}
+
+impl<T> std::fmt::Debug for Lease<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("len", &self.len).finish()
+    }
 }
 
 impl<T: Element> Lease<'_, T> {
@@ -370,6 +376,52 @@ pub(crate) fn stage_out<T: Element>(
     let len = dev.len();
     upload(op, stream, host, dev, 0..len)?;
     stream.synchronize().map_err(|e| Error::cuda(op, e))
+}
+
+/// Before a device communicator moves to `stream`: the stream is on the communicator's device, and
+/// the work on its old stream is complete.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a stream of another device; the errors of the wait.
+pub(crate) fn switching_stream<C: crate::comm::DeviceCommunicator>(
+    comm: &C,
+    stream: &Arc<CudaStream>,
+) -> Result<()> {
+    crate::check::same_device(
+        "with_stream",
+        "the stream",
+        stream.context().ordinal(),
+        comm.context().ordinal(),
+    )?;
+    comm.synchronize()
+}
+
+/// The pinned host buffers one call of a staged operation holds (one per buffer of the call that is
+/// present on this rank), taken before the ranks agree.
+pub type Leases<'c, T> = [Option<Lease<'c, T>>; 2];
+
+/// Lease pinned host buffers of `lens` elements from `pool`, one per present buffer.
+pub(crate) fn pin<'c, T: Element>(
+    pool: &'c Pool,
+    op: &'static str,
+    lens: [Option<usize>; 2],
+) -> Result<Leases<'c, T>> {
+    let [a, b] = lens;
+    Ok([
+        a.map(|n| pool.lease::<T>(op, n)).transpose()?,
+        b.map(|n| pool.lease::<T>(op, n)).transpose()?,
+    ])
+}
+
+/// The pinned host buffer the front end staged for a buffer that is present.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if none was staged (a front-end bug, reported rather than a panic).
+pub(crate) fn pinned<'c, T: Element>(
+    op: &'static str,
+    lease: Option<Lease<'c, T>>,
+) -> Result<Lease<'c, T>> {
+    lease.ok_or_else(|| Error::invalid(op, "no pinned host buffer was staged for this buffer"))
 }
 
 /// One non-blocking staged operation on device buffers borrowed for `'s`.

@@ -7,12 +7,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
 use crate::backend::cuda_common::{
-    agree_setup, env_bytes, local_stream, Pool, DEFAULT_POOL_BYTES, POOL_ENV,
+    self, agree_setup, env_bytes, local_stream, Pool, DEFAULT_POOL_BYTES, POOL_ENV,
 };
-use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
 use crate::backend::mpi_staged::MpiStagedComm;
-use crate::comm::Communicator;
+use crate::comm::{Communicator, DeviceCommunicator};
 use crate::cuda_aware::{self, CudaAwareness, Vendor};
 use crate::error::{Error, Result};
 use crate::op::{BackendKind, ReduceOp};
@@ -21,7 +20,7 @@ use crate::op::{BackendKind, ReduceOp};
 /// buffers) handed to MPI as device pointers. See the [module documentation](super).
 ///
 /// ```no_run
-/// use collectives_core::{Communicator, MpiComm, MpiCudaComm, ReduceOp};
+/// use collectives_core::{Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, ReduceOp};
 ///
 /// let universe = mpi::initialize().expect("MPI initializes once");
 /// let world = MpiComm::world(&universe)?;
@@ -43,6 +42,27 @@ pub struct MpiCudaComm {
     pub(super) pool: Pool,
     /// Under a deadline, the path every operation takes (see the module documentation).
     pub(super) staged: Option<Box<MpiStagedComm>>,
+}
+
+impl DeviceCommunicator for MpiCudaComm {
+    /// The stream the communicator orders its device accesses on.
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    fn mpi(&self) -> &MpiComm {
+        &self.mpi
+    }
+
+    /// Under a deadline, the staged path moves to `stream` too.
+    fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
+        cuda_common::switching_stream(&self, &stream)?;
+        if let Some(staged) = self.staged.take() {
+            self.staged = Some(Box::new(staged.with_stream(stream.clone())?));
+        }
+        self.stream = stream;
+        Ok(self)
+    }
 }
 
 impl fmt::Debug for MpiCudaComm {
@@ -223,21 +243,6 @@ impl MpiCudaComm {
         }
     }
 
-    /// The stream the communicator orders its device accesses on.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-
-    /// The CUDA context (device) of this communicator.
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-
-    /// The MPI communicator underneath (host operations, raw handle, tag bound).
-    pub fn mpi(&self) -> &MpiComm {
-        &self.mpi
-    }
-
     /// Whether construction was forced past a verdict other than yes.
     pub fn forced(&self) -> bool {
         self.forced
@@ -259,16 +264,6 @@ impl MpiCudaComm {
         self
     }
 
-    /// Wait until the work enqueued on the communicator's stream so far is complete.
-    ///
-    /// # Errors
-    /// [`Error::Cuda`].
-    pub fn synchronize(&self) -> Result<()> {
-        self.stream
-            .synchronize()
-            .map_err(|e| Error::cuda("synchronize", e))
-    }
-
     /// Free the communicator after the stream's work completes, reporting errors.
     ///
     /// # Errors
@@ -279,26 +274,6 @@ impl MpiCudaComm {
             staged.finalize()?;
         }
         self.mpi.finalize()
-    }
-
-    /// The argument rules this communicator shares with the other MPI backend on device memory.
-    pub(super) fn args(&self) -> DeviceArgs {
-        DeviceArgs {
-            backend: BackendKind::MpiCuda,
-            device: self.ctx.ordinal(),
-            rank: self.mpi.rank(),
-            size: self.mpi.size(),
-        }
-    }
-
-    /// `buf` must live on this communicator's device.
-    pub(super) fn on_device<T>(
-        &self,
-        op: &'static str,
-        name: &str,
-        buf: &CudaSlice<T>,
-    ) -> Result<()> {
-        self.args().on_device(op, name, buf)
     }
 
     /// Where cudarc does not track a buffer's uses (event tracking off, or a single stream in its

@@ -57,7 +57,7 @@ pub(crate) fn dptr_mut<'a, T>(
 ///
 /// ```no_run
 /// use collectives_core::backend::mpi_cuda::IpcBuffer;
-/// use collectives_core::{Communicator, MpiComm, MpiCudaComm};
+/// use collectives_core::{Communicator, DeviceCommunicator, MpiComm, MpiCudaComm};
 ///
 /// let universe = mpi::initialize().expect("MPI initializes once");
 /// let comm = MpiCudaComm::from_mpi(&MpiComm::world(&universe)?, None)?;

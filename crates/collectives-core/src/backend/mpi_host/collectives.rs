@@ -1,10 +1,7 @@
-//! The [`Communicator`] implementation of the MPI host backend.
-//!
-//! Every method follows the same steps: open a tracing span named after the operation; check the
-//! arguments locally (lengths, ranks, the reduce operation for the element, counts that fit MPI's `int`);
-//! in checked mode agree with the other ranks ([`MpiComm::agree`]); make the MPI call through
-//! [`MpiComm::run`] (blocking, or polled against the deadline on copies) or [`MpiComm::start`]; turn
-//! its return code into a `Result`; finish (`Avg`'s division).
+//! The raw operations of the MPI host backend ([`Backend`]): the front end ([`crate::frontend`]) has
+//! checked the arguments and agreed on the call; each operation here makes its MPI call through
+//! [`MpiComm::run`] (blocking, or polled against the deadline on copies) or [`MpiComm::start`], and
+//! turns the return code into a `Result`.
 
 use mpi::ffi;
 use std::ffi::c_int;
@@ -12,22 +9,28 @@ use std::ffi::c_int;
 use super::comm::MpiComm;
 use super::raw::{self, either};
 use super::request::{Form, Region};
-use crate::check;
-use crate::check::check_op;
-use crate::checked::{Call, OpKind};
-use crate::comm::{Communicator, Tag};
+use crate::checked::Call;
+use crate::comm::Tag;
 use crate::element::Element;
 use crate::error::Result;
+use crate::frontend::Backend;
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
+use crate::rules::{CountLimit, Rules};
 
 const BACKEND: BackendKind = BackendKind::MpiHost;
 
 impl MpiComm {
-    fn peer(&self, op: &'static str, what: &str, rank: usize, tag: Tag) -> Result<c_int> {
-        check::rank_in_range(op, what, rank, self.size)?;
-        check::tag(op, tag, self.tag_ub)?;
-        Ok(rank as c_int)
+    /// The argument rules of this communicator.
+    pub(crate) fn rules(&self) -> Rules {
+        Rules {
+            backend: BACKEND,
+            rank: self.rank,
+            size: self.size,
+            device: None,
+            limit: CountLimit::Elements(raw::count_limit()),
+            tag_ub: self.tag_ub,
+        }
     }
 
     fn new_comm(&self, op: &'static str, raw: ffi::MPI_Comm) -> Result<Option<MpiComm>> {
@@ -56,53 +59,62 @@ impl MpiComm {
     }
 }
 
-impl Communicator for MpiComm {
+impl Backend for MpiComm {
     type Buf<T: Element> = [T];
+    type Staging<'c, T: Element> = ();
 
-    fn backend(&self) -> BackendKind {
+    fn kind(&self) -> BackendKind {
         BACKEND
     }
 
-    fn rank(&self) -> usize {
-        self.rank
+    fn ranks(&self) -> (usize, usize) {
+        (self.rank, self.size)
     }
 
-    fn size(&self) -> usize {
-        self.size
-    }
-
-    fn checked(&self) -> bool {
+    fn is_checked(&self) -> bool {
         self.checked
     }
 
-    fn barrier(&self) -> Result<()> {
-        let _span = tracing::trace_span!("barrier").entered();
-        self.agree(Call::new(OpKind::Barrier), Ok(()))?;
+    fn rules(&self) -> Rules {
+        MpiComm::rules(self)
+    }
+
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
+        MpiComm::agree(self, call, local)
+    }
+
+    /// MPI has no average: the front end sums and divides.
+    fn native_avg(&self) -> bool {
+        false
+    }
+
+    fn divide<T: Element>(&self, _op: &'static str, buf: &mut [T]) -> Result<()> {
+        raw::finish_avg(ReduceOp::Avg, buf, self.size);
+        Ok(())
+    }
+
+    fn raw_barrier(&self, op: &'static str) -> Result<()> {
         // SAFETY: a barrier takes no buffer; both forms on this communicator.
         unsafe {
-            self.run("barrier", [], |_, form| {
+            self.run(op, [], |_, form| {
                 either!(form, MPI_Barrier / MPI_Ibarrier(self.raw))
             })
         }
         .map(drop)
     }
 
-    fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
-        const OP: &str = "broadcast";
-        let _span = tracing::trace_span!("broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size)
-            .and_then(|()| raw::count(OP, buf.len()));
-        let n = self.agree(
-            Call::new(OpKind::Broadcast)
-                .element::<T>()
-                .root(root)
-                .count(buf.len()),
-            local,
-        )?;
-        let dt = raw::datatype::<T>();
+    fn raw_broadcast<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut [T],
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
         // SAFETY: `buf` holds `n` elements of `T`, described by its datatype; root checked in range.
         unsafe {
-            self.run(OP, [Region::in_out(buf)], |p, form| {
+            self.run(op, [Region::in_out(buf)], |p, form| {
                 either!(
                     form,
                     MPI_Bcast / MPI_Ibcast(p[0], n, dt, root as c_int, self.raw)
@@ -112,118 +124,79 @@ impl Communicator for MpiComm {
         .map(drop)
     }
 
-    fn reduce<T: Element>(
+    fn raw_reduce<T: Element>(
         &self,
+        op: &'static str,
         send: &[T],
         recv: Option<&mut [T]>,
-        op: ReduceOp,
+        red: ReduceOp,
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "reduce";
-        let _span = tracing::trace_span!("reduce").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let recv = check::at_root(OP, "recv", is_root, recv, send.len(), "the length of send")?;
-            Ok((raw::count(OP, send.len())?, recv))
-        })();
-        let call = Call::new(OpKind::Reduce)
-            .element::<T>()
-            .reduce(op)
-            .root(root)
-            .count(send.len());
-        let (n, mut recv) = self.agree(call, local)?;
-        let (dt, mop) = (raw::datatype::<T>(), raw::op(op));
-        let regions = [Region::send(send), Region::recv_opt(recv.as_deref_mut())];
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
+        let regions = [Region::send(send), Region::recv_opt(recv)];
         // SAFETY: `send` holds `n` elements; on the root `recv` holds `n` too (checked), elsewhere MPI
         // ignores the (null) receive buffer; root in range; the datatype describes `T`.
         unsafe {
-            self.run(OP, regions, |p, form| {
+            self.run(op, regions, |p, form| {
                 either!(
                     form,
                     MPI_Reduce / MPI_Ireduce(p[0], p[1], n, dt, mop, root as c_int, self.raw)
                 )
             })
-        }?;
-        if let Some(recv) = recv {
-            raw::finish_avg(op, recv, self.size);
         }
-        Ok(())
+        .map(drop)
     }
 
-    fn all_reduce<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
-        const OP: &str = "all_reduce";
-        let _span = tracing::trace_span!("all_reduce").entered();
-        let local = check_op::<T>(OP, op, BACKEND)
-            .and_then(|()| check::same_len(OP, "send", send.len(), "recv", recv.len()))
-            .and_then(|()| raw::count(OP, send.len()));
-        let n = self.agree(
-            Call::new(OpKind::AllReduce)
-                .element::<T>()
-                .reduce(op)
-                .count(send.len()),
-            local,
-        )?;
-        let (dt, mop) = (raw::datatype::<T>(), raw::op(op));
-        // SAFETY: both buffers hold `n` elements of `T` (checked), described by its datatype; `run`
-        // returns before the borrows end.
-        unsafe {
-            self.run(OP, [Region::send(send), Region::recv(recv)], |p, form| {
-                either!(
-                    form,
-                    MPI_Allreduce / MPI_Iallreduce(p[0], p[1], n, dt, mop, self.raw)
-                )
-            })
-        }?;
-        raw::finish_avg(op, recv, self.size);
-        Ok(())
+    fn raw_all_reduce<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        red: ReduceOp,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
+        match send {
+            // SAFETY: both buffers hold `n` elements of `T` (checked), described by its datatype;
+            // `run` returns before the borrows end.
+            Some(send) => unsafe {
+                self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
+                    either!(
+                        form,
+                        MPI_Allreduce / MPI_Iallreduce(p[0], p[1], n, dt, mop, self.raw)
+                    )
+                })
+            },
+            // SAFETY: `recv` holds `n` elements of `T`; MPI_IN_PLACE (from the MPI's own header)
+            // makes MPI read and write `recv` (or its copy) only.
+            None => unsafe {
+                let place = raw::in_place();
+                self.run(op, [Region::in_out(recv)], |p, form| {
+                    either!(
+                        form,
+                        MPI_Allreduce / MPI_Iallreduce(place, p[0], n, dt, mop, self.raw)
+                    )
+                })
+            },
+        }
+        .map(drop)
     }
 
-    fn all_reduce_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        const OP: &str = "all_reduce_in_place";
-        let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = check_op::<T>(OP, op, BACKEND).and_then(|()| raw::count(OP, buf.len()));
-        let n = self.agree(
-            Call::new(OpKind::AllReduceInPlace)
-                .element::<T>()
-                .reduce(op)
-                .count(buf.len()),
-            local,
-        )?;
-        let (dt, mop, place) = (raw::datatype::<T>(), raw::op(op), raw::in_place());
-        // SAFETY: `buf` holds `n` elements of `T`; MPI_IN_PLACE (from the MPI's own header) makes MPI
-        // read and write `buf` (or its copy) only.
-        unsafe {
-            self.run(OP, [Region::in_out(buf)], |p, form| {
-                either!(
-                    form,
-                    MPI_Allreduce / MPI_Iallreduce(place, p[0], n, dt, mop, self.raw)
-                )
-            })
-        }?;
-        raw::finish_avg(op, buf, self.size);
-        Ok(())
-    }
-
-    fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        const OP: &str = "all_gather";
-        let _span = tracing::trace_span!("all_gather").entered();
-        let local =
-            check::blocks_len(OP, "recv", recv.len(), self.size, send.len()).and_then(|()| {
-                raw::count(OP, recv.len())?;
-                raw::count(OP, send.len())
-            });
-        let n = self.agree(
-            Call::new(OpKind::AllGather)
-                .element::<T>()
-                .count(send.len()),
-            local,
-        )?;
-        let dt = raw::datatype::<T>();
+    fn raw_all_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
         // SAFETY: `send` holds `n` and `recv` holds `size * n` elements of `T` (checked).
         unsafe {
-            self.run(OP, [Region::send(send), Region::recv(recv)], |p, form| {
+            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
                 either!(
                     form,
                     MPI_Allgather / MPI_Iallgather(p[0], n, dt, p[1], n, dt, self.raw)
@@ -233,18 +206,15 @@ impl Communicator for MpiComm {
         .map(drop)
     }
 
-    fn all_gather_v<T: Element>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
-        const OP: &str = "all_gather_v";
-        let _span = tracing::trace_span!("all_gather_v").entered();
-        let local = (|| {
-            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
-            check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-            raw::counts_displs(OP, counts)
-        })();
-        let (c, d) = self.agree(
-            Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
-            local,
-        )?;
+    fn raw_all_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        (): (),
+    ) -> Result<()> {
+        let (c, d) = raw::packed(counts);
         let dt = raw::datatype::<T>();
         let mine = c[self.rank];
         let regions = [
@@ -256,7 +226,7 @@ impl Communicator for MpiComm {
         // SAFETY: `send` holds counts[rank] elements and `recv` the sum of counts, laid out at the packed
         // displacements `d` (all checked, all within int range); `p[2]`, `p[3]` are `c` and `d`.
         unsafe {
-            self.run(OP, regions, |p, form| {
+            self.run(op, regions, |p, form| {
                 let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
                 either!(
                     form,
@@ -267,39 +237,21 @@ impl Communicator for MpiComm {
         .map(drop)
     }
 
-    fn gather<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, root: usize) -> Result<()> {
-        const OP: &str = "gather";
-        let _span = tracing::trace_span!("gather").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let recv = check::at_root(
-                OP,
-                "recv",
-                is_root,
-                recv,
-                self.size.saturating_mul(send.len()),
-                &format!("{} ranks x {} elements", self.size, send.len()),
-            )?;
-            if let Some(b) = &recv {
-                raw::count(OP, b.len())?;
-            }
-            Ok((raw::count(OP, send.len())?, recv))
-        })();
-        let (n, recv) = self.agree(
-            Call::new(OpKind::Gather)
-                .element::<T>()
-                .root(root)
-                .count(send.len()),
-            local,
-        )?;
-        let dt = raw::datatype::<T>();
-        let root = root as c_int;
-        // SAFETY: `send` holds `n` elements; on the root `recv` holds `size * n` (checked); MPI ignores the
-        // (null) receive buffer elsewhere.
+    fn raw_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
+        // SAFETY: `send` holds `n` elements; on the root `recv` holds `size * n` (checked); MPI ignores
+        // the (null) receive buffer elsewhere.
         unsafe {
             self.run(
-                OP,
+                op,
                 [Region::send(send), Region::recv_opt(recv)],
                 |p, form| {
                     either!(
@@ -312,27 +264,16 @@ impl Communicator for MpiComm {
         .map(drop)
     }
 
-    fn gather_v<T: Element>(
+    fn raw_gather_v<T: Element>(
         &self,
+        op: &'static str,
         send: &[T],
         recv: Option<&mut [T]>,
         counts: &[usize],
         root: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "gather_v";
-        let _span = tracing::trace_span!("gather_v").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
-            let recv = check::at_root(OP, "recv", is_root, recv, total, "the sum of counts")?;
-            Ok((raw::counts_displs(OP, counts)?, recv))
-        })();
-        let call = Call::new(OpKind::GatherV)
-            .element::<T>()
-            .root(root)
-            .counts(counts);
-        let ((c, d), recv) = self.agree(call, local)?;
+        let (c, d) = raw::packed(counts);
         let dt = raw::datatype::<T>();
         let (mine, root) = (c[self.rank], root as c_int);
         let regions = [
@@ -344,7 +285,7 @@ impl Communicator for MpiComm {
         // SAFETY: `send` holds counts[rank] elements; on the root `recv` holds the sum of counts at the
         // packed displacements (checked); elsewhere MPI ignores the receive arguments.
         unsafe {
-            self.run(OP, regions, |p, form| {
+            self.run(op, regions, |p, form| {
                 let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
                 either!(
                     form,
@@ -355,39 +296,21 @@ impl Communicator for MpiComm {
         .map(drop)
     }
 
-    fn scatter<T: Element>(&self, send: Option<&[T]>, recv: &mut [T], root: usize) -> Result<()> {
-        const OP: &str = "scatter";
-        let _span = tracing::trace_span!("scatter").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let send = check::at_root(
-                OP,
-                "send",
-                is_root,
-                send,
-                self.size.saturating_mul(recv.len()),
-                &format!("{} ranks x {} elements", self.size, recv.len()),
-            )?;
-            if let Some(b) = &send {
-                raw::count(OP, b.len())?;
-            }
-            Ok((raw::count(OP, recv.len())?, send))
-        })();
-        let (n, send) = self.agree(
-            Call::new(OpKind::Scatter)
-                .element::<T>()
-                .root(root)
-                .count(recv.len()),
-            local,
-        )?;
-        let dt = raw::datatype::<T>();
-        let root = root as c_int;
-        // SAFETY: `recv` holds `n` elements; on the root `send` holds `size * n` (checked); MPI ignores the
-        // (null) send buffer elsewhere.
+    fn raw_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
+        // SAFETY: `recv` holds `n` elements; on the root `send` holds `size * n` (checked); MPI ignores
+        // the (null) send buffer elsewhere.
         unsafe {
             self.run(
-                OP,
+                op,
                 [Region::send_opt(send), Region::recv(recv)],
                 |p, form| {
                     either!(
@@ -400,27 +323,16 @@ impl Communicator for MpiComm {
         .map(drop)
     }
 
-    fn scatter_v<T: Element>(
+    fn raw_scatter_v<T: Element>(
         &self,
+        op: &'static str,
         send: Option<&[T]>,
         recv: &mut [T],
         counts: &[usize],
         root: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "scatter_v";
-        let _span = tracing::trace_span!("scatter_v").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::v_counts(OP, "recv", recv.len(), counts, self.rank, self.size)?;
-            let send = check::at_root(OP, "send", is_root, send, total, "the sum of counts")?;
-            Ok((raw::counts_displs(OP, counts)?, send))
-        })();
-        let call = Call::new(OpKind::ScatterV)
-            .element::<T>()
-            .root(root)
-            .counts(counts);
-        let ((c, d), send) = self.agree(call, local)?;
+        let (c, d) = raw::packed(counts);
         let dt = raw::datatype::<T>();
         let (mine, root) = (c[self.rank], root as c_int);
         let regions = [
@@ -432,7 +344,7 @@ impl Communicator for MpiComm {
         // SAFETY: `recv` holds counts[rank] elements; on the root `send` holds the sum of counts at the
         // packed displacements (checked); elsewhere MPI ignores the send arguments.
         unsafe {
-            self.run(OP, regions, |p, form| {
+            self.run(op, regions, |p, form| {
                 let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
                 either!(
                     form,
@@ -443,54 +355,41 @@ impl Communicator for MpiComm {
         .map(drop)
     }
 
-    fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
-        const OP: &str = "reduce_scatter";
-        let _span = tracing::trace_span!("reduce_scatter").entered();
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::blocks_len(OP, "send", send.len(), self.size, recv.len())?;
-            raw::count(OP, send.len())?;
-            raw::count(OP, recv.len())
-        })();
-        let n = self.agree(
-            Call::new(OpKind::ReduceScatter)
-                .element::<T>()
-                .reduce(op)
-                .count(recv.len()),
-            local,
-        )?;
-        let (dt, mop) = (raw::datatype::<T>(), raw::op(op));
+    fn raw_reduce_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        red: ReduceOp,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
         // SAFETY: `send` holds `size * n` and `recv` holds `n` elements of `T` (checked).
         unsafe {
-            self.run(OP, [Region::send(send), Region::recv(recv)], |p, form| {
+            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
                 either!(
                     form,
                     MPI_Reduce_scatter_block
                         / MPI_Ireduce_scatter_block(p[0], p[1], n, dt, mop, self.raw)
                 )
             })
-        }?;
-        raw::finish_avg(op, recv, self.size);
-        Ok(())
+        }
+        .map(drop)
     }
 
-    fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        const OP: &str = "all_to_all";
-        let _span = tracing::trace_span!("all_to_all").entered();
-        let local = (|| {
-            check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-            let block = check::equal_blocks(OP, "send", send.len(), self.size)?;
-            raw::count(OP, send.len())?;
-            raw::count(OP, block)
-        })();
-        let n = self.agree(
-            Call::new(OpKind::AllToAll).element::<T>().count(send.len()),
-            local,
-        )?;
-        let dt = raw::datatype::<T>();
+    fn raw_all_to_all<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
         // SAFETY: both buffers hold `size` blocks of `n` elements of `T` (checked).
         unsafe {
-            self.run(OP, [Region::send(send), Region::recv(recv)], |p, form| {
+            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
                 either!(
                     form,
                     MPI_Alltoall / MPI_Ialltoall(p[0], n, dt, p[1], n, dt, self.raw)
@@ -500,29 +399,16 @@ impl Communicator for MpiComm {
         .map(drop)
     }
 
-    fn all_to_all_v<T: Element>(
+    fn raw_all_to_all_v<T: Element>(
         &self,
+        op: &'static str,
         send: &[T],
         send_counts: &[usize],
         recv: &mut [T],
         recv_counts: &[usize],
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "all_to_all_v";
-        let _span = tracing::trace_span!("all_to_all_v").entered();
-        let local = (|| {
-            let s_total = check::counts(OP, "send_counts", send_counts, self.size)?;
-            let r_total = check::counts(OP, "recv_counts", recv_counts, self.size)?;
-            check::len_is(OP, "send", send.len(), s_total, "the sum of send_counts")?;
-            check::len_is(OP, "recv", recv.len(), r_total, "the sum of recv_counts")?;
-            Ok((
-                raw::counts_displs(OP, send_counts)?,
-                raw::counts_displs(OP, recv_counts)?,
-            ))
-        })();
-        let call = Call::new(OpKind::AllToAllV)
-            .element::<T>()
-            .all_to_all(send_counts, recv_counts);
-        let ((sc, sd), (rc, rd)) = self.agree(call, local)?;
+        let ((sc, sd), (rc, rd)) = (raw::packed(send_counts), raw::packed(recv_counts));
         let dt = raw::datatype::<T>();
         let regions = [
             Region::send(send),
@@ -535,7 +421,7 @@ impl Communicator for MpiComm {
         // SAFETY: `send` and `recv` hold the sums of their counts at packed displacements (checked);
         // `p[2..6]` are the four arrays.
         unsafe {
-            self.run(OP, regions, |p, form| {
+            self.run(op, regions, |p, form| {
                 let [sc, sd, rc, rd] = [p[2], p[3], p[4], p[5]].map(|a| a.cast::<c_int>());
                 either!(
                     form,
@@ -546,241 +432,196 @@ impl Communicator for MpiComm {
         .map(drop)
     }
 
-    fn send<T: Element>(&self, buf: &[T], dest: usize, tag: Tag) -> Result<()> {
-        const OP: &str = "send";
-        let _span = tracing::trace_span!("send").entered();
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        let n = raw::count(OP, buf.len())?;
-        let dt = raw::datatype::<T>();
+    fn raw_send<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &[T],
+        dest: usize,
+        tag: Tag,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let (n, dt, dest) = (raw::int(n), raw::datatype::<T>(), dest as c_int);
         // SAFETY: `buf` holds `n` elements of `T`; destination and tag checked in range.
         unsafe {
-            self.run(OP, [Region::send(buf)], |p, form| {
+            self.run(op, [Region::send(buf)], |p, form| {
                 either!(form, MPI_Send / MPI_Isend(p[0], n, dt, dest, tag, self.raw))
             })
         }
         .map(drop)
     }
 
-    fn recv<T: Element>(&self, buf: &mut [T], source: usize, tag: Tag) -> Result<()> {
-        const OP: &str = "recv";
-        let _span = tracing::trace_span!("recv").entered();
-        let source = self.peer(OP, "source", source, tag)?;
-        let n = raw::count(OP, buf.len())?;
-        let dt = raw::datatype::<T>();
+    fn raw_recv<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut [T],
+        source: usize,
+        tag: Tag,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let (n, dt, source) = (raw::int(n), raw::datatype::<T>(), source as c_int);
+        let len = buf.len();
         // SAFETY: `buf` has room for `n` elements of `T` (a longer message is MPI_ERR_TRUNCATE, not an
         // overflow); the status is a valid out-pointer.
         let status = unsafe {
-            self.run(OP, [Region::recv(buf)], |p, form| match form {
+            self.run(op, [Region::recv(buf)], |p, form| match form {
                 Form::Blocking(status) => ffi::MPI_Recv(p[0], n, dt, source, tag, self.raw, status),
                 Form::Start(r) => ffi::MPI_Irecv(p[0], n, dt, source, tag, self.raw, r),
             })
         }?;
-        raw::received(OP, &status, dt, buf.len())
+        raw::received(op, &status, dt, len)
     }
 
-    fn send_recv<T: Element>(
+    fn raw_send_recv<T: Element>(
         &self,
+        op: &'static str,
         send: &[T],
         dest: usize,
         recv: &mut [T],
         source: usize,
         tag: Tag,
+        (sn, rn): (usize, usize),
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "send_recv";
-        let _span = tracing::trace_span!("send_recv").entered();
-        // Peers and tag first, then lengths: the order every backend checks in.
-        let dest_c = self.peer(OP, "destination", dest, tag)?;
-        let source_c = self.peer(OP, "source", source, tag)?;
-        if dest == self.rank && source == self.rank {
-            // A message to oneself: Open MPI copies it locally and truncates silently, so check here.
-            check::same_len(
-                OP,
-                "send (to this rank itself)",
-                send.len(),
-                "recv",
-                recv.len(),
-            )?;
-        }
-        let (dest, source) = (dest_c, source_c);
-        let (sn, rn) = (raw::count(OP, send.len())?, raw::count(OP, recv.len())?);
-        let dt = raw::datatype::<T>();
+        let (sn, rn, dt) = (raw::int(sn), raw::int(rn), raw::datatype::<T>());
+        let (dest, source) = (dest as c_int, source as c_int);
         // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements of `T`; ranks and tag checked.
         let status = unsafe {
             self.exchange(
-                OP,
+                op,
                 (Region::send(send), sn, dest),
                 (Region::recv(&mut *recv), rn, source),
                 dt,
                 tag,
             )
         }?;
-        raw::received(OP, &status, dt, recv.len())
+        raw::received(op, &status, dt, recv.len())
     }
 
-    fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
-        const OP: &str = "split";
-        let _span = tracing::trace_span!("split").entered();
-        let local = match color {
-            None => Ok(raw::undefined()),
-            Some(c) => i32::try_from(c).map_err(|_| {
-                crate::Error::invalid(
-                    OP,
-                    format!("color {c} exceeds MPI's largest color {}", i32::MAX),
-                )
-            }),
-        };
-        let c = self.agree(Call::new(OpKind::Split), local)?;
-        self.arrive(OP)?;
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
+        self.arrive(op)?;
+        let c = color.unwrap_or_else(raw::undefined);
         // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split overwrites it.
         let mut new: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: valid communicator; `new` is a valid out-pointer.
-        raw::check(OP, unsafe {
+        raw::check(op, unsafe {
             ffi::MPI_Comm_split(self.raw, c, key, &mut new)
         })?;
-        self.new_comm(OP, new)
+        self.new_comm(op, new)
     }
 
-    fn dup(&self) -> Result<Self> {
-        const OP: &str = "dup";
-        let _span = tracing::trace_span!("dup").entered();
-        self.agree(Call::new(OpKind::Dup), Ok(()))?;
-        self.arrive(OP)?;
+    fn raw_dup(&self, op: &'static str) -> Result<Self> {
+        self.arrive(op)?;
         // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_dup overwrites it.
         let mut new: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: valid communicator; `new` is a valid out-pointer.
-        raw::check(OP, unsafe { ffi::MPI_Comm_dup(self.raw, &mut new) })?;
-        self.new_comm(OP, new)?
-            .ok_or_else(|| crate::Error::invalid(OP, "MPI returned MPI_COMM_NULL"))
+        raw::check(op, unsafe { ffi::MPI_Comm_dup(self.raw, &mut new) })?;
+        self.new_comm(op, new)?
+            .ok_or_else(|| crate::Error::invalid(op, "MPI returned MPI_COMM_NULL"))
     }
 
-    fn i_all_reduce<'s, T: Element>(
+    fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s [T],
         recv: &'s mut [T],
-        op: ReduceOp,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_all_reduce";
-        let _span = tracing::trace_span!("i_all_reduce").entered();
-        let local = check_op::<T>(OP, op, BACKEND)
-            .and_then(|()| check::same_len(OP, "send", send.len(), "recv", recv.len()))
-            .and_then(|()| raw::count(OP, send.len()));
-        let n = self.agree(
-            Call::new(OpKind::AllReduce)
-                .element::<T>()
-                .reduce(op)
-                .count(send.len()),
-            local,
-        )?;
-        let (dt, mop) = (raw::datatype::<T>(), raw::op(op));
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
         // SAFETY: both buffers hold `n` elements of `T` and stay borrowed for 's, and the scope completes
         // the request before 's ends, so MPI never touches them after the borrows end.
         let pending = unsafe {
             self.start::<T, 2>(
-                OP,
+                op,
                 [Region::send(send), Region::recv(&mut *recv)],
                 |p, r| ffi::MPI_Iallreduce(p[0], p[1], n, dt, mop, self.raw, r),
             )
         }?;
-        Ok(scope.register(Box::new(pending.average(op, recv, self.size))))
+        let finish = if average { ReduceOp::Avg } else { red };
+        Ok(scope.register(Box::new(pending.average(finish, recv, self.size))))
     }
 
-    fn i_broadcast<'s, T: Element>(
+    fn raw_i_broadcast<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut [T],
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_broadcast";
-        let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size)
-            .and_then(|()| raw::count(OP, buf.len()));
-        let n = self.agree(
-            Call::new(OpKind::Broadcast)
-                .element::<T>()
-                .root(root)
-                .count(buf.len()),
-            local,
-        )?;
-        let dt = raw::datatype::<T>();
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
         // SAFETY: `buf` holds `n` elements and stays borrowed for 's; the scope completes the request
         // before 's ends.
         let pending = unsafe {
-            self.start::<T, 1>(OP, [Region::in_out(buf)], |p, r| {
+            self.start::<T, 1>(op, [Region::in_out(buf)], |p, r| {
                 ffi::MPI_Ibcast(p[0], n, dt, root as c_int, self.raw, r)
             })
         }?;
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn i_all_gather<'s, T: Element>(
+    fn raw_i_all_gather<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s [T],
         recv: &'s mut [T],
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_all_gather";
-        let _span = tracing::trace_span!("i_all_gather").entered();
-        let local =
-            check::blocks_len(OP, "recv", recv.len(), self.size, send.len()).and_then(|()| {
-                raw::count(OP, recv.len())?;
-                raw::count(OP, send.len())
-            });
-        let n = self.agree(
-            Call::new(OpKind::AllGather)
-                .element::<T>()
-                .count(send.len()),
-            local,
-        )?;
-        let dt = raw::datatype::<T>();
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
         // SAFETY: `send` holds `n` and `recv` `size * n` elements, borrowed for 's; the scope completes the
         // request before 's ends.
         let pending = unsafe {
-            self.start::<T, 2>(OP, [Region::send(send), Region::recv(recv)], |p, r| {
+            self.start::<T, 2>(op, [Region::send(send), Region::recv(recv)], |p, r| {
                 ffi::MPI_Iallgather(p[0], n, dt, p[1], n, dt, self.raw, r)
             })
         }?;
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn i_send<'s, T: Element>(
+    fn raw_i_send<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s [T],
         dest: usize,
         tag: Tag,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_send";
-        let _span = tracing::trace_span!("i_send").entered();
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        let n = raw::count(OP, buf.len())?;
-        let dt = raw::datatype::<T>();
+        let (n, dt, dest) = (raw::int(n), raw::datatype::<T>(), dest as c_int);
         // SAFETY: `buf` holds `n` elements, borrowed for 's; the scope completes the request before 's ends.
         let pending = unsafe {
-            self.start::<T, 1>(OP, [Region::send(buf)], |p, r| {
+            self.start::<T, 1>(op, [Region::send(buf)], |p, r| {
                 ffi::MPI_Isend(p[0], n, dt, dest, tag, self.raw, r)
             })
         }?;
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn i_recv<'s, T: Element>(
+    fn raw_i_recv<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut [T],
         source: usize,
         tag: Tag,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_recv";
-        let _span = tracing::trace_span!("i_recv").entered();
-        let source = self.peer(OP, "source", source, tag)?;
-        let n = raw::count(OP, buf.len())?;
-        let dt = raw::datatype::<T>();
+        let (n, dt, source) = (raw::int(n), raw::datatype::<T>(), source as c_int);
         let len = buf.len();
         // SAFETY: `buf` has room for `n` elements, borrowed for 's; the scope completes the request before
         // 's ends.
         let pending = unsafe {
-            self.start::<T, 1>(OP, [Region::recv(buf)], |p, r| {
+            self.start::<T, 1>(op, [Region::recv(buf)], |p, r| {
                 ffi::MPI_Irecv(p[0], n, dt, source, tag, self.raw, r)
             })
         }?;

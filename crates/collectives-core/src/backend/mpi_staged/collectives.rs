@@ -1,14 +1,13 @@
-//! The [`Communicator`] implementation of the staged backend.
-//!
-//! Every method: open a tracing span; check the arguments (the host backend's rules plus buffers on
-//! this communicator's device) and lease the pinned host buffers; agree in checked mode; copy the
-//! inputs to the host buffers and wait; run the host backend's operation on them (an unchecked
-//! communicator: the agreement was made already); copy the results back and wait. Blocking operations
+//! The raw operations of the staged backend ([`Backend`]). The front end ([`crate::frontend`]) has
+//! checked the arguments, leased the pinned host buffers ([`Backend::stage`]) and agreed on the
+//! call; each operation here copies the inputs to the host buffers and waits, runs the host
+//! backend's operation on them (on an unchecked communicator: the agreement was made already; it
+//! also finishes `Avg` on the host copy, so `Avg` is native here), and copies the results back and
+//! waits. Blocking operations
 //! are complete on return, their pinned buffers back in the pool. All-reduces move in chunks, the copies
 //! of one chunk overlapping MPI's work on another.
 
 use std::ffi::c_int;
-use std::ops::Deref;
 
 use cudarc::driver::{CudaEvent, CudaSlice};
 use mpi::ffi;
@@ -16,37 +15,20 @@ use mpi::ffi;
 use super::comm::MpiStagedComm;
 use super::raw;
 use super::request::StagedPending;
-use crate::backend::cuda_common::{self, Lease};
+use crate::backend::cuda_common::{self, pinned, Lease, Leases};
+use crate::backend::mpi_device;
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::Region;
-use crate::check;
-use crate::check::check_op;
-use crate::checked::{Call, OpKind};
+use crate::checked::Call;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::frontend::{Backend, Start};
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
-
-const BACKEND: BackendKind = BackendKind::MpiStaged;
+use crate::rules::Rules;
 
 impl MpiStagedComm {
-    fn peer(&self, op: &'static str, what: &str, rank: usize, tag: Tag) -> Result<c_int> {
-        check::rank_in_range(op, what, rank, self.mpi.size())?;
-        check::tag(op, tag, self.mpi.tag_ub())?;
-        Ok(rank as c_int)
-    }
-
-    /// The root's buffer, where this rank has one, with a pinned host buffer of its length.
-    fn leased<'c, T: Element, B: Deref<Target = CudaSlice<T>>>(
-        &'c self,
-        op: &'static str,
-        buf: Option<B>,
-    ) -> Result<Option<(Lease<'c, T>, B)>> {
-        buf.map(|b| Ok((self.lease::<T>(op, b.len())?, b)))
-            .transpose()
-    }
-
     /// Enqueue the copy of `range` of `src` into the same range of `host`, and an event after it.
     fn chunk_down<T: Element>(
         &self,
@@ -135,449 +117,358 @@ impl MpiStagedComm {
         }
         self.sync(op)
     }
-
-    fn all_reduce_args<'c, T: Element>(
-        &'c self,
-        op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &CudaSlice<T>,
-        red: ReduceOp,
-    ) -> Result<(Lease<'c, T>, Lease<'c, T>)> {
-        self.args().all_reduce(op, send, recv, red)?;
-        Ok((self.lease(op, send.len())?, self.lease(op, recv.len())?))
-    }
-
-    fn all_gather_args<'c, T: Element>(
-        &'c self,
-        op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &CudaSlice<T>,
-    ) -> Result<(Lease<'c, T>, Lease<'c, T>)> {
-        self.args().all_gather(op, send, recv)?;
-        Ok((self.lease(op, send.len())?, self.lease(op, recv.len())?))
-    }
 }
 
-impl Communicator for MpiStagedComm {
+impl Backend for MpiStagedComm {
     type Buf<T: Element> = CudaSlice<T>;
+    type Staging<'c, T: Element> = Leases<'c, T>;
 
-    fn backend(&self) -> BackendKind {
-        BACKEND
+    fn kind(&self) -> BackendKind {
+        self.kind
     }
 
-    fn rank(&self) -> usize {
-        self.mpi.rank()
+    fn ranks(&self) -> (usize, usize) {
+        (self.mpi.rank(), self.mpi.size())
     }
 
-    fn size(&self) -> usize {
-        self.mpi.size()
-    }
-
-    fn checked(&self) -> bool {
+    fn is_checked(&self) -> bool {
         self.mpi.checked()
     }
 
-    fn barrier(&self) -> Result<()> {
-        const OP: &str = "barrier";
-        let _span = tracing::trace_span!("barrier").entered();
-        self.mpi.agree(Call::new(OpKind::Barrier), Ok(()))?;
-        self.sync(OP)?;
+    fn rules(&self) -> Rules {
+        mpi_device::rules(self.kind, self.ctx.ordinal(), &self.mpi)
+    }
+
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
+        self.mpi.agree(call, local)
+    }
+
+    /// The host backend finishes `Avg` on the host copy, before the copy back.
+    fn native_avg(&self) -> bool {
+        true
+    }
+
+    /// Every operation stages every buffer present on this rank.
+    fn stage<T: Element>(
+        &self,
+        op: &'static str,
+        _: Start,
+        lens: [Option<usize>; 2],
+    ) -> Result<Leases<'_, T>> {
+        cuda_common::pin(&self.pool, op, lens)
+    }
+
+    fn raw_barrier(&self, op: &'static str) -> Result<()> {
+        self.sync(op)?;
         self.host.barrier()
     }
 
-    fn broadcast<T: Element>(&self, buf: &mut CudaSlice<T>, root: usize) -> Result<()> {
-        const OP: &str = "broadcast";
-        let _span = tracing::trace_span!("broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.mpi.size())
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| host::count(OP, buf.len()))
-            .and_then(|_| self.lease::<T>(OP, buf.len()));
-        let mut h = self.mpi.agree(
-            Call::new(OpKind::Broadcast)
-                .element::<T>()
-                .root(root)
-                .count(buf.len()),
-            local,
-        )?;
+    fn raw_broadcast<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut CudaSlice<T>,
+        root: usize,
+        _: usize,
+        [h, _]: Leases<'_, T>,
+    ) -> Result<()> {
+        let mut h = pinned(op, h)?;
         let is_root = self.mpi.rank() == root;
         if is_root {
-            self.stage_in(OP, buf, h.host_mut())?;
+            self.stage_in(op, buf, h.host_mut())?;
         }
         self.host.broadcast(h.host_mut(), root)?;
         if !is_root {
-            self.stage_out(OP, h.host(), buf)?;
+            self.stage_out(op, h.host(), buf)?;
         }
         Ok(())
     }
 
-    fn reduce<T: Element>(
+    fn raw_reduce<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: Option<&mut CudaSlice<T>>,
-        op: ReduceOp,
+        red: ReduceOp,
         root: usize,
+        _: usize,
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "reduce";
-        let _span = tracing::trace_span!("reduce").entered();
-        let local = self
-            .args()
-            .reduce(OP, send, recv, op, root)
-            .and_then(|(_, recv)| Ok((self.lease::<T>(OP, send.len())?, self.leased(OP, recv)?)));
-        let call = Call::new(OpKind::Reduce)
-            .element::<T>()
-            .reduce(op)
-            .root(root)
-            .count(send.len());
-        let (mut hs, recv) = self.mpi.agree(call, local)?;
-        self.stage_in(OP, send, hs.host_mut())?;
+        let mut hs = pinned(op, hs)?;
+        self.stage_in(op, send, hs.host_mut())?;
         match recv {
-            Some((mut hr, recv)) => {
-                self.host.reduce(hs.host(), Some(hr.host_mut()), op, root)?;
-                self.stage_out(OP, hr.host(), recv)
+            Some(recv) => {
+                let mut hr = pinned(op, hr)?;
+                self.host
+                    .reduce(hs.host(), Some(hr.host_mut()), red, root)?;
+                self.stage_out(op, hr.host(), recv)
             }
-            None => self.host.reduce(hs.host(), None, op, root),
+            None => self.host.reduce(hs.host(), None, red, root),
         }
     }
 
-    fn all_reduce<T: Element>(
+    fn raw_all_reduce<T: Element>(
         &self,
+        op: &'static str,
+        send: Option<&CudaSlice<T>>,
+        recv: &mut CudaSlice<T>,
+        red: ReduceOp,
+        _: usize,
+        [h0, h1]: Leases<'_, T>,
+    ) -> Result<()> {
+        match send {
+            Some(send) => {
+                let (hs, hr) = (pinned(op, h0)?, pinned(op, h1)?);
+                self.pipelined_all_reduce(op, Some((send, hs)), recv, hr, red)
+            }
+            None => self.pipelined_all_reduce(op, None, recv, pinned(op, h0)?, red),
+        }
+    }
+
+    fn raw_all_gather<T: Element>(
+        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
-        op: ReduceOp,
+        _: usize,
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "all_reduce";
-        let _span = tracing::trace_span!("all_reduce").entered();
-        let local = self.all_reduce_args(OP, send, recv, op);
-        let (hs, hr) = self.mpi.agree(
-            Call::new(OpKind::AllReduce)
-                .element::<T>()
-                .reduce(op)
-                .count(send.len()),
-            local,
-        )?;
-        self.pipelined_all_reduce(OP, Some((send, hs)), recv, hr, op)
-    }
-
-    fn all_reduce_in_place<T: Element>(&self, buf: &mut CudaSlice<T>, op: ReduceOp) -> Result<()> {
-        const OP: &str = "all_reduce_in_place";
-        let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = check_op::<T>(OP, op, self.kind)
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| host::count(OP, buf.len()))
-            .and_then(|_| self.lease::<T>(OP, buf.len()));
-        let h = self.mpi.agree(
-            Call::new(OpKind::AllReduceInPlace)
-                .element::<T>()
-                .reduce(op)
-                .count(buf.len()),
-            local,
-        )?;
-        self.pipelined_all_reduce(OP, None, buf, h, op)
-    }
-
-    fn all_gather<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
-        const OP: &str = "all_gather";
-        let _span = tracing::trace_span!("all_gather").entered();
-        let local = self.all_gather_args(OP, send, recv);
-        let (mut hs, mut hr) = self.mpi.agree(
-            Call::new(OpKind::AllGather)
-                .element::<T>()
-                .count(send.len()),
-            local,
-        )?;
-        self.stage_in(OP, send, hs.host_mut())?;
+        let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
+        self.stage_in(op, send, hs.host_mut())?;
         self.host.all_gather(hs.host(), hr.host_mut())?;
-        self.stage_out(OP, hr.host(), recv)
+        self.stage_out(op, hr.host(), recv)
     }
 
-    fn all_gather_v<T: Element>(
+    fn raw_all_gather_v<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
         counts: &[usize],
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "all_gather_v";
-        let _span = tracing::trace_span!("all_gather_v").entered();
-        let local = self
-            .args()
-            .all_gather_v(OP, send, recv, counts)
-            .and_then(|_| Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?)));
-        let (mut hs, mut hr) = self.mpi.agree(
-            Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
-            local,
-        )?;
-        self.stage_in(OP, send, hs.host_mut())?;
+        let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
+        self.stage_in(op, send, hs.host_mut())?;
         self.host.all_gather_v(hs.host(), hr.host_mut(), counts)?;
-        self.stage_out(OP, hr.host(), recv)
+        self.stage_out(op, hr.host(), recv)
     }
 
-    fn gather<T: Element>(
+    fn raw_gather<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: Option<&mut CudaSlice<T>>,
         root: usize,
+        _: usize,
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "gather";
-        let _span = tracing::trace_span!("gather").entered();
-        let local = self
-            .args()
-            .gather(OP, send, recv, root)
-            .and_then(|(_, recv)| Ok((self.lease::<T>(OP, send.len())?, self.leased(OP, recv)?)));
-        let call = Call::new(OpKind::Gather)
-            .element::<T>()
-            .root(root)
-            .count(send.len());
-        let (mut hs, recv) = self.mpi.agree(call, local)?;
-        self.stage_in(OP, send, hs.host_mut())?;
+        let mut hs = pinned(op, hs)?;
+        self.stage_in(op, send, hs.host_mut())?;
         match recv {
-            Some((mut hr, recv)) => {
+            Some(recv) => {
+                let mut hr = pinned(op, hr)?;
                 self.host.gather(hs.host(), Some(hr.host_mut()), root)?;
-                self.stage_out(OP, hr.host(), recv)
+                self.stage_out(op, hr.host(), recv)
             }
             None => self.host.gather(hs.host(), None, root),
         }
     }
 
-    fn gather_v<T: Element>(
+    fn raw_gather_v<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: Option<&mut CudaSlice<T>>,
         counts: &[usize],
         root: usize,
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "gather_v";
-        let _span = tracing::trace_span!("gather_v").entered();
-        let local = self
-            .args()
-            .gather_v(OP, send, recv, counts, root)
-            .and_then(|(_, recv)| Ok((self.lease::<T>(OP, send.len())?, self.leased(OP, recv)?)));
-        let call = Call::new(OpKind::GatherV)
-            .element::<T>()
-            .root(root)
-            .counts(counts);
-        let (mut hs, recv) = self.mpi.agree(call, local)?;
-        self.stage_in(OP, send, hs.host_mut())?;
+        let mut hs = pinned(op, hs)?;
+        self.stage_in(op, send, hs.host_mut())?;
         match recv {
-            Some((mut hr, recv)) => {
+            Some(recv) => {
+                let mut hr = pinned(op, hr)?;
                 self.host
                     .gather_v(hs.host(), Some(hr.host_mut()), counts, root)?;
-                self.stage_out(OP, hr.host(), recv)
+                self.stage_out(op, hr.host(), recv)
             }
             None => self.host.gather_v(hs.host(), None, counts, root),
         }
     }
 
-    fn scatter<T: Element>(
+    fn raw_scatter<T: Element>(
         &self,
+        op: &'static str,
         send: Option<&CudaSlice<T>>,
         recv: &mut CudaSlice<T>,
         root: usize,
+        _: usize,
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "scatter";
-        let _span = tracing::trace_span!("scatter").entered();
-        let local = self
-            .args()
-            .scatter(OP, send, recv, root)
-            .and_then(|(_, send)| Ok((self.lease::<T>(OP, recv.len())?, self.leased(OP, send)?)));
-        let call = Call::new(OpKind::Scatter)
-            .element::<T>()
-            .root(root)
-            .count(recv.len());
-        let (mut hr, send) = self.mpi.agree(call, local)?;
+        let mut hr = pinned(op, hr)?;
         match send {
-            Some((mut hs, send)) => {
-                self.stage_in(OP, send, hs.host_mut())?;
+            Some(send) => {
+                let mut hs = pinned(op, hs)?;
+                self.stage_in(op, send, hs.host_mut())?;
                 self.host.scatter(Some(hs.host()), hr.host_mut(), root)?;
             }
             None => self.host.scatter(None, hr.host_mut(), root)?,
         }
-        self.stage_out(OP, hr.host(), recv)
+        self.stage_out(op, hr.host(), recv)
     }
 
-    fn scatter_v<T: Element>(
+    fn raw_scatter_v<T: Element>(
         &self,
+        op: &'static str,
         send: Option<&CudaSlice<T>>,
         recv: &mut CudaSlice<T>,
         counts: &[usize],
         root: usize,
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "scatter_v";
-        let _span = tracing::trace_span!("scatter_v").entered();
-        let local = self
-            .args()
-            .scatter_v(OP, send, recv, counts, root)
-            .and_then(|(_, send)| Ok((self.lease::<T>(OP, recv.len())?, self.leased(OP, send)?)));
-        let call = Call::new(OpKind::ScatterV)
-            .element::<T>()
-            .root(root)
-            .counts(counts);
-        let (mut hr, send) = self.mpi.agree(call, local)?;
+        let mut hr = pinned(op, hr)?;
         match send {
-            Some((mut hs, send)) => {
-                self.stage_in(OP, send, hs.host_mut())?;
+            Some(send) => {
+                let mut hs = pinned(op, hs)?;
+                self.stage_in(op, send, hs.host_mut())?;
                 self.host
                     .scatter_v(Some(hs.host()), hr.host_mut(), counts, root)?;
             }
             None => self.host.scatter_v(None, hr.host_mut(), counts, root)?,
         }
-        self.stage_out(OP, hr.host(), recv)
+        self.stage_out(op, hr.host(), recv)
     }
 
-    fn reduce_scatter<T: Element>(
+    fn raw_reduce_scatter<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
-        op: ReduceOp,
+        red: ReduceOp,
+        _: usize,
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "reduce_scatter";
-        let _span = tracing::trace_span!("reduce_scatter").entered();
-        let local = self
-            .args()
-            .reduce_scatter(OP, send, recv, op)
-            .and_then(|_| Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?)));
-        let (mut hs, mut hr) = self.mpi.agree(
-            Call::new(OpKind::ReduceScatter)
-                .element::<T>()
-                .reduce(op)
-                .count(recv.len()),
-            local,
-        )?;
-        self.stage_in(OP, send, hs.host_mut())?;
-        self.host.reduce_scatter(hs.host(), hr.host_mut(), op)?;
-        self.stage_out(OP, hr.host(), recv)
+        let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
+        self.stage_in(op, send, hs.host_mut())?;
+        self.host.reduce_scatter(hs.host(), hr.host_mut(), red)?;
+        self.stage_out(op, hr.host(), recv)
     }
 
-    fn all_to_all<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
-        const OP: &str = "all_to_all";
-        let _span = tracing::trace_span!("all_to_all").entered();
-        let local = self
-            .args()
-            .all_to_all(OP, send, recv)
-            .and_then(|_| Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?)));
-        let (mut hs, mut hr) = self.mpi.agree(
-            Call::new(OpKind::AllToAll).element::<T>().count(send.len()),
-            local,
-        )?;
-        self.stage_in(OP, send, hs.host_mut())?;
-        self.host.all_to_all(hs.host(), hr.host_mut())?;
-        self.stage_out(OP, hr.host(), recv)
-    }
-
-    fn all_to_all_v<T: Element>(
+    fn raw_all_to_all<T: Element>(
         &self,
+        op: &'static str,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        _: usize,
+        [hs, hr]: Leases<'_, T>,
+    ) -> Result<()> {
+        let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
+        self.stage_in(op, send, hs.host_mut())?;
+        self.host.all_to_all(hs.host(), hr.host_mut())?;
+        self.stage_out(op, hr.host(), recv)
+    }
+
+    fn raw_all_to_all_v<T: Element>(
+        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         send_counts: &[usize],
         recv: &mut CudaSlice<T>,
         recv_counts: &[usize],
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "all_to_all_v";
-        let _span = tracing::trace_span!("all_to_all_v").entered();
-        let local = self
-            .args()
-            .all_to_all_v(OP, send, send_counts, recv, recv_counts)
-            .and_then(|_| Ok((self.lease(OP, send.len())?, self.lease(OP, recv.len())?)));
-        let call = Call::new(OpKind::AllToAllV)
-            .element::<T>()
-            .all_to_all(send_counts, recv_counts);
-        let (mut hs, mut hr) = self.mpi.agree(call, local)?;
-        self.stage_in(OP, send, hs.host_mut())?;
+        let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
+        self.stage_in(op, send, hs.host_mut())?;
         self.host
             .all_to_all_v(hs.host(), send_counts, hr.host_mut(), recv_counts)?;
-        self.stage_out(OP, hr.host(), recv)
+        self.stage_out(op, hr.host(), recv)
     }
 
-    fn send<T: Element>(&self, buf: &CudaSlice<T>, dest: usize, tag: Tag) -> Result<()> {
-        const OP: &str = "send";
-        let _span = tracing::trace_span!("send").entered();
-        self.peer(OP, "destination", dest, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        host::count(OP, buf.len())?;
-        let mut h = self.lease::<T>(OP, buf.len())?;
-        self.mpi.ensure_usable(OP)?;
-        self.stage_in(OP, buf, h.host_mut())?;
+    fn raw_send<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &CudaSlice<T>,
+        dest: usize,
+        tag: Tag,
+        _: usize,
+        [h, _]: Leases<'_, T>,
+    ) -> Result<()> {
+        let mut h = pinned(op, h)?;
+        self.mpi.ensure_usable(op)?;
+        self.stage_in(op, buf, h.host_mut())?;
         self.host.send(h.host(), dest, tag)
     }
 
-    fn recv<T: Element>(&self, buf: &mut CudaSlice<T>, source: usize, tag: Tag) -> Result<()> {
-        const OP: &str = "recv";
-        let _span = tracing::trace_span!("recv").entered();
-        self.peer(OP, "source", source, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        host::count(OP, buf.len())?;
-        let mut h = self.lease::<T>(OP, buf.len())?;
+    fn raw_recv<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut CudaSlice<T>,
+        source: usize,
+        tag: Tag,
+        _: usize,
+        [h, _]: Leases<'_, T>,
+    ) -> Result<()> {
+        let mut h = pinned(op, h)?;
         self.host.recv(h.host_mut(), source, tag)?;
-        self.stage_out(OP, h.host(), buf)
+        self.stage_out(op, h.host(), buf)
     }
 
-    fn send_recv<T: Element>(
+    fn raw_send_recv<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         dest: usize,
         recv: &mut CudaSlice<T>,
         source: usize,
         tag: Tag,
+        _: (usize, usize),
+        [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
-        const OP: &str = "send_recv";
-        let _span = tracing::trace_span!("send_recv").entered();
-        self.peer(OP, "destination", dest, tag)?;
-        self.peer(OP, "source", source, tag)?;
-        self.args().on_devices(OP, send, recv)?;
-        host::count(OP, send.len())?;
-        host::count(OP, recv.len())?;
-        let mut hs = self.lease::<T>(OP, send.len())?;
-        let mut hr = self.lease::<T>(OP, recv.len())?;
-        self.mpi.ensure_usable(OP)?;
-        self.stage_in(OP, send, hs.host_mut())?;
+        let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
+        self.mpi.ensure_usable(op)?;
+        self.stage_in(op, send, hs.host_mut())?;
         self.host
             .send_recv(hs.host(), dest, hr.host_mut(), source, tag)?;
-        self.stage_out(OP, hr.host(), recv)
+        self.stage_out(op, hr.host(), recv)
     }
 
-    fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
-        let _span = tracing::trace_span!("split").entered();
-        self.sync("split")?;
-        match self.mpi.split(color, key)? {
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
+        self.sync(op)?;
+        match self.mpi.raw_split(op, color, key)? {
             Some(m) => self.derived(m).map(Some),
             None => Ok(None),
         }
     }
 
-    fn dup(&self) -> Result<Self> {
-        let _span = tracing::trace_span!("dup").entered();
-        self.sync("dup")?;
-        self.derived(self.mpi.dup()?)
+    fn raw_dup(&self, op: &'static str) -> Result<Self> {
+        self.sync(op)?;
+        self.derived(self.mpi.raw_dup(op)?)
     }
 
-    fn i_all_reduce<'s, T: Element>(
+    fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s CudaSlice<T>,
         recv: &'s mut CudaSlice<T>,
-        op: ReduceOp,
+        red: ReduceOp,
+        _average: bool,
+        n: usize,
+        [hs, hr]: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_all_reduce";
-        let _span = tracing::trace_span!("i_all_reduce").entered();
-        let local = self.all_reduce_args(OP, send, recv, op);
-        let (mut hs, mut hr) = self.mpi.agree(
-            Call::new(OpKind::AllReduce)
-                .element::<T>()
-                .reduce(op)
-                .count(send.len()),
-            local,
-        )?;
-        let n = host::count(OP, send.len())?;
-        self.stage_in(OP, send, hs.host_mut())?;
-        let (dt, mop, comm) = (host::datatype::<T>(), host::op(op), self.host.as_raw());
+        let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
+        let n = host::int(n);
+        self.stage_in(op, send, hs.host_mut())?;
+        let (dt, mop, comm) = (host::datatype::<T>(), host::op(red), self.host.as_raw());
         // SAFETY: both pinned host buffers hold `n` elements of `T` and are owned by the operation in
         // flight until it completes (they travel in the pending operation the scope waits for).
         let inner = unsafe {
             self.host.start::<T, 2>(
-                OP,
+                op,
                 [Region::send(hs.host()), Region::recv(hr.host_mut())],
                 |p, r| ffi::MPI_Iallreduce(p[0], p[1], n, dt, mop, comm, r),
             )
         }?
-        .average(op, hr.host_mut(), self.mpi.size());
+        .average(red, hr.host_mut(), self.mpi.size());
         Ok(scope.register(Box::new(StagedPending {
             inner,
             stream: &self.stream,
@@ -586,34 +477,26 @@ impl Communicator for MpiStagedComm {
         })))
     }
 
-    fn i_broadcast<'s, T: Element>(
+    fn raw_i_broadcast<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut CudaSlice<T>,
         root: usize,
+        n: usize,
+        [h, _]: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_broadcast";
-        let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.mpi.size())
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| host::count(OP, buf.len()))
-            .and_then(|n| Ok((n, self.lease::<T>(OP, buf.len())?)));
-        let (n, mut h) = self.mpi.agree(
-            Call::new(OpKind::Broadcast)
-                .element::<T>()
-                .root(root)
-                .count(buf.len()),
-            local,
-        )?;
+        let mut h = pinned(op, h)?;
+        let n = host::int(n);
         let is_root = self.mpi.rank() == root;
         if is_root {
-            self.stage_in(OP, buf, h.host_mut())?;
+            self.stage_in(op, buf, h.host_mut())?;
         }
         let (dt, comm) = (host::datatype::<T>(), self.host.as_raw());
         // SAFETY: the pinned host buffer holds `n` elements and is owned by the operation in flight.
         let inner = unsafe {
             self.host
-                .start::<T, 1>(OP, [Region::in_out(h.host_mut())], |p, r| {
+                .start::<T, 1>(op, [Region::in_out(h.host_mut())], |p, r| {
                     ffi::MPI_Ibcast(p[0], n, dt, root as c_int, comm, r)
                 })
         }?;
@@ -630,29 +513,24 @@ impl Communicator for MpiStagedComm {
         })))
     }
 
-    fn i_all_gather<'s, T: Element>(
+    fn raw_i_all_gather<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s CudaSlice<T>,
         recv: &'s mut CudaSlice<T>,
+        n: usize,
+        [hs, hr]: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_all_gather";
-        let _span = tracing::trace_span!("i_all_gather").entered();
-        let local = self.all_gather_args(OP, send, recv);
-        let (mut hs, mut hr) = self.mpi.agree(
-            Call::new(OpKind::AllGather)
-                .element::<T>()
-                .count(send.len()),
-            local,
-        )?;
-        let n = host::count(OP, send.len())?;
-        self.stage_in(OP, send, hs.host_mut())?;
+        let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
+        let n = host::int(n);
+        self.stage_in(op, send, hs.host_mut())?;
         let (dt, comm) = (host::datatype::<T>(), self.host.as_raw());
         // SAFETY: `hs` holds `n` and `hr` `size * n` elements (checked), both owned by the operation in
         // flight until it completes.
         let inner = unsafe {
             self.host.start::<T, 2>(
-                OP,
+                op,
                 [Region::send(hs.host()), Region::recv(hr.host_mut())],
                 |p, r| ffi::MPI_Iallgather(p[0], n, dt, p[1], n, dt, comm, r),
             )
@@ -665,26 +543,25 @@ impl Communicator for MpiStagedComm {
         })))
     }
 
-    fn i_send<'s, T: Element>(
+    fn raw_i_send<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s CudaSlice<T>,
         dest: usize,
         tag: Tag,
+        n: usize,
+        [h, _]: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_send";
-        let _span = tracing::trace_span!("i_send").entered();
-        let dest = self.peer(OP, "destination", dest, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        let n = host::count(OP, buf.len())?;
-        let mut h = self.lease::<T>(OP, buf.len())?;
-        self.mpi.ensure_usable(OP)?;
-        self.stage_in(OP, buf, h.host_mut())?;
+        let mut h = pinned(op, h)?;
+        let (n, dest) = (host::int(n), host::int(dest));
+        self.mpi.ensure_usable(op)?;
+        self.stage_in(op, buf, h.host_mut())?;
         let (dt, comm) = (host::datatype::<T>(), self.host.as_raw());
         // SAFETY: the pinned host buffer holds `n` elements and is owned by the operation in flight.
         let inner = unsafe {
             self.host
-                .start::<T, 1>(OP, [Region::send(h.host())], |p, r| {
+                .start::<T, 1>(op, [Region::send(h.host())], |p, r| {
                     ffi::MPI_Isend(p[0], n, dt, dest, tag, comm, r)
                 })
         }?;
@@ -696,19 +573,18 @@ impl Communicator for MpiStagedComm {
         })))
     }
 
-    fn i_recv<'s, T: Element>(
+    fn raw_i_recv<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut CudaSlice<T>,
         source: usize,
         tag: Tag,
+        n: usize,
+        [h, _]: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_recv";
-        let _span = tracing::trace_span!("i_recv").entered();
-        let source = self.peer(OP, "source", source, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        let n = host::count(OP, buf.len())?;
-        let mut h = self.lease::<T>(OP, buf.len())?;
+        let mut h = pinned(op, h)?;
+        let (n, source) = (host::int(n), host::int(source));
         // The previous contents of the device buffer are replaced: nothing to copy in. Work still
         // queued on the stream may read the buffer, so the copy back waits for it (stream order).
         let (dt, comm) = (host::datatype::<T>(), self.host.as_raw());
@@ -716,7 +592,7 @@ impl Communicator for MpiStagedComm {
         // flight.
         let inner = unsafe {
             self.host
-                .start::<T, 1>(OP, [Region::recv(h.host_mut())], |p, r| {
+                .start::<T, 1>(op, [Region::recv(h.host_mut())], |p, r| {
                     ffi::MPI_Irecv(p[0], n, dt, source, tag, comm, r)
                 })
         }?;

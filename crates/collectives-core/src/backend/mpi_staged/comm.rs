@@ -6,11 +6,10 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
 use super::raw;
-use crate::backend::cuda_common::{self, Lease, Pool};
+use crate::backend::cuda_common::{self, Pool};
 use crate::backend::cuda_common::{agree_setup, local_stream};
-use crate::backend::mpi_device::DeviceArgs;
 use crate::backend::mpi_host::MpiComm;
-use crate::comm::Communicator;
+use crate::comm::{Communicator, DeviceCommunicator};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::op::{BackendKind, ReduceOp};
@@ -20,7 +19,7 @@ use crate::op::{BackendKind, ReduceOp};
 /// [module documentation](super).
 ///
 /// ```no_run
-/// use collectives_core::{Communicator, MpiComm, MpiStagedComm, ReduceOp};
+/// use collectives_core::{Communicator, DeviceCommunicator, MpiComm, MpiStagedComm, ReduceOp};
 ///
 /// let universe = mpi::initialize().expect("MPI initializes once");
 /// let world = MpiComm::world(&universe)?;
@@ -42,6 +41,23 @@ pub struct MpiStagedComm {
     /// Whose reduction rules apply: this backend's, or the CUDA-aware one's when it runs its
     /// operations through this path under a deadline.
     pub(super) kind: BackendKind,
+}
+
+impl DeviceCommunicator for MpiStagedComm {
+    /// The stream the copies are enqueued on.
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    fn mpi(&self) -> &MpiComm {
+        &self.mpi
+    }
+
+    fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
+        cuda_common::switching_stream(&self, &stream)?;
+        self.stream = stream;
+        Ok(self)
+    }
 }
 
 impl fmt::Debug for MpiStagedComm {
@@ -123,21 +139,6 @@ impl MpiStagedComm {
         self
     }
 
-    /// The stream the copies are enqueued on.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-
-    /// The CUDA context (device) of this communicator.
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-
-    /// The MPI communicator underneath (host operations, raw handle).
-    pub fn mpi(&self) -> &MpiComm {
-        &self.mpi
-    }
-
     /// Switch checked mode on or off (overrides `COLLECTIVES_CHECK`); every rank must agree.
     #[must_use]
     pub fn with_checked(mut self, on: bool) -> Self {
@@ -177,14 +178,6 @@ impl MpiStagedComm {
         self.pool.held()
     }
 
-    /// Wait until the work enqueued on the communicator's stream so far is complete.
-    ///
-    /// # Errors
-    /// [`Error::Cuda`].
-    pub fn synchronize(&self) -> Result<()> {
-        self.sync("synchronize")
-    }
-
     /// Free the communicator after the stream's work completes, reporting errors.
     ///
     /// # Errors
@@ -198,31 +191,6 @@ impl MpiStagedComm {
 
     pub(super) fn sync(&self, op: &'static str) -> Result<()> {
         self.stream.synchronize().map_err(|e| Error::cuda(op, e))
-    }
-
-    /// The argument rules this communicator shares with the other MPI backend on device memory.
-    pub(super) fn args(&self) -> DeviceArgs {
-        DeviceArgs {
-            backend: self.kind,
-            device: self.ctx.ordinal(),
-            rank: self.mpi.rank(),
-            size: self.mpi.size(),
-        }
-    }
-
-    /// `buf` must live on this communicator's device.
-    pub(super) fn on_device<T>(
-        &self,
-        op: &'static str,
-        name: &str,
-        buf: &CudaSlice<T>,
-    ) -> Result<()> {
-        self.args().on_device(op, name, buf)
-    }
-
-    /// A pinned host buffer of `len` elements.
-    pub(super) fn lease<T: Element>(&self, op: &'static str, len: usize) -> Result<Lease<'_, T>> {
-        self.pool.lease(op, len)
     }
 
     /// Copy `dev` into `host` and wait for the copy.

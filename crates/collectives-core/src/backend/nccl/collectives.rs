@@ -1,9 +1,9 @@
-//! The [`Communicator`] implementation of the NCCL backend.
-//!
-//! Each method: open a tracing span; check arguments (lengths, ranks, the reduce operation for the
-//! element, buffers on this communicator's device); agree in checked mode (through MPI); enqueue on the
+//! The raw operations of the NCCL backend ([`Backend`]): the front end ([`crate::frontend`]) has
+//! checked the arguments and agreed on the call (through MPI). Each operation enqueues on the
 //! communicator's stream, taking device pointers through cudarc so the buffers' other streams are
-//! ordered around ours; turn the result code into a `Result`. Zero-length operations enqueue nothing.
+//! ordered around ours, and turns the result code into a `Result`. Zero-length operations enqueue
+//! nothing. NCCL has no gather, scatter, all-to-all or uneven collectives: those are grouped sends
+//! and receives (or, for `all_gather_v`, grouped broadcasts) here.
 
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
@@ -14,20 +14,23 @@ use nccl_sys as sys;
 use super::comm::{NcclComm, UnevenAlgorithm};
 use super::raw;
 use super::request::NcclPending;
-use crate::check;
-use crate::check::check_op;
-use crate::checked::{Call, OpKind};
-use crate::comm::{Buffer, Communicator, Tag};
+use crate::checked::Call;
+use crate::comm::{Buffer, Communicator, DeviceCommunicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::frontend::Backend;
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
+use crate::rules::{CountLimit, Rules};
 
 const BACKEND: BackendKind = BackendKind::Nccl;
 
 impl<T: Element> Buffer<T> for CudaSlice<T> {
     fn len(&self) -> usize {
         CudaSlice::len(self)
+    }
+    fn device(&self) -> Option<usize> {
+        Some(self.ordinal())
     }
 }
 
@@ -66,13 +69,17 @@ impl NcclComm {
         self.stream.cu_stream() as sys::cudaStream_t
     }
 
-    fn on_device<T: Element>(
-        &self,
-        op: &'static str,
-        name: &str,
-        buf: &CudaSlice<T>,
-    ) -> Result<()> {
-        check::same_device(op, name, buf.ordinal(), self.ctx.ordinal())
+    /// The argument rules of this communicator: NCCL counts wire values in `size_t`, and its tags
+    /// (none: grouped sends and receives match in order) take any non-negative `i32`.
+    fn rules(&self) -> Rules {
+        Rules {
+            backend: BACKEND,
+            rank: self.rank,
+            size: self.size,
+            device: Some(self.ctx.ordinal()),
+            limit: CountLimit::WireValues(usize::MAX),
+            tag_ub: i32::MAX,
+        }
     }
 
     /// Enqueue grouped sends of `send`'s parts and receives into `recv`'s parts (counts in elements).
@@ -166,20 +173,6 @@ impl NcclComm {
             )
         };
         self.settle(op, rc)
-    }
-
-    fn all_reduce_args<T: Element>(
-        &self,
-        op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &CudaSlice<T>,
-        red: ReduceOp,
-    ) -> Result<usize> {
-        check_op::<T>(op, red, BACKEND)?;
-        check::same_len(op, "send", send.len(), "recv", recv.len())?;
-        self.on_device(op, "send", send)?;
-        self.on_device(op, "recv", recv)?;
-        raw::count::<T>(op, send.len())
     }
 
     fn enqueue_broadcast<T: Element>(
@@ -295,92 +288,72 @@ impl NcclComm {
             _buffers: PhantomData,
         })))
     }
-
-    fn peer(&self, op: &'static str, what: &str, rank: usize, tag: Tag) -> Result<()> {
-        check::rank_in_range(op, what, rank, self.size)?;
-        check::tag(op, tag, i32::MAX)
-    }
 }
 
-impl Communicator for NcclComm {
+impl Backend for NcclComm {
     type Buf<T: Element> = CudaSlice<T>;
+    type Staging<'c, T: Element> = ();
 
-    fn backend(&self) -> BackendKind {
+    fn kind(&self) -> BackendKind {
         BACKEND
     }
 
-    fn rank(&self) -> usize {
-        self.rank
+    fn ranks(&self) -> (usize, usize) {
+        (self.rank, self.size)
     }
 
-    fn size(&self) -> usize {
-        self.size
-    }
-
-    fn checked(&self) -> bool {
+    fn is_checked(&self) -> bool {
         self.mpi.checked()
     }
 
-    fn barrier(&self) -> Result<()> {
-        const OP: &str = "barrier";
-        let _span = tracing::trace_span!("barrier").entered();
-        self.mpi.agree(Call::new(OpKind::Barrier), Ok(()))?;
+    fn rules(&self) -> Rules {
+        NcclComm::rules(self)
+    }
+
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
+        self.mpi.agree(call, local)
+    }
+
+    /// NCCL averages itself (`ncclAvg`).
+    fn native_avg(&self) -> bool {
+        true
+    }
+
+    fn raw_barrier(&self, op: &'static str) -> Result<()> {
         let mut one = self
             .stream
             .alloc_zeros::<f32>(1)
-            .map_err(|e| Error::cuda(OP, e))?;
-        self.enqueue_all_reduce(OP, None, &mut one, ReduceOp::Sum, 1)?;
+            .map_err(|e| Error::cuda(op, e))?;
+        self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
         self.synchronize()
     }
 
-    fn broadcast<T: Element>(&self, buf: &mut CudaSlice<T>, root: usize) -> Result<()> {
-        const OP: &str = "broadcast";
-        let _span = tracing::trace_span!("broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size)
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| raw::count::<T>(OP, buf.len()));
-        let n = self.mpi.agree(
-            Call::new(OpKind::Broadcast)
-                .element::<T>()
-                .root(root)
-                .count(buf.len()),
-            local,
-        )?;
-        self.enqueue_broadcast(OP, buf, root, n)
+    fn raw_broadcast<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut CudaSlice<T>,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))
     }
 
-    fn reduce<T: Element>(
+    fn raw_reduce<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: Option<&mut CudaSlice<T>>,
-        op: ReduceOp,
+        red: ReduceOp,
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "reduce";
-        let _span = tracing::trace_span!("reduce").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::rank_in_range(OP, "root", root, self.size)?;
-            self.on_device(OP, "send", send)?;
-            let recv = check::at_root(OP, "recv", is_root, recv, send.len(), "the length of send")?;
-            if let Some(b) = &recv {
-                self.on_device(OP, "recv", b)?;
-            }
-            Ok((raw::count::<T>(OP, send.len())?, recv))
-        })();
-        let (n, recv) = self.mpi.agree(
-            Call::new(OpKind::Reduce)
-                .element::<T>()
-                .reduce(op)
-                .root(root)
-                .count(send.len()),
-            local,
-        )?;
+        let n = raw::wire::<T>(n);
         if n == 0 {
             return Ok(());
         }
-        self.ensure_live(OP)?;
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable)?;
         let (s, _s) = send.device_ptr(&self.stream);
         let r = recv.map(|b| b.device_ptr_mut(&self.stream));
@@ -393,93 +366,53 @@ impl Communicator for NcclComm {
                 mptr(dst),
                 n,
                 raw::datatype::<T>(),
-                raw::redop(op),
+                raw::redop(red),
                 root as c_int,
                 self.raw,
                 self.raw_stream(),
             )
         };
-        self.settle(OP, rc)
+        self.settle(op, rc)
     }
 
-    fn all_reduce<T: Element>(
+    fn raw_all_reduce<T: Element>(
         &self,
+        op: &'static str,
+        send: Option<&CudaSlice<T>>,
+        recv: &mut CudaSlice<T>,
+        red: ReduceOp,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        self.enqueue_all_reduce(op, send, recv, red, raw::wire::<T>(n))
+    }
+
+    fn raw_all_gather<T: Element>(
+        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
-        op: ReduceOp,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "all_reduce";
-        let _span = tracing::trace_span!("all_reduce").entered();
-        let local = self.all_reduce_args(OP, send, recv, op);
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllReduce)
-                .element::<T>()
-                .reduce(op)
-                .count(send.len()),
-            local,
-        )?;
-        self.enqueue_all_reduce(OP, Some(send), recv, op, n)
+        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))
     }
 
-    fn all_reduce_in_place<T: Element>(&self, buf: &mut CudaSlice<T>, op: ReduceOp) -> Result<()> {
-        const OP: &str = "all_reduce_in_place";
-        let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = check_op::<T>(OP, op, BACKEND)
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| raw::count::<T>(OP, buf.len()));
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllReduceInPlace)
-                .element::<T>()
-                .reduce(op)
-                .count(buf.len()),
-            local,
-        )?;
-        self.enqueue_all_reduce(OP, None, buf, op, n)
-    }
-
-    fn all_gather<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
-        const OP: &str = "all_gather";
-        let _span = tracing::trace_span!("all_gather").entered();
-        let local = check::blocks_len(OP, "recv", recv.len(), self.size, send.len())
-            .and_then(|()| self.on_device(OP, "send", send))
-            .and_then(|()| self.on_device(OP, "recv", recv))
-            .and_then(|()| {
-                raw::count::<T>(OP, recv.len()).and_then(|_| raw::count::<T>(OP, send.len()))
-            });
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllGather)
-                .element::<T>()
-                .count(send.len()),
-            local,
-        )?;
-        self.enqueue_all_gather(OP, send, recv, n)
-    }
-
-    fn all_gather_v<T: Element>(
+    /// Grouped broadcasts or grouped sends and receives, whichever the uneven algorithm picks.
+    fn raw_all_gather_v<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
         counts: &[usize],
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "all_gather_v";
-        let _span = tracing::trace_span!("all_gather_v").entered();
-        let local = (|| {
-            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
-            check::len_is(OP, "recv", recv.len(), total, "the sum of counts")?;
-            self.on_device(OP, "send", send)?;
-            self.on_device(OP, "recv", recv)?;
-            raw::count::<T>(OP, total)
-        })();
-        self.mpi.agree(
-            Call::new(OpKind::AllGatherV).element::<T>().counts(counts),
-            local,
-        )?;
         let total: usize = counts.iter().sum();
         match self
             .uneven
-            .choose(self.size, total * std::mem::size_of::<T>())
+            .choose(self.size, total.saturating_mul(std::mem::size_of::<T>()))
         {
-            UnevenAlgorithm::Broadcasts => self.enqueue_broadcasts(OP, send, recv, counts),
+            UnevenAlgorithm::Broadcasts => self.enqueue_broadcasts(op, send, recv, counts),
             _ => {
                 let mine = counts[self.rank];
                 let sends: Vec<Part> = (0..self.size)
@@ -489,198 +422,95 @@ impl Communicator for NcclComm {
                         peer,
                     })
                     .collect();
-                self.exchange(OP, Some(send), &sends, Some(recv), &packed(counts))
+                self.exchange(op, Some(send), &sends, Some(recv), &packed(counts))
             }
         }
     }
 
-    fn gather<T: Element>(
+    fn raw_gather<T: Element>(
         &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: Option<&mut CudaSlice<T>>,
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "gather";
-        let _span = tracing::trace_span!("gather").entered();
-        let counts = vec![send.len(); self.size];
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            self.on_device(OP, "send", send)?;
-            let recv = check::at_root(
-                OP,
-                "recv",
-                is_root,
-                recv,
-                self.size.saturating_mul(send.len()),
-                &format!("{} ranks x {} elements", self.size, send.len()),
-            )?;
-            if let Some(b) = &recv {
-                self.on_device(OP, "recv", b)?;
-            }
-            raw::count::<T>(OP, send.len().saturating_mul(self.size))?;
-            Ok(recv)
-        })();
-        let recv = self.mpi.agree(
-            Call::new(OpKind::Gather)
-                .element::<T>()
-                .root(root)
-                .count(send.len()),
-            local,
-        )?;
+        let counts = vec![n; self.size];
+        self.raw_gather_v(op, send, recv, &counts, root, ())
+    }
+
+    fn raw_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &CudaSlice<T>,
+        recv: Option<&mut CudaSlice<T>>,
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<()> {
         let sends = [Part {
             offset: 0,
             len: send.len(),
             peer: root,
         }];
-        let recvs = if is_root { packed(&counts) } else { Vec::new() };
-        self.exchange(OP, Some(send), &sends, recv, &recvs)
+        let recvs = if self.rank == root {
+            packed(counts)
+        } else {
+            Vec::new()
+        };
+        self.exchange(op, Some(send), &sends, recv, &recvs)
     }
 
-    fn gather_v<T: Element>(
+    fn raw_scatter<T: Element>(
         &self,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<()> {
-        const OP: &str = "gather_v";
-        let _span = tracing::trace_span!("gather_v").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::v_counts(OP, "send", send.len(), counts, self.rank, self.size)?;
-            self.on_device(OP, "send", send)?;
-            let recv = check::at_root(OP, "recv", is_root, recv, total, "the sum of counts")?;
-            if let Some(b) = &recv {
-                self.on_device(OP, "recv", b)?;
-            }
-            raw::count::<T>(OP, total)?;
-            Ok(recv)
-        })();
-        let recv = self.mpi.agree(
-            Call::new(OpKind::GatherV)
-                .element::<T>()
-                .root(root)
-                .counts(counts),
-            local,
-        )?;
-        let sends = [Part {
-            offset: 0,
-            len: send.len(),
-            peer: root,
-        }];
-        let recvs = if is_root { packed(counts) } else { Vec::new() };
-        self.exchange(OP, Some(send), &sends, recv, &recvs)
-    }
-
-    fn scatter<T: Element>(
-        &self,
+        op: &'static str,
         send: Option<&CudaSlice<T>>,
         recv: &mut CudaSlice<T>,
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "scatter";
-        let _span = tracing::trace_span!("scatter").entered();
-        let counts = vec![recv.len(); self.size];
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            self.on_device(OP, "recv", recv)?;
-            let send = check::at_root(
-                OP,
-                "send",
-                is_root,
-                send,
-                self.size.saturating_mul(recv.len()),
-                &format!("{} ranks x {} elements", self.size, recv.len()),
-            )?;
-            if let Some(b) = &send {
-                self.on_device(OP, "send", b)?;
-            }
-            raw::count::<T>(OP, recv.len().saturating_mul(self.size))?;
-            Ok(send)
-        })();
-        let send = self.mpi.agree(
-            Call::new(OpKind::Scatter)
-                .element::<T>()
-                .root(root)
-                .count(recv.len()),
-            local,
-        )?;
-        let sends = if is_root { packed(&counts) } else { Vec::new() };
+        let counts = vec![n; self.size];
+        self.raw_scatter_v(op, send, recv, &counts, root, ())
+    }
+
+    fn raw_scatter_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&CudaSlice<T>>,
+        recv: &mut CudaSlice<T>,
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<()> {
+        let sends = if self.rank == root {
+            packed(counts)
+        } else {
+            Vec::new()
+        };
         let recvs = [Part {
             offset: 0,
             len: recv.len(),
             peer: root,
         }];
-        self.exchange(OP, send, &sends, Some(recv), &recvs)
+        self.exchange(op, send, &sends, Some(recv), &recvs)
     }
 
-    fn scatter_v<T: Element>(
+    fn raw_reduce_scatter<T: Element>(
         &self,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<()> {
-        const OP: &str = "scatter_v";
-        let _span = tracing::trace_span!("scatter_v").entered();
-        let is_root = self.rank == root;
-        let local = (|| {
-            check::rank_in_range(OP, "root", root, self.size)?;
-            let total = check::v_counts(OP, "recv", recv.len(), counts, self.rank, self.size)?;
-            self.on_device(OP, "recv", recv)?;
-            let send = check::at_root(OP, "send", is_root, send, total, "the sum of counts")?;
-            if let Some(b) = &send {
-                self.on_device(OP, "send", b)?;
-            }
-            raw::count::<T>(OP, total)?;
-            Ok(send)
-        })();
-        let send = self.mpi.agree(
-            Call::new(OpKind::ScatterV)
-                .element::<T>()
-                .root(root)
-                .counts(counts),
-            local,
-        )?;
-        let sends = if is_root { packed(counts) } else { Vec::new() };
-        let recvs = [Part {
-            offset: 0,
-            len: recv.len(),
-            peer: root,
-        }];
-        self.exchange(OP, send, &sends, Some(recv), &recvs)
-    }
-
-    fn reduce_scatter<T: Element>(
-        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
-        op: ReduceOp,
+        red: ReduceOp,
+        n: usize,
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "reduce_scatter";
-        let _span = tracing::trace_span!("reduce_scatter").entered();
-        let local = (|| {
-            check_op::<T>(OP, op, BACKEND)?;
-            check::blocks_len(OP, "send", send.len(), self.size, recv.len())?;
-            self.on_device(OP, "send", send)?;
-            self.on_device(OP, "recv", recv)?;
-            raw::count::<T>(OP, send.len())?;
-            raw::count::<T>(OP, recv.len())
-        })();
-        let n = self.mpi.agree(
-            Call::new(OpKind::ReduceScatter)
-                .element::<T>()
-                .reduce(op)
-                .count(recv.len()),
-            local,
-        )?;
+        let n = raw::wire::<T>(n);
         if n == 0 {
             return Ok(());
         }
-        self.ensure_live(OP)?;
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable)?;
         let (s, _s) = send.device_ptr(&self.stream);
         let (r, _r) = recv.device_ptr_mut(&self.stream);
@@ -691,59 +521,37 @@ impl Communicator for NcclComm {
                 mptr(r),
                 n,
                 raw::datatype::<T>(),
-                raw::redop(op),
+                raw::redop(red),
                 self.raw,
                 self.raw_stream(),
             )
         };
-        self.settle(OP, rc)
+        self.settle(op, rc)
     }
 
-    fn all_to_all<T: Element>(&self, send: &CudaSlice<T>, recv: &mut CudaSlice<T>) -> Result<()> {
-        const OP: &str = "all_to_all";
-        let _span = tracing::trace_span!("all_to_all").entered();
-        let local = (|| {
-            check::same_len(OP, "send", send.len(), "recv", recv.len())?;
-            let block = check::equal_blocks(OP, "send", send.len(), self.size)?;
-            self.on_device(OP, "send", send)?;
-            self.on_device(OP, "recv", recv)?;
-            raw::count::<T>(OP, send.len())?;
-            Ok(block)
-        })();
-        let block = self.mpi.agree(
-            Call::new(OpKind::AllToAll).element::<T>().count(send.len()),
-            local,
-        )?;
-        let parts = packed(&vec![block; self.size]);
-        self.exchange(OP, Some(send), &parts, Some(recv), &parts)
-    }
-
-    fn all_to_all_v<T: Element>(
+    fn raw_all_to_all<T: Element>(
         &self,
+        op: &'static str,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        _: usize,
+        (): (),
+    ) -> Result<()> {
+        let parts = packed(&vec![send.len() / self.size.max(1); self.size]);
+        self.exchange(op, Some(send), &parts, Some(recv), &parts)
+    }
+
+    fn raw_all_to_all_v<T: Element>(
+        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         send_counts: &[usize],
         recv: &mut CudaSlice<T>,
         recv_counts: &[usize],
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "all_to_all_v";
-        let _span = tracing::trace_span!("all_to_all_v").entered();
-        let local = (|| {
-            let s_total = check::counts(OP, "send_counts", send_counts, self.size)?;
-            let r_total = check::counts(OP, "recv_counts", recv_counts, self.size)?;
-            check::len_is(OP, "send", send.len(), s_total, "the sum of send_counts")?;
-            check::len_is(OP, "recv", recv.len(), r_total, "the sum of recv_counts")?;
-            self.on_device(OP, "send", send)?;
-            self.on_device(OP, "recv", recv)?;
-            raw::count::<T>(OP, s_total.max(r_total))
-        })();
-        self.mpi.agree(
-            Call::new(OpKind::AllToAllV)
-                .element::<T>()
-                .all_to_all(send_counts, recv_counts),
-            local,
-        )?;
         self.exchange(
-            OP,
+            op,
             Some(send),
             &packed(send_counts),
             Some(recv),
@@ -751,95 +559,68 @@ impl Communicator for NcclComm {
         )
     }
 
-    fn send<T: Element>(&self, buf: &CudaSlice<T>, dest: usize, tag: Tag) -> Result<()> {
-        const OP: &str = "send";
-        let _span = tracing::trace_span!("send").entered();
-        self.peer(OP, "destination", dest, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        raw::count::<T>(OP, buf.len())?;
-        self.exchange(
-            OP,
-            Some(buf),
-            &[Part {
-                offset: 0,
-                len: buf.len(),
-                peer: dest,
-            }],
-            None,
-            &[],
-        )
-    }
-
-    fn recv<T: Element>(&self, buf: &mut CudaSlice<T>, source: usize, tag: Tag) -> Result<()> {
-        const OP: &str = "recv";
-        let _span = tracing::trace_span!("recv").entered();
-        self.peer(OP, "source", source, tag)?;
-        self.on_device(OP, "buf", buf)?;
-        raw::count::<T>(OP, buf.len())?;
-        let len = buf.len();
-        self.exchange::<T>(
-            OP,
-            None,
-            &[],
-            Some(buf),
-            &[Part {
-                offset: 0,
-                len,
-                peer: source,
-            }],
-        )
-    }
-
-    fn send_recv<T: Element>(
+    fn raw_send<T: Element>(
         &self,
+        op: &'static str,
+        buf: &CudaSlice<T>,
+        dest: usize,
+        _: Tag,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let part = Part {
+            offset: 0,
+            len: n,
+            peer: dest,
+        };
+        self.exchange(op, Some(buf), &[part], None, &[])
+    }
+
+    fn raw_recv<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut CudaSlice<T>,
+        source: usize,
+        _: Tag,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let part = Part {
+            offset: 0,
+            len: n,
+            peer: source,
+        };
+        self.exchange::<T>(op, None, &[], Some(buf), &[part])
+    }
+
+    fn raw_send_recv<T: Element>(
+        &self,
+        op: &'static str,
         send: &CudaSlice<T>,
         dest: usize,
         recv: &mut CudaSlice<T>,
         source: usize,
-        tag: Tag,
+        _: Tag,
+        (sn, rn): (usize, usize),
+        (): (),
     ) -> Result<()> {
-        const OP: &str = "send_recv";
-        let _span = tracing::trace_span!("send_recv").entered();
-        self.peer(OP, "destination", dest, tag)?;
-        self.peer(OP, "source", source, tag)?;
-        if dest == self.rank && source == self.rank {
-            check::same_len(
-                OP,
-                "send (to this rank itself)",
-                send.len(),
-                "recv",
-                recv.len(),
-            )?;
-        }
-        self.on_device(OP, "send", send)?;
-        self.on_device(OP, "recv", recv)?;
-        let len = recv.len();
-        self.exchange(
-            OP,
-            Some(send),
-            &[Part {
-                offset: 0,
-                len: send.len(),
-                peer: dest,
-            }],
-            Some(recv),
-            &[Part {
-                offset: 0,
-                len,
-                peer: source,
-            }],
-        )
+        let sends = [Part {
+            offset: 0,
+            len: sn,
+            peer: dest,
+        }];
+        let recvs = [Part {
+            offset: 0,
+            len: rn,
+            peer: source,
+        }];
+        self.exchange(op, Some(send), &sends, Some(recv), &recvs)
     }
 
-    fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
-        const OP: &str = "split";
-        let _span = tracing::trace_span!("split").entered();
-        let mpi = self.mpi.split(color, key)?;
-        let c = match color {
-            None => sys::NCCL_SPLIT_NOCOLOR,
-            Some(c) => c as c_int, // fits: the MPI split above refused colors beyond i32::MAX
-        };
-        self.ensure_live(OP)?;
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
+        let mpi = self.mpi.raw_split(op, color, key)?;
+        let c = color.unwrap_or(sys::NCCL_SPLIT_NOCOLOR);
+        self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclCommSplit).map_err(raw::unavailable)?;
         let mut config = sys::config_initializer();
         config.blocking = 1;
@@ -847,15 +628,15 @@ impl Communicator for NcclComm {
         // SAFETY: a live (blocking) communicator and valid out-pointers that outlive the call, which
         // returns only once the split is complete; every rank calls it (collective).
         let rc = unsafe { f(self.raw, c, key, &mut new, &mut config) };
-        self.settle(OP, rc)?;
+        self.settle(op, rc)?;
         let Some(mpi) = mpi else { return Ok(None) };
         if new.is_null() {
             return Err(Error::invalid(
-                OP,
+                op,
                 "NCCL returned no communicator for a color",
             ));
         }
-        let stream = self.ctx.new_stream().map_err(|e| Error::cuda(OP, e))?;
+        let stream = self.ctx.new_stream().map_err(|e| Error::cuda(op, e))?;
         let comm = NcclComm {
             lib: self.lib,
             raw: new,
@@ -876,11 +657,11 @@ impl Communicator for NcclComm {
         // SAFETY: a live, initialized communicator and a valid out-pointer.
         let rc = unsafe { f(comm.raw, &mut nccl_rank) };
         if rc != sys::ncclSuccess {
-            return Err(raw::error(self.lib, comm.raw, OP, rc));
+            return Err(raw::error(self.lib, comm.raw, op, rc));
         }
         if nccl_rank < 0 || nccl_rank as usize != comm.rank {
             return Err(Error::invalid(
-                OP,
+                op,
                 format!(
                     "NCCL gave rank {nccl_rank} where MPI gave rank {}",
                     comm.rank
@@ -890,97 +671,78 @@ impl Communicator for NcclComm {
         Ok(Some(comm))
     }
 
-    fn dup(&self) -> Result<Self> {
-        self.split(Some(0), self.rank as i32)?
-            .ok_or_else(|| Error::invalid("dup", "split returned no communicator"))
+    /// A split into one color, ordered by rank.
+    fn raw_dup(&self, op: &'static str) -> Result<Self> {
+        self.raw_split(op, Some(0), self.rank as i32)?
+            .ok_or_else(|| Error::invalid(op, "split returned no communicator"))
     }
 
-    fn i_all_reduce<'s, T: Element>(
+    fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s CudaSlice<T>,
         recv: &'s mut CudaSlice<T>,
-        op: ReduceOp,
+        red: ReduceOp,
+        _average: bool,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_all_reduce";
-        let _span = tracing::trace_span!("i_all_reduce").entered();
-        let local = self.all_reduce_args(OP, send, recv, op);
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllReduce)
-                .element::<T>()
-                .reduce(op)
-                .count(send.len()),
-            local,
-        )?;
-        self.enqueue_all_reduce(OP, Some(send), recv, op, n)?;
-        self.register(scope, OP)
+        self.enqueue_all_reduce(op, Some(send), recv, red, raw::wire::<T>(n))?;
+        self.register(scope, op)
     }
 
-    fn i_broadcast<'s, T: Element>(
+    fn raw_i_broadcast<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut CudaSlice<T>,
         root: usize,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_broadcast";
-        let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = check::rank_in_range(OP, "root", root, self.size)
-            .and_then(|()| self.on_device(OP, "buf", buf))
-            .and_then(|()| raw::count::<T>(OP, buf.len()));
-        let n = self.mpi.agree(
-            Call::new(OpKind::Broadcast)
-                .element::<T>()
-                .root(root)
-                .count(buf.len()),
-            local,
-        )?;
-        self.enqueue_broadcast(OP, buf, root, n)?;
-        self.register(scope, OP)
+        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))?;
+        self.register(scope, op)
     }
 
-    fn i_all_gather<'s, T: Element>(
+    fn raw_i_all_gather<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s CudaSlice<T>,
         recv: &'s mut CudaSlice<T>,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        const OP: &str = "i_all_gather";
-        let _span = tracing::trace_span!("i_all_gather").entered();
-        let local = check::blocks_len(OP, "recv", recv.len(), self.size, send.len())
-            .and_then(|()| self.on_device(OP, "send", send))
-            .and_then(|()| self.on_device(OP, "recv", recv))
-            .and_then(|()| {
-                raw::count::<T>(OP, recv.len()).and_then(|_| raw::count::<T>(OP, send.len()))
-            });
-        let n = self.mpi.agree(
-            Call::new(OpKind::AllGather)
-                .element::<T>()
-                .count(send.len()),
-            local,
-        )?;
-        self.enqueue_all_gather(OP, send, recv, n)?;
-        self.register(scope, OP)
+        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))?;
+        self.register(scope, op)
     }
 
-    fn i_send<'s, T: Element>(
+    fn raw_i_send<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s CudaSlice<T>,
         dest: usize,
         tag: Tag,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        self.send(buf, dest, tag)?;
-        self.register(scope, "i_send")
+        self.raw_send(op, buf, dest, tag, n, ())?;
+        self.register(scope, op)
     }
 
-    fn i_recv<'s, T: Element>(
+    fn raw_i_recv<'s, T: Element>(
         &'s self,
+        op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut CudaSlice<T>,
         source: usize,
         tag: Tag,
+        n: usize,
+        (): (),
     ) -> Result<Request<'s>> {
-        self.recv(buf, source, tag)?;
-        self.register(scope, "i_recv")
+        self.raw_recv(op, buf, source, tag, n, ())?;
+        self.register(scope, op)
     }
 }

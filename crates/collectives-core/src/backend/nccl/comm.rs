@@ -10,10 +10,9 @@ use cudarc::driver::{CudaContext, CudaStream};
 use nccl_sys as sys;
 
 use super::raw;
-use crate::backend::cuda_common::{cuda_driver_present, node_local};
+use crate::backend::cuda_common::{self, cuda_driver_present, node_local};
 use crate::backend::mpi_host::MpiComm;
-use crate::check;
-use crate::comm::Communicator;
+use crate::comm::{Communicator, DeviceCommunicator};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 
@@ -29,7 +28,7 @@ pub(super) const ABORTED_BY_CALL: (&str, Duration) = ("abort", Duration::ZERO);
 /// A communicator of the NCCL backend: collectives on device memory (`CudaSlice<T>` buffers).
 ///
 /// ```no_run
-/// use collectives_core::{Communicator, MpiComm, NcclComm, ReduceOp};
+/// use collectives_core::{Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 ///
 /// let universe = mpi::initialize().expect("MPI initializes once");
 /// let world = MpiComm::world(&universe)?;
@@ -278,16 +277,6 @@ impl NcclComm {
         Ok((lib, ctx))
     }
 
-    /// The stream every operation of this communicator is enqueued on.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-
-    /// The CUDA context (device) of this communicator.
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-
     /// The raw `ncclComm_t` (still owned by `self`). After [`abort`](Self::abort) (also the one a
     /// timeout makes) NCCL has freed it: check [`is_aborted`](Self::is_aborted) before using it.
     pub fn as_raw(&self) -> sys::ncclComm_t {
@@ -319,11 +308,6 @@ impl NcclComm {
         self.lib
     }
 
-    /// The MPI communicator over the same ranks (used for checked mode and host barriers).
-    pub fn mpi(&self) -> &MpiComm {
-        &self.mpi
-    }
-
     /// Switch checked mode on or off (overrides `COLLECTIVES_CHECK`); every rank must agree.
     #[must_use]
     pub fn with_checked(mut self, on: bool) -> Self {
@@ -345,44 +329,9 @@ impl NcclComm {
         self
     }
 
-    /// Use `stream` (of this communicator's device) for every operation from now on, instead of the
-    /// communicator's own: work the caller enqueues there is ordered with the collectives without
-    /// events.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when the stream belongs to another device.
-    pub fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
-        check::same_device(
-            "with_stream",
-            "the stream",
-            stream.context().ordinal(),
-            self.ctx.ordinal(),
-        )?;
-        self.synchronize()?;
-        self.stream = stream;
-        Ok(self)
-    }
-
     /// The deadline of waits.
     pub fn timeout(&self) -> Duration {
         self.timeout
-    }
-
-    /// Wait until everything enqueued so far has completed, polling for NCCL errors; on expiry of the
-    /// deadline abort the communicator.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] after aborting; [`Error::Nccl`] when NCCL reports an asynchronous error;
-    /// [`Error::Cuda`].
-    pub fn synchronize(&self) -> Result<()> {
-        const OP: &str = "synchronize";
-        let event = self
-            .stream
-            .record_event(None)
-            .map_err(|e| Error::cuda(OP, e))?;
-        self.wait_for(OP, || {
-            event.try_is_complete().map_err(|e| Error::cuda(OP, e))
-        })
     }
 
     /// Block on the host until every rank has called it (an MPI barrier; no device work is ordered).
@@ -506,7 +455,7 @@ impl NcclComm {
     /// Free the communicator after its work completes, reporting errors.
     ///
     /// # Errors
-    /// As [`synchronize`](Self::synchronize), and [`Error::Nccl`] from `ncclCommDestroy`.
+    /// As [`synchronize`](DeviceCommunicator::synchronize), and [`Error::Nccl`] from `ncclCommDestroy`.
     pub fn finalize(self) -> Result<()> {
         self.synchronize()?;
         let f = sys::nccl_fn!(self.lib, ncclCommDestroy).map_err(raw::unavailable)?;
@@ -524,6 +473,39 @@ impl NcclComm {
             }
         }
         result
+    }
+}
+
+impl DeviceCommunicator for NcclComm {
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    fn mpi(&self) -> &MpiComm {
+        &self.mpi
+    }
+
+    /// Always one: `COLLECTIVES_TIMEOUT`, else 300 s, or [`with_timeout`](NcclComm::with_timeout).
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
+
+    /// Polls for NCCL errors while it waits; on expiry of the deadline aborts the communicator.
+    fn synchronize(&self) -> Result<()> {
+        const OP: &str = "synchronize";
+        let event = self
+            .stream
+            .record_event(None)
+            .map_err(|e| Error::cuda(OP, e))?;
+        self.wait_for(OP, || {
+            event.try_is_complete().map_err(|e| Error::cuda(OP, e))
+        })
+    }
+
+    fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
+        cuda_common::switching_stream(&self, &stream)?;
+        self.stream = stream;
+        Ok(self)
     }
 }
 

@@ -8,7 +8,7 @@
 //!   call to an asynchronous job, tens of microseconds each), whose peers are connected at creation
 //!   by a one-element all-reduce, so no later call blocks the host connecting to a silent peer.
 //! - **Stream order**: every operation is enqueued on the communicator's stream and returns; results
-//!   are ready when the stream reaches them. [`NcclComm::synchronize`] (and [`Request::wait`](crate::Request::wait)
+//!   are ready when the stream reaches them. [`NcclComm::synchronize`](crate::DeviceCommunicator::synchronize) (and [`Request::wait`](crate::Request::wait)
 //!   for the non-blocking twins) wait with a deadline, polling `ncclCommGetAsyncError`; on expiry the
 //!   communicator is aborted (`ncclCommAbort`) and the call returns `Err(Timeout)`, so a dead or silent
 //!   peer never hangs the others. cudarc's stream tracking orders the buffers' other uses around ours.

@@ -67,13 +67,9 @@ pub(crate) fn datatype<T: Element>() -> sys::ncclDataType_t {
     T::WIRE.dtype.nccl_code() as sys::ncclDataType_t
 }
 
-/// The number of wire values for `len` elements of `T`.
-pub(crate) fn count<T: Element>(op: &'static str, len: usize) -> Result<usize> {
-    T::WIRE.wire_count(len).ok_or(Error::CountOverflow {
-        op,
-        count: len,
-        limit: usize::MAX / T::WIRE.lanes,
-    })
+/// The wire count of `len` elements, which the rules ([`crate::rules`]) checked to fit `size_t`.
+pub(crate) fn wire<T: Element>(len: usize) -> usize {
+    len.saturating_mul(T::WIRE.lanes)
 }
 
 /// NCCL's reduction for `op` (checked against the element beforehand).
@@ -99,12 +95,8 @@ mod tests {
         assert_eq!(datatype::<f32>(), sys::ncclFloat32);
         assert_eq!(datatype::<bf16>(), sys::ncclBfloat16);
         assert_eq!(datatype::<Complex<f64>>(), sys::ncclFloat64);
-        assert_eq!(count::<Complex<f64>>("x", 5).unwrap(), 10);
-        assert_eq!(count::<u8>("x", 5).unwrap(), 5);
-        assert!(matches!(
-            count::<Complex<f32>>("x", usize::MAX),
-            Err(Error::CountOverflow { .. })
-        ));
+        assert_eq!(wire::<Complex<f64>>(5), 10);
+        assert_eq!(wire::<u8>(5), 5);
     }
 
     #[test]

@@ -1,0 +1,760 @@
+//! The front end: every operation of every backend goes through here, once.
+//!
+//! [`Backend`] is what a backend implements: raw operations whose arguments the front end has already
+//! checked, and the few facts the front end needs (rank, size, rules, agreement, how `Avg` is done,
+//! pinned host buffers). Every type that implements it is a [`Communicator`] through the one
+//! implementation below, which for each operation:
+//!
+//! 1. opens a tracing span named after the operation;
+//! 2. checks the arguments against the rules table ([`crate::rules`]) with the backend's parameters
+//!    (count limit, tag bound, device), in the same order on every backend;
+//! 3. takes what the call must hold before the ranks agree (the staged backends' pinned host
+//!    buffers: a rank that cannot get them fails in the agreement, not alone afterwards);
+//! 4. in checked mode, agrees with the other ranks on the call ([`crate::checked`]);
+//! 5. makes the backend's raw operation;
+//! 6. finishes `Avg` where the backend reduces with a sum (divides by the number of ranks).
+//!
+//! [`Backend`] is `pub` inside this private module: nothing outside the crate can name it, so no
+//! one else can call a raw operation with unchecked arguments or implement it, while the blanket
+//! implementation of the public [`Communicator`] trait can use it.
+//!
+//! Errors are mapped where they arise: the rules and the agreement return this crate's
+//! [`Error`](crate::Error) values, the raw operations turn their library's codes into them.
+
+use crate::checked::{Call, OpKind};
+use crate::comm::{Buffer, Communicator, Tag};
+use crate::element::Element;
+use crate::error::Result;
+use crate::op::{BackendKind, ReduceOp};
+use crate::request::{Request, Scope};
+use crate::rules::Rules;
+
+/// How an operation is started, which decides whether a backend stages it through host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// A blocking operation.
+    Blocking,
+    /// A non-blocking collective.
+    Collective,
+    /// A non-blocking send or receive.
+    PointToPoint,
+}
+
+/// A backend: raw, already-checked operations and what the front end needs to know of it.
+///
+/// Each raw operation is called only after the rules for its operation passed on this rank (and, in
+/// checked mode, on every rank): buffer lengths fit the collective, ranks and tags are in range, the
+/// reduce operation is valid for the element on this backend, counts fit the backend's limit and
+/// buffers are on the communicator's device. `op` is the operation's name for errors. Counts `n`
+/// are in elements, as the rules returned them.
+pub trait Backend: Sized {
+    /// The buffer type for elements `T`.
+    type Buf<T: Element>: ?Sized + Buffer<T>;
+    /// What a call holds from before the agreement until its raw operation (or its completion):
+    /// pinned host buffers where the backend stages through host memory, else nothing.
+    type Staging<'c, T: Element>: Default
+    where
+        Self: 'c;
+
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// This rank and the number of ranks.
+    fn ranks(&self) -> (usize, usize);
+    /// Whether checked mode is on.
+    fn is_checked(&self) -> bool;
+    /// The rules' parameters for this communicator.
+    fn rules(&self) -> Rules;
+    /// Checked mode's agreement on `call` (or, unchecked, only the local result); see
+    /// [`MpiComm::agree`](crate::MpiComm).
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R>;
+    /// Whether the backend reduces `Avg` itself; otherwise the front end sums and calls
+    /// [`divide`](Self::divide).
+    fn native_avg(&self) -> bool;
+    /// Divide every element of `buf` by the number of ranks (the second half of `Avg`); called
+    /// only where [`native_avg`](Self::native_avg) is false.
+    fn divide<T: Element>(&self, _op: &'static str, _buf: &mut Self::Buf<T>) -> Result<()> {
+        Ok(())
+    }
+    /// Take the host buffers a call of `start` needs for buffers of `lens` elements (`None`: the
+    /// buffer is absent on this rank); by default none.
+    fn stage<T: Element>(
+        &self,
+        _op: &'static str,
+        _start: Start,
+        _lens: [Option<usize>; 2],
+    ) -> Result<Self::Staging<'_, T>> {
+        Ok(Default::default())
+    }
+
+    /// `barrier`.
+    fn raw_barrier(&self, op: &'static str) -> Result<()>;
+    /// `broadcast` of `n` elements.
+    fn raw_broadcast<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut Self::Buf<T>,
+        root: usize,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `reduce` of `n` elements; `recv` is there on the root only.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_reduce<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Self::Buf<T>,
+        recv: Option<&mut Self::Buf<T>>,
+        red: ReduceOp,
+        root: usize,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `all_reduce` of `n` elements, in place on `recv` when `send` is `None`.
+    fn raw_all_reduce<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&Self::Buf<T>>,
+        recv: &mut Self::Buf<T>,
+        red: ReduceOp,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `all_gather` of blocks of `n` elements.
+    fn raw_all_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `all_gather_v`.
+    fn raw_all_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        counts: &[usize],
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `gather` of blocks of `n` elements; `recv` is there on the root only.
+    fn raw_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Self::Buf<T>,
+        recv: Option<&mut Self::Buf<T>>,
+        root: usize,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `gather_v`; `recv` is there on the root only.
+    fn raw_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Self::Buf<T>,
+        recv: Option<&mut Self::Buf<T>>,
+        counts: &[usize],
+        root: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `scatter` of blocks of `n` elements; `send` is there on the root only.
+    fn raw_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&Self::Buf<T>>,
+        recv: &mut Self::Buf<T>,
+        root: usize,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `scatter_v`; `send` is there on the root only.
+    fn raw_scatter_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&Self::Buf<T>>,
+        recv: &mut Self::Buf<T>,
+        counts: &[usize],
+        root: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `reduce_scatter` into blocks of `n` elements.
+    fn raw_reduce_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        red: ReduceOp,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `all_to_all` of blocks of `n` elements.
+    fn raw_all_to_all<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `all_to_all_v`.
+    fn raw_all_to_all_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Self::Buf<T>,
+        send_counts: &[usize],
+        recv: &mut Self::Buf<T>,
+        recv_counts: &[usize],
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `send` of `n` elements.
+    fn raw_send<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &Self::Buf<T>,
+        dest: usize,
+        tag: Tag,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `recv` of exactly `n` elements.
+    fn raw_recv<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `send_recv` of `counts = (sent, received)` elements.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_send_recv<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Self::Buf<T>,
+        dest: usize,
+        recv: &mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+        counts: (usize, usize),
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// `split` with a color that fits MPI's (`None`: join none).
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>>;
+    /// `dup`.
+    fn raw_dup(&self, op: &'static str) -> Result<Self>;
+    /// Start an `all_reduce` of `n` elements; `average`: divide by the number of ranks on completion.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_all_reduce<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start a `broadcast` of `n` elements.
+    fn raw_i_broadcast<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        root: usize,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start an `all_gather` of blocks of `n` elements.
+    fn raw_i_all_gather<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start a `send` of `n` elements.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_send<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s Self::Buf<T>,
+        dest: usize,
+        tag: Tag,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start a `recv` of exactly `n` elements.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_recv<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+}
+
+/// The reduce operation the backend runs for `red`, and whether the front end divides afterwards.
+fn reduction<B: Backend>(b: &B, red: ReduceOp) -> (ReduceOp, bool) {
+    if red == ReduceOp::Avg && !b.native_avg() {
+        (ReduceOp::Sum, true)
+    } else {
+        (red, false)
+    }
+}
+
+/// Local result then staging: a rank that cannot stage reports it like a bad argument.
+fn staged<'c, B: Backend, T: Element, R>(
+    b: &'c B,
+    op: &'static str,
+    start: Start,
+    local: Result<R>,
+    lens: impl FnOnce(&R) -> [Option<usize>; 2],
+) -> Result<(R, B::Staging<'c, T>)> {
+    let value = local?;
+    let staging = b.stage::<T>(op, start, lens(&value))?;
+    Ok((value, staging))
+}
+
+fn lens2(a: usize, b: usize) -> [Option<usize>; 2] {
+    [Some(a), Some(b)]
+}
+
+impl<B: Backend> Communicator for B {
+    type Buf<T: Element> = B::Buf<T>;
+
+    fn backend(&self) -> BackendKind {
+        self.kind()
+    }
+
+    fn rank(&self) -> usize {
+        self.ranks().0
+    }
+
+    fn size(&self) -> usize {
+        self.ranks().1
+    }
+
+    fn checked(&self) -> bool {
+        self.is_checked()
+    }
+
+    fn barrier(&self) -> Result<()> {
+        const OP: &str = "barrier";
+        let _span = tracing::trace_span!("barrier").entered();
+        self.agree(Call::new(OpKind::Barrier), Ok(()))?;
+        self.raw_barrier(OP)
+    }
+
+    fn broadcast<T: Element>(&self, buf: &mut Self::Buf<T>, root: usize) -> Result<()> {
+        const OP: &str = "broadcast";
+        let _span = tracing::trace_span!("broadcast").entered();
+        let local = self.rules().broadcast::<T, _>(OP, buf, root);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
+            [Some(buf.len()), None]
+        });
+        let call = Call::new(OpKind::Broadcast)
+            .element::<T>()
+            .root(root)
+            .count(buf.len());
+        let (n, staging) = self.agree(call, local)?;
+        self.raw_broadcast(OP, buf, root, n, staging)
+    }
+
+    fn reduce<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: Option<&mut Self::Buf<T>>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        const OP: &str = "reduce";
+        let _span = tracing::trace_span!("reduce").entered();
+        let local = self.rules().reduce::<T, _, _>(OP, send, recv, op, root);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |(_, r)| {
+            [Some(send.len()), r.as_ref().map(|r| r.len())]
+        });
+        let call = Call::new(OpKind::Reduce)
+            .element::<T>()
+            .reduce(op)
+            .root(root)
+            .count(send.len());
+        let ((n, mut recv), staging) = self.agree(call, local)?;
+        let (run, divide) = reduction(self, op);
+        self.raw_reduce(OP, send, recv.as_deref_mut(), run, root, n, staging)?;
+        match recv {
+            Some(recv) if divide => self.divide(OP, recv),
+            _ => Ok(()),
+        }
+    }
+
+    fn all_reduce<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        const OP: &str = "all_reduce";
+        let _span = tracing::trace_span!("all_reduce").entered();
+        let local = self.rules().all_reduce::<T, _>(OP, send, recv, op);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllReduce)
+            .element::<T>()
+            .reduce(op)
+            .count(send.len());
+        let (n, staging) = self.agree(call, local)?;
+        let (run, divide) = reduction(self, op);
+        self.raw_all_reduce(OP, Some(send), recv, run, n, staging)?;
+        if divide {
+            self.divide(OP, recv)?;
+        }
+        Ok(())
+    }
+
+    fn all_reduce_in_place<T: Element>(&self, buf: &mut Self::Buf<T>, op: ReduceOp) -> Result<()> {
+        const OP: &str = "all_reduce_in_place";
+        let _span = tracing::trace_span!("all_reduce_in_place").entered();
+        let local = self.rules().all_reduce_in_place::<T, _>(OP, buf, op);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
+            [Some(buf.len()), None]
+        });
+        let call = Call::new(OpKind::AllReduceInPlace)
+            .element::<T>()
+            .reduce(op)
+            .count(buf.len());
+        let (n, staging) = self.agree(call, local)?;
+        let (run, divide) = reduction(self, op);
+        self.raw_all_reduce(OP, None, buf, run, n, staging)?;
+        if divide {
+            self.divide(OP, buf)?;
+        }
+        Ok(())
+    }
+
+    fn all_gather<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
+        const OP: &str = "all_gather";
+        let _span = tracing::trace_span!("all_gather").entered();
+        let local = self.rules().all_gather::<T, _>(OP, send, recv);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllGather)
+            .element::<T>()
+            .count(send.len());
+        let (n, staging) = self.agree(call, local)?;
+        self.raw_all_gather(OP, send, recv, n, staging)
+    }
+
+    fn all_gather_v<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        counts: &[usize],
+    ) -> Result<()> {
+        const OP: &str = "all_gather_v";
+        let _span = tracing::trace_span!("all_gather_v").entered();
+        let local = self.rules().all_gather_v::<T, _>(OP, send, recv, counts);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllGatherV).element::<T>().counts(counts);
+        let ((), staging) = self.agree(call, local)?;
+        self.raw_all_gather_v(OP, send, recv, counts, staging)
+    }
+
+    fn gather<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: Option<&mut Self::Buf<T>>,
+        root: usize,
+    ) -> Result<()> {
+        const OP: &str = "gather";
+        let _span = tracing::trace_span!("gather").entered();
+        let local = self.rules().gather::<T, _, _>(OP, send, recv, root);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |(_, r)| {
+            [Some(send.len()), r.as_ref().map(|r| r.len())]
+        });
+        let call = Call::new(OpKind::Gather)
+            .element::<T>()
+            .root(root)
+            .count(send.len());
+        let ((n, recv), staging) = self.agree(call, local)?;
+        self.raw_gather(OP, send, recv, root, n, staging)
+    }
+
+    fn gather_v<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: Option<&mut Self::Buf<T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        const OP: &str = "gather_v";
+        let _span = tracing::trace_span!("gather_v").entered();
+        let local = self
+            .rules()
+            .gather_v::<T, _, _>(OP, send, recv, counts, root);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |r| {
+            [Some(send.len()), r.as_ref().map(|r| r.len())]
+        });
+        let call = Call::new(OpKind::GatherV)
+            .element::<T>()
+            .root(root)
+            .counts(counts);
+        let (recv, staging) = self.agree(call, local)?;
+        self.raw_gather_v(OP, send, recv, counts, root, staging)
+    }
+
+    fn scatter<T: Element>(
+        &self,
+        send: Option<&Self::Buf<T>>,
+        recv: &mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<()> {
+        const OP: &str = "scatter";
+        let _span = tracing::trace_span!("scatter").entered();
+        let local = self.rules().scatter::<T, _, _>(OP, send, recv, root);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |(_, s)| {
+            [s.map(|s| s.len()), Some(recv.len())]
+        });
+        let call = Call::new(OpKind::Scatter)
+            .element::<T>()
+            .root(root)
+            .count(recv.len());
+        let ((n, send), staging) = self.agree(call, local)?;
+        self.raw_scatter(OP, send, recv, root, n, staging)
+    }
+
+    fn scatter_v<T: Element>(
+        &self,
+        send: Option<&Self::Buf<T>>,
+        recv: &mut Self::Buf<T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        const OP: &str = "scatter_v";
+        let _span = tracing::trace_span!("scatter_v").entered();
+        let local = self
+            .rules()
+            .scatter_v::<T, _, _>(OP, send, recv, counts, root);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |s| {
+            [s.map(|s| s.len()), Some(recv.len())]
+        });
+        let call = Call::new(OpKind::ScatterV)
+            .element::<T>()
+            .root(root)
+            .counts(counts);
+        let (send, staging) = self.agree(call, local)?;
+        self.raw_scatter_v(OP, send, recv, counts, root, staging)
+    }
+
+    fn reduce_scatter<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        recv: &mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        const OP: &str = "reduce_scatter";
+        let _span = tracing::trace_span!("reduce_scatter").entered();
+        let local = self.rules().reduce_scatter::<T, _>(OP, send, recv, op);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::ReduceScatter)
+            .element::<T>()
+            .reduce(op)
+            .count(recv.len());
+        let (n, staging) = self.agree(call, local)?;
+        let (run, divide) = reduction(self, op);
+        self.raw_reduce_scatter(OP, send, recv, run, n, staging)?;
+        if divide {
+            self.divide(OP, recv)?;
+        }
+        Ok(())
+    }
+
+    fn all_to_all<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
+        const OP: &str = "all_to_all";
+        let _span = tracing::trace_span!("all_to_all").entered();
+        let local = self.rules().all_to_all::<T, _>(OP, send, recv);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllToAll).element::<T>().count(send.len());
+        let (n, staging) = self.agree(call, local)?;
+        self.raw_all_to_all(OP, send, recv, n, staging)
+    }
+
+    fn all_to_all_v<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        send_counts: &[usize],
+        recv: &mut Self::Buf<T>,
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        const OP: &str = "all_to_all_v";
+        let _span = tracing::trace_span!("all_to_all_v").entered();
+        let local = self
+            .rules()
+            .all_to_all_v::<T, _>(OP, send, send_counts, recv, recv_counts);
+        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllToAllV)
+            .element::<T>()
+            .all_to_all(send_counts, recv_counts);
+        let ((), staging) = self.agree(call, local)?;
+        self.raw_all_to_all_v(OP, send, send_counts, recv, recv_counts, staging)
+    }
+
+    fn send<T: Element>(&self, buf: &Self::Buf<T>, dest: usize, tag: Tag) -> Result<()> {
+        const OP: &str = "send";
+        let _span = tracing::trace_span!("send").entered();
+        let n = self
+            .rules()
+            .point::<T, _>(OP, "destination", buf, dest, tag)?;
+        let staging = self.stage::<T>(OP, Start::Blocking, [Some(n), None])?;
+        self.raw_send(OP, buf, dest, tag, n, staging)
+    }
+
+    fn recv<T: Element>(&self, buf: &mut Self::Buf<T>, source: usize, tag: Tag) -> Result<()> {
+        const OP: &str = "recv";
+        let _span = tracing::trace_span!("recv").entered();
+        let n = self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
+        let staging = self.stage::<T>(OP, Start::Blocking, [Some(n), None])?;
+        self.raw_recv(OP, buf, source, tag, n, staging)
+    }
+
+    fn send_recv<T: Element>(
+        &self,
+        send: &Self::Buf<T>,
+        dest: usize,
+        recv: &mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<()> {
+        const OP: &str = "send_recv";
+        let _span = tracing::trace_span!("send_recv").entered();
+        let (sn, rn) = self
+            .rules()
+            .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
+        let staging = self.stage::<T>(OP, Start::Blocking, lens2(sn, rn))?;
+        self.raw_send_recv(OP, send, dest, recv, source, tag, (sn, rn), staging)
+    }
+
+    fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
+        const OP: &str = "split";
+        let _span = tracing::trace_span!("split").entered();
+        let local = Rules::color(OP, color);
+        let color = self.agree(Call::new(OpKind::Split), local)?;
+        self.raw_split(OP, color, key)
+    }
+
+    fn dup(&self) -> Result<Self> {
+        const OP: &str = "dup";
+        let _span = tracing::trace_span!("dup").entered();
+        self.agree(Call::new(OpKind::Dup), Ok(()))?;
+        self.raw_dup(OP)
+    }
+
+    fn i_all_reduce<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_all_reduce";
+        let _span = tracing::trace_span!("i_all_reduce").entered();
+        let local = self.rules().all_reduce::<T, _>(OP, send, recv, op);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllReduce)
+            .element::<T>()
+            .reduce(op)
+            .count(send.len());
+        let (n, staging) = self.agree(call, local)?;
+        let (run, divide) = reduction(self, op);
+        self.raw_i_all_reduce(OP, scope, send, recv, run, divide, n, staging)
+    }
+
+    fn i_broadcast<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_broadcast";
+        let _span = tracing::trace_span!("i_broadcast").entered();
+        let local = self.rules().broadcast::<T, _>(OP, buf, root);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
+            [Some(buf.len()), None]
+        });
+        let call = Call::new(OpKind::Broadcast)
+            .element::<T>()
+            .root(root)
+            .count(buf.len());
+        let (n, staging) = self.agree(call, local)?;
+        self.raw_i_broadcast(OP, scope, buf, root, n, staging)
+    }
+
+    fn i_all_gather<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_all_gather";
+        let _span = tracing::trace_span!("i_all_gather").entered();
+        let local = self.rules().all_gather::<T, _>(OP, send, recv);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllGather)
+            .element::<T>()
+            .count(send.len());
+        let (n, staging) = self.agree(call, local)?;
+        self.raw_i_all_gather(OP, scope, send, recv, n, staging)
+    }
+
+    fn i_send<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s Self::Buf<T>,
+        dest: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_send";
+        let _span = tracing::trace_span!("i_send").entered();
+        let n = self
+            .rules()
+            .point::<T, _>(OP, "destination", buf, dest, tag)?;
+        let staging = self.stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
+        self.raw_i_send(OP, scope, buf, dest, tag, n, staging)
+    }
+
+    fn i_recv<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_recv";
+        let _span = tracing::trace_span!("i_recv").entered();
+        let n = self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
+        let staging = self.stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
+        self.raw_i_recv(OP, scope, buf, source, tag, n, staging)
+    }
+}
