@@ -630,6 +630,97 @@ mod tests {
         assert!(!help.contains("--baseline"));
     }
 
+    fn parse_coll(args: &[&str]) -> Result<(crate::coll::CollName, CollArgs), clap::Error> {
+        let mut v = vec!["collbench"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).map(|c| {
+            let (n, a) = c.command.engine().expect("an engine subcommand");
+            let a = CollArgs { ..*a };
+            (n, a)
+        })
+    }
+
+    #[test]
+    fn every_collective_is_a_subcommand_with_nccl_tests_flags() {
+        use crate::coll::CollName;
+        for &name in CollName::ALL {
+            let args: Vec<&str> = match name {
+                // Their own subcommands keep their benchmarks; `coll NAME` reaches the engine's.
+                CollName::Allreduce | CollName::Allgatherv => vec!["coll", name.name()],
+                _ => vec![name.name()],
+            };
+            let (n, a) = parse_coll(&args).unwrap();
+            assert_eq!(n, name);
+            let p = a.plan(n, 4, host_only).unwrap();
+            assert_eq!((p.iters, p.warmup_iters, p.check), (20, 5, true));
+            assert!(p.columns.iter_stats);
+        }
+        let (n, a) = parse_coll(&[
+            "gather",
+            "-b",
+            "1K",
+            "-e",
+            "4K",
+            "-f",
+            "2",
+            "-n",
+            "3",
+            "-w",
+            "0",
+            "-c",
+            "0",
+            "-d",
+            "int8",
+            "-r",
+            "2",
+            "-a",
+            "3",
+            "--backend",
+            "all",
+            "--minmax",
+        ])
+        .unwrap();
+        let p = a.plan(n, 3, host_only).unwrap();
+        assert_eq!(p.sizes, [1024, 2048, 4096]);
+        assert_eq!((p.iters, p.warmup_iters, p.check), (3, 0, false));
+        assert_eq!(p.datatypes, [DataType::Int8]);
+        assert_eq!((a.root, a.average), (2, 3));
+        assert_eq!(p.backends, [Backend::Mpi]);
+        assert!(p.columns.minmax);
+        // -o is ignored where nothing is reduced, and kept where something is.
+        let (n, a) = parse_coll(&["alltoall", "-o", "all"]).unwrap();
+        assert_eq!(a.plan(n, 2, host_only).unwrap().ops, [ReduceOp::Sum]);
+        let (n, a) = parse_coll(&["reducescatter", "-o", "min"]).unwrap();
+        assert_eq!(a.plan(n, 2, host_only).unwrap().ops, [ReduceOp::Min]);
+        // A root outside the ranks, bad numbers.
+        let (n, a) = parse_coll(&["broadcast", "-r", "4"]).unwrap();
+        assert!(a.plan(n, 4, host_only).unwrap_err().contains("root 4"));
+        assert!(parse_coll(&["scatter", "-a", "4"]).is_err());
+        assert!(parse_coll(&["barrier", "-n", "0"]).is_err());
+        assert!(parse_coll(&["coll", "allsum"]).is_err());
+        let (n, a) = parse_coll(&["sendrecv", "--backend", "nccl"]).unwrap();
+        assert!(a.plan(n, 2, host_only).is_err());
+    }
+
+    #[test]
+    fn engine_help_names_the_factor() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("reducescatter")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("busbw  algbw * (n-1)/n"), "{help}");
+        assert!(help.contains("--root"));
+        let help = Cli::command()
+            .find_subcommand_mut("broadcast")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("busbw  algbw * 1 "));
+    }
+
     #[test]
     fn the_command_line_reaches_doctor() {
         let c = Cli::try_parse_from(["collbench", "doctor"]).unwrap();

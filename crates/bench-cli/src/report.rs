@@ -1021,6 +1021,55 @@ mod tests {
     }
 
     #[test]
+    fn iteration_statistics() {
+        let s = IterStats::of(&[5.0, 1.0, 3.0, 2.0, 4.0]);
+        assert_eq!((s.min, s.p50, s.p99), (1.0, 3.0, 5.0));
+        let many: Vec<f64> = (1..=200).map(f64::from).collect();
+        let s = IterStats::of(&many);
+        assert_eq!((s.min, s.p50, s.p99), (1.0, 100.0, 198.0));
+        assert_eq!(IterStats::of(&[]).p99, 0.0);
+    }
+
+    #[test]
+    fn without_an_in_place_form_the_columns_read_na_and_the_schema_stays() {
+        let cols = Columns {
+            iter_stats: true,
+            ..Columns::default()
+        };
+        let mut r = row();
+        r.in_place = false;
+        r.oop.iter = Some(IterStats {
+            min: 1e-6,
+            p50: 2e-6,
+            p99: 3e-6,
+        });
+        let h = csv_header(cols);
+        let line = csv_row(&r, cols);
+        assert_eq!(h.split(',').count(), line.split(',').count());
+        let map: Vec<(&str, &str)> = h.split(',').zip(line.split(',')).collect();
+        let get = |k: &str| map.iter().find(|(n, _)| *n == k).unwrap().1;
+        assert_eq!(get("oop_iter_p99_us"), "3.000");
+        assert_eq!(get("ip_time_us"), "");
+        assert_eq!(get("ip_wrong"), "");
+        assert_eq!(get("ip_iter_p50_us"), "");
+        let t = table_row(&r, cols);
+        assert!(t.trim_end().ends_with("N/A"), "{t}");
+        // The footer counts the one placement only.
+        let f = table_footer(&[r], true);
+        assert!(f[1].contains("0 OK"), "{f:?}");
+        assert!(f[2].contains("0.500"));
+        let minmax = Columns {
+            minmax: true,
+            iter_stats: true,
+            ..Columns::default()
+        };
+        assert_eq!(
+            table_header(minmax)[1].len(),
+            table_row(&row(), minmax).len()
+        );
+    }
+
+    #[test]
     fn footer_counts_wrong() {
         let f = table_footer(&[row()], true);
         assert!(f[1].contains("3 FAILED"));
