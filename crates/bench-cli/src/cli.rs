@@ -136,7 +136,8 @@ broadcast's one form is in place and is reported as out-of-place).
          (reducescatter, alltoall), the root's buffer (scatter), the buffer (the others); each -b..-e
          size is rounded down to whole elements and whole blocks of n ranks; 0 for barrier.
   time   each rank times -n calls after -w warm-up calls and a barrier, each call on its own (wall
-         clock for mpi; CUDA events on the communicator's stream for nccl, cuda-mpi, mpi-staged);
+         clock for mpi; CUDA events on the communicator's stream for nccl; for cuda-mpi and
+         mpi-staged, whose calls complete when they return, the wall clock with the stream drained);
          -a picks the column: 0 rank 0's average, 1 the average over ranks (default), 2 the fastest
          rank's, 3 the slowest rank's. CSV and JSON also carry min and max over ranks and, per
          iteration (the slowest rank's time), min, p50 and p99; the table shows them with --minmax.

@@ -361,8 +361,9 @@ impl BenchBackend for Host<'_> {
     }
 }
 
-/// A device backend (`nccl`, `cuda-mpi`, `mpi-staged`): `CudaSlice` buffers, CUDA events recorded on
-/// the communicator's stream around each call.
+/// A device backend (`nccl`, `cuda-mpi`, `mpi-staged`): `CudaSlice` buffers; on `nccl` CUDA events
+/// recorded on the communicator's stream around each call, on the device backends over MPI (whose
+/// calls complete when they return) the wall clock around each call and the drained stream.
 #[derive(Debug)]
 pub struct Device<'a, C> {
     /// The measured communicator.
@@ -391,6 +392,22 @@ fn time_on_stream<C: DeviceCommunicator>(
     events
         .windows(2)
         .map(|w| Ok(timing::seconds_per_call(w[0].elapsed_ms(&w[1])?, 1)))
+        .collect()
+}
+
+fn time_wall_drained<C: DeviceCommunicator>(
+    comm: &C,
+    iters: usize,
+    f: &mut dyn FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<f64>> {
+    comm.synchronize()?;
+    (0..iters.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f()?;
+            comm.synchronize()?;
+            Ok(start.elapsed().as_secs_f64())
+        })
         .collect()
 }
 
@@ -426,7 +443,12 @@ macro_rules! device_backend {
                 iters: usize,
                 f: &mut dyn FnMut() -> anyhow::Result<()>,
             ) -> anyhow::Result<Vec<f64>> {
-                time_on_stream(self.comm, self.comm.stream(), iters, f)
+                match self.backend {
+                    Backend::Nccl => time_on_stream(self.comm, self.comm.stream(), iters, f),
+                    // Device memory over MPI: each call completes when it returns (after the
+                    // stream work it ordered), so the wall clock with the stream drained.
+                    _ => time_wall_drained(self.comm, iters, f),
+                }
             }
         }
     )*};

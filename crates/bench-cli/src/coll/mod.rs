@@ -1,4 +1,4 @@
-//! Every collective on the [`engine`](crate::engine), one file of hooks each, named as nccl-tests
+//! Every collective on the [`crate::engine`], one file of hooks each, named as nccl-tests
 //! names them.
 //!
 //! # Sizes and bus bandwidth
