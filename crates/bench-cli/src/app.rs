@@ -10,7 +10,7 @@ use mpi::traits::Communicator as _;
 
 use crate::allreduce::{self, MpiComms, Settings};
 use crate::backend::{self, Backend};
-use crate::cli::{AllreduceArgs, Cli, CollArgs, Command};
+use crate::cli::{AllreduceArgs, Cli, CollArgs, Command, Plan};
 use crate::coll::CollName;
 use crate::cuda_mpi::DeviceMpi;
 use crate::dtype::DataType;
@@ -147,7 +147,9 @@ pub fn agreed_availability(
         .collect())
 }
 
-/// `collbench allreduce`.
+/// `collbench allreduce`: on the engine ([`run_engine`]), or with `--baseline raw` or
+/// `--checked-cost` on the all-reduce benchmark that times those beside the library
+/// ([`crate::allreduce`], [`crate::nccl`], [`crate::cuda_mpi`]).
 ///
 /// # Errors
 /// Bad flags (found identically on every rank), unsupported combinations, library errors.
@@ -164,6 +166,13 @@ pub fn run_allreduce(
                 .and_then(|(_, why)| why.clone())
         })
         .map_err(anyhow::Error::msg)?;
+    if !plan.columns.baseline && !plan.columns.checked_cost {
+        // The all-reduce itself runs on the engine; the raw baselines and the checked-mode cost
+        // (hidden flags) keep the benchmark below.
+        let mut plan = plan;
+        plan.columns.iter_stats = true;
+        return run_engine(universe, CollName::Allreduce, &plan, 0, 1);
+    }
     let world = universe.world();
     let (rank, nranks) = (world.rank(), world.size() as usize);
     let (jobs, skipped) =
@@ -287,8 +296,7 @@ pub fn run_coll(
     args: &CollArgs,
 ) -> anyhow::Result<()> {
     let availability = agreed_availability(universe, args.backend)?;
-    let world = universe.world();
-    let (rank, nranks) = (world.rank(), world.size() as usize);
+    let nranks = universe.world().size() as usize;
     let plan = args
         .plan(name, nranks, |b| {
             availability
@@ -297,6 +305,22 @@ pub fn run_coll(
                 .and_then(|(_, why)| why.clone())
         })
         .map_err(anyhow::Error::msg)?;
+    run_engine(universe, name, &plan, args.root, args.average)
+}
+
+/// Run collective `name` as `plan` says on the engine, with `root` (`-r`) and `average` (`-a`).
+///
+/// # Errors
+/// Unsupported combinations, library errors.
+pub fn run_engine(
+    universe: &mpi::environment::Universe,
+    name: CollName,
+    plan: &Plan,
+    root: usize,
+    average: u8,
+) -> anyhow::Result<()> {
+    let world = universe.world();
+    let (rank, nranks) = (world.rank(), world.size() as usize);
     let (jobs, skipped) = if name.reduces() {
         combinations(&plan.backends, &plan.datatypes, &plan.ops, plan.single_pair)?
     } else {
@@ -338,8 +362,8 @@ pub fn run_coll(
         iters: plan.iters,
         warmup_iters: plan.warmup_iters,
         check: plan.check,
-        root: args.root,
-        average: args.average,
+        root,
+        average,
     };
     for &backend in &plan.backends {
         if plan.backends.len() > 1 {

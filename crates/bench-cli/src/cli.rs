@@ -81,8 +81,8 @@ pub enum Command {
     #[command(long_about = coll_about("barrier"))]
     Barrier(CollArgs),
     /// Any collective on the benchmark engine, by name: the same as `collbench NAME`; here
-    /// `allreduce` and `allgatherv` (whose own subcommands keep their own benchmarks) run the
-    /// engine's version too (allgatherv: rank i holds a share proportional to i + 1).
+    /// `allgatherv` (whose own subcommand compares NCCL's uneven algorithms with padding) runs the
+    /// engine's version, rank i holding a share proportional to i + 1.
     #[command(long_about = coll_about("coll"))]
     Coll {
         /// The collective.
@@ -148,7 +148,8 @@ broadcast's one form is in place and is reported as out-of-place).
          the type; the elements of every rank's output that differ from the answer computed from the
          inputs alone, summed over ranks.
 
--o applies to allreduce, reduce and reducescatter; -r to broadcast, reduce, gather(v), scatter(v).
+-o applies to allreduce, reduce and reducescatter; -r to broadcast, reduce, gather(v), scatter(v);
+-d all and -o all run every combination the backend supports and note the others.
 --backend all runs every backend available on every rank (see `collbench doctor`)."
     )
 }
@@ -257,13 +258,15 @@ All-reduce: out-of-place and in-place time, algorithm and bus bandwidth, correct
 Columns follow nccl-tests: size(B) count type redop root, then for out-of-place and in-place:
 time(us) algbw(GB/s) busbw(GB/s) #wrong.
 
-  time   each rank times -n calls back to back (after -w warm-up calls and a barrier) and
-         divides by -n; the column is the average over ranks (min and max over ranks are in
+  time   each rank times -n calls back to back (after -w warm-up calls and a barrier), each
+         call on its own, and averages them; the column is the average over ranks (min and max
+         over ranks, and min, p50 and p99 over iterations of the slowest rank's time, are in
          CSV/JSON, and in the table with --minmax). Host backends (mpi) time with the wall
-         clock; nccl with CUDA events recorded on the communicator's stream before and after
-         the -n calls (the stream is idle when the first is recorded); cuda-mpi and mpi-staged
-         (device buffers over MPI, complete when each call returns) with the wall clock from
-         before the first call to after the communicator's stream is drained.
+         clock; nccl with CUDA events recorded on the communicator's stream between the calls
+         (the stream is idle when the first is recorded); cuda-mpi and mpi-staged (device
+         buffers over MPI, complete when each call returns) with the wall clock around each
+         call with the communicator's stream drained. It runs on the benchmark engine, as every
+         collective does (docs/collbench.md).
   algbw  size / time, in GB/s (1 GB = 1e9 bytes).
   busbw  algbw * 2(n-1)/n for n ranks: a ring all-reduce moves 2(n-1)/n times the buffer through
          each rank's link, so busbw is comparable with the hardware's bandwidth and across rank

@@ -225,14 +225,29 @@ pub fn run<K: Collective, B: BenchBackend, T: BenchElement, W: Write>(
         let placements = if K::IN_PLACE { 2 } else { 1 };
         for placement in 0..placements {
             let in_place = placement == 1;
-            let send = b.upload(&input).context("setting up the send buffer")?;
             let init = K::recv_init(&ctx, &shape, &input);
             let fresh = |poison: T| match (&init, in_place) {
                 (_, true) => b.upload(&input),
                 (Some(v), false) => b.upload(v),
                 (None, false) => b.upload(&vec![poison; shape.recv]),
             };
-            let mut recv = fresh(T::zeroed())?;
+            // Every rank learns whether all could set up their buffers, so that all stop together
+            // when one cannot.
+            let buffers = b.upload(&input).and_then(|s| Ok((s, fresh(T::zeroed())?)));
+            let mut ok = [i32::from(buffers.is_ok())];
+            b.ctl().all_reduce_in_place(&mut ok[..], ReduceOp::Min)?;
+            let (send, mut recv) = buffers.with_context(|| {
+                format!(
+                    "setting up buffers of {} and {} elements on rank {}",
+                    shape.send, shape.recv, ctx.rank
+                )
+            })?;
+            if ok[0] == 0 {
+                anyhow::bail!(
+                    "a rank cannot set up buffers of {} bytes",
+                    shape.send.max(shape.recv).saturating_mul(elem)
+                );
+            }
             let call = |recv: &mut B::Owned<T>| {
                 if in_place {
                     K::run_in_place(b, &ctx, &shape, recv)
@@ -335,7 +350,11 @@ impl BenchBackend for Host<'_> {
         Backend::Mpi
     }
     fn upload<T: BenchElement>(&self, host: &[T]) -> anyhow::Result<Vec<T>> {
-        Ok(host.to_vec())
+        let mut v = Vec::new();
+        v.try_reserve_exact(host.len())
+            .with_context(|| format!("cannot allocate {} elements", host.len()))?;
+        v.extend_from_slice(host);
+        Ok(v)
     }
     fn download<T: BenchElement>(&self, buf: &Vec<T>) -> anyhow::Result<Vec<T>> {
         Ok(buf.clone())
