@@ -2,7 +2,8 @@
 //! one report naming the MPI library, the CUDA-awareness verdict and its facts, every rank's view and
 //! every backend; the verdict is the same on every rank and follows from its facts. Also the host
 //! path of `collbench p2p` (windows of non-blocking sends, acknowledgements, the byte check) on 2+
-//! ranks. Run: `mpirun -n N target/debug/deps/mpi_doctor-*` (or `cargo xtask test`).
+//! ranks, and every collective of `collbench` on the benchmark engine over host MPI with the
+//! `#wrong` check (0 wrong on every rank count). Run: `mpirun -n N target/debug/deps/mpi_doctor-*` (or `cargo xtask test`).
 
 #![allow(clippy::useless_vec)] // the shared suite's buffers are vectors
 
@@ -163,8 +164,78 @@ fn p2p_on_host(t: &T) {
     }
 }
 
+/// Every collective on the engine over host MPI, small sizes, with `-c 1`: rows for every size and
+/// no wrong element, for a reduction with a non-zero root and an uneven split included.
+fn engine_collectives(t: &T) {
+    use bench_cli::coll::CollName;
+    use bench_cli::dtype::DataType;
+    use bench_cli::engine::{Host, Settings};
+    use bench_cli::report::{Columns, Format, Meta, Reporter};
+    use collectives::ReduceOp;
+
+    let Some(ctl) = t.ok(t.comm.dup(), "dup") else {
+        return;
+    };
+    let b = Host {
+        comm: t.comm,
+        ctl: &ctl,
+    };
+    let settings = Settings {
+        iters: 2,
+        warmup_iters: 1,
+        check: true,
+        root: t.size() - 1,
+        average: 1,
+    };
+    let sizes = [8, 64, 512, 4096];
+    for &name in CollName::ALL {
+        for (dtype, op) in [
+            (DataType::Float, ReduceOp::Sum),
+            (DataType::Int32, ReduceOp::Max),
+        ] {
+            let meta = Meta {
+                benchmark: name.name(),
+                nranks: t.size(),
+                backends: vec!["mpi"],
+                checked: false,
+                min_bytes: 8,
+                max_bytes: 4096,
+                step: "8(factor)".into(),
+                warmup_iters: 1,
+                iters: 2,
+                check: true,
+                notes: Vec::new(),
+                environment: Vec::new(),
+            };
+            let mut r = Reporter::<Vec<u8>>::new(None, Format::Csv, Columns::default(), meta);
+            let what = format!("{} {} {}", name.name(), dtype.name(), op.name());
+            if let Err(e) = name.run(&b, settings, dtype, op, &sizes, &mut r) {
+                t.fail(format!("{what}: {e:#}"));
+                continue;
+            }
+            t.check(!r.rows().is_empty(), || format!("{what}: no row"));
+            for row in r.rows() {
+                t.eq(
+                    &row.oop.wrong,
+                    &Some(0),
+                    &format!("{what} {} B wrong", row.size),
+                );
+                if row.in_place {
+                    t.eq(
+                        &row.ip.wrong,
+                        &Some(0),
+                        &format!("{what} {} B in place", row.size),
+                    );
+                }
+                t.check(row.oop.time.avg > 0.0, || format!("{what}: no time"));
+            }
+        }
+    }
+}
+
 fn main() {
     let cases: Vec<Case> = vec![
+        case("engine_collectives", engine_collectives),
         case("doctor_report", report),
         case("doctor_detection", detection),
         case("p2p_on_host", p2p_on_host).min_ranks(2),

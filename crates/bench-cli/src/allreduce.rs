@@ -236,6 +236,7 @@ impl Measured {
                 wrong: self.wrong.map(|w| w[p]),
                 raw: self.raw.map(|r| r[p]),
                 checked_on: self.checked_on.map(|c| c[p]),
+                iter: None,
             }
         };
         Row {
@@ -247,6 +248,7 @@ impl Measured {
             root: -1,
             oop: placement(0),
             ip: placement(1),
+            in_place: true,
         }
     }
 }

@@ -10,7 +10,9 @@ use mpi::traits::Communicator as _;
 
 use crate::allreduce::{self, MpiComms, Settings};
 use crate::backend::{self, Backend};
-use crate::cli::{AllreduceArgs, Cli, Command};
+use crate::cli::{AllreduceArgs, Cli, CollArgs, Command, Plan};
+use crate::coll::CollName;
+use crate::cuda_mpi::DeviceMpi;
 use crate::dtype::DataType;
 use crate::nccl::{self, NcclComms};
 use crate::report::{Meta, Reporter};
@@ -59,12 +61,17 @@ pub fn main() -> ExitCode {
     };
     let rank = universe.world().rank();
     let result = match &cli.command {
+        c if c.engine().is_some() => {
+            let (name, args) = c.engine().expect("checked by the guard");
+            run_coll(&universe, name, args)
+        }
         Command::Allreduce(args) => run_allreduce(&universe, args),
         Command::Allgatherv(args) => crate::allgatherv::run(&universe, args),
         Command::P2p(args) => crate::p2p::run(&universe, args),
         Command::Doctor => run_doctor(&universe),
         Command::Halo(args) => crate::halo::run(&universe, args),
         Command::Pack(_) => Ok(()), // handled above, before MPI starts
+        _ => unreachable!("every engine subcommand is taken by the first arm"),
     };
     let code = match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -118,16 +125,16 @@ pub fn combinations(
     Ok((run, notes))
 }
 
-/// Why each backend `args` may run cannot run, agreed over all ranks: each rank looks at its own
+/// Why each backend `choice` may run cannot run, agreed over all ranks: each rank looks at its own
 /// machine, and a backend runs only when every rank can run it ([`backend::agreed_unavailable`]).
 ///
 /// # Errors
 /// Library errors of the agreement.
 pub fn agreed_availability(
     universe: &mpi::environment::Universe,
-    args: &AllreduceArgs,
+    choice: crate::backend::BackendChoice,
 ) -> anyhow::Result<Vec<(Backend, Option<String>)>> {
-    let candidates = args.backend.candidates();
+    let candidates = choice.candidates();
     let local: Vec<Option<String>> = candidates.iter().map(|b| b.unavailable()).collect();
     let mut everywhere: Vec<i32> = local.iter().map(|r| i32::from(r.is_none())).collect();
     let ctl = MpiComm::world(universe)?.with_checked(false);
@@ -140,7 +147,9 @@ pub fn agreed_availability(
         .collect())
 }
 
-/// `collbench allreduce`.
+/// `collbench allreduce`: on the engine ([`run_engine`]), or with `--baseline raw` or
+/// `--checked-cost` on the all-reduce benchmark that times those beside the library
+/// ([`crate::allreduce`], [`crate::nccl`], [`crate::cuda_mpi`]).
 ///
 /// # Errors
 /// Bad flags (found identically on every rank), unsupported combinations, library errors.
@@ -148,7 +157,7 @@ pub fn run_allreduce(
     universe: &mpi::environment::Universe,
     args: &AllreduceArgs,
 ) -> anyhow::Result<()> {
-    let availability = agreed_availability(universe, args)?;
+    let availability = agreed_availability(universe, args.backend)?;
     let plan = args
         .plan(|b| {
             availability
@@ -157,6 +166,13 @@ pub fn run_allreduce(
                 .and_then(|(_, why)| why.clone())
         })
         .map_err(anyhow::Error::msg)?;
+    if !plan.columns.baseline && !plan.columns.checked_cost {
+        // The all-reduce itself runs on the engine; the raw baselines and the checked-mode cost
+        // (hidden flags) keep the benchmark below.
+        let mut plan = plan;
+        plan.columns.iter_stats = true;
+        return run_engine(universe, CollName::Allreduce, &plan, 0, 1);
+    }
     let world = universe.world();
     let (rank, nranks) = (world.rank(), world.size() as usize);
     let (jobs, skipped) =
@@ -259,6 +275,177 @@ pub fn run_allreduce(
         }
     }
     // With several backends, the fastest per size closes the run.
+    let summary = crate::fastest::fastest_lines(reporter.rows());
+    if !summary.is_empty() {
+        reporter.section("summary");
+        for line in summary {
+            reporter.environment(&line);
+        }
+    }
+    reporter.finish().context("writing the output")
+}
+
+/// `collbench NAME` for a collective on the engine ([`crate::engine`], [`crate::coll`]): every
+/// backend, type and operation of the flags, one row per size.
+///
+/// # Errors
+/// Bad flags (found identically on every rank), unsupported combinations, library errors.
+pub fn run_coll(
+    universe: &mpi::environment::Universe,
+    name: CollName,
+    args: &CollArgs,
+) -> anyhow::Result<()> {
+    let availability = agreed_availability(universe, args.backend)?;
+    let nranks = universe.world().size() as usize;
+    let plan = args
+        .plan(name, nranks, |b| {
+            availability
+                .iter()
+                .find(|(c, _)| *c == b)
+                .and_then(|(_, why)| why.clone())
+        })
+        .map_err(anyhow::Error::msg)?;
+    run_engine(universe, name, &plan, args.root, args.average)
+}
+
+/// Run collective `name` as `plan` says on the engine, with `root` (`-r`) and `average` (`-a`).
+///
+/// # Errors
+/// Unsupported combinations, library errors.
+pub fn run_engine(
+    universe: &mpi::environment::Universe,
+    name: CollName,
+    plan: &Plan,
+    root: usize,
+    average: u8,
+) -> anyhow::Result<()> {
+    let world = universe.world();
+    let (rank, nranks) = (world.rank(), world.size() as usize);
+    let (jobs, skipped) = if name.reduces() {
+        combinations(&plan.backends, &plan.datatypes, &plan.ops, plan.single_pair)?
+    } else {
+        let jobs = plan
+            .backends
+            .iter()
+            .flat_map(|&b| plan.datatypes.iter().map(move |&d| (b, d, ReduceOp::Sum)))
+            .collect();
+        (jobs, Vec::new())
+    };
+    let mut notes: Vec<String> = plan
+        .unavailable
+        .iter()
+        .map(|(b, why)| format!("{}: not available: {why}", b.name()))
+        .collect();
+    notes.extend(skipped);
+    let meta = Meta {
+        benchmark: name.name(),
+        nranks,
+        backends: plan.backends.iter().map(|b| b.name()).collect(),
+        checked: plan.checked,
+        environment: Vec::new(),
+        min_bytes: plan.min_bytes,
+        max_bytes: plan.max_bytes,
+        step: plan.step.describe(),
+        warmup_iters: plan.warmup_iters,
+        iters: plan.iters,
+        check: plan.check,
+        notes,
+    };
+    let mut reporter = Reporter::new(
+        (rank == 0).then(io::stdout),
+        plan.format,
+        plan.columns,
+        meta,
+    );
+    reporter.begin();
+    let settings = crate::engine::Settings {
+        iters: plan.iters,
+        warmup_iters: plan.warmup_iters,
+        check: plan.check,
+        root,
+        average,
+    };
+    for &backend in &plan.backends {
+        if plan.backends.len() > 1 {
+            reporter.section(&format!("backend {}", backend.name()));
+        }
+        let jobs: Vec<Job> = jobs.iter().copied().filter(|j| j.0 == backend).collect();
+        match backend {
+            Backend::Mpi => {
+                let main = MpiComm::world(universe)?.with_checked(plan.checked);
+                let ctl = MpiComm::world(universe)?.with_checked(false);
+                let b = crate::engine::Host {
+                    comm: &main,
+                    ctl: &ctl,
+                };
+                for (_, dtype, op) in jobs {
+                    name.run(&b, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                }
+            }
+            Backend::Nccl => {
+                let comms = match NcclComms::new(universe, plan.checked, false) {
+                    Ok(c) => c,
+                    Err(e) if plan.all_backends => {
+                        reporter.environment(&format!("nccl: not available: {e:#}"));
+                        continue;
+                    }
+                    Err(e) => return Err(e.context("starting the nccl backend")),
+                };
+                reporter.environment(&comms.describe());
+                if name.reduces() && plan.ops.contains(&ReduceOp::Avg) && plan.check {
+                    reporter.environment(NCCL_AVG_NOTE);
+                }
+                let b = crate::engine::Device {
+                    comm: &comms.main,
+                    ctl: &comms.ctl,
+                    backend,
+                };
+                for (_, dtype, op) in jobs {
+                    name.run(&b, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                }
+                comms.finalize()?;
+            }
+            Backend::CudaMpi | Backend::MpiStaged => {
+                let comms = match crate::cuda_mpi::DeviceMpiComms::new(
+                    universe,
+                    backend,
+                    plan.checked,
+                    false,
+                ) {
+                    Ok(c) => c,
+                    Err(e) if plan.all_backends => {
+                        reporter.environment(&format!("{}: not available: {e:#}", backend.name()));
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(e.context(format!("starting the {} backend", backend.name())))
+                    }
+                };
+                reporter.environment(&comms.main.describe());
+                for (_, dtype, op) in jobs {
+                    match &comms.main {
+                        DeviceMpi::Cuda(c) => {
+                            let b = crate::engine::Device {
+                                comm: c,
+                                ctl: &comms.ctl,
+                                backend,
+                            };
+                            name.run(&b, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                        }
+                        DeviceMpi::Staged(c) => {
+                            let b = crate::engine::Device {
+                                comm: c,
+                                ctl: &comms.ctl,
+                                backend,
+                            };
+                            name.run(&b, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                        }
+                    }
+                }
+                comms.finalize()?;
+            }
+        }
+    }
     let summary = crate::fastest::fastest_lines(reporter.rows());
     if !summary.is_empty() {
         reporter.section("summary");

@@ -2,8 +2,9 @@
 //! baseline measured beside them (`--baseline`).
 //!
 //! Adding a backend: give it an [`unavailable`](Backend::unavailable) answer that looks at the machine
-//! (devices, CUDA-awareness of the MPI), and a branch in [`crate::app::run_allreduce`] that makes its
-//! communicators and runs its benchmark.
+//! (devices, CUDA-awareness of the MPI), an [`crate::engine::BenchBackend`] implementation (its buffers
+//! and timer) and a branch in [`crate::app::run_coll`] that makes its communicators; the all-reduce
+//! benchmark with its baselines has its own branch in [`crate::app::run_allreduce`].
 
 use clap::ValueEnum;
 use collectives_core::BackendKind;

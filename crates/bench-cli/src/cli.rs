@@ -44,6 +44,212 @@ pub enum Command {
     /// 3-D halo exchange: fused pack, grouped send/recv, fused unpack, timed per step, against
     /// the same bytes sent contiguously through the same backend.
     Halo(crate::halo::HaloArgs),
+    /// All-gather: every rank gets every rank's block (size: the gathered buffer).
+    #[command(long_about = coll_about("allgather"))]
+    Allgather(CollArgs),
+    /// Reduce-scatter: block r of the reduction to rank r (size: the send buffer).
+    #[command(long_about = coll_about("reducescatter"))]
+    Reducescatter(CollArgs),
+    /// Broadcast from the root (-r).
+    #[command(long_about = coll_about("broadcast"))]
+    Broadcast(CollArgs),
+    /// Reduce to the root (-r).
+    #[command(long_about = coll_about("reduce"))]
+    Reduce(CollArgs),
+    /// All-to-all: block j of rank i to rank j (size: each rank's buffer).
+    #[command(long_about = coll_about("alltoall"))]
+    Alltoall(CollArgs),
+    /// Uneven all-to-all: rank i sends base*(1 + (i + 2j) mod 3) elements to rank j.
+    #[command(long_about = coll_about("alltoallv"))]
+    Alltoallv(CollArgs),
+    /// Gather to the root (-r) (size: the gathered buffer).
+    #[command(long_about = coll_about("gather"))]
+    Gather(CollArgs),
+    /// Uneven gather to the root (-r): rank i holds a share proportional to i + 1.
+    #[command(long_about = coll_about("gatherv"))]
+    Gatherv(CollArgs),
+    /// Scatter from the root (-r) (size: the root's buffer).
+    #[command(long_about = coll_about("scatter"))]
+    Scatter(CollArgs),
+    /// Uneven scatter from the root (-r): rank i gets a share proportional to i + 1.
+    #[command(long_about = coll_about("scatterv"))]
+    Scatterv(CollArgs),
+    /// Ring shift: each rank sends to the next rank and receives from the previous one.
+    #[command(long_about = coll_about("sendrecv"))]
+    Sendrecv(CollArgs),
+    /// Barrier: one row, the time per barrier.
+    #[command(long_about = coll_about("barrier"))]
+    Barrier(CollArgs),
+    /// Any collective on the benchmark engine, by name: the same as `collbench NAME`; here
+    /// `allgatherv` (whose own subcommand compares NCCL's uneven algorithms with padding) runs the
+    /// engine's version, rank i holding a share proportional to i + 1.
+    #[command(long_about = coll_about("coll"))]
+    Coll {
+        /// The collective.
+        #[arg(value_enum)]
+        name: crate::coll::CollName,
+        /// Its flags.
+        #[command(flatten)]
+        args: CollArgs,
+    },
+}
+
+impl Command {
+    /// The engine collective this command runs and its flags, for the engine's subcommands.
+    pub fn engine(&self) -> Option<(crate::coll::CollName, &CollArgs)> {
+        use crate::coll::CollName as N;
+        Some(match self {
+            Command::Allgather(a) => (N::Allgather, a),
+            Command::Reducescatter(a) => (N::Reducescatter, a),
+            Command::Broadcast(a) => (N::Broadcast, a),
+            Command::Reduce(a) => (N::Reduce, a),
+            Command::Alltoall(a) => (N::Alltoall, a),
+            Command::Alltoallv(a) => (N::Alltoallv, a),
+            Command::Gather(a) => (N::Gather, a),
+            Command::Gatherv(a) => (N::Gatherv, a),
+            Command::Scatter(a) => (N::Scatter, a),
+            Command::Scatterv(a) => (N::Scatterv, a),
+            Command::Sendrecv(a) => (N::Sendrecv, a),
+            Command::Barrier(a) => (N::Barrier, a),
+            Command::Coll { name, args } => (*name, args),
+            _ => return None,
+        })
+    }
+}
+
+/// The long help of an engine collective: what its columns mean.
+fn coll_about(name: &str) -> String {
+    let factor = crate::report::busbw_factor_text(name);
+    let what = if name == "coll" {
+        "Any collective on the benchmark engine, by name.".to_string()
+    } else {
+        format!("{name} on the benchmark engine.")
+    };
+    format!(
+        "{what}
+
+Columns follow nccl-tests: size(B) count type redop root, then time(us) algbw(GB/s) busbw(GB/s)
+#wrong for out-of-place and, where the library has the form (allreduce), in-place (N/A otherwise;
+broadcast's one form is in place and is reported as out-of-place).
+
+  size   nccl-tests' size: the gathered buffer (allgather, gather), the send buffer
+         (reducescatter, alltoall), the root's buffer (scatter), the buffer (the others); each -b..-e
+         size is rounded down to whole elements and whole blocks of n ranks; 0 for barrier.
+  time   each rank times -n calls after -w warm-up calls and a barrier, each call on its own (wall
+         clock for mpi; CUDA events on the communicator's stream for nccl; for cuda-mpi and
+         mpi-staged, whose calls complete when they return, the wall clock with the stream drained);
+         -a picks the column: 0 rank 0's average, 1 the average over ranks (default), 2 the fastest
+         rank's, 3 the slowest rank's. CSV and JSON also carry min and max over ranks and, per
+         iteration (the slowest rank's time), min, p50 and p99; the table shows them with --minmax.
+  algbw  size / time, in GB/s (1 GB = 1e9 bytes).
+  busbw  algbw * {factor} (nccl-tests' PERFORMANCE.md; the table of every collective's factor is
+         in docs/collbench.md).
+  #wrong with -c 1: one more call after timing, on inputs that differ on every rank and are exact in
+         the type; the elements of every rank's output that differ from the answer computed from the
+         inputs alone, summed over ranks.
+
+-o applies to allreduce, reduce and reducescatter; -r to broadcast, reduce, gather(v), scatter(v);
+-d all and -o all run every combination the backend supports and note the others.
+--backend all runs every backend available on every rank (see `collbench doctor`)."
+    )
+}
+
+/// Flags of the engine's collectives (nccl-tests' flags where they exist).
+#[derive(Debug, Args)]
+pub struct CollArgs {
+    /// Smallest size in bytes (suffixes K, M, G are powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = sizes::parse_size)]
+    pub min_bytes: usize,
+    /// Largest size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = sizes::parse_size)]
+    pub max_bytes: usize,
+    /// Multiply the size by this factor from one row to the next [default: 2].
+    #[arg(short = 'f', long = "stepfactor", conflicts_with = "step_bytes")]
+    pub step_factor: Option<usize>,
+    /// Add this many bytes from one row to the next (instead of -f).
+    #[arg(short = 'i', long = "stepbytes", value_parser = sizes::parse_size)]
+    pub step_bytes: Option<usize>,
+    /// Timed calls per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+    /// Warm-up calls per size, before the timed ones.
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        visible_alias = "warmup-iters",
+        default_value_t = 5
+    )]
+    pub warmup_iters: u32,
+    /// Check results (1) or not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub check: u8,
+    /// Element type: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16,
+    /// complex64, complex128, or all.
+    #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = parse_datatype)]
+    pub datatype: Choice<DataType>,
+    /// Reduce operation of allreduce, reduce and reducescatter: sum, prod, min, max, avg, or all.
+    #[arg(short = 'o', long = "op", default_value = "sum", value_parser = parse_op)]
+    pub op: Choice<ReduceOp>,
+    /// Root rank of rooted collectives.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: usize,
+    /// The time column: 0 rank 0's, 1 the average over ranks, 2 the fastest rank's, 3 the slowest's.
+    #[arg(short = 'a', long = "average", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub average: u8,
+    /// Backend: mpi, mpi-staged, cuda-mpi, nccl, or all (every backend available here).
+    #[arg(long, default_value = "mpi", value_parser = |s: &str| s.parse::<BackendChoice>())]
+    pub backend: BackendChoice,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Checked mode (cross-rank agreement before each call) for the measured calls.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub checked: OnOff,
+    /// Show min and max over ranks and p50 and p99 over iterations in the table.
+    #[arg(long)]
+    pub minmax: bool,
+}
+
+impl CollArgs {
+    /// The same run as [`AllreduceArgs`] plans it (sizes, types, operations, backends), for
+    /// collective `name` on `nranks` ranks.
+    ///
+    /// # Errors
+    /// As [`AllreduceArgs::plan`]; a root outside the ranks.
+    pub fn plan(
+        &self,
+        name: crate::coll::CollName,
+        nranks: usize,
+        unavailable: impl Fn(Backend) -> Option<String>,
+    ) -> Result<Plan, String> {
+        if self.root >= nranks.max(1) {
+            return Err(format!("root {} is not a rank of {nranks}", self.root));
+        }
+        let as_allreduce = AllreduceArgs {
+            min_bytes: self.min_bytes,
+            max_bytes: self.max_bytes,
+            step_factor: self.step_factor,
+            step_bytes: self.step_bytes,
+            iters: self.iters,
+            warmup_iters: self.warmup_iters,
+            check: self.check,
+            datatype: self.datatype,
+            op: if name.reduces() {
+                self.op
+            } else {
+                Choice::One(ReduceOp::Sum)
+            },
+            backend: self.backend,
+            format: self.format,
+            checked: self.checked,
+            minmax: self.minmax,
+            baseline: None,
+            checked_cost: false,
+        };
+        let mut plan = as_allreduce.plan(unavailable)?;
+        plan.columns.iter_stats = true;
+        Ok(plan)
+    }
 }
 
 const ALLREDUCE_ABOUT: &str = "\
@@ -52,13 +258,15 @@ All-reduce: out-of-place and in-place time, algorithm and bus bandwidth, correct
 Columns follow nccl-tests: size(B) count type redop root, then for out-of-place and in-place:
 time(us) algbw(GB/s) busbw(GB/s) #wrong.
 
-  time   each rank times -n calls back to back (after -w warm-up calls and a barrier) and
-         divides by -n; the column is the average over ranks (min and max over ranks are in
+  time   each rank times -n calls back to back (after -w warm-up calls and a barrier), each
+         call on its own, and averages them; the column is the average over ranks (min and max
+         over ranks, and min, p50 and p99 over iterations of the slowest rank's time, are in
          CSV/JSON, and in the table with --minmax). Host backends (mpi) time with the wall
-         clock; nccl with CUDA events recorded on the communicator's stream before and after
-         the -n calls (the stream is idle when the first is recorded); cuda-mpi and mpi-staged
-         (device buffers over MPI, complete when each call returns) with the wall clock from
-         before the first call to after the communicator's stream is drained.
+         clock; nccl with CUDA events recorded on the communicator's stream between the calls
+         (the stream is idle when the first is recorded); cuda-mpi and mpi-staged (device
+         buffers over MPI, complete when each call returns) with the wall clock around each
+         call with the communicator's stream drained. It runs on the benchmark engine, as every
+         collective does (docs/collbench.md).
   algbw  size / time, in GB/s (1 GB = 1e9 bytes).
   busbw  algbw * 2(n-1)/n for n ranks: a ring all-reduce moves 2(n-1)/n times the buffer through
          each rank's link, so busbw is comparable with the hardware's bandwidth and across rank
@@ -260,6 +468,7 @@ impl AllreduceArgs {
                 minmax: self.minmax,
                 baseline: self.baseline == Some(Baseline::Raw),
                 checked_cost: self.checked_cost,
+                iter_stats: false,
             },
         })
     }
@@ -377,7 +586,8 @@ mod tests {
             Columns {
                 minmax: true,
                 baseline: true,
-                checked_cost: true
+                checked_cost: true,
+                iter_stats: false,
             }
         );
         assert!(parse(&["--checked-cost", "--checked", "on"])
@@ -422,6 +632,97 @@ mod tests {
         assert!(help.contains("--minbytes"));
         assert!(!help.contains("--checked-cost"));
         assert!(!help.contains("--baseline"));
+    }
+
+    fn parse_coll(args: &[&str]) -> Result<(crate::coll::CollName, CollArgs), clap::Error> {
+        let mut v = vec!["collbench"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).map(|c| {
+            let (n, a) = c.command.engine().expect("an engine subcommand");
+            let a = CollArgs { ..*a };
+            (n, a)
+        })
+    }
+
+    #[test]
+    fn every_collective_is_a_subcommand_with_nccl_tests_flags() {
+        use crate::coll::CollName;
+        for &name in CollName::ALL {
+            let args: Vec<&str> = match name {
+                // Their own subcommands keep their benchmarks; `coll NAME` reaches the engine's.
+                CollName::Allreduce | CollName::Allgatherv => vec!["coll", name.name()],
+                _ => vec![name.name()],
+            };
+            let (n, a) = parse_coll(&args).unwrap();
+            assert_eq!(n, name);
+            let p = a.plan(n, 4, host_only).unwrap();
+            assert_eq!((p.iters, p.warmup_iters, p.check), (20, 5, true));
+            assert!(p.columns.iter_stats);
+        }
+        let (n, a) = parse_coll(&[
+            "gather",
+            "-b",
+            "1K",
+            "-e",
+            "4K",
+            "-f",
+            "2",
+            "-n",
+            "3",
+            "-w",
+            "0",
+            "-c",
+            "0",
+            "-d",
+            "int8",
+            "-r",
+            "2",
+            "-a",
+            "3",
+            "--backend",
+            "all",
+            "--minmax",
+        ])
+        .unwrap();
+        let p = a.plan(n, 3, host_only).unwrap();
+        assert_eq!(p.sizes, [1024, 2048, 4096]);
+        assert_eq!((p.iters, p.warmup_iters, p.check), (3, 0, false));
+        assert_eq!(p.datatypes, [DataType::Int8]);
+        assert_eq!((a.root, a.average), (2, 3));
+        assert_eq!(p.backends, [Backend::Mpi]);
+        assert!(p.columns.minmax);
+        // -o is ignored where nothing is reduced, and kept where something is.
+        let (n, a) = parse_coll(&["alltoall", "-o", "all"]).unwrap();
+        assert_eq!(a.plan(n, 2, host_only).unwrap().ops, [ReduceOp::Sum]);
+        let (n, a) = parse_coll(&["reducescatter", "-o", "min"]).unwrap();
+        assert_eq!(a.plan(n, 2, host_only).unwrap().ops, [ReduceOp::Min]);
+        // A root outside the ranks, bad numbers.
+        let (n, a) = parse_coll(&["broadcast", "-r", "4"]).unwrap();
+        assert!(a.plan(n, 4, host_only).unwrap_err().contains("root 4"));
+        assert!(parse_coll(&["scatter", "-a", "4"]).is_err());
+        assert!(parse_coll(&["barrier", "-n", "0"]).is_err());
+        assert!(parse_coll(&["coll", "allsum"]).is_err());
+        let (n, a) = parse_coll(&["sendrecv", "--backend", "nccl"]).unwrap();
+        assert!(a.plan(n, 2, host_only).is_err());
+    }
+
+    #[test]
+    fn engine_help_names_the_factor() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("reducescatter")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("busbw  algbw * (n-1)/n"), "{help}");
+        assert!(help.contains("--root"));
+        let help = Cli::command()
+            .find_subcommand_mut("broadcast")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("busbw  algbw * 1 "));
     }
 
     #[test]

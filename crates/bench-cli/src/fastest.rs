@@ -89,6 +89,7 @@ mod tests {
             wrong: Some(0),
             raw: None,
             checked_on: None,
+            iter: None,
         };
         Row {
             backend,
@@ -99,6 +100,7 @@ mod tests {
             root: -1,
             oop: p(oop_us),
             ip: p(ip_us),
+            in_place: true,
         }
     }
 

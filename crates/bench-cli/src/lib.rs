@@ -9,6 +9,8 @@
 //! | [`backend`] | `--backend`: which backends exist and which can run here |
 //! | [`expected`] | inputs and expected results of the `#wrong` check |
 //! | [`timing`] | per-call time (wall clock, CUDA events), its spread over ranks, algbw and busbw |
+//! | [`engine`] | the benchmark engine: buffers per backend, warm-up, timed loop, `#wrong`, statistics, rows |
+//! | [`coll`] | every collective's hooks over the engine (one file each) and the bus-bandwidth table |
 //! | [`allreduce`] | the all-reduce benchmark on MPI, its raw `MPI_Allreduce` baseline and checked-mode cost |
 //! | [`nccl`] | the all-reduce benchmark on NCCL: device buffers, CUDA-event timing, raw `ncclAllReduce` baseline |
 //! | [`pack`] | `collbench pack`: GPU pack throughput against copy baselines (one GPU, no MPI) |
@@ -26,9 +28,11 @@ pub mod allreduce;
 pub mod app;
 pub mod backend;
 pub mod cli;
+pub mod coll;
 pub mod cuda_mpi;
 pub mod doctor;
 pub mod dtype;
+pub mod engine;
 pub mod expected;
 pub mod fastest;
 pub mod halo;

@@ -29,6 +29,43 @@ pub struct Columns {
     pub baseline: bool,
     /// The time with checked mode on, and its cost.
     pub checked_cost: bool,
+    /// Per-iteration statistics (min, p50, p99 of the slowest rank's time per iteration): in CSV and
+    /// JSON, and in the table with `minmax`.
+    pub iter_stats: bool,
+}
+
+/// Statistics over the timed iterations of one size, in seconds: each iteration's time is the slowest
+/// rank's, then the fastest iteration, the median and the 99th percentile are taken.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IterStats {
+    /// Fastest iteration.
+    pub min: f64,
+    /// Median iteration.
+    pub p50: f64,
+    /// 99th percentile (nearest rank).
+    pub p99: f64,
+}
+
+impl IterStats {
+    /// The statistics of `times` (seconds per iteration); all zero when there are none.
+    pub fn of(times: &[f64]) -> Self {
+        let mut v: Vec<f64> = times.iter().copied().filter(|t| !t.is_nan()).collect();
+        if v.is_empty() {
+            return IterStats {
+                min: 0.0,
+                p50: 0.0,
+                p99: 0.0,
+            };
+        }
+        v.sort_by(f64::total_cmp);
+        // Nearest rank: the smallest value with at least p% of the values at or below it.
+        let pct = |p: f64| v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        IterStats {
+            min: v[0],
+            p50: pct(50.0),
+            p99: pct(99.0),
+        }
+    }
 }
 
 /// One placement's measurements (out-of-place or in-place). Times are in seconds.
@@ -46,6 +83,8 @@ pub struct Placement {
     pub raw: Option<Spread>,
     /// Time per call through the library with checked mode on.
     pub checked_on: Option<Spread>,
+    /// Per-iteration statistics, where the run took them.
+    pub iter: Option<IterStats>,
 }
 
 /// One line of results: one size of one type, operation and backend.
@@ -63,10 +102,12 @@ pub struct Row {
     pub redop: &'static str,
     /// Root rank, `-1` where there is none (all-reduce).
     pub root: i64,
-    /// Out-of-place measurements.
+    /// Out-of-place measurements (the collective's only form where it has one form).
     pub oop: Placement,
-    /// In-place measurements.
+    /// In-place measurements; meaningful only when `in_place`.
     pub ip: Placement,
+    /// Whether the collective has an in-place form (otherwise the in-place columns read N/A).
+    pub in_place: bool,
 }
 
 /// The run's settings, printed in the header.
@@ -194,6 +235,18 @@ pub fn fields(row: &Row, cols: Columns) -> Vec<(String, Value)> {
         ("root".to_string(), Value::Int(row.root.into())),
     ];
     for (p, m) in [("oop_", &row.oop), ("ip_", &row.ip)] {
+        if p == "ip_" && !row.in_place {
+            // The same columns, empty: one schema whatever the collective.
+            let n = fields_of_placement(cols);
+            let names: Vec<String> = csv_placement_names(cols);
+            debug_assert_eq!(names.len(), n);
+            f.extend(
+                names
+                    .into_iter()
+                    .map(|k| (format!("ip_{k}"), Value::Missing)),
+            );
+            continue;
+        }
         spread_fields(&mut f, p, &m.time);
         f.push((format!("{p}algbw_gbps"), Value::Num(m.algbw, 4)));
         f.push((format!("{p}busbw_gbps"), Value::Num(m.busbw, 4)));
@@ -201,6 +254,18 @@ pub fn fields(row: &Row, cols: Columns) -> Vec<(String, Value)> {
             format!("{p}wrong"),
             m.wrong.map_or(Value::Missing, |w| Value::Int(w.into())),
         ));
+        if cols.iter_stats {
+            for (name, v) in [
+                ("iter_min_us", m.iter.map(|i| i.min)),
+                ("iter_p50_us", m.iter.map(|i| i.p50)),
+                ("iter_p99_us", m.iter.map(|i| i.p99)),
+            ] {
+                f.push((
+                    format!("{p}{name}"),
+                    v.map_or(Value::Missing, |t| Value::Num(t * US, 3)),
+                ));
+            }
+        }
         if cols.baseline {
             match &m.raw {
                 Some(raw) => {
@@ -249,27 +314,47 @@ pub fn fields(row: &Row, cols: Columns) -> Vec<(String, Value)> {
     f
 }
 
-/// The CSV header line (no line break).
-pub fn csv_header(cols: Columns) -> String {
-    let empty = Placement {
+fn empty_placement() -> Placement {
+    Placement {
         time: Spread::uniform(0.0),
         algbw: 0.0,
         busbw: 0.0,
         wrong: None,
         raw: None,
         checked_on: None,
-    };
-    let row = Row {
+        iter: None,
+    }
+}
+
+fn empty_row() -> Row {
+    Row {
         backend: "",
         size: 0,
         count: 0,
         dtype: "",
         redop: "",
         root: 0,
-        oop: empty,
-        ip: empty,
-    };
-    fields(&row, cols)
+        oop: empty_placement(),
+        ip: empty_placement(),
+        in_place: true,
+    }
+}
+
+/// The names of one placement's fields, without the `oop_`/`ip_` prefix.
+fn csv_placement_names(cols: Columns) -> Vec<String> {
+    fields(&empty_row(), cols)
+        .into_iter()
+        .filter_map(|(k, _)| k.strip_prefix("oop_").map(str::to_string))
+        .collect()
+}
+
+fn fields_of_placement(cols: Columns) -> usize {
+    csv_placement_names(cols).len()
+}
+
+/// The CSV header line (no line break).
+pub fn csv_header(cols: Columns) -> String {
+    fields(&empty_row(), cols)
         .into_iter()
         .map(|(k, _)| k)
         .collect::<Vec<_>>()
@@ -319,7 +404,10 @@ pub fn json_document(meta: &Meta, cols: Columns, rows: &[Row]) -> String {
         ("iters", meta.iters.to_string()),
         ("check", meta.check.to_string()),
         ("time", json_string(TIME_NOTE)),
-        ("busbw_factor", json_string(BUSBW_FACTOR)),
+        (
+            "busbw_factor",
+            json_string(busbw_factor_text(meta.benchmark)),
+        ),
         (
             "baseline",
             if cols.baseline {
@@ -363,6 +451,12 @@ pub const TIME_NOTE: &str =
      then the average (min, max) is taken over ranks";
 /// The all-reduce bus-bandwidth factor.
 pub const BUSBW_FACTOR: &str = "2(n-1)/n";
+
+/// The bus-bandwidth factor of benchmark `name`, as text (`2(n-1)/n` for all-reduce; see
+/// [`crate::coll`] for the table).
+pub fn busbw_factor_text(name: &str) -> &'static str {
+    crate::coll::CollName::from_name(name).map_or(BUSBW_FACTOR, |c| c.busbw_text())
+}
 /// What the baseline is.
 pub const BASELINE_NOTE: &str = "the backend's all-reduce called directly on the same communicator handle and \
      buffers (mpi: MPI_Allreduce through mpi::ffi; nccl: ncclAllReduce through nccl_sys on the same stream, \
@@ -395,8 +489,10 @@ pub fn table_preamble(meta: &Meta, cols: Columns) -> Vec<String> {
         ),
         format!("#  time: {TIME_NOTE}"),
         format!(
-            "#  algbw = size / time; busbw = algbw * {BUSBW_FACTOR} for all-reduce (bus bandwidth, as in nccl-tests' \
-             PERFORMANCE.md; 1 GB = 1e9 bytes)"
+            "#  algbw = size / time; busbw = algbw * {} for {} (bus bandwidth, as in nccl-tests' \
+             PERFORMANCE.md; 1 GB = 1e9 bytes)",
+            busbw_factor_text(meta.benchmark),
+            meta.benchmark,
         ),
     ];
     if cols.baseline {
@@ -439,6 +535,10 @@ fn table_columns(cols: Columns) -> Vec<Col> {
         if cols.minmax {
             v.push(c(g, "min", "(us)", 9));
             v.push(c(g, "max", "(us)", 9));
+            if cols.iter_stats {
+                v.push(c(g, "p50", "(us)", 9));
+                v.push(c(g, "p99", "(us)", 9));
+            }
         }
         v.push(c(g, "algbw", "(GB/s)", 8));
         v.push(c(g, "busbw", "(GB/s)", 8));
@@ -504,6 +604,13 @@ fn placement_cells(m: &Placement, cols: Columns) -> Vec<String> {
     if cols.minmax {
         v.push(fmt_time_us(m.time.min * US));
         v.push(fmt_time_us(m.time.max * US));
+        if cols.iter_stats {
+            let it = |f: fn(&IterStats) -> f64| {
+                m.iter.map_or("-".to_string(), |i| fmt_time_us(f(&i) * US))
+            };
+            v.push(it(|i| i.p50));
+            v.push(it(|i| i.p99));
+        }
     }
     v.push(format!("{:.2}", m.algbw));
     v.push(format!("{:.2}", m.busbw));
@@ -545,7 +652,12 @@ pub fn table_row(row: &Row, cols: Columns) -> String {
         row.root.to_string(),
     ];
     cells.extend(placement_cells(&row.oop, cols));
-    cells.extend(placement_cells(&row.ip, cols));
+    let ip = placement_cells(&row.ip, cols);
+    if row.in_place {
+        cells.extend(ip);
+    } else {
+        cells.extend(ip.iter().map(|_| "N/A".to_string()));
+    }
     line(' ', &cells, &widths)
 }
 
@@ -670,7 +782,14 @@ impl<W: Write> Reporter<W> {
 pub fn table_footer(rows: &[Row], check: bool) -> Vec<String> {
     let wrong: u64 = rows
         .iter()
-        .map(|r| r.oop.wrong.unwrap_or(0) + r.ip.wrong.unwrap_or(0))
+        .map(|r| {
+            r.oop.wrong.unwrap_or(0)
+                + if r.in_place {
+                    r.ip.wrong.unwrap_or(0)
+                } else {
+                    0
+                }
+        })
         .sum();
     let wrong_line = if !check {
         "# wrong values total  : N/A (-c 0)".to_string()
@@ -679,10 +798,14 @@ pub fn table_footer(rows: &[Row], check: bool) -> Vec<String> {
     } else {
         format!("# wrong values total  : {wrong} FAILED")
     };
+    let placements: usize = rows.iter().map(|r| 1 + usize::from(r.in_place)).sum();
     let avg = if rows.is_empty() {
         0.0
     } else {
-        rows.iter().map(|r| r.oop.busbw + r.ip.busbw).sum::<f64>() / (2 * rows.len()) as f64
+        rows.iter()
+            .map(|r| r.oop.busbw + if r.in_place { r.ip.busbw } else { 0.0 })
+            .sum::<f64>()
+            / placements as f64
     };
     vec![
         "#".to_string(),
@@ -708,6 +831,7 @@ mod tests {
             wrong,
             raw: None,
             checked_on: None,
+            iter: None,
         }
     }
 
@@ -721,6 +845,7 @@ mod tests {
             root: -1,
             oop: placement(10.0, Some(0)),
             ip: placement(12.5, Some(3)),
+            in_place: true,
         }
     }
 
@@ -745,6 +870,7 @@ mod tests {
             minmax: false,
             baseline: true,
             checked_cost: true,
+            iter_stats: false,
         };
         let mut r = row();
         r.oop.raw = Some(Spread::uniform(8e-6));
@@ -820,6 +946,7 @@ mod tests {
                 minmax: true,
                 baseline: true,
                 checked_cost: true,
+                iter_stats: true,
             },
         ] {
             let head = table_header(cols);
@@ -891,6 +1018,55 @@ mod tests {
         r.row(row());
         assert!(r.finish().is_ok());
         assert_eq!(r.rows().len(), 1);
+    }
+
+    #[test]
+    fn iteration_statistics() {
+        let s = IterStats::of(&[5.0, 1.0, 3.0, 2.0, 4.0]);
+        assert_eq!((s.min, s.p50, s.p99), (1.0, 3.0, 5.0));
+        let many: Vec<f64> = (1..=200).map(f64::from).collect();
+        let s = IterStats::of(&many);
+        assert_eq!((s.min, s.p50, s.p99), (1.0, 100.0, 198.0));
+        assert_eq!(IterStats::of(&[]).p99, 0.0);
+    }
+
+    #[test]
+    fn without_an_in_place_form_the_columns_read_na_and_the_schema_stays() {
+        let cols = Columns {
+            iter_stats: true,
+            ..Columns::default()
+        };
+        let mut r = row();
+        r.in_place = false;
+        r.oop.iter = Some(IterStats {
+            min: 1e-6,
+            p50: 2e-6,
+            p99: 3e-6,
+        });
+        let h = csv_header(cols);
+        let line = csv_row(&r, cols);
+        assert_eq!(h.split(',').count(), line.split(',').count());
+        let map: Vec<(&str, &str)> = h.split(',').zip(line.split(',')).collect();
+        let get = |k: &str| map.iter().find(|(n, _)| *n == k).unwrap().1;
+        assert_eq!(get("oop_iter_p99_us"), "3.000");
+        assert_eq!(get("ip_time_us"), "");
+        assert_eq!(get("ip_wrong"), "");
+        assert_eq!(get("ip_iter_p50_us"), "");
+        let t = table_row(&r, cols);
+        assert!(t.trim_end().ends_with("N/A"), "{t}");
+        // The footer counts the one placement only.
+        let f = table_footer(&[r], true);
+        assert!(f[1].contains("0 OK"), "{f:?}");
+        assert!(f[2].contains("0.500"));
+        let minmax = Columns {
+            minmax: true,
+            iter_stats: true,
+            ..Columns::default()
+        };
+        assert_eq!(
+            table_header(minmax)[1].len(),
+            table_row(&row(), minmax).len()
+        );
     }
 
     #[test]

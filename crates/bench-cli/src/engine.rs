@@ -1,0 +1,476 @@
+//! The benchmark engine: buffer set-up, warm-up, the timed loop, validation, statistics over ranks
+//! and iterations, and the output row, written once for every collective and every backend.
+//!
+//! A collective contributes a [`Collective`] (its hooks: how to size, fill, run and check its buffers,
+//! and its bus-bandwidth factor; one file under [`crate::coll`]); a backend contributes a
+//! [`BenchBackend`] (how to hold a buffer, upload and download it, and how to time a loop). The engine
+//! is generic over both, so adding either needs nothing here.
+//!
+//! Per size and placement (out-of-place, then in-place where the collective has that form): the send
+//! buffer is filled with the check pattern, `-w` warm-up calls, a barrier, `-n` timed calls (each
+//! iteration timed on its own), then with `-c 1` the buffers are filled again, one more call is made and
+//! the wrong elements of every rank's output are counted against the answer the hooks compute from the
+//! inputs alone. Every decision depends only on the arguments, so all ranks make the same calls.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use collectives_core::cudarc::driver::sys::CUevent_flags;
+use collectives_core::cudarc::driver::{CudaSlice, CudaStream};
+use collectives_core::{
+    device, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm,
+    ReduceOp,
+};
+
+use crate::backend::Backend;
+use crate::dtype::DataType;
+use crate::expected::{tolerance, BenchElement};
+use crate::report::{IterStats, Placement, Reporter, Row};
+use crate::timing::{self, Spread};
+
+/// Where one rank stands in a run: what the hooks need to size, fill and check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ctx {
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub nranks: usize,
+    /// The root of rooted collectives (`-r`).
+    pub root: usize,
+    /// The reduce operation of reducing collectives (`-o`).
+    pub op: ReduceOp,
+}
+
+/// The buffers of one size on one rank, in elements.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// The `count` column: elements of the row (nccl-tests' count; `size` = count x element size).
+    pub count: usize,
+    /// Elements of this rank's send buffer.
+    pub send: usize,
+    /// Elements of this rank's receive buffer (0 where the rank receives nothing).
+    pub recv: usize,
+    /// Per-rank element counts of the uneven (`v`) collectives; empty for the others.
+    pub counts: Vec<usize>,
+}
+
+/// How a backend holds buffers and times loops: host memory and the wall clock, or device memory
+/// and CUDA events on the communicator's stream.
+pub trait BenchBackend {
+    /// The measured communicator.
+    type Comm: Communicator;
+    /// An owned buffer of `T` that borrows as the communicator's buffer type.
+    type Owned<T: BenchElement>;
+    /// The measured communicator.
+    fn comm(&self) -> &Self::Comm;
+    /// Barriers and the reductions of times and wrong counts: never measured, never checked.
+    fn ctl(&self) -> &MpiComm;
+    /// Which backend this is.
+    fn backend(&self) -> Backend;
+    /// A buffer holding `host`.
+    ///
+    /// # Errors
+    /// Allocation and copy errors.
+    fn upload<T: BenchElement>(&self, host: &[T]) -> anyhow::Result<Self::Owned<T>>;
+    /// The contents of `buf`, after the work ordered before this call has completed.
+    ///
+    /// # Errors
+    /// Copy and synchronization errors.
+    fn download<T: BenchElement>(&self, buf: &Self::Owned<T>) -> anyhow::Result<Vec<T>>;
+    /// `buf` as the communicator's buffer type.
+    fn buf<T: BenchElement>(buf: &Self::Owned<T>) -> &<Self::Comm as Communicator>::Buf<T>;
+    /// `buf` as the communicator's buffer type, mutably.
+    fn buf_mut<T: BenchElement>(
+        buf: &mut Self::Owned<T>,
+    ) -> &mut <Self::Comm as Communicator>::Buf<T>;
+    /// Seconds taken by each of `iters` calls of `f`, run back to back.
+    ///
+    /// # Errors
+    /// The first error of `f`; timer errors.
+    fn time_iters(
+        &self,
+        iters: usize,
+        f: &mut dyn FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<f64>>;
+}
+
+/// A collective's hooks (nccl-tests' per-collective file): sizing, fill, the call, the expected
+/// answer and the bus-bandwidth factor.
+pub trait Collective {
+    /// Its name, as nccl-tests names it (`allreduce`, `reducescatter`, ...).
+    const NAME: &'static str;
+    /// Whether it reduces (then `-o` applies and the `redop` column names the operation).
+    const REDUCES: bool = false;
+    /// Whether it has a root (then `-r` applies and the `root` column names it).
+    const ROOTED: bool = false;
+    /// Whether the library offers an in-place form (then the in-place columns are measured).
+    const IN_PLACE: bool = false;
+    /// Whether it moves data at all (`barrier` does not: one row, size 0).
+    const SIZED: bool = true;
+
+    /// `busbw = algbw x factor` for `nranks` ranks.
+    fn busbw_factor(nranks: usize) -> f64;
+    /// The buffers for about `count` elements (bytes / element size), on this rank.
+    fn shape(count: usize, ctx: &Ctx) -> Shape;
+    /// The value at element `i` of this rank's send buffer.
+    fn input<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> T;
+    /// The value expected at element `i` of this rank's receive buffer (in place: of the one buffer),
+    /// computed from [`input`](Self::input) of every rank; `None` where the element is not checked.
+    fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T>;
+    /// What this rank's receive buffer holds before the out-of-place call, where it matters (a
+    /// broadcast's one buffer holds the root's data on the root); `None`: anything (the engine puts a
+    /// value there that no input has, so untouched elements count as wrong).
+    fn recv_init<T: BenchElement>(ctx: &Ctx, shape: &Shape, input: &[T]) -> Option<Vec<T>> {
+        let _ = (ctx, shape, input);
+        None
+    }
+    /// The out-of-place call (or the collective's only form).
+    ///
+    /// # Errors
+    /// The library's errors.
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        ctx: &Ctx,
+        shape: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()>;
+    /// The in-place call on `buf` (filled as the send buffer), where [`IN_PLACE`](Self::IN_PLACE).
+    ///
+    /// # Errors
+    /// The library's errors; an error where the collective has no in-place form.
+    fn run_in_place<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        ctx: &Ctx,
+        shape: &Shape,
+        buf: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        let _ = (b, ctx, shape, buf);
+        anyhow::bail!("{} has no in-place form", Self::NAME)
+    }
+}
+
+/// This rank's send buffer for `shape`, filled with the collective's inputs.
+pub fn fill<K: Collective, T: BenchElement>(ctx: &Ctx, shape: &Shape) -> Vec<T> {
+    (0..shape.send).map(|i| K::input(ctx, shape, i)).collect()
+}
+
+/// Elements of `got` (this rank's output) that differ from the expected answer by more than `rel`
+/// relative (0: exactly): nccl-tests' `#wrong`.
+pub fn count_wrong<K: Collective, T: BenchElement>(
+    ctx: &Ctx,
+    shape: &Shape,
+    got: &[T],
+    rel: f64,
+) -> u64 {
+    got.iter()
+        .enumerate()
+        .filter(|&(i, &g)| K::expected::<T>(ctx, shape, i).is_some_and(|w| !g.within(w, rel)))
+        .count() as u64
+}
+
+/// What every size of a run shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Timed calls.
+    pub iters: usize,
+    /// Warm-up calls.
+    pub warmup_iters: usize,
+    /// Count wrong elements.
+    pub check: bool,
+    /// The root of rooted collectives.
+    pub root: usize,
+    /// nccl-tests' `-a`: the time column is rank 0's (0), the average over ranks (1), the fastest
+    /// rank's (2) or the slowest rank's (3).
+    pub average: u8,
+}
+
+/// Run collective `K` with elements `T` (`dtype`) and `op` over `counts` (elements per row, as
+/// [`crate::sizes::counts`] gives them) on backend `b`, one row per count.
+///
+/// # Errors
+/// Library errors (the same on every rank for the same arguments).
+pub fn run<K: Collective, B: BenchBackend, T: BenchElement, W: Write>(
+    b: &B,
+    settings: Settings,
+    dtype: DataType,
+    op: ReduceOp,
+    counts: &[usize],
+    reporter: &mut Reporter<W>,
+) -> anyhow::Result<()> {
+    let comm = b.comm();
+    let ctx = Ctx {
+        rank: comm.rank(),
+        nranks: comm.size(),
+        root: settings.root,
+        op,
+    };
+    let counts: &[usize] = if K::SIZED { counts } else { &[0] };
+    let rel = tolerance::<T>(b.backend().kind(), op, ctx.nranks);
+    let elem = std::mem::size_of::<T>();
+    let mut last_count = None;
+    for &c in counts {
+        let shape = K::shape(c, &ctx);
+        // Sizes that round to the same buffers give the same row: run it once; sizes too small for
+        // one element per rank give none.
+        if last_count == Some(shape.count) || (K::SIZED && shape.count == 0 && c > 0) {
+            continue;
+        }
+        last_count = Some(shape.count);
+        let input = fill::<K, T>(&ctx, &shape);
+        let mut times = Vec::new(); // this rank's seconds per iteration, per placement
+        let mut wrong = Vec::new();
+        let placements = if K::IN_PLACE { 2 } else { 1 };
+        for placement in 0..placements {
+            let in_place = placement == 1;
+            let init = K::recv_init(&ctx, &shape, &input);
+            let fresh = |poison: T| match (&init, in_place) {
+                (_, true) => b.upload(&input),
+                (Some(v), false) => b.upload(v),
+                (None, false) => b.upload(&vec![poison; shape.recv]),
+            };
+            // Every rank learns whether all could set up their buffers, so that all stop together
+            // when one cannot.
+            let buffers = b.upload(&input).and_then(|s| Ok((s, fresh(T::zeroed())?)));
+            let mut ok = [i32::from(buffers.is_ok())];
+            b.ctl().all_reduce_in_place(&mut ok[..], ReduceOp::Min)?;
+            let (send, mut recv) = buffers.with_context(|| {
+                format!(
+                    "setting up buffers of {} and {} elements on rank {}",
+                    shape.send, shape.recv, ctx.rank
+                )
+            })?;
+            if ok[0] == 0 {
+                anyhow::bail!(
+                    "a rank cannot set up buffers of {} bytes",
+                    shape.send.max(shape.recv).saturating_mul(elem)
+                );
+            }
+            let call = |recv: &mut B::Owned<T>| {
+                if in_place {
+                    K::run_in_place(b, &ctx, &shape, recv)
+                } else {
+                    K::run(b, &ctx, &shape, &send, recv)
+                }
+            };
+            for _ in 0..settings.warmup_iters {
+                call(&mut recv)?;
+            }
+            b.ctl().barrier()?;
+            times.push(b.time_iters(settings.iters, &mut || call(&mut recv))?);
+            if settings.check {
+                // Fresh buffers: the timed calls may have reduced in place many times.
+                let mut out = fresh(poison_value::<T>())?;
+                call(&mut out)?;
+                let got = b.download(&out)?;
+                wrong.push(count_wrong::<K, T>(&ctx, &shape, &got, rel));
+            }
+        }
+        let wrong = if settings.check {
+            b.ctl().all_reduce_in_place(&mut wrong[..], ReduceOp::Sum)?;
+            Some(wrong)
+        } else {
+            None
+        };
+        let avg: Vec<f64> = times
+            .iter()
+            .map(|t| t.iter().sum::<f64>() / t.len().max(1) as f64)
+            .collect();
+        let mut spread = timing::over_ranks(b.ctl(), &avg)?;
+        for (s, own) in spread.iter_mut().zip(&avg) {
+            s.avg = match settings.average {
+                0 => *own, // rank 0 prints: its own time
+                2 => s.min,
+                3 => s.max,
+                _ => s.avg,
+            };
+        }
+        // Each iteration's time is the slowest rank's.
+        let mut slowest: Vec<f64> = times.iter().flatten().copied().collect();
+        b.ctl()
+            .all_reduce_in_place(&mut slowest[..], ReduceOp::Max)?;
+        let per_placement: Vec<&[f64]> = slowest.chunks(settings.iters.max(1)).collect();
+        let size = shape.count * elem;
+        let factor = K::busbw_factor(ctx.nranks);
+        let placement = |p: usize| {
+            let time = spread.get(p).copied().unwrap_or(Spread::uniform(0.0));
+            let algbw = timing::algbw(size, time.avg);
+            Placement {
+                time,
+                algbw,
+                busbw: algbw * factor,
+                wrong: wrong.as_ref().and_then(|w| w.get(p).copied()),
+                raw: None,
+                checked_on: None,
+                iter: per_placement.get(p).map(|t| IterStats::of(t)),
+            }
+        };
+        reporter.row(Row {
+            backend: b.backend().name(),
+            size,
+            count: shape.count,
+            dtype: dtype.name(),
+            redop: if K::REDUCES { op.name() } else { "none" },
+            root: if K::ROOTED { settings.root as i64 } else { -1 },
+            oop: placement(0),
+            ip: placement(1),
+            in_place: K::IN_PLACE,
+        });
+    }
+    Ok(())
+}
+
+/// A value that no check pattern produces (the inputs are small integers): what an untouched output
+/// element holds.
+fn poison_value<T: BenchElement>() -> T {
+    T::from_parts(-77, -77)
+}
+
+/// The MPI host backend: `Vec` buffers and the wall clock.
+#[derive(Debug)]
+pub struct Host<'a> {
+    /// The measured communicator.
+    pub comm: &'a MpiComm,
+    /// The control communicator.
+    pub ctl: &'a MpiComm,
+}
+
+impl BenchBackend for Host<'_> {
+    type Comm = MpiComm;
+    type Owned<T: BenchElement> = Vec<T>;
+    fn comm(&self) -> &MpiComm {
+        self.comm
+    }
+    fn ctl(&self) -> &MpiComm {
+        self.ctl
+    }
+    fn backend(&self) -> Backend {
+        Backend::Mpi
+    }
+    fn upload<T: BenchElement>(&self, host: &[T]) -> anyhow::Result<Vec<T>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(host.len())
+            .with_context(|| format!("cannot allocate {} elements", host.len()))?;
+        v.extend_from_slice(host);
+        Ok(v)
+    }
+    fn download<T: BenchElement>(&self, buf: &Vec<T>) -> anyhow::Result<Vec<T>> {
+        Ok(buf.clone())
+    }
+    fn buf<T: BenchElement>(buf: &Vec<T>) -> &[T] {
+        buf
+    }
+    fn buf_mut<T: BenchElement>(buf: &mut Vec<T>) -> &mut [T] {
+        buf
+    }
+    fn time_iters(
+        &self,
+        iters: usize,
+        f: &mut dyn FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<f64>> {
+        (0..iters.max(1))
+            .map(|_| {
+                let start = Instant::now();
+                f()?;
+                Ok(start.elapsed().as_secs_f64())
+            })
+            .collect()
+    }
+}
+
+/// A device backend (`nccl`, `cuda-mpi`, `mpi-staged`): `CudaSlice` buffers; on `nccl` CUDA events
+/// recorded on the communicator's stream around each call, on the device backends over MPI (whose
+/// calls complete when they return) the wall clock around each call and the drained stream.
+#[derive(Debug)]
+pub struct Device<'a, C> {
+    /// The measured communicator.
+    pub comm: &'a C,
+    /// The control communicator.
+    pub ctl: &'a MpiComm,
+    /// Which backend `C` is.
+    pub backend: Backend,
+}
+
+fn time_on_stream<C: DeviceCommunicator>(
+    comm: &C,
+    stream: &Arc<CudaStream>,
+    iters: usize,
+    f: &mut dyn FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<f64>> {
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    comm.synchronize()?;
+    let mut events = vec![stream.record_event(flags)?];
+    for _ in 0..iters.max(1) {
+        f()?;
+        events.push(stream.record_event(flags)?);
+    }
+    // Wait with the library's deadline first: reading the events would block without one.
+    comm.synchronize()?;
+    events
+        .windows(2)
+        .map(|w| Ok(timing::seconds_per_call(w[0].elapsed_ms(&w[1])?, 1)))
+        .collect()
+}
+
+fn time_wall_drained<C: DeviceCommunicator>(
+    comm: &C,
+    iters: usize,
+    f: &mut dyn FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<f64>> {
+    comm.synchronize()?;
+    (0..iters.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f()?;
+            comm.synchronize()?;
+            Ok(start.elapsed().as_secs_f64())
+        })
+        .collect()
+}
+
+macro_rules! device_backend {
+    ($($comm:ty),*) => {$(
+        impl BenchBackend for Device<'_, $comm> {
+            type Comm = $comm;
+            type Owned<T: BenchElement> = CudaSlice<T>;
+            fn comm(&self) -> &$comm {
+                self.comm
+            }
+            fn ctl(&self) -> &MpiComm {
+                self.ctl
+            }
+            fn backend(&self) -> Backend {
+                self.backend
+            }
+            fn upload<T: BenchElement>(&self, host: &[T]) -> anyhow::Result<CudaSlice<T>> {
+                Ok(device::upload(self.comm.stream(), host)?)
+            }
+            fn download<T: BenchElement>(&self, buf: &CudaSlice<T>) -> anyhow::Result<Vec<T>> {
+                self.comm.synchronize()?;
+                Ok(device::download(self.comm.stream(), buf)?)
+            }
+            fn buf<T: BenchElement>(buf: &CudaSlice<T>) -> &CudaSlice<T> {
+                buf
+            }
+            fn buf_mut<T: BenchElement>(buf: &mut CudaSlice<T>) -> &mut CudaSlice<T> {
+                buf
+            }
+            fn time_iters(
+                &self,
+                iters: usize,
+                f: &mut dyn FnMut() -> anyhow::Result<()>,
+            ) -> anyhow::Result<Vec<f64>> {
+                match self.backend {
+                    Backend::Nccl => time_on_stream(self.comm, self.comm.stream(), iters, f),
+                    // Device memory over MPI: each call completes when it returns (after the
+                    // stream work it ordered), so the wall clock with the stream drained.
+                    _ => time_wall_drained(self.comm, iters, f),
+                }
+            }
+        }
+    )*};
+}
+
+device_backend!(NcclComm, MpiCudaComm, MpiStagedComm);
