@@ -745,4 +745,177 @@ impl Backend for NcclComm {
         self.raw_recv(op, buf, source, tag, n, ())?;
         self.register(scope, op)
     }
+
+    /// An all-reduce of one value, enqueued; the request completes once every rank's is done.
+    fn raw_i_barrier<'s>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+    ) -> Result<Request<'s>> {
+        let mut one = self
+            .stream
+            .alloc_zeros::<f32>(1)
+            .map_err(|e| Error::cuda(op, e))?;
+        self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
+        // `one` is freed in stream order, after the all-reduce.
+        self.register(scope, op)
+    }
+
+    fn raw_i_reduce<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        red: ReduceOp,
+        _average: bool,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_reduce(op, send, recv, red, root, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_all_reduce_in_place<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut CudaSlice<T>,
+        red: ReduceOp,
+        _average: bool,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.enqueue_all_reduce(op, None, buf, red, raw::wire::<T>(n))?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_reduce_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        red: ReduceOp,
+        _average: bool,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_reduce_scatter(op, send, recv, red, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_all_to_all<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_all_to_all(op, send, recv, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_all_to_all_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        send_counts: &[usize],
+        recv: &'s mut CudaSlice<T>,
+        recv_counts: &[usize],
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_all_to_all_v(op, send, send_counts, recv, recv_counts, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_all_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        counts: &[usize],
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_all_gather_v(op, send, recv, counts, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_gather<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_gather(op, send, recv, root, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_gather_v(op, send, recv, counts, root, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s CudaSlice<T>>,
+        recv: &'s mut CudaSlice<T>,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_scatter(op, send, recv, root, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_scatter_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s CudaSlice<T>>,
+        recv: &'s mut CudaSlice<T>,
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_scatter_v(op, send, recv, counts, root, ())?;
+        self.register(scope, op)
+    }
+
+    /// The grouped send and receive of the blocking form, enqueued.
+    fn raw_i_send_recv<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        dest: usize,
+        recv: &'s mut CudaSlice<T>,
+        source: usize,
+        tag: Tag,
+        counts: (usize, usize),
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_send_recv(op, send, dest, recv, source, tag, counts, ())?;
+        self.register(scope, op)
+    }
 }
