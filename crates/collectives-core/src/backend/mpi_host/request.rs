@@ -387,16 +387,16 @@ impl<T: Element> Pending for MpiPending<'_, T> {
         let mut status = vec![raw::status(); self.requests.len()];
         let mut flag = 0;
         let n = c_int::try_from(self.requests.len()).expect("a handful of requests");
+        let (reqs, stats) = (self.requests.as_mut_ptr(), status.as_mut_ptr());
         // SAFETY: the requests came from successful MPI_I* calls (completed ones are
-        // MPI_REQUEST_NULL) and have not all completed (`done` is false); `flag` and `status` are
+        // MPI_REQUEST_NULL) and have not all completed (`done` is false); `flag` and `stats` are
         // valid out-pointers, one status per request.
         let rc = unsafe {
-            ffi::MPI_Testall(
-                n,
-                self.requests.as_mut_ptr(),
-                &mut flag,
-                status.as_mut_ptr(),
-            )
+            if n == 1 {
+                ffi::MPI_Test(reqs, &mut flag, stats)
+            } else {
+                ffi::MPI_Testall(n, reqs, &mut flag, stats)
+            }
         };
         if rc != 0 {
             self.give_up();
