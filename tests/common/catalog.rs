@@ -1086,6 +1086,61 @@ fn non_blocking_cross_rank_mismatch<C: Backend>(t: &T, c: &C) {
     });
     t.err(r.and_then(|x| x), "i_all_reduce", mismatch("count"));
     still_in_step(t, c, "after a non-blocking mismatch");
+
+    // The forms added later agree as their blocking forms do: a root, a reduce operation, and the
+    // pairwise counts of an all-to-all-v.
+    let (rank, size) = (c.rank(), c.size());
+    let root = if rank == 1 { 0 } else { size - 1 };
+    let send = c.up(&[1.0f64; 4]);
+    let mut recv = c.up(&[0.0f64; 4]);
+    let r = scope(|s| {
+        c.i_reduce::<f64>(
+            s,
+            send.borrow(),
+            (rank == root).then_some(recv.borrow_mut()),
+            ReduceOp::Sum,
+            root,
+        )?
+        .wait()
+    });
+    t.err(r.and_then(|x| x), "i_reduce", mismatch("root"));
+    let op = if rank == 1 {
+        ReduceOp::Max
+    } else {
+        ReduceOp::Sum
+    };
+    let mut buf = c.up(&[1.0f64; 4]);
+    let r = scope(|s| {
+        c.i_all_reduce_in_place::<f64>(s, buf.borrow_mut(), op)?
+            .wait()
+    });
+    t.err(
+        r.and_then(|x| x),
+        "i_all_reduce_in_place",
+        mismatch("reduce operation"),
+    );
+    let send_counts = vec![1usize; size];
+    let recv_counts: Vec<usize> = (0..size)
+        .map(|i| if rank == 1 && i == 0 { 2 } else { 1 })
+        .collect();
+    let send = c.up(&vec![0u8; size]);
+    let mut recv = c.up(&vec![0u8; recv_counts.iter().sum()]);
+    let r = scope(|s| {
+        c.i_all_to_all_v::<u8>(
+            s,
+            send.borrow(),
+            &send_counts,
+            recv.borrow_mut(),
+            &recv_counts,
+        )?
+        .wait()
+    });
+    t.err(
+        r.and_then(|x| x),
+        "i_all_to_all_v",
+        mismatch("send/receive counts"),
+    );
+    still_in_step(t, c, "after the non-blocking mismatches");
 }
 
 /// A peer that never sends: the receive times out on every rank within its deadline plus a second,
