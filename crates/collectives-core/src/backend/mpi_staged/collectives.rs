@@ -5,7 +5,9 @@
 //! also finishes `Avg` on the host copy, so `Avg` is native here), and copies the results back and
 //! waits. Blocking operations
 //! are complete on return, their pinned buffers back in the pool. All-reduces move in chunks, the copies
-//! of one chunk overlapping MPI's work on another.
+//! of one chunk overlapping MPI's work on another. Non-blocking forms copy their inputs in, start the
+//! host communicator's `MPI_I*` on the pinned buffers and copy the output back once complete
+//! ([`ThroughHost`], shared with the CUDA-aware backend).
 
 use std::ffi::c_int;
 

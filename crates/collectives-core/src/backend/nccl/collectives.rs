@@ -3,7 +3,10 @@
 //! communicator's stream, taking device pointers through cudarc so the buffers' other streams are
 //! ordered around ours, and turns the result code into a `Result`. Zero-length operations enqueue
 //! nothing. NCCL has no gather, scatter, all-to-all or uneven collectives: those are grouped sends
-//! and receives (or, for `all_gather_v`, grouped broadcasts) here.
+//! and receives (or, for `all_gather_v`, grouped broadcasts) here. Every non-blocking form enqueues
+//! exactly what its blocking form enqueues and records an event after it (`register`); its request
+//! is complete when the event is. `i_barrier` is an all-reduce of one value, like `barrier`, with
+//! no wait for the stream.
 
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
@@ -276,6 +279,16 @@ impl NcclComm {
     }
 
     fn register<'s>(&'s self, scope: &'s Scope<'s, '_>, op: &'static str) -> Result<Request<'s>> {
+        self.register_keeping(scope, op, None)
+    }
+
+    /// [`register`](Self::register), keeping `scratch` alive until the operation completes.
+    fn register_keeping<'s>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        op: &'static str,
+        scratch: Option<CudaSlice<f32>>,
+    ) -> Result<Request<'s>> {
         let event = self
             .stream
             .record_event(None)
@@ -285,6 +298,7 @@ impl NcclComm {
             event,
             op,
             done: false,
+            scratch,
             _buffers: PhantomData,
         })))
     }
@@ -757,8 +771,7 @@ impl Backend for NcclComm {
             .alloc_zeros::<f32>(1)
             .map_err(|e| Error::cuda(op, e))?;
         self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
-        // `one` is freed in stream order, after the all-reduce.
-        self.register(scope, op)
+        self.register_keeping(scope, op, Some(one))
     }
 
     fn raw_i_reduce<'s, T: Element>(
