@@ -63,6 +63,18 @@ fn checked_mode_agrees_on_good_calls(t: &T) {
     suite::movement::<i32, MpiComm>(t, t.comm);
     suite::uneven::<u8, MpiComm>(t, t.comm);
     suite::barrier_split_dup(t, t.comm);
+    suite::non_blocking_all::<f64, MpiComm>(t, t.comm);
+}
+
+fn non_blocking_under_a_deadline(t: &T) {
+    // Under a deadline MPI works on copies, polled against it: the same answers must come back.
+    let Some(d) = t.ok(t.comm.dup(), "dup") else {
+        return;
+    };
+    let d = d.with_timeout(Some(std::time::Duration::from_secs(60)));
+    suite::non_blocking_all::<f64, MpiComm>(t, &d);
+    suite::non_blocking_all::<Complex<f64>, MpiComm>(t, &d);
+    suite::non_blocking_all::<u8, MpiComm>(t, &d);
 }
 
 /// The suite's generic tests on this backend, for one element type.
@@ -97,6 +109,10 @@ fn main() {
     cases.extend(suite_cases!(Complex<f64>, "complex_f64"));
     cases.extend([
         case("non_blocking_avg", non_blocking_avg_divides_at_completion),
+        case(
+            "non_blocking_under_a_deadline",
+            non_blocking_under_a_deadline,
+        ),
         case("barrier_split_dup", |t| suite::barrier_split_dup(t, t.comm)),
         case("ndarray_views", ndarray_views),
         checked(

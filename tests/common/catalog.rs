@@ -777,7 +777,163 @@ fn non_blocking_bad_arguments<C: Backend>(t: &T, c: &C) {
         );
     });
     t.ok(r, "the scope");
+    non_blocking_like_blocking(t, c);
     still_in_step(t, c, "after non-blocking bad arguments");
+}
+
+/// The non-blocking start refuses with the blocking form's error, under its own name.
+fn like_blocking<R>(
+    t: &T,
+    what: &str,
+    blocking: collectives::Result<()>,
+    started: collectives::Result<R>,
+) {
+    match (blocking, started) {
+        (Err(b), Err(n)) => {
+            t.eq(&n.op(), &format!("i_{}", b.op()).as_str(), what);
+            t.eq(&n.to_string(), &format!("i_{b}"), what);
+        }
+        (b, n) => t.fail(format!(
+            "{what}: expected both to fail, got {:?} and {:?}",
+            b.err(),
+            n.err()
+        )),
+    }
+}
+
+/// The non-blocking forms added after the first five: each refuses what its blocking form refuses.
+fn non_blocking_like_blocking<C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    let four = c.up(&[1.0f64; 4]);
+    let two = c.up(&[1.0f64; 2]);
+    let mut three = c.up(&[0.0f64; 3]);
+    let mut short = c.up(&vec![0.0f64; 4 * size - 1]);
+    let mut short_v = c.up(&vec![0.0f64; 2 * size - 1]);
+    let mut four_out = c.up(&[0.0f64; 4]);
+    let mut complex = c.up(&[Complex::new(1.0f64, 2.0); 3]);
+    let counts = vec![2usize; size];
+    let threes = vec![3usize; size];
+    let sum = ReduceOp::Sum;
+    let b = c.reduce::<f64>(four.borrow(), None, sum, rank);
+    let n = scope(|s| {
+        c.i_reduce::<f64>(s, four.borrow(), None, sum, rank)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_reduce: the root passes no recv", b, n);
+    let b = c.reduce::<f64>(four.borrow(), Some(three.borrow_mut()), sum, rank);
+    let n = scope(|s| {
+        c.i_reduce::<f64>(s, four.borrow(), Some(three.borrow_mut()), sum, rank)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_reduce: a short recv at the root", b, n);
+    let b = c.reduce::<f64>(four.borrow(), None, sum, size);
+    let n = scope(|s| {
+        c.i_reduce::<f64>(s, four.borrow(), None, sum, size)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_reduce: root out of range", b, n);
+
+    let b = c.all_reduce_in_place::<Complex<f64>>(complex.borrow_mut(), ReduceOp::Max);
+    let n = scope(|s| {
+        c.i_all_reduce_in_place::<Complex<f64>>(s, complex.borrow_mut(), ReduceOp::Max)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_all_reduce_in_place: max of complex numbers", b, n);
+
+    let b = c.reduce_scatter::<f64>(four.borrow(), three.borrow_mut(), sum);
+    let n = scope(|s| {
+        c.i_reduce_scatter::<f64>(s, four.borrow(), three.borrow_mut(), sum)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_reduce_scatter: lengths", b, n);
+
+    let b = c.all_to_all::<f64>(four.borrow(), three.borrow_mut());
+    let n = scope(|s| {
+        c.i_all_to_all::<f64>(s, four.borrow(), three.borrow_mut())
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_all_to_all: lengths", b, n);
+    let b = c.all_to_all_v::<f64>(four.borrow(), &threes, three.borrow_mut(), &threes);
+    let n = scope(|s| {
+        c.i_all_to_all_v::<f64>(s, four.borrow(), &threes, three.borrow_mut(), &threes)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_all_to_all_v: lengths", b, n);
+    let ones = vec![1usize; size + 1];
+    let b = c.all_to_all_v::<f64>(four.borrow(), &ones, four_out.borrow_mut(), &ones);
+    let n = scope(|s| {
+        c.i_all_to_all_v::<f64>(s, four.borrow(), &ones, four_out.borrow_mut(), &ones)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_all_to_all_v: counts arrays of the wrong length", b, n);
+
+    let b = c.all_gather_v::<f64>(four.borrow(), short_v.borrow_mut(), &counts);
+    let n = scope(|s| {
+        c.i_all_gather_v::<f64>(s, four.borrow(), short_v.borrow_mut(), &counts)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_all_gather_v: send is not counts[rank]", b, n);
+
+    let b = c.gather::<f64>(four.borrow(), Some(short.borrow_mut()), rank);
+    let n = scope(|s| {
+        c.i_gather::<f64>(s, four.borrow(), Some(short.borrow_mut()), rank)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_gather: a short recv at the root", b, n);
+    let b = c.gather_v::<f64>(two.borrow(), Some(short_v.borrow_mut()), &counts, rank);
+    let n = scope(|s| {
+        c.i_gather_v::<f64>(s, two.borrow(), Some(short_v.borrow_mut()), &counts, rank)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_gather_v: recv at the root is not the sum", b, n);
+
+    let b = c.scatter::<f64>(None, three.borrow_mut(), rank);
+    let n = scope(|s| {
+        c.i_scatter::<f64>(s, None, three.borrow_mut(), rank)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_scatter: the root passes no send", b, n);
+    let b = c.scatter_v::<f64>(None, three.borrow_mut(), &counts, (rank + 1) % size);
+    let n = scope(|s| {
+        c.i_scatter_v::<f64>(s, None, three.borrow_mut(), &counts, (rank + 1) % size)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_scatter_v: recv is not counts[rank]", b, n);
+
+    let b = c.send_recv::<f64>(four.borrow(), rank, four_out.borrow_mut(), size, 0);
+    let n = scope(|s| {
+        c.i_send_recv::<f64>(s, four.borrow(), rank, four_out.borrow_mut(), size, 0)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_send_recv: source out of range", b, n);
+    let b = c.send_recv::<f64>(four.borrow(), rank, four_out.borrow_mut(), rank, -1);
+    let n = scope(|s| {
+        c.i_send_recv::<f64>(s, four.borrow(), rank, four_out.borrow_mut(), rank, -1)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_send_recv: negative tag", b, n);
+    let b = c.send_recv::<f64>(four.borrow(), rank, three.borrow_mut(), rank, 0);
+    let n = scope(|s| {
+        c.i_send_recv::<f64>(s, four.borrow(), rank, three.borrow_mut(), rank, 0)
+            .map(drop)
+    })
+    .and_then(|r| r);
+    like_blocking(t, "i_send_recv: to itself with unequal lengths", b, n);
 }
 
 // ---- Only some ranks are wrong: checked mode makes every rank return. ----
@@ -930,6 +1086,61 @@ fn non_blocking_cross_rank_mismatch<C: Backend>(t: &T, c: &C) {
     });
     t.err(r.and_then(|x| x), "i_all_reduce", mismatch("count"));
     still_in_step(t, c, "after a non-blocking mismatch");
+
+    // The forms added later agree as their blocking forms do: a root, a reduce operation, and the
+    // pairwise counts of an all-to-all-v.
+    let (rank, size) = (c.rank(), c.size());
+    let root = if rank == 1 { 0 } else { size - 1 };
+    let send = c.up(&[1.0f64; 4]);
+    let mut recv = c.up(&[0.0f64; 4]);
+    let r = scope(|s| {
+        c.i_reduce::<f64>(
+            s,
+            send.borrow(),
+            (rank == root).then_some(recv.borrow_mut()),
+            ReduceOp::Sum,
+            root,
+        )?
+        .wait()
+    });
+    t.err(r.and_then(|x| x), "i_reduce", mismatch("root"));
+    let op = if rank == 1 {
+        ReduceOp::Max
+    } else {
+        ReduceOp::Sum
+    };
+    let mut buf = c.up(&[1.0f64; 4]);
+    let r = scope(|s| {
+        c.i_all_reduce_in_place::<f64>(s, buf.borrow_mut(), op)?
+            .wait()
+    });
+    t.err(
+        r.and_then(|x| x),
+        "i_all_reduce_in_place",
+        mismatch("reduce operation"),
+    );
+    let send_counts = vec![1usize; size];
+    let recv_counts: Vec<usize> = (0..size)
+        .map(|i| if rank == 1 && i == 0 { 2 } else { 1 })
+        .collect();
+    let send = c.up(&vec![0u8; size]);
+    let mut recv = c.up(&vec![0u8; recv_counts.iter().sum()]);
+    let r = scope(|s| {
+        c.i_all_to_all_v::<u8>(
+            s,
+            send.borrow(),
+            &send_counts,
+            recv.borrow_mut(),
+            &recv_counts,
+        )?
+        .wait()
+    });
+    t.err(
+        r.and_then(|x| x),
+        "i_all_to_all_v",
+        mismatch("send/receive counts"),
+    );
+    still_in_step(t, c, "after the non-blocking mismatches");
 }
 
 /// A peer that never sends: the receive times out on every rank within its deadline plus a second,

@@ -648,6 +648,249 @@ pub fn non_blocking<V: Val, C: Backend>(t: &T, c: &C) {
         let expected: Vec<V> = (0..5).map(|i| tagged(prev, i)).collect();
         t.eq(&c.down::<V>(inbox.borrow()), &expected, "i_recv");
     }
+    non_blocking_all::<V, C>(t, c);
+}
+
+/// What a refused reduction start must return; `None` when the backend reduces `V` with `op`.
+fn refused_start(t: &T, started: collectives::Result<()>, reducible: bool, what: &str) -> bool {
+    if reducible {
+        t.ok(started, what).is_some()
+    } else {
+        t.err(
+            started,
+            &format!("{what} of a type the backend cannot add"),
+            |e| matches!(e, Error::Unsupported { .. }),
+        );
+        false
+    }
+}
+
+/// Every other non-blocking collective, all in flight together in one scope (the reductions with
+/// `Sum`, and with `Avg` where `V` averages, finished at completion), then checked against answers
+/// computed here; zero-length and uneven counts included.
+pub fn non_blocking_all<V: Val, C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    let name = V::NAME;
+    let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
+    let mut ops = vec![ReduceOp::Sum];
+    if V::AVG {
+        ops.push(ReduceOp::Avg);
+    }
+    for n in [0, 37] {
+        for &op in &ops {
+            let reducible = refusal(V::KIND, op, c.backend()).is_none();
+            let approx = op == ReduceOp::Avg;
+            let what = format!("{name} n={n} {op} on {}", c.backend());
+            let root = size - 1;
+            let is_root = rank == root;
+            let send = c.up(&inputs::<V>(op, rank, n));
+            let mut reduce_out = c.up(&vec![V::from_i(0); n]);
+            let mut in_place = c.up(&inputs::<V>(op, rank, n));
+            let rs_send = c.up(&inputs::<V>(op, rank, n * size));
+            let mut rs_out = c.up(&vec![V::from_i(0); n]);
+            let r = scope(|s| -> collectives::Result<()> {
+                let reqs = [
+                    c.i_reduce::<V>(
+                        s,
+                        send.borrow(),
+                        is_root.then_some(reduce_out.borrow_mut()),
+                        op,
+                        root,
+                    ),
+                    c.i_all_reduce_in_place::<V>(s, in_place.borrow_mut(), op),
+                    c.i_reduce_scatter::<V>(s, rs_send.borrow(), rs_out.borrow_mut(), op),
+                ];
+                for (req, which) in
+                    reqs.into_iter()
+                        .zip(["i_reduce", "i_all_reduce_in_place", "i_reduce_scatter"])
+                {
+                    match req {
+                        Ok(mut req) => {
+                            let _ = req.test()?;
+                            refused_start(t, req.wait(), reducible, &format!("{which} {what}"));
+                        }
+                        Err(e) => {
+                            refused_start(t, Err(e), reducible, &format!("{which} {what}"));
+                        }
+                    }
+                }
+                Ok(())
+            });
+            t.ok(
+                r.and_then(|x| x),
+                &format!("non-blocking reductions {what}"),
+            );
+            if !reducible {
+                continue;
+            }
+            let expected: Vec<V> = (0..n).map(|i| reduced(op, size, i)).collect();
+            if is_root {
+                same(
+                    t,
+                    &c.down::<V>(reduce_out.borrow()),
+                    &expected,
+                    approx,
+                    &format!("i_reduce {what}"),
+                );
+            }
+            same(
+                t,
+                &c.down::<V>(in_place.borrow()),
+                &expected,
+                approx,
+                &format!("i_all_reduce_in_place {what}"),
+            );
+            let expected: Vec<V> = (0..n).map(|i| reduced(op, size, rank * n + i)).collect();
+            same(
+                t,
+                &c.down::<V>(rs_out.borrow()),
+                &expected,
+                approx,
+                &format!("i_reduce_scatter {what}"),
+            );
+        }
+
+        // Movement: regular and uneven, rooted at both ends, and a ring of i_send_recv.
+        let counts = uneven_counts(size, n);
+        let total: usize = counts.iter().sum();
+        let mine_v: Vec<V> = (0..counts[rank]).map(|i| tagged(rank, i)).collect();
+        let all_v: Vec<V> = (0..size)
+            .flat_map(|r| (0..counts[r]).map(move |i| tagged::<V>(r, i)))
+            .collect();
+        let mine: Vec<V> = (0..n).map(|i| tagged(rank, i)).collect();
+        let all: Vec<V> = (0..size)
+            .flat_map(|r| (0..n).map(move |i| tagged::<V>(r, i)))
+            .collect();
+        let a2a_send = c.up(&(0..n * size).map(|i| tagged(rank, i)).collect::<Vec<V>>());
+        let mut a2a_recv = c.up(&vec![V::from_i(0); n * size]);
+        let count = |from: usize, to: usize| (from + to + n) % 4;
+        let send_counts: Vec<usize> = (0..size).map(|j| count(rank, j)).collect();
+        let recv_counts: Vec<usize> = (0..size).map(|i| count(i, rank)).collect();
+        let a2av_send = c.up(&(0..size)
+            .flat_map(|j| (0..count(rank, j)).map(move |k| tagged::<V>(rank, 10 * j + k)))
+            .collect::<Vec<V>>());
+        let a2av_expected: Vec<V> = (0..size)
+            .flat_map(|i| (0..count(i, rank)).map(move |k| tagged::<V>(i, 10 * rank + k)))
+            .collect();
+        let mut a2av_recv = c.up(&vec![V::from_i(0); a2av_expected.len()]);
+        let send_v = c.up(&mine_v);
+        let mut agv_recv = c.up(&vec![V::from_i(0); total]);
+        let send = c.up(&mine);
+        let (first, last) = (0, size - 1);
+        let mut gather_recv = c.up(&vec![V::from_i(0); n * size]);
+        let mut gatherv_recv = c.up(&vec![V::from_i(0); total]);
+        let all_dev = c.up(&all);
+        let all_v_dev = c.up(&all_v);
+        let mut scatter_recv = c.up(&vec![V::from_i(0); n]);
+        let mut scatterv_recv = c.up(&vec![V::from_i(0); counts[rank]]);
+        let ring_send = c.up(&(0..n).map(|i| tagged(rank, 50 + i)).collect::<Vec<V>>());
+        let mut ring_recv = c.up(&vec![V::from_i(0); n]);
+        let r = scope(|s| -> collectives::Result<()> {
+            let barrier = c.i_barrier(s)?;
+            let a2a = c.i_all_to_all::<V>(s, a2a_send.borrow(), a2a_recv.borrow_mut())?;
+            let a2av = c.i_all_to_all_v::<V>(
+                s,
+                a2av_send.borrow(),
+                &send_counts,
+                a2av_recv.borrow_mut(),
+                &recv_counts,
+            )?;
+            let agv = c.i_all_gather_v::<V>(s, send_v.borrow(), agv_recv.borrow_mut(), &counts)?;
+            let ga = c.i_gather::<V>(
+                s,
+                send.borrow(),
+                (rank == first).then_some(gather_recv.borrow_mut()),
+                first,
+            )?;
+            let gav = c.i_gather_v::<V>(
+                s,
+                send_v.borrow(),
+                (rank == last).then_some(gatherv_recv.borrow_mut()),
+                &counts,
+                last,
+            )?;
+            let sc = c.i_scatter::<V>(
+                s,
+                (rank == last).then_some(all_dev.borrow()),
+                scatter_recv.borrow_mut(),
+                last,
+            )?;
+            let scv = c.i_scatter_v::<V>(
+                s,
+                (rank == first).then_some(all_v_dev.borrow()),
+                scatterv_recv.borrow_mut(),
+                &counts,
+                first,
+            )?;
+            let ring = c.i_send_recv::<V>(
+                s,
+                ring_send.borrow(),
+                next,
+                ring_recv.borrow_mut(),
+                prev,
+                12,
+            )?;
+            // Compute while they are in flight, then complete them out of order; the barrier and
+            // the ring are left to the scope.
+            let busy: f64 = (1..=20_000u32).map(|k| 1.0 / f64::from(k)).sum();
+            assert!(busy > 1.0);
+            drop((barrier, ring));
+            for r in [scv, sc, gav, ga, agv, a2av, a2a] {
+                r.wait()?;
+            }
+            Ok(())
+        });
+        let what = format!("{name} n={n} on {}", c.backend());
+        t.ok(r.and_then(|x| x), &format!("non-blocking movement {what}"));
+        let expected: Vec<V> = (0..size)
+            .flat_map(|r| (0..n).map(move |i| tagged::<V>(r, rank * n + i)))
+            .collect();
+        t.eq(
+            &c.down::<V>(a2a_recv.borrow()),
+            &expected,
+            &format!("i_all_to_all {what}"),
+        );
+        t.eq(
+            &c.down::<V>(a2av_recv.borrow()),
+            &a2av_expected,
+            &format!("i_all_to_all_v {what}"),
+        );
+        t.eq(
+            &c.down::<V>(agv_recv.borrow()),
+            &all_v,
+            &format!("i_all_gather_v {what} counts={counts:?}"),
+        );
+        if rank == first {
+            t.eq(
+                &c.down::<V>(gather_recv.borrow()),
+                &all,
+                &format!("i_gather {what}"),
+            );
+        }
+        if rank == last {
+            t.eq(
+                &c.down::<V>(gatherv_recv.borrow()),
+                &all_v,
+                &format!("i_gather_v {what}"),
+            );
+        }
+        t.eq(
+            &c.down::<V>(scatter_recv.borrow()),
+            &mine,
+            &format!("i_scatter {what}"),
+        );
+        t.eq(
+            &c.down::<V>(scatterv_recv.borrow()),
+            &mine_v,
+            &format!("i_scatter_v {what}"),
+        );
+        let from_prev: Vec<V> = (0..n).map(|i| tagged(prev, 50 + i)).collect();
+        t.eq(
+            &c.down::<V>(ring_recv.borrow()),
+            &from_prev,
+            &format!("i_send_recv {what}"),
+        );
+    }
 }
 
 /// Barrier, split (even/odd ranks in descending order), split with no color, dup.

@@ -308,6 +308,164 @@ pub trait Communicator: Sized {
         recv: &'s mut Self::Buf<T>,
     ) -> Result<Request<'s>>;
 
+    /// Start a [`barrier`](Self::barrier): the request completes once every rank has started it.
+    ///
+    /// # Errors
+    /// As [`barrier`](Self::barrier), for errors found when starting; completion errors come from
+    /// [`Request::wait`] or the scope.
+    fn i_barrier<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>>;
+
+    /// Start a [`reduce`](Self::reduce); `Avg` is finished when the request completes.
+    ///
+    /// # Errors
+    /// As [`reduce`](Self::reduce), for errors found when starting; completion errors come from
+    /// [`Request::wait`] or the scope.
+    fn i_reduce<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Request<'s>>;
+
+    /// Start an [`all_reduce_in_place`](Self::all_reduce_in_place); `Avg` is finished when the
+    /// request completes.
+    ///
+    /// # Errors
+    /// As [`all_reduce_in_place`](Self::all_reduce_in_place), for errors found when starting;
+    /// completion errors come from [`Request::wait`] or the scope.
+    fn i_all_reduce_in_place<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Request<'s>>;
+
+    /// Start a [`reduce_scatter`](Self::reduce_scatter); `Avg` is finished when the request
+    /// completes.
+    ///
+    /// # Errors
+    /// As [`reduce_scatter`](Self::reduce_scatter), for errors found when starting; completion
+    /// errors come from [`Request::wait`] or the scope.
+    fn i_reduce_scatter<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Request<'s>>;
+
+    /// Start an [`all_to_all`](Self::all_to_all).
+    ///
+    /// # Errors
+    /// As [`all_to_all`](Self::all_to_all), for errors found when starting; completion errors come
+    /// from [`Request::wait`] or the scope.
+    fn i_all_to_all<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+    ) -> Result<Request<'s>>;
+
+    /// Start an [`all_to_all_v`](Self::all_to_all_v). The counts arrays are read when starting
+    /// (the request keeps what it needs of them).
+    ///
+    /// # Errors
+    /// As [`all_to_all_v`](Self::all_to_all_v), for errors found when starting; completion errors
+    /// come from [`Request::wait`] or the scope.
+    fn i_all_to_all_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        send_counts: &[usize],
+        recv: &'s mut Self::Buf<T>,
+        recv_counts: &[usize],
+    ) -> Result<Request<'s>>;
+
+    /// Start an [`all_gather_v`](Self::all_gather_v); `counts` is read when starting.
+    ///
+    /// # Errors
+    /// As [`all_gather_v`](Self::all_gather_v), for errors found when starting; completion errors
+    /// come from [`Request::wait`] or the scope.
+    fn i_all_gather_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+    ) -> Result<Request<'s>>;
+
+    /// Start a [`gather`](Self::gather).
+    ///
+    /// # Errors
+    /// As [`gather`](Self::gather), for errors found when starting; completion errors come from
+    /// [`Request::wait`] or the scope.
+    fn i_gather<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        root: usize,
+    ) -> Result<Request<'s>>;
+
+    /// Start a [`gather_v`](Self::gather_v); `counts` is read when starting.
+    ///
+    /// # Errors
+    /// As [`gather_v`](Self::gather_v), for errors found when starting; completion errors come
+    /// from [`Request::wait`] or the scope.
+    fn i_gather_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Request<'s>>;
+
+    /// Start a [`scatter`](Self::scatter).
+    ///
+    /// # Errors
+    /// As [`scatter`](Self::scatter), for errors found when starting; completion errors come from
+    /// [`Request::wait`] or the scope.
+    fn i_scatter<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<Request<'s>>;
+
+    /// Start a [`scatter_v`](Self::scatter_v); `counts` is read when starting.
+    ///
+    /// # Errors
+    /// As [`scatter_v`](Self::scatter_v), for errors found when starting; completion errors come
+    /// from [`Request::wait`] or the scope.
+    fn i_scatter_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Request<'s>>;
+
+    /// Start a [`send_recv`](Self::send_recv): the send and the receive complete together; a
+    /// message of another length is an error at completion.
+    ///
+    /// # Errors
+    /// As [`send_recv`](Self::send_recv), for errors found when starting; completion errors come
+    /// from [`Request::wait`] or the scope.
+    fn i_send_recv<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        dest: usize,
+        recv: &'s mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>>;
+
     /// Start a [`send`](Self::send).
     ///
     /// # Errors

@@ -300,6 +300,145 @@ pub trait Backend: Sized {
         n: usize,
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
+    /// Start a `barrier`.
+    fn raw_i_barrier<'s>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+    ) -> Result<Request<'s>>;
+    /// Start a `reduce` of `n` elements (`recv` on the root only); `average`: divide on completion.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_reduce<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        red: ReduceOp,
+        average: bool,
+        root: usize,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start an in-place `all_reduce` of `n` elements; `average`: divide on completion.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_all_reduce_in_place<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start a `reduce_scatter` into blocks of `n` elements; `average`: divide on completion.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_reduce_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start an `all_to_all` of blocks of `n` elements.
+    fn raw_i_all_to_all<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start an `all_to_all_v`.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_all_to_all_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        send_counts: &[usize],
+        recv: &'s mut Self::Buf<T>,
+        recv_counts: &[usize],
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start an `all_gather_v`.
+    fn raw_i_all_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start a `gather` of blocks of `n` elements (`recv` on the root only).
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_gather<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        root: usize,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start a `gather_v` (`recv` on the root only).
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        counts: &[usize],
+        root: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start a `scatter` of blocks of `n` elements (`send` on the root only).
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        root: usize,
+        n: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start a `scatter_v` (`send` on the root only).
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_scatter_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+        root: usize,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// Start a `send_recv` of `counts = (sent, received)` elements.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_i_send_recv<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        dest: usize,
+        recv: &'s mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+        counts: (usize, usize),
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
 }
 
 /// The reduce operation the backend runs for `red`, and whether the front end divides afterwards.
@@ -726,6 +865,246 @@ impl<B: Backend> Communicator for B {
             .count(send.len());
         let (n, staging) = self.agree(call, local)?;
         self.raw_i_all_gather(OP, scope, send, recv, n, staging)
+    }
+
+    fn i_barrier<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>> {
+        const OP: &str = "i_barrier";
+        let _span = tracing::trace_span!("i_barrier").entered();
+        self.agree(Call::new(OpKind::Barrier), Ok(()))?;
+        self.raw_i_barrier(OP, scope)
+    }
+
+    fn i_reduce<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_reduce";
+        let _span = tracing::trace_span!("i_reduce").entered();
+        let local = self.rules().reduce::<T, _, _>(OP, send, recv, op, root);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |(_, r)| {
+            [Some(send.len()), r.as_ref().map(|r| r.len())]
+        });
+        let call = Call::new(OpKind::Reduce)
+            .element::<T>()
+            .reduce(op)
+            .root(root)
+            .count(send.len());
+        let ((n, recv), staging) = self.agree(call, local)?;
+        let (run, divide) = reduction(self, op);
+        self.raw_i_reduce(OP, scope, send, recv, run, divide, root, n, staging)
+    }
+
+    fn i_all_reduce_in_place<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_all_reduce_in_place";
+        let _span = tracing::trace_span!("i_all_reduce_in_place").entered();
+        let local = self.rules().all_reduce_in_place::<T, _>(OP, buf, op);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
+            [Some(buf.len()), None]
+        });
+        let call = Call::new(OpKind::AllReduceInPlace)
+            .element::<T>()
+            .reduce(op)
+            .count(buf.len());
+        let (n, staging) = self.agree(call, local)?;
+        let (run, divide) = reduction(self, op);
+        self.raw_i_all_reduce_in_place(OP, scope, buf, run, divide, n, staging)
+    }
+
+    fn i_reduce_scatter<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_reduce_scatter";
+        let _span = tracing::trace_span!("i_reduce_scatter").entered();
+        let local = self.rules().reduce_scatter::<T, _>(OP, send, recv, op);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::ReduceScatter)
+            .element::<T>()
+            .reduce(op)
+            .count(recv.len());
+        let (n, staging) = self.agree(call, local)?;
+        let (run, divide) = reduction(self, op);
+        self.raw_i_reduce_scatter(OP, scope, send, recv, run, divide, n, staging)
+    }
+
+    fn i_all_to_all<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_all_to_all";
+        let _span = tracing::trace_span!("i_all_to_all").entered();
+        let local = self.rules().all_to_all::<T, _>(OP, send, recv);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllToAll).element::<T>().count(send.len());
+        let (n, staging) = self.agree(call, local)?;
+        self.raw_i_all_to_all(OP, scope, send, recv, n, staging)
+    }
+
+    fn i_all_to_all_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        send_counts: &[usize],
+        recv: &'s mut Self::Buf<T>,
+        recv_counts: &[usize],
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_all_to_all_v";
+        let _span = tracing::trace_span!("i_all_to_all_v").entered();
+        let local = self
+            .rules()
+            .all_to_all_v::<T, _>(OP, send, send_counts, recv, recv_counts);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllToAllV)
+            .element::<T>()
+            .all_to_all(send_counts, recv_counts);
+        let ((), staging) = self.agree(call, local)?;
+        self.raw_i_all_to_all_v(OP, scope, send, send_counts, recv, recv_counts, staging)
+    }
+
+    fn i_all_gather_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_all_gather_v";
+        let _span = tracing::trace_span!("i_all_gather_v").entered();
+        let local = self.rules().all_gather_v::<T, _>(OP, send, recv, counts);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
+            lens2(send.len(), recv.len())
+        });
+        let call = Call::new(OpKind::AllGatherV).element::<T>().counts(counts);
+        let ((), staging) = self.agree(call, local)?;
+        self.raw_i_all_gather_v(OP, scope, send, recv, counts, staging)
+    }
+
+    fn i_gather<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_gather";
+        let _span = tracing::trace_span!("i_gather").entered();
+        let local = self.rules().gather::<T, _, _>(OP, send, recv, root);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |(_, r)| {
+            [Some(send.len()), r.as_ref().map(|r| r.len())]
+        });
+        let call = Call::new(OpKind::Gather)
+            .element::<T>()
+            .root(root)
+            .count(send.len());
+        let ((n, recv), staging) = self.agree(call, local)?;
+        self.raw_i_gather(OP, scope, send, recv, root, n, staging)
+    }
+
+    fn i_gather_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_gather_v";
+        let _span = tracing::trace_span!("i_gather_v").entered();
+        let local = self
+            .rules()
+            .gather_v::<T, _, _>(OP, send, recv, counts, root);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |r| {
+            [Some(send.len()), r.as_ref().map(|r| r.len())]
+        });
+        let call = Call::new(OpKind::GatherV)
+            .element::<T>()
+            .root(root)
+            .counts(counts);
+        let (recv, staging) = self.agree(call, local)?;
+        self.raw_i_gather_v(OP, scope, send, recv, counts, root, staging)
+    }
+
+    fn i_scatter<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_scatter";
+        let _span = tracing::trace_span!("i_scatter").entered();
+        let local = self.rules().scatter::<T, _, _>(OP, send, recv, root);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |(_, s)| {
+            [s.map(|s| s.len()), Some(recv.len())]
+        });
+        let call = Call::new(OpKind::Scatter)
+            .element::<T>()
+            .root(root)
+            .count(recv.len());
+        let ((n, send), staging) = self.agree(call, local)?;
+        self.raw_i_scatter(OP, scope, send, recv, root, n, staging)
+    }
+
+    fn i_scatter_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_scatter_v";
+        let _span = tracing::trace_span!("i_scatter_v").entered();
+        let local = self
+            .rules()
+            .scatter_v::<T, _, _>(OP, send, recv, counts, root);
+        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |s| {
+            [s.map(|s| s.len()), Some(recv.len())]
+        });
+        let call = Call::new(OpKind::ScatterV)
+            .element::<T>()
+            .root(root)
+            .counts(counts);
+        let (send, staging) = self.agree(call, local)?;
+        self.raw_i_scatter_v(OP, scope, send, recv, counts, root, staging)
+    }
+
+    fn i_send_recv<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Self::Buf<T>,
+        dest: usize,
+        recv: &'s mut Self::Buf<T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>> {
+        const OP: &str = "i_send_recv";
+        let _span = tracing::trace_span!("i_send_recv").entered();
+        let (sn, rn) = self
+            .rules()
+            .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
+        let staging = self.stage::<T>(OP, Start::PointToPoint, lens2(sn, rn))?;
+        self.raw_i_send_recv(OP, scope, send, dest, recv, source, tag, (sn, rn), staging)
     }
 
     fn i_send<'s, T: Element>(

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
 
-use crate::backend::mpi_host::request::MpiPending;
+use crate::backend::mpi_host::request::{MpiPending, Region};
 use crate::backend::mpi_host::MpiComm;
 use crate::comm::Communicator;
 use crate::element::Element;
@@ -457,6 +457,103 @@ impl<T: Element> Pending for StagedPending<'_, T> {
             return Ok(false);
         }
         self.finish().map(|()| true)
+    }
+}
+
+/// The non-blocking collectives through pinned host memory, shared by the staged backend and by
+/// the CUDA-aware one where its MPI's non-blocking collectives take no device buffers: copy the
+/// inputs to the pinned buffers the front end leased, start the host MPI's `MPI_I*` on them
+/// (through `host`'s non-blocking starts, which honour its deadline), and copy the output back to
+/// the device once the request completes ([`StagedPending`]).
+pub(crate) struct ThroughHost<'s> {
+    /// The MPI communicator the host operation runs on.
+    pub(crate) host: &'s MpiComm,
+    /// The stream of the copies.
+    pub(crate) stream: &'s Arc<CudaStream>,
+}
+
+impl<'s> ThroughHost<'s> {
+    /// Wait for the stream's work, then start `MPI_Ibarrier`.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from the wait; the start's errors.
+    pub(crate) fn barrier(&self, op: &'static str) -> Result<StagedPending<'s, u8>> {
+        self.stream.synchronize().map_err(|e| Error::cuda(op, e))?;
+        Ok(StagedPending {
+            inner: self.host.start_barrier(op)?,
+            stream: self.stream,
+            keep: Vec::new(),
+            back: None,
+        })
+    }
+
+    /// Stage `send` (where present) into its lease, start the host operation on the pinned
+    /// buffers (`start(send region, recv region)`; a buffer absent on this rank is
+    /// [`Region::Absent`]), and divide the received sum by the number of ranks at completion when
+    /// `finish` is `Avg`.
+    ///
+    /// # Errors
+    /// A missing lease; [`Error::Cuda`] from the copy; the start's errors.
+    pub(crate) fn start<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&CudaSlice<T>>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        [hs, hr]: Leases<'s, T>,
+        finish: ReduceOp,
+        start: impl FnOnce(Region<'_>, Region<'_>) -> Result<MpiPending<'s, T>>,
+    ) -> Result<StagedPending<'s, T>> {
+        let hs = match send {
+            Some(dev) => {
+                let mut h = pinned(op, hs)?;
+                stage_in(op, self.stream, dev, h.host_mut())?;
+                Some(h)
+            }
+            None => None,
+        };
+        let mut hr = match recv {
+            Some(_) => Some(pinned(op, hr)?),
+            None => None,
+        };
+        let inner = start(
+            Region::send_opt(hs.as_ref().map(|h| h.host())),
+            Region::recv_opt(hr.as_mut().map(|h| h.host_mut())),
+        )?;
+        let inner = match hr.as_mut() {
+            Some(h) => inner.average(finish, h.host_mut(), self.host.size()),
+            None => inner,
+        };
+        Ok(StagedPending {
+            inner,
+            stream: self.stream,
+            keep: hs.into_iter().collect(),
+            back: hr.zip(recv),
+        })
+    }
+
+    /// [`start`](Self::start) for an in-place operation on `buf`: staged in, started on the one
+    /// pinned buffer (`start(region)`), copied back at completion.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub(crate) fn start_in_place<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &'s mut CudaSlice<T>,
+        [h, _]: Leases<'s, T>,
+        finish: ReduceOp,
+        start: impl FnOnce(Region<'_>) -> Result<MpiPending<'s, T>>,
+    ) -> Result<StagedPending<'s, T>> {
+        let mut h = pinned(op, h)?;
+        stage_in(op, self.stream, buf, h.host_mut())?;
+        let inner =
+            start(Region::in_out(h.host_mut()))?.average(finish, h.host_mut(), self.host.size());
+        Ok(StagedPending {
+            inner,
+            stream: self.stream,
+            keep: Vec::new(),
+            back: Some((h, buf)),
+        })
     }
 }
 

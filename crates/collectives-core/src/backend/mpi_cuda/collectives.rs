@@ -18,10 +18,10 @@ use mpi::ffi;
 use super::comm::MpiCudaComm;
 use super::raw::{dptr, dptr_mut};
 use super::request::CudaPending;
-use crate::backend::cuda_common::{self, pinned, stage_in, Leases, StagedPending};
+use crate::backend::cuda_common::{self, pinned, stage_in, Leases, StagedPending, ThroughHost};
 use crate::backend::mpi_device;
 use crate::backend::mpi_host::raw as host;
-use crate::backend::mpi_host::request::MpiPending;
+use crate::backend::mpi_host::request::{MpiPending, Region};
 use crate::checked::Call;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
@@ -47,6 +47,90 @@ impl MpiCudaComm {
     ) -> Request<'s> {
         let average = average.map(|buf| (self, buf));
         scope.register(Box::new(CudaPending { inner, average }))
+    }
+
+    /// The non-blocking collectives' path through pinned host memory, on this communicator's MPI.
+    fn through_host(&self) -> ThroughHost<'_> {
+        ThroughHost {
+            host: &self.mpi,
+            stream: &self.stream,
+        }
+    }
+
+    /// Start a non-blocking operation with `start(send region, recv region)`, on the path
+    /// [`Backend::stage`] chose: where it leased pinned buffers (non-blocking collectives on an MPI
+    /// that takes no device memory in them), through host memory, `Avg` finished on the host copy;
+    /// else on the device addresses once the stream's work is done, `Avg` finished on the device
+    /// at completion.
+    #[allow(clippy::too_many_arguments)]
+    fn start_nbc<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s CudaSlice<T>>,
+        mut recv: Option<&'s mut CudaSlice<T>>,
+        staging: Leases<'s, T>,
+        average: bool,
+        start: impl FnOnce(Region<'_>, Region<'_>) -> Result<MpiPending<'s, T>>,
+    ) -> Result<Request<'s>> {
+        if staging.iter().any(Option::is_some) {
+            let finish = if average {
+                ReduceOp::Avg
+            } else {
+                ReduceOp::Sum
+            };
+            let pending = self
+                .through_host()
+                .start(op, send, recv, staging, finish, start)?;
+            return Ok(scope.register(Box::new(pending)));
+        }
+        let streams: Vec<_> = send
+            .map(|b| b.stream())
+            .into_iter()
+            .chain(recv.as_ref().map(|b| b.stream()))
+            .collect();
+        self.foreign(op, &streams)?;
+        let inner = {
+            let s = send.map(|b| dptr(b, &self.stream));
+            let r = recv.as_deref_mut().map(|b| dptr_mut(b, &self.stream));
+            self.sync(op)?;
+            let s = s.map_or(Region::Absent, |(p, _)| Region::Device(p.cast_mut()));
+            let r = r
+                .as_ref()
+                .map_or(Region::Absent, |(p, _)| Region::Device(*p));
+            start(s, r)?
+        };
+        Ok(self.register(scope, inner, recv.filter(|_| average)))
+    }
+
+    /// [`start_nbc`](Self::start_nbc) for an operation in place on `buf`.
+    fn start_nbc_in_place<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut CudaSlice<T>,
+        staging: Leases<'s, T>,
+        average: bool,
+        start: impl FnOnce(Region<'_>) -> Result<MpiPending<'s, T>>,
+    ) -> Result<Request<'s>> {
+        if staging.iter().any(Option::is_some) {
+            let finish = if average {
+                ReduceOp::Avg
+            } else {
+                ReduceOp::Sum
+            };
+            let pending = self
+                .through_host()
+                .start_in_place(op, buf, staging, finish, start)?;
+            return Ok(scope.register(Box::new(pending)));
+        }
+        self.foreign(op, &[buf.stream()])?;
+        let inner = {
+            let (p, _g) = dptr_mut(buf, &self.stream);
+            self.sync(op)?;
+            start(Region::Device(p))?
+        };
+        Ok(self.register(scope, inner, average.then_some(buf)))
     }
 }
 
@@ -861,5 +945,271 @@ impl Backend for MpiCudaComm {
             MpiPending::<T>::new(request, op).expect(expected),
             None,
         ))
+    }
+
+    fn raw_i_barrier<'s>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_barrier(op, scope);
+        }
+        Ok(scope.register(Box::new(self.through_host().barrier(op)?)))
+    }
+
+    fn raw_i_reduce<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        red: ReduceOp,
+        average: bool,
+        root: usize,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_reduce(op, scope, send, recv, red, average, root, n, staging);
+        }
+        self.start_nbc(op, scope, Some(send), recv, staging, average, |s, r| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe { self.mpi.start_reduce::<T>(op, s, r, red, root, n) }
+        })
+    }
+
+    fn raw_i_all_reduce_in_place<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut CudaSlice<T>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_all_reduce_in_place(op, scope, buf, red, average, n, staging);
+        }
+        self.start_nbc_in_place(op, scope, buf, staging, average, |b| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe { self.mpi.start_all_reduce_in_place::<T>(op, b, red, n) }
+        })
+    }
+
+    fn raw_i_reduce_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_reduce_scatter(op, scope, send, recv, red, average, n, staging);
+        }
+        self.start_nbc(
+            op,
+            scope,
+            Some(send),
+            Some(recv),
+            staging,
+            average,
+            |s, r| {
+                // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+                // deadline) sized for the checked counts, valid until the operation completes.
+                unsafe { self.mpi.start_reduce_scatter::<T>(op, s, r, red, n) }
+            },
+        )
+    }
+
+    fn raw_i_all_to_all<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_all_to_all(op, scope, send, recv, n, staging);
+        }
+        self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe { self.mpi.start_all_to_all::<T>(op, s, r, n) }
+        })
+    }
+
+    fn raw_i_all_to_all_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        send_counts: &[usize],
+        recv: &'s mut CudaSlice<T>,
+        recv_counts: &[usize],
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_all_to_all_v(
+                op,
+                scope,
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+                staging,
+            );
+        }
+        self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe {
+                self.mpi
+                    .start_all_to_all_v::<T>(op, s, send_counts, r, recv_counts)
+            }
+        })
+    }
+
+    fn raw_i_all_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        counts: &[usize],
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_all_gather_v(op, scope, send, recv, counts, staging);
+        }
+        self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe { self.mpi.start_all_gather_v::<T>(op, s, r, counts) }
+        })
+    }
+
+    fn raw_i_gather<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        root: usize,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_gather(op, scope, send, recv, root, n, staging);
+        }
+        self.start_nbc(op, scope, Some(send), recv, staging, false, |s, r| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe { self.mpi.start_gather::<T>(op, s, r, root, n) }
+        })
+    }
+
+    fn raw_i_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        counts: &[usize],
+        root: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_gather_v(op, scope, send, recv, counts, root, staging);
+        }
+        self.start_nbc(op, scope, Some(send), recv, staging, false, |s, r| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe { self.mpi.start_gather_v::<T>(op, s, r, counts, root) }
+        })
+    }
+
+    fn raw_i_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s CudaSlice<T>>,
+        recv: &'s mut CudaSlice<T>,
+        root: usize,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_scatter(op, scope, send, recv, root, n, staging);
+        }
+        self.start_nbc(op, scope, send, Some(recv), staging, false, |s, r| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe { self.mpi.start_scatter::<T>(op, s, r, root, n) }
+        })
+    }
+
+    fn raw_i_scatter_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s CudaSlice<T>>,
+        recv: &'s mut CudaSlice<T>,
+        counts: &[usize],
+        root: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_scatter_v(op, scope, send, recv, counts, root, staging);
+        }
+        self.start_nbc(op, scope, send, Some(recv), staging, false, |s, r| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe { self.mpi.start_scatter_v::<T>(op, s, r, counts, root) }
+        })
+    }
+
+    fn raw_i_send_recv<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        dest: usize,
+        recv: &'s mut CudaSlice<T>,
+        source: usize,
+        tag: Tag,
+        (sn, rn): (usize, usize),
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.raw_i_send_recv(
+                op,
+                scope,
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+                (sn, rn),
+                staging,
+            );
+        }
+        self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
+            // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
+            // deadline) sized for the checked counts, valid until the operation completes.
+            unsafe {
+                self.mpi
+                    .start_send_recv::<T>(op, (s, sn, dest), (r, rn, source), tag)
+            }
+        })
     }
 }

@@ -125,7 +125,8 @@ impl MpiCudaBuilder<'_> {
         self
     }
 
-    /// Whether `i_all_reduce`, `i_broadcast` and `i_all_gather` hand device pointers to MPI (`true`)
+    /// Whether the non-blocking collectives (`i_all_reduce`, `i_reduce`, `i_all_to_all_v`, ...)
+    /// hand device pointers to MPI (`true`)
     /// or stage through pinned host memory and MPI's non-blocking collective on it (`false`). The
     /// default follows the MPI's family ([`nonblocking_collectives_on_device`]); point-to-point and
     /// blocking collectives always take device pointers. Every rank must pass the same value.

@@ -16,8 +16,10 @@
 //!   move as 16-bit words and cannot be reduced. `Avg` of floats is an MPI sum followed by a division
 //!   through host memory (a download, a division, an upload): correct but a round trip; for speed,
 //!   reduce with `Sum` and scale in your own kernel.
-//! - **Non-blocking**: `i_send`/`i_recv` hand device pointers to MPI. `i_all_reduce`, `i_broadcast`
-//!   and `i_all_gather` do too where the MPI takes device buffers in non-blocking collectives (MPICH,
+//! - **Non-blocking**: `i_send`, `i_recv` and `i_send_recv` hand device pointers to MPI. The
+//!   non-blocking collectives (`i_all_reduce`, `i_broadcast`, `i_reduce`, `i_gather_v`, ... and
+//!   `i_barrier`, which only waits for the stream first) do too where the MPI takes device buffers
+//!   in non-blocking collectives (MPICH,
 //!   MVAPICH2-GDR); with Open MPI, whose CUDA support covers point-to-point and blocking collectives
 //!   only, and with MPIs not known to, they copy to pinned host memory, start MPI's non-blocking
 //!   collective there, and copy the result back when waited for

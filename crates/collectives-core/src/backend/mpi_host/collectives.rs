@@ -8,7 +8,7 @@ use std::ffi::c_int;
 
 use super::comm::MpiComm;
 use super::raw::{self, either};
-use super::request::{Form, Region};
+use super::request::{Form, MpiPending, Region};
 use crate::checked::Call;
 use crate::comm::Tag;
 use crate::element::Element;
@@ -626,5 +626,484 @@ impl Backend for MpiComm {
             })
         }?;
         Ok(scope.register(Box::new(pending.expect(len))))
+    }
+
+    fn raw_i_barrier<'s>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+    ) -> Result<Request<'s>> {
+        Ok(scope.register(Box::new(self.start_barrier(op)?)))
+    }
+
+    fn raw_i_reduce<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        mut recv: Option<&'s mut [T]>,
+        red: ReduceOp,
+        average: bool,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        let regions = (Region::send(send), Region::recv_opt(recv.as_deref_mut()));
+        // SAFETY: `send` holds `n` elements and on the root `recv` too (checked), both borrowed
+        // for 's; the scope completes the request before 's ends.
+        let mut pending =
+            unsafe { self.start_reduce::<T>(op, regions.0, regions.1, red, root, n) }?;
+        if let Some(recv) = recv.filter(|_| average) {
+            pending = pending.average(ReduceOp::Avg, recv, self.size);
+        }
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_all_reduce_in_place<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        // SAFETY: `buf` holds `n` elements, borrowed for 's; the scope completes the request
+        // before 's ends.
+        let pending =
+            unsafe { self.start_all_reduce_in_place::<T>(op, Region::in_out(&mut *buf), red, n) }?;
+        let finish = if average { ReduceOp::Avg } else { red };
+        Ok(scope.register(Box::new(pending.average(finish, buf, self.size))))
+    }
+
+    fn raw_i_reduce_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        let regions = (Region::send(send), Region::recv(&mut *recv));
+        // SAFETY: `send` holds `size * n` and `recv` `n` elements (checked), borrowed for 's; the
+        // scope completes the request before 's ends.
+        let pending = unsafe { self.start_reduce_scatter::<T>(op, regions.0, regions.1, red, n) }?;
+        let finish = if average { ReduceOp::Avg } else { red };
+        Ok(scope.register(Box::new(pending.average(finish, recv, self.size))))
+    }
+
+    fn raw_i_all_to_all<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        // SAFETY: both buffers hold `size` blocks of `n` elements (checked), borrowed for 's; the
+        // scope completes the request before 's ends.
+        let pending =
+            unsafe { self.start_all_to_all::<T>(op, Region::send(send), Region::recv(recv), n) }?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_all_to_all_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        send_counts: &[usize],
+        recv: &'s mut [T],
+        recv_counts: &[usize],
+        (): (),
+    ) -> Result<Request<'s>> {
+        // SAFETY: both buffers hold the sums of their counts (checked), borrowed for 's; the scope
+        // completes the request before 's ends.
+        let pending = unsafe {
+            self.start_all_to_all_v::<T>(
+                op,
+                Region::send(send),
+                send_counts,
+                Region::recv(recv),
+                recv_counts,
+            )
+        }?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_all_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
+        counts: &[usize],
+        (): (),
+    ) -> Result<Request<'s>> {
+        // SAFETY: `send` holds counts[rank] and `recv` the sum of counts (checked), borrowed for
+        // 's; the scope completes the request before 's ends.
+        let pending = unsafe {
+            self.start_all_gather_v::<T>(op, Region::send(send), Region::recv(recv), counts)
+        }?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_gather<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: Option<&'s mut [T]>,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        // SAFETY: `send` holds `n` and on the root `recv` `size * n` elements (checked), borrowed
+        // for 's; the scope completes the request before 's ends.
+        let pending = unsafe {
+            self.start_gather::<T>(op, Region::send(send), Region::recv_opt(recv), root, n)
+        }?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: Option<&'s mut [T]>,
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        // SAFETY: `send` holds counts[rank] and on the root `recv` the sum of counts (checked),
+        // borrowed for 's; the scope completes the request before 's ends.
+        let pending = unsafe {
+            self.start_gather_v::<T>(op, Region::send(send), Region::recv_opt(recv), counts, root)
+        }?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s [T]>,
+        recv: &'s mut [T],
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        // SAFETY: `recv` holds `n` and on the root `send` `size * n` elements (checked), borrowed
+        // for 's; the scope completes the request before 's ends.
+        let pending = unsafe {
+            self.start_scatter::<T>(op, Region::send_opt(send), Region::recv(recv), root, n)
+        }?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_scatter_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s [T]>,
+        recv: &'s mut [T],
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        // SAFETY: `recv` holds counts[rank] and on the root `send` the sum of counts (checked),
+        // borrowed for 's; the scope completes the request before 's ends.
+        let pending = unsafe {
+            self.start_scatter_v::<T>(op, Region::send_opt(send), Region::recv(recv), counts, root)
+        }?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_send_recv<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        dest: usize,
+        recv: &'s mut [T],
+        source: usize,
+        tag: Tag,
+        (sn, rn): (usize, usize),
+        (): (),
+    ) -> Result<Request<'s>> {
+        // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements, borrowed for 's; ranks
+        // and tag checked; the scope completes the request before 's ends.
+        let pending = unsafe {
+            self.start_send_recv::<T>(
+                op,
+                (Region::send(send), sn, dest),
+                (Region::recv(recv), rn, source),
+                tag,
+            )
+        }?;
+        Ok(scope.register(Box::new(pending)))
+    }
+}
+
+/// The non-blocking starts shared by every MPI backend: each makes one `MPI_I*` call on the
+/// regions it is given (host slices, the staged backends' pinned buffers, or device addresses on a
+/// CUDA-aware MPI) and returns the operation in flight, which the caller registers in its scope
+/// (wrapped, on the device backends, with what completion must do there). Counts arrays travel
+/// with the operation, since MPI reads them until it completes.
+///
+/// # Safety (every function here)
+/// The regions hold what the collective needs for the (checked) counts, and their memory stays
+/// valid and untouched by anyone else for `'s`: the pending operation is completed before `'s`
+/// ends. Roots are in range.
+impl MpiComm {
+    /// `MPI_Ibarrier`.
+    pub(crate) fn start_barrier<'s>(&self, op: &'static str) -> Result<MpiPending<'s, u8>> {
+        // SAFETY: a barrier takes no buffer.
+        unsafe { self.start::<u8, 0>(op, [], |_, r| ffi::MPI_Ibarrier(self.raw, r)) }
+    }
+
+    /// `MPI_Ireduce` of `n` elements (`recv` absent off the root).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn start_reduce<'s, T: Element>(
+        &self,
+        op: &'static str,
+        send: Region<'_>,
+        recv: Region<'_>,
+        red: ReduceOp,
+        root: usize,
+        n: usize,
+    ) -> Result<MpiPending<'s, T>> {
+        let (n, dt, mop, root) = (
+            raw::int(n),
+            raw::datatype::<T>(),
+            raw::op(red),
+            root as c_int,
+        );
+        // SAFETY: the function's contract.
+        unsafe {
+            self.start(op, [send, recv], |p, r| {
+                ffi::MPI_Ireduce(p[0], p[1], n, dt, mop, root, self.raw, r)
+            })
+        }
+    }
+
+    /// `MPI_Iallreduce` of `n` elements with `MPI_IN_PLACE`.
+    pub(crate) unsafe fn start_all_reduce_in_place<'s, T: Element>(
+        &self,
+        op: &'static str,
+        buf: Region<'_>,
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<MpiPending<'s, T>> {
+        let (n, dt, mop, place) = (
+            raw::int(n),
+            raw::datatype::<T>(),
+            raw::op(red),
+            raw::in_place(),
+        );
+        // SAFETY: the function's contract; MPI_IN_PLACE (from the MPI's own header) makes MPI read
+        // and write `buf` (or its copy) only.
+        unsafe {
+            self.start(op, [buf], |p, r| {
+                ffi::MPI_Iallreduce(place, p[0], n, dt, mop, self.raw, r)
+            })
+        }
+    }
+
+    /// `MPI_Ireduce_scatter_block` into blocks of `n` elements.
+    pub(crate) unsafe fn start_reduce_scatter<'s, T: Element>(
+        &self,
+        op: &'static str,
+        send: Region<'_>,
+        recv: Region<'_>,
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<MpiPending<'s, T>> {
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
+        // SAFETY: the function's contract.
+        unsafe {
+            self.start(op, [send, recv], |p, r| {
+                ffi::MPI_Ireduce_scatter_block(p[0], p[1], n, dt, mop, self.raw, r)
+            })
+        }
+    }
+
+    /// `MPI_Ialltoall` of blocks of `n` elements.
+    pub(crate) unsafe fn start_all_to_all<'s, T: Element>(
+        &self,
+        op: &'static str,
+        send: Region<'_>,
+        recv: Region<'_>,
+        n: usize,
+    ) -> Result<MpiPending<'s, T>> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
+        // SAFETY: the function's contract.
+        unsafe {
+            self.start(op, [send, recv], |p, r| {
+                ffi::MPI_Ialltoall(p[0], n, dt, p[1], n, dt, self.raw, r)
+            })
+        }
+    }
+
+    /// `MPI_Ialltoallv` with packed displacements.
+    pub(crate) unsafe fn start_all_to_all_v<'s, T: Element>(
+        &self,
+        op: &'static str,
+        send: Region<'_>,
+        send_counts: &[usize],
+        recv: Region<'_>,
+        recv_counts: &[usize],
+    ) -> Result<MpiPending<'s, T>> {
+        let ((sc, sd), (rc, rd)) = (raw::packed(send_counts), raw::packed(recv_counts));
+        let dt = raw::datatype::<T>();
+        let regions = [
+            send,
+            recv,
+            Region::send(&sc),
+            Region::send(&sd),
+            Region::send(&rc),
+            Region::send(&rd),
+        ];
+        // SAFETY: the function's contract; `p[2..6]` are the four arrays, which travel with the
+        // operation (or are copied under a deadline).
+        let pending = unsafe {
+            self.start::<T, 6>(op, regions, |p, r| {
+                let [sc, sd, rc, rd] = [p[2], p[3], p[4], p[5]].map(|a| a.cast::<c_int>());
+                ffi::MPI_Ialltoallv(p[0], sc, sd, dt, p[1], rc, rd, dt, self.raw, r)
+            })
+        }?;
+        Ok(pending.holding(vec![sc, sd, rc, rd]))
+    }
+
+    /// `MPI_Iallgatherv` with packed displacements.
+    pub(crate) unsafe fn start_all_gather_v<'s, T: Element>(
+        &self,
+        op: &'static str,
+        send: Region<'_>,
+        recv: Region<'_>,
+        counts: &[usize],
+    ) -> Result<MpiPending<'s, T>> {
+        let (c, d) = raw::packed(counts);
+        let (dt, mine) = (raw::datatype::<T>(), c[self.rank]);
+        let regions = [send, recv, Region::send(&c), Region::send(&d)];
+        // SAFETY: the function's contract; `p[2]`, `p[3]` are the arrays, which travel with the
+        // operation.
+        let pending = unsafe {
+            self.start::<T, 4>(op, regions, |p, r| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                ffi::MPI_Iallgatherv(p[0], mine, dt, p[1], c, d, dt, self.raw, r)
+            })
+        }?;
+        Ok(pending.holding(vec![c, d]))
+    }
+
+    /// `MPI_Igather` of blocks of `n` elements (`recv` absent off the root).
+    pub(crate) unsafe fn start_gather<'s, T: Element>(
+        &self,
+        op: &'static str,
+        send: Region<'_>,
+        recv: Region<'_>,
+        root: usize,
+        n: usize,
+    ) -> Result<MpiPending<'s, T>> {
+        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
+        // SAFETY: the function's contract.
+        unsafe {
+            self.start(op, [send, recv], |p, r| {
+                ffi::MPI_Igather(p[0], n, dt, p[1], n, dt, root, self.raw, r)
+            })
+        }
+    }
+
+    /// `MPI_Igatherv` with packed displacements (`recv` absent off the root).
+    pub(crate) unsafe fn start_gather_v<'s, T: Element>(
+        &self,
+        op: &'static str,
+        send: Region<'_>,
+        recv: Region<'_>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<MpiPending<'s, T>> {
+        let (c, d) = raw::packed(counts);
+        let (dt, mine, root) = (raw::datatype::<T>(), c[self.rank], root as c_int);
+        let regions = [send, recv, Region::send(&c), Region::send(&d)];
+        // SAFETY: the function's contract; the arrays travel with the operation.
+        let pending = unsafe {
+            self.start::<T, 4>(op, regions, |p, r| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                ffi::MPI_Igatherv(p[0], mine, dt, p[1], c, d, dt, root, self.raw, r)
+            })
+        }?;
+        Ok(pending.holding(vec![c, d]))
+    }
+
+    /// `MPI_Iscatter` of blocks of `n` elements (`send` absent off the root).
+    pub(crate) unsafe fn start_scatter<'s, T: Element>(
+        &self,
+        op: &'static str,
+        send: Region<'_>,
+        recv: Region<'_>,
+        root: usize,
+        n: usize,
+    ) -> Result<MpiPending<'s, T>> {
+        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
+        // SAFETY: the function's contract.
+        unsafe {
+            self.start(op, [send, recv], |p, r| {
+                ffi::MPI_Iscatter(p[0], n, dt, p[1], n, dt, root, self.raw, r)
+            })
+        }
+    }
+
+    /// `MPI_Iscatterv` with packed displacements (`send` absent off the root).
+    pub(crate) unsafe fn start_scatter_v<'s, T: Element>(
+        &self,
+        op: &'static str,
+        send: Region<'_>,
+        recv: Region<'_>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<MpiPending<'s, T>> {
+        let (c, d) = raw::packed(counts);
+        let (dt, mine, root) = (raw::datatype::<T>(), c[self.rank], root as c_int);
+        let regions = [send, recv, Region::send(&c), Region::send(&d)];
+        // SAFETY: the function's contract; the arrays travel with the operation.
+        let pending = unsafe {
+            self.start::<T, 4>(op, regions, |p, r| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                ffi::MPI_Iscatterv(p[0], c, d, dt, p[1], mine, dt, root, self.raw, r)
+            })
+        }?;
+        Ok(pending.holding(vec![c, d]))
+    }
+
+    /// `MPI_Irecv` into `recv` and `MPI_Isend` of `send`, completed together; the receive's
+    /// length is checked at completion.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn start_send_recv<'s, T: Element>(
+        &self,
+        op: &'static str,
+        (send, sn, dest): (Region<'_>, usize, usize),
+        (recv, rn, source): (Region<'_>, usize, usize),
+        tag: Tag,
+    ) -> Result<MpiPending<'s, T>> {
+        let dt = raw::datatype::<T>();
+        // SAFETY: the function's contract; ranks and tag checked.
+        let pending = unsafe {
+            self.start_pair::<T>(
+                op,
+                (send, raw::int(sn), dest as c_int),
+                (recv, raw::int(rn), source as c_int),
+                dt,
+                tag,
+            )
+        }?;
+        Ok(pending.expect(rn))
     }
 }

@@ -363,6 +363,58 @@ impl MpiComm {
         ))
     }
 
+    /// Start a receive into `recv` and a send of `send` as one pending operation (MPI 3.1 has no
+    /// `MPI_Isendrecv`): on the buffers themselves without a deadline, on copies under one. The
+    /// receive's request comes first, so its length is what [`MpiPending::expect`] checks.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    ///
+    /// # Safety
+    /// `send` holds `sn` and `recv` has room for `rn` elements of datatype `dt`; `dest`, `source` and
+    /// `tag` are valid for this communicator; the memory of both regions stays borrowed for `'s`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn start_pair<'s, T: Element>(
+        &self,
+        op: &'static str,
+        (send, sn, dest): (Region<'_>, c_int, c_int),
+        (recv, rn, source): (Region<'_>, c_int, c_int),
+        dt: ffi::MPI_Datatype,
+        tag: c_int,
+    ) -> Result<MpiPending<'s, T>> {
+        self.health.check(op)?;
+        let regions = [send, recv];
+        let (deadline, p) = match self.timeout {
+            None => (None, regions.map(Region::direct)),
+            Some(timeout) => {
+                let (staging, p) = Staging::new(regions);
+                (Some((staging, timeout)), p)
+            }
+        };
+        let mut rreq = new_request();
+        // SAFETY: `p[1]` has room for `rn` elements of `dt` (the caller's promise, or its copy).
+        raw::check(op, unsafe {
+            ffi::MPI_Irecv(p[1], rn, dt, source, tag, self.raw, &mut rreq)
+        })?;
+        let mut sreq = new_request();
+        // SAFETY: `p[0]` holds `sn` elements of `dt` (the caller's promise, or its copy).
+        let rc = unsafe { ffi::MPI_Isend(p[0], sn, dt, dest, tag, self.raw, &mut sreq) };
+        if rc != 0 {
+            // The receive is in flight on memory freed on return: cancel it and wait for the
+            // cancellation before reporting the send's error.
+            let mut status = raw::status();
+            // SAFETY: `rreq` came from the successful MPI_Irecv above; a valid out-pointer.
+            unsafe {
+                ffi::MPI_Cancel(&mut rreq);
+                ffi::MPI_Wait(&mut rreq, &mut status);
+            }
+            return Err(raw::error(op, rc));
+        }
+        let mut pending = MpiPending::with_deadline(rreq, op, deadline, self.health.clone());
+        pending.requests.push(sreq);
+        Ok(pending)
+    }
+
     /// Under a deadline and outside checked mode, meet the other ranks in a polled barrier before a
     /// call that has no non-blocking twin (`split`, `dup`), so that a missing peer is a timeout.
     pub(crate) fn arrive(&self, op: &'static str) -> Result<()> {

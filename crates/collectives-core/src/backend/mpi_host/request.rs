@@ -36,6 +36,9 @@ pub(crate) enum Region<'a> {
     InOut(&'a mut [u8]),
     /// No buffer on this rank (a root-only argument elsewhere): MPI gets a null pointer.
     Absent,
+    /// Device memory, by address: MPI works on it directly (CUDA-aware MPI). Never under a
+    /// deadline (the device backends stage through host memory there), so never copied.
+    Device(*mut c_void),
 }
 
 impl<'a> Region<'a> {
@@ -70,6 +73,7 @@ impl<'a> Region<'a> {
             Region::In(b) => raw::ptr(b).cast_mut(),
             Region::Out(b) | Region::InOut(b) => raw::ptr_mut(b),
             Region::Absent => std::ptr::null_mut(),
+            Region::Device(p) => p,
         }
     }
 }
@@ -101,6 +105,7 @@ impl Staging {
         let pointers = regions.map(|region| {
             let (data, back): (&[u8], Option<*mut u8>) = match region {
                 Region::Absent => return std::ptr::null_mut(),
+                Region::Device(p) => return p,
                 Region::In(b) if b.is_empty() => return Region::In(b).direct(),
                 Region::Out(b) | Region::InOut(b) if b.is_empty() => return raw::ptr_mut(b),
                 Region::In(b) => (b, None),
@@ -262,9 +267,13 @@ impl Health {
     }
 }
 
-/// One non-blocking MPI operation on buffers borrowed for `'s`.
+/// One non-blocking MPI operation on buffers borrowed for `'s`: one request, or several completed
+/// together (a send and a receive).
 pub(crate) struct MpiPending<'s, T: Element> {
-    pub(crate) request: ffi::MPI_Request,
+    /// The requests; a receive whose length is checked comes first.
+    pub(crate) requests: Vec<ffi::MPI_Request>,
+    /// Counts and displacements arrays MPI reads until completion (the v-forms).
+    arrays: Vec<Vec<c_int>>,
     pub(crate) op: &'static str,
     /// For `Avg`: the receive buffer to divide by the number of ranks once complete.
     pub(crate) average: Option<(*mut T, usize, usize)>,
@@ -293,7 +302,8 @@ impl<'s, T: Element> MpiPending<'s, T> {
         health: Health,
     ) -> Self {
         MpiPending {
-            request,
+            requests: vec![request],
+            arrays: Vec::new(),
             op,
             average: None,
             expect: None,
@@ -313,6 +323,13 @@ impl<'s, T: Element> MpiPending<'s, T> {
 
     pub(crate) fn expect(mut self, n: usize) -> Self {
         self.expect = Some(n);
+        self
+    }
+
+    /// Keep `arrays` (counts, displacements) alive until the operation completes: MPI reads them
+    /// while it is in flight.
+    pub(crate) fn holding(mut self, arrays: Vec<Vec<c_int>>) -> Self {
+        self.arrays = arrays;
         self
     }
 
@@ -347,10 +364,9 @@ impl<T: Element> Pending for MpiPending<'_, T> {
         if self.done {
             return Ok(());
         }
-        let mut status = [raw::status()];
+        let mut status = vec![raw::status(); self.requests.len()];
         let timeout = self.deadline.as_ref().map(|(_, t)| *t);
-        let requests = std::slice::from_mut(&mut self.request);
-        match wait_requests(self.op, requests, &mut status, timeout) {
+        match wait_requests(self.op, &mut self.requests, &mut status, timeout) {
             Ok(true) => self.complete(&status[0]),
             Ok(false) => {
                 self.give_up();
@@ -368,19 +384,33 @@ impl<T: Element> Pending for MpiPending<'_, T> {
         if self.done {
             return Ok(true);
         }
-        let mut status = raw::status();
+        let mut status = vec![raw::status(); self.requests.len()];
         let mut flag = 0;
-        // SAFETY: `request` came from a successful MPI_I* call and has not completed (`done` is
-        // false); `flag` and `status` are valid out-pointers.
-        let rc = unsafe { ffi::MPI_Test(&mut self.request, &mut flag, &mut status) };
+        let n = c_int::try_from(self.requests.len()).expect("a handful of requests");
+        let (reqs, stats) = (self.requests.as_mut_ptr(), status.as_mut_ptr());
+        // SAFETY: the requests came from successful MPI_I* calls (completed ones are
+        // MPI_REQUEST_NULL) and have not all completed (`done` is false); `flag` and `stats` are
+        // valid out-pointers, one status per request.
+        let rc = unsafe {
+            if n == 1 {
+                ffi::MPI_Test(reqs, &mut flag, stats)
+            } else {
+                ffi::MPI_Testall(n, reqs, &mut flag, stats)
+            }
+        };
         if rc != 0 {
             self.give_up();
-            return Err(raw::error(self.op, rc));
+            let code = status
+                .iter()
+                .map(|s| s.MPI_ERROR)
+                .find(|&e| e != 0 && n > 1)
+                .unwrap_or(rc);
+            return Err(raw::error(self.op, code));
         }
         if flag == 0 {
             return Ok(false);
         }
-        self.complete(&status).map(|()| true)
+        self.complete(&status[0]).map(|()| true)
     }
 }
 

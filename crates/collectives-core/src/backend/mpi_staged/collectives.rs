@@ -5,7 +5,9 @@
 //! also finishes `Avg` on the host copy, so `Avg` is native here), and copies the results back and
 //! waits. Blocking operations
 //! are complete on return, their pinned buffers back in the pool. All-reduces move in chunks, the copies
-//! of one chunk overlapping MPI's work on another.
+//! of one chunk overlapping MPI's work on another. Non-blocking forms copy their inputs in, start the
+//! host communicator's `MPI_I*` on the pinned buffers and copy the output back once complete
+//! ([`ThroughHost`], shared with the CUDA-aware backend).
 
 use std::ffi::c_int;
 
@@ -15,7 +17,7 @@ use mpi::ffi;
 use super::comm::MpiStagedComm;
 use super::raw;
 use super::request::StagedPending;
-use crate::backend::cuda_common::{self, pinned, Lease, Leases};
+use crate::backend::cuda_common::{self, pinned, Lease, Leases, ThroughHost};
 use crate::backend::mpi_device;
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::Region;
@@ -29,6 +31,14 @@ use crate::request::{Request, Scope};
 use crate::rules::Rules;
 
 impl MpiStagedComm {
+    /// The non-blocking collectives' path: pinned buffers and the host communicator.
+    fn through_host(&self) -> ThroughHost<'_> {
+        ThroughHost {
+            host: &self.host,
+            stream: &self.stream,
+        }
+    }
+
     /// Enqueue the copy of `range` of `src` into the same range of `host`, and an event after it.
     fn chunk_down<T: Element>(
         &self,
@@ -603,5 +613,265 @@ impl Backend for MpiStagedComm {
             keep: Vec::new(),
             back: Some((h, buf)),
         })))
+    }
+
+    fn raw_i_barrier<'s>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+    ) -> Result<Request<'s>> {
+        Ok(scope.register(Box::new(self.through_host().barrier(op)?)))
+    }
+
+    fn raw_i_reduce<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        red: ReduceOp,
+        average: bool,
+        root: usize,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let finish = if average { ReduceOp::Avg } else { red };
+        let pending =
+            self.through_host()
+                .start(op, Some(send), recv, staging, finish, |s, r| {
+                    // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                    // operation in flight until it completes.
+                    unsafe { self.host.start_reduce::<T>(op, s, r, red, root, n) }
+                })?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_all_reduce_in_place<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut CudaSlice<T>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let finish = if average { ReduceOp::Avg } else { red };
+        let pending = self
+            .through_host()
+            .start_in_place(op, buf, staging, finish, |b| {
+                // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                // operation in flight until it completes.
+                unsafe { self.host.start_all_reduce_in_place::<T>(op, b, red, n) }
+            })?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_reduce_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let finish = if average { ReduceOp::Avg } else { red };
+        let pending =
+            self.through_host()
+                .start(op, Some(send), Some(recv), staging, finish, |s, r| {
+                    // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                    // operation in flight until it completes.
+                    unsafe { self.host.start_reduce_scatter::<T>(op, s, r, red, n) }
+                })?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_all_to_all<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let pending = self.through_host().start(
+            op,
+            Some(send),
+            Some(recv),
+            staging,
+            ReduceOp::Sum,
+            |s, r| {
+                // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                // operation in flight until it completes.
+                unsafe { self.host.start_all_to_all::<T>(op, s, r, n) }
+            },
+        )?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_all_to_all_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        send_counts: &[usize],
+        recv: &'s mut CudaSlice<T>,
+        recv_counts: &[usize],
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let pending = self.through_host().start(
+            op,
+            Some(send),
+            Some(recv),
+            staging,
+            ReduceOp::Sum,
+            |s, r| {
+                // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                // operation in flight until it completes.
+                unsafe {
+                    self.host
+                        .start_all_to_all_v::<T>(op, s, send_counts, r, recv_counts)
+                }
+            },
+        )?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_all_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        counts: &[usize],
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let pending = self.through_host().start(
+            op,
+            Some(send),
+            Some(recv),
+            staging,
+            ReduceOp::Sum,
+            |s, r| {
+                // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                // operation in flight until it completes.
+                unsafe { self.host.start_all_gather_v::<T>(op, s, r, counts) }
+            },
+        )?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_gather<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        root: usize,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let pending =
+            self.through_host()
+                .start(op, Some(send), recv, staging, ReduceOp::Sum, |s, r| {
+                    // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                    // operation in flight until it completes.
+                    unsafe { self.host.start_gather::<T>(op, s, r, root, n) }
+                })?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        counts: &[usize],
+        root: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let pending =
+            self.through_host()
+                .start(op, Some(send), recv, staging, ReduceOp::Sum, |s, r| {
+                    // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                    // operation in flight until it completes.
+                    unsafe { self.host.start_gather_v::<T>(op, s, r, counts, root) }
+                })?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s CudaSlice<T>>,
+        recv: &'s mut CudaSlice<T>,
+        root: usize,
+        n: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let pending =
+            self.through_host()
+                .start(op, send, Some(recv), staging, ReduceOp::Sum, |s, r| {
+                    // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                    // operation in flight until it completes.
+                    unsafe { self.host.start_scatter::<T>(op, s, r, root, n) }
+                })?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_scatter_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s CudaSlice<T>>,
+        recv: &'s mut CudaSlice<T>,
+        counts: &[usize],
+        root: usize,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let pending =
+            self.through_host()
+                .start(op, send, Some(recv), staging, ReduceOp::Sum, |s, r| {
+                    // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                    // operation in flight until it completes.
+                    unsafe { self.host.start_scatter_v::<T>(op, s, r, counts, root) }
+                })?;
+        Ok(scope.register(Box::new(pending)))
+    }
+
+    fn raw_i_send_recv<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        dest: usize,
+        recv: &'s mut CudaSlice<T>,
+        source: usize,
+        tag: Tag,
+        (sn, rn): (usize, usize),
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let pending = self.through_host().start(
+            op,
+            Some(send),
+            Some(recv),
+            staging,
+            ReduceOp::Sum,
+            |s, r| {
+                // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+                // operation in flight until it completes.
+                unsafe {
+                    self.host
+                        .start_send_recv::<T>(op, (s, sn, dest), (r, rn, source), tag)
+                }
+            },
+        )?;
+        Ok(scope.register(Box::new(pending)))
     }
 }

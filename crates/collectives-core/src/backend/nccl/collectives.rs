@@ -3,7 +3,10 @@
 //! communicator's stream, taking device pointers through cudarc so the buffers' other streams are
 //! ordered around ours, and turns the result code into a `Result`. Zero-length operations enqueue
 //! nothing. NCCL has no gather, scatter, all-to-all or uneven collectives: those are grouped sends
-//! and receives (or, for `all_gather_v`, grouped broadcasts) here.
+//! and receives (or, for `all_gather_v`, grouped broadcasts) here. Every non-blocking form enqueues
+//! exactly what its blocking form enqueues and records an event after it (`register`); its request
+//! is complete when the event is. `i_barrier` is an all-reduce of one value, like `barrier`, with
+//! no wait for the stream.
 
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
@@ -276,6 +279,16 @@ impl NcclComm {
     }
 
     fn register<'s>(&'s self, scope: &'s Scope<'s, '_>, op: &'static str) -> Result<Request<'s>> {
+        self.register_keeping(scope, op, None)
+    }
+
+    /// [`register`](Self::register), keeping `scratch` alive until the operation completes.
+    fn register_keeping<'s>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        op: &'static str,
+        scratch: Option<CudaSlice<f32>>,
+    ) -> Result<Request<'s>> {
         let event = self
             .stream
             .record_event(None)
@@ -285,6 +298,7 @@ impl NcclComm {
             event,
             op,
             done: false,
+            scratch,
             _buffers: PhantomData,
         })))
     }
@@ -743,6 +757,178 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_recv(op, buf, source, tag, n, ())?;
+        self.register(scope, op)
+    }
+
+    /// An all-reduce of one value, enqueued; the request completes once every rank's is done.
+    fn raw_i_barrier<'s>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+    ) -> Result<Request<'s>> {
+        let mut one = self
+            .stream
+            .alloc_zeros::<f32>(1)
+            .map_err(|e| Error::cuda(op, e))?;
+        self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
+        self.register_keeping(scope, op, Some(one))
+    }
+
+    fn raw_i_reduce<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        red: ReduceOp,
+        _average: bool,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_reduce(op, send, recv, red, root, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_all_reduce_in_place<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut CudaSlice<T>,
+        red: ReduceOp,
+        _average: bool,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.enqueue_all_reduce(op, None, buf, red, raw::wire::<T>(n))?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_reduce_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        red: ReduceOp,
+        _average: bool,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_reduce_scatter(op, send, recv, red, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_all_to_all<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_all_to_all(op, send, recv, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_all_to_all_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        send_counts: &[usize],
+        recv: &'s mut CudaSlice<T>,
+        recv_counts: &[usize],
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_all_to_all_v(op, send, send_counts, recv, recv_counts, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_all_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: &'s mut CudaSlice<T>,
+        counts: &[usize],
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_all_gather_v(op, send, recv, counts, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_gather<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_gather(op, send, recv, root, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_gather_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        recv: Option<&'s mut CudaSlice<T>>,
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_gather_v(op, send, recv, counts, root, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_scatter<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s CudaSlice<T>>,
+        recv: &'s mut CudaSlice<T>,
+        root: usize,
+        n: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_scatter(op, send, recv, root, n, ())?;
+        self.register(scope, op)
+    }
+
+    fn raw_i_scatter_v<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s CudaSlice<T>>,
+        recv: &'s mut CudaSlice<T>,
+        counts: &[usize],
+        root: usize,
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_scatter_v(op, send, recv, counts, root, ())?;
+        self.register(scope, op)
+    }
+
+    /// The grouped send and receive of the blocking form, enqueued.
+    fn raw_i_send_recv<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        send: &'s CudaSlice<T>,
+        dest: usize,
+        recv: &'s mut CudaSlice<T>,
+        source: usize,
+        tag: Tag,
+        counts: (usize, usize),
+        (): (),
+    ) -> Result<Request<'s>> {
+        self.raw_send_recv(op, send, dest, recv, source, tag, counts, ())?;
         self.register(scope, op)
     }
 }

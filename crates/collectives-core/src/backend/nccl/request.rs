@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use cudarc::driver::CudaEvent;
+use cudarc::driver::{CudaEvent, CudaSlice};
 
 use super::comm::NcclComm;
 use crate::error::{Error, Result};
@@ -14,6 +14,9 @@ pub(super) struct NcclPending<'s> {
     pub(super) event: CudaEvent,
     pub(super) op: &'static str,
     pub(super) done: bool,
+    /// Device memory the operation itself allocated (`i_barrier`'s value), freed once complete:
+    /// freeing it earlier may wait for the stream.
+    pub(super) scratch: Option<CudaSlice<f32>>,
     pub(super) _buffers: PhantomData<&'s mut ()>,
 }
 
@@ -28,6 +31,7 @@ impl Pending for NcclPending<'_> {
             event.try_is_complete().map_err(|e| Error::cuda(op, e))
         });
         self.done = true;
+        self.scratch = None;
         r
     }
 
@@ -44,6 +48,7 @@ impl Pending for NcclPending<'_> {
             return Ok(false);
         }
         self.done = true;
+        self.scratch = None;
         Ok(true)
     }
 }
