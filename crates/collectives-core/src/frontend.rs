@@ -467,6 +467,121 @@ fn lens2(a: usize, b: usize) -> [Option<usize>; 2] {
     [Some(a), Some(b)]
 }
 
+/// `all_reduce`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
+fn prepare_all_reduce<'c, B: Backend, T: Element>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: &B::Buf<T>,
+    recv: &B::Buf<T>,
+    op: ReduceOp,
+) -> Result<(usize, B::Staging<'c, T>)> {
+    let local = b.rules().all_reduce::<T, _>(name, send, recv, op);
+    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+    let call = Call::new(OpKind::AllReduce)
+        .element::<T>()
+        .reduce(op)
+        .count(send.len());
+    b.agree(call, local)
+}
+
+/// `all_reduce_in_place`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
+fn prepare_all_reduce_in_place<'c, B: Backend, T: Element>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    buf: &B::Buf<T>,
+    op: ReduceOp,
+) -> Result<(usize, B::Staging<'c, T>)> {
+    let local = b.rules().all_reduce_in_place::<T, _>(name, buf, op);
+    let local = staged::<_, T, _>(b, name, start, local, |_| [Some(buf.len()), None]);
+    let call = Call::new(OpKind::AllReduceInPlace)
+        .element::<T>()
+        .reduce(op)
+        .count(buf.len());
+    b.agree(call, local)
+}
+
+/// `all_gather`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
+fn prepare_all_gather<'c, B: Backend, T: Element>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: &B::Buf<T>,
+    recv: &B::Buf<T>,
+) -> Result<(usize, B::Staging<'c, T>)> {
+    let local = b.rules().all_gather::<T, _>(name, send, recv);
+    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+    let call = Call::new(OpKind::AllGather)
+        .element::<T>()
+        .count(send.len());
+    b.agree(call, local)
+}
+
+/// `reduce_scatter`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
+fn prepare_reduce_scatter<'c, B: Backend, T: Element>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: &B::Buf<T>,
+    recv: &B::Buf<T>,
+    op: ReduceOp,
+) -> Result<(usize, B::Staging<'c, T>)> {
+    let local = b.rules().reduce_scatter::<T, _>(name, send, recv, op);
+    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+    let call = Call::new(OpKind::ReduceScatter)
+        .element::<T>()
+        .reduce(op)
+        .count(recv.len());
+    b.agree(call, local)
+}
+
+/// `all_to_all`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
+fn prepare_all_to_all<'c, B: Backend, T: Element>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: &B::Buf<T>,
+    recv: &B::Buf<T>,
+) -> Result<(usize, B::Staging<'c, T>)> {
+    let local = b.rules().all_to_all::<T, _>(name, send, recv);
+    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+    let call = Call::new(OpKind::AllToAll).element::<T>().count(send.len());
+    b.agree(call, local)
+}
+
+/// `broadcast`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
+fn prepare_broadcast<'c, B: Backend, T: Element>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    buf: &B::Buf<T>,
+    root: usize,
+) -> Result<(usize, B::Staging<'c, T>)> {
+    let local = b.rules().broadcast::<T, _>(name, buf, root);
+    let local = staged::<_, T, _>(b, name, start, local, |_| [Some(buf.len()), None]);
+    let call = Call::new(OpKind::Broadcast)
+        .element::<T>()
+        .root(root)
+        .count(buf.len());
+    b.agree(call, local)
+}
+
+/// `all_gather_v`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
+fn prepare_all_gather_v<'c, B: Backend, T: Element>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: &B::Buf<T>,
+    recv: &B::Buf<T>,
+    counts: &[usize],
+) -> Result<((), B::Staging<'c, T>)> {
+    let local = b.rules().all_gather_v::<T, _>(name, send, recv, counts);
+    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+    let call = Call::new(OpKind::AllGatherV).element::<T>().counts(counts);
+    b.agree(call, local)
+}
+
 impl<B: Backend> Communicator for B {
     type Buf<T: Element> = B::Buf<T>;
 
@@ -496,15 +611,7 @@ impl<B: Backend> Communicator for B {
     fn broadcast<T: Element>(&self, buf: &mut Self::Buf<T>, root: usize) -> Result<()> {
         const OP: &str = "broadcast";
         let _span = tracing::trace_span!("broadcast").entered();
-        let local = self.rules().broadcast::<T, _>(OP, buf, root);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
-            [Some(buf.len()), None]
-        });
-        let call = Call::new(OpKind::Broadcast)
-            .element::<T>()
-            .root(root)
-            .count(buf.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) = prepare_broadcast::<_, T>(self, OP, Start::Blocking, buf, root)?;
         self.raw_broadcast(OP, buf, root, n, staging)
     }
 
@@ -543,15 +650,7 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "all_reduce";
         let _span = tracing::trace_span!("all_reduce").entered();
-        let local = self.rules().all_reduce::<T, _>(OP, send, recv, op);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllReduce)
-            .element::<T>()
-            .reduce(op)
-            .count(send.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) = prepare_all_reduce::<_, T>(self, OP, Start::Blocking, send, recv, op)?;
         let (run, divide) = reduction(self, op);
         self.raw_all_reduce(OP, Some(send), recv, run, n, staging)?;
         if divide {
@@ -563,15 +662,7 @@ impl<B: Backend> Communicator for B {
     fn all_reduce_in_place<T: Element>(&self, buf: &mut Self::Buf<T>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce_in_place";
         let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let local = self.rules().all_reduce_in_place::<T, _>(OP, buf, op);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
-            [Some(buf.len()), None]
-        });
-        let call = Call::new(OpKind::AllReduceInPlace)
-            .element::<T>()
-            .reduce(op)
-            .count(buf.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) = prepare_all_reduce_in_place::<_, T>(self, OP, Start::Blocking, buf, op)?;
         let (run, divide) = reduction(self, op);
         self.raw_all_reduce(OP, None, buf, run, n, staging)?;
         if divide {
@@ -583,14 +674,7 @@ impl<B: Backend> Communicator for B {
     fn all_gather<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
         const OP: &str = "all_gather";
         let _span = tracing::trace_span!("all_gather").entered();
-        let local = self.rules().all_gather::<T, _>(OP, send, recv);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllGather)
-            .element::<T>()
-            .count(send.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) = prepare_all_gather::<_, T>(self, OP, Start::Blocking, send, recv)?;
         self.raw_all_gather(OP, send, recv, n, staging)
     }
 
@@ -602,12 +686,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "all_gather_v";
         let _span = tracing::trace_span!("all_gather_v").entered();
-        let local = self.rules().all_gather_v::<T, _>(OP, send, recv, counts);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllGatherV).element::<T>().counts(counts);
-        let ((), staging) = self.agree(call, local)?;
+        let ((), staging) =
+            prepare_all_gather_v::<_, T>(self, OP, Start::Blocking, send, recv, counts)?;
         self.raw_all_gather_v(OP, send, recv, counts, staging)
     }
 
@@ -705,15 +785,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "reduce_scatter";
         let _span = tracing::trace_span!("reduce_scatter").entered();
-        let local = self.rules().reduce_scatter::<T, _>(OP, send, recv, op);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::ReduceScatter)
-            .element::<T>()
-            .reduce(op)
-            .count(recv.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) =
+            prepare_reduce_scatter::<_, T>(self, OP, Start::Blocking, send, recv, op)?;
         let (run, divide) = reduction(self, op);
         self.raw_reduce_scatter(OP, send, recv, run, n, staging)?;
         if divide {
@@ -725,12 +798,7 @@ impl<B: Backend> Communicator for B {
     fn all_to_all<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
         const OP: &str = "all_to_all";
         let _span = tracing::trace_span!("all_to_all").entered();
-        let local = self.rules().all_to_all::<T, _>(OP, send, recv);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllToAll).element::<T>().count(send.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) = prepare_all_to_all::<_, T>(self, OP, Start::Blocking, send, recv)?;
         self.raw_all_to_all(OP, send, recv, n, staging)
     }
 
@@ -815,15 +883,7 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_reduce";
         let _span = tracing::trace_span!("i_all_reduce").entered();
-        let local = self.rules().all_reduce::<T, _>(OP, send, recv, op);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllReduce)
-            .element::<T>()
-            .reduce(op)
-            .count(send.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) = prepare_all_reduce::<_, T>(self, OP, Start::Collective, send, recv, op)?;
         let (run, divide) = reduction(self, op);
         self.raw_i_all_reduce(OP, scope, send, recv, run, divide, n, staging)
     }
@@ -836,15 +896,7 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_broadcast";
         let _span = tracing::trace_span!("i_broadcast").entered();
-        let local = self.rules().broadcast::<T, _>(OP, buf, root);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
-            [Some(buf.len()), None]
-        });
-        let call = Call::new(OpKind::Broadcast)
-            .element::<T>()
-            .root(root)
-            .count(buf.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) = prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
         self.raw_i_broadcast(OP, scope, buf, root, n, staging)
     }
 
@@ -856,14 +908,7 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather";
         let _span = tracing::trace_span!("i_all_gather").entered();
-        let local = self.rules().all_gather::<T, _>(OP, send, recv);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllGather)
-            .element::<T>()
-            .count(send.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) = prepare_all_gather::<_, T>(self, OP, Start::Collective, send, recv)?;
         self.raw_i_all_gather(OP, scope, send, recv, n, staging)
     }
 
@@ -906,15 +951,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_reduce_in_place";
         let _span = tracing::trace_span!("i_all_reduce_in_place").entered();
-        let local = self.rules().all_reduce_in_place::<T, _>(OP, buf, op);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
-            [Some(buf.len()), None]
-        });
-        let call = Call::new(OpKind::AllReduceInPlace)
-            .element::<T>()
-            .reduce(op)
-            .count(buf.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) =
+            prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
         let (run, divide) = reduction(self, op);
         self.raw_i_all_reduce_in_place(OP, scope, buf, run, divide, n, staging)
     }
@@ -928,15 +966,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_reduce_scatter";
         let _span = tracing::trace_span!("i_reduce_scatter").entered();
-        let local = self.rules().reduce_scatter::<T, _>(OP, send, recv, op);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::ReduceScatter)
-            .element::<T>()
-            .reduce(op)
-            .count(recv.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) =
+            prepare_reduce_scatter::<_, T>(self, OP, Start::Collective, send, recv, op)?;
         let (run, divide) = reduction(self, op);
         self.raw_i_reduce_scatter(OP, scope, send, recv, run, divide, n, staging)
     }
@@ -949,12 +980,7 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_to_all";
         let _span = tracing::trace_span!("i_all_to_all").entered();
-        let local = self.rules().all_to_all::<T, _>(OP, send, recv);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllToAll).element::<T>().count(send.len());
-        let (n, staging) = self.agree(call, local)?;
+        let (n, staging) = prepare_all_to_all::<_, T>(self, OP, Start::Collective, send, recv)?;
         self.raw_i_all_to_all(OP, scope, send, recv, n, staging)
     }
 
@@ -990,12 +1016,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather_v";
         let _span = tracing::trace_span!("i_all_gather_v").entered();
-        let local = self.rules().all_gather_v::<T, _>(OP, send, recv, counts);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllGatherV).element::<T>().counts(counts);
-        let ((), staging) = self.agree(call, local)?;
+        let ((), staging) =
+            prepare_all_gather_v::<_, T>(self, OP, Start::Collective, send, recv, counts)?;
         self.raw_i_all_gather_v(OP, scope, send, recv, counts, staging)
     }
 
