@@ -28,6 +28,7 @@ use crate::error::Result;
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
+use std::ops::Deref;
 
 /// How an operation is started, which decides whether a backend stages it through host memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -582,6 +583,75 @@ fn prepare_all_gather_v<'c, B: Backend, T: Element>(
     b.agree(call, local)
 }
 
+/// What a rooted collective's prepare step gives: the count, the root-only buffer on the root, and
+/// the staging.
+type Rooted<'c, B, T, R> = Result<((usize, Option<R>), <B as Backend>::Staging<'c, T>)>;
+
+/// `reduce`'s rules, staging and agreement, shared by its blocking and non-blocking forms: the
+/// count and, on the root, its receive buffer.
+fn prepare_reduce<'c, B: Backend, T: Element, R: Deref<Target = B::Buf<T>>>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: &B::Buf<T>,
+    recv: Option<R>,
+    op: ReduceOp,
+    root: usize,
+) -> Rooted<'c, B, T, R> {
+    let local = b.rules().reduce::<T, _, _>(name, send, recv, op, root);
+    let local = staged::<_, T, _>(b, name, start, local, |(_, r)| {
+        [Some(send.len()), r.as_ref().map(|r| r.len())]
+    });
+    let call = Call::new(OpKind::Reduce)
+        .element::<T>()
+        .reduce(op)
+        .root(root)
+        .count(send.len());
+    b.agree(call, local)
+}
+
+/// `gather`'s rules, staging and agreement, shared by its blocking and non-blocking forms: the
+/// count and, on the root, its receive buffer.
+fn prepare_gather<'c, B: Backend, T: Element, R: Deref<Target = B::Buf<T>>>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: &B::Buf<T>,
+    recv: Option<R>,
+    root: usize,
+) -> Rooted<'c, B, T, R> {
+    let local = b.rules().gather::<T, _, _>(name, send, recv, root);
+    let local = staged::<_, T, _>(b, name, start, local, |(_, r)| {
+        [Some(send.len()), r.as_ref().map(|r| r.len())]
+    });
+    let call = Call::new(OpKind::Gather)
+        .element::<T>()
+        .root(root)
+        .count(send.len());
+    b.agree(call, local)
+}
+
+/// `scatter`'s rules, staging and agreement, shared by its blocking and non-blocking forms: the
+/// count and, on the root, its send buffer.
+fn prepare_scatter<'c, B: Backend, T: Element, S: Deref<Target = B::Buf<T>>>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: Option<S>,
+    recv: &B::Buf<T>,
+    root: usize,
+) -> Rooted<'c, B, T, S> {
+    let local = b.rules().scatter::<T, _, _>(name, send, recv, root);
+    let local = staged::<_, T, _>(b, name, start, local, |(_, s)| {
+        [s.as_ref().map(|s| s.len()), Some(recv.len())]
+    });
+    let call = Call::new(OpKind::Scatter)
+        .element::<T>()
+        .root(root)
+        .count(recv.len());
+    b.agree(call, local)
+}
+
 impl<B: Backend> Communicator for B {
     type Buf<T: Element> = B::Buf<T>;
 
@@ -624,16 +694,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "reduce";
         let _span = tracing::trace_span!("reduce").entered();
-        let local = self.rules().reduce::<T, _, _>(OP, send, recv, op, root);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |(_, r)| {
-            [Some(send.len()), r.as_ref().map(|r| r.len())]
-        });
-        let call = Call::new(OpKind::Reduce)
-            .element::<T>()
-            .reduce(op)
-            .root(root)
-            .count(send.len());
-        let ((n, mut recv), staging) = self.agree(call, local)?;
+        let ((n, mut recv), staging) =
+            prepare_reduce::<_, T, _>(self, OP, Start::Blocking, send, recv, op, root)?;
         let (run, divide) = reduction(self, op);
         self.raw_reduce(OP, send, recv.as_deref_mut(), run, root, n, staging)?;
         match recv {
@@ -699,15 +761,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "gather";
         let _span = tracing::trace_span!("gather").entered();
-        let local = self.rules().gather::<T, _, _>(OP, send, recv, root);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |(_, r)| {
-            [Some(send.len()), r.as_ref().map(|r| r.len())]
-        });
-        let call = Call::new(OpKind::Gather)
-            .element::<T>()
-            .root(root)
-            .count(send.len());
-        let ((n, recv), staging) = self.agree(call, local)?;
+        let ((n, recv), staging) =
+            prepare_gather::<_, T, _>(self, OP, Start::Blocking, send, recv, root)?;
         self.raw_gather(OP, send, recv, root, n, staging)
     }
 
@@ -742,15 +797,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "scatter";
         let _span = tracing::trace_span!("scatter").entered();
-        let local = self.rules().scatter::<T, _, _>(OP, send, recv, root);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |(_, s)| {
-            [s.map(|s| s.len()), Some(recv.len())]
-        });
-        let call = Call::new(OpKind::Scatter)
-            .element::<T>()
-            .root(root)
-            .count(recv.len());
-        let ((n, send), staging) = self.agree(call, local)?;
+        let ((n, send), staging) =
+            prepare_scatter::<_, T, _>(self, OP, Start::Blocking, send, recv, root)?;
         self.raw_scatter(OP, send, recv, root, n, staging)
     }
 
@@ -929,16 +977,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_reduce";
         let _span = tracing::trace_span!("i_reduce").entered();
-        let local = self.rules().reduce::<T, _, _>(OP, send, recv, op, root);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |(_, r)| {
-            [Some(send.len()), r.as_ref().map(|r| r.len())]
-        });
-        let call = Call::new(OpKind::Reduce)
-            .element::<T>()
-            .reduce(op)
-            .root(root)
-            .count(send.len());
-        let ((n, recv), staging) = self.agree(call, local)?;
+        let ((n, recv), staging) =
+            prepare_reduce::<_, T, _>(self, OP, Start::Collective, send, recv, op, root)?;
         let (run, divide) = reduction(self, op);
         self.raw_i_reduce(OP, scope, send, recv, run, divide, root, n, staging)
     }
@@ -1030,15 +1070,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_gather";
         let _span = tracing::trace_span!("i_gather").entered();
-        let local = self.rules().gather::<T, _, _>(OP, send, recv, root);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |(_, r)| {
-            [Some(send.len()), r.as_ref().map(|r| r.len())]
-        });
-        let call = Call::new(OpKind::Gather)
-            .element::<T>()
-            .root(root)
-            .count(send.len());
-        let ((n, recv), staging) = self.agree(call, local)?;
+        let ((n, recv), staging) =
+            prepare_gather::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
         self.raw_i_gather(OP, scope, send, recv, root, n, staging)
     }
 
@@ -1075,15 +1108,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_scatter";
         let _span = tracing::trace_span!("i_scatter").entered();
-        let local = self.rules().scatter::<T, _, _>(OP, send, recv, root);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |(_, s)| {
-            [s.map(|s| s.len()), Some(recv.len())]
-        });
-        let call = Call::new(OpKind::Scatter)
-            .element::<T>()
-            .root(root)
-            .count(recv.len());
-        let ((n, send), staging) = self.agree(call, local)?;
+        let ((n, send), staging) =
+            prepare_scatter::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
         self.raw_i_scatter(OP, scope, send, recv, root, n, staging)
     }
 
