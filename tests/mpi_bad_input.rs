@@ -8,12 +8,9 @@
 
 mod common;
 
-use collectives::{Communicator, Error, HostArray, MpiComm, ReduceOp};
+use catalog::invalid_mentioning;
+use collectives::{Communicator, HostArray, MpiComm, ReduceOp};
 use common::{case, catalog, Case, T};
-
-fn invalid_mentioning<'a>(needle: &'a str) -> impl FnOnce(&Error) -> bool + 'a {
-    move |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains(needle))
-}
 
 fn non_contiguous_ndarray(t: &T) {
     let a = ndarray::Array2::<f64>::zeros((4, 6));

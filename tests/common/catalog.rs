@@ -185,7 +185,8 @@ fn invalid(e: &Error) -> bool {
     matches!(e, Error::InvalidArgument { .. })
 }
 
-fn invalid_mentioning(needle: &str) -> impl FnOnce(&Error) -> bool + '_ {
+/// An `InvalidArgument` whose message contains `needle`.
+pub fn invalid_mentioning(needle: &str) -> impl FnOnce(&Error) -> bool + '_ {
     move |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains(needle))
 }
 
