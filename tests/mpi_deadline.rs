@@ -3,7 +3,8 @@
 //! `Error::Timeout` within the deadline plus one second, after which the communicator answers
 //! `Error::Unusable` at once. The rank that plays the dead peer stays in a plain sleep (no MPI call)
 //! and then takes part in the runner's bookkeeping again, so the job ends normally and `mpirun`
-//! exits 0; the timed-out operations stay in flight inside MPI, on copies it owns.
+//! exits 0; the timed-out operations stay in flight inside MPI, on copies it owns. A rank that really
+//! leaves the job (exit without `MPI_Finalize`) is `mpi_dead_peer`'s case.
 //! Run: `mpirun -n N target/debug/deps/mpi_deadline-*` (or `cargo xtask test`).
 
 #![allow(clippy::useless_vec)] // buffers are vectors, as in the codes that use the library

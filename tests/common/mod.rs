@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod catalog;
+pub mod dead_peer;
 pub mod suite;
 
 use std::cell::RefCell;

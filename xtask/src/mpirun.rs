@@ -34,6 +34,17 @@ pub fn timeout() -> Duration {
     }
 }
 
+/// What lets a rank leave an Open MPI job for real (`exit` without `MPI_Finalize`) without
+/// `mpirun` ending the job: set for the test binaries whose name says a rank leaves.
+pub const EXIT_WITHOUT_SYNC: (&str, &str) = ("OMPI_MCA_orte_allowed_exit_without_sync", "1");
+
+/// Whether `exe` is a test binary in which one rank leaves the job (`*dead_peer*`).
+pub fn leaves_the_job(exe: &Path) -> bool {
+    exe.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.contains("dead_peer"))
+}
+
 /// One `mpirun` command line with its environment, kept as data so it can be shown and tested.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
@@ -76,6 +87,9 @@ impl Launch {
             ] {
                 launch.env_defaults.push((key.to_owned(), value.to_owned()));
             }
+        }
+        if testing && leaves_the_job(exe) {
+            launch.set(EXIT_WITHOUT_SYNC.0, EXIT_WITHOUT_SYNC.1);
         }
         launch.target.push(exe.display().to_string());
         launch.target.extend(args.iter().cloned());
@@ -266,6 +280,17 @@ mod tests {
                 "OMPI_MCA_btl_vader_single_copy_mechanism"
             ]
         );
+    }
+
+    #[test]
+    fn a_rank_may_leave_only_the_dead_peer_tests() {
+        let dead = Launch::new(Path::new("/t/mpi_dead_peer-0123"), &[], 2, true, true);
+        assert!(dead.env.contains(&(
+            EXIT_WITHOUT_SYNC.0.to_owned(),
+            EXIT_WITHOUT_SYNC.1.to_owned()
+        )));
+        let other = Launch::new(Path::new("/t/mpi_deadline-0123"), &[], 2, true, true);
+        assert!(other.env.iter().all(|(k, _)| k != EXIT_WITHOUT_SYNC.0));
     }
 
     #[test]

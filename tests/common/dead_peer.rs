@@ -1,0 +1,190 @@
+//! A peer that is silent and a peer that is dead, for real: the last rank first sleeps through a
+//! collective, then leaves the job with `exit(0)` and never comes back. The other ranks must return
+//! `Error::Timeout` within the deadline plus one second, answer `Error::Unusable` afterwards, and the
+//! job must end.
+//!
+//! This cannot run in the shared runner (`super::run`): its bookkeeping is collective over every
+//! rank, and one rank is gone. The survivors keep their own: a host communicator without the
+//! leaving rank, split off before anything else happens.
+//!
+//! Open MPI's `mpirun` ends the whole job when a rank exits without `MPI_Finalize`, unless
+//! `orte_allowed_exit_without_sync` is 1 (`--mca orte_allowed_exit_without_sync 1`, or
+//! `OMPI_MCA_orte_allowed_exit_without_sync=1` in `mpirun`'s environment); `cargo xtask test` and the
+//! GPU suite set it for `*dead_peer` binaries. Without it the binary says so and fails. On 1 rank
+//! there is no peer to lose: the silent case becomes a receive from this rank that nobody sends.
+#![allow(dead_code)]
+
+use std::borrow::BorrowMut;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use collectives::{Communicator, Error, MpiComm, ReduceOp};
+
+use super::suite::Backend;
+
+/// The deadline of the timed communicators.
+pub const DEADLINE: Duration = Duration::from_secs(1);
+/// How long the silent peer sleeps: well past the deadline.
+pub const SILENT: Duration = Duration::from_millis(2500);
+/// The variable that lets a rank leave an Open MPI job without ending it.
+pub const EXIT_WITHOUT_SYNC: &str = "OMPI_MCA_orte_allowed_exit_without_sync";
+
+/// Failures of this rank, printed with the rank's number.
+struct Log {
+    rank: usize,
+    failures: Vec<String>,
+}
+
+impl Log {
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            let what = what();
+            eprintln!("[rank {}] {what}", self.rank);
+            self.failures.push(what);
+        }
+    }
+
+    /// `r` is a timeout of the deadline, seen after the deadline and before it plus one second.
+    fn timed_out<V: std::fmt::Debug>(&mut self, r: Result<V, Error>, took: Duration, what: &str) {
+        let ok = matches!(&r, Err(Error::Timeout { after, .. }) if *after == DEADLINE);
+        self.check(ok, || format!("{what}: expected Err(Timeout), got {r:?}"));
+        self.check(took >= DEADLINE && took < DEADLINE + Duration::from_secs(1), || {
+            format!("{what}: returned after {took:?}, not within [{DEADLINE:?}, {DEADLINE:?} + 1 s)")
+        });
+        if ok {
+            println!(
+                "  [rank {}] {what}: Err(Timeout) after {:.3} s (deadline {DEADLINE:?})",
+                self.rank,
+                took.as_secs_f64()
+            );
+        }
+    }
+
+    /// `r` is `Unusable`.
+    fn unusable<V: std::fmt::Debug>(&mut self, r: Result<V, Error>, what: &str) {
+        let ok = matches!(&r, Err(Error::Unusable { .. }));
+        self.check(ok, || format!("{what}: expected Err(Unusable), got {r:?}"));
+    }
+}
+
+/// Run both cases with communicators from `make` (collective over the given host communicator,
+/// with the given deadline), print `mpi-tests: N passed, M failed` on rank 0 and exit.
+pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Result<C, Error>) -> ! {
+    let universe = mpi::initialize().expect("MPI initializes once");
+    let world = MpiComm::world(&universe)
+        .expect("dup of MPI_COMM_WORLD")
+        .with_checked(false);
+    let (rank, size) = (world.rank(), world.size());
+    let leaver = size - 1;
+    let allowed = std::env::var(EXIT_WITHOUT_SYNC).is_ok_and(|v| v.trim() == "1");
+    if size > 1 && !allowed {
+        if rank == 0 {
+            println!(
+                "{backend} dead peer: a rank can only leave the job for real under mpirun with \
+                 {EXIT_WITHOUT_SYNC}=1 (or --mca orte_allowed_exit_without_sync 1)"
+            );
+            println!("mpi-tests: 0 passed, 1 failed ({size} ranks)");
+        }
+        drop(world);
+        drop(universe);
+        std::process::exit(1);
+    }
+    // The survivors' own communicator, made while every rank is here.
+    let survivors = world
+        .split((rank != leaver || size == 1).then_some(0), rank as i32)
+        .expect("split off the survivors");
+    let mut log = Log {
+        rank,
+        failures: Vec::new(),
+    };
+    // Per case, whether it failed on this rank.
+    let mut failed = Vec::new();
+
+    // 1. A silent peer: the last rank sleeps through an all-reduce, then makes it itself.
+    let before = log.failures.len();
+    match make(&world, DEADLINE) {
+        Err(e) => log.check(false, || format!("a communicator with a deadline: {e}")),
+        Ok(timed) => {
+            let mut buf = timed.up(&[1u32; 16]);
+            if size == 1 {
+                let start = Instant::now();
+                let r = timed.recv::<u32>(buf.borrow_mut(), 0, 5);
+                log.timed_out(r, start.elapsed(), "a receive from this rank nobody sends");
+            } else if rank == leaver {
+                std::thread::sleep(SILENT);
+                // The others gave up long ago: this call may complete against what they left in
+                // flight (MPI) or wait for peers that aborted (NCCL), but it must come back.
+                let start = Instant::now();
+                let r = timed.all_reduce_in_place::<u32>(buf.borrow_mut(), ReduceOp::Sum);
+                let took = start.elapsed();
+                log.check(took < DEADLINE + Duration::from_secs(1), || {
+                    format!("the late all-reduce returned after {took:?} ({r:?})")
+                });
+            } else {
+                let start = Instant::now();
+                let r = timed.all_reduce_in_place::<u32>(buf.borrow_mut(), ReduceOp::Sum);
+                log.timed_out(
+                    r,
+                    start.elapsed(),
+                    "an all-reduce the last rank sleeps through",
+                );
+                let r = timed.barrier();
+                log.unusable(r, "a barrier after the timeout");
+            }
+        }
+    }
+    failed.push(i32::from(log.failures.len() > before));
+    // Everyone is here again (the sleeper has woken up).
+    world.barrier().expect("the barrier after the silent case");
+
+    // 2. A dead peer: the last rank leaves the job; the others' all-reduce must time out.
+    if size > 1 {
+        let before = log.failures.len();
+        let timed = make(&world, DEADLINE);
+        world
+            .barrier()
+            .expect("the barrier before the last rank leaves");
+        if rank == leaver {
+            println!("  [rank {rank}] leaving the job now (exit 0, no MPI_Finalize)");
+            let _ = std::io::stdout().flush();
+            std::process::exit(0);
+        }
+        match timed {
+            Err(e) => log.check(false, || format!("a communicator with a deadline: {e}")),
+            Ok(timed) => {
+                let mut buf = timed.up(&[1u32; 16]);
+                let start = Instant::now();
+                let r = timed.all_reduce_in_place::<u32>(buf.borrow_mut(), ReduceOp::Sum);
+                log.timed_out(r, start.elapsed(), "an all-reduce with a dead peer");
+                let r = timed.all_reduce_in_place::<u32>(buf.borrow_mut(), ReduceOp::Sum);
+                log.unusable(r, "an all-reduce after the timeout");
+                // The communicator is left to leak: tearing it down would wait for the dead peer.
+                std::mem::forget(timed);
+            }
+        }
+        failed.push(i32::from(log.failures.len() > before));
+    }
+
+    // Bookkeeping among the survivors only.
+    let survivors = survivors.expect("a survivor has the survivors' communicator");
+    let mut any = vec![0i32; failed.len()];
+    survivors
+        .all_reduce(&failed[..], &mut any[..], ReduceOp::Max)
+        .expect("the survivors' all-reduce");
+    let names = ["silent peer", "dead peer"];
+    let bad = any.iter().filter(|&&f| f != 0).count();
+    if rank == 0 {
+        for (name, f) in names.iter().zip(&any) {
+            let verdict = if *f == 0 { "ok" } else { "FAILED" };
+            println!("test {backend}_{} ... {verdict}", name.replace(' ', "_"));
+        }
+        let left = if size > 1 { ", 1 left the job" } else { "" };
+        println!(
+            "mpi-tests: {} passed, {bad} failed ({size} ranks{left})",
+            any.len() - bad
+        );
+    }
+    let _ = std::io::stdout().flush();
+    // No MPI_Finalize: it would wait for the rank that left.
+    std::process::exit(i32::from(bad > 0));
+}
