@@ -4,6 +4,8 @@
 //! Run: `mpirun --mca orte_allowed_exit_without_sync 1 -n N target/debug/deps/mpi_dead_peer-*`
 //! (or `cargo xtask test`, which sets it).
 
+#![allow(clippy::useless_vec)] // the shared suite's buffers are vectors
+
 mod common;
 
 use collectives::{Communicator, MpiComm};

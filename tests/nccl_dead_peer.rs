@@ -5,6 +5,8 @@
 //! `mpirun --mca orte_allowed_exit_without_sync 1 -n 2 target/release/deps/nccl_dead_peer-*`.
 //! Without a CUDA driver or libnccl it reports that it was skipped and passes nothing.
 
+#![allow(clippy::useless_vec)] // the shared suite's buffers are vectors
+
 mod common;
 
 use collectives::backend::nccl::cuda_driver_present;
