@@ -28,10 +28,10 @@
 
 use crate::checked::{Call, OpKind};
 use crate::comm::{Buffer, Communicator, Tag};
-use crate::persistent::{Persistent, PlanPath};
 use crate::element::Element;
 use crate::error::Result;
 use crate::op::{BackendKind, ReduceOp};
+use crate::persistent::{Persistent, PlanPath};
 use crate::request::{Pending, Request, Scope};
 use crate::rules::Rules;
 use std::ops::Deref;
@@ -603,7 +603,7 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
         let stage = |lens| b.stage::<T>(op, Start::Collective, lens);
         let len = len_of::<B, T>;
         let opt = |p: &Option<BufPtr<B::Buf<T>>>| p.as_ref().map(len);
-        // SAFETY (every `get`/`get_mut` below): the plan borrows each buffer mutably for 's; the
+        // SAFETY: (every `get`/`get_mut` below) the plan borrows each buffer mutably for 's; the
         // front end starts a run only when the previous one is complete, and between runs the
         // caller reaches the buffers only through the plan, which it cannot do while this call
         // borrows it. The references made here go to the one run in flight, which completes
@@ -1050,7 +1050,9 @@ fn prepare_gather_v<'c, B: Backend, T: Element, R: Deref<Target = B::Buf<T>>>(
     counts: &[usize],
     root: usize,
 ) -> Result<(Option<R>, B::Staging<'c, T>)> {
-    let local = b.rules().gather_v::<T, _, _>(name, send, recv, counts, root);
+    let local = b
+        .rules()
+        .gather_v::<T, _, _>(name, send, recv, counts, root);
     let local = staged::<_, T, _>(b, name, start, local, |r| {
         [Some(send.len()), r.as_ref().map(|r| r.len())]
     });
@@ -1072,7 +1074,9 @@ fn prepare_scatter_v<'c, B: Backend, T: Element, S: Deref<Target = B::Buf<T>>>(
     counts: &[usize],
     root: usize,
 ) -> Result<(Option<S>, B::Staging<'c, T>)> {
-    let local = b.rules().scatter_v::<T, _, _>(name, send, recv, counts, root);
+    let local = b
+        .rules()
+        .scatter_v::<T, _, _>(name, send, recv, counts, root);
     let local = staged::<_, T, _>(b, name, start, local, |s| {
         [s.as_ref().map(|s| s.len()), Some(recv.len())]
     });
@@ -1293,8 +1297,15 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
         let _span = tracing::trace_span!("all_to_all_v").entered();
-        let ((), staging) =
-            prepare_all_to_all_v::<_, T>(self, OP, Start::Blocking, send, send_counts, recv, recv_counts)?;
+        let ((), staging) = prepare_all_to_all_v::<_, T>(
+            self,
+            OP,
+            Start::Blocking,
+            send,
+            send_counts,
+            recv,
+            recv_counts,
+        )?;
         self.raw_all_to_all_v(OP, send, send_counts, recv, recv_counts, staging)
     }
 
@@ -1460,8 +1471,15 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_to_all_v";
         let _span = tracing::trace_span!("i_all_to_all_v").entered();
-        let ((), staging) =
-            prepare_all_to_all_v::<_, T>(self, OP, Start::Collective, send, send_counts, recv, recv_counts)?;
+        let ((), staging) = prepare_all_to_all_v::<_, T>(
+            self,
+            OP,
+            Start::Collective,
+            send,
+            send_counts,
+            recv,
+            recv_counts,
+        )?;
         self.raw_i_all_to_all_v(OP, scope, send, send_counts, recv, recv_counts, staging)
     }
 
