@@ -174,7 +174,7 @@ impl MpiComm {
         let send_of = |p: &BufPtr<[T]>| Region::send(unsafe { p.get() }).direct();
         // SAFETY: as just said.
         let recv_of = |p: &BufPtr<[T]>| match unsafe { p.get_mut() } {
-            empty if empty.is_empty() => raw::empty_out(),
+            [] => raw::empty_out(),
             buf => Region::recv(buf).direct(),
         };
         let opt_send = |p: &Option<BufPtr<[T]>>| p.as_ref().map_or(std::ptr::null_mut(), send_of);
