@@ -24,10 +24,10 @@
 //! ```no_run
 //! # use collectives_core::{scope, Communicator, MpiComm, ReduceOp, Result};
 //! # fn run(comm: &MpiComm) -> Result<()> {
-//! let local = vec![1.0f64; 4];
+//! let mut local = vec![1.0f64; 4];
 //! let mut global = vec![0.0f64; 4];
 //! scope(|s| -> Result<()> {
-//!     let mut plan = comm.all_reduce_init(s, &local[..], &mut global[..], ReduceOp::Sum)?;
+//!     let mut plan = comm.all_reduce_init(s, &mut local[..], &mut global[..], ReduceOp::Sum)?;
 //!     for step in 0..10 {
 //!         plan.send_mut()?.fill(step as f64);
 //!         plan.start()?;
