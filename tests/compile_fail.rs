@@ -1,5 +1,5 @@
 //! Compile-fail tests: buffers of non-blocking operations stay borrowed while the operation may use
-//! them; a send and a receive buffer that overlap (on host or device memory) do not compile; and
+//! them (and persistent plans borrow theirs for their whole life); a send and a receive buffer that overlap (on host or device memory) do not compile; and
 //! `Element` cannot be implemented outside the library.
 
 #[test]

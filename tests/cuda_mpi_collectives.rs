@@ -51,6 +51,9 @@ impl Backend for MpiCudaComm {
         self.synchronize().expect("the stream completes");
         device::download(self.stream(), buf).expect("a device-to-host copy")
     }
+    fn fill<V: Val>(&self, buf: &mut CudaSlice<V>, host: &[V]) {
+        device::copy_to_device(self.stream(), host, buf).expect("a host-to-device copy");
+    }
     fn zeros<V: Val>(&self, len: usize) -> CudaSlice<V> {
         device::alloc_zeros(self.stream(), len).expect("device memory")
     }
@@ -73,6 +76,9 @@ impl Backend for MpiStagedComm {
     fn down<V: Val>(&self, buf: &CudaSlice<V>) -> Vec<V> {
         self.synchronize().expect("the stream completes");
         device::download(self.stream(), buf).expect("a device-to-host copy")
+    }
+    fn fill<V: Val>(&self, buf: &mut CudaSlice<V>, host: &[V]) {
+        device::copy_to_device(self.stream(), host, buf).expect("a host-to-device copy");
     }
     fn zeros<V: Val>(&self, len: usize) -> CudaSlice<V> {
         device::alloc_zeros(self.stream(), len).expect("device memory")
@@ -380,6 +386,9 @@ macro_rules! suite_cases {
             }),
             case(concat!($prefix, "_non_blocking_", $name), |t| {
                 $with(t, |c| suite::non_blocking::<$v, $comm>(t, c))
+            }),
+            case(concat!($prefix, "_persistent_", $name), |t| {
+                $with(t, |c| suite::persistent::<$v, $comm>(t, c))
             }),
         ]
     };

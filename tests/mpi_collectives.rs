@@ -35,6 +35,63 @@ fn non_blocking_avg_divides_at_completion(t: &T) {
     t.eq(&recv, &vec![mean; 3], "i_all_reduce avg left to the scope");
 }
 
+fn persistent_paths(t: &T) {
+    // Open MPI 4.1 has MPIX_*_init, MPI 4 has MPI_*_init: the plan uses them, and names them.
+    let mut send = vec![t.rank() as f64; 4];
+    let mut recv = vec![0.0; 4];
+    let r = scope(|s| -> collectives::Result<()> {
+        let mut plan = t
+            .comm
+            .all_reduce_init(s, &mut send[..], &mut recv[..], ReduceOp::Sum)?;
+        match plan.path() {
+            collectives::PlanPath::Persistent { function } => t
+                .check(function.ends_with("Allreduce_init"), || {
+                    format!("persistent all_reduce made by {function}")
+                }),
+            other => t.fail(format!("all_reduce_init runs as {other}, not persistent")),
+        }
+        // Started twice: refused on this rank, nothing issued; the first run is unaffected.
+        plan.start()?;
+        t.err(plan.start(), "a second start", |e| {
+            matches!(
+                e,
+                collectives::Error::PlanActive {
+                    op: "all_reduce_init",
+                    ..
+                }
+            )
+        });
+        t.err(plan.recv(), "the buffers of an active plan", |e| {
+            matches!(e, collectives::Error::PlanActive { .. })
+        });
+        plan.wait()?;
+        plan.wait()?; // a wait without a run in flight returns at once
+        let n = t.size() as f64;
+        t.eq(
+            &plan.recv()?.to_vec(),
+            &vec![n * (n - 1.0) / 2.0; 4],
+            "all_reduce_init",
+        );
+        Ok(())
+    });
+    t.ok(r.and_then(|x| x), "persistent path");
+    // Under a deadline the plan replays the non-blocking call (MPI works on copies there).
+    let Some(d) = t.ok(t.comm.dup(), "dup") else {
+        return;
+    };
+    let d = d.with_timeout(Some(std::time::Duration::from_secs(60)));
+    let r = scope(|s| -> collectives::Result<()> {
+        let plan = d.all_reduce_init(s, &mut send[..], &mut recv[..], ReduceOp::Sum)?;
+        t.eq(
+            &plan.path(),
+            &collectives::PlanPath::Replay,
+            "path under a deadline",
+        );
+        Ok(())
+    });
+    t.ok(r.and_then(|x| x), "persistent path under a deadline");
+}
+
 fn ndarray_views(t: &T) {
     use collectives::{HostArray, HostArrayMut};
     let size = t.size();
@@ -64,6 +121,7 @@ fn checked_mode_agrees_on_good_calls(t: &T) {
     suite::uneven::<u8, MpiComm>(t, t.comm);
     suite::barrier_split_dup(t, t.comm);
     suite::non_blocking_all::<f64, MpiComm>(t, t.comm);
+    suite::persistent::<f64, MpiComm>(t, t.comm);
 }
 
 fn non_blocking_under_a_deadline(t: &T) {
@@ -75,6 +133,10 @@ fn non_blocking_under_a_deadline(t: &T) {
     suite::non_blocking_all::<f64, MpiComm>(t, &d);
     suite::non_blocking_all::<Complex<f64>, MpiComm>(t, &d);
     suite::non_blocking_all::<u8, MpiComm>(t, &d);
+    // Persistent plans replay the non-blocking calls there (MPI's persistent requests would keep
+    // the caller's buffers past a timeout).
+    suite::persistent::<f64, MpiComm>(t, &d);
+    suite::persistent::<Complex<f64>, MpiComm>(t, &d);
 }
 
 /// The suite's generic tests on this backend, for one element type.
@@ -96,6 +158,9 @@ macro_rules! suite_cases {
             case(concat!("non_blocking_", $name), |t| {
                 suite::non_blocking::<$v, MpiComm>(t, t.comm)
             }),
+            case(concat!("persistent_", $name), |t| {
+                suite::persistent::<$v, MpiComm>(t, t.comm)
+            }),
         ]
     };
 }
@@ -115,6 +180,7 @@ fn main() {
         ),
         case("barrier_split_dup", |t| suite::barrier_split_dup(t, t.comm)),
         case("ndarray_views", ndarray_views),
+        case("persistent_paths", persistent_paths),
         checked(
             "checked_mode_agrees_on_good_calls",
             1,

@@ -85,6 +85,9 @@ macro_rules! suite_cases {
             case(concat!("nccl_non_blocking_", $name), |t| {
                 with_nccl(t, |c| suite::non_blocking::<$v, NcclComm>(t, c))
             }),
+            case(concat!("nccl_persistent_", $name), |t| {
+                with_nccl(t, |c| suite::persistent::<$v, NcclComm>(t, c))
+            }),
         ]
     };
 }

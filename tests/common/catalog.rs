@@ -57,6 +57,8 @@ fn agreed<C>(name: &'static str, min_ranks: usize, body: fn(&T, &C)) -> Entry<C>
 pub fn cases<C: Backend + 'static>(prefix: &str, with: With<C>) -> Vec<Case> {
     let entries: Vec<Entry<C>> = vec![
         local("all_reduce_lengths", all_reduce_lengths),
+        local("persistent_started_twice", persistent_started_twice),
+        local("persistent_init_lengths", persistent_init_lengths),
         local("reduce_root_without_recv", reduce_root_without_recv),
         local("reduce_root_recv_length", reduce_root_recv_length),
         local("all_gather_recv_length", all_gather_recv_length),
@@ -229,6 +231,76 @@ fn all_reduce_lengths<C: Backend>(t: &T, c: &C) {
         invalid_mentioning("send has 4 elements but recv has 3"),
     );
     still_in_step(t, c, "after all_reduce lengths");
+}
+
+/// A persistent plan started while its run is in flight: every rank gets `PlanActive`, and nothing
+/// reaches the library (a second run issued on some backend would put the ranks out of step, which
+/// the check afterwards would see); the first run completes with the right answer.
+fn persistent_started_twice<C: Backend>(t: &T, c: &C) {
+    let size = c.size() as f64;
+    let mut send = c.up(&[c.rank() as f64 + 1.0; 4]);
+    let mut recv = c.up(&[0.0f64; 4]);
+    let r = scope(|s| -> collectives::Result<()> {
+        let mut plan =
+            c.all_reduce_init::<f64>(s, send.borrow_mut(), recv.borrow_mut(), ReduceOp::Sum)?;
+        plan.start()?;
+        t.err(plan.start(), "a persistent plan started twice", |e| {
+            matches!(
+                e,
+                Error::PlanActive {
+                    op: "all_reduce_init",
+                    ..
+                }
+            )
+        });
+        plan.wait()?;
+        t.eq(
+            &c.down::<f64>(plan.recv()?),
+            &vec![size * (size + 1.0) / 2.0; 4],
+            "the run started once",
+        );
+        // Started again after its wait: a normal second run.
+        plan.start()?;
+        plan.wait()
+    });
+    t.ok(r.and_then(|x| x), "persistent_started_twice");
+    still_in_step(t, c, "after a persistent plan started twice");
+}
+
+/// Bad lengths at `*_init`: the same error as the blocking form, before any plan exists.
+fn persistent_init_lengths<C: Backend>(t: &T, c: &C) {
+    let size = c.size();
+    let mut four = c.up(&[1.0f64; 4]);
+    let mut three = c.up(&[0.0f64; 3]);
+    let mut short = c.up(&vec![0.0f64; 4 * size - 1]);
+    let r = scope(|s| {
+        t.err(
+            c.all_reduce_init::<f64>(s, four.borrow_mut(), three.borrow_mut(), ReduceOp::Sum)
+                .map(drop),
+            "all_reduce_init",
+            invalid_mentioning("send has 4 elements but recv has 3"),
+        );
+    });
+    t.ok(r, "all_reduce_init scope");
+    let r = scope(|s| {
+        t.err(
+            c.reduce_init::<f64>(s, four.borrow_mut(), None, ReduceOp::Sum, c.rank())
+                .map(drop),
+            "reduce_init with the root passing no recv",
+            invalid_mentioning("root must pass a recv buffer"),
+        );
+    });
+    t.ok(r, "reduce_init scope");
+    let r = scope(|s| {
+        t.err(
+            c.all_gather_init::<f64>(s, four.borrow_mut(), short.borrow_mut())
+                .map(drop),
+            "all_gather_init",
+            invalid_mentioning(&format!("{size} ranks x 4 elements")),
+        );
+    });
+    t.ok(r, "all_gather_init scope");
+    still_in_step(t, c, "after persistent init lengths");
 }
 
 fn all_reduce_lengths_checked<C: Backend>(t: &T, c: &C) {

@@ -18,6 +18,8 @@ pub trait Backend: Communicator {
     fn up<V: Val>(&self, host: &[V]) -> Self::Owned<V>;
     /// The values of `buf`, once the work before it is complete.
     fn down<V: Val>(&self, buf: &Self::Buf<V>) -> Vec<V>;
+    /// Write `host` into `buf` (equal lengths), ordered before later work on it.
+    fn fill<V: Val>(&self, buf: &mut Self::Buf<V>, host: &[V]);
     /// A buffer of `len` zeros (large ones need not be touched on the host).
     fn zeros<V: Val>(&self, len: usize) -> Self::Owned<V> {
         self.up(&vec![V::from_i(0); len])
@@ -49,6 +51,9 @@ impl Backend for collectives::MpiComm {
     fn down<V: Val>(&self, buf: &[V]) -> Vec<V> {
         buf.to_vec()
     }
+    fn fill<V: Val>(&self, buf: &mut [V], host: &[V]) {
+        buf.copy_from_slice(host);
+    }
     fn zeros<V: Val>(&self, len: usize) -> Vec<V> {
         // Zeros allocate lazily (calloc): a buffer of gigabytes costs nothing until it is written.
         vec![V::from_i(0); len]
@@ -73,6 +78,10 @@ impl Backend for collectives::NcclComm {
     fn down<V: Val>(&self, buf: &Self::Buf<V>) -> Vec<V> {
         self.synchronize().expect("the stream completes");
         collectives::device::download(self.stream(), buf).expect("a device-to-host copy")
+    }
+    fn fill<V: Val>(&self, buf: &mut Self::Buf<V>, host: &[V]) {
+        collectives::device::copy_to_device(self.stream(), host, buf)
+            .expect("a host-to-device copy");
     }
     fn zeros<V: Val>(&self, len: usize) -> Self::Owned<V> {
         collectives::device::alloc_zeros(self.stream(), len).expect("device memory")
@@ -1001,4 +1010,361 @@ impl Val for u32 {
         self == o
     }
     const AVG: bool = false;
+}
+
+/// Runs per plan in [`persistent`].
+const ROUNDS: usize = 3;
+
+/// `ROUNDS` runs of `plan`: `before(k)` writes round `k`'s inputs through the plan, then the run
+/// is started and waited for (polled with `test` in odd rounds), then `after(k)` checks it.
+fn rounds<X: ?Sized>(
+    t: &T,
+    plan: &mut collectives::Persistent<'_, X>,
+    what: &str,
+    mut before: impl FnMut(usize, &mut collectives::Persistent<'_, X>) -> collectives::Result<()>,
+    mut after: impl FnMut(usize, &collectives::Persistent<'_, X>) -> collectives::Result<()>,
+) {
+    for k in 0..ROUNDS {
+        let run = (|| -> collectives::Result<()> {
+            before(k, plan)?;
+            plan.start()?;
+            if k % 2 == 1 {
+                while !plan.test()? {
+                    std::hint::spin_loop();
+                }
+            }
+            plan.wait()?;
+            after(k, plan)
+        })();
+        if t.ok(run, &format!("{what} round {k}")).is_none() {
+            return;
+        }
+    }
+}
+
+/// Every persistent collective: made once, run `ROUNDS` times with inputs changed between runs
+/// (each run reads its buffers when it starts), each run checked against answers computed here;
+/// lengths 0 and 5, uneven counts, reductions with `Sum` and (where `V` averages) `Avg`.
+pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
+    let (rank, size) = (c.rank(), c.size());
+    let name = V::NAME;
+    let (first, last) = (0, size - 1);
+    // Round k's element i of rank r: distinct per round.
+    let at = |op: ReduceOp, k: usize, r: usize, len: usize| -> Vec<V> {
+        (0..len).map(|i| input::<V>(op, r, 13 * k + i)).collect()
+    };
+    let want = |op: ReduceOp, k: usize, off: usize, len: usize| -> Vec<V> {
+        (0..len)
+            .map(|i| reduced::<V>(op, size, 13 * k + off + i))
+            .collect()
+    };
+    let tag = |k: usize, r: usize, len: usize| -> Vec<V> {
+        (0..len).map(|i| tagged::<V>(r, 7 * k + i)).collect()
+    };
+    for n in [0usize, 5] {
+        let mut ops = vec![ReduceOp::Sum];
+        if V::AVG {
+            ops.push(ReduceOp::Avg);
+        }
+        for &op in &ops {
+            let reducible = refusal(V::KIND, op, c.backend()).is_none();
+            let approx = op == ReduceOp::Avg;
+            let what = format!("{name} n={n} {op} on {}", c.backend());
+            let mut send = c.up(&at(op, 0, rank, n));
+            let mut recv = c.zeros::<V>(n);
+            let r = scope(|s| {
+                let plan = c.all_reduce_init::<V>(s, send.borrow_mut(), recv.borrow_mut(), op);
+                if !reducible {
+                    refused_start(t, plan.map(drop), false, &format!("all_reduce_init {what}"));
+                    return;
+                }
+                let Some(mut plan) = t.ok(plan, &format!("all_reduce_init {what}")) else {
+                    return;
+                };
+                rounds(
+                    t,
+                    &mut plan,
+                    &format!("all_reduce_init {what}"),
+                    |k, p| {
+                        c.fill(p.send_mut()?, &at(op, k, rank, n));
+                        Ok(())
+                    },
+                    |k, p| {
+                        let got = c.down::<V>(p.recv()?);
+                        same(
+                            t,
+                            &got,
+                            &want(op, k, 0, n),
+                            approx,
+                            &format!("all_reduce_init {what} round {k}"),
+                        );
+                        Ok(())
+                    },
+                );
+            });
+            t.ok(r, &format!("all_reduce_init scope {what}"));
+            if !reducible {
+                continue;
+            }
+            let mut buf = c.zeros::<V>(n);
+            let r = scope(|s| {
+                let Some(mut plan) = t.ok(
+                    c.all_reduce_in_place_init::<V>(s, buf.borrow_mut(), op),
+                    &what,
+                ) else {
+                    return;
+                };
+                rounds(
+                    t,
+                    &mut plan,
+                    &format!("all_reduce_in_place_init {what}"),
+                    |k, p| {
+                        c.fill(p.recv_mut()?, &at(op, k, rank, n));
+                        Ok(())
+                    },
+                    |k, p| {
+                        let got = c.down::<V>(p.recv()?);
+                        same(
+                            t,
+                            &got,
+                            &want(op, k, 0, n),
+                            approx,
+                            &format!("all_reduce_in_place_init {what} round {k}"),
+                        );
+                        Ok(())
+                    },
+                );
+            });
+            t.ok(r, &format!("all_reduce_in_place_init scope {what}"));
+            let mut send = c.zeros::<V>(n);
+            let mut recv = c.zeros::<V>(n);
+            let r = scope(|s| {
+                let is_root = rank == last;
+                let recv = is_root.then_some(recv.borrow_mut());
+                let Some(mut plan) = t.ok(
+                    c.reduce_init::<V>(s, send.borrow_mut(), recv, op, last),
+                    &what,
+                ) else {
+                    return;
+                };
+                rounds(
+                    t,
+                    &mut plan,
+                    &format!("reduce_init {what}"),
+                    |k, p| {
+                        c.fill(p.send_mut()?, &at(op, k, rank, n));
+                        Ok(())
+                    },
+                    |k, p| {
+                        if is_root {
+                            let got = c.down::<V>(p.recv()?);
+                            same(
+                                t,
+                                &got,
+                                &want(op, k, 0, n),
+                                approx,
+                                &format!("reduce_init {what} round {k}"),
+                            );
+                        }
+                        Ok(())
+                    },
+                );
+            });
+            t.ok(r, &format!("reduce_init scope {what}"));
+            let mut send = c.zeros::<V>(n * size);
+            let mut recv = c.zeros::<V>(n);
+            let r = scope(|s| {
+                let Some(mut plan) = t.ok(
+                    c.reduce_scatter_init::<V>(s, send.borrow_mut(), recv.borrow_mut(), op),
+                    &what,
+                ) else {
+                    return;
+                };
+                rounds(
+                    t,
+                    &mut plan,
+                    &format!("reduce_scatter_init {what}"),
+                    |k, p| {
+                        c.fill(p.send_mut()?, &at(op, k, rank, n * size));
+                        Ok(())
+                    },
+                    |k, p| {
+                        let got = c.down::<V>(p.recv()?);
+                        same(
+                            t,
+                            &got,
+                            &want(op, k, rank * n, n),
+                            approx,
+                            &format!("reduce_scatter_init {what} round {k}"),
+                        );
+                        Ok(())
+                    },
+                );
+            });
+            t.ok(r, &format!("reduce_scatter_init scope {what}"));
+        }
+
+        // Movement.
+        let what = format!("{name} n={n} on {}", c.backend());
+        let counts = uneven_counts(size, n);
+        let total: usize = counts.iter().sum();
+        let all = |k: usize| -> Vec<V> { (0..size).flat_map(|r| tag(k, r, n)).collect() };
+        let all_v = |k: usize| -> Vec<V> { (0..size).flat_map(|r| tag(k, r, counts[r])).collect() };
+        let mut bcast = c.zeros::<V>(n);
+        let (mut ag_send, mut ag_recv) = (c.zeros::<V>(n), c.zeros::<V>(n * size));
+        let (mut agv_send, mut agv_recv) = (c.zeros::<V>(counts[rank]), c.zeros::<V>(total));
+        let (mut g_send, mut g_recv) = (c.zeros::<V>(n), c.zeros::<V>(n * size));
+        let (mut gv_send, mut gv_recv) = (c.zeros::<V>(counts[rank]), c.zeros::<V>(total));
+        let (mut sc_send, mut sc_recv) = (c.zeros::<V>(n * size), c.zeros::<V>(n));
+        let (mut scv_send, mut scv_recv) = (c.zeros::<V>(total), c.zeros::<V>(counts[rank]));
+        let (mut a2a_send, mut a2a_recv) = (c.zeros::<V>(n * size), c.zeros::<V>(n * size));
+        let count = |from: usize, to: usize| (from + to + n) % 4;
+        let send_counts: Vec<usize> = (0..size).map(|j| count(rank, j)).collect();
+        let recv_counts: Vec<usize> = (0..size).map(|i| count(i, rank)).collect();
+        let mut a2av_send = c.zeros::<V>(send_counts.iter().sum());
+        let mut a2av_recv = c.zeros::<V>(recv_counts.iter().sum());
+        let r = scope(|s| -> collectives::Result<()> {
+            let mut barrier = c.barrier_init(s)?;
+            let mut bc = c.broadcast_init::<V>(s, bcast.borrow_mut(), first)?;
+            let mut ag = c.all_gather_init::<V>(s, ag_send.borrow_mut(), ag_recv.borrow_mut())?;
+            let mut g = c.gather_init::<V>(
+                s,
+                g_send.borrow_mut(),
+                (rank == first).then_some(g_recv.borrow_mut()),
+                first,
+            )?;
+            let mut gv = c.gather_v_init::<V>(
+                s,
+                gv_send.borrow_mut(),
+                (rank == last).then_some(gv_recv.borrow_mut()),
+                &counts,
+                last,
+            )?;
+            let mut sc = c.scatter_init::<V>(
+                s,
+                (rank == last).then_some(sc_send.borrow_mut()),
+                sc_recv.borrow_mut(),
+                last,
+            )?;
+            let mut scv = c.scatter_v_init::<V>(
+                s,
+                (rank == first).then_some(scv_send.borrow_mut()),
+                scv_recv.borrow_mut(),
+                &counts,
+                first,
+            )?;
+            let mut a2av = c.all_to_all_v_init::<V>(
+                s,
+                a2av_send.borrow_mut(),
+                &send_counts,
+                a2av_recv.borrow_mut(),
+                &recv_counts,
+            )?;
+            let mut agv =
+                c.all_gather_v_init::<V>(s, agv_send.borrow_mut(), agv_recv.borrow_mut(), &counts)?;
+            let mut a2a =
+                c.all_to_all_init::<V>(s, a2a_send.borrow_mut(), a2a_recv.borrow_mut())?;
+            for k in 0..ROUNDS {
+                let at_k = format!("{what} round {k}");
+                // Inputs of round k, written through the plans.
+                if rank == first {
+                    c.fill(bc.recv_mut()?, &tag(k, first, n));
+                }
+                c.fill(ag.send_mut()?, &tag(k, rank, n));
+                c.fill(agv.send_mut()?, &tag(k, rank, counts[rank]));
+                c.fill(g.send_mut()?, &tag(k, rank, n));
+                c.fill(gv.send_mut()?, &tag(k, rank, counts[rank]));
+                if rank == last {
+                    c.fill(sc.send_mut()?, &all(k));
+                }
+                if rank == first {
+                    c.fill(scv.send_mut()?, &all_v(k));
+                }
+                c.fill(a2a.send_mut()?, &tag(k, rank, n * size));
+                let a2av_in: Vec<V> = (0..size)
+                    .flat_map(|j| {
+                        (0..count(rank, j)).map(move |x| tagged::<V>(rank, 10 * j + x + k))
+                    })
+                    .collect();
+                c.fill(a2av.send_mut()?, &a2av_in);
+                // All in flight together, completed out of order.
+                barrier.start()?;
+                bc.start()?;
+                ag.start()?;
+                agv.start()?;
+                g.start()?;
+                gv.start()?;
+                sc.start()?;
+                scv.start()?;
+                a2a.start()?;
+                a2av.start()?;
+                for p in [
+                    &mut a2av, &mut a2a, &mut scv, &mut sc, &mut gv, &mut g, &mut agv, &mut ag,
+                    &mut bc,
+                ] {
+                    p.wait()?;
+                }
+                barrier.wait()?;
+                t.eq(
+                    &c.down::<V>(bc.recv()?),
+                    &tag(k, first, n),
+                    &format!("broadcast_init {at_k}"),
+                );
+                t.eq(
+                    &c.down::<V>(ag.recv()?),
+                    &all(k),
+                    &format!("all_gather_init {at_k}"),
+                );
+                t.eq(
+                    &c.down::<V>(agv.recv()?),
+                    &all_v(k),
+                    &format!("all_gather_v_init {at_k}"),
+                );
+                if rank == first {
+                    t.eq(
+                        &c.down::<V>(g.recv()?),
+                        &all(k),
+                        &format!("gather_init {at_k}"),
+                    );
+                }
+                if rank == last {
+                    t.eq(
+                        &c.down::<V>(gv.recv()?),
+                        &all_v(k),
+                        &format!("gather_v_init {at_k}"),
+                    );
+                }
+                t.eq(
+                    &c.down::<V>(sc.recv()?),
+                    &tag(k, rank, n),
+                    &format!("scatter_init {at_k}"),
+                );
+                t.eq(
+                    &c.down::<V>(scv.recv()?),
+                    &tag(k, rank, counts[rank]),
+                    &format!("scatter_v_init {at_k}"),
+                );
+                let a2a_want: Vec<V> = (0..size)
+                    .flat_map(|r| (0..n).map(move |i| tagged::<V>(r, 7 * k + rank * n + i)))
+                    .collect();
+                t.eq(
+                    &c.down::<V>(a2a.recv()?),
+                    &a2a_want,
+                    &format!("all_to_all_init {at_k}"),
+                );
+                let a2av_want: Vec<V> = (0..size)
+                    .flat_map(|i| {
+                        (0..count(i, rank)).map(move |x| tagged::<V>(i, 10 * rank + x + k))
+                    })
+                    .collect();
+                t.eq(
+                    &c.down::<V>(a2av.recv()?),
+                    &a2av_want,
+                    &format!("all_to_all_v_init {at_k}"),
+                );
+            }
+            Ok(())
+        });
+        t.ok(r.and_then(|x| x), &format!("persistent movement {what}"));
+    }
 }

@@ -42,6 +42,7 @@ use crate::backend::mpi_host::MpiComm;
 use crate::element::Element;
 use crate::error::Result;
 use crate::op::{BackendKind, ReduceOp};
+use crate::persistent::Persistent;
 use crate::request::{Request, Scope};
 
 /// A message tag for point-to-point operations (`0..=32767` works on every MPI).
@@ -489,6 +490,177 @@ pub trait Communicator: Sized {
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>>;
+    /// A persistent [`barrier`](Self::barrier): checked (and in checked mode agreed) once, run with
+    /// [`Persistent::start`] and [`Persistent::wait`] as often as needed; see
+    /// [`crate::persistent`]. The plan lives in `scope`, which completes a run still in flight when
+    /// it ends.
+    ///
+    /// # Errors
+    /// As [`barrier`](Self::barrier), and the backend's error when it cannot make the plan.
+    fn barrier_init<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Persistent<'s>>;
+
+    /// A persistent [`broadcast`](Self::broadcast) of `buf` (the plan's receive buffer); see
+    /// [`barrier_init`](Self::barrier_init). Each run broadcasts what the root's buffer holds when
+    /// it starts.
+    ///
+    /// # Errors
+    /// As [`broadcast`](Self::broadcast), checked once here.
+    fn broadcast_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`reduce`](Self::reduce); see [`barrier_init`](Self::barrier_init). The send
+    /// buffer is borrowed mutably so that it can be changed between runs
+    /// ([`Persistent::send_mut`]); each run reads it as it is when the run starts.
+    ///
+    /// # Errors
+    /// As [`reduce`](Self::reduce), checked once here.
+    fn reduce_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`all_reduce`](Self::all_reduce); see [`reduce_init`](Self::reduce_init).
+    /// `Avg` is finished (divided) at every completion where the backend sums.
+    ///
+    /// # Errors
+    /// As [`all_reduce`](Self::all_reduce), checked once here.
+    fn all_reduce_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`all_reduce_in_place`](Self::all_reduce_in_place) (`buf` is the plan's
+    /// receive buffer); see [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`all_reduce_in_place`](Self::all_reduce_in_place), checked once here.
+    fn all_reduce_in_place_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`all_gather`](Self::all_gather); see [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`all_gather`](Self::all_gather), checked once here.
+    fn all_gather_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`all_gather_v`](Self::all_gather_v); see [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`all_gather_v`](Self::all_gather_v), checked once here.
+    fn all_gather_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`gather`](Self::gather); see [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`gather`](Self::gather), checked once here.
+    fn gather_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`gather_v`](Self::gather_v); see [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`gather_v`](Self::gather_v), checked once here.
+    fn gather_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`scatter`](Self::scatter); see [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`scatter`](Self::scatter), checked once here.
+    fn scatter_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s mut Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`scatter_v`](Self::scatter_v); see [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`scatter_v`](Self::scatter_v), checked once here.
+    fn scatter_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s mut Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`reduce_scatter`](Self::reduce_scatter); see
+    /// [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`reduce_scatter`](Self::reduce_scatter), checked once here.
+    fn reduce_scatter_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`all_to_all`](Self::all_to_all); see [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`all_to_all`](Self::all_to_all), checked once here.
+    fn all_to_all_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+
+    /// A persistent [`all_to_all_v`](Self::all_to_all_v); see [`reduce_init`](Self::reduce_init).
+    ///
+    /// # Errors
+    /// As [`all_to_all_v`](Self::all_to_all_v), checked once here.
+    fn all_to_all_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        send_counts: &[usize],
+        recv: &'s mut Self::Buf<T>,
+        recv_counts: &[usize],
+    ) -> Result<Persistent<'s, Self::Buf<T>>>;
 }
 
 /// What the communicators on device memory share ([`NcclComm`](crate::NcclComm),

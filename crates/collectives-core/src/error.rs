@@ -130,6 +130,16 @@ pub enum Error {
         /// Its deadline.
         after: Duration,
     },
+    /// A persistent plan ([`crate::Persistent`]) was started, or its buffers asked for, while a run
+    /// of it is still in flight: complete it first (`wait`, or `test` until it says so). Nothing was
+    /// issued to the library; the run in flight is unaffected.
+    #[error("{op}: the persistent plan is still active; wait for its run before {action}")]
+    PlanActive {
+        /// The plan's operation (`"all_reduce_init"`, ...).
+        op: &'static str,
+        /// What was refused (`"starting it again"`, `"touching its buffers"`).
+        action: &'static str,
+    },
 }
 
 /// Why a communicator is [`Error::Unusable`], in words.
@@ -154,7 +164,8 @@ impl Error {
             | Error::Nccl { op, .. }
             | Error::Cuda { op, .. }
             | Error::Timeout { op, .. }
-            | Error::Unusable { op, .. } => op,
+            | Error::Unusable { op, .. }
+            | Error::PlanActive { op, .. } => op,
             Error::Unavailable { .. } => "load",
         }
     }

@@ -14,6 +14,11 @@
 //! 5. makes the backend's raw operation;
 //! 6. finishes `Avg` where the backend reduces with a sum (divides by the number of ranks).
 //!
+//! Persistent plans (`*_init`) run steps 1 to 4 once, when the plan is made, and hand the checked
+//! call to [`Backend::raw_init`] as a [`PlanCall`]: by default a plan that issues the backend's
+//! non-blocking raw operation at each start ([`replay`]); a backend with something better (MPI's
+//! persistent collectives, a CUDA graph) overrides it.
+//!
 //! [`Backend`] is `pub` inside this private module: nothing outside the crate can name it, so no
 //! one else can call a raw operation with unchecked arguments or implement it, while the blanket
 //! implementation of the public [`Communicator`] trait can use it.
@@ -26,9 +31,11 @@ use crate::comm::{Buffer, Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
 use crate::op::{BackendKind, ReduceOp};
-use crate::request::{Request, Scope};
+use crate::persistent::{Persistent, PlanPath};
+use crate::request::{Pending, Request, Scope};
 use crate::rules::Rules;
 use std::ops::Deref;
+use std::ptr::NonNull;
 
 /// How an operation is started, which decides whether a backend stages it through host memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -440,6 +447,386 @@ pub trait Backend: Sized {
         counts: (usize, usize),
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
+
+    /// Make the persistent plan of `call` (checked, and agreed in checked mode), whose runs
+    /// complete before `'s` ends. By default each start issues the non-blocking raw operation
+    /// ([`replay`]); backends override this where they have a persistent form.
+    fn raw_init<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        call: PlanCall<Self, T>,
+    ) -> Result<Box<dyn PlanOp + 's>> {
+        Ok(replay(self, op, scope, call))
+    }
+}
+
+/// A persistent collective as a backend gets it: checked counts, and the buffers the plan borrows
+/// for its life. `red` is the operation the backend runs (`Sum` for an `Avg` it does not do
+/// natively) and `average` whether each completion divides by the number of ranks.
+#[allow(missing_docs)] // the fields are the collectives' arguments, as in the raw operations
+pub enum PlanCall<B: Backend, T: Element> {
+    Barrier,
+    Broadcast {
+        buf: BufPtr<B::Buf<T>>,
+        root: usize,
+        n: usize,
+    },
+    Reduce {
+        send: BufPtr<B::Buf<T>>,
+        recv: Option<BufPtr<B::Buf<T>>>,
+        red: ReduceOp,
+        average: bool,
+        root: usize,
+        n: usize,
+    },
+    /// In place on `recv` when `send` is `None`.
+    AllReduce {
+        send: Option<BufPtr<B::Buf<T>>>,
+        recv: BufPtr<B::Buf<T>>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+    },
+    AllGather {
+        send: BufPtr<B::Buf<T>>,
+        recv: BufPtr<B::Buf<T>>,
+        n: usize,
+    },
+    AllGatherV {
+        send: BufPtr<B::Buf<T>>,
+        recv: BufPtr<B::Buf<T>>,
+        counts: Vec<usize>,
+    },
+    Gather {
+        send: BufPtr<B::Buf<T>>,
+        recv: Option<BufPtr<B::Buf<T>>>,
+        root: usize,
+        n: usize,
+    },
+    GatherV {
+        send: BufPtr<B::Buf<T>>,
+        recv: Option<BufPtr<B::Buf<T>>>,
+        counts: Vec<usize>,
+        root: usize,
+    },
+    Scatter {
+        send: Option<BufPtr<B::Buf<T>>>,
+        recv: BufPtr<B::Buf<T>>,
+        root: usize,
+        n: usize,
+    },
+    ScatterV {
+        send: Option<BufPtr<B::Buf<T>>>,
+        recv: BufPtr<B::Buf<T>>,
+        counts: Vec<usize>,
+        root: usize,
+    },
+    ReduceScatter {
+        send: BufPtr<B::Buf<T>>,
+        recv: BufPtr<B::Buf<T>>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+    },
+    AllToAll {
+        send: BufPtr<B::Buf<T>>,
+        recv: BufPtr<B::Buf<T>>,
+        n: usize,
+    },
+    AllToAllV {
+        send: BufPtr<B::Buf<T>>,
+        send_counts: Vec<usize>,
+        recv: BufPtr<B::Buf<T>>,
+        recv_counts: Vec<usize>,
+    },
+}
+
+impl<B: Backend, T: Element> std::fmt::Debug for PlanCall<B, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            PlanCall::Barrier => "Barrier",
+            PlanCall::Broadcast { .. } => "Broadcast",
+            PlanCall::Reduce { .. } => "Reduce",
+            PlanCall::AllReduce { .. } => "AllReduce",
+            PlanCall::AllGather { .. } => "AllGather",
+            PlanCall::AllGatherV { .. } => "AllGatherV",
+            PlanCall::Gather { .. } => "Gather",
+            PlanCall::GatherV { .. } => "GatherV",
+            PlanCall::Scatter { .. } => "Scatter",
+            PlanCall::ScatterV { .. } => "ScatterV",
+            PlanCall::ReduceScatter { .. } => "ReduceScatter",
+            PlanCall::AllToAll { .. } => "AllToAll",
+            PlanCall::AllToAllV { .. } => "AllToAllV",
+        };
+        f.write_str(name)
+    }
+}
+
+/// The default persistent plan: each start issues the backend's non-blocking raw operation on the
+/// plan's buffers (with fresh staging), and completes it through the request path, deadline and
+/// `Avg` finishing included.
+pub(crate) fn replay<'s, 'e, B: Backend, T: Element>(
+    comm: &'s B,
+    op: &'static str,
+    scope: &'s Scope<'s, 'e>,
+    call: PlanCall<B, T>,
+) -> Box<dyn PlanOp + 's> {
+    Box::new(Replay {
+        comm,
+        op,
+        scope,
+        call,
+        pending: None,
+    })
+}
+
+struct Replay<'s, 'e, B: Backend, T: Element> {
+    comm: &'s B,
+    op: &'static str,
+    scope: &'s Scope<'s, 'e>,
+    call: PlanCall<B, T>,
+    /// The run in flight, taken out of the scope: the plan's own slot in the same scope completes
+    /// it before `'s` ends if nothing else does.
+    pending: Option<Box<dyn Pending + 's>>,
+}
+
+fn len_of<B: Backend, T: Element>(p: &BufPtr<B::Buf<T>>) -> usize {
+    // SAFETY: the plan borrows the buffer for 's and no run is in flight while a run is being
+    // started, so nothing writes it; the reference ends here.
+    unsafe { p.get() }.len()
+}
+
+impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
+    fn start(&mut self) -> Result<()> {
+        let (b, op, s) = (self.comm, self.op, self.scope);
+        let stage = |lens| b.stage::<T>(op, Start::Collective, lens);
+        let len = len_of::<B, T>;
+        let opt = |p: &Option<BufPtr<B::Buf<T>>>| p.as_ref().map(len);
+        // SAFETY: (every `get`/`get_mut` below) the plan borrows each buffer mutably for 's; the
+        // front end starts a run only when the previous one is complete, and between runs the
+        // caller reaches the buffers only through the plan, which it cannot do while this call
+        // borrows it. The references made here go to the one run in flight, which completes
+        // before 's ends (by `wait`, or by the plan's slot in this scope), so they are the only
+        // ones in use until then.
+        let request = unsafe {
+            match &self.call {
+                PlanCall::Barrier => b.raw_i_barrier(op, s),
+                PlanCall::Broadcast { buf, root, n } => {
+                    let st = stage([Some(len(buf)), None])?;
+                    b.raw_i_broadcast(op, s, buf.get_mut(), *root, *n, st)
+                }
+                PlanCall::Reduce {
+                    send,
+                    recv,
+                    red,
+                    average,
+                    root,
+                    n,
+                } => {
+                    let st = stage([Some(len(send)), opt(recv)])?;
+                    let recv = recv.map(|r| r.get_mut());
+                    b.raw_i_reduce(op, s, send.get(), recv, *red, *average, *root, *n, st)
+                }
+                PlanCall::AllReduce {
+                    send: Some(send),
+                    recv,
+                    red,
+                    average,
+                    n,
+                } => {
+                    let st = stage(lens2(len(send), len(recv)))?;
+                    b.raw_i_all_reduce(op, s, send.get(), recv.get_mut(), *red, *average, *n, st)
+                }
+                PlanCall::AllReduce {
+                    send: None,
+                    recv,
+                    red,
+                    average,
+                    n,
+                } => {
+                    let st = stage([Some(len(recv)), None])?;
+                    b.raw_i_all_reduce_in_place(op, s, recv.get_mut(), *red, *average, *n, st)
+                }
+                PlanCall::AllGather { send, recv, n } => {
+                    let st = stage(lens2(len(send), len(recv)))?;
+                    b.raw_i_all_gather(op, s, send.get(), recv.get_mut(), *n, st)
+                }
+                PlanCall::AllGatherV { send, recv, counts } => {
+                    let st = stage(lens2(len(send), len(recv)))?;
+                    b.raw_i_all_gather_v(op, s, send.get(), recv.get_mut(), counts, st)
+                }
+                PlanCall::Gather {
+                    send,
+                    recv,
+                    root,
+                    n,
+                } => {
+                    let st = stage([Some(len(send)), opt(recv)])?;
+                    let recv = recv.map(|r| r.get_mut());
+                    b.raw_i_gather(op, s, send.get(), recv, *root, *n, st)
+                }
+                PlanCall::GatherV {
+                    send,
+                    recv,
+                    counts,
+                    root,
+                } => {
+                    let st = stage([Some(len(send)), opt(recv)])?;
+                    let recv = recv.map(|r| r.get_mut());
+                    b.raw_i_gather_v(op, s, send.get(), recv, counts, *root, st)
+                }
+                PlanCall::Scatter {
+                    send,
+                    recv,
+                    root,
+                    n,
+                } => {
+                    let st = stage([opt(send), Some(len(recv))])?;
+                    let send = send.map(|p| p.get());
+                    b.raw_i_scatter(op, s, send, recv.get_mut(), *root, *n, st)
+                }
+                PlanCall::ScatterV {
+                    send,
+                    recv,
+                    counts,
+                    root,
+                } => {
+                    let st = stage([opt(send), Some(len(recv))])?;
+                    let send = send.map(|p| p.get());
+                    b.raw_i_scatter_v(op, s, send, recv.get_mut(), counts, *root, st)
+                }
+                PlanCall::ReduceScatter {
+                    send,
+                    recv,
+                    red,
+                    average,
+                    n,
+                } => {
+                    let st = stage(lens2(len(send), len(recv)))?;
+                    let (send, recv) = (send.get(), recv.get_mut());
+                    b.raw_i_reduce_scatter(op, s, send, recv, *red, *average, *n, st)
+                }
+                PlanCall::AllToAll { send, recv, n } => {
+                    let st = stage(lens2(len(send), len(recv)))?;
+                    b.raw_i_all_to_all(op, s, send.get(), recv.get_mut(), *n, st)
+                }
+                PlanCall::AllToAllV {
+                    send,
+                    send_counts,
+                    recv,
+                    recv_counts,
+                } => {
+                    let st = stage(lens2(len(send), len(recv)))?;
+                    let (send, recv) = (send.get(), recv.get_mut());
+                    b.raw_i_all_to_all_v(op, s, send, send_counts, recv, recv_counts, st)
+                }
+            }
+        }?;
+        self.pending = request.detach();
+        Ok(())
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        match self.pending.take() {
+            Some(mut p) => p.wait(),
+            None => Ok(()),
+        }
+    }
+
+    fn test(&mut self) -> Result<bool> {
+        let Some(p) = self.pending.as_mut() else {
+            return Ok(true);
+        };
+        match p.test() {
+            Ok(false) => Ok(false),
+            done => {
+                self.pending = None;
+                done
+            }
+        }
+    }
+
+    fn path(&self) -> PlanPath {
+        PlanPath::Replay
+    }
+}
+
+/// Make the backend's plan for `call` and hand it to `scope`, with the buffers the caller may reach
+/// between runs.
+fn plan<'s, B: Backend, T: Element>(
+    b: &'s B,
+    op: &'static str,
+    scope: &'s Scope<'s, '_>,
+    call: PlanCall<B, T>,
+    send: Option<BufPtr<B::Buf<T>>>,
+    recv: Option<BufPtr<B::Buf<T>>>,
+) -> Result<Persistent<'s, B::Buf<T>>> {
+    let raw = b.raw_init(op, scope, call)?;
+    Ok(Persistent::new(scope, op, raw, send, recv))
+}
+
+/// A plan as a backend implements it: issue one run, complete it.
+///
+/// The front end calls [`start`](Self::start) only while no run is in flight, and
+/// [`wait`](Self::wait)/[`test`](Self::test) only while one is; it tracks which.
+pub trait PlanOp {
+    /// Issue one run on the plan's buffers.
+    fn start(&mut self) -> Result<()>;
+    /// Block until the run in flight is complete, finishing step (the division of `Avg`) included.
+    fn wait(&mut self) -> Result<()>;
+    /// Whether the run in flight is complete (finishing step done when it says so), without blocking.
+    fn test(&mut self) -> Result<bool>;
+    /// How the plan runs.
+    fn path(&self) -> PlanPath;
+}
+
+/// A buffer a plan borrows for `'s`, by address, so that it can be handed out again for each run
+/// and to the caller between runs.
+pub struct BufPtr<X: ?Sized>(NonNull<X>);
+
+impl<X: ?Sized> std::fmt::Debug for BufPtr<X> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BufPtr({:p})", self.0)
+    }
+}
+
+impl<X: ?Sized> Clone for BufPtr<X> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<X: ?Sized> Copy for BufPtr<X> {}
+
+impl<X: ?Sized> BufPtr<X> {
+    /// A buffer the plan borrows mutably for its life (a send buffer is only read by the runs, but
+    /// the caller changes it between them).
+    pub fn new(buf: &mut X) -> Self {
+        BufPtr(NonNull::from(buf))
+    }
+
+    /// The buffer, to read.
+    ///
+    /// # Safety
+    /// The buffer is still borrowed by the plan (`'a` does not outlast that borrow), and nothing
+    /// writes it while the reference lives.
+    pub unsafe fn get<'a>(self) -> &'a X {
+        // SAFETY: the caller's promise; the pointer came from a reference.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// The buffer, to write.
+    ///
+    /// # Safety
+    /// The buffer is still borrowed by the plan (`'a` does
+    /// not outlast that borrow), and nothing else reads or writes it while the reference lives.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn get_mut<'a>(self) -> &'a mut X {
+        let mut p = self.0;
+        // SAFETY: the caller's promise; the pointer came from a mutable reference.
+        unsafe { p.as_mut() }
+    }
 }
 
 /// The reduce operation the backend runs for `red`, and whether the front end divides afterwards.
@@ -652,6 +1039,75 @@ fn prepare_scatter<'c, B: Backend, T: Element, S: Deref<Target = B::Buf<T>>>(
     b.agree(call, local)
 }
 
+/// `gather_v`'s rules, staging and agreement, shared by its blocking, non-blocking and persistent
+/// forms: on the root, its receive buffer.
+fn prepare_gather_v<'c, B: Backend, T: Element, R: Deref<Target = B::Buf<T>>>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: &B::Buf<T>,
+    recv: Option<R>,
+    counts: &[usize],
+    root: usize,
+) -> Result<(Option<R>, B::Staging<'c, T>)> {
+    let local = b
+        .rules()
+        .gather_v::<T, _, _>(name, send, recv, counts, root);
+    let local = staged::<_, T, _>(b, name, start, local, |r| {
+        [Some(send.len()), r.as_ref().map(|r| r.len())]
+    });
+    let call = Call::new(OpKind::GatherV)
+        .element::<T>()
+        .root(root)
+        .counts(counts);
+    b.agree(call, local)
+}
+
+/// `scatter_v`'s rules, staging and agreement, shared by its blocking, non-blocking and persistent
+/// forms: on the root, its send buffer.
+fn prepare_scatter_v<'c, B: Backend, T: Element, S: Deref<Target = B::Buf<T>>>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: Option<S>,
+    recv: &B::Buf<T>,
+    counts: &[usize],
+    root: usize,
+) -> Result<(Option<S>, B::Staging<'c, T>)> {
+    let local = b
+        .rules()
+        .scatter_v::<T, _, _>(name, send, recv, counts, root);
+    let local = staged::<_, T, _>(b, name, start, local, |s| {
+        [s.as_ref().map(|s| s.len()), Some(recv.len())]
+    });
+    let call = Call::new(OpKind::ScatterV)
+        .element::<T>()
+        .root(root)
+        .counts(counts);
+    b.agree(call, local)
+}
+
+/// `all_to_all_v`'s rules, staging and agreement, shared by its blocking, non-blocking and
+/// persistent forms.
+fn prepare_all_to_all_v<'c, B: Backend, T: Element>(
+    b: &'c B,
+    name: &'static str,
+    start: Start,
+    send: &B::Buf<T>,
+    send_counts: &[usize],
+    recv: &B::Buf<T>,
+    recv_counts: &[usize],
+) -> Result<((), B::Staging<'c, T>)> {
+    let local = b
+        .rules()
+        .all_to_all_v::<T, _>(name, send, send_counts, recv, recv_counts);
+    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+    let call = Call::new(OpKind::AllToAllV)
+        .element::<T>()
+        .all_to_all(send_counts, recv_counts);
+    b.agree(call, local)
+}
+
 impl<B: Backend> Communicator for B {
     type Buf<T: Element> = B::Buf<T>;
 
@@ -775,17 +1231,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "gather_v";
         let _span = tracing::trace_span!("gather_v").entered();
-        let local = self
-            .rules()
-            .gather_v::<T, _, _>(OP, send, recv, counts, root);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |r| {
-            [Some(send.len()), r.as_ref().map(|r| r.len())]
-        });
-        let call = Call::new(OpKind::GatherV)
-            .element::<T>()
-            .root(root)
-            .counts(counts);
-        let (recv, staging) = self.agree(call, local)?;
+        let (recv, staging) =
+            prepare_gather_v::<_, T, _>(self, OP, Start::Blocking, send, recv, counts, root)?;
         self.raw_gather_v(OP, send, recv, counts, root, staging)
     }
 
@@ -811,17 +1258,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "scatter_v";
         let _span = tracing::trace_span!("scatter_v").entered();
-        let local = self
-            .rules()
-            .scatter_v::<T, _, _>(OP, send, recv, counts, root);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |s| {
-            [s.map(|s| s.len()), Some(recv.len())]
-        });
-        let call = Call::new(OpKind::ScatterV)
-            .element::<T>()
-            .root(root)
-            .counts(counts);
-        let (send, staging) = self.agree(call, local)?;
+        let (send, staging) =
+            prepare_scatter_v::<_, T, _>(self, OP, Start::Blocking, send, recv, counts, root)?;
         self.raw_scatter_v(OP, send, recv, counts, root, staging)
     }
 
@@ -859,16 +1297,15 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
         let _span = tracing::trace_span!("all_to_all_v").entered();
-        let local = self
-            .rules()
-            .all_to_all_v::<T, _>(OP, send, send_counts, recv, recv_counts);
-        let local = staged::<_, T, _>(self, OP, Start::Blocking, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllToAllV)
-            .element::<T>()
-            .all_to_all(send_counts, recv_counts);
-        let ((), staging) = self.agree(call, local)?;
+        let ((), staging) = prepare_all_to_all_v::<_, T>(
+            self,
+            OP,
+            Start::Blocking,
+            send,
+            send_counts,
+            recv,
+            recv_counts,
+        )?;
         self.raw_all_to_all_v(OP, send, send_counts, recv, recv_counts, staging)
     }
 
@@ -1034,16 +1471,15 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_to_all_v";
         let _span = tracing::trace_span!("i_all_to_all_v").entered();
-        let local = self
-            .rules()
-            .all_to_all_v::<T, _>(OP, send, send_counts, recv, recv_counts);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |_| {
-            lens2(send.len(), recv.len())
-        });
-        let call = Call::new(OpKind::AllToAllV)
-            .element::<T>()
-            .all_to_all(send_counts, recv_counts);
-        let ((), staging) = self.agree(call, local)?;
+        let ((), staging) = prepare_all_to_all_v::<_, T>(
+            self,
+            OP,
+            Start::Collective,
+            send,
+            send_counts,
+            recv,
+            recv_counts,
+        )?;
         self.raw_i_all_to_all_v(OP, scope, send, send_counts, recv, recv_counts, staging)
     }
 
@@ -1085,17 +1521,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_gather_v";
         let _span = tracing::trace_span!("i_gather_v").entered();
-        let local = self
-            .rules()
-            .gather_v::<T, _, _>(OP, send, recv, counts, root);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |r| {
-            [Some(send.len()), r.as_ref().map(|r| r.len())]
-        });
-        let call = Call::new(OpKind::GatherV)
-            .element::<T>()
-            .root(root)
-            .counts(counts);
-        let (recv, staging) = self.agree(call, local)?;
+        let (recv, staging) =
+            prepare_gather_v::<_, T, _>(self, OP, Start::Collective, send, recv, counts, root)?;
         self.raw_i_gather_v(OP, scope, send, recv, counts, root, staging)
     }
 
@@ -1123,17 +1550,8 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_scatter_v";
         let _span = tracing::trace_span!("i_scatter_v").entered();
-        let local = self
-            .rules()
-            .scatter_v::<T, _, _>(OP, send, recv, counts, root);
-        let local = staged::<_, T, _>(self, OP, Start::Collective, local, |s| {
-            [s.map(|s| s.len()), Some(recv.len())]
-        });
-        let call = Call::new(OpKind::ScatterV)
-            .element::<T>()
-            .root(root)
-            .counts(counts);
-        let (send, staging) = self.agree(call, local)?;
+        let (send, staging) =
+            prepare_scatter_v::<_, T, _>(self, OP, Start::Collective, send, recv, counts, root)?;
         self.raw_i_scatter_v(OP, scope, send, recv, counts, root, staging)
     }
 
@@ -1183,5 +1601,279 @@ impl<B: Backend> Communicator for B {
         let n = self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
         let staging = self.stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
         self.raw_i_recv(OP, scope, buf, source, tag, n, staging)
+    }
+
+    fn barrier_init<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Persistent<'s>> {
+        const OP: &str = "barrier_init";
+        let _span = tracing::trace_span!("barrier_init").entered();
+        self.agree(Call::new(OpKind::Barrier), Ok(()))?;
+        let raw = self.raw_init::<u8>(OP, scope, PlanCall::Barrier)?;
+        Ok(Persistent::new(scope, OP, raw, None, None))
+    }
+
+    fn broadcast_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "broadcast_init";
+        let _span = tracing::trace_span!("broadcast_init").entered();
+        let (n, _) = prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
+        let buf = BufPtr::new(buf);
+        let call = PlanCall::Broadcast { buf, root, n };
+        plan(self, OP, scope, call, None, Some(buf))
+    }
+
+    fn reduce_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "reduce_init";
+        let _span = tracing::trace_span!("reduce_init").entered();
+        let ((n, recv), _) =
+            prepare_reduce::<_, T, _>(self, OP, Start::Collective, send, recv, op, root)?;
+        let (red, average) = reduction(self, op);
+        let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
+        let call = PlanCall::Reduce {
+            send,
+            recv,
+            red,
+            average,
+            root,
+            n,
+        };
+        plan(self, OP, scope, call, Some(send), recv)
+    }
+
+    fn all_reduce_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "all_reduce_init";
+        let _span = tracing::trace_span!("all_reduce_init").entered();
+        let (n, _) = prepare_all_reduce::<_, T>(self, OP, Start::Collective, send, recv, op)?;
+        let (red, average) = reduction(self, op);
+        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+        let call = PlanCall::AllReduce {
+            send: Some(send),
+            recv,
+            red,
+            average,
+            n,
+        };
+        plan(self, OP, scope, call, Some(send), Some(recv))
+    }
+
+    fn all_reduce_in_place_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "all_reduce_in_place_init";
+        let _span = tracing::trace_span!("all_reduce_in_place_init").entered();
+        let (n, _) = prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
+        let (red, average) = reduction(self, op);
+        let buf = BufPtr::new(buf);
+        let call = PlanCall::AllReduce {
+            send: None,
+            recv: buf,
+            red,
+            average,
+            n,
+        };
+        plan(self, OP, scope, call, None, Some(buf))
+    }
+
+    fn all_gather_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "all_gather_init";
+        let _span = tracing::trace_span!("all_gather_init").entered();
+        let (n, _) = prepare_all_gather::<_, T>(self, OP, Start::Collective, send, recv)?;
+        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+        let call = PlanCall::AllGather { send, recv, n };
+        plan(self, OP, scope, call, Some(send), Some(recv))
+    }
+
+    fn all_gather_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "all_gather_v_init";
+        let _span = tracing::trace_span!("all_gather_v_init").entered();
+        let ((), _) =
+            prepare_all_gather_v::<_, T>(self, OP, Start::Collective, send, recv, counts)?;
+        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+        let counts = counts.to_vec();
+        let call = PlanCall::AllGatherV { send, recv, counts };
+        plan(self, OP, scope, call, Some(send), Some(recv))
+    }
+
+    fn gather_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "gather_init";
+        let _span = tracing::trace_span!("gather_init").entered();
+        let ((n, recv), _) =
+            prepare_gather::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
+        let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
+        let call = PlanCall::Gather {
+            send,
+            recv,
+            root,
+            n,
+        };
+        plan(self, OP, scope, call, Some(send), recv)
+    }
+
+    fn gather_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: Option<&'s mut Self::Buf<T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "gather_v_init";
+        let _span = tracing::trace_span!("gather_v_init").entered();
+        let (recv, _) =
+            prepare_gather_v::<_, T, _>(self, OP, Start::Collective, send, recv, counts, root)?;
+        let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
+        let counts = counts.to_vec();
+        let call = PlanCall::GatherV {
+            send,
+            recv,
+            counts,
+            root,
+        };
+        plan(self, OP, scope, call, Some(send), recv)
+    }
+
+    fn scatter_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s mut Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "scatter_init";
+        let _span = tracing::trace_span!("scatter_init").entered();
+        let ((n, send), _) =
+            prepare_scatter::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
+        let (send, recv) = (send.map(BufPtr::new), BufPtr::new(recv));
+        let call = PlanCall::Scatter {
+            send,
+            recv,
+            root,
+            n,
+        };
+        plan(self, OP, scope, call, send, Some(recv))
+    }
+
+    fn scatter_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s mut Self::Buf<T>>,
+        recv: &'s mut Self::Buf<T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "scatter_v_init";
+        let _span = tracing::trace_span!("scatter_v_init").entered();
+        let (send, _) =
+            prepare_scatter_v::<_, T, _>(self, OP, Start::Collective, send, recv, counts, root)?;
+        let (send, recv) = (send.map(BufPtr::new), BufPtr::new(recv));
+        let counts = counts.to_vec();
+        let call = PlanCall::ScatterV {
+            send,
+            recv,
+            counts,
+            root,
+        };
+        plan(self, OP, scope, call, send, Some(recv))
+    }
+
+    fn reduce_scatter_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+        op: ReduceOp,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "reduce_scatter_init";
+        let _span = tracing::trace_span!("reduce_scatter_init").entered();
+        let (n, _) = prepare_reduce_scatter::<_, T>(self, OP, Start::Collective, send, recv, op)?;
+        let (red, average) = reduction(self, op);
+        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+        let call = PlanCall::ReduceScatter {
+            send,
+            recv,
+            red,
+            average,
+            n,
+        };
+        plan(self, OP, scope, call, Some(send), Some(recv))
+    }
+
+    fn all_to_all_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        recv: &'s mut Self::Buf<T>,
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "all_to_all_init";
+        let _span = tracing::trace_span!("all_to_all_init").entered();
+        let (n, _) = prepare_all_to_all::<_, T>(self, OP, Start::Collective, send, recv)?;
+        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+        let call = PlanCall::AllToAll { send, recv, n };
+        plan(self, OP, scope, call, Some(send), Some(recv))
+    }
+
+    fn all_to_all_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut Self::Buf<T>,
+        send_counts: &[usize],
+        recv: &'s mut Self::Buf<T>,
+        recv_counts: &[usize],
+    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        const OP: &str = "all_to_all_v_init";
+        let _span = tracing::trace_span!("all_to_all_v_init").entered();
+        let ((), _) = prepare_all_to_all_v::<_, T>(
+            self,
+            OP,
+            Start::Collective,
+            send,
+            send_counts,
+            recv,
+            recv_counts,
+        )?;
+        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+        let call = PlanCall::AllToAllV {
+            send,
+            send_counts: send_counts.to_vec(),
+            recv,
+            recv_counts: recv_counts.to_vec(),
+        };
+        plan(self, OP, scope, call, Some(send), Some(recv))
     }
 }

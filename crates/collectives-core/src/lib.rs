@@ -6,6 +6,7 @@
 //! | [`op`] | [`ReduceOp`], [`BackendKind`], which reductions each backend can do with each element |
 //! | [`comm`] | the [`Communicator`] trait every backend implements; `DeviceCommunicator` (stream, deadline, wait) for the device backends |
 //! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
+//! | [`persistent`] | persistent collectives (`*_init`): a [`Persistent`] plan started and completed many times, and the [`PlanPath`] each backend takes |
 //! | [`check`], [`checked`] | argument rules (always on; one table for every backend) and checked mode (cross-rank agreement) |
 //! | [`deadline`] | `COLLECTIVES_TIMEOUT` and the one polling loop that waits against a deadline |
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
@@ -44,6 +45,7 @@ pub mod element;
 pub mod error;
 mod frontend;
 pub mod op;
+pub mod persistent;
 pub mod request;
 mod rules;
 
@@ -69,4 +71,5 @@ pub use error::{Error, Result};
 #[cfg(feature = "nccl")]
 pub use nccl_sys;
 pub use op::{BackendKind, ReduceOp};
+pub use persistent::{Persistent, PlanPath};
 pub use request::{scope, Pending, Request, Scope};

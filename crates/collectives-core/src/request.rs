@@ -140,7 +140,20 @@ impl fmt::Debug for Request<'_> {
     }
 }
 
-impl Request<'_> {
+impl<'s> Request<'s> {
+    /// Take the operation out of its scope, for a caller that guarantees by other means that it
+    /// completes before `'s` ends (a persistent plan's replay, which the plan's own slot in the same
+    /// scope completes). The slot is released when it is the last one, so that a plan started many
+    /// times does not grow the scope.
+    pub(crate) fn detach(self) -> Option<Box<dyn Pending + 's>> {
+        let mut slots = self.slots.borrow_mut();
+        let pending = slots[self.index].take();
+        if self.index + 1 == slots.len() {
+            slots.pop();
+        }
+        pending
+    }
+
     /// Block until the operation is complete.
     ///
     /// # Errors

@@ -13,7 +13,7 @@ use crate::checked::Call;
 use crate::comm::Tag;
 use crate::element::Element;
 use crate::error::Result;
-use crate::frontend::Backend;
+use crate::frontend::{replay, Backend, PlanCall, PlanOp};
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -519,6 +519,23 @@ impl Backend for MpiComm {
         raw::check(op, unsafe { ffi::MPI_Comm_dup(self.raw, &mut new) })?;
         self.new_comm(op, new)?
             .ok_or_else(|| crate::Error::invalid(op, "MPI returned MPI_COMM_NULL"))
+    }
+
+    /// MPI's persistent collective where the library has it and no deadline is set; else the
+    /// front end's replay of the non-blocking call (see [`super::persistent`]).
+    fn raw_init<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        call: PlanCall<Self, T>,
+    ) -> Result<Box<dyn PlanOp + 's>> {
+        self.ensure_usable(op)?;
+        if self.timeout.is_none() {
+            if let Some(plan) = self.persistent_plan(op, &call)? {
+                return Ok(Box::new(plan));
+            }
+        }
+        Ok(replay(self, op, scope, call))
     }
 
     fn raw_i_all_reduce<'s, T: Element>(

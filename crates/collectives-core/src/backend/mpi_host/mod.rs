@@ -21,6 +21,7 @@
 
 mod collectives;
 mod comm;
+mod persistent;
 pub(crate) mod raw;
 pub(crate) mod request;
 

@@ -106,6 +106,13 @@ pub(crate) fn ptr<T>(buf: &[T]) -> *const c_void {
     }
 }
 
+/// Where an empty receive buffer points when its send buffer may be empty too: another address than
+/// [`ptr`]'s, since some MPI calls refuse a send buffer equal to the receive buffer even for zero
+/// counts (Open MPI's `MPIX_Reduce_init`).
+pub(crate) fn empty_out() -> *mut c_void {
+    EMPTY[1..].as_ptr().cast_mut().cast()
+}
+
 /// A mutable buffer pointer for MPI; see [`ptr`]. (MPI writes nothing through it when it is empty.)
 pub(crate) fn ptr_mut<T>(buf: &mut [T]) -> *mut c_void {
     if buf.is_empty() {

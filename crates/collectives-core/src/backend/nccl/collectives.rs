@@ -15,13 +15,14 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use nccl_sys as sys;
 
 use super::comm::{NcclComm, UnevenAlgorithm};
+use super::persistent::GRAPHS_FROM;
 use super::raw;
 use super::request::NcclPending;
 use crate::checked::Call;
 use crate::comm::{Buffer, Communicator, DeviceCommunicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::frontend::Backend;
+use crate::frontend::{replay, Backend, PlanCall, PlanOp};
 use crate::op::{BackendKind, ReduceOp};
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -146,7 +147,7 @@ impl NcclComm {
         group.end()
     }
 
-    fn enqueue_all_reduce<T: Element>(
+    pub(super) fn enqueue_all_reduce<T: Element>(
         &self,
         op: &'static str,
         send: Option<&CudaSlice<T>>,
@@ -689,6 +690,20 @@ impl Backend for NcclComm {
     fn raw_dup(&self, op: &'static str) -> Result<Self> {
         self.raw_split(op, Some(0), self.rank as i32)?
             .ok_or_else(|| Error::invalid(op, "split returned no communicator"))
+    }
+
+    /// The collective captured into a CUDA graph (NCCL 2.9 and later), launched at each start;
+    /// with an older NCCL, the front end's replay of the enqueue (see [`super::persistent`]).
+    fn raw_init<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        scope: &'s Scope<'s, '_>,
+        call: PlanCall<Self, T>,
+    ) -> Result<Box<dyn PlanOp + 's>> {
+        if self.lib.version() < GRAPHS_FROM {
+            return Ok(replay(self, op, scope, call));
+        }
+        Ok(Box::new(self.graph_plan(op, &call)?))
     }
 
     fn raw_i_all_reduce<'s, T: Element>(

@@ -22,6 +22,7 @@
 
 mod collectives;
 mod comm;
+mod persistent;
 mod raw;
 mod request;
 

@@ -1,0 +1,291 @@
+//! Persistent collectives on NCCL: the raw operation is captured once into a CUDA graph
+//! (`cuStreamBeginCapture`/`cuStreamEndCapture` on the communicator's stream, then
+//! `cuGraphInstantiate`), and each run is `cuGraphLaunch` on that stream followed by an event, which
+//! `wait` polls with the communicator's deadline and NCCL's asynchronous error, as for a request.
+//!
+//! NCCL supports the capture of its collectives, grouped calls included, from 2.9 on; with an older
+//! library the plan replays the enqueue per run instead. Capture runs in
+//! `CU_STREAM_CAPTURE_MODE_RELAXED`, so that NCCL may make the setup calls it needs on first use.
+//!
+//! Ordering against other streams: cudarc orders a buffer's users through events recorded on the
+//! buffer. During the capture that tracking is switched off on the context (a wait on an event
+//! recorded outside the capture would break it), and at each launch the buffers are taken through
+//! cudarc as for any enqueued operation, so the launch waits for their last writers and later
+//! users wait for the launch. While a plan is being made, other threads that use the same CUDA
+//! context from other streams should not rely on cudarc's event tracking.
+
+use cudarc::driver::{sys as cu, CudaEvent, CudaGraph, CudaSlice, DevicePtr, DevicePtrMut};
+
+use super::comm::NcclComm;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::frontend::{BufPtr, PlanCall, PlanOp};
+use crate::op::ReduceOp;
+use crate::persistent::PlanPath;
+
+/// The first NCCL whose collectives can be captured into CUDA graphs.
+pub(super) const GRAPHS_FROM: nccl_sys::Version = nccl_sys::Version::new(2, 9, 0);
+
+/// A collective captured into a CUDA graph.
+pub(super) struct GraphPlan<'s, T: Element> {
+    comm: &'s NcclComm,
+    op: &'static str,
+    /// `None` where nothing was captured (zero-length operations).
+    graph: Option<CudaGraph>,
+    reads: Vec<BufPtr<CudaSlice<T>>>,
+    writes: Vec<BufPtr<CudaSlice<T>>>,
+    /// Recorded after the launch of the run in flight.
+    event: Option<CudaEvent>,
+    /// `barrier`'s one value, reduced by every run.
+    _scratch: Option<CudaSlice<f32>>,
+}
+
+/// Switches cudarc's event tracking off for the life of the guard, back on (if it was) after.
+struct Untracked<'a>(&'a cudarc::driver::CudaContext, bool);
+
+impl Drop for Untracked<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            // SAFETY: tracking was on before the guard turned it off; every buffer was created with
+            // it on, so turning it back on restores the state the buffers were made under.
+            unsafe { self.0.enable_event_tracking() };
+        }
+    }
+}
+
+impl NcclComm {
+    /// Capture `call` into a graph on this communicator's stream.
+    ///
+    /// # Errors
+    /// [`Error::Unusable`] on an aborted communicator; [`Error::Cuda`] from the capture or the
+    /// instantiation; [`Error::Nccl`] from the enqueued calls.
+    pub(super) fn graph_plan<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        call: &PlanCall<Self, T>,
+    ) -> Result<GraphPlan<'s, T>> {
+        self.ensure_live(op)?;
+        let mut scratch = match call {
+            PlanCall::Barrier => Some(
+                self.stream
+                    .alloc_zeros::<f32>(1)
+                    .map_err(|e| Error::cuda(op, e))?,
+            ),
+            _ => None,
+        };
+        let (reads, writes) = buffers(call);
+        // Nothing of this stream's earlier work may end up in the graph, and nothing is in flight
+        // on it from here on but what is captured.
+        self.stream.synchronize().map_err(|e| Error::cuda(op, e))?;
+        let ctx = self.stream.context();
+        let tracking = ctx.is_event_tracking();
+        // SAFETY: only this capture uses the context's tracking in this thread while it is off; the
+        // buffers captured are ordered at each launch instead (see the module documentation).
+        unsafe { ctx.disable_event_tracking() };
+        let untracked = Untracked(ctx, tracking);
+        self.stream
+            .begin_capture(cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(|e| Error::cuda(op, e))?;
+        let enqueued = self.enqueue_plan(op, call, scratch.as_mut());
+        // The capture is ended on every path, so the stream is usable again.
+        let ended = self
+            .stream
+            .end_capture(cu::CUgraphInstantiate_flags(0))
+            .map_err(|e| Error::cuda(op, e));
+        drop(untracked);
+        enqueued?;
+        let graph = ended?;
+        Ok(GraphPlan {
+            comm: self,
+            op,
+            graph,
+            reads,
+            writes,
+            event: None,
+            _scratch: scratch,
+        })
+    }
+
+    /// Enqueue `call` as its blocking form does (without waiting for it).
+    fn enqueue_plan<T: Element>(
+        &self,
+        op: &'static str,
+        call: &PlanCall<Self, T>,
+        scratch: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        use crate::frontend::Backend;
+        // SAFETY: (every `get`/`get_mut`) the plan borrows the buffers mutably for its life and
+        // nothing else uses them during the capture; the references end with this call (NCCL keeps
+        // the addresses in the graph, used at each launch, while the plan still borrows them).
+        unsafe {
+            match call {
+                PlanCall::Barrier => match scratch {
+                    Some(one) => self.enqueue_all_reduce(op, None, one, ReduceOp::Sum, 1),
+                    None => Ok(()),
+                },
+                PlanCall::Broadcast { buf, root, n } => {
+                    self.raw_broadcast(op, buf.get_mut(), *root, *n, ())
+                }
+                PlanCall::Reduce {
+                    send,
+                    recv,
+                    red,
+                    root,
+                    n,
+                    ..
+                } => {
+                    let recv = recv.map(|r| r.get_mut());
+                    self.raw_reduce(op, send.get(), recv, *red, *root, *n, ())
+                }
+                PlanCall::AllReduce {
+                    send, recv, red, n, ..
+                } => {
+                    let send = send.map(|s| s.get());
+                    self.raw_all_reduce(op, send, recv.get_mut(), *red, *n, ())
+                }
+                PlanCall::AllGather { send, recv, n } => {
+                    self.raw_all_gather(op, send.get(), recv.get_mut(), *n, ())
+                }
+                PlanCall::AllGatherV { send, recv, counts } => {
+                    self.raw_all_gather_v(op, send.get(), recv.get_mut(), counts, ())
+                }
+                PlanCall::Gather {
+                    send,
+                    recv,
+                    root,
+                    n,
+                } => {
+                    let recv = recv.map(|r| r.get_mut());
+                    self.raw_gather(op, send.get(), recv, *root, *n, ())
+                }
+                PlanCall::GatherV {
+                    send,
+                    recv,
+                    counts,
+                    root,
+                } => {
+                    let recv = recv.map(|r| r.get_mut());
+                    self.raw_gather_v(op, send.get(), recv, counts, *root, ())
+                }
+                PlanCall::Scatter {
+                    send,
+                    recv,
+                    root,
+                    n,
+                } => {
+                    let send = send.map(|s| s.get());
+                    self.raw_scatter(op, send, recv.get_mut(), *root, *n, ())
+                }
+                PlanCall::ScatterV {
+                    send,
+                    recv,
+                    counts,
+                    root,
+                } => {
+                    let send = send.map(|s| s.get());
+                    self.raw_scatter_v(op, send, recv.get_mut(), counts, *root, ())
+                }
+                PlanCall::ReduceScatter {
+                    send, recv, red, n, ..
+                } => self.raw_reduce_scatter(op, send.get(), recv.get_mut(), *red, *n, ()),
+                PlanCall::AllToAll { send, recv, n } => {
+                    self.raw_all_to_all(op, send.get(), recv.get_mut(), *n, ())
+                }
+                PlanCall::AllToAllV {
+                    send,
+                    send_counts,
+                    recv,
+                    recv_counts,
+                } => self.raw_all_to_all_v(
+                    op,
+                    send.get(),
+                    send_counts,
+                    recv.get_mut(),
+                    recv_counts,
+                    (),
+                ),
+            }
+        }
+    }
+}
+
+/// The buffers `call` reads (and only reads) and those it writes.
+type Buffers<T> = (Vec<BufPtr<CudaSlice<T>>>, Vec<BufPtr<CudaSlice<T>>>);
+
+fn buffers<T: Element>(call: &PlanCall<NcclComm, T>) -> Buffers<T> {
+    let one = |p: &BufPtr<CudaSlice<T>>| vec![*p];
+    let opt = |p: &Option<BufPtr<CudaSlice<T>>>| p.iter().copied().collect::<Vec<_>>();
+    match call {
+        PlanCall::Barrier => (Vec::new(), Vec::new()),
+        PlanCall::Broadcast { buf, .. } => (Vec::new(), one(buf)),
+        PlanCall::Reduce { send, recv, .. } | PlanCall::Gather { send, recv, .. } => {
+            (one(send), opt(recv))
+        }
+        PlanCall::GatherV { send, recv, .. } => (one(send), opt(recv)),
+        PlanCall::AllReduce { send, recv, .. } => (opt(send), one(recv)),
+        PlanCall::Scatter { send, recv, .. } | PlanCall::ScatterV { send, recv, .. } => {
+            (opt(send), one(recv))
+        }
+        PlanCall::AllGather { send, recv, .. }
+        | PlanCall::AllGatherV { send, recv, .. }
+        | PlanCall::ReduceScatter { send, recv, .. }
+        | PlanCall::AllToAll { send, recv, .. }
+        | PlanCall::AllToAllV { send, recv, .. } => (one(send), one(recv)),
+    }
+}
+
+impl<T: Element> PlanOp for GraphPlan<'_, T> {
+    fn start(&mut self) -> Result<()> {
+        let (op, stream) = (self.op, &self.comm.stream);
+        self.comm.ensure_live(op)?;
+        // The launch waits for the buffers' last writers on other streams, and their next users
+        // wait for the launch (cudarc's events, recorded when the guards drop).
+        let mut guards = Vec::with_capacity(self.reads.len() + self.writes.len());
+        // SAFETY: the plan borrows the buffers mutably for its life; no run is in flight and the
+        // caller cannot reach them during this call; the references end with it.
+        unsafe {
+            for p in &self.reads {
+                guards.push(p.get().device_ptr(stream).1);
+            }
+            for p in &self.writes {
+                guards.push(p.get_mut().device_ptr_mut(stream).1);
+            }
+        }
+        if let Some(graph) = &self.graph {
+            graph.launch().map_err(|e| Error::cuda(op, e))?;
+        }
+        drop(guards);
+        let event = stream.record_event(None).map_err(|e| Error::cuda(op, e))?;
+        self.event = Some(event);
+        Ok(())
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        let Some(event) = self.event.take() else {
+            return Ok(());
+        };
+        let op = self.op;
+        self.comm.wait_for(op, || {
+            event.try_is_complete().map_err(|e| Error::cuda(op, e))
+        })
+    }
+
+    fn test(&mut self) -> Result<bool> {
+        let Some(event) = &self.event else {
+            return Ok(true);
+        };
+        let complete = event
+            .try_is_complete()
+            .map_err(|e| Error::cuda(self.op, e))?;
+        if !complete {
+            self.comm.async_error(self.op)?;
+            return Ok(false);
+        }
+        self.event = None;
+        Ok(true)
+    }
+
+    fn path(&self) -> PlanPath {
+        PlanPath::CudaGraph
+    }
+}
