@@ -20,7 +20,15 @@ fn rules(c: &mut Criterion) {
         })
     });
     g.bench_function("same_len", |b| {
-        b.iter(|| same_len("all_reduce", "send", black_box(1024), "recv", black_box(1024)))
+        b.iter(|| {
+            same_len(
+                "all_reduce",
+                "send",
+                black_box(1024),
+                "recv",
+                black_box(1024),
+            )
+        })
     });
     g.bench_function("equal_blocks", |b| {
         b.iter(|| equal_blocks("all_gather", "recv", black_box(4096), black_box(4)))

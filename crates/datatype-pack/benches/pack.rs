@@ -23,9 +23,13 @@ fn pipeline(c: &mut Criterion) {
         b.iter(|| canonicalize(black_box(nested.clone())))
     });
     let f = face();
-    g.bench_function("canonicalize face", |b| b.iter(|| canonicalize(black_box(f.clone()))));
+    g.bench_function("canonicalize face", |b| {
+        b.iter(|| canonicalize(black_box(f.clone())))
+    });
     let canon = canonicalize(f.clone());
-    g.bench_function("plan face", |b| b.iter(|| StridedBlock::from_type(black_box(&canon))));
+    g.bench_function("plan face", |b| {
+        b.iter(|| StridedBlock::from_type(black_box(&canon)))
+    });
     g.finish();
 }
 
@@ -37,7 +41,9 @@ fn cpu_pack(c: &mut Criterion) {
     let mut g = c.benchmark_group("cpu pack face");
     g.throughput(Throughput::Bytes(plan.packed_size()));
     g.bench_function("plan", |b| b.iter(|| cpu::pack(&plan, &src, &mut dst)));
-    g.bench_function("naive walk", |b| b.iter(|| cpu::pack_naive(&f, &src, &mut dst)));
+    g.bench_function("naive walk", |b| {
+        b.iter(|| cpu::pack_naive(&f, &src, &mut dst))
+    });
     g.finish();
 }
 
