@@ -179,6 +179,7 @@ fn engine_collectives(t: &T) {
     let b = Host {
         comm: t.comm,
         ctl: &ctl,
+        variant: Default::default(),
     };
     let settings = Settings {
         iters: 2,
@@ -206,10 +207,18 @@ fn engine_collectives(t: &T) {
                 check: true,
                 notes: Vec::new(),
                 environment: Vec::new(),
+                machine: Default::default(),
             };
             let mut r = Reporter::<Vec<u8>>::new(None, Format::Csv, Columns::default(), meta);
             let what = format!("{} {} {}", name.name(), dtype.name(), op.name());
-            if let Err(e) = name.run(&b, settings, dtype, op, &sizes, &mut r) {
+            if let Err(e) = name.run(
+                std::slice::from_ref(&b),
+                settings,
+                dtype,
+                op,
+                &sizes,
+                &mut r,
+            ) {
                 t.fail(format!("{what}: {e:#}"));
                 continue;
             }

@@ -4,7 +4,7 @@
 //! |------------|-------------------------------------------------------------------------|
 //! | `deps`     | checks Open MPI (headers, `mpirun`) and libclang; installs them with apt as root |
 //! | `test`     | `deps`, then `cargo test` and `cargo doc` (warnings are errors), then examples and `mpi_*` tests under `mpirun -n 1..4`, then the GPU suite where a GPU is present |
-//! | `bench`    | `deps`, then `collbench allreduce --backend all` under `mpirun -n 2`     |
+//! | `bench`    | `deps`, then every collective on every backend here under `mpirun -n 2`: tables, JSON, SVG plots in `results/` |
 //! | `gpu-stage` | release build of the GPU suite into `.gpu-box/`, with `run-all.sh` for a GPU machine without Rust |
 //! | `gpu-suite` | only the GPU suite: built here, or `--staged DIR` as `run-all.sh` runs it |
 //! | `fuzz`     | `deps`, then the long fuzz runs: a million layouts against the oracle, ten thousand MPI datatypes against `MPI_Pack` |
@@ -48,7 +48,8 @@ subcommands:
       --ranks 1,2           rank counts to launch with (default 1,2,3,4)
       --skip-unit           skip the cargo test and cargo doc steps
       --skip-gpu            skip the GPU suite even where a GPU is present
-  bench [ARGS]              deps, then mpirun -n 2 collbench allreduce --backend all ARGS
+  bench [ARGS]              deps, then every collective under mpirun -n 2 collbench --backend all
+                            ARGS; tables, JSON and SVG plots in results/<date-time>/
                             (ARGS default to -b 8 -e 64M -f 2)
   gpu-stage                 release build of every binary, example and GPU test binary,
                             stripped, into .gpu-box/ with env.sh and the CUDA-aware Open MPI

@@ -133,6 +133,10 @@ pub fn run(args: &[String]) -> ExitCode {
         label: format!("mpirun tests (n={ranks_label})"),
         tally: Some(tests),
     });
+    steps.push(Step {
+        label: format!("mpirun collbench (n={ranks_label})"),
+        tally: Some(collbench_runs(&root, &options.ranks, as_root)),
+    });
     if options.skip_gpu {
         println!("GPU suite skipped (--skip-gpu)");
         steps.push(Step {
@@ -259,6 +263,93 @@ fn multi_rank(root: &Path, ranks: &[u32], as_root: bool) -> (Tally, Tally) {
     (examples, tests)
 }
 
+/// Small, checked runs of every `collbench` subcommand that runs on host MPI: each must exit 0
+/// (which it does only with no wrong value), at each of `ranks` (p2p from 2 ranks).
+pub fn collbench_commands(ranks: u32) -> Vec<Vec<String>> {
+    let small = [
+        "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "-c", "1",
+    ];
+    let mut v: Vec<Vec<&str>> = crate::bench::COLLECTIVES
+        .iter()
+        .map(|c| [&["coll", c][..], &small[..]].concat())
+        .collect();
+    v.push(
+        [
+            &[
+                "allreduce",
+                "--baseline",
+                "raw",
+                "--checked-cost",
+                "--format",
+                "csv",
+            ][..],
+            &small[..],
+        ]
+        .concat(),
+    );
+    v.push(vec![
+        "allreduce",
+        "--osu",
+        "-m",
+        "1:1K",
+        "-i",
+        "2",
+        "-x",
+        "1",
+        "-f",
+        "-c",
+    ]);
+    v.push(vec!["doctor"]);
+    if ranks >= 2 {
+        v.push(vec![
+            "p2p", "-b", "1", "-e", "4K", "-f", "16", "-n", "5", "-w", "1", "--window", "8", "-c",
+            "1",
+        ]);
+    }
+    v.into_iter()
+        .map(|c| c.into_iter().map(str::to_owned).collect())
+        .collect()
+}
+
+/// Step 4: build `collbench` and launch [`collbench_commands`] at every rank count.
+fn collbench_runs(root: &Path, ranks: &[u32], as_root: bool) -> Tally {
+    let mut tally = Tally::default();
+    let jobs = jobs();
+    println!("== building collbench ==");
+    let built = artifacts::build(&cargo(), root, &["-p", "bench-cli", "-j", &jobs, "--bins"]);
+    let exe = match built {
+        Ok(built) => built
+            .into_iter()
+            .find(|a| a.name == crate::bench::BENCH_BINARY && a.is("bin"))
+            .map(|a| a.executable),
+        Err(e) => {
+            tally.fail(1, format!("build of collbench: {e}"));
+            return tally;
+        }
+    };
+    let Some(exe) = exe else {
+        tally.fail(1, "cargo built no collbench binary".to_owned());
+        return tally;
+    };
+    let limit = mpirun::timeout();
+    for &k in ranks {
+        for args in collbench_commands(k) {
+            let launch = mpirun::Launch::new(&exe, &args, k, as_root, true);
+            let what = format!("mpirun -n {k} collbench {}", args.join(" "));
+            println!("== {what} ==");
+            match exec::run_tee(launch.command(), Some(limit), false) {
+                Ok(outcome) if outcome.success() => tally.pass(1),
+                Ok(outcome) => {
+                    print!("{}", outcome.output);
+                    tally.fail(1, format!("{what}: {}", outcome.describe()));
+                }
+                Err(e) => tally.fail(1, format!("{what}: cannot start mpirun: {e}")),
+            }
+        }
+    }
+    tally
+}
+
 /// The binaries to launch from what cargo built for the package with manifest `manifest`
 /// (examples first, then `mpi_*` tests, each sorted by name), and the names of the GPU examples
 /// left out (none when `gpu_wanted`).
@@ -302,6 +393,19 @@ mod tests {
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn collbench_runs_every_collective_checked() {
+        let one = collbench_commands(1);
+        assert_eq!(one.len(), crate::bench::COLLECTIVES.len() + 3);
+        assert!(one.iter().all(|c| !c.contains(&"p2p".to_owned())));
+        let two = collbench_commands(2);
+        assert_eq!(two.len(), one.len() + 1);
+        assert_eq!(two[0][..2], ["coll", "allreduce"]);
+        assert!(two[..14]
+            .iter()
+            .all(|c| c.windows(2).any(|w| w == ["-c", "1"])));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The program: parse the command line, start MPI, run the benchmark, report errors on rank 0.
 
-use std::io;
+use std::io::{self, Write};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -8,14 +8,15 @@ use clap::Parser;
 use collectives_core::{Communicator as _, MpiComm, ReduceOp};
 use mpi::traits::Communicator as _;
 
-use crate::allreduce::{self, MpiComms, Settings};
 use crate::backend::{self, Backend};
 use crate::cli::{AllreduceArgs, Cli, CollArgs, Command, Plan};
 use crate::coll::CollName;
-use crate::cuda_mpi::DeviceMpi;
-use crate::dtype::DataType;
-use crate::nccl::{self, NcclComms};
+use crate::comms::{DeviceMpi, DeviceMpiComms, NcclComms};
+use crate::dtype::{DataType, ElementVisitor};
+use crate::expected::BenchElement;
+use crate::record::Machine;
 use crate::report::{Meta, Reporter};
+use crate::variant::Variant;
 
 /// This process's rank as the launcher announces it, before MPI is started (Open MPI, PMI, PMIx,
 /// MVAPICH, Slurm); `None` outside a launcher.
@@ -36,7 +37,17 @@ pub fn launcher_rank() -> Option<usize> {
 pub fn main() -> ExitCode {
     // The command line is parsed before MPI starts, so that --help works without mpirun; every rank
     // parses the same arguments, and only the launcher's rank 0 prints the message.
-    let cli = match Cli::try_parse() {
+    // OSU's flags (`--osu`) are read into ours before clap sees them.
+    let argv = match crate::osu::translate(std::env::args().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            if launcher_rank().unwrap_or(0) == 0 {
+                eprintln!("collbench: {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {
             if launcher_rank().unwrap_or(0) == 0 {
@@ -45,7 +56,16 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
-    // `pack` runs on one GPU without MPI.
+    // `plot` needs no MPI; `pack` runs on one GPU without MPI.
+    if let Command::Plot(args) = &cli.command {
+        return match crate::plot::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("collbench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Command::Pack(args) = &cli.command {
         return match crate::pack::run(args) {
             Ok(()) => ExitCode::SUCCESS,
@@ -70,7 +90,7 @@ pub fn main() -> ExitCode {
         Command::P2p(args) => crate::p2p::run(&universe, args),
         Command::Doctor => run_doctor(&universe),
         Command::Halo(args) => crate::halo::run(&universe, args),
-        Command::Pack(_) => Ok(()), // handled above, before MPI starts
+        Command::Pack(_) | Command::Plot(_) => Ok(()), // handled above, before MPI starts
         _ => unreachable!("every engine subcommand is taken by the first arm"),
     };
     let code = match result {
@@ -90,6 +110,21 @@ pub fn main() -> ExitCode {
 /// The header line on how NCCL's averages of floating-point types are checked.
 pub const NCCL_AVG_NOTE: &str = "nccl: avg of half, float, double, bfloat16 and complex types is checked within \
      nranks*eps relative (NCCL multiplies each input by 1/nranks before summing; exact when nranks is a power of two)";
+
+/// Why `op` cannot reduce `dtype` on `backend` (the library's own error), or `Ok` when it can.
+///
+/// # Errors
+/// [`collectives_core::Error::Unsupported`].
+pub fn supported(dtype: DataType, op: ReduceOp, backend: Backend) -> collectives_core::Result<()> {
+    struct Check(ReduceOp, Backend);
+    impl ElementVisitor for Check {
+        type Output = collectives_core::Result<()>;
+        fn visit<T: BenchElement>(self, _: DataType) -> Self::Output {
+            collectives_core::check::check_op::<T>("all_reduce", self.0, self.1.kind())
+        }
+    }
+    dtype.visit(Check(op, backend))
+}
 
 /// One combination to run.
 pub type Job = (Backend, DataType, ReduceOp);
@@ -111,7 +146,7 @@ pub fn combinations(
     for &b in backends {
         for &d in datatypes {
             for &o in ops {
-                match allreduce::supported(d, o, b) {
+                match supported(d, o, b) {
                     Ok(()) => run.push((b, d, o)),
                     Err(e) if single_pair && backends.len() == 1 => return Err(e.into()),
                     Err(e) => notes.push(format!("skipped {} {}: {e}", d.name(), o.name())),
@@ -147,18 +182,18 @@ pub fn agreed_availability(
         .collect())
 }
 
-/// `collbench allreduce`: on the engine ([`run_engine`]), or with `--baseline raw` or
-/// `--checked-cost` on the all-reduce benchmark that times those beside the library
-/// ([`crate::allreduce`], [`crate::nccl`], [`crate::cuda_mpi`]).
+/// `collbench allreduce`: the all-reduce on the engine, with its raw baseline (`--baseline raw`) and
+/// checked mode's cost (`--checked-cost`) as variants beside the library's call.
 ///
 /// # Errors
-/// Bad flags (found identically on every rank), unsupported combinations, library errors.
+/// Bad flags (found identically on every rank), unsupported combinations, library errors, wrong
+/// results.
 pub fn run_allreduce(
     universe: &mpi::environment::Universe,
     args: &AllreduceArgs,
 ) -> anyhow::Result<()> {
     let availability = agreed_availability(universe, args.backend)?;
-    let plan = args
+    let mut plan = args
         .plan(|b| {
             availability
                 .iter()
@@ -166,130 +201,16 @@ pub fn run_allreduce(
                 .and_then(|(_, why)| why.clone())
         })
         .map_err(anyhow::Error::msg)?;
-    if !plan.columns.baseline && !plan.columns.checked_cost {
-        // The all-reduce itself runs on the engine; the raw baselines and the checked-mode cost
-        // (hidden flags) keep the benchmark below.
-        let mut plan = plan;
-        plan.columns.iter_stats = true;
-        return run_engine(universe, CollName::Allreduce, &plan, 0, 1);
-    }
-    let world = universe.world();
-    let (rank, nranks) = (world.rank(), world.size() as usize);
-    let (jobs, skipped) =
-        combinations(&plan.backends, &plan.datatypes, &plan.ops, plan.single_pair)?;
-    let mut notes: Vec<String> = plan
-        .unavailable
-        .iter()
-        .map(|(b, why)| format!("{}: not available: {why}", b.name()))
-        .collect();
-    notes.extend(skipped);
-    let meta = Meta {
-        benchmark: "allreduce",
-        nranks,
-        backends: plan.backends.iter().map(|b| b.name()).collect(),
-        checked: plan.checked,
-        environment: Vec::new(),
-        min_bytes: plan.min_bytes,
-        max_bytes: plan.max_bytes,
-        step: plan.step.describe(),
-        warmup_iters: plan.warmup_iters,
-        iters: plan.iters,
-        check: plan.check,
-        notes,
-    };
-    let mut reporter = Reporter::new(
-        (rank == 0).then(io::stdout),
-        plan.format,
-        plan.columns,
-        meta,
-    );
-    reporter.begin();
-    let settings = Settings {
-        iters: plan.iters,
-        warmup_iters: plan.warmup_iters,
-        check: plan.check,
-        baseline: plan.columns.baseline,
-    };
-    for &backend in &plan.backends {
-        if plan.backends.len() > 1 {
-            reporter.section(&format!("backend {}", backend.name()));
-        }
-        let jobs = jobs.iter().filter(|j| j.0 == backend);
-        match backend {
-            Backend::Mpi => {
-                let comms = MpiComms::new(universe, plan.checked, plan.columns.checked_cost)?;
-                for &(_, dtype, op) in jobs {
-                    allreduce::run_mpi(&comms, settings, dtype, op, &plan.sizes, &mut reporter)?;
-                }
-            }
-            Backend::Nccl => {
-                let comms = match NcclComms::new(universe, plan.checked, plan.columns.checked_cost)
-                {
-                    Ok(c) => c,
-                    // Under `--backend all` a backend that cannot start is left out, as one
-                    // that is missing is; asked for by name, it is an error.
-                    Err(e) if plan.all_backends => {
-                        reporter.environment(&format!("nccl: not available: {e:#}"));
-                        continue;
-                    }
-                    Err(e) => return Err(e.context("starting the nccl backend")),
-                };
-                reporter.environment(&comms.describe());
-                if plan.ops.contains(&ReduceOp::Avg) && plan.check {
-                    reporter.environment(NCCL_AVG_NOTE);
-                }
-                for &(_, dtype, op) in jobs {
-                    nccl::run_nccl(&comms, settings, dtype, op, &plan.sizes, &mut reporter)?;
-                }
-                comms.finalize()?;
-            }
-            Backend::CudaMpi | Backend::MpiStaged => {
-                let comms = match crate::cuda_mpi::DeviceMpiComms::new(
-                    universe,
-                    backend,
-                    plan.checked,
-                    plan.columns.checked_cost,
-                ) {
-                    Ok(c) => c,
-                    Err(e) if plan.all_backends => {
-                        reporter.environment(&format!("{}: not available: {e:#}", backend.name()));
-                        continue;
-                    }
-                    Err(e) => {
-                        return Err(e.context(format!("starting the {} backend", backend.name())))
-                    }
-                };
-                reporter.environment(&comms.main.describe());
-                for &(_, dtype, op) in jobs {
-                    crate::cuda_mpi::run_device_mpi(
-                        &comms,
-                        settings,
-                        dtype,
-                        op,
-                        &plan.sizes,
-                        &mut reporter,
-                    )?;
-                }
-                comms.finalize()?;
-            }
-        }
-    }
-    // With several backends, the fastest per size closes the run.
-    let summary = crate::fastest::fastest_lines(reporter.rows());
-    if !summary.is_empty() {
-        reporter.section("summary");
-        for line in summary {
-            reporter.environment(&line);
-        }
-    }
-    reporter.finish().context("writing the output")
+    plan.columns.iter_stats = true;
+    run_engine(universe, CollName::Allreduce, &plan, 0, 1)
 }
 
 /// `collbench NAME` for a collective on the engine ([`crate::engine`], [`crate::coll`]): every
 /// backend, type and operation of the flags, one row per size.
 ///
 /// # Errors
-/// Bad flags (found identically on every rank), unsupported combinations, library errors.
+/// Bad flags (found identically on every rank), unsupported combinations, library errors, wrong
+/// results.
 pub fn run_coll(
     universe: &mpi::environment::Universe,
     name: CollName,
@@ -308,10 +229,39 @@ pub fn run_coll(
     run_engine(universe, name, &plan, args.root, args.average)
 }
 
+/// Where rank 0 writes: the file of `--output`, else standard output; nothing on other ranks.
+///
+/// # Errors
+/// The file cannot be created.
+pub fn output(rank: i32, path: Option<&std::path::Path>) -> anyhow::Result<Option<Box<dyn Write>>> {
+    if rank != 0 {
+        return Ok(None);
+    }
+    Ok(Some(match path {
+        Some(p) => Box::new(io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(io::stdout()),
+    }))
+}
+
+/// The variants a backend times: the library's call, then its raw baseline where asked for and the
+/// backend has one, then checked mode on where asked for.
+fn variants(plan: &Plan, name: CollName, backend: Backend) -> Vec<Variant> {
+    let mut v = vec![Variant::Library];
+    if plan.baseline && name == CollName::Allreduce && backend != Backend::MpiStaged {
+        v.push(Variant::Raw);
+    }
+    if plan.checked_cost {
+        v.push(Variant::Checked);
+    }
+    v
+}
+
 /// Run collective `name` as `plan` says on the engine, with `root` (`-r`) and `average` (`-a`).
 ///
 /// # Errors
-/// Unsupported combinations, library errors.
+/// Unsupported combinations, library errors, wrong results (after the output is complete).
 pub fn run_engine(
     universe: &mpi::environment::Universe,
     name: CollName,
@@ -337,6 +287,17 @@ pub fn run_engine(
         .map(|(b, why)| format!("{}: not available: {why}", b.name()))
         .collect();
     notes.extend(skipped);
+    if plan.baseline && plan.backends.contains(&Backend::MpiStaged) {
+        notes.push(
+            "mpi-staged: no raw baseline (staging through host memory is the backend)".into(),
+        );
+    }
+    if plan.baseline && name != CollName::Allreduce {
+        notes.push(format!(
+            "{}: no raw baseline (all-reduce only)",
+            name.name()
+        ));
+    }
     let meta = Meta {
         benchmark: name.name(),
         nranks,
@@ -350,13 +311,25 @@ pub fn run_engine(
         iters: plan.iters,
         check: plan.check,
         notes,
+        machine: Machine::here(),
     };
+    let sizes = if name == CollName::Barrier {
+        1
+    } else {
+        plan.sizes.len()
+    };
+    let rows: usize = jobs
+        .iter()
+        .map(|j| sizes * variants(plan, name, j.0).len())
+        .sum();
     let mut reporter = Reporter::new(
-        (rank == 0).then(io::stdout),
+        output(rank, plan.output.as_deref())?,
         plan.format,
         plan.columns,
         meta,
-    );
+    )
+    .with_json(plan.json.clone())
+    .with_progress(rows as u64);
     reporter.begin();
     let settings = crate::engine::Settings {
         iters: plan.iters,
@@ -370,20 +343,32 @@ pub fn run_engine(
             reporter.section(&format!("backend {}", backend.name()));
         }
         let jobs: Vec<Job> = jobs.iter().copied().filter(|j| j.0 == backend).collect();
+        let variants = variants(plan, name, backend);
         match backend {
             Backend::Mpi => {
                 let main = MpiComm::world(universe)?.with_checked(plan.checked);
                 let ctl = MpiComm::world(universe)?.with_checked(false);
-                let b = crate::engine::Host {
-                    comm: &main,
-                    ctl: &ctl,
+                let checked_on = match plan.checked_cost {
+                    true => Some(MpiComm::world(universe)?.with_checked(true)),
+                    false => None,
                 };
+                let bs: Vec<_> = variants
+                    .iter()
+                    .map(|&variant| crate::engine::Host {
+                        comm: match (variant, &checked_on) {
+                            (Variant::Checked, Some(c)) => c,
+                            _ => &main,
+                        },
+                        ctl: &ctl,
+                        variant,
+                    })
+                    .collect();
                 for (_, dtype, op) in jobs {
-                    name.run(&b, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                    name.run(&bs, settings, dtype, op, &plan.sizes, &mut reporter)?;
                 }
             }
             Backend::Nccl => {
-                let comms = match NcclComms::new(universe, plan.checked, false) {
+                let comms = match NcclComms::new(universe, plan.checked, plan.checked_cost) {
                     Ok(c) => c,
                     Err(e) if plan.all_backends => {
                         reporter.environment(&format!("nccl: not available: {e:#}"));
@@ -392,53 +377,81 @@ pub fn run_engine(
                     Err(e) => return Err(e.context("starting the nccl backend")),
                 };
                 reporter.environment(&comms.describe());
+                reporter.nccl_version(comms.main.library().version().to_string());
                 if name.reduces() && plan.ops.contains(&ReduceOp::Avg) && plan.check {
                     reporter.environment(NCCL_AVG_NOTE);
                 }
-                let b = crate::engine::Device {
-                    comm: &comms.main,
-                    ctl: &comms.ctl,
-                    backend,
-                };
+                let bs: Vec<_> = variants
+                    .iter()
+                    .map(|&variant| crate::engine::Device {
+                        comm: match (variant, &comms.checked_on) {
+                            (Variant::Checked, Some(c)) => c,
+                            _ => &comms.main,
+                        },
+                        ctl: &comms.ctl,
+                        backend,
+                        variant,
+                    })
+                    .collect();
                 for (_, dtype, op) in jobs {
-                    name.run(&b, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                    name.run(&bs, settings, dtype, op, &plan.sizes, &mut reporter)?;
                 }
+                drop(bs);
                 comms.finalize()?;
             }
             Backend::CudaMpi | Backend::MpiStaged => {
-                let comms = match crate::cuda_mpi::DeviceMpiComms::new(
-                    universe,
-                    backend,
-                    plan.checked,
-                    false,
-                ) {
-                    Ok(c) => c,
-                    Err(e) if plan.all_backends => {
-                        reporter.environment(&format!("{}: not available: {e:#}", backend.name()));
-                        continue;
-                    }
-                    Err(e) => {
-                        return Err(e.context(format!("starting the {} backend", backend.name())))
-                    }
-                };
-                reporter.environment(&comms.main.describe());
-                for (_, dtype, op) in jobs {
-                    match &comms.main {
-                        DeviceMpi::Cuda(c) => {
-                            let b = crate::engine::Device {
-                                comm: c,
-                                ctl: &comms.ctl,
-                                backend,
-                            };
-                            name.run(&b, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                let comms =
+                    match DeviceMpiComms::new(universe, backend, plan.checked, plan.checked_cost) {
+                        Ok(c) => c,
+                        Err(e) if plan.all_backends => {
+                            reporter
+                                .environment(&format!("{}: not available: {e:#}", backend.name()));
+                            continue;
                         }
-                        DeviceMpi::Staged(c) => {
-                            let b = crate::engine::Device {
-                                comm: c,
-                                ctl: &comms.ctl,
-                                backend,
-                            };
-                            name.run(&b, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                        Err(e) => {
+                            return Err(
+                                e.context(format!("starting the {} backend", backend.name()))
+                            )
+                        }
+                    };
+                reporter.environment(&comms.main.describe());
+                let measured = |variant| match (variant, &comms.checked_on) {
+                    (Variant::Checked, Some(c)) => c,
+                    _ => &comms.main,
+                };
+                match &comms.main {
+                    DeviceMpi::Cuda(_) => {
+                        let bs: Vec<_> = variants
+                            .iter()
+                            .filter_map(|&variant| match measured(variant) {
+                                DeviceMpi::Cuda(c) => Some(crate::engine::Device {
+                                    comm: c,
+                                    ctl: &comms.ctl,
+                                    backend,
+                                    variant,
+                                }),
+                                DeviceMpi::Staged(_) => None,
+                            })
+                            .collect();
+                        for &(_, dtype, op) in &jobs {
+                            name.run(&bs, settings, dtype, op, &plan.sizes, &mut reporter)?;
+                        }
+                    }
+                    DeviceMpi::Staged(_) => {
+                        let bs: Vec<_> = variants
+                            .iter()
+                            .filter_map(|&variant| match measured(variant) {
+                                DeviceMpi::Staged(c) => Some(crate::engine::Device {
+                                    comm: c,
+                                    ctl: &comms.ctl,
+                                    backend,
+                                    variant,
+                                }),
+                                DeviceMpi::Cuda(_) => None,
+                            })
+                            .collect();
+                        for &(_, dtype, op) in &jobs {
+                            name.run(&bs, settings, dtype, op, &plan.sizes, &mut reporter)?;
                         }
                     }
                 }
@@ -453,7 +466,12 @@ pub fn run_engine(
             reporter.environment(&line);
         }
     }
-    reporter.finish().context("writing the output")
+    reporter.finish().context("writing the output")?;
+    let wrong = reporter.wrong();
+    if wrong > 0 {
+        bail!("{wrong} values were wrong (see #wrong)");
+    }
+    Ok(())
 }
 
 /// `collbench doctor`: rank 0 prints the report.
@@ -471,6 +489,38 @@ pub fn run_doctor(universe: &mpi::environment::Universe) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn supported_pairs_follow_the_library() {
+        assert!(supported(DataType::Double, ReduceOp::Avg, Backend::Mpi).is_ok());
+        assert!(supported(DataType::Complex128, ReduceOp::Prod, Backend::Mpi).is_ok());
+        let e = supported(DataType::Int32, ReduceOp::Avg, Backend::Mpi)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("i32 with avg is not supported on the mpi backend"),
+            "{e}"
+        );
+        assert!(supported(DataType::Half, ReduceOp::Sum, Backend::Mpi).is_err());
+        assert!(supported(DataType::Complex64, ReduceOp::Max, Backend::Mpi).is_err());
+    }
+
+    #[test]
+    fn nccl_reduces_every_real_type_and_complex_sum_and_avg() {
+        for d in DataType::ALL {
+            for o in ReduceOp::ALL {
+                let complex = matches!(d, DataType::Complex64 | DataType::Complex128);
+                let want = !complex || matches!(o, ReduceOp::Sum | ReduceOp::Avg);
+                assert_eq!(
+                    supported(d, o, Backend::Nccl).is_ok(),
+                    want,
+                    "{} {}",
+                    d.name(),
+                    o.name()
+                );
+            }
+        }
+    }
 
     #[test]
     fn named_unsupported_pair_is_an_error_and_all_skips() {

@@ -2,6 +2,8 @@
 //! collective runs. Parsing and checking depend only on the arguments, so every rank reaches the same
 //! verdict.
 
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use collectives_core::ReduceOp;
 
@@ -80,6 +82,9 @@ pub enum Command {
     /// Barrier: one row, the time per barrier.
     #[command(long_about = coll_about("barrier"))]
     Barrier(CollArgs),
+    /// Redraw the SVG plots of JSON results (`--json` or `--format json`): bandwidth and latency
+    /// against size, one plot per collective, one line per backend.
+    Plot(crate::plot::PlotArgs),
     /// Any collective on the benchmark engine, by name: the same as `collbench NAME`; here
     /// `allgatherv` (whose own subcommand compares NCCL's uneven algorithms with padding) runs the
     /// engine's version, rank i holding a share proportional to i + 1.
@@ -155,7 +160,7 @@ broadcast's one form is in place and is reported as out-of-place).
 }
 
 /// Flags of the engine's collectives (nccl-tests' flags where they exist).
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct CollArgs {
     /// Smallest size in bytes (suffixes K, M, G are powers of 1024).
     #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = sizes::parse_size)]
@@ -208,6 +213,16 @@ pub struct CollArgs {
     /// Show min and max over ranks and p50 and p99 over iterations in the table.
     #[arg(long)]
     pub minmax: bool,
+    /// OSU micro-benchmarks' conventions: their flags (-m MIN:MAX, -i, -x, -f, -c, -d cuda, -T) and
+    /// their tables (see docs/collbench.md for the flags that mean something else without it).
+    #[arg(long)]
+    pub osu: bool,
+    /// Write the output to this file instead of standard output.
+    #[arg(long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Also write the JSON document of the run to this file, whatever --format is.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
 }
 
 impl CollArgs {
@@ -243,6 +258,9 @@ impl CollArgs {
             format: self.format,
             checked: self.checked,
             minmax: self.minmax,
+            osu: self.osu,
+            output: self.output.clone(),
+            json: self.json.clone(),
             baseline: None,
             checked_cost: false,
         };
@@ -375,11 +393,23 @@ pub struct AllreduceArgs {
     /// Show the min and max over ranks of each time in the table.
     #[arg(long)]
     pub minmax: bool,
-    /// Also time a baseline next to the library, interleaved per size.
-    #[arg(long, value_enum, hide = true)]
+    /// OSU micro-benchmarks' conventions: their flags (-m MIN:MAX, -i, -x, -f, -c, -d cuda, -T) and
+    /// their tables (see docs/collbench.md for the flags that mean something else without it).
+    #[arg(long)]
+    pub osu: bool,
+    /// Write the output to this file instead of standard output.
+    #[arg(long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Also write the JSON document of the run to this file, whatever --format is.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Also time the backend's own all-reduce on the same handle and buffers (rows of variant
+    /// `raw`), size by size beside the library's.
+    #[arg(long, value_enum)]
     pub baseline: Option<Baseline>,
-    /// Also time every call with checked mode on, interleaved per size, and report the difference.
-    #[arg(long, hide = true)]
+    /// Also time every call with checked mode on (rows of variant `checked`), size by size beside
+    /// the library's, and report the difference.
+    #[arg(long)]
     pub checked_cost: bool,
 }
 
@@ -419,6 +449,14 @@ pub struct Plan {
     pub format: Format,
     /// Optional columns.
     pub columns: Columns,
+    /// Also time the raw baseline (`--baseline raw`).
+    pub baseline: bool,
+    /// Also time the calls with checked mode on (`--checked-cost`).
+    pub checked_cost: bool,
+    /// Where the output goes (`--output`); standard output when `None`.
+    pub output: Option<PathBuf>,
+    /// Where the JSON document also goes (`--json`).
+    pub json: Option<PathBuf>,
 }
 
 impl AllreduceArgs {
@@ -463,13 +501,16 @@ impl AllreduceArgs {
             warmup_iters: self.warmup_iters as usize,
             check: self.check == 1,
             checked: self.checked == OnOff::On,
-            format: self.format,
+            format: if self.osu { Format::Osu } else { self.format },
             columns: Columns {
                 minmax: self.minmax,
-                baseline: self.baseline == Some(Baseline::Raw),
-                checked_cost: self.checked_cost,
                 iter_stats: false,
+                variants: self.baseline.is_some() || self.checked_cost,
             },
+            baseline: self.baseline == Some(Baseline::Raw),
+            checked_cost: self.checked_cost,
+            output: self.output.clone(),
+            json: self.json.clone(),
         })
     }
 }
@@ -565,7 +606,7 @@ mod tests {
             .plan(gpu)
             .unwrap();
         assert_eq!(p.backends, [Backend::Nccl]);
-        assert!(!p.all_backends && p.columns.baseline);
+        assert!(!p.all_backends && p.baseline && p.columns.variants);
         let p = parse(&["--backend", "all"])
             .unwrap()
             .plan(host_only)
@@ -585,11 +626,11 @@ mod tests {
             p.columns,
             Columns {
                 minmax: true,
-                baseline: true,
-                checked_cost: true,
                 iter_stats: false,
+                variants: true,
             }
         );
+        assert!(p.baseline && p.checked_cost);
         assert!(parse(&["--checked-cost", "--checked", "on"])
             .unwrap()
             .plan(host_only)
@@ -630,8 +671,9 @@ mod tests {
             .to_string();
         assert!(help.contains("2(n-1)/n"));
         assert!(help.contains("--minbytes"));
-        assert!(!help.contains("--checked-cost"));
-        assert!(!help.contains("--baseline"));
+        assert!(help.contains("--checked-cost"));
+        assert!(help.contains("--baseline"));
+        assert!(help.contains("--osu"));
     }
 
     fn parse_coll(args: &[&str]) -> Result<(crate::coll::CollName, CollArgs), clap::Error> {
@@ -639,7 +681,7 @@ mod tests {
         v.extend_from_slice(args);
         Cli::try_parse_from(v).map(|c| {
             let (n, a) = c.command.engine().expect("an engine subcommand");
-            let a = CollArgs { ..*a };
+            let a = a.clone();
             (n, a)
         })
     }

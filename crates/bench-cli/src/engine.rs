@@ -29,6 +29,7 @@ use crate::dtype::DataType;
 use crate::expected::{tolerance, BenchElement};
 use crate::report::{IterStats, Placement, Reporter, Row};
 use crate::timing::{self, Spread};
+use crate::variant::Variant;
 
 /// Where one rank stands in a run: what the hooks need to size, fill and check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +86,24 @@ pub trait BenchBackend {
     fn buf_mut<T: BenchElement>(
         buf: &mut Self::Owned<T>,
     ) -> &mut <Self::Comm as Communicator>::Buf<T>;
+    /// Which call this backend times ([`Variant`]): the library's unless it says otherwise.
+    fn variant(&self) -> Variant {
+        Variant::Library
+    }
+    /// The backend's own all-reduce on the measured communicator's handle and these buffers (the
+    /// `raw` variant; `send` `None`: in place), without the library's front end.
+    ///
+    /// # Errors
+    /// No raw call on this backend; the backend's errors.
+    fn raw_all_reduce<T: BenchElement>(
+        &self,
+        send: Option<&Self::Owned<T>>,
+        buf: &mut Self::Owned<T>,
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        let _ = (send, buf, op);
+        anyhow::bail!("{} has no raw all-reduce", self.backend().name())
+    }
     /// Seconds taken by each of `iters` calls of `f`, run back to back.
     ///
     /// # Errors
@@ -302,13 +321,12 @@ pub fn run<K: Collective, B: BenchBackend, T: BenchElement, W: Write>(
                 algbw,
                 busbw: algbw * factor,
                 wrong: wrong.as_ref().and_then(|w| w.get(p).copied()),
-                raw: None,
-                checked_on: None,
                 iter: per_placement.get(p).map(|t| IterStats::of(t)),
             }
         };
         reporter.row(Row {
             backend: b.backend().name(),
+            variant: b.variant().name(),
             size,
             count: shape.count,
             dtype: dtype.name(),
@@ -335,6 +353,8 @@ pub struct Host<'a> {
     pub comm: &'a MpiComm,
     /// The control communicator.
     pub ctl: &'a MpiComm,
+    /// Which call it times.
+    pub variant: Variant,
 }
 
 impl BenchBackend for Host<'_> {
@@ -348,6 +368,17 @@ impl BenchBackend for Host<'_> {
     }
     fn backend(&self) -> Backend {
         Backend::Mpi
+    }
+    fn variant(&self) -> Variant {
+        self.variant
+    }
+    fn raw_all_reduce<T: BenchElement>(
+        &self,
+        send: Option<&Vec<T>>,
+        buf: &mut Vec<T>,
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        crate::raw::host_all_reduce(self.comm, send.map(|s| &s[..]), buf, op)
     }
     fn upload<T: BenchElement>(&self, host: &[T]) -> anyhow::Result<Vec<T>> {
         let mut v = Vec::new();
@@ -391,6 +422,8 @@ pub struct Device<'a, C> {
     pub ctl: &'a MpiComm,
     /// Which backend `C` is.
     pub backend: Backend,
+    /// Which call it times.
+    pub variant: Variant,
 }
 
 fn time_on_stream<C: DeviceCommunicator>(
@@ -443,6 +476,17 @@ macro_rules! device_backend {
             }
             fn backend(&self) -> Backend {
                 self.backend
+            }
+            fn variant(&self) -> Variant {
+                self.variant
+            }
+            fn raw_all_reduce<T: BenchElement>(
+                &self,
+                send: Option<&CudaSlice<T>>,
+                buf: &mut CudaSlice<T>,
+                op: ReduceOp,
+            ) -> anyhow::Result<()> {
+                crate::raw::RawDevice::raw_all_reduce(self.comm, send, buf, op)
             }
             fn upload<T: BenchElement>(&self, host: &[T]) -> anyhow::Result<CudaSlice<T>> {
                 Ok(device::upload(self.comm.stream(), host)?)

@@ -11,34 +11,42 @@
 //! | [`timing`] | per-call time (wall clock, CUDA events), its spread over ranks, algbw and busbw |
 //! | [`engine`] | the benchmark engine: buffers per backend, warm-up, timed loop, `#wrong`, statistics, rows |
 //! | [`coll`] | every collective's hooks over the engine (one file each) and the bus-bandwidth table |
-//! | [`allreduce`] | the all-reduce benchmark on MPI, its raw `MPI_Allreduce` baseline and checked-mode cost |
-//! | [`nccl`] | the all-reduce benchmark on NCCL: device buffers, CUDA-event timing, raw `ncclAllReduce` baseline |
+//! | [`variant`] | the variants of a timed call (library, raw, checked) and their comparison |
+//! | [`raw`] | the raw baselines: `MPI_Allreduce`, `ncclAllReduce`, `MPI_Allreduce` on device pointers |
+//! | [`comms`] | the communicators of a run on each backend, and what each runs on |
 //! | [`pack`] | `collbench pack`: GPU pack throughput against copy baselines (one GPU, no MPI) |
 //! | [`halo`] | `collbench halo`: the 3-D halo exchange per step, against the same bytes sent contiguously |
-//! | [`cuda_mpi`] | the all-reduce benchmark on `cuda-mpi` and `mpi-staged`: device buffers over MPI, raw `MPI_Allreduce` on device pointers |
 //! | [`fastest`] | the closing summary of `--backend all`: the fastest backend per size |
 //! | [`p2p`] | `collbench p2p`: OSU-style latency and bandwidth between ranks 0 and 1 on every backend |
 //! | [`doctor`] | `collbench doctor`: MPI library, CUDA-awareness and how it was decided, NCCL, GPUs per rank, backends that work |
-//! | [`report`] | table, CSV and JSON output |
+//! | [`record`] | the one schema of results (CSV and JSON), and the machine they ran on |
+//! | [`report`] | the collectives' output: nccl-tests' table, OSU's tables, CSV and JSON records |
+//! | [`osu`] | OSU's flags (`--osu`) and table formats |
+//! | [`plot`] | SVG plots of bandwidth and latency against size (`collbench plot`) |
+//! | [`progress`] | the progress bar on a terminal |
 //! | [`app`] | the program: MPI start-up, errors printed once, exit codes |
 #![deny(missing_docs)]
 
 pub mod allgatherv;
-pub mod allreduce;
 pub mod app;
 pub mod backend;
 pub mod cli;
 pub mod coll;
-pub mod cuda_mpi;
+pub mod comms;
 pub mod doctor;
 pub mod dtype;
 pub mod engine;
 pub mod expected;
 pub mod fastest;
 pub mod halo;
-pub mod nccl;
+pub mod osu;
 pub mod p2p;
 pub mod pack;
+pub mod plot;
+pub mod progress;
+pub mod raw;
+pub mod record;
 pub mod report;
 pub mod sizes;
 pub mod timing;
+pub mod variant;

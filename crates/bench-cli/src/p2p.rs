@@ -34,7 +34,9 @@ use collectives_core::{
 use mpi::ffi;
 
 use crate::backend::{self, Backend, BackendChoice, Baseline};
-use crate::report::{csv_escape, fmt_time_us, json_string, Format};
+use crate::osu::{self, P2pTest};
+use crate::record::{Document, Machine, Record, SCHEMA};
+use crate::report::{fmt_time_us, rounded, Format};
 use crate::sizes::{self, Step};
 
 /// OSU's threshold between small and large messages, in bytes.
@@ -84,6 +86,13 @@ pub struct P2pArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// OSU micro-benchmarks' conventions: their flags (-m MIN:MAX, -i, -x, -c, -d cuda) and the
+    /// tables of osu_latency and osu_bw.
+    #[arg(long)]
+    pub osu: bool,
+    /// Write the output to this file instead of standard output.
+    #[arg(long, value_name = "PATH")]
+    pub output: Option<std::path::PathBuf>,
     /// Also time the raw MPI loops on the same device buffers (cuda-mpi).
     #[arg(long, value_enum, hide = true)]
     pub baseline: Option<Baseline>,
@@ -210,32 +219,56 @@ impl P2pRow {
         v
     }
 
-    fn fields(&self) -> Vec<(&'static str, String)> {
-        let num = |v: Option<f64>, scale: f64| v.map(|x| format!("{:.3}", x * scale));
-        vec![
-            ("backend", json_string(self.backend)),
-            ("size_bytes", self.size.to_string()),
-            (
-                "latency_us",
-                num(self.latency, 1e6).unwrap_or_else(|| "null".into()),
-            ),
-            (
-                "bandwidth_mbps",
-                num(self.bandwidth, 1e-6).unwrap_or_else(|| "null".into()),
-            ),
-            (
-                "raw_latency_us",
-                num(self.raw_latency, 1e6).unwrap_or_else(|| "null".into()),
-            ),
-            (
-                "raw_bandwidth_mbps",
-                num(self.raw_bandwidth, 1e-6).unwrap_or_else(|| "null".into()),
-            ),
-            (
-                "wrong",
-                self.wrong.map_or_else(|| "null".into(), |w| w.to_string()),
-            ),
-        ]
+    /// The records of this row: the latency and the bandwidth (where measured), then the raw
+    /// loops' (variant `raw`). A latency's time is half the round trip; a bandwidth's time is the
+    /// time per message (`size / bandwidth`); `algbw` and `busbw` are `size / time`.
+    pub fn records(&self, nranks: usize, machine: &Machine, iters: &P2pArgs) -> Vec<Record> {
+        let record = |collective: &str, variant: &str, seconds: f64, n: usize| Record {
+            host: machine.host.clone(),
+            cores: machine.cores,
+            mpi_library: machine.mpi_library.clone(),
+            nccl_version: machine.nccl_version.clone(),
+            benchmark: "p2p".into(),
+            collective: collective.into(),
+            backend: self.backend.into(),
+            variant: variant.into(),
+            placement: "-".into(),
+            dtype: "byte".into(),
+            op: None,
+            root: None,
+            ranks: nranks,
+            size_bytes: self.size as u64,
+            count: self.size as u64,
+            time_us: rounded(seconds * 1e6, 3),
+            time_min_us: rounded(seconds * 1e6, 3),
+            time_max_us: rounded(seconds * 1e6, 3),
+            iterations: n as u64,
+            algbw_gbps: rounded(crate::timing::algbw(self.size, seconds), 4),
+            busbw_gbps: rounded(crate::timing::algbw(self.size, seconds), 4),
+            wrong: self.wrong,
+            iter_min_us: None,
+            iter_p50_us: None,
+            iter_p99_us: None,
+            messages_per_s: None,
+        };
+        let per_message = |bw: f64| if bw > 0.0 { self.size as f64 / bw } else { 0.0 };
+        let (lat_n, bw_n) = (
+            iters.latency_iters(self.size).iters,
+            iters.bw_iters(self.size).iters * iters.window as usize,
+        );
+        let mut v = Vec::new();
+        for (variant, latency, bandwidth) in [
+            ("library", self.latency, self.bandwidth),
+            ("raw", self.raw_latency, self.raw_bandwidth),
+        ] {
+            if let Some(t) = latency {
+                v.push(record("latency", variant, t, lat_n));
+            }
+            if let Some(bw) = bandwidth {
+                v.push(record("bw", variant, per_message(bw), bw_n));
+            }
+        }
+        v
     }
 }
 
@@ -266,29 +299,6 @@ pub fn table_header(raw: bool) -> Vec<String> {
 /// `row` as a table line.
 pub fn table_row(row: &P2pRow, raw: bool) -> String {
     line(' ', &row.cells(raw))
-}
-
-/// `row` as a CSV line; [`csv_header`] names the columns.
-pub fn csv_row(row: &P2pRow) -> String {
-    row.fields()
-        .into_iter()
-        .map(|(k, v)| {
-            if k == "backend" {
-                csv_escape(row.backend)
-            } else if v == "null" {
-                String::new()
-            } else {
-                v
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The CSV header.
-pub fn csv_header() -> String {
-    "backend,size_bytes,latency_us,bandwidth_mbps,raw_latency_us,raw_bandwidth_mbps,wrong"
-        .to_string()
 }
 
 /// The notes printed above the table.
@@ -792,10 +802,16 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
     .map_err(anyhow::Error::msg)?;
     let raw_wanted = args.baseline == Some(Baseline::Raw);
     let rank0 = ctl.rank() == 0;
-    let mut out = std::io::stdout();
+    let mut machine = Machine::here();
+    let mut out: Box<dyn Write> =
+        match crate::app::output(ctl.rank() as i32, args.output.as_deref())? {
+            Some(out) => out,
+            None => Box::new(std::io::sink()),
+        };
     let mut rows: Vec<P2pRow> = Vec::new();
+    let format = if args.osu { Format::Osu } else { args.format };
     if rank0 {
-        match args.format {
+        match format {
             Format::Table => {
                 writeln!(
                     out,
@@ -822,31 +838,41 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
                 for (b, why) in &left_out {
                     eprintln!("collbench: note: {}: not available: {why}", b.name());
                 }
-                writeln!(out, "{}", csv_header())?;
+                writeln!(out, "{}", Record::csv_header())?;
             }
-            Format::Json => {}
+            Format::Json | Format::Osu => {}
         }
     }
-    let format = args.format;
-    let mut emit = |row: P2pRow| {
-        let text = match format {
-            Format::Table => Some(table_row(&row, raw_wanted)),
-            Format::Csv => Some(csv_row(&row)),
-            Format::Json => None,
-        };
-        if let Some(t) = text {
-            let _ = writeln!(std::io::stdout(), "{t}");
-        }
-        rows.push(row);
-    };
+    let nranks = ctl.size();
+    if backends.contains(&Backend::Nccl) {
+        machine.nccl_version = collectives_core::nccl_sys::library()
+            .ok()
+            .map(|l| l.version().to_string());
+    }
     for &b in &backends {
         let raw = raw_wanted && b == Backend::CudaMpi;
         if rank0 && format == Format::Table {
-            let _ = writeln!(std::io::stdout(), "# backend {}", b.name());
+            writeln!(out, "# backend {}", b.name())?;
             for l in table_header(raw_wanted) {
-                let _ = writeln!(std::io::stdout(), "{l}");
+                writeln!(out, "{l}")?;
             }
         }
+        let first = rows.len();
+        let mut emit = |row: P2pRow| {
+            let lines = match format {
+                Format::Table => vec![table_row(&row, raw_wanted)],
+                Format::Csv => row
+                    .records(nranks, &machine, args)
+                    .iter()
+                    .map(Record::csv_line)
+                    .collect(),
+                Format::Json | Format::Osu => Vec::new(),
+            };
+            for l in lines {
+                let _ = writeln!(out, "{l}");
+            }
+            rows.push(row);
+        };
         let max = sizes.iter().copied().max().unwrap_or(0);
         let started: anyhow::Result<()> = (|| {
             match b {
@@ -879,33 +905,42 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
             }
         })();
         started.with_context(|| format!("p2p on {}", b.name()))?;
+        if rank0 && format == Format::Osu {
+            for line in osu_tables(&rows[first..], args) {
+                writeln!(out, "{line}")?;
+            }
+        }
     }
     if rank0 {
         match format {
             Format::Json => {
-                let body: Vec<String> = rows
-                    .iter()
-                    .map(|r| {
-                        let f: Vec<String> = r
-                            .fields()
-                            .into_iter()
-                            .map(|(k, v)| format!("{}: {v}", json_string(k)))
-                            .collect();
-                        format!("{{{}}}", f.join(", "))
-                    })
-                    .collect();
-                let notes: Vec<String> = left_out
-                    .iter()
-                    .map(|(b, why)| json_string(&format!("{}: not available: {why}", b.name())))
-                    .collect();
-                writeln!(
-                    out,
-                    "{{\n  \"benchmark\": \"p2p\",\n  \"nranks\": {},\n  \"window\": {},\n  \"notes\": [{}],\n  \"rows\": [\n    {}\n  ]\n}}",
-                    ctl.size(),
-                    args.window,
-                    notes.join(", "),
-                    body.join(",\n    ")
-                )?;
+                let doc = Document {
+                    schema: SCHEMA.into(),
+                    benchmark: "p2p".into(),
+                    ranks: nranks,
+                    machine: machine.clone(),
+                    backends: backends.iter().map(|b| b.name().to_string()).collect(),
+                    settings: [
+                        ("window", serde_json::json!(args.window)),
+                        ("minbytes", serde_json::json!(args.min_bytes)),
+                        ("maxbytes", serde_json::json!(args.max_bytes)),
+                        ("check", serde_json::json!(args.check == 1)),
+                    ]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+                    method: HOW.iter().map(|h| h.to_string()).collect(),
+                    notes: left_out
+                        .iter()
+                        .map(|(b, why)| format!("{}: not available: {why}", b.name()))
+                        .collect(),
+                    environment: Vec::new(),
+                    records: rows
+                        .iter()
+                        .flat_map(|r| r.records(nranks, &machine, args))
+                        .collect(),
+                };
+                write!(out, "{}", doc.to_json())?;
             }
             Format::Table => {
                 let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
@@ -920,8 +955,9 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
                     writeln!(out, "# {l}")?;
                 }
             }
-            Format::Csv => {}
+            Format::Csv | Format::Osu => {}
         }
+        out.flush()?;
     }
     let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
     let mut any = [wrong];
@@ -930,6 +966,30 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
         bail!("{} bytes were received wrong", any[0]);
     }
     Ok(())
+}
+
+/// OSU's tables of one backend's rows: `osu_latency`'s, then `osu_bw`'s, as measured.
+pub fn osu_tables(rows: &[P2pRow], args: &P2pArgs) -> Vec<String> {
+    let Some(first) = rows.first() else {
+        return Vec::new();
+    };
+    let validation = args.check == 1;
+    let mut lines = Vec::new();
+    if args.test != Test::Bw {
+        lines.extend(osu::p2p_header(P2pTest::Latency, first.backend, validation));
+        for r in rows {
+            let t = r.latency.unwrap_or(0.0);
+            lines.push(osu::p2p_row(P2pTest::Latency, r.size, t, 0.0, r.wrong));
+        }
+    }
+    if args.test != Test::Latency {
+        lines.extend(osu::p2p_header(P2pTest::Bw, first.backend, validation));
+        for r in rows {
+            let bw = r.bandwidth.unwrap_or(0.0);
+            lines.push(osu::p2p_row(P2pTest::Bw, r.size, 0.0, bw, r.wrong));
+        }
+    }
+    lines
 }
 
 /// With several backends: bandwidth and latency per size side by side.
@@ -1066,16 +1126,32 @@ mod tests {
             "{t}"
         );
         assert_eq!(table_header(true)[0].len(), t.len());
-        let c = csv_row(&r);
-        assert_eq!(c.split(',').count(), csv_header().split(',').count());
+        let args = P2pArgs::from_flags(&["-n", "10", "--window", "4"]).unwrap();
+        let recs = r.records(2, &Machine::default(), &args);
+        let what: Vec<(&str, &str)> = recs
+            .iter()
+            .map(|x| (x.collective.as_str(), x.variant.as_str()))
+            .collect();
+        assert_eq!(
+            what,
+            [
+                ("latency", "library"),
+                ("bw", "library"),
+                ("latency", "raw"),
+                ("bw", "raw")
+            ]
+        );
+        assert_eq!(recs[0].time_us, 180.0);
+        assert_eq!((recs[1].algbw_gbps, recs[1].iterations), (380.0, 40));
+        assert_eq!(recs[0].csv_line().split(',').count(), Record::COLUMNS.len());
+        let osu = osu_tables(std::slice::from_ref(&r), &args);
         assert!(
-            c.starts_with("cuda-mpi,67108864,180.000,380000.000,"),
-            "{c}"
+            osu.contains(&"# Size      Bandwidth (MB/s)        Validation".to_string()),
+            "{osu:?}"
         );
         let mut r2 = r.clone();
         r2.backend = "nccl";
         r2.raw_bandwidth = None;
-        assert!(csv_row(&r2).contains(",,") || csv_row(&r2).ends_with(','));
         assert_eq!(bandwidth_summary(&[r.clone(), r2]).len(), 3);
         assert!(bandwidth_summary(&[r]).is_empty());
     }

@@ -1,12 +1,16 @@
-//! Output: an aligned table in the manner of nccl-tests, CSV, or JSON.
+//! Output of the collective benchmarks: an aligned table in the manner of nccl-tests, OSU's tables
+//! ([`crate::osu`]), or the records of [`crate::record`] as CSV or JSON.
 //!
-//! Table and CSV rows are written as each size finishes; JSON is written as one document at the end.
-//! CSV and JSON carry every field (min and max over ranks included); the table shows the min and max
-//! columns with `--minmax`. Notes (backends or combinations left out) are `#` lines in the table, an array
-//! in JSON, and lines on standard error with CSV, so that standard output stays plain CSV.
+//! Table, OSU and CSV lines are written as each size finishes; JSON is written as one document at the
+//! end. CSV and JSON carry every field (min and max over ranks, per-iteration statistics); the table
+//! shows those with `--minmax`. Notes (backends or combinations left out) are `#` lines in the table,
+//! an array in JSON, and lines on standard error with CSV, so that standard output stays plain CSV.
 
 use std::io::{self, Write};
+use std::path::PathBuf;
 
+use crate::progress::Progress;
+use crate::record::{Document, Machine, Record, SCHEMA};
 use crate::timing::Spread;
 
 /// `--format`.
@@ -14,24 +18,25 @@ use crate::timing::Spread;
 pub enum Format {
     /// Aligned columns with a `#` header, like nccl-tests.
     Table,
-    /// One header line, then one line per row.
+    /// One header line, then one record per line ([`Record::COLUMNS`]).
     Csv,
-    /// One JSON document: the run's settings and a flat list of rows.
+    /// One JSON document: the run's settings and its records ([`Document`]).
     Json,
+    /// The OSU micro-benchmarks' tables (`--osu` selects it, with OSU's flags).
+    Osu,
 }
 
 /// Which optional columns a run has.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Columns {
-    /// Min and max over ranks in the table (always in CSV and JSON).
+    /// Min and max over ranks in the table (always in CSV and JSON); OSU's `-f` columns.
     pub minmax: bool,
-    /// The raw baseline (`MPI_Allreduce`, `ncclAllReduce`).
-    pub baseline: bool,
-    /// The time with checked mode on, and its cost.
-    pub checked_cost: bool,
     /// Per-iteration statistics (min, p50, p99 of the slowest rank's time per iteration): in CSV and
     /// JSON, and in the table with `minmax`.
     pub iter_stats: bool,
+    /// Several variants of the call are timed (`--baseline raw`, `--checked-cost`): the table has a
+    /// `variant` column and a closing comparison.
+    pub variants: bool,
 }
 
 /// Statistics over the timed iterations of one size, in seconds: each iteration's time is the slowest
@@ -71,7 +76,7 @@ impl IterStats {
 /// One placement's measurements (out-of-place or in-place). Times are in seconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Placement {
-    /// Time per call through the library.
+    /// Time per call.
     pub time: Spread,
     /// Algorithm bandwidth, GB/s.
     pub algbw: f64,
@@ -79,28 +84,26 @@ pub struct Placement {
     pub busbw: f64,
     /// Wrong elements summed over ranks; `None` without `-c 1`.
     pub wrong: Option<u64>,
-    /// Time per call of the raw baseline (`MPI_Allreduce`, `ncclAllReduce`).
-    pub raw: Option<Spread>,
-    /// Time per call through the library with checked mode on.
-    pub checked_on: Option<Spread>,
     /// Per-iteration statistics, where the run took them.
     pub iter: Option<IterStats>,
 }
 
-/// One line of results: one size of one type, operation and backend.
+/// One line of results: one size of one type, operation, backend and variant.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     /// Backend name.
     pub backend: &'static str,
+    /// Which call was timed ([`crate::variant::Variant::name`]).
+    pub variant: &'static str,
     /// Bytes per rank (`count` times the element size).
     pub size: usize,
     /// Elements per rank.
     pub count: usize,
     /// Type name (`float`, `complex128`, ...).
     pub dtype: &'static str,
-    /// Operation name (`sum`, ...).
+    /// Operation name (`sum`, ...; `none` where nothing is reduced).
     pub redop: &'static str,
-    /// Root rank, `-1` where there is none (all-reduce).
+    /// Root rank, `-1` where there is none.
     pub root: i64,
     /// Out-of-place measurements (the collective's only form where it has one form).
     pub oop: Placement,
@@ -113,7 +116,7 @@ pub struct Row {
 /// The run's settings, printed in the header.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Meta {
-    /// Benchmark name (`allreduce`).
+    /// Benchmark name: the collective (`allreduce`).
     pub benchmark: &'static str,
     /// Number of ranks.
     pub nranks: usize,
@@ -138,6 +141,8 @@ pub struct Meta {
     /// What the run ran on (library versions, devices), added as backends start
     /// ([`Reporter::environment`]).
     pub environment: Vec<String>,
+    /// The machine and libraries, carried by every record.
+    pub machine: Machine,
 }
 
 const US: f64 = 1e6;
@@ -153,295 +158,89 @@ pub fn fmt_time_us(us: f64) -> String {
     }
 }
 
-/// A field of a CSV or JSON row.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    /// Text.
-    Str(String),
-    /// An integer.
-    Int(i128),
-    /// A number with this many decimals.
-    Num(f64, usize),
-    /// A boolean.
-    Bool(bool),
-    /// No value (empty in CSV, `null` in JSON).
-    Missing,
+/// A finite number rounded to `decimals` decimals (so that CSV and JSON stay short); 0 otherwise.
+pub fn rounded(x: f64, decimals: i32) -> f64 {
+    if !x.is_finite() {
+        return 0.0;
+    }
+    let k = 10f64.powi(decimals);
+    (x * k).round() / k
 }
 
-impl Value {
-    fn csv(&self) -> String {
-        match self {
-            Value::Str(s) => csv_escape(s),
-            Value::Int(i) => i.to_string(),
-            Value::Num(x, d) if x.is_finite() => format!("{x:.d$}"),
-            Value::Num(..) | Value::Missing => String::new(),
-            Value::Bool(b) => b.to_string(),
-        }
-    }
-
-    fn json(&self) -> String {
-        match self {
-            Value::Str(s) => json_string(s),
-            Value::Int(i) => i.to_string(),
-            Value::Num(x, d) if x.is_finite() => format!("{x:.d$}"),
-            Value::Num(..) | Value::Missing => "null".to_string(),
-            Value::Bool(b) => b.to_string(),
-        }
-    }
-}
-
-/// `s` as a CSV field: quoted (with inner quotes doubled) when it holds a comma, quote or line break.
-pub fn csv_escape(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
+/// The records of `row`: its out-of-place placement and, where the collective has one, its in-place
+/// one.
+pub fn records(row: &Row, meta: &Meta) -> Vec<Record> {
+    let placements: &[(&str, &Placement)] = if row.in_place {
+        &[("out-of-place", &row.oop), ("in-place", &row.ip)]
     } else {
-        s.to_string()
-    }
-}
-
-/// `s` as a JSON string literal.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn spread_fields(out: &mut Vec<(String, Value)>, prefix: &str, s: &Spread) {
-    out.push((format!("{prefix}time_us"), Value::Num(s.avg * US, 3)));
-    out.push((format!("{prefix}time_min_us"), Value::Num(s.min * US, 3)));
-    out.push((format!("{prefix}time_max_us"), Value::Num(s.max * US, 3)));
-}
-
-/// The fields of `row` for CSV and JSON, in column order.
-pub fn fields(row: &Row, cols: Columns) -> Vec<(String, Value)> {
-    let mut f = vec![
-        ("backend".to_string(), Value::Str(row.backend.to_string())),
-        ("size_bytes".to_string(), Value::Int(row.size as i128)),
-        ("count".to_string(), Value::Int(row.count as i128)),
-        ("type".to_string(), Value::Str(row.dtype.to_string())),
-        ("redop".to_string(), Value::Str(row.redop.to_string())),
-        ("root".to_string(), Value::Int(row.root.into())),
-    ];
-    for (p, m) in [("oop_", &row.oop), ("ip_", &row.ip)] {
-        if p == "ip_" && !row.in_place {
-            // The same columns, empty: one schema whatever the collective.
-            let n = fields_of_placement(cols);
-            let names: Vec<String> = csv_placement_names(cols);
-            debug_assert_eq!(names.len(), n);
-            f.extend(
-                names
-                    .into_iter()
-                    .map(|k| (format!("ip_{k}"), Value::Missing)),
-            );
-            continue;
-        }
-        spread_fields(&mut f, p, &m.time);
-        f.push((format!("{p}algbw_gbps"), Value::Num(m.algbw, 4)));
-        f.push((format!("{p}busbw_gbps"), Value::Num(m.busbw, 4)));
-        f.push((
-            format!("{p}wrong"),
-            m.wrong.map_or(Value::Missing, |w| Value::Int(w.into())),
-        ));
-        if cols.iter_stats {
-            for (name, v) in [
-                ("iter_min_us", m.iter.map(|i| i.min)),
-                ("iter_p50_us", m.iter.map(|i| i.p50)),
-                ("iter_p99_us", m.iter.map(|i| i.p99)),
-            ] {
-                f.push((
-                    format!("{p}{name}"),
-                    v.map_or(Value::Missing, |t| Value::Num(t * US, 3)),
-                ));
-            }
-        }
-        if cols.baseline {
-            match &m.raw {
-                Some(raw) => {
-                    spread_fields(&mut f, &format!("{p}raw_"), raw);
-                    f.push((
-                        format!("{p}overhead_us"),
-                        Value::Num((m.time.avg - raw.avg) * US, 3),
-                    ));
-                    f.push((format!("{p}ratio"), Value::Num(m.time.avg / raw.avg, 4)));
-                }
-                None => {
-                    for name in [
-                        "raw_time_us",
-                        "raw_time_min_us",
-                        "raw_time_max_us",
-                        "overhead_us",
-                        "ratio",
-                    ] {
-                        f.push((format!("{p}{name}"), Value::Missing));
-                    }
-                }
-            }
-        }
-        if cols.checked_cost {
-            match &m.checked_on {
-                Some(on) => {
-                    spread_fields(&mut f, &format!("{p}checked_on_"), on);
-                    f.push((
-                        format!("{p}checked_cost_us"),
-                        Value::Num((on.avg - m.time.avg) * US, 3),
-                    ));
-                }
-                None => {
-                    for name in [
-                        "checked_on_time_us",
-                        "checked_on_time_min_us",
-                        "checked_on_time_max_us",
-                        "checked_cost_us",
-                    ] {
-                        f.push((format!("{p}{name}"), Value::Missing));
-                    }
-                }
-            }
-        }
-    }
-    f
-}
-
-fn empty_placement() -> Placement {
-    Placement {
-        time: Spread::uniform(0.0),
-        algbw: 0.0,
-        busbw: 0.0,
-        wrong: None,
-        raw: None,
-        checked_on: None,
-        iter: None,
-    }
-}
-
-fn empty_row() -> Row {
-    Row {
-        backend: "",
-        size: 0,
-        count: 0,
-        dtype: "",
-        redop: "",
-        root: 0,
-        oop: empty_placement(),
-        ip: empty_placement(),
-        in_place: true,
-    }
-}
-
-/// The names of one placement's fields, without the `oop_`/`ip_` prefix.
-fn csv_placement_names(cols: Columns) -> Vec<String> {
-    fields(&empty_row(), cols)
-        .into_iter()
-        .filter_map(|(k, _)| k.strip_prefix("oop_").map(str::to_string))
+        &[("out-of-place", &row.oop)]
+    };
+    placements
+        .iter()
+        .map(|(placement, p)| Record {
+            host: meta.machine.host.clone(),
+            cores: meta.machine.cores,
+            mpi_library: meta.machine.mpi_library.clone(),
+            nccl_version: meta.machine.nccl_version.clone(),
+            benchmark: meta.benchmark.to_string(),
+            collective: meta.benchmark.to_string(),
+            backend: row.backend.to_string(),
+            variant: row.variant.to_string(),
+            placement: placement.to_string(),
+            dtype: row.dtype.to_string(),
+            op: (row.redop != "none").then(|| row.redop.to_string()),
+            root: usize::try_from(row.root).ok(),
+            ranks: meta.nranks,
+            size_bytes: row.size as u64,
+            count: row.count as u64,
+            time_us: rounded(p.time.avg * US, 3),
+            time_min_us: rounded(p.time.min * US, 3),
+            time_max_us: rounded(p.time.max * US, 3),
+            iterations: meta.iters as u64,
+            algbw_gbps: rounded(p.algbw, 4),
+            busbw_gbps: rounded(p.busbw, 4),
+            wrong: p.wrong,
+            iter_min_us: p.iter.map(|i| rounded(i.min * US, 3)),
+            iter_p50_us: p.iter.map(|i| rounded(i.p50 * US, 3)),
+            iter_p99_us: p.iter.map(|i| rounded(i.p99 * US, 3)),
+            messages_per_s: None,
+        })
         .collect()
 }
 
-fn fields_of_placement(cols: Columns) -> usize {
-    csv_placement_names(cols).len()
-}
-
-/// The CSV header line (no line break).
-pub fn csv_header(cols: Columns) -> String {
-    fields(&empty_row(), cols)
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// `row` as a CSV line (no line break).
-pub fn csv_row(row: &Row, cols: Columns) -> String {
-    fields(row, cols)
-        .iter()
-        .map(|(_, v)| v.csv())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// `row` as a JSON object on one line.
-pub fn json_row(row: &Row, cols: Columns) -> String {
-    let body: Vec<String> = fields(row, cols)
-        .iter()
-        .map(|(k, v)| format!("{}: {}", json_string(k), v.json()))
-        .collect();
-    format!("{{{}}}", body.join(", "))
-}
-
-/// The whole JSON document: settings, notes and rows.
-pub fn json_document(meta: &Meta, cols: Columns, rows: &[Row]) -> String {
-    let strings = |v: &[&str]| {
-        format!(
-            "[{}]",
-            v.iter()
-                .map(|s| json_string(s))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    };
-    let notes: Vec<&str> = meta.notes.iter().map(String::as_str).collect();
-    let environment: Vec<&str> = meta.environment.iter().map(String::as_str).collect();
-    let head = [
-        ("benchmark", json_string(meta.benchmark)),
-        ("nranks", meta.nranks.to_string()),
-        ("backends", strings(&meta.backends)),
-        ("checked", meta.checked.to_string()),
-        ("minbytes", meta.min_bytes.to_string()),
-        ("maxbytes", meta.max_bytes.to_string()),
-        ("step", json_string(&meta.step)),
-        ("warmup_iters", meta.warmup_iters.to_string()),
-        ("iters", meta.iters.to_string()),
-        ("check", meta.check.to_string()),
-        ("time", json_string(TIME_NOTE)),
-        (
-            "busbw_factor",
-            json_string(busbw_factor_text(meta.benchmark)),
-        ),
-        (
-            "baseline",
-            if cols.baseline {
-                json_string(BASELINE_NOTE)
-            } else {
-                "null".to_string()
-            },
-        ),
-        (
-            "checked_cost",
-            if cols.checked_cost {
-                json_string(CHECKED_COST_NOTE)
-            } else {
-                "null".to_string()
-            },
-        ),
-        ("notes", strings(&notes)),
-        ("environment", strings(&environment)),
-    ];
-    let mut s = String::from("{\n");
-    for (k, v) in head {
-        s.push_str(&format!("  {}: {},\n", json_string(k), v));
+/// The JSON document of a run: its settings and `records`.
+pub fn document(meta: &Meta, records: Vec<Record>) -> Document {
+    let settings = [
+        ("minbytes", serde_json::json!(meta.min_bytes)),
+        ("maxbytes", serde_json::json!(meta.max_bytes)),
+        ("step", serde_json::json!(meta.step)),
+        ("warmup_iters", serde_json::json!(meta.warmup_iters)),
+        ("iters", serde_json::json!(meta.iters)),
+        ("check", serde_json::json!(meta.check)),
+        ("checked", serde_json::json!(meta.checked)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    Document {
+        schema: SCHEMA.to_string(),
+        benchmark: meta.benchmark.to_string(),
+        ranks: meta.nranks,
+        machine: meta.machine.clone(),
+        backends: meta.backends.iter().map(|b| b.to_string()).collect(),
+        settings,
+        method: vec![
+            format!("time: {TIME_NOTE}"),
+            format!(
+                "busbw = algbw * {} (nccl-tests' PERFORMANCE.md)",
+                busbw_factor_text(meta.benchmark)
+            ),
+            format!("variants: {VARIANTS_NOTE}"),
+        ],
+        notes: meta.notes.clone(),
+        environment: meta.environment.clone(),
+        records,
     }
-    s.push_str("  \"rows\": [");
-    for (i, row) in rows.iter().enumerate() {
-        s.push_str(if i == 0 { "\n    " } else { ",\n    " });
-        s.push_str(&json_row(row, cols));
-    }
-    s.push_str(if rows.is_empty() {
-        "]\n}\n"
-    } else {
-        "\n  ]\n}\n"
-    });
-    s
 }
 
 /// How times are taken.
@@ -457,15 +256,12 @@ pub const BUSBW_FACTOR: &str = "2(n-1)/n";
 pub fn busbw_factor_text(name: &str) -> &'static str {
     crate::coll::CollName::from_name(name).map_or(BUSBW_FACTOR, |c| c.busbw_text())
 }
-/// What the baseline is.
-pub const BASELINE_NOTE: &str = "the backend's all-reduce called directly on the same communicator handle and \
-     buffers (mpi: MPI_Allreduce through mpi::ffi; nccl: ncclAllReduce through nccl_sys on the same stream, \
-     timed with the same events), interleaved with ours per size; overhead = ours - raw (us per call), \
-     ratio = ours / raw";
-/// What the checked-mode cost is.
-pub const CHECKED_COST_NOTE: &str =
-    "the same calls on a second communicator with checked mode on, interleaved per \
-                                     size; cost = checked on - checked off (us per call)";
+
+/// What the variants of a call are.
+pub const VARIANTS_NOTE: &str = "library: the library's call; raw: the backend's own all-reduce \
+     (MPI_Allreduce through mpi::ffi, ncclAllReduce through nccl_sys) on the same communicator \
+     handle, stream and buffers; checked: the library's call on a second communicator with checked \
+     mode on; the variants run one after the other at each size";
 
 /// The `#` header lines of the table, before the column names.
 pub fn table_preamble(meta: &Meta, cols: Columns) -> Vec<String> {
@@ -495,11 +291,8 @@ pub fn table_preamble(meta: &Meta, cols: Columns) -> Vec<String> {
             meta.benchmark,
         ),
     ];
-    if cols.baseline {
-        v.push(format!("#  baseline: {BASELINE_NOTE}"));
-    }
-    if cols.checked_cost {
-        v.push(format!("#  checked cost: {CHECKED_COST_NOTE}"));
+    if cols.variants {
+        v.push(format!("#  variants: {VARIANTS_NOTE}"));
     }
     for n in &meta.notes {
         v.push(format!("#  note: {n}"));
@@ -530,6 +323,9 @@ fn table_columns(cols: Columns) -> Vec<Col> {
         c(0, "redop", "", 6),
         c(0, "root", "", 5),
     ];
+    if cols.variants {
+        v.push(c(0, "variant", "", 8));
+    }
     for g in [1, 2] {
         v.push(c(g, "time", "(us)", 9));
         if cols.minmax {
@@ -543,15 +339,6 @@ fn table_columns(cols: Columns) -> Vec<Col> {
         v.push(c(g, "algbw", "(GB/s)", 8));
         v.push(c(g, "busbw", "(GB/s)", 8));
         v.push(c(g, "#wrong", "", 6));
-        if cols.baseline {
-            v.push(c(g, "raw", "(us)", 9));
-            v.push(c(g, "ovh", "(us)", 9));
-            v.push(c(g, "ratio", "", 6));
-        }
-        if cols.checked_cost {
-            v.push(c(g, "chk-on", "(us)", 9));
-            v.push(c(g, "cost", "(us)", 9));
-        }
     }
     v
 }
@@ -615,29 +402,6 @@ fn placement_cells(m: &Placement, cols: Columns) -> Vec<String> {
     v.push(format!("{:.2}", m.algbw));
     v.push(format!("{:.2}", m.busbw));
     v.push(m.wrong.map_or_else(|| "N/A".to_string(), |w| w.to_string()));
-    if cols.baseline {
-        match &m.raw {
-            Some(raw) => {
-                v.push(fmt_time_us(raw.avg * US));
-                v.push(format!("{:.2}", (m.time.avg - raw.avg) * US));
-                v.push(if raw.avg > 0.0 {
-                    format!("{:.2}", m.time.avg / raw.avg)
-                } else {
-                    "-".to_string()
-                });
-            }
-            None => v.extend(["-", "-", "-"].map(String::from)),
-        }
-    }
-    if cols.checked_cost {
-        match &m.checked_on {
-            Some(on) => {
-                v.push(fmt_time_us(on.avg * US));
-                v.push(format!("{:.2}", (on.avg - m.time.avg) * US));
-            }
-            None => v.extend(["-", "-"].map(String::from)),
-        }
-    }
     v
 }
 
@@ -651,6 +415,9 @@ pub fn table_row(row: &Row, cols: Columns) -> String {
         row.redop.to_string(),
         row.root.to_string(),
     ];
+    if cols.variants {
+        cells.push(row.variant.to_string());
+    }
     cells.extend(placement_cells(&row.oop, cols));
     let ip = placement_cells(&row.ip, cols);
     if row.in_place {
@@ -673,6 +440,10 @@ pub struct Reporter<W: Write> {
     cols: Columns,
     meta: Meta,
     rows: Vec<Row>,
+    json_path: Option<PathBuf>,
+    progress: Option<Progress>,
+    /// The OSU table the last row went into: backend, variant, type and operation.
+    osu_table: Option<(&'static str, &'static str, &'static str, &'static str)>,
 }
 
 impl<W: Write> Reporter<W> {
@@ -685,12 +456,40 @@ impl<W: Write> Reporter<W> {
             cols,
             meta,
             rows: Vec::new(),
+            json_path: None,
+            progress: None,
+            osu_table: None,
         }
     }
 
+    /// Also write the JSON document to `path` at the end, whatever the format (rank 0 only).
+    pub fn with_json(mut self, path: Option<PathBuf>) -> Self {
+        self.json_path = path;
+        self
+    }
+
+    /// Show a progress bar of `rows` rows on standard error, where this reporter writes and standard
+    /// error is a terminal.
+    pub fn with_progress(mut self, rows: u64) -> Self {
+        if self.out.is_some() {
+            self.progress = Progress::on_terminal(rows, self.meta.benchmark);
+        }
+        self
+    }
+
+    /// Record the NCCL release a backend loaded: a field of every record from now on.
+    pub fn nccl_version(&mut self, version: String) {
+        self.meta.machine.nccl_version = Some(version);
+    }
+
     fn write(&mut self, f: impl FnOnce(&mut W) -> io::Result<()>) {
+        let progress = self.progress.as_ref();
         if let Some(out) = self.out.as_mut() {
-            if let Err(e) = f(out).and_then(|()| out.flush()) {
+            let written = match progress {
+                Some(p) => p.suspend(|| f(out).and_then(|()| out.flush())),
+                None => f(out).and_then(|()| out.flush()),
+            };
+            if let Err(e) = written {
                 self.error = Some(e);
                 self.out = None;
             }
@@ -711,16 +510,16 @@ impl<W: Write> Reporter<W> {
                         eprintln!("collbench: note: {n}");
                     }
                 }
-                vec![csv_header(cols)]
+                vec![Record::csv_header()]
             }
-            Format::Json => Vec::new(),
+            Format::Json | Format::Osu => Vec::new(),
         };
         self.write(|out| lines.iter().try_for_each(|l| writeln!(out, "{l}")));
     }
 
-    /// A line announcing the next block of rows (table only), e.g. a new backend.
+    /// A line announcing the next block of rows (table and OSU only), e.g. a new backend.
     pub fn section(&mut self, title: &str) {
-        if self.format == Format::Table {
+        if matches!(self.format, Format::Table | Format::Osu) {
             self.write(|out| writeln!(out, "# {title}"));
         }
     }
@@ -736,20 +535,40 @@ impl<W: Write> Reporter<W> {
                     eprintln!("collbench: {line}");
                 }
             }
-            Format::Json => {}
+            Format::Json | Format::Osu => {}
         }
         self.meta.environment.push(line.to_string());
     }
 
-    /// Record a row, and write it at once for table and CSV.
+    /// Record a row, and write it at once for table, OSU and CSV.
     pub fn row(&mut self, row: Row) {
-        let text = match self.format {
-            Format::Table => Some(table_row(&row, self.cols)),
-            Format::Csv => Some(csv_row(&row, self.cols)),
-            Format::Json => None,
-        };
-        if let Some(text) = text {
-            self.write(|out| writeln!(out, "{text}"));
+        let mut lines = Vec::new();
+        match self.format {
+            Format::Table => lines.push(table_row(&row, self.cols)),
+            Format::Csv => lines.extend(records(&row, &self.meta).iter().map(Record::csv_line)),
+            Format::Json => {}
+            Format::Osu => {
+                let table = (row.backend, row.variant, row.dtype, row.redop);
+                if self.osu_table != Some(table) {
+                    self.osu_table = Some(table);
+                    lines.extend(crate::osu::collective_header(
+                        self.meta.benchmark,
+                        &row,
+                        self.cols.minmax,
+                        self.meta.check,
+                    ));
+                }
+                lines.push(crate::osu::collective_row(
+                    self.meta.benchmark,
+                    &row,
+                    self.meta.iters,
+                    self.cols.minmax,
+                ));
+            }
+        }
+        self.write(|out| lines.iter().try_for_each(|l| writeln!(out, "{l}")));
+        if let Some(p) = &self.progress {
+            p.tick(row.size);
         }
         self.rows.push(row);
     }
@@ -759,29 +578,61 @@ impl<W: Write> Reporter<W> {
         &self.rows
     }
 
-    /// Write the footer (table) or the whole document (JSON).
+    /// The run's JSON document so far.
+    pub fn document(&self) -> Document {
+        let records = self
+            .rows
+            .iter()
+            .flat_map(|r| records(r, &self.meta))
+            .collect();
+        document(&self.meta, records)
+    }
+
+    /// Write the footer (table) or the whole document (JSON), and the JSON file of
+    /// [`with_json`](Self::with_json).
     ///
     /// # Errors
     /// The first write error of the run.
     pub fn finish(&mut self) -> io::Result<()> {
+        if let Some(p) = self.progress.take() {
+            p.finish();
+        }
         let text = match self.format {
-            Format::Table => table_footer(&self.rows, self.meta.check).join("\n") + "\n",
-            Format::Csv => String::new(),
-            Format::Json => json_document(&self.meta, self.cols, &self.rows),
+            Format::Table => {
+                let mut lines = crate::variant::comparison_lines(&self.rows)
+                    .into_iter()
+                    .map(|l| format!("# {l}"))
+                    .collect::<Vec<_>>();
+                lines.extend(table_footer(&self.rows, self.meta.check));
+                lines.join("\n") + "\n"
+            }
+            Format::Csv | Format::Osu => String::new(),
+            Format::Json => self.document().to_json(),
         };
         self.write(|out| out.write_all(text.as_bytes()));
+        if let (Some(path), true) = (self.json_path.take(), self.out.is_some()) {
+            if let Err(e) = std::fs::write(&path, self.document().to_json()) {
+                self.error.get_or_insert(io::Error::new(
+                    e.kind(),
+                    format!("writing {}: {e}", path.display()),
+                ));
+            }
+        }
         match self.error.take() {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
+
+    /// Wrong elements over every row and placement (0 without `-c 1`).
+    pub fn wrong(&self) -> u64 {
+        wrong_total(&self.rows)
+    }
 }
 
-/// The table's closing lines: total wrong values and the average bus bandwidth (over rows and both
-/// placements, as nccl-tests averages it).
-pub fn table_footer(rows: &[Row], check: bool) -> Vec<String> {
-    let wrong: u64 = rows
-        .iter()
+/// Wrong elements over `rows`, both placements where there are two.
+pub fn wrong_total(rows: &[Row]) -> u64 {
+    rows.iter()
         .map(|r| {
             r.oop.wrong.unwrap_or(0)
                 + if r.in_place {
@@ -790,7 +641,13 @@ pub fn table_footer(rows: &[Row], check: bool) -> Vec<String> {
                     0
                 }
         })
-        .sum();
+        .sum()
+}
+
+/// The table's closing lines: total wrong values and the average bus bandwidth (over rows and both
+/// placements, as nccl-tests averages it).
+pub fn table_footer(rows: &[Row], check: bool) -> Vec<String> {
+    let wrong = wrong_total(rows);
     let wrong_line = if !check {
         "# wrong values total  : N/A (-c 0)".to_string()
     } else if wrong == 0 {
@@ -829,15 +686,14 @@ mod tests {
             algbw: 0.5,
             busbw: 0.5,
             wrong,
-            raw: None,
-            checked_on: None,
             iter: None,
         }
     }
 
-    fn row() -> Row {
+    pub(crate) fn row() -> Row {
         Row {
             backend: "mpi",
+            variant: "library",
             size: 1024,
             count: 256,
             dtype: "float",
@@ -849,127 +705,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn csv_row_and_header_agree() {
-        let cols = Columns::default();
-        let h = csv_header(cols);
-        let r = csv_row(&row(), cols);
-        assert_eq!(h.split(',').count(), r.split(',').count());
-        assert!(h.starts_with(
-            "backend,size_bytes,count,type,redop,root,oop_time_us,oop_time_min_us,oop_time_max_us,"
-        ));
-        assert_eq!(
-            r,
-            "mpi,1024,256,float,sum,-1,10.000,9.000,11.000,0.5000,0.5000,0,12.500,11.500,13.500,0.5000,0.5000,3"
-        );
-    }
-
-    #[test]
-    fn csv_optional_columns_and_missing_values() {
-        let cols = Columns {
-            minmax: false,
-            baseline: true,
-            checked_cost: true,
-            iter_stats: false,
-        };
-        let mut r = row();
-        r.oop.raw = Some(Spread::uniform(8e-6));
-        r.oop.wrong = None;
-        let h = csv_header(cols);
-        let line = csv_row(&r, cols);
-        assert_eq!(h.split(',').count(), line.split(',').count());
-        let map: Vec<(&str, &str)> = h.split(',').zip(line.split(',')).collect();
-        let get = |k: &str| map.iter().find(|(n, _)| *n == k).unwrap().1;
-        assert_eq!(get("oop_raw_time_us"), "8.000");
-        assert_eq!(get("oop_overhead_us"), "2.000");
-        assert_eq!(get("oop_ratio"), "1.2500");
-        assert_eq!(get("oop_wrong"), "");
-        assert_eq!(get("ip_raw_time_us"), "");
-        assert_eq!(get("ip_checked_cost_us"), "");
-    }
-
-    #[test]
-    fn csv_escapes() {
-        assert_eq!(csv_escape("plain"), "plain");
-        assert_eq!(csv_escape("a,b"), "\"a,b\"");
-        assert_eq!(csv_escape("say \"hi\""), "\"say \"\"hi\"\"\"");
-    }
-
-    #[test]
-    fn json_escapes_and_rows() {
-        assert_eq!(json_string("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
-        let j = json_row(&row(), Columns::default());
-        assert!(j.starts_with(
-            "{\"backend\": \"mpi\", \"size_bytes\": 1024, \"count\": 256, \"type\": \"float\""
-        ));
-        assert!(j.contains("\"oop_time_us\": 10.000"));
-        assert!(j.contains("\"ip_wrong\": 3"));
-        let mut r = row();
-        r.oop.wrong = None;
-        r.oop.algbw = f64::INFINITY;
-        let j = json_row(&r, Columns::default());
-        assert!(j.contains("\"oop_wrong\": null"));
-        assert!(j.contains("\"oop_algbw_gbps\": null"));
-    }
-
-    #[test]
-    fn json_document_is_balanced() {
-        let meta = Meta {
-            benchmark: "allreduce",
-            nranks: 2,
-            backends: vec!["mpi"],
-            checked: false,
-            min_bytes: 8,
-            max_bytes: 1024,
-            step: "2(factor)".into(),
-            warmup_iters: 5,
-            iters: 20,
-            check: true,
-            notes: vec!["nccl: not built in yet".into()],
-            environment: vec!["nccl: NCCL 2.21.5".into()],
-        };
-        let doc = json_document(&meta, Columns::default(), &[row(), row()]);
-        assert_eq!(doc.matches('{').count(), doc.matches('}').count());
-        assert_eq!(doc.matches('[').count(), doc.matches(']').count());
-        assert!(doc.contains("\"notes\": [\"nccl: not built in yet\"]"));
-        assert!(doc.contains("\"environment\": [\"nccl: NCCL 2.21.5\"]"));
-        assert!(doc.contains("},\n    {"));
-        let empty = json_document(&meta, Columns::default(), &[]);
-        assert!(empty.ends_with("\"rows\": []\n}\n"));
-    }
-
-    #[test]
-    fn table_lines_align() {
-        for cols in [
-            Columns::default(),
-            Columns {
-                minmax: true,
-                baseline: true,
-                checked_cost: true,
-                iter_stats: true,
-            },
-        ] {
-            let head = table_header(cols);
-            let r = table_row(&row(), cols);
-            assert_eq!(head[1].len(), r.len(), "{head:?}\n{r}");
-            assert!(head.iter().all(|l| l.starts_with('#')));
-            assert!(head[0].contains("out-of-place") && head[0].contains("in-place"));
-        }
-        let r = table_row(&row(), Columns::default());
-        assert!(r.contains("float") && r.contains("10.00") && r.contains("12.50"));
-    }
-
-    #[test]
-    fn times_format_like_nccl_tests() {
-        assert_eq!(fmt_time_us(3.25), "3.25");
-        assert_eq!(fmt_time_us(1.234), "1.23");
-        assert_eq!(fmt_time_us(123.456), "123.5");
-        assert_eq!(fmt_time_us(12345.6), "12346");
-    }
-
-    #[test]
-    fn reporter_writes_table_and_json() {
-        let meta = Meta {
+    fn meta() -> Meta {
+        Meta {
             benchmark: "allreduce",
             nranks: 2,
             backends: vec!["mpi"],
@@ -982,38 +719,137 @@ mod tests {
             check: true,
             notes: vec!["nccl: not available: no CUDA driver".into()],
             environment: Vec::new(),
-        };
-        let mut r = Reporter::new(
-            Some(Vec::new()),
-            Format::Table,
-            Columns::default(),
-            meta.clone(),
+            machine: Machine {
+                host: "node1".into(),
+                cores: 2,
+                mpi_library: "Open MPI v4.1.4".into(),
+                nccl_version: None,
+            },
+        }
+    }
+
+    #[test]
+    fn rows_become_one_record_per_placement() {
+        let r = records(&row(), &meta());
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[0].placement.as_str(), r[1].placement.as_str()),
+            ("out-of-place", "in-place")
         );
+        assert_eq!(
+            (r[0].time_us, r[0].time_min_us, r[0].time_max_us),
+            (10.0, 9.0, 11.0)
+        );
+        assert_eq!((r[0].wrong, r[1].wrong), (Some(0), Some(3)));
+        assert_eq!((r[0].op.as_deref(), r[0].root), (Some("sum"), None));
+        assert_eq!((r[0].host.as_str(), r[0].ranks), ("node1", 2));
+        let mut one = row();
+        one.in_place = false;
+        one.redop = "none";
+        one.root = 1;
+        let r = records(&one, &meta());
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].op.clone(), r[0].root), (None, Some(1)));
+    }
+
+    #[test]
+    fn csv_and_json_carry_the_records() {
+        let mut r = Reporter::new(Some(Vec::new()), Format::Csv, Columns::default(), meta());
+        r.begin();
+        r.row(row());
+        r.finish().unwrap();
+        let text = String::from_utf8(r.out.take().unwrap()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0], Record::csv_header());
+        assert!(lines[1].contains(",out-of-place,float,sum,,2,1024,256,10.0,9.0,11.0,1,0.5,0.5,0,"));
+        let mut r = Reporter::new(Some(Vec::new()), Format::Json, Columns::default(), meta());
+        r.begin();
+        r.environment("nccl: NCCL 2.21.5");
+        r.nccl_version("2.21.5".into());
+        r.row(row());
+        r.finish().unwrap();
+        let text = String::from_utf8(r.out.take().unwrap()).unwrap();
+        let doc = Document::from_json(&text).unwrap();
+        assert_eq!(doc.records.len(), 2);
+        assert_eq!(doc.records[1].nccl_version.as_deref(), Some("2.21.5"));
+        assert_eq!(doc.environment, ["nccl: NCCL 2.21.5"]);
+        assert_eq!(doc.notes, ["nccl: not available: no CUDA driver"]);
+        assert_eq!(doc.settings["maxbytes"], serde_json::json!(8));
+    }
+
+    #[test]
+    fn the_json_file_is_written_beside_the_table() {
+        let path =
+            std::env::temp_dir().join(format!("collbench-report-{}.json", std::process::id()));
+        let mut r = Reporter::new(Some(Vec::new()), Format::Table, Columns::default(), meta())
+            .with_json(Some(path.clone()));
+        r.begin();
+        r.row(row());
+        r.finish().unwrap();
+        let doc = Document::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(doc.records.len(), 2);
+        std::fs::remove_file(&path).unwrap();
+        // Ranks without output write no file.
+        let mut r = Reporter::<Vec<u8>>::new(None, Format::Table, Columns::default(), meta())
+            .with_json(Some(path.clone()));
+        r.row(row());
+        r.finish().unwrap();
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn table_lines_align() {
+        for cols in [
+            Columns::default(),
+            Columns {
+                minmax: true,
+                iter_stats: true,
+                variants: true,
+            },
+        ] {
+            let head = table_header(cols);
+            let r = table_row(&row(), cols);
+            assert_eq!(head[1].len(), r.len(), "{head:?}\n{r}");
+            assert!(head.iter().all(|l| l.starts_with('#')));
+            assert!(head[0].contains("out-of-place") && head[0].contains("in-place"));
+        }
+        let r = table_row(&row(), Columns::default());
+        assert!(r.contains("float") && r.contains("10.00") && r.contains("12.50"));
+        let cols = Columns {
+            variants: true,
+            ..Columns::default()
+        };
+        assert!(table_header(cols)[1].contains("variant"));
+        assert!(table_row(&row(), cols).contains("library"));
+    }
+
+    #[test]
+    fn times_format_like_nccl_tests() {
+        assert_eq!(fmt_time_us(3.25), "3.25");
+        assert_eq!(fmt_time_us(1.234), "1.23");
+        assert_eq!(fmt_time_us(123.456), "123.5");
+        assert_eq!(fmt_time_us(12345.6), "12346");
+        assert_eq!(rounded(1.23456, 3), 1.235);
+        assert_eq!(rounded(f64::INFINITY, 3), 0.0);
+    }
+
+    #[test]
+    fn reporter_writes_table() {
+        let mut r = Reporter::new(Some(Vec::new()), Format::Table, Columns::default(), meta());
         r.begin();
         r.row(row());
         r.section("backend nccl");
         r.environment("nccl: NCCL 2.21.5, device 0");
         r.finish().unwrap();
+        assert_eq!(r.wrong(), 3);
         let text = String::from_utf8(r.out.take().unwrap()).unwrap();
         assert!(text.starts_with("# collbench allreduce: nranks 2, backend mpi, checked on\n"));
         assert!(text.contains("#  note: nccl: not available: no CUDA driver"));
         assert!(text.contains("\n# backend nccl\n#  nccl: NCCL 2.21.5, device 0\n"));
         assert!(text.contains("3 FAILED"));
-        let mut r = Reporter::new(
-            Some(Vec::new()),
-            Format::Json,
-            Columns::default(),
-            meta.clone(),
-        );
-        r.begin();
-        r.environment("nccl: NCCL 2.21.5");
-        r.row(row());
-        r.finish().unwrap();
-        let text = String::from_utf8(r.out.take().unwrap()).unwrap();
-        assert!(text.starts_with("{\n  \"benchmark\": \"allreduce\""));
-        assert!(text.contains("\"environment\": [\"nccl: NCCL 2.21.5\"]"));
         // Ranks other than 0 write nothing.
-        let mut r = Reporter::<Vec<u8>>::new(None, Format::Csv, Columns::default(), meta);
+        let mut r = Reporter::<Vec<u8>>::new(None, Format::Csv, Columns::default(), meta());
         r.begin();
         r.row(row());
         assert!(r.finish().is_ok());
@@ -1031,27 +867,13 @@ mod tests {
     }
 
     #[test]
-    fn without_an_in_place_form_the_columns_read_na_and_the_schema_stays() {
+    fn without_an_in_place_form_the_columns_read_na() {
         let cols = Columns {
             iter_stats: true,
             ..Columns::default()
         };
         let mut r = row();
         r.in_place = false;
-        r.oop.iter = Some(IterStats {
-            min: 1e-6,
-            p50: 2e-6,
-            p99: 3e-6,
-        });
-        let h = csv_header(cols);
-        let line = csv_row(&r, cols);
-        assert_eq!(h.split(',').count(), line.split(',').count());
-        let map: Vec<(&str, &str)> = h.split(',').zip(line.split(',')).collect();
-        let get = |k: &str| map.iter().find(|(n, _)| *n == k).unwrap().1;
-        assert_eq!(get("oop_iter_p99_us"), "3.000");
-        assert_eq!(get("ip_time_us"), "");
-        assert_eq!(get("ip_wrong"), "");
-        assert_eq!(get("ip_iter_p50_us"), "");
         let t = table_row(&r, cols);
         assert!(t.trim_end().ends_with("N/A"), "{t}");
         // The footer counts the one placement only.

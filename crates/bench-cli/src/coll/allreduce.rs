@@ -1,7 +1,9 @@
-//! `allreduce`: every rank gets the reduction of every rank's buffer; out-of-place and in-place.
+//! `allreduce`: every rank gets the reduction of every rank's buffer; out-of-place and in-place. The
+//! `raw` variant ([`crate::raw`]) calls the backend's own all-reduce instead of the library's.
 
 use crate::engine::{BenchBackend, Collective, Ctx, Shape};
 use crate::expected::{expected_value, input_value, BenchElement};
+use crate::variant::Variant;
 use collectives_core::Communicator;
 
 /// The hooks of `allreduce`.
@@ -37,6 +39,9 @@ impl Collective for Hooks {
         send: &B::Owned<T>,
         recv: &mut B::Owned<T>,
     ) -> anyhow::Result<()> {
+        if b.variant() == Variant::Raw {
+            return b.raw_all_reduce(Some(send), recv, ctx.op);
+        }
         Ok(b.comm()
             .all_reduce(B::buf(send), B::buf_mut(recv), ctx.op)?)
     }
@@ -46,6 +51,9 @@ impl Collective for Hooks {
         _: &Shape,
         buf: &mut B::Owned<T>,
     ) -> anyhow::Result<()> {
+        if b.variant() == Variant::Raw {
+            return b.raw_all_reduce(None, buf, ctx.op);
+        }
         Ok(b.comm().all_reduce_in_place(B::buf_mut(buf), ctx.op)?)
     }
 }

@@ -43,7 +43,7 @@
 
 use std::io::Write;
 
-use collectives_core::ReduceOp;
+use collectives_core::{Communicator, ReduceOp};
 
 use crate::dtype::{DataType, ElementVisitor};
 use crate::engine::{self, BenchBackend, Collective, Settings};
@@ -143,13 +143,14 @@ macro_rules! collectives {
                 }
             }
 
-            /// Run it with `dtype` and `op` on `b`.
+            /// Run it with `dtype` and `op` on each of `variants` (backends of one kind that time
+            /// different calls: [`crate::variant`]), size by size, the variants in turn at each size.
             ///
             /// # Errors
-            /// As [`engine::run`].
+            /// As [`engine::run`]; no variant.
             pub fn run<B: BenchBackend, W: Write>(
                 self,
-                b: &B,
+                variants: &[B],
                 settings: Settings,
                 dtype: DataType,
                 op: ReduceOp,
@@ -158,7 +159,7 @@ macro_rules! collectives {
             ) -> anyhow::Result<()> {
                 match self {
                     $(CollName::$variant => dtype.visit(Visit::<$module::Hooks, B, W> {
-                        b, settings, op, sizes, reporter, _k: std::marker::PhantomData,
+                        variants, settings, op, sizes, reporter, _k: std::marker::PhantomData,
                     }),)*
                 }
             }
@@ -201,7 +202,7 @@ impl CollName {
 }
 
 struct Visit<'a, K, B, W: Write> {
-    b: &'a B,
+    variants: &'a [B],
     settings: Settings,
     op: ReduceOp,
     sizes: &'a [usize],
@@ -212,15 +213,43 @@ struct Visit<'a, K, B, W: Write> {
 impl<K: Collective, B: BenchBackend, W: Write> ElementVisitor for Visit<'_, K, B, W> {
     type Output = anyhow::Result<()>;
     fn visit<T: BenchElement>(self, dtype: DataType) -> anyhow::Result<()> {
-        let counts = crate::sizes::counts(self.sizes, std::mem::size_of::<T>());
-        engine::run::<K, B, T, W>(
-            self.b,
-            self.settings,
-            dtype,
-            self.op,
-            &counts,
-            self.reporter,
-        )
+        let Visit {
+            variants,
+            settings,
+            op,
+            sizes,
+            reporter,
+            _k,
+        } = self;
+        let counts = crate::sizes::counts(sizes, std::mem::size_of::<T>());
+        let [first, ..] = variants else {
+            anyhow::bail!("{}: no backend to run on", K::NAME);
+        };
+        if variants.len() == 1 {
+            return engine::run::<K, B, T, W>(first, settings, dtype, op, &counts, reporter);
+        }
+        // Several variants: size by size, each variant in turn, so that all see the machine in the
+        // same state; sizes that round to the same buffers run once, as in one engine run.
+        let comm = first.comm();
+        let ctx = engine::Ctx {
+            rank: comm.rank(),
+            nranks: comm.size(),
+            root: settings.root,
+            op,
+        };
+        let counts = if K::SIZED { counts } else { vec![0] };
+        let mut last = None;
+        for c in counts {
+            let shape = K::shape(c, &ctx).count;
+            if last == Some(shape) {
+                continue;
+            }
+            last = Some(shape);
+            for b in variants {
+                engine::run::<K, B, T, W>(b, settings, dtype, op, &[c], reporter)?;
+            }
+        }
+        Ok(())
     }
 }
 

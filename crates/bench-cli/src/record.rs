@@ -1,0 +1,326 @@
+//! The one schema of every result collbench writes as CSV or JSON, and reads back to plot.
+//!
+//! A [`Record`] is one measurement: one size of one collective (or point-to-point test) on one
+//! backend, variant and placement, with what it ran on (machine, MPI library, NCCL release) so that
+//! records from several runs and machines can be put side by side. CSV has one column per field, in
+//! [`Record::COLUMNS`] order (an absent optional field is an empty cell); JSON is a [`Document`]: the
+//! run's settings and notes, then the records. Both come from the same serde serialization, so they
+//! cannot drift apart.
+
+use serde::{Deserialize, Serialize};
+
+/// The `schema` value of the documents this version writes.
+pub const SCHEMA: &str = "collbench-results/1";
+
+/// What a run ran on: the same for every record of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Machine {
+    /// Host name of rank 0.
+    pub host: String,
+    /// CPU cores of rank 0's machine.
+    pub cores: usize,
+    /// `MPI_Get_library_version`'s first line.
+    pub mpi_library: String,
+    /// The NCCL release loaded, where the NCCL backend started.
+    pub nccl_version: Option<String>,
+}
+
+impl Machine {
+    /// This machine and its MPI library (no NCCL until a backend loads it).
+    pub fn here() -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "unknown".to_string());
+        // The machine's cores, not the few a launcher may bind this process to.
+        let cores = std::fs::read_to_string("/proc/cpuinfo")
+            .map(|c| c.lines().filter(|l| l.starts_with("processor")).count())
+            .ok()
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let mpi_library = mpi::environment::library_version()
+            .ok()
+            .and_then(|v| {
+                v.lines().next().map(|l| {
+                    l.trim_matches(|c: char| c.is_whitespace() || c == '\0')
+                        .to_string()
+                })
+            })
+            .unwrap_or_else(|| "unknown".to_string());
+        Machine {
+            host,
+            cores,
+            mpi_library,
+            nccl_version: None,
+        }
+    }
+}
+
+/// One measurement. Times are microseconds per call, bandwidths GB/s (1 GB = 1e9 bytes).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Host name of rank 0.
+    pub host: String,
+    /// CPU cores of rank 0's machine.
+    pub cores: usize,
+    /// The MPI library (`MPI_Get_library_version`).
+    pub mpi_library: String,
+    /// The NCCL release, where NCCL was loaded.
+    pub nccl_version: Option<String>,
+    /// The subcommand (`allreduce`, `coll`, `p2p`, ...).
+    pub benchmark: String,
+    /// What was measured: a collective's name (`allreduce`, ...) or a point-to-point test
+    /// (`latency`, `bw`, `bibw`, `mbw_mr`).
+    pub collective: String,
+    /// The backend (`mpi`, `mpi-staged`, `cuda-mpi`, `nccl`).
+    pub backend: String,
+    /// Which call was timed: `library` (the library's call), `raw` (the backend's own call on the
+    /// same handle and buffers), `checked` (the library's call with checked mode on).
+    pub variant: String,
+    /// `out-of-place` or `in-place` (collectives), `-` (point-to-point).
+    pub placement: String,
+    /// Element type (`float`, ...; `byte` for point-to-point).
+    pub dtype: String,
+    /// Reduce operation of reducing collectives.
+    pub op: Option<String>,
+    /// Root of rooted collectives.
+    pub root: Option<usize>,
+    /// Ranks of the run.
+    pub ranks: usize,
+    /// Size in bytes, as nccl-tests (collectives) or OSU (point-to-point) counts it.
+    pub size_bytes: u64,
+    /// Elements.
+    pub count: u64,
+    /// Time per call: the average over ranks (or as `-a` picks).
+    pub time_us: f64,
+    /// The fastest rank's time per call.
+    pub time_min_us: f64,
+    /// The slowest rank's time per call.
+    pub time_max_us: f64,
+    /// Timed calls per rank.
+    pub iterations: u64,
+    /// `size / time`.
+    pub algbw_gbps: f64,
+    /// `algbw` times the collective's bus-bandwidth factor.
+    pub busbw_gbps: f64,
+    /// Wrong elements (bytes, point-to-point) summed over ranks; absent without `-c 1`.
+    pub wrong: Option<u64>,
+    /// The fastest iteration (each iteration's time is the slowest rank's).
+    pub iter_min_us: Option<f64>,
+    /// The median iteration.
+    pub iter_p50_us: Option<f64>,
+    /// The 99th-percentile iteration.
+    pub iter_p99_us: Option<f64>,
+    /// Messages per second (OSU's `osu_mbw_mr`), where measured.
+    pub messages_per_s: Option<f64>,
+}
+
+impl Record {
+    /// The CSV columns, in order: every field of the record.
+    pub const COLUMNS: [&'static str; 27] = [
+        "host",
+        "cores",
+        "mpi_library",
+        "nccl_version",
+        "benchmark",
+        "collective",
+        "backend",
+        "variant",
+        "placement",
+        "dtype",
+        "op",
+        "root",
+        "ranks",
+        "size_bytes",
+        "count",
+        "time_us",
+        "time_min_us",
+        "time_max_us",
+        "iterations",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong",
+        "iter_min_us",
+        "iter_p50_us",
+        "iter_p99_us",
+        "messages_per_s",
+        // Kept last: a column added later goes before it.
+        "schema",
+    ];
+
+    /// The CSV header line (no line break).
+    pub fn csv_header() -> String {
+        Self::COLUMNS.join(",")
+    }
+
+    /// This record as a CSV line (no line break): one cell per [`COLUMNS`](Self::COLUMNS) entry.
+    pub fn csv_line(&self) -> String {
+        let value = serde_json::to_value(self).unwrap_or_default();
+        Self::COLUMNS
+            .iter()
+            .map(|k| match (*k, value.get(k)) {
+                ("schema", _) => SCHEMA.to_string(),
+                (_, Some(serde_json::Value::String(s))) => csv_escape(s),
+                (_, Some(serde_json::Value::Null) | None) => String::new(),
+                (_, Some(v)) => v.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// `s` as a CSV field: quoted (with inner quotes doubled) when it holds a comma, quote or line break.
+pub fn csv_escape(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// A run's JSON output: its settings, what it noted, and its records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    /// [`SCHEMA`].
+    pub schema: String,
+    /// The subcommand.
+    pub benchmark: String,
+    /// Ranks of the run.
+    pub ranks: usize,
+    /// What the run ran on.
+    pub machine: Machine,
+    /// Backends that ran.
+    pub backends: Vec<String>,
+    /// The run's settings as `-b`, `-e`, step, `-w`, `-n`, `-c` and the like, by flag name.
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    /// How times were taken and bandwidths computed.
+    pub method: Vec<String>,
+    /// Things left out, and why.
+    pub notes: Vec<String>,
+    /// Facts learnt as backends started (library releases, devices).
+    pub environment: Vec<String>,
+    /// The measurements.
+    pub records: Vec<Record>,
+}
+
+impl Document {
+    /// The document as pretty-printed JSON, ending with a line break.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// A document from its JSON text.
+    ///
+    /// # Errors
+    /// Text that is not a document of this schema.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let doc: Document = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if doc.schema != SCHEMA {
+            return Err(format!(
+                "schema `{}` is not `{SCHEMA}` (written by another collbench)",
+                doc.schema
+            ));
+        }
+        Ok(doc)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A record with every optional field set.
+    pub fn record() -> Record {
+        Record {
+            host: "node1".into(),
+            cores: 2,
+            mpi_library: "Open MPI v4.1.4, package: Debian OpenMPI".into(),
+            nccl_version: Some("2.21.5".into()),
+            benchmark: "allreduce".into(),
+            collective: "allreduce".into(),
+            backend: "mpi".into(),
+            variant: "library".into(),
+            placement: "out-of-place".into(),
+            dtype: "float".into(),
+            op: Some("sum".into()),
+            root: None,
+            ranks: 2,
+            size_bytes: 1024,
+            count: 256,
+            time_us: 10.25,
+            time_min_us: 9.5,
+            time_max_us: 11.0,
+            iterations: 20,
+            algbw_gbps: 0.0999,
+            busbw_gbps: 0.0999,
+            wrong: Some(0),
+            iter_min_us: Some(9.0),
+            iter_p50_us: Some(10.0),
+            iter_p99_us: Some(12.0),
+            messages_per_s: None,
+        }
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let doc = Document {
+            schema: SCHEMA.into(),
+            benchmark: "allreduce".into(),
+            ranks: 2,
+            machine: Machine::default(),
+            backends: vec!["mpi".into()],
+            settings: [("minbytes".to_string(), serde_json::json!(8))]
+                .into_iter()
+                .collect(),
+            method: vec!["time: wall clock".into()],
+            notes: vec!["nccl: not available: \"no\" driver".into()],
+            environment: Vec::new(),
+            records: vec![record(), {
+                let mut r = record();
+                r.wrong = None;
+                r.op = None;
+                r.root = Some(3);
+                r.placement = "in-place".into();
+                r
+            }],
+        };
+        let text = doc.to_json();
+        assert_eq!(Document::from_json(&text).unwrap(), doc);
+        assert!(text.contains("\"wrong\": null"));
+        let other = text.replace(SCHEMA, "collbench-results/0");
+        assert!(Document::from_json(&other).unwrap_err().contains("schema"));
+        assert!(Document::from_json("{").is_err());
+    }
+
+    #[test]
+    fn csv_has_one_cell_per_field() {
+        let value = serde_json::to_value(record()).unwrap();
+        let mut fields: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        fields.push("schema");
+        fields.sort_unstable();
+        let mut columns = Record::COLUMNS.to_vec();
+        columns.sort_unstable();
+        assert_eq!(fields, columns, "every field is a column, once");
+        let line = record().csv_line();
+        assert_eq!(
+            line,
+            "node1,2,\"Open MPI v4.1.4, package: Debian OpenMPI\",2.21.5,allreduce,allreduce,mpi,\
+             library,out-of-place,float,sum,,2,1024,256,10.25,9.5,11.0,20,0.0999,0.0999,0,9.0,10.0,\
+             12.0,,collbench-results/1"
+        );
+        assert_eq!(
+            Record::csv_header().split(',').count(),
+            Record::COLUMNS.len()
+        );
+        assert_eq!(csv_escape("a\"b"), "\"a\"\"b\"");
+    }
+}

@@ -1,0 +1,136 @@
+//! The variants of a measured call: the library's call, the backend's own call on the same handle and
+//! buffers (`--baseline raw`), and the library's call with checked mode on (`--checked-cost`); and the
+//! closing comparison of a run that timed several.
+//!
+//! Each variant is a backend of the engine of its own ([`crate::engine::BenchBackend::variant`]) and
+//! gives rows of its own; at each size the variants run one after the other, so that they see the
+//! same state of the machine.
+
+use crate::report::Row;
+
+/// Which call is timed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// The library's call.
+    #[default]
+    Library,
+    /// The backend's own call (`MPI_Allreduce`, `ncclAllReduce`) on the same handle and buffers.
+    Raw,
+    /// The library's call on a communicator with checked mode on.
+    Checked,
+}
+
+impl Variant {
+    /// Its name in the `variant` column and field.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Variant::Library => "library",
+            Variant::Raw => "raw",
+            Variant::Checked => "checked",
+        }
+    }
+}
+
+/// The comparison lines (no `#`) of rows of several variants: per backend, type, operation and size,
+/// what the library adds to the raw call (`library - raw`, and `library / raw`) and what checked mode
+/// costs (`checked - library`), in microseconds per call, out-of-place and in-place. Empty when only
+/// the library was timed.
+pub fn comparison_lines(rows: &[Row]) -> Vec<String> {
+    let library = Variant::Library.name();
+    let has = |v: Variant| rows.iter().any(|r| r.variant == v.name());
+    if !has(Variant::Raw) && !has(Variant::Checked) {
+        return Vec::new();
+    }
+    let mut lines = vec![
+        "variants: overhead = library - raw, ratio = library / raw, cost = checked - library (us per call; oop | ip)"
+            .to_string(),
+        format!(
+            "{:>12} {:>10} {:>10} {:>6} {:>19} {:>13} {:>19}",
+            "size(B)", "backend", "type", "redop", "overhead", "ratio", "cost"
+        ),
+    ];
+    for r in rows.iter().filter(|r| r.variant == library) {
+        let other = |v: Variant| {
+            rows.iter().find(|o| {
+                o.variant == v.name()
+                    && (o.backend, o.dtype, o.redop, o.size)
+                        == (r.backend, r.dtype, r.redop, r.size)
+            })
+        };
+        let pair = |f: &dyn Fn(bool) -> Option<String>| {
+            let ip = if r.in_place { f(true) } else { None };
+            format!(
+                "{} | {}",
+                f(false).unwrap_or_else(|| "-".into()),
+                ip.unwrap_or_else(|| "-".into())
+            )
+        };
+        let time = |row: &Row, ip: bool| {
+            if ip {
+                row.ip.time.avg
+            } else {
+                row.oop.time.avg
+            }
+        };
+        let raw = other(Variant::Raw);
+        let checked = other(Variant::Checked);
+        let overhead = pair(&|ip| raw.map(|o| format!("{:.2}", (time(r, ip) - time(o, ip)) * 1e6)));
+        let ratio = pair(&|ip| {
+            raw.filter(|o| time(o, ip) > 0.0)
+                .map(|o| format!("{:.2}", time(r, ip) / time(o, ip)))
+        });
+        let cost = pair(&|ip| checked.map(|c| format!("{:.2}", (time(c, ip) - time(r, ip)) * 1e6)));
+        lines.push(format!(
+            "{:>12} {:>10} {:>10} {:>6} {overhead:>19} {ratio:>13} {cost:>19}",
+            r.size, r.backend, r.dtype, r.redop
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Placement;
+    use crate::timing::Spread;
+
+    fn row(variant: Variant, size: usize, us: f64) -> Row {
+        let p = Placement {
+            time: Spread::uniform(us * 1e-6),
+            algbw: 0.0,
+            busbw: 0.0,
+            wrong: Some(0),
+            iter: None,
+        };
+        Row {
+            backend: "mpi",
+            variant: variant.name(),
+            size,
+            count: size / 4,
+            dtype: "float",
+            redop: "sum",
+            root: -1,
+            oop: p,
+            ip: p,
+            in_place: true,
+        }
+    }
+
+    #[test]
+    fn compares_the_variants_of_each_size() {
+        let rows = [
+            row(Variant::Library, 8, 0.34),
+            row(Variant::Raw, 8, 0.27),
+            row(Variant::Checked, 8, 1.04),
+            row(Variant::Library, 16, 0.5),
+        ];
+        let lines = comparison_lines(&rows);
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        assert!(lines[2].contains("0.07 | 0.07"), "{}", lines[2]);
+        assert!(lines[2].contains("1.26 | 1.26"), "{}", lines[2]);
+        assert!(lines[2].contains("0.70 | 0.70"), "{}", lines[2]);
+        assert!(lines[3].contains("- | -"), "{}", lines[3]);
+        assert!(comparison_lines(&rows[..1]).is_empty());
+        assert_eq!(Variant::default().name(), "library");
+    }
+}
