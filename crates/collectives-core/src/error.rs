@@ -130,6 +130,20 @@ pub enum Error {
         /// Its deadline.
         after: Duration,
     },
+    /// MPI was initialized at a thread level too low for what was asked (the progress engine of
+    /// [`MpiComm::with_progress`](crate::MpiComm::with_progress) needs `MPI_THREAD_MULTIPLE`).
+    #[error(
+        "{op}: needs {required} but MPI provides {provided}; initialize MPI with \
+         mpi::initialize_with_threading(mpi::Threading::Multiple)"
+    )]
+    ThreadLevel {
+        /// The operation (`"progress"`).
+        op: &'static str,
+        /// The thread level needed.
+        required: &'static str,
+        /// The thread level MPI provides (`MPI_Query_thread`).
+        provided: &'static str,
+    },
 }
 
 /// Why a communicator is [`Error::Unusable`], in words.
@@ -154,7 +168,8 @@ impl Error {
             | Error::Nccl { op, .. }
             | Error::Cuda { op, .. }
             | Error::Timeout { op, .. }
-            | Error::Unusable { op, .. } => op,
+            | Error::Unusable { op, .. }
+            | Error::ThreadLevel { op, .. } => op,
             Error::Unavailable { .. } => "load",
         }
     }
