@@ -106,14 +106,14 @@ fn idle_engine_is_quiet(t: &T) {
 
 /// With the engine on, a non-blocking all-reduce completes while the rank computes without calling
 /// MPI: the first `test` after the computation finds it complete. The computation lasts until the
-/// engine has probed a few thousand times and at least 100 ms have passed (20 s at most), far
+/// engine has probed a thousand times and at least 100 ms have passed (20 s at most), far
 /// longer than the all-reduce takes when progressed.
 fn completes_during_compute(t: &T) {
     if !multiple() {
         return;
     }
     let Some(comm) = with_progress(t) else { return };
-    for n in [1usize << 13, 1 << 17, 1 << 19] {
+    for n in [1usize << 13, 1 << 19] {
         let send: Vec<f64> = (0..n).map(|i| (i % 7) as f64 + t.rank() as f64).collect();
         let mut recv = vec![0.0f64; n];
         let polls = || comm.progress_stats().map_or(0, |s| s.polls);
@@ -124,7 +124,7 @@ fn completes_during_compute(t: &T) {
             compute(|| {
                 let waited = start.elapsed();
                 waited > Duration::from_secs(20)
-                    || (waited > Duration::from_millis(100) && polls() - first >= 2000)
+                    || (waited > Duration::from_millis(100) && polls() - first >= 1000)
             });
             let probes = polls() - first;
             let done = req.test()?;
@@ -170,6 +170,84 @@ fn completes_during_compute(t: &T) {
     }
 }
 
+/// `collbench overlap` at small sizes: every non-blocking collective, progress engine off and on
+/// (where MPI allows it), tests during the computation and the efficiency variant: a row per
+/// size, finite times, an overlap percentage that is a number >= 0.
+fn collbench_overlap(t: &T) {
+    use bench_cli::coll::CollName;
+    use bench_cli::dtype::DataType;
+    use bench_cli::engine::Host;
+    use bench_cli::overlap::{compute::Compute, run_on, Efficiency, Output, Settings};
+    use bench_cli::report::Format;
+
+    let Some(ctl) = t.ok(t.comm.dup(), "dup") else {
+        return;
+    };
+    let settings = Settings {
+        iters: 2,
+        warmup_iters: 1,
+        tests: 2,
+        root: t.size() - 1,
+        efficiency: Some(Efficiency {
+            hidden: 90.0,
+            max_factor: 2,
+        }),
+    };
+    let sizes = [64, 4096];
+    let progress: &[bool] = if multiple() { &[false, true] } else { &[false] };
+    for &on in progress {
+        let Some(dup) = t.ok(t.comm.dup(), "dup") else {
+            return;
+        };
+        let Some(comm) = t.ok(dup.with_progress(on), "with_progress") else {
+            return;
+        };
+        let b = Host {
+            comm: &comm,
+            ctl: &ctl,
+        };
+        let mut out = Output::new(false, Format::Table);
+        let r = run_on(
+            &b,
+            CollName::ALL,
+            settings,
+            DataType::Float,
+            ReduceOp::Sum,
+            &sizes,
+            &Compute::Cpu,
+            Some(on),
+            &mut out,
+        );
+        let rows = match r {
+            Ok(rows) => rows,
+            Err(e) => return t.fail(format!("progress {on}: {e:#}")),
+        };
+        for &name in CollName::ALL {
+            let n = rows.iter().filter(|r| r.collective == name.name()).count();
+            let want = if name == CollName::Barrier {
+                1
+            } else {
+                sizes.len()
+            };
+            t.eq(&n, &want, &format!("{} rows, progress {on}", name.name()));
+        }
+        for r in &rows {
+            let what = format!("{} {} B progress {on}", r.collective, r.size);
+            t.check(r.overlap.is_finite() && r.overlap >= 0.0, || {
+                format!("{what}: overlap {}", r.overlap)
+            });
+            t.check(r.pure.0 > 0.0 && r.timed.overall > 0.0, || {
+                format!("{what}: times {:?} {:?}", r.pure, r.timed)
+            });
+            t.check(r.timed.test <= r.timed.compute, || {
+                format!("{what}: tests longer than the computation")
+            });
+            t.check(r.hidden_at.is_some(), || format!("{what}: no efficiency"));
+            t.eq(&r.progress, &Some(on), &what);
+        }
+    }
+}
+
 fn main() {
     let cases: Vec<Case> = vec![
         case("progress_thread_level", thread_level),
@@ -178,6 +256,7 @@ fn main() {
             "progress_completes_during_compute",
             completes_during_compute,
         ),
+        case("collbench_overlap", collbench_overlap),
     ];
     common::run_threaded(&cases)
 }

@@ -44,6 +44,10 @@ pub enum Command {
     /// 3-D halo exchange: fused pack, grouped send/recv, fused unpack, timed per step, against
     /// the same bytes sent contiguously through the same backend.
     Halo(crate::halo::HaloArgs),
+    /// Overlap of non-blocking collectives with computation, as OSU's osu_i* benchmarks measure
+    /// it (pure communication, overall, compute, overlap %), with the library's progress engine
+    /// off and on; every non-blocking collective of the library.
+    Overlap(crate::overlap::OverlapArgs),
     /// All-gather: every rank gets every rank's block (size: the gathered buffer).
     #[command(long_about = coll_about("allgather"))]
     Allgather(CollArgs),

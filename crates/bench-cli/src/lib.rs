@@ -17,6 +17,7 @@
 //! | [`halo`] | `collbench halo`: the 3-D halo exchange per step, against the same bytes sent contiguously |
 //! | [`cuda_mpi`] | the all-reduce benchmark on `cuda-mpi` and `mpi-staged`: device buffers over MPI, raw `MPI_Allreduce` on device pointers |
 //! | [`fastest`] | the closing summary of `--backend all`: the fastest backend per size |
+//! | [`overlap`] | `collbench overlap`: OSU's overlap of every non-blocking collective with computation, progress engine off and on |
 //! | [`p2p`] | `collbench p2p`: OSU-style latency and bandwidth between ranks 0 and 1 on every backend |
 //! | [`doctor`] | `collbench doctor`: MPI library, CUDA-awareness and how it was decided, NCCL, GPUs per rank, backends that work |
 //! | [`report`] | table, CSV and JSON output |
@@ -37,6 +38,7 @@ pub mod expected;
 pub mod fastest;
 pub mod halo;
 pub mod nccl;
+pub mod overlap;
 pub mod p2p;
 pub mod pack;
 pub mod report;
