@@ -352,6 +352,15 @@ pub fn run_engine(
         .map(|(b, why)| format!("{}: not available: {why}", b.name()))
         .collect();
     notes.extend(skipped);
+    notes.push(match plan.blocking {
+        Some(true) => "timing: blocking (-z 1): each call timed to its completion".to_string(),
+        Some(false) => "timing: back to back (-z 0)".to_string(),
+        None => format!(
+            "timing: blocking (each call timed to its completion) up to {} B, back to back above \
+             (nccl only; -z 0|1 sets one for all sizes)",
+            crate::engine::BLOCKING_AUTO_MAX
+        ),
+    });
     let meta = Meta {
         benchmark: name.name(),
         nranks,
@@ -379,6 +388,7 @@ pub fn run_engine(
         check: plan.check,
         root,
         average,
+        blocking: plan.blocking,
     };
     for &backend in &plan.backends {
         if plan.backends.len() > 1 {

@@ -212,6 +212,10 @@ pub struct CollArgs {
     /// Show min and max over ranks and p50 and p99 over iterations in the table.
     #[arg(long)]
     pub minmax: bool,
+    /// nccl-tests' -z: 1 times each call to its completion (one operation, then synchronize),
+    /// 0 launches calls back to back; without -z, blocking up to 64 KiB and back to back above.
+    #[arg(short = 'z', long = "blocking", value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub blocking: Option<u8>,
 }
 
 impl CollArgs {
@@ -249,6 +253,7 @@ impl CollArgs {
             minmax: self.minmax,
             baseline: None,
             checked_cost: false,
+            blocking: self.blocking,
         };
         let mut plan = as_allreduce.plan(unavailable)?;
         plan.columns.iter_stats = true;
@@ -385,6 +390,10 @@ pub struct AllreduceArgs {
     /// Also time every call with checked mode on, interleaved per size, and report the difference.
     #[arg(long, hide = true)]
     pub checked_cost: bool,
+    /// nccl-tests' -z: 1 times each call to its completion (one operation, then synchronize),
+    /// 0 launches calls back to back; without -z, blocking up to 64 KiB and back to back above.
+    #[arg(short = 'z', long = "blocking", value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub blocking: Option<u8>,
 }
 
 /// An all-reduce run, checked and expanded.
@@ -423,6 +432,8 @@ pub struct Plan {
     pub format: Format,
     /// Optional columns.
     pub columns: Columns,
+    /// `-z`: blocking timing (`Some(true)`), back to back (`Some(false)`), or by size (`None`).
+    pub blocking: Option<bool>,
 }
 
 impl AllreduceArgs {
@@ -474,6 +485,7 @@ impl AllreduceArgs {
                 checked_cost: self.checked_cost,
                 iter_stats: false,
             },
+            blocking: self.blocking.map(|z| z == 1),
         })
     }
 }
@@ -727,6 +739,77 @@ mod tests {
             .render_long_help()
             .to_string();
         assert!(help.contains("busbw  algbw * 1 "));
+    }
+
+    #[test]
+    fn blocking_flag_follows_nccl_tests() {
+        use crate::engine::{Settings, BLOCKING_AUTO_MAX};
+        assert_eq!(parse(&[]).unwrap().plan(host_only).unwrap().blocking, None);
+        assert_eq!(
+            parse(&["-z", "1"])
+                .unwrap()
+                .plan(host_only)
+                .unwrap()
+                .blocking,
+            Some(true)
+        );
+        let (n, a) = parse_coll(&["alltoall", "-z", "0"]).unwrap();
+        assert_eq!(a.plan(n, 2, host_only).unwrap().blocking, Some(false));
+        assert!(parse(&["-z", "2"]).is_err());
+        let mut s = Settings {
+            iters: 1,
+            warmup_iters: 0,
+            check: false,
+            root: 0,
+            average: 1,
+            blocking: None,
+        };
+        assert!(s.blocking_at(8) && s.blocking_at(BLOCKING_AUTO_MAX));
+        assert!(!s.blocking_at(BLOCKING_AUTO_MAX + 1));
+        s.blocking = Some(true);
+        assert!(s.blocking_at(1 << 30));
+        s.blocking = Some(false);
+        assert!(!s.blocking_at(8));
+    }
+
+    #[test]
+    fn overlap_flags() {
+        let c = Cli::try_parse_from([
+            "collbench",
+            "overlap",
+            "allreduce",
+            "barrier",
+            "-b",
+            "1K",
+            "-e",
+            "4M",
+            "-t",
+            "3",
+            "--progress",
+            "on",
+            "--efficiency",
+        ])
+        .unwrap();
+        let Command::Overlap(a) = c.command else {
+            panic!("not overlap")
+        };
+        assert_eq!(
+            a.names(),
+            [
+                crate::coll::CollName::Allreduce,
+                crate::coll::CollName::Barrier
+            ]
+        );
+        assert_eq!((a.tests, a.efficiency), (3, true));
+        assert!(a.needs_thread_multiple());
+        assert_eq!(a.sizes().unwrap().len(), 13);
+        let c = Cli::try_parse_from(["collbench", "overlap", "--progress", "off"]).unwrap();
+        let Command::Overlap(a) = c.command else {
+            panic!("not overlap")
+        };
+        assert_eq!(a.names().len(), crate::coll::CollName::ALL.len());
+        assert!(!a.needs_thread_multiple());
+        assert!(Cli::try_parse_from(["collbench", "overlap", "--backend", "cuda-mpi"]).is_err());
     }
 
     #[test]
