@@ -187,6 +187,7 @@ fn engine_collectives(t: &T) {
         check: true,
         root: t.size() - 1,
         average: 1,
+        blocking: None,
     };
     let sizes = [8, 64, 512, 4096];
     for &name in CollName::ALL {

@@ -113,9 +113,10 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
                 let start = Instant::now();
                 let r = timed.recv::<u32>(buf.borrow_mut(), 0, 5);
                 let took = start.elapsed();
-                log.check(r.is_err() && took < DEADLINE + Duration::from_secs(1), || {
-                    format!("a receive from this rank nobody sends: {r:?} after {took:?}")
-                });
+                log.check(
+                    r.is_err() && took < DEADLINE + Duration::from_secs(1),
+                    || format!("a receive from this rank nobody sends: {r:?} after {took:?}"),
+                );
                 println!("  [rank 0] a receive from this rank nobody sends: {r:?} after {took:?}");
             } else if rank == leaver {
                 std::thread::sleep(SILENT);

@@ -115,7 +115,18 @@ pub fn checked(name: impl Into<String>, min_ranks: usize, body: impl Fn(&T) + 's
 
 /// Run every case on every rank and exit with 0 iff all passed on all ranks.
 pub fn run(cases: &[Case]) -> ! {
-    let universe = mpi::initialize().expect("MPI initializes once");
+    run_in(mpi::initialize().expect("MPI initializes once"), cases)
+}
+
+/// [`run`] with MPI initialized at `MPI_THREAD_MULTIPLE` (asked for; the cases see what MPI
+/// provides through `mpi::environment::threading_support`).
+pub fn run_threaded(cases: &[Case]) -> ! {
+    let (universe, _provided) =
+        mpi::initialize_with_threading(mpi::Threading::Multiple).expect("MPI initializes once");
+    run_in(universe, cases)
+}
+
+fn run_in(universe: mpi::environment::Universe, cases: &[Case]) -> ! {
     let referee = MpiComm::world(&universe)
         .expect("dup of MPI_COMM_WORLD")
         .with_checked(false);

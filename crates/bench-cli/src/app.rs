@@ -75,7 +75,14 @@ pub fn main() -> ExitCode {
             }
         };
     }
-    let Some(universe) = mpi::initialize() else {
+    // The progress engine (`overlap --progress on|both`, or COLLECTIVES_PROGRESS=1) needs
+    // MPI_THREAD_MULTIPLE; everything else runs at MPI_THREAD_SINGLE, as MPI_Init gives.
+    let threading = if needs_thread_multiple(&cli.command) {
+        mpi::Threading::Multiple
+    } else {
+        mpi::Threading::Single
+    };
+    let Some((universe, _provided)) = mpi::initialize_with_threading(threading) else {
         eprintln!("collbench: MPI was initialized already");
         return ExitCode::FAILURE;
     };
@@ -90,6 +97,7 @@ pub fn main() -> ExitCode {
         Command::P2p(args) => crate::p2p::run(&universe, args),
         Command::Doctor => run_doctor(&universe),
         Command::Halo(args) => crate::halo::run(&universe, args),
+        Command::Overlap(args) => crate::overlap::run(&universe, args),
         Command::Pack(_) | Command::Plot(_) => Ok(()), // handled above, before MPI starts
         _ => unreachable!("every engine subcommand is taken by the first arm"),
     };
@@ -105,6 +113,13 @@ pub fn main() -> ExitCode {
     // Every communicator has been freed; dropping the universe finalizes MPI on every rank.
     drop(universe);
     code
+}
+
+/// Whether `command` needs MPI at `MPI_THREAD_MULTIPLE`: the library's progress engine, asked for
+/// by `overlap --progress on|both` or by `COLLECTIVES_PROGRESS`.
+pub fn needs_thread_multiple(command: &Command) -> bool {
+    let by_env = collectives_core::ProgressOptions::from_env().is_some();
+    by_env || matches!(command, Command::Overlap(a) if a.needs_thread_multiple())
 }
 
 /// The header line on how NCCL's averages of floating-point types are checked.
@@ -298,6 +313,15 @@ pub fn run_engine(
             name.name()
         ));
     }
+    notes.push(match plan.blocking {
+        Some(true) => "timing: blocking (-z 1): each call timed to its completion".to_string(),
+        Some(false) => "timing: back to back (-z 0)".to_string(),
+        None => format!(
+            "timing: blocking (each call timed to its completion) up to {} B, back to back above \
+             (nccl only; -z 0|1 sets one for all sizes)",
+            crate::engine::BLOCKING_AUTO_MAX
+        ),
+    });
     let meta = Meta {
         benchmark: name.name(),
         nranks,
@@ -337,6 +361,7 @@ pub fn run_engine(
         check: plan.check,
         root,
         average,
+        blocking: plan.blocking,
     };
     for &backend in &plan.backends {
         if plan.backends.len() > 1 {

@@ -46,6 +46,10 @@ pub enum Command {
     /// 3-D halo exchange: fused pack, grouped send/recv, fused unpack, timed per step, against
     /// the same bytes sent contiguously through the same backend.
     Halo(crate::halo::HaloArgs),
+    /// Overlap of non-blocking collectives with computation, as OSU's osu_i* benchmarks measure
+    /// it (pure communication, overall, compute, overlap %), with the library's progress engine
+    /// off and on; every non-blocking collective of the library.
+    Overlap(crate::overlap::OverlapArgs),
     /// All-gather: every rank gets every rank's block (size: the gathered buffer).
     #[command(long_about = coll_about("allgather"))]
     Allgather(CollArgs),
@@ -223,6 +227,10 @@ pub struct CollArgs {
     /// Also write the JSON document of the run to this file, whatever --format is.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// nccl-tests' -z: 1 times each call to its completion (one operation, then synchronize),
+    /// 0 launches calls back to back; without -z, blocking up to 64 KiB and back to back above.
+    #[arg(short = 'z', long = "blocking", value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub blocking: Option<u8>,
 }
 
 impl CollArgs {
@@ -263,6 +271,7 @@ impl CollArgs {
             json: self.json.clone(),
             baseline: None,
             checked_cost: false,
+            blocking: self.blocking,
         };
         let mut plan = as_allreduce.plan(unavailable)?;
         plan.columns.iter_stats = true;
@@ -411,6 +420,10 @@ pub struct AllreduceArgs {
     /// the library's, and report the difference.
     #[arg(long)]
     pub checked_cost: bool,
+    /// nccl-tests' -z: 1 times each call to its completion (one operation, then synchronize),
+    /// 0 launches calls back to back; without -z, blocking up to 64 KiB and back to back above.
+    #[arg(short = 'z', long = "blocking", value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub blocking: Option<u8>,
 }
 
 /// An all-reduce run, checked and expanded.
@@ -457,6 +470,8 @@ pub struct Plan {
     pub output: Option<PathBuf>,
     /// Where the JSON document also goes (`--json`).
     pub json: Option<PathBuf>,
+    /// `-z`: blocking timing (`Some(true)`), back to back (`Some(false)`), or by size (`None`).
+    pub blocking: Option<bool>,
 }
 
 impl AllreduceArgs {
@@ -511,6 +526,7 @@ impl AllreduceArgs {
             checked_cost: self.checked_cost,
             output: self.output.clone(),
             json: self.json.clone(),
+            blocking: self.blocking.map(|z| z == 1),
         })
     }
 }
@@ -765,6 +781,77 @@ mod tests {
             .render_long_help()
             .to_string();
         assert!(help.contains("busbw  algbw * 1 "));
+    }
+
+    #[test]
+    fn blocking_flag_follows_nccl_tests() {
+        use crate::engine::{Settings, BLOCKING_AUTO_MAX};
+        assert_eq!(parse(&[]).unwrap().plan(host_only).unwrap().blocking, None);
+        assert_eq!(
+            parse(&["-z", "1"])
+                .unwrap()
+                .plan(host_only)
+                .unwrap()
+                .blocking,
+            Some(true)
+        );
+        let (n, a) = parse_coll(&["alltoall", "-z", "0"]).unwrap();
+        assert_eq!(a.plan(n, 2, host_only).unwrap().blocking, Some(false));
+        assert!(parse(&["-z", "2"]).is_err());
+        let mut s = Settings {
+            iters: 1,
+            warmup_iters: 0,
+            check: false,
+            root: 0,
+            average: 1,
+            blocking: None,
+        };
+        assert!(s.blocking_at(8) && s.blocking_at(BLOCKING_AUTO_MAX));
+        assert!(!s.blocking_at(BLOCKING_AUTO_MAX + 1));
+        s.blocking = Some(true);
+        assert!(s.blocking_at(1 << 30));
+        s.blocking = Some(false);
+        assert!(!s.blocking_at(8));
+    }
+
+    #[test]
+    fn overlap_flags() {
+        let c = Cli::try_parse_from([
+            "collbench",
+            "overlap",
+            "allreduce",
+            "barrier",
+            "-b",
+            "1K",
+            "-e",
+            "4M",
+            "-t",
+            "3",
+            "--progress",
+            "on",
+            "--efficiency",
+        ])
+        .unwrap();
+        let Command::Overlap(a) = c.command else {
+            panic!("not overlap")
+        };
+        assert_eq!(
+            a.names(),
+            [
+                crate::coll::CollName::Allreduce,
+                crate::coll::CollName::Barrier
+            ]
+        );
+        assert_eq!((a.tests, a.efficiency), (3, true));
+        assert!(a.needs_thread_multiple());
+        assert_eq!(a.sizes().unwrap().len(), 13);
+        let c = Cli::try_parse_from(["collbench", "overlap", "--progress", "off"]).unwrap();
+        let Command::Overlap(a) = c.command else {
+            panic!("not overlap")
+        };
+        assert_eq!(a.names().len(), crate::coll::CollName::ALL.len());
+        assert!(!a.needs_thread_multiple());
+        assert!(Cli::try_parse_from(["collbench", "overlap", "--backend", "cuda-mpi"]).is_err());
     }
 
     #[test]

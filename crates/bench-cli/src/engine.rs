@@ -104,13 +104,16 @@ pub trait BenchBackend {
         let _ = (send, buf, op);
         anyhow::bail!("{} has no raw all-reduce", self.backend().name())
     }
-    /// Seconds taken by each of `iters` calls of `f`, run back to back.
+    /// Seconds taken by each of `iters` calls of `f`: with `blocking`, each call is waited for
+    /// (stream synchronized) before the next starts and timed to its completion; otherwise the
+    /// calls run back to back.
     ///
     /// # Errors
     /// The first error of `f`; timer errors.
     fn time_iters(
         &self,
         iters: usize,
+        blocking: bool,
         f: &mut dyn FnMut() -> anyhow::Result<()>,
     ) -> anyhow::Result<Vec<f64>>;
 }
@@ -201,9 +204,27 @@ pub struct Settings {
     pub check: bool,
     /// The root of rooted collectives.
     pub root: usize,
+    /// nccl-tests' `-z`: `Some(true)` times each call on its own to its completion (one operation,
+    /// then synchronize or wait, per iteration), `Some(false)` launches the calls back to back and
+    /// times them between events on the stream; `None` (no `-z`): blocking for sizes up to
+    /// [`BLOCKING_AUTO_MAX`], back to back above. Only NCCL differs: host MPI and the device
+    /// backends over MPI complete each call before it returns.
+    pub blocking: Option<bool>,
     /// nccl-tests' `-a`: the time column is rank 0's (0), the average over ranks (1), the fastest
     /// rank's (2) or the slowest rank's (3).
     pub average: u8,
+}
+
+/// Without `-z`, sizes up to this many bytes are timed blocking (each call to its completion):
+/// there a call's latency is what matters, and back-to-back launches would measure the launch
+/// rate instead; above it, back to back (the bandwidth regime, nccl-tests' default).
+pub const BLOCKING_AUTO_MAX: usize = 64 << 10;
+
+impl Settings {
+    /// Whether a size of `bytes` is timed blocking.
+    pub fn blocking_at(&self, bytes: usize) -> bool {
+        self.blocking.unwrap_or(bytes <= BLOCKING_AUTO_MAX)
+    }
 }
 
 /// Run collective `K` with elements `T` (`dtype`) and `op` over `counts` (elements per row, as
@@ -278,7 +299,8 @@ pub fn run<K: Collective, B: BenchBackend, T: BenchElement, W: Write>(
                 call(&mut recv)?;
             }
             b.ctl().barrier()?;
-            times.push(b.time_iters(settings.iters, &mut || call(&mut recv))?);
+            let blocking = settings.blocking_at(shape.count * elem);
+            times.push(b.time_iters(settings.iters, blocking, &mut || call(&mut recv))?);
             if settings.check {
                 // Fresh buffers: the timed calls may have reduced in place many times.
                 let mut out = fresh(poison_value::<T>())?;
@@ -399,6 +421,7 @@ impl BenchBackend for Host<'_> {
     fn time_iters(
         &self,
         iters: usize,
+        _blocking: bool, // every host call completes before it returns
         f: &mut dyn FnMut() -> anyhow::Result<()>,
     ) -> anyhow::Result<Vec<f64>> {
         (0..iters.max(1))
@@ -444,6 +467,27 @@ fn time_on_stream<C: DeviceCommunicator>(
     events
         .windows(2)
         .map(|w| Ok(timing::seconds_per_call(w[0].elapsed_ms(&w[1])?, 1)))
+        .collect()
+}
+
+/// nccl-tests' `-z 1`: each call between two events, then the stream synchronized (with the
+/// library's deadline), so every iteration is one operation timed to its completion.
+fn time_on_stream_blocking<C: DeviceCommunicator>(
+    comm: &C,
+    stream: &Arc<CudaStream>,
+    iters: usize,
+    f: &mut dyn FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<f64>> {
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    comm.synchronize()?;
+    (0..iters.max(1))
+        .map(|_| {
+            let start = stream.record_event(flags)?;
+            f()?;
+            let end = stream.record_event(flags)?;
+            comm.synchronize()?;
+            Ok(timing::seconds_per_call(start.elapsed_ms(&end)?, 1))
+        })
         .collect()
 }
 
@@ -504,9 +548,13 @@ macro_rules! device_backend {
             fn time_iters(
                 &self,
                 iters: usize,
+                blocking: bool,
                 f: &mut dyn FnMut() -> anyhow::Result<()>,
             ) -> anyhow::Result<Vec<f64>> {
                 match self.backend {
+                    Backend::Nccl if blocking => {
+                        time_on_stream_blocking(self.comm, self.comm.stream(), iters, f)
+                    }
                     Backend::Nccl => time_on_stream(self.comm, self.comm.stream(), iters, f),
                     // Device memory over MPI: each call completes when it returns (after the
                     // stream work it ordered), so the wall clock with the stream drained.

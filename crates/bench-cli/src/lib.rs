@@ -17,6 +17,7 @@
 //! | [`pack`] | `collbench pack`: GPU pack throughput against copy baselines (one GPU, no MPI) |
 //! | [`halo`] | `collbench halo`: the 3-D halo exchange per step, against the same bytes sent contiguously |
 //! | [`fastest`] | the closing summary of `--backend all`: the fastest backend per size |
+//! | [`overlap`] | `collbench overlap`: OSU's overlap of every non-blocking collective with computation, progress engine off and on |
 //! | [`p2p`] | `collbench p2p`: OSU-style latency and bandwidth between ranks 0 and 1 on every backend |
 //! | [`doctor`] | `collbench doctor`: MPI library, CUDA-awareness and how it was decided, NCCL, GPUs per rank, backends that work |
 //! | [`record`] | the one schema of results (CSV and JSON), and the machine they ran on |
@@ -40,6 +41,7 @@ pub mod expected;
 pub mod fastest;
 pub mod halo;
 pub mod osu;
+pub mod overlap;
 pub mod p2p;
 pub mod pack;
 pub mod plot;

@@ -331,10 +331,11 @@ fn table_columns(cols: Columns) -> Vec<Col> {
         if cols.minmax {
             v.push(c(g, "min", "(us)", 9));
             v.push(c(g, "max", "(us)", 9));
-            if cols.iter_stats {
-                v.push(c(g, "p50", "(us)", 9));
-                v.push(c(g, "p99", "(us)", 9));
-            }
+        }
+        if cols.iter_stats {
+            v.push(c(g, "it-min", "(us)", 9));
+            v.push(c(g, "p50", "(us)", 9));
+            v.push(c(g, "p99", "(us)", 9));
         }
         v.push(c(g, "algbw", "(GB/s)", 8));
         v.push(c(g, "busbw", "(GB/s)", 8));
@@ -391,13 +392,13 @@ fn placement_cells(m: &Placement, cols: Columns) -> Vec<String> {
     if cols.minmax {
         v.push(fmt_time_us(m.time.min * US));
         v.push(fmt_time_us(m.time.max * US));
-        if cols.iter_stats {
-            let it = |f: fn(&IterStats) -> f64| {
-                m.iter.map_or("-".to_string(), |i| fmt_time_us(f(&i) * US))
-            };
-            v.push(it(|i| i.p50));
-            v.push(it(|i| i.p99));
-        }
+    }
+    if cols.iter_stats {
+        let it =
+            |f: fn(&IterStats) -> f64| m.iter.map_or("-".to_string(), |i| fmt_time_us(f(&i) * US));
+        v.push(it(|i| i.min));
+        v.push(it(|i| i.p50));
+        v.push(it(|i| i.p99));
     }
     v.push(format!("{:.2}", m.algbw));
     v.push(format!("{:.2}", m.busbw));

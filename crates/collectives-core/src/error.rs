@@ -140,6 +140,20 @@ pub enum Error {
         /// What was refused (`"starting it again"`, `"touching its buffers"`).
         action: &'static str,
     },
+    /// MPI was initialized at a thread level too low for what was asked (the progress engine of
+    /// [`MpiComm::with_progress`](crate::MpiComm::with_progress) needs `MPI_THREAD_MULTIPLE`).
+    #[error(
+        "{op}: needs {required} but MPI provides {provided}; initialize MPI with \
+         mpi::initialize_with_threading(mpi::Threading::Multiple)"
+    )]
+    ThreadLevel {
+        /// The operation (`"progress"`).
+        op: &'static str,
+        /// The thread level needed.
+        required: &'static str,
+        /// The thread level MPI provides (`MPI_Query_thread`).
+        provided: &'static str,
+    },
 }
 
 /// Why a communicator is [`Error::Unusable`], in words.
@@ -165,7 +179,8 @@ impl Error {
             | Error::Cuda { op, .. }
             | Error::Timeout { op, .. }
             | Error::Unusable { op, .. }
-            | Error::PlanActive { op, .. } => op,
+            | Error::PlanActive { op, .. }
+            | Error::ThreadLevel { op, .. } => op,
             Error::Unavailable { .. } => "load",
         }
     }

@@ -55,7 +55,7 @@ pub use mpi;
 pub use array::{HostArray, HostArrayMut};
 #[cfg(feature = "nccl")]
 pub use backend::mpi_cuda::MpiCudaComm;
-pub use backend::mpi_host::MpiComm;
+pub use backend::mpi_host::{MpiComm, ProgressOptions, ProgressStats};
 #[cfg(feature = "nccl")]
 pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]

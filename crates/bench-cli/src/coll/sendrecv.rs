@@ -14,7 +14,7 @@ pub struct Hooks;
 /// The tag of the shift's messages.
 pub const TAG: i32 = 7;
 
-fn neighbours(ctx: &Ctx) -> (usize, usize) {
+pub(crate) fn neighbours(ctx: &Ctx) -> (usize, usize) {
     (
         (ctx.rank + 1) % ctx.nranks,
         (ctx.rank + ctx.nranks - 1) % ctx.nranks,

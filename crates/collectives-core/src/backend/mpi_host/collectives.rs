@@ -39,7 +39,7 @@ impl MpiComm {
             return Ok(None);
         }
         // SAFETY: `raw` was just created by MPI for this rank and is owned by nobody else.
-        let comm = unsafe { MpiComm::from_raw(raw) }.map_err(|e| match e {
+        let comm = unsafe { MpiComm::adopt(raw) }.map_err(|e| match e {
             crate::Error::Mpi {
                 code,
                 class,
@@ -54,7 +54,9 @@ impl MpiComm {
             other => other,
         })?;
         Ok(Some(
-            comm.with_checked(self.checked).with_timeout(self.timeout),
+            comm.with_checked(self.checked)
+                .with_timeout(self.timeout)
+                .sharing_progress(self),
         ))
     }
 }

@@ -5,10 +5,12 @@
 use std::ffi::{c_int, c_void};
 use std::fmt;
 use std::marker::PhantomData;
+use std::rc::Rc;
 use std::time::Duration;
 
 use mpi::ffi;
 
+use super::progress::{Engine, InFlight, ProgressOptions, ProgressStats};
 use super::raw;
 use super::request::{new_request, wait_requests, Form, Health, MpiPending, Region, Staging};
 use crate::checked::{self, Call, RECORD_LEN};
@@ -41,6 +43,13 @@ use crate::error::Result;
 /// Every rank of a communicator must use a deadline or none (the durations may differ): MPI does not
 /// match a blocking collective with a non-blocking one.
 ///
+/// **Progress** (opt-in: [`with_progress`](Self::with_progress), or `COLLECTIVES_PROGRESS=1`): a
+/// thread that makes MPI progress while non-blocking operations of this communicator (and of those
+/// made from it) are in flight, so that they advance while the rank computes between `i_*` and
+/// `wait`. It needs MPI initialized at `MPI_THREAD_MULTIPLE` and takes a core while operations
+/// fly; it parks when none is in flight. See [`progress`](super::progress) for how and what it
+/// costs.
+///
 /// ```no_run
 /// use collectives_core::{Communicator, MpiComm, ReduceOp};
 ///
@@ -60,6 +69,8 @@ pub struct MpiComm {
     pub(super) timeout: Option<Duration>,
     /// Refused after a timeout; shared with the communicators of a device backend built on this one.
     pub(super) health: Health,
+    /// The progress engine, shared with the communicators made from this one, if it is on.
+    pub(super) progress: Option<Rc<Engine>>,
     /// MPI handles are used from the thread that made them (rsmpi initializes `MPI_THREAD_SINGLE`).
     _not_send: PhantomData<*const ()>,
 }
@@ -72,6 +83,7 @@ impl fmt::Debug for MpiComm {
             .field("checked", &self.checked)
             .field("timeout", &self.timeout)
             .field("usable", &self.health.is_usable())
+            .field("progress", &self.progress_options())
             .finish_non_exhaustive()
     }
 }
@@ -101,14 +113,29 @@ impl MpiComm {
     }
 
     /// Take ownership of a raw communicator handle: set `MPI_ERRORS_RETURN` on it and free it on drop.
+    /// The progress engine is on when `COLLECTIVES_PROGRESS` asks for it
+    /// ([`ProgressOptions::from_env`]).
     ///
     /// # Safety
     /// `raw` must be a valid communicator (not `MPI_COMM_NULL`, not a predefined one such as
     /// `MPI_COMM_WORLD`), MPI must be initialized, and nothing else may free it.
     ///
     /// # Errors
-    /// [`Error::Mpi`](crate::Error::Mpi) when MPI rejects the handle.
+    /// [`Error::Mpi`](crate::Error::Mpi) when MPI rejects the handle;
+    /// [`Error::ThreadLevel`](crate::Error::ThreadLevel) when `COLLECTIVES_PROGRESS` is on and MPI
+    /// was not initialized at `MPI_THREAD_MULTIPLE`.
     pub unsafe fn from_raw(raw: ffi::MPI_Comm) -> Result<Self> {
+        // SAFETY: as this function's own contract.
+        let comm = unsafe { Self::adopt(raw) }?;
+        comm.with_progress_options(ProgressOptions::from_env())
+    }
+
+    /// [`from_raw`](Self::from_raw) without the progress engine (communicators made from another
+    /// share its engine instead).
+    ///
+    /// # Safety
+    /// As [`from_raw`](Self::from_raw).
+    pub(super) unsafe fn adopt(raw: ffi::MPI_Comm) -> Result<Self> {
         let comm = MpiComm {
             raw,
             rank: 0,
@@ -117,6 +144,7 @@ impl MpiComm {
             tag_ub: 32767,
             timeout: deadline::timeout_from_env(),
             health: Health::default(),
+            progress: None,
             _not_send: PhantomData,
         };
         // From here on `comm` frees the handle on every path.
@@ -181,6 +209,59 @@ impl MpiComm {
     /// The deadline of blocking operations and waits, if there is one.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+
+    /// Turn the progress engine on (with [`ProgressOptions::default`]: yield between probes) or
+    /// off; overrides `COLLECTIVES_PROGRESS`. A local call: ranks may differ. Communicators made
+    /// from this one afterwards (`split`, `dup`, the device backends' `from_mpi`/`new`) share its
+    /// engine. See the [`progress`](super::progress) module for what it does and costs.
+    ///
+    /// MPI must have been initialized at `MPI_THREAD_MULTIPLE`:
+    /// `mpi::initialize_with_threading(mpi::Threading::Multiple)`.
+    ///
+    /// # Errors
+    /// [`Error::ThreadLevel`](crate::Error::ThreadLevel) when MPI provides a lower thread level;
+    /// [`Error::Mpi`](crate::Error::Mpi) when the engine's private communicator cannot be made;
+    /// [`Error::Unavailable`](crate::Error::Unavailable) when its thread cannot be started. The
+    /// communicator is dropped with the error.
+    pub fn with_progress(self, on: bool) -> Result<Self> {
+        self.with_progress_options(on.then(ProgressOptions::default))
+    }
+
+    /// Turn the progress engine on with `options`, or off with `None`; see
+    /// [`with_progress`](Self::with_progress).
+    ///
+    /// # Errors
+    /// As [`with_progress`](Self::with_progress).
+    pub fn with_progress_options(mut self, options: Option<ProgressOptions>) -> Result<Self> {
+        // The old engine (if any) stops when its last communicator lets go of it; no operation
+        // can be in flight here, since `self` is not borrowed.
+        self.progress = None;
+        if let Some(options) = options {
+            self.progress = Some(Rc::new(Engine::start(options)?));
+        }
+        Ok(self)
+    }
+
+    /// The progress engine's options, when it is on.
+    pub fn progress_options(&self) -> Option<ProgressOptions> {
+        self.progress.as_ref().map(|e| e.options())
+    }
+
+    /// What the progress engine has done so far (operations in flight, probes made), when it is on.
+    pub fn progress_stats(&self) -> Option<ProgressStats> {
+        self.progress.as_ref().map(|e| e.stats())
+    }
+
+    /// The same engine as `parent`'s (a communicator made from it).
+    pub(super) fn sharing_progress(mut self, parent: &MpiComm) -> Self {
+        self.progress = parent.progress.clone();
+        self
+    }
+
+    /// A ticket counting one operation in flight for the progress engine, when it is on.
+    fn ticket(&self) -> Option<InFlight> {
+        self.progress.as_ref().map(|e| e.ticket())
     }
 
     /// Whether the communicator may still be used: `false` once an operation on it (or on a device
@@ -355,12 +436,10 @@ impl MpiComm {
         };
         let mut request = new_request();
         raw::check(op, call(p, &mut request))?;
-        Ok(MpiPending::with_deadline(
-            request,
-            op,
-            deadline,
-            self.health.clone(),
-        ))
+        Ok(
+            MpiPending::with_deadline(request, op, deadline, self.health.clone())
+                .tracked(self.ticket()),
+        )
     }
 
     /// Start a receive into `recv` and a send of `send` as one pending operation (MPI 3.1 has no
@@ -410,7 +489,8 @@ impl MpiComm {
             }
             return Err(raw::error(op, rc));
         }
-        let mut pending = MpiPending::with_deadline(rreq, op, deadline, self.health.clone());
+        let mut pending = MpiPending::with_deadline(rreq, op, deadline, self.health.clone())
+            .tracked(self.ticket());
         pending.requests.push(sreq);
         Ok(pending)
     }
@@ -455,7 +535,9 @@ impl MpiComm {
             )
         })?;
         // SAFETY: `local` was just created for this rank and is owned by nobody else.
-        Ok(unsafe { MpiComm::from_raw(local) }?.with_checked(false))
+        Ok(unsafe { MpiComm::adopt(local) }?
+            .with_checked(false)
+            .sharing_progress(self))
     }
 
     /// The largest tag this MPI accepts (`MPI_TAG_UB`).
@@ -475,6 +557,9 @@ impl MpiComm {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again, so its health is moved out exactly once.
         let health = unsafe { std::ptr::read(&this.health) };
+        // SAFETY: as for `health`: moved out exactly once; the engine stops here if this was the
+        // last communicator sharing it.
+        drop(unsafe { std::ptr::read(&this.progress) });
         if !health.is_usable() {
             return Ok(());
         }

@@ -15,6 +15,10 @@
 //! (`MpiComm::run`/`MpiComm::start`, then `MPI_Test` polled by [`crate::deadline::poll`]) and works on
 //! copies it owns; see [`MpiComm`] for what holds then.
 //!
+//! Progress: opt-in ([`MpiComm::with_progress`], `COLLECTIVES_PROGRESS=1`); a thread that probes
+//! MPI while non-blocking operations are in flight, so they advance while the rank computes. It
+//! needs `MPI_THREAD_MULTIPLE` and a core while operations fly: see [`progress`].
+//!
 //! Elements: complex numbers use MPI's complex types (so `Prod` multiplies correctly); `f16`/`bf16` move
 //! as 16-bit words and cannot be reduced; `Avg` of floats is a sum followed by a division on each
 //! receiving rank.
@@ -22,8 +26,10 @@
 mod collectives;
 mod comm;
 mod persistent;
+pub mod progress;
 pub(crate) mod raw;
 pub(crate) mod request;
 
 pub use comm::MpiComm;
+pub use progress::{ProgressOptions, ProgressStats};
 pub use raw::{count_limit, in_place};

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use mpi::ffi;
 
+use super::progress::InFlight;
 use super::raw;
 use crate::deadline::{self, Polled};
 use crate::element::Element;
@@ -284,6 +285,8 @@ pub(crate) struct MpiPending<'s, T: Element> {
     deadline: Option<(Staging, Duration)>,
     /// The communicator's health, refused when a wait times out.
     health: Health,
+    /// Counts this operation for the communicator's progress engine until it completes.
+    in_flight: Option<InFlight>,
     pub(crate) _buffers: PhantomData<&'s mut [T]>,
 }
 
@@ -310,6 +313,7 @@ impl<'s, T: Element> MpiPending<'s, T> {
             done: false,
             deadline,
             health,
+            in_flight: None,
             _buffers: PhantomData,
         }
     }
@@ -318,6 +322,12 @@ impl<'s, T: Element> MpiPending<'s, T> {
         if reduce == ReduceOp::Avg {
             self.average = Some((buf.as_mut_ptr(), buf.len(), size));
         }
+        self
+    }
+
+    /// Count this operation for a progress engine until it completes (`None`: no engine).
+    pub(crate) fn tracked(mut self, ticket: Option<InFlight>) -> Self {
+        self.in_flight = ticket;
         self
     }
 
@@ -335,6 +345,7 @@ impl<'s, T: Element> MpiPending<'s, T> {
 
     fn complete(&mut self, status: &ffi::MPI_Status) -> Result<()> {
         self.done = true;
+        self.in_flight = None;
         if let Some((staging, _)) = self.deadline.take() {
             staging.finish();
         }
@@ -353,6 +364,7 @@ impl<'s, T: Element> MpiPending<'s, T> {
     /// The operation failed or timed out and will not be waited for again.
     fn give_up(&mut self) {
         self.done = true;
+        self.in_flight = None;
         if let Some((staging, _)) = self.deadline.take() {
             staging.abandon();
         }
