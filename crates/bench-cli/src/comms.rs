@@ -64,13 +64,13 @@ impl NcclComms {
 
     /// The header line naming the NCCL release and this rank's device.
     pub fn describe(&self) -> String {
-        let tracking = if event_tracking() {
-            "on"
-        } else {
-            "off (COLLBENCH_EVENT_TRACKING=0)"
-        };
         let lib = self.main.library();
         let ctx = self.main.context();
+        let tracking = match (event_tracking(), ctx.is_in_multi_stream_mode()) {
+            (true, true) => "on, active (the context has several streams)",
+            (true, false) => "on, inactive (one stream)",
+            (false, _) => "off (COLLBENCH_EVENT_TRACKING=0)",
+        };
         let name = ctx.name().unwrap_or_else(|e| format!("name unknown: {e}"));
         format!(
             "nccl: NCCL {} ({}); rank {} on device {} ({name}); one GPU per rank, by node-local rank; cudarc event tracking {tracking}",

@@ -69,8 +69,12 @@ fn packed(counts: &[usize]) -> Vec<Part> {
 }
 
 impl NcclComm {
+    /// The stream the raw operations enqueue on: the communicator's, or the capture stream while a
+    /// persistent plan is being captured.
     fn raw_stream(&self) -> sys::cudaStream_t {
-        self.stream.cu_stream() as sys::cudaStream_t
+        self.capturing
+            .get()
+            .unwrap_or(self.stream.cu_stream() as sys::cudaStream_t)
     }
 
     /// The argument rules of this communicator: NCCL counts wire values in `size_t`, and its tags
@@ -651,13 +655,14 @@ impl Backend for NcclComm {
                 "NCCL returned no communicator for a color",
             ));
         }
-        let stream = self.ctx.new_stream().map_err(|e| Error::cuda(op, e))?;
+        let stream = super::comm::default_stream(&self.ctx);
         let comm = NcclComm {
             lib: self.lib,
             raw: new,
             init_parent: std::ptr::null_mut(),
             ctx: self.ctx.clone(),
             stream,
+            capturing: std::cell::Cell::new(None),
             rank: mpi.rank(),
             size: mpi.size(),
             mpi,

@@ -1,6 +1,8 @@
 //! Persistent collectives on NCCL: the raw operation is captured once into a CUDA graph
-//! (`cuStreamBeginCapture`/`cuStreamEndCapture` on the communicator's stream, then
-//! `cuGraphInstantiate`), and each run is `cuGraphLaunch` on that stream followed by an event, which
+//! (`cuStreamBeginCapture`/`cuStreamEndCapture` on a stream made for the capture where the
+//! communicator is on the legacy default stream, which cannot be captured; else on the
+//! communicator's stream; then `cuGraphInstantiate`), and each run is `cuGraphLaunch` on the
+//! communicator's stream followed by an event, which
 //! `wait` polls with the communicator's deadline and NCCL's asynchronous error, as for a request.
 //!
 //! NCCL supports the capture of its collectives, grouped calls included, from 2.9 on; with an older
@@ -14,7 +16,12 @@
 //! users wait for the launch. While a plan is being made, other threads that use the same CUDA
 //! context from other streams should not rely on cudarc's event tracking.
 
-use cudarc::driver::{sys as cu, CudaEvent, CudaGraph, CudaSlice, DevicePtr, DevicePtrMut};
+use std::sync::Arc;
+
+use cudarc::driver::{
+    result, sys as cu, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    DriverError,
+};
 
 use super::comm::NcclComm;
 use crate::element::Element;
@@ -31,13 +38,71 @@ pub(super) struct GraphPlan<'s, T: Element> {
     comm: &'s NcclComm,
     op: &'static str,
     /// `None` where nothing was captured (zero-length operations).
-    graph: Option<CudaGraph>,
+    graph: Option<Graph>,
     reads: Vec<BufPtr<CudaSlice<T>>>,
     writes: Vec<BufPtr<CudaSlice<T>>>,
     /// Recorded after the launch of the run in flight.
     event: Option<CudaEvent>,
     /// `barrier`'s one value, reduced by every run.
     _scratch: Option<CudaSlice<f32>>,
+}
+
+/// A captured graph and its executable, owned here rather than by cudarc's `CudaGraph`, which
+/// would keep the capture stream (and with it cudarc's cross-stream tracking) alive for the plan's
+/// life.
+struct Graph {
+    ctx: Arc<CudaContext>,
+    graph: cu::CUgraph,
+    exec: cu::CUgraphExec,
+}
+
+impl Graph {
+    /// End the capture on `stream` and instantiate what it recorded (`None`: nothing was).
+    fn end_capture(
+        ctx: &Arc<CudaContext>,
+        stream: &CudaStream,
+    ) -> Result<Option<Graph>, DriverError> {
+        ctx.bind_to_thread()?;
+        // SAFETY: `stream` is a live stream of `ctx` on which a capture was begun.
+        let graph = unsafe { result::stream::end_capture(stream.cu_stream()) }?;
+        if graph.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: `graph` is the valid graph the capture just returned.
+        match unsafe { result::graph::instantiate(graph, cu::CUgraphInstantiate_flags(0)) } {
+            Ok(exec) => Ok(Some(Graph {
+                ctx: ctx.clone(),
+                graph,
+                exec,
+            })),
+            Err(e) => {
+                // SAFETY: the graph is ours and nothing else refers to it.
+                let _ = unsafe { result::graph::destroy(graph) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Launch the executable on `stream`.
+    fn launch(&self, stream: &CudaStream) -> Result<(), DriverError> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: a live executable graph of this context and a live stream of it.
+        unsafe { result::graph::launch(self.exec, stream.cu_stream()) }
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the executable and the graph are ours, made once and destroyed once here;
+            // launches in flight keep their own reference to the executable's work (CUDA defers
+            // the destruction until they complete).
+            unsafe {
+                let _ = result::graph::exec_destroy(self.exec);
+                let _ = result::graph::destroy(self.graph);
+            }
+        }
+    }
 }
 
 /// Switches cudarc's event tracking off for the life of the guard, back on (if it was) after.
@@ -77,22 +142,35 @@ impl NcclComm {
         // Nothing of this stream's earlier work may end up in the graph, and nothing is in flight
         // on it from here on but what is captured.
         self.stream.synchronize().map_err(|e| Error::cuda(op, e))?;
-        let ctx = self.stream.context();
+        let ctx = self.stream.context().clone();
+        // The legacy default stream (a communicator's default) cannot be captured: capture on a
+        // stream made for the capture and dropped after it, so that the context goes back to one
+        // stream (and cudarc to no event tracking) once the plan is made. The graph is launched on
+        // the communicator's stream.
+        let side = if self.stream.cu_stream().is_null() {
+            Some(ctx.new_stream().map_err(|e| Error::cuda(op, e))?)
+        } else {
+            None
+        };
+        let capture = side.as_ref().unwrap_or(&self.stream);
         let tracking = ctx.is_event_tracking();
         // SAFETY: only this capture uses the context's tracking in this thread while it is off; the
         // buffers captured are ordered at each launch instead (see the module documentation).
         unsafe { ctx.disable_event_tracking() };
-        let untracked = Untracked(ctx, tracking);
-        self.stream
+        let untracked = Untracked(&ctx, tracking);
+        capture
             .begin_capture(cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(|e| Error::cuda(op, e))?;
+        if side.is_some() {
+            self.capturing
+                .set(Some(capture.cu_stream() as nccl_sys::cudaStream_t));
+        }
         let enqueued = self.enqueue_plan(op, call, scratch.as_mut());
+        self.capturing.set(None);
         // The capture is ended on every path, so the stream is usable again.
-        let ended = self
-            .stream
-            .end_capture(cu::CUgraphInstantiate_flags(0))
-            .map_err(|e| Error::cuda(op, e));
+        let ended = Graph::end_capture(&ctx, capture).map_err(|e| Error::cuda(op, e));
         drop(untracked);
+        drop(side);
         enqueued?;
         let graph = ended?;
         Ok(GraphPlan {
@@ -252,7 +330,7 @@ impl<T: Element> PlanOp for GraphPlan<'_, T> {
             }
         }
         if let Some(graph) = &self.graph {
-            graph.launch().map_err(|e| Error::cuda(op, e))?;
+            graph.launch(stream).map_err(|e| Error::cuda(op, e))?;
         }
         drop(guards);
         let event = stream.record_event(None).map_err(|e| Error::cuda(op, e))?;
