@@ -46,6 +46,7 @@ use std::rc::Rc;
 
 use crate::error::{Error, Result};
 use crate::frontend::{BufPtr, PlanOp};
+use crate::record::{PlanRecord, Span};
 use crate::request::{Pending, Request, Scope};
 
 /// How a backend runs a persistent plan.
@@ -91,6 +92,8 @@ struct State<'s> {
     op: Box<dyn PlanOp + 's>,
     name: &'static str,
     active: bool,
+    /// What each start says in the per-call record ([`crate::record`]), when it was on at init.
+    record: Option<PlanRecord>,
 }
 
 impl State<'_> {
@@ -172,11 +175,13 @@ impl<'s, X: ?Sized> Persistent<'s, X> {
         op: Box<dyn PlanOp + 's>,
         send: Option<BufPtr<X>>,
         recv: Option<BufPtr<X>>,
+        record: Option<PlanRecord>,
     ) -> Self {
         let state = Rc::new(RefCell::new(State {
             op,
             name,
             active: false,
+            record,
         }));
         let slot = scope.register(Box::new(Guard(state.clone())));
         Persistent {
@@ -203,7 +208,12 @@ impl<'s, X: ?Sized> Persistent<'s, X> {
                 action: "starting it again",
             });
         }
-        state.op.start()?;
+        let span = state.record.as_ref().map_or(Span::OFF, PlanRecord::open);
+        let started = state.op.start();
+        if let Some(rec) = &state.record {
+            rec.close(span, started.is_ok(), state.name, state.op.path().name());
+        }
+        started?;
         state.active = true;
         Ok(())
     }
