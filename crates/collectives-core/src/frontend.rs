@@ -776,9 +776,39 @@ fn plan<'s, B: Backend, T: Element>(
     recv: Option<BufPtr<B::Buf<T>>>,
 ) -> Result<Persistent<'s, B::Buf<T>>> {
     let bytes = plan_bytes::<B, T>(&call);
-    let raw = b.raw_init(op, scope, call)?;
+    let kind = plan_kind(&call);
+    let raw = agree_init(b, op, kind, b.raw_init(op, scope, call))?;
     let rec = plan_record(b, op, bytes);
     Ok(Persistent::new(scope, op, raw, send, recv, rec))
+}
+
+/// In checked mode, agree on the outcome of the library's own init (`MPIX_*_init`, a graph
+/// capture): a rank whose library refused the plan returns its error and the others
+/// [`Error::PeerInvalid`](crate::Error::PeerInvalid) naming it, instead of their `start` waiting
+/// for a rank that has no plan. Unchecked, only this rank's result.
+fn agree_init<B: Backend, R>(b: &B, op: &'static str, kind: OpKind, made: Result<R>) -> Result<R> {
+    let made = made.and_then(|raw| crate::persistent::test_hook::refuse(op).map(|()| raw));
+    b.agree(Call::new(kind), made)
+}
+
+/// The agreement's name of a plan's collective.
+fn plan_kind<B: Backend, T: Element>(call: &PlanCall<B, T>) -> OpKind {
+    match call {
+        PlanCall::Barrier => OpKind::Barrier,
+        PlanCall::Broadcast { .. } => OpKind::Broadcast,
+        PlanCall::Reduce { .. } => OpKind::Reduce,
+        PlanCall::AllReduce { send: Some(_), .. } => OpKind::AllReduce,
+        PlanCall::AllReduce { send: None, .. } => OpKind::AllReduceInPlace,
+        PlanCall::AllGather { .. } => OpKind::AllGather,
+        PlanCall::AllGatherV { .. } => OpKind::AllGatherV,
+        PlanCall::Gather { .. } => OpKind::Gather,
+        PlanCall::GatherV { .. } => OpKind::GatherV,
+        PlanCall::Scatter { .. } => OpKind::Scatter,
+        PlanCall::ScatterV { .. } => OpKind::ScatterV,
+        PlanCall::ReduceScatter { .. } => OpKind::ReduceScatter,
+        PlanCall::AllToAll { .. } => OpKind::AllToAll,
+        PlanCall::AllToAllV { .. } => OpKind::AllToAllV,
+    }
 }
 
 /// What a plan's starts say in the per-call record, when recording is on.
@@ -2019,7 +2049,8 @@ impl<B: Backend> Communicator for B {
         let _span = tracing::trace_span!("barrier_init").entered();
         recorded!(self, Form::Init, Start::Collective, u8, [], {
             self.agree(Call::new(OpKind::Barrier), Ok(()))?;
-            let raw = self.raw_init::<u8>(OP, scope, PlanCall::Barrier)?;
+            let made = self.raw_init::<u8>(OP, scope, PlanCall::Barrier);
+            let raw = agree_init(self, OP, OpKind::Barrier, made)?;
             let rec = plan_record(self, OP, 0);
             Ok(Persistent::new(scope, OP, raw, None, None, rec))
         })

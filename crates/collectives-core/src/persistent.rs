@@ -337,3 +337,34 @@ impl<X: ?Sized> Drop for Persistent<'_, X> {
         }
     }
 }
+
+/// A way for tests to make the library's own init of the next plan fail on one rank, as an
+/// `MPIX_*_init` or a graph capture that the library refuses would: what checked mode's agreement
+/// on the outcome of init ([`crate::checked`]) is tested with. Not part of the API.
+#[doc(hidden)]
+pub mod test_hook {
+    use std::cell::Cell;
+
+    use crate::error::{Error, Result};
+
+    thread_local! {
+        static REFUSE_NEXT: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Make the next plan made on this thread fail after the backend made it, as if its library
+    /// had refused it.
+    pub fn refuse_next_init() {
+        REFUSE_NEXT.with(|r| r.set(true));
+    }
+
+    /// The refusal asked for by [`refuse_next_init`], once.
+    pub(crate) fn refuse(op: &'static str) -> Result<()> {
+        if REFUSE_NEXT.with(|r| r.replace(false)) {
+            return Err(Error::Unavailable {
+                what: op,
+                message: "the plan was refused on this rank (test hook)".into(),
+            });
+        }
+        Ok(())
+    }
+}
