@@ -133,6 +133,11 @@ pub fn cases<C: Backend + 'static>(prefix: &str, with: With<C>) -> Vec<Case> {
             2,
             non_blocking_cross_rank_mismatch,
         ),
+        agreed(
+            "persistent_init_refused_on_one_rank",
+            2,
+            persistent_init_refused_on_one_rank,
+        ),
         Entry {
             name: "use_after_a_timeout",
             min_ranks: 2,
@@ -1149,6 +1154,49 @@ fn all_to_all_v_pairwise_mismatch<C: Backend>(t: &T, c: &C) {
 
 /// A non-blocking all-reduce whose count differs on rank 1: refused on every rank when it is
 /// started, not left to complete wrongly.
+/// The library refuses a plan on rank 1 only (the test hook stands for an `MPIX_*_init` or a graph
+/// capture that fails there): in checked mode rank 1 returns the refusal and every other rank
+/// `PeerInvalid` naming it, at init, instead of waiting in `start` for a rank without a plan.
+fn persistent_init_refused_on_one_rank<C: Backend>(t: &T, c: &C) {
+    let mut send = c.up(&[1.0f64; 4]);
+    let mut recv = c.up(&[0.0f64; 4]);
+    let r = scope(|s| {
+        if c.rank() == 1 {
+            collectives::persistent::test_hook::refuse_next_init();
+        }
+        let made = c
+            .all_reduce_init::<f64>(s, send.borrow_mut(), recv.borrow_mut(), ReduceOp::Sum)
+            .map(drop);
+        if c.rank() == 1 {
+            t.err(made, "all_reduce_init refused here", |e| {
+                matches!(
+                    e,
+                    Error::Unavailable {
+                        what: "all_reduce_init",
+                        ..
+                    }
+                )
+            });
+        } else {
+            t.err(
+                made,
+                "all_reduce_init refused on rank 1",
+                peer_invalid(vec![1]),
+            );
+        }
+        if c.rank() == 1 {
+            collectives::persistent::test_hook::refuse_next_init();
+        }
+        t.err(
+            c.barrier_init(s).map(drop),
+            "barrier_init refused on rank 1",
+            |e| matches!(e, Error::Unavailable { .. } | Error::PeerInvalid { .. }),
+        );
+    });
+    t.ok(r, "persistent init refused scope");
+    still_in_step(t, c, "after a plan refused on one rank");
+}
+
 fn non_blocking_cross_rank_mismatch<C: Backend>(t: &T, c: &C) {
     let n = if c.rank() == 1 { 5 } else { 4 };
     let send = c.up(&vec![1.0f64; n]);

@@ -14,6 +14,11 @@
 //! - `all_to_all_v` adds a second all-gather of each rank's send and receive counts (`2 x size` integers
 //!   per rank), so that `send_counts[j]` of rank `i` is checked against `recv_counts[i]` of rank `j`.
 //!
+//! A persistent plan (`*_init`) is agreed on twice in checked mode: on its arguments, like the
+//! other forms, and after the backend made it, on whether its library accepted it on every rank
+//! (`MPIX_*_init` or a CUDA graph capture may fail on one rank only): the rank that failed returns
+//! its error, the others [`Error::PeerInvalid`].
+//!
 //! Point-to-point operations are not checked (they have no collective to agree through). Every rank of a
 //! communicator must use the same mode: a checked rank and an unchecked rank do not make the same calls.
 //!

@@ -32,6 +32,7 @@ use crate::element::Element;
 use crate::error::Result;
 use crate::op::{BackendKind, ReduceOp};
 use crate::persistent::{Persistent, PlanPath};
+use crate::record::{self, Form};
 use crate::request::{Pending, Request, Scope};
 use crate::rules::Rules;
 use std::ops::Deref;
@@ -82,6 +83,18 @@ pub trait Backend: Sized {
     /// only where [`native_avg`](Self::native_avg) is false.
     fn divide<T: Element>(&self, _op: &'static str, _buf: &mut Self::Buf<T>) -> Result<()> {
         Ok(())
+    }
+    /// What the per-call record ([`crate::record`]) says of a call of `op` (its plain name:
+    /// `all_reduce` for `all_reduce`, `i_all_reduce` and `all_reduce_init`) started as `start`,
+    /// whose largest buffer on this rank holds `bytes` bytes: the path the backend takes. By
+    /// default the library's own operation on the caller's buffers ([`record::Path::NATIVE`]).
+    fn record_path(&self, _op: &'static str, _start: Start, _bytes: usize) -> record::Path {
+        record::Path::NATIVE
+    }
+    /// The stream on which the per-call record times this backend's calls with CUDA events:
+    /// backends whose operations only enqueue work on a stream. By default none.
+    fn record_stream(&self) -> record::Stream {
+        None
     }
     /// Take the host buffers a call of `start` needs for buffers of `lens` elements (`None`: the
     /// buffer is absent on this rank); by default none.
@@ -762,8 +775,104 @@ fn plan<'s, B: Backend, T: Element>(
     send: Option<BufPtr<B::Buf<T>>>,
     recv: Option<BufPtr<B::Buf<T>>>,
 ) -> Result<Persistent<'s, B::Buf<T>>> {
-    let raw = b.raw_init(op, scope, call)?;
-    Ok(Persistent::new(scope, op, raw, send, recv))
+    let bytes = plan_bytes::<B, T>(&call);
+    let kind = plan_kind(&call);
+    let raw = agree_init(b, op, kind, b.raw_init(op, scope, call))?;
+    let rec = plan_record(b, op, bytes);
+    Ok(Persistent::new(scope, op, raw, send, recv, rec))
+}
+
+/// In checked mode, agree on the outcome of the library's own init (`MPIX_*_init`, a graph
+/// capture): a rank whose library refused the plan returns its error and the others
+/// [`Error::PeerInvalid`](crate::Error::PeerInvalid) naming it, instead of their `start` waiting
+/// for a rank that has no plan. Unchecked, only this rank's result.
+fn agree_init<B: Backend, R>(b: &B, op: &'static str, kind: OpKind, made: Result<R>) -> Result<R> {
+    let made = made.and_then(|raw| crate::persistent::test_hook::refuse(op).map(|()| raw));
+    b.agree(Call::new(kind), made)
+}
+
+/// The agreement's name of a plan's collective.
+fn plan_kind<B: Backend, T: Element>(call: &PlanCall<B, T>) -> OpKind {
+    match call {
+        PlanCall::Barrier => OpKind::Barrier,
+        PlanCall::Broadcast { .. } => OpKind::Broadcast,
+        PlanCall::Reduce { .. } => OpKind::Reduce,
+        PlanCall::AllReduce { send: Some(_), .. } => OpKind::AllReduce,
+        PlanCall::AllReduce { send: None, .. } => OpKind::AllReduceInPlace,
+        PlanCall::AllGather { .. } => OpKind::AllGather,
+        PlanCall::AllGatherV { .. } => OpKind::AllGatherV,
+        PlanCall::Gather { .. } => OpKind::Gather,
+        PlanCall::GatherV { .. } => OpKind::GatherV,
+        PlanCall::Scatter { .. } => OpKind::Scatter,
+        PlanCall::ScatterV { .. } => OpKind::ScatterV,
+        PlanCall::ReduceScatter { .. } => OpKind::ReduceScatter,
+        PlanCall::AllToAll { .. } => OpKind::AllToAll,
+        PlanCall::AllToAllV { .. } => OpKind::AllToAllV,
+    }
+}
+
+/// What a plan's starts say in the per-call record, when recording is on.
+fn plan_record<B: Backend>(b: &B, op: &'static str, bytes: usize) -> Option<record::PlanRecord> {
+    record::enabled().then(|| record::PlanRecord {
+        backend: b.kind(),
+        bytes,
+        staged: b
+            .record_path(record::base(op), Start::Collective, bytes)
+            .staged,
+        stream: b.record_stream(),
+    })
+}
+
+/// The largest buffer of a plan on this rank, in bytes.
+fn plan_bytes<B: Backend, T: Element>(call: &PlanCall<B, T>) -> usize {
+    let len = |p: &BufPtr<B::Buf<T>>| Some(len_of::<B, T>(p));
+    let opt = |p: &Option<BufPtr<B::Buf<T>>>| p.as_ref().map(len_of::<B, T>);
+    let lens = match call {
+        PlanCall::Barrier => [None, None],
+        PlanCall::Broadcast { buf, .. } => [len(buf), None],
+        PlanCall::Reduce { send, recv, .. } | PlanCall::Gather { send, recv, .. } => {
+            [len(send), opt(recv)]
+        }
+        PlanCall::GatherV { send, recv, .. } => [len(send), opt(recv)],
+        PlanCall::AllReduce { send, recv, .. } => [opt(send), len(recv)],
+        PlanCall::Scatter { send, recv, .. } | PlanCall::ScatterV { send, recv, .. } => {
+            [opt(send), len(recv)]
+        }
+        PlanCall::AllGather { send, recv, .. }
+        | PlanCall::AllGatherV { send, recv, .. }
+        | PlanCall::ReduceScatter { send, recv, .. }
+        | PlanCall::AllToAll { send, recv, .. }
+        | PlanCall::AllToAllV { send, recv, .. } => [len(send), len(recv)],
+    };
+    bytes_of::<T>(&lens)
+}
+
+/// The largest of a call's buffers on this rank (`None`: absent here), in bytes.
+fn bytes_of<T: Element>(lens: &[Option<usize>]) -> usize {
+    let most = lens.iter().flatten().copied().max().unwrap_or(0);
+    most.saturating_mul(std::mem::size_of::<T>())
+}
+
+/// Call `f` once: the body of a recorded method, as a closure that may hand out the borrows it
+/// was given.
+fn once<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+/// The per-call record's hook ([`crate::record`]), around the body of one front-end method
+/// (whose `OP` names it): open the record (when recording is off, one relaxed atomic load; the
+/// buffer lengths `[lens]` of elements `T` and the backend's stream are read only when on), run
+/// `body` (a `Result`), close the record with the backend's path for the call.
+macro_rules! recorded {
+    ($b:expr, $form:expr, $start:expr, $t:ty, [$($len:expr),*], $body:block) => {{
+        let span = record::Span::open(|| bytes_of::<$t>(&[$($len),*]), || $b.record_stream());
+        let result = once(move || -> Result<_> { $body });
+        let b = $b;
+        span.close(result.is_ok(), OP, $form, b.kind(), |bytes| {
+            b.record_path(record::base(OP), $start, bytes)
+        });
+        result
+    }};
 }
 
 /// A plan as a backend implements it: issue one run, complete it.
@@ -1130,15 +1239,26 @@ impl<B: Backend> Communicator for B {
     fn barrier(&self) -> Result<()> {
         const OP: &str = "barrier";
         let _span = tracing::trace_span!("barrier").entered();
-        self.agree(Call::new(OpKind::Barrier), Ok(()))?;
-        self.raw_barrier(OP)
+        recorded!(self, Form::Blocking, Start::Blocking, u8, [], {
+            self.agree(Call::new(OpKind::Barrier), Ok(()))?;
+            self.raw_barrier(OP)
+        })
     }
 
     fn broadcast<T: Element>(&self, buf: &mut Self::Buf<T>, root: usize) -> Result<()> {
         const OP: &str = "broadcast";
         let _span = tracing::trace_span!("broadcast").entered();
-        let (n, staging) = prepare_broadcast::<_, T>(self, OP, Start::Blocking, buf, root)?;
-        self.raw_broadcast(OP, buf, root, n, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(buf.len())],
+            {
+                let (n, staging) = prepare_broadcast::<_, T>(self, OP, Start::Blocking, buf, root)?;
+                self.raw_broadcast(OP, buf, root, n, staging)
+            }
+        )
     }
 
     fn reduce<T: Element>(
@@ -1150,14 +1270,23 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "reduce";
         let _span = tracing::trace_span!("reduce").entered();
-        let ((n, mut recv), staging) =
-            prepare_reduce::<_, T, _>(self, OP, Start::Blocking, send, recv, op, root)?;
-        let (run, divide) = reduction(self, op);
-        self.raw_reduce(OP, send, recv.as_deref_mut(), run, root, n, staging)?;
-        match recv {
-            Some(recv) if divide => self.divide(OP, recv),
-            _ => Ok(()),
-        }
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(send.len()), recv.as_ref().map(|b| b.len())],
+            {
+                let ((n, mut recv), staging) =
+                    prepare_reduce::<_, T, _>(self, OP, Start::Blocking, send, recv, op, root)?;
+                let (run, divide) = reduction(self, op);
+                self.raw_reduce(OP, send, recv.as_deref_mut(), run, root, n, staging)?;
+                match recv {
+                    Some(recv) if divide => self.divide(OP, recv),
+                    _ => Ok(()),
+                }
+            }
+        )
     }
 
     fn all_reduce<T: Element>(
@@ -1168,32 +1297,62 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "all_reduce";
         let _span = tracing::trace_span!("all_reduce").entered();
-        let (n, staging) = prepare_all_reduce::<_, T>(self, OP, Start::Blocking, send, recv, op)?;
-        let (run, divide) = reduction(self, op);
-        self.raw_all_reduce(OP, Some(send), recv, run, n, staging)?;
-        if divide {
-            self.divide(OP, recv)?;
-        }
-        Ok(())
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, staging) =
+                    prepare_all_reduce::<_, T>(self, OP, Start::Blocking, send, recv, op)?;
+                let (run, divide) = reduction(self, op);
+                self.raw_all_reduce(OP, Some(send), recv, run, n, staging)?;
+                if divide {
+                    self.divide(OP, recv)?;
+                }
+                Ok(())
+            }
+        )
     }
 
     fn all_reduce_in_place<T: Element>(&self, buf: &mut Self::Buf<T>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce_in_place";
         let _span = tracing::trace_span!("all_reduce_in_place").entered();
-        let (n, staging) = prepare_all_reduce_in_place::<_, T>(self, OP, Start::Blocking, buf, op)?;
-        let (run, divide) = reduction(self, op);
-        self.raw_all_reduce(OP, None, buf, run, n, staging)?;
-        if divide {
-            self.divide(OP, buf)?;
-        }
-        Ok(())
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(buf.len())],
+            {
+                let (n, staging) =
+                    prepare_all_reduce_in_place::<_, T>(self, OP, Start::Blocking, buf, op)?;
+                let (run, divide) = reduction(self, op);
+                self.raw_all_reduce(OP, None, buf, run, n, staging)?;
+                if divide {
+                    self.divide(OP, buf)?;
+                }
+                Ok(())
+            }
+        )
     }
 
     fn all_gather<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
         const OP: &str = "all_gather";
         let _span = tracing::trace_span!("all_gather").entered();
-        let (n, staging) = prepare_all_gather::<_, T>(self, OP, Start::Blocking, send, recv)?;
-        self.raw_all_gather(OP, send, recv, n, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, staging) =
+                    prepare_all_gather::<_, T>(self, OP, Start::Blocking, send, recv)?;
+                self.raw_all_gather(OP, send, recv, n, staging)
+            }
+        )
     }
 
     fn all_gather_v<T: Element>(
@@ -1204,9 +1363,18 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "all_gather_v";
         let _span = tracing::trace_span!("all_gather_v").entered();
-        let ((), staging) =
-            prepare_all_gather_v::<_, T>(self, OP, Start::Blocking, send, recv, counts)?;
-        self.raw_all_gather_v(OP, send, recv, counts, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let ((), staging) =
+                    prepare_all_gather_v::<_, T>(self, OP, Start::Blocking, send, recv, counts)?;
+                self.raw_all_gather_v(OP, send, recv, counts, staging)
+            }
+        )
     }
 
     fn gather<T: Element>(
@@ -1217,9 +1385,18 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "gather";
         let _span = tracing::trace_span!("gather").entered();
-        let ((n, recv), staging) =
-            prepare_gather::<_, T, _>(self, OP, Start::Blocking, send, recv, root)?;
-        self.raw_gather(OP, send, recv, root, n, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(send.len()), recv.as_ref().map(|b| b.len())],
+            {
+                let ((n, recv), staging) =
+                    prepare_gather::<_, T, _>(self, OP, Start::Blocking, send, recv, root)?;
+                self.raw_gather(OP, send, recv, root, n, staging)
+            }
+        )
     }
 
     fn gather_v<T: Element>(
@@ -1231,9 +1408,25 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "gather_v";
         let _span = tracing::trace_span!("gather_v").entered();
-        let (recv, staging) =
-            prepare_gather_v::<_, T, _>(self, OP, Start::Blocking, send, recv, counts, root)?;
-        self.raw_gather_v(OP, send, recv, counts, root, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(send.len()), recv.as_ref().map(|b| b.len())],
+            {
+                let (recv, staging) = prepare_gather_v::<_, T, _>(
+                    self,
+                    OP,
+                    Start::Blocking,
+                    send,
+                    recv,
+                    counts,
+                    root,
+                )?;
+                self.raw_gather_v(OP, send, recv, counts, root, staging)
+            }
+        )
     }
 
     fn scatter<T: Element>(
@@ -1244,9 +1437,18 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "scatter";
         let _span = tracing::trace_span!("scatter").entered();
-        let ((n, send), staging) =
-            prepare_scatter::<_, T, _>(self, OP, Start::Blocking, send, recv, root)?;
-        self.raw_scatter(OP, send, recv, root, n, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [send.as_ref().map(|b| b.len()), Some(recv.len())],
+            {
+                let ((n, send), staging) =
+                    prepare_scatter::<_, T, _>(self, OP, Start::Blocking, send, recv, root)?;
+                self.raw_scatter(OP, send, recv, root, n, staging)
+            }
+        )
     }
 
     fn scatter_v<T: Element>(
@@ -1258,9 +1460,25 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "scatter_v";
         let _span = tracing::trace_span!("scatter_v").entered();
-        let (send, staging) =
-            prepare_scatter_v::<_, T, _>(self, OP, Start::Blocking, send, recv, counts, root)?;
-        self.raw_scatter_v(OP, send, recv, counts, root, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [send.as_ref().map(|b| b.len()), Some(recv.len())],
+            {
+                let (send, staging) = prepare_scatter_v::<_, T, _>(
+                    self,
+                    OP,
+                    Start::Blocking,
+                    send,
+                    recv,
+                    counts,
+                    root,
+                )?;
+                self.raw_scatter_v(OP, send, recv, counts, root, staging)
+            }
+        )
     }
 
     fn reduce_scatter<T: Element>(
@@ -1271,21 +1489,40 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "reduce_scatter";
         let _span = tracing::trace_span!("reduce_scatter").entered();
-        let (n, staging) =
-            prepare_reduce_scatter::<_, T>(self, OP, Start::Blocking, send, recv, op)?;
-        let (run, divide) = reduction(self, op);
-        self.raw_reduce_scatter(OP, send, recv, run, n, staging)?;
-        if divide {
-            self.divide(OP, recv)?;
-        }
-        Ok(())
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, staging) =
+                    prepare_reduce_scatter::<_, T>(self, OP, Start::Blocking, send, recv, op)?;
+                let (run, divide) = reduction(self, op);
+                self.raw_reduce_scatter(OP, send, recv, run, n, staging)?;
+                if divide {
+                    self.divide(OP, recv)?;
+                }
+                Ok(())
+            }
+        )
     }
 
     fn all_to_all<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
         const OP: &str = "all_to_all";
         let _span = tracing::trace_span!("all_to_all").entered();
-        let (n, staging) = prepare_all_to_all::<_, T>(self, OP, Start::Blocking, send, recv)?;
-        self.raw_all_to_all(OP, send, recv, n, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, staging) =
+                    prepare_all_to_all::<_, T>(self, OP, Start::Blocking, send, recv)?;
+                self.raw_all_to_all(OP, send, recv, n, staging)
+            }
+        )
     }
 
     fn all_to_all_v<T: Element>(
@@ -1297,34 +1534,61 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
         let _span = tracing::trace_span!("all_to_all_v").entered();
-        let ((), staging) = prepare_all_to_all_v::<_, T>(
+        recorded!(
             self,
-            OP,
+            Form::Blocking,
             Start::Blocking,
-            send,
-            send_counts,
-            recv,
-            recv_counts,
-        )?;
-        self.raw_all_to_all_v(OP, send, send_counts, recv, recv_counts, staging)
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let ((), staging) = prepare_all_to_all_v::<_, T>(
+                    self,
+                    OP,
+                    Start::Blocking,
+                    send,
+                    send_counts,
+                    recv,
+                    recv_counts,
+                )?;
+                self.raw_all_to_all_v(OP, send, send_counts, recv, recv_counts, staging)
+            }
+        )
     }
 
     fn send<T: Element>(&self, buf: &Self::Buf<T>, dest: usize, tag: Tag) -> Result<()> {
         const OP: &str = "send";
         let _span = tracing::trace_span!("send").entered();
-        let n = self
-            .rules()
-            .point::<T, _>(OP, "destination", buf, dest, tag)?;
-        let staging = self.stage::<T>(OP, Start::Blocking, [Some(n), None])?;
-        self.raw_send(OP, buf, dest, tag, n, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(buf.len())],
+            {
+                let n = self
+                    .rules()
+                    .point::<T, _>(OP, "destination", buf, dest, tag)?;
+                let staging = self.stage::<T>(OP, Start::Blocking, [Some(n), None])?;
+                self.raw_send(OP, buf, dest, tag, n, staging)
+            }
+        )
     }
 
     fn recv<T: Element>(&self, buf: &mut Self::Buf<T>, source: usize, tag: Tag) -> Result<()> {
         const OP: &str = "recv";
         let _span = tracing::trace_span!("recv").entered();
-        let n = self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
-        let staging = self.stage::<T>(OP, Start::Blocking, [Some(n), None])?;
-        self.raw_recv(OP, buf, source, tag, n, staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(buf.len())],
+            {
+                let n = self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
+                let staging = self.stage::<T>(OP, Start::Blocking, [Some(n), None])?;
+                self.raw_recv(OP, buf, source, tag, n, staging)
+            }
+        )
     }
 
     fn send_recv<T: Element>(
@@ -1337,26 +1601,39 @@ impl<B: Backend> Communicator for B {
     ) -> Result<()> {
         const OP: &str = "send_recv";
         let _span = tracing::trace_span!("send_recv").entered();
-        let (sn, rn) = self
-            .rules()
-            .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
-        let staging = self.stage::<T>(OP, Start::Blocking, lens2(sn, rn))?;
-        self.raw_send_recv(OP, send, dest, recv, source, tag, (sn, rn), staging)
+        recorded!(
+            self,
+            Form::Blocking,
+            Start::Blocking,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (sn, rn) = self
+                    .rules()
+                    .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
+                let staging = self.stage::<T>(OP, Start::Blocking, lens2(sn, rn))?;
+                self.raw_send_recv(OP, send, dest, recv, source, tag, (sn, rn), staging)
+            }
+        )
     }
 
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
         const OP: &str = "split";
         let _span = tracing::trace_span!("split").entered();
-        let local = Rules::color(OP, color);
-        let color = self.agree(Call::new(OpKind::Split), local)?;
-        self.raw_split(OP, color, key)
+        recorded!(self, Form::Blocking, Start::Blocking, u8, [], {
+            let local = Rules::color(OP, color);
+            let color = self.agree(Call::new(OpKind::Split), local)?;
+            self.raw_split(OP, color, key)
+        })
     }
 
     fn dup(&self) -> Result<Self> {
         const OP: &str = "dup";
         let _span = tracing::trace_span!("dup").entered();
-        self.agree(Call::new(OpKind::Dup), Ok(()))?;
-        self.raw_dup(OP)
+        recorded!(self, Form::Blocking, Start::Blocking, u8, [], {
+            self.agree(Call::new(OpKind::Dup), Ok(()))?;
+            self.raw_dup(OP)
+        })
     }
 
     fn i_all_reduce<'s, T: Element>(
@@ -1368,9 +1645,19 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_reduce";
         let _span = tracing::trace_span!("i_all_reduce").entered();
-        let (n, staging) = prepare_all_reduce::<_, T>(self, OP, Start::Collective, send, recv, op)?;
-        let (run, divide) = reduction(self, op);
-        self.raw_i_all_reduce(OP, scope, send, recv, run, divide, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, staging) =
+                    prepare_all_reduce::<_, T>(self, OP, Start::Collective, send, recv, op)?;
+                let (run, divide) = reduction(self, op);
+                self.raw_i_all_reduce(OP, scope, send, recv, run, divide, n, staging)
+            }
+        )
     }
 
     fn i_broadcast<'s, T: Element>(
@@ -1381,8 +1668,18 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_broadcast";
         let _span = tracing::trace_span!("i_broadcast").entered();
-        let (n, staging) = prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
-        self.raw_i_broadcast(OP, scope, buf, root, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(buf.len())],
+            {
+                let (n, staging) =
+                    prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
+                self.raw_i_broadcast(OP, scope, buf, root, n, staging)
+            }
+        )
     }
 
     fn i_all_gather<'s, T: Element>(
@@ -1393,15 +1690,27 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather";
         let _span = tracing::trace_span!("i_all_gather").entered();
-        let (n, staging) = prepare_all_gather::<_, T>(self, OP, Start::Collective, send, recv)?;
-        self.raw_i_all_gather(OP, scope, send, recv, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, staging) =
+                    prepare_all_gather::<_, T>(self, OP, Start::Collective, send, recv)?;
+                self.raw_i_all_gather(OP, scope, send, recv, n, staging)
+            }
+        )
     }
 
     fn i_barrier<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>> {
         const OP: &str = "i_barrier";
         let _span = tracing::trace_span!("i_barrier").entered();
-        self.agree(Call::new(OpKind::Barrier), Ok(()))?;
-        self.raw_i_barrier(OP, scope)
+        recorded!(self, Form::NonBlocking, Start::Collective, u8, [], {
+            self.agree(Call::new(OpKind::Barrier), Ok(()))?;
+            self.raw_i_barrier(OP, scope)
+        })
     }
 
     fn i_reduce<'s, T: Element>(
@@ -1414,10 +1723,19 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_reduce";
         let _span = tracing::trace_span!("i_reduce").entered();
-        let ((n, recv), staging) =
-            prepare_reduce::<_, T, _>(self, OP, Start::Collective, send, recv, op, root)?;
-        let (run, divide) = reduction(self, op);
-        self.raw_i_reduce(OP, scope, send, recv, run, divide, root, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(send.len()), recv.as_ref().map(|b| b.len())],
+            {
+                let ((n, recv), staging) =
+                    prepare_reduce::<_, T, _>(self, OP, Start::Collective, send, recv, op, root)?;
+                let (run, divide) = reduction(self, op);
+                self.raw_i_reduce(OP, scope, send, recv, run, divide, root, n, staging)
+            }
+        )
     }
 
     fn i_all_reduce_in_place<'s, T: Element>(
@@ -1428,10 +1746,19 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_reduce_in_place";
         let _span = tracing::trace_span!("i_all_reduce_in_place").entered();
-        let (n, staging) =
-            prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
-        let (run, divide) = reduction(self, op);
-        self.raw_i_all_reduce_in_place(OP, scope, buf, run, divide, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(buf.len())],
+            {
+                let (n, staging) =
+                    prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
+                let (run, divide) = reduction(self, op);
+                self.raw_i_all_reduce_in_place(OP, scope, buf, run, divide, n, staging)
+            }
+        )
     }
 
     fn i_reduce_scatter<'s, T: Element>(
@@ -1443,10 +1770,19 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_reduce_scatter";
         let _span = tracing::trace_span!("i_reduce_scatter").entered();
-        let (n, staging) =
-            prepare_reduce_scatter::<_, T>(self, OP, Start::Collective, send, recv, op)?;
-        let (run, divide) = reduction(self, op);
-        self.raw_i_reduce_scatter(OP, scope, send, recv, run, divide, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, staging) =
+                    prepare_reduce_scatter::<_, T>(self, OP, Start::Collective, send, recv, op)?;
+                let (run, divide) = reduction(self, op);
+                self.raw_i_reduce_scatter(OP, scope, send, recv, run, divide, n, staging)
+            }
+        )
     }
 
     fn i_all_to_all<'s, T: Element>(
@@ -1457,8 +1793,18 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_to_all";
         let _span = tracing::trace_span!("i_all_to_all").entered();
-        let (n, staging) = prepare_all_to_all::<_, T>(self, OP, Start::Collective, send, recv)?;
-        self.raw_i_all_to_all(OP, scope, send, recv, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, staging) =
+                    prepare_all_to_all::<_, T>(self, OP, Start::Collective, send, recv)?;
+                self.raw_i_all_to_all(OP, scope, send, recv, n, staging)
+            }
+        )
     }
 
     fn i_all_to_all_v<'s, T: Element>(
@@ -1471,16 +1817,25 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_to_all_v";
         let _span = tracing::trace_span!("i_all_to_all_v").entered();
-        let ((), staging) = prepare_all_to_all_v::<_, T>(
+        recorded!(
             self,
-            OP,
+            Form::NonBlocking,
             Start::Collective,
-            send,
-            send_counts,
-            recv,
-            recv_counts,
-        )?;
-        self.raw_i_all_to_all_v(OP, scope, send, send_counts, recv, recv_counts, staging)
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let ((), staging) = prepare_all_to_all_v::<_, T>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    send,
+                    send_counts,
+                    recv,
+                    recv_counts,
+                )?;
+                self.raw_i_all_to_all_v(OP, scope, send, send_counts, recv, recv_counts, staging)
+            }
+        )
     }
 
     fn i_all_gather_v<'s, T: Element>(
@@ -1492,9 +1847,18 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather_v";
         let _span = tracing::trace_span!("i_all_gather_v").entered();
-        let ((), staging) =
-            prepare_all_gather_v::<_, T>(self, OP, Start::Collective, send, recv, counts)?;
-        self.raw_i_all_gather_v(OP, scope, send, recv, counts, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let ((), staging) =
+                    prepare_all_gather_v::<_, T>(self, OP, Start::Collective, send, recv, counts)?;
+                self.raw_i_all_gather_v(OP, scope, send, recv, counts, staging)
+            }
+        )
     }
 
     fn i_gather<'s, T: Element>(
@@ -1506,9 +1870,18 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_gather";
         let _span = tracing::trace_span!("i_gather").entered();
-        let ((n, recv), staging) =
-            prepare_gather::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
-        self.raw_i_gather(OP, scope, send, recv, root, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(send.len()), recv.as_ref().map(|b| b.len())],
+            {
+                let ((n, recv), staging) =
+                    prepare_gather::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
+                self.raw_i_gather(OP, scope, send, recv, root, n, staging)
+            }
+        )
     }
 
     fn i_gather_v<'s, T: Element>(
@@ -1521,9 +1894,25 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_gather_v";
         let _span = tracing::trace_span!("i_gather_v").entered();
-        let (recv, staging) =
-            prepare_gather_v::<_, T, _>(self, OP, Start::Collective, send, recv, counts, root)?;
-        self.raw_i_gather_v(OP, scope, send, recv, counts, root, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [Some(send.len()), recv.as_ref().map(|b| b.len())],
+            {
+                let (recv, staging) = prepare_gather_v::<_, T, _>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    send,
+                    recv,
+                    counts,
+                    root,
+                )?;
+                self.raw_i_gather_v(OP, scope, send, recv, counts, root, staging)
+            }
+        )
     }
 
     fn i_scatter<'s, T: Element>(
@@ -1535,9 +1924,18 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_scatter";
         let _span = tracing::trace_span!("i_scatter").entered();
-        let ((n, send), staging) =
-            prepare_scatter::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
-        self.raw_i_scatter(OP, scope, send, recv, root, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [send.as_ref().map(|b| b.len()), Some(recv.len())],
+            {
+                let ((n, send), staging) =
+                    prepare_scatter::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
+                self.raw_i_scatter(OP, scope, send, recv, root, n, staging)
+            }
+        )
     }
 
     fn i_scatter_v<'s, T: Element>(
@@ -1550,9 +1948,25 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_scatter_v";
         let _span = tracing::trace_span!("i_scatter_v").entered();
-        let (send, staging) =
-            prepare_scatter_v::<_, T, _>(self, OP, Start::Collective, send, recv, counts, root)?;
-        self.raw_i_scatter_v(OP, scope, send, recv, counts, root, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::Collective,
+            T,
+            [send.as_ref().map(|b| b.len()), Some(recv.len())],
+            {
+                let (send, staging) = prepare_scatter_v::<_, T, _>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    send,
+                    recv,
+                    counts,
+                    root,
+                )?;
+                self.raw_i_scatter_v(OP, scope, send, recv, counts, root, staging)
+            }
+        )
     }
 
     fn i_send_recv<'s, T: Element>(
@@ -1566,11 +1980,20 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_send_recv";
         let _span = tracing::trace_span!("i_send_recv").entered();
-        let (sn, rn) = self
-            .rules()
-            .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
-        let staging = self.stage::<T>(OP, Start::PointToPoint, lens2(sn, rn))?;
-        self.raw_i_send_recv(OP, scope, send, dest, recv, source, tag, (sn, rn), staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::PointToPoint,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (sn, rn) = self
+                    .rules()
+                    .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
+                let staging = self.stage::<T>(OP, Start::PointToPoint, lens2(sn, rn))?;
+                self.raw_i_send_recv(OP, scope, send, dest, recv, source, tag, (sn, rn), staging)
+            }
+        )
     }
 
     fn i_send<'s, T: Element>(
@@ -1582,11 +2005,20 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_send";
         let _span = tracing::trace_span!("i_send").entered();
-        let n = self
-            .rules()
-            .point::<T, _>(OP, "destination", buf, dest, tag)?;
-        let staging = self.stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
-        self.raw_i_send(OP, scope, buf, dest, tag, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::PointToPoint,
+            T,
+            [Some(buf.len())],
+            {
+                let n = self
+                    .rules()
+                    .point::<T, _>(OP, "destination", buf, dest, tag)?;
+                let staging = self.stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
+                self.raw_i_send(OP, scope, buf, dest, tag, n, staging)
+            }
+        )
     }
 
     fn i_recv<'s, T: Element>(
@@ -1598,17 +2030,30 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Request<'s>> {
         const OP: &str = "i_recv";
         let _span = tracing::trace_span!("i_recv").entered();
-        let n = self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
-        let staging = self.stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
-        self.raw_i_recv(OP, scope, buf, source, tag, n, staging)
+        recorded!(
+            self,
+            Form::NonBlocking,
+            Start::PointToPoint,
+            T,
+            [Some(buf.len())],
+            {
+                let n = self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
+                let staging = self.stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
+                self.raw_i_recv(OP, scope, buf, source, tag, n, staging)
+            }
+        )
     }
 
     fn barrier_init<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Persistent<'s>> {
         const OP: &str = "barrier_init";
         let _span = tracing::trace_span!("barrier_init").entered();
-        self.agree(Call::new(OpKind::Barrier), Ok(()))?;
-        let raw = self.raw_init::<u8>(OP, scope, PlanCall::Barrier)?;
-        Ok(Persistent::new(scope, OP, raw, None, None))
+        recorded!(self, Form::Init, Start::Collective, u8, [], {
+            self.agree(Call::new(OpKind::Barrier), Ok(()))?;
+            let made = self.raw_init::<u8>(OP, scope, PlanCall::Barrier);
+            let raw = agree_init(self, OP, OpKind::Barrier, made)?;
+            let rec = plan_record(self, OP, 0);
+            Ok(Persistent::new(scope, OP, raw, None, None, rec))
+        })
     }
 
     fn broadcast_init<'s, T: Element>(
@@ -1619,10 +2064,12 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "broadcast_init";
         let _span = tracing::trace_span!("broadcast_init").entered();
-        let (n, _) = prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
-        let buf = BufPtr::new(buf);
-        let call = PlanCall::Broadcast { buf, root, n };
-        plan(self, OP, scope, call, None, Some(buf))
+        recorded!(self, Form::Init, Start::Collective, T, [Some(buf.len())], {
+            let (n, _) = prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
+            let buf = BufPtr::new(buf);
+            let call = PlanCall::Broadcast { buf, root, n };
+            plan(self, OP, scope, call, None, Some(buf))
+        })
     }
 
     fn reduce_init<'s, T: Element>(
@@ -1635,19 +2082,28 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "reduce_init";
         let _span = tracing::trace_span!("reduce_init").entered();
-        let ((n, recv), _) =
-            prepare_reduce::<_, T, _>(self, OP, Start::Collective, send, recv, op, root)?;
-        let (red, average) = reduction(self, op);
-        let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
-        let call = PlanCall::Reduce {
-            send,
-            recv,
-            red,
-            average,
-            root,
-            n,
-        };
-        plan(self, OP, scope, call, Some(send), recv)
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [Some(send.len()), recv.as_ref().map(|b| b.len())],
+            {
+                let ((n, recv), _) =
+                    prepare_reduce::<_, T, _>(self, OP, Start::Collective, send, recv, op, root)?;
+                let (red, average) = reduction(self, op);
+                let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
+                let call = PlanCall::Reduce {
+                    send,
+                    recv,
+                    red,
+                    average,
+                    root,
+                    n,
+                };
+                plan(self, OP, scope, call, Some(send), recv)
+            }
+        )
     }
 
     fn all_reduce_init<'s, T: Element>(
@@ -1659,17 +2115,27 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_reduce_init";
         let _span = tracing::trace_span!("all_reduce_init").entered();
-        let (n, _) = prepare_all_reduce::<_, T>(self, OP, Start::Collective, send, recv, op)?;
-        let (red, average) = reduction(self, op);
-        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
-        let call = PlanCall::AllReduce {
-            send: Some(send),
-            recv,
-            red,
-            average,
-            n,
-        };
-        plan(self, OP, scope, call, Some(send), Some(recv))
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, _) =
+                    prepare_all_reduce::<_, T>(self, OP, Start::Collective, send, recv, op)?;
+                let (red, average) = reduction(self, op);
+                let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+                let call = PlanCall::AllReduce {
+                    send: Some(send),
+                    recv,
+                    red,
+                    average,
+                    n,
+                };
+                plan(self, OP, scope, call, Some(send), Some(recv))
+            }
+        )
     }
 
     fn all_reduce_in_place_init<'s, T: Element>(
@@ -1680,17 +2146,19 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_reduce_in_place_init";
         let _span = tracing::trace_span!("all_reduce_in_place_init").entered();
-        let (n, _) = prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
-        let (red, average) = reduction(self, op);
-        let buf = BufPtr::new(buf);
-        let call = PlanCall::AllReduce {
-            send: None,
-            recv: buf,
-            red,
-            average,
-            n,
-        };
-        plan(self, OP, scope, call, None, Some(buf))
+        recorded!(self, Form::Init, Start::Collective, T, [Some(buf.len())], {
+            let (n, _) = prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
+            let (red, average) = reduction(self, op);
+            let buf = BufPtr::new(buf);
+            let call = PlanCall::AllReduce {
+                send: None,
+                recv: buf,
+                red,
+                average,
+                n,
+            };
+            plan(self, OP, scope, call, None, Some(buf))
+        })
     }
 
     fn all_gather_init<'s, T: Element>(
@@ -1701,10 +2169,19 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_gather_init";
         let _span = tracing::trace_span!("all_gather_init").entered();
-        let (n, _) = prepare_all_gather::<_, T>(self, OP, Start::Collective, send, recv)?;
-        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
-        let call = PlanCall::AllGather { send, recv, n };
-        plan(self, OP, scope, call, Some(send), Some(recv))
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, _) = prepare_all_gather::<_, T>(self, OP, Start::Collective, send, recv)?;
+                let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+                let call = PlanCall::AllGather { send, recv, n };
+                plan(self, OP, scope, call, Some(send), Some(recv))
+            }
+        )
     }
 
     fn all_gather_v_init<'s, T: Element>(
@@ -1716,12 +2193,21 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_gather_v_init";
         let _span = tracing::trace_span!("all_gather_v_init").entered();
-        let ((), _) =
-            prepare_all_gather_v::<_, T>(self, OP, Start::Collective, send, recv, counts)?;
-        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
-        let counts = counts.to_vec();
-        let call = PlanCall::AllGatherV { send, recv, counts };
-        plan(self, OP, scope, call, Some(send), Some(recv))
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let ((), _) =
+                    prepare_all_gather_v::<_, T>(self, OP, Start::Collective, send, recv, counts)?;
+                let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+                let counts = counts.to_vec();
+                let call = PlanCall::AllGatherV { send, recv, counts };
+                plan(self, OP, scope, call, Some(send), Some(recv))
+            }
+        )
     }
 
     fn gather_init<'s, T: Element>(
@@ -1733,16 +2219,25 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "gather_init";
         let _span = tracing::trace_span!("gather_init").entered();
-        let ((n, recv), _) =
-            prepare_gather::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
-        let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
-        let call = PlanCall::Gather {
-            send,
-            recv,
-            root,
-            n,
-        };
-        plan(self, OP, scope, call, Some(send), recv)
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [Some(send.len()), recv.as_ref().map(|b| b.len())],
+            {
+                let ((n, recv), _) =
+                    prepare_gather::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
+                let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
+                let call = PlanCall::Gather {
+                    send,
+                    recv,
+                    root,
+                    n,
+                };
+                plan(self, OP, scope, call, Some(send), recv)
+            }
+        )
     }
 
     fn gather_v_init<'s, T: Element>(
@@ -1755,17 +2250,33 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "gather_v_init";
         let _span = tracing::trace_span!("gather_v_init").entered();
-        let (recv, _) =
-            prepare_gather_v::<_, T, _>(self, OP, Start::Collective, send, recv, counts, root)?;
-        let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
-        let counts = counts.to_vec();
-        let call = PlanCall::GatherV {
-            send,
-            recv,
-            counts,
-            root,
-        };
-        plan(self, OP, scope, call, Some(send), recv)
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [Some(send.len()), recv.as_ref().map(|b| b.len())],
+            {
+                let (recv, _) = prepare_gather_v::<_, T, _>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    send,
+                    recv,
+                    counts,
+                    root,
+                )?;
+                let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
+                let counts = counts.to_vec();
+                let call = PlanCall::GatherV {
+                    send,
+                    recv,
+                    counts,
+                    root,
+                };
+                plan(self, OP, scope, call, Some(send), recv)
+            }
+        )
     }
 
     fn scatter_init<'s, T: Element>(
@@ -1777,16 +2288,25 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "scatter_init";
         let _span = tracing::trace_span!("scatter_init").entered();
-        let ((n, send), _) =
-            prepare_scatter::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
-        let (send, recv) = (send.map(BufPtr::new), BufPtr::new(recv));
-        let call = PlanCall::Scatter {
-            send,
-            recv,
-            root,
-            n,
-        };
-        plan(self, OP, scope, call, send, Some(recv))
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [send.as_ref().map(|b| b.len()), Some(recv.len())],
+            {
+                let ((n, send), _) =
+                    prepare_scatter::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
+                let (send, recv) = (send.map(BufPtr::new), BufPtr::new(recv));
+                let call = PlanCall::Scatter {
+                    send,
+                    recv,
+                    root,
+                    n,
+                };
+                plan(self, OP, scope, call, send, Some(recv))
+            }
+        )
     }
 
     fn scatter_v_init<'s, T: Element>(
@@ -1799,17 +2319,33 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "scatter_v_init";
         let _span = tracing::trace_span!("scatter_v_init").entered();
-        let (send, _) =
-            prepare_scatter_v::<_, T, _>(self, OP, Start::Collective, send, recv, counts, root)?;
-        let (send, recv) = (send.map(BufPtr::new), BufPtr::new(recv));
-        let counts = counts.to_vec();
-        let call = PlanCall::ScatterV {
-            send,
-            recv,
-            counts,
-            root,
-        };
-        plan(self, OP, scope, call, send, Some(recv))
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [send.as_ref().map(|b| b.len()), Some(recv.len())],
+            {
+                let (send, _) = prepare_scatter_v::<_, T, _>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    send,
+                    recv,
+                    counts,
+                    root,
+                )?;
+                let (send, recv) = (send.map(BufPtr::new), BufPtr::new(recv));
+                let counts = counts.to_vec();
+                let call = PlanCall::ScatterV {
+                    send,
+                    recv,
+                    counts,
+                    root,
+                };
+                plan(self, OP, scope, call, send, Some(recv))
+            }
+        )
     }
 
     fn reduce_scatter_init<'s, T: Element>(
@@ -1821,17 +2357,27 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "reduce_scatter_init";
         let _span = tracing::trace_span!("reduce_scatter_init").entered();
-        let (n, _) = prepare_reduce_scatter::<_, T>(self, OP, Start::Collective, send, recv, op)?;
-        let (red, average) = reduction(self, op);
-        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
-        let call = PlanCall::ReduceScatter {
-            send,
-            recv,
-            red,
-            average,
-            n,
-        };
-        plan(self, OP, scope, call, Some(send), Some(recv))
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, _) =
+                    prepare_reduce_scatter::<_, T>(self, OP, Start::Collective, send, recv, op)?;
+                let (red, average) = reduction(self, op);
+                let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+                let call = PlanCall::ReduceScatter {
+                    send,
+                    recv,
+                    red,
+                    average,
+                    n,
+                };
+                plan(self, OP, scope, call, Some(send), Some(recv))
+            }
+        )
     }
 
     fn all_to_all_init<'s, T: Element>(
@@ -1842,10 +2388,19 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_to_all_init";
         let _span = tracing::trace_span!("all_to_all_init").entered();
-        let (n, _) = prepare_all_to_all::<_, T>(self, OP, Start::Collective, send, recv)?;
-        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
-        let call = PlanCall::AllToAll { send, recv, n };
-        plan(self, OP, scope, call, Some(send), Some(recv))
+        recorded!(
+            self,
+            Form::Init,
+            Start::Collective,
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let (n, _) = prepare_all_to_all::<_, T>(self, OP, Start::Collective, send, recv)?;
+                let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+                let call = PlanCall::AllToAll { send, recv, n };
+                plan(self, OP, scope, call, Some(send), Some(recv))
+            }
+        )
     }
 
     fn all_to_all_v_init<'s, T: Element>(
@@ -1858,22 +2413,31 @@ impl<B: Backend> Communicator for B {
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_to_all_v_init";
         let _span = tracing::trace_span!("all_to_all_v_init").entered();
-        let ((), _) = prepare_all_to_all_v::<_, T>(
+        recorded!(
             self,
-            OP,
+            Form::Init,
             Start::Collective,
-            send,
-            send_counts,
-            recv,
-            recv_counts,
-        )?;
-        let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
-        let call = PlanCall::AllToAllV {
-            send,
-            send_counts: send_counts.to_vec(),
-            recv,
-            recv_counts: recv_counts.to_vec(),
-        };
-        plan(self, OP, scope, call, Some(send), Some(recv))
+            T,
+            [Some(send.len()), Some(recv.len())],
+            {
+                let ((), _) = prepare_all_to_all_v::<_, T>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    send,
+                    send_counts,
+                    recv,
+                    recv_counts,
+                )?;
+                let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
+                let call = PlanCall::AllToAllV {
+                    send,
+                    send_counts: send_counts.to_vec(),
+                    recv,
+                    recv_counts: recv_counts.to_vec(),
+                };
+                plan(self, OP, scope, call, Some(send), Some(recv))
+            }
+        )
     }
 }

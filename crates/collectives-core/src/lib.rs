@@ -8,6 +8,7 @@
 //! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
 //! | [`persistent`] | persistent collectives (`*_init`): a [`Persistent`] plan started and completed many times, and the [`PlanPath`] each backend takes |
 //! | [`check`], [`checked`] | argument rules (always on; one table for every backend) and checked mode (cross-rank agreement) |
+//! | [`record`] | the per-call record (`COLLECTIVES_RECORD`): which operations ran, on which path, how large, how long |
 //! | [`deadline`] | `COLLECTIVES_TIMEOUT` and the one polling loop that waits against a deadline |
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
 //! | [`cuda_aware`] | whether the MPI library takes device pointers, with the evidence ([`CudaAwareness`]) |
@@ -46,6 +47,7 @@ pub mod error;
 mod frontend;
 pub mod op;
 pub mod persistent;
+pub mod record;
 pub mod request;
 mod rules;
 

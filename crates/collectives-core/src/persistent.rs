@@ -46,6 +46,7 @@ use std::rc::Rc;
 
 use crate::error::{Error, Result};
 use crate::frontend::{BufPtr, PlanOp};
+use crate::record::{PlanRecord, Span};
 use crate::request::{Pending, Request, Scope};
 
 /// How a backend runs a persistent plan.
@@ -91,6 +92,8 @@ struct State<'s> {
     op: Box<dyn PlanOp + 's>,
     name: &'static str,
     active: bool,
+    /// What each start says in the per-call record ([`crate::record`]), when it was on at init.
+    record: Option<PlanRecord>,
 }
 
 impl State<'_> {
@@ -172,11 +175,13 @@ impl<'s, X: ?Sized> Persistent<'s, X> {
         op: Box<dyn PlanOp + 's>,
         send: Option<BufPtr<X>>,
         recv: Option<BufPtr<X>>,
+        record: Option<PlanRecord>,
     ) -> Self {
         let state = Rc::new(RefCell::new(State {
             op,
             name,
             active: false,
+            record,
         }));
         let slot = scope.register(Box::new(Guard(state.clone())));
         Persistent {
@@ -203,7 +208,12 @@ impl<'s, X: ?Sized> Persistent<'s, X> {
                 action: "starting it again",
             });
         }
-        state.op.start()?;
+        let span = state.record.as_ref().map_or(Span::OFF, PlanRecord::open);
+        let started = state.op.start();
+        if let Some(rec) = &state.record {
+            rec.close(span, started.is_ok(), state.name, state.op.path().name());
+        }
+        started?;
         state.active = true;
         Ok(())
     }
@@ -325,5 +335,36 @@ impl<X: ?Sized> Drop for Persistent<'_, X> {
         if let Some(slot) = self.slot.take() {
             let _ = slot.wait();
         }
+    }
+}
+
+/// A way for tests to make the library's own init of the next plan fail on one rank, as an
+/// `MPIX_*_init` or a graph capture that the library refuses would: what checked mode's agreement
+/// on the outcome of init ([`crate::checked`]) is tested with. Not part of the API.
+#[doc(hidden)]
+pub mod test_hook {
+    use std::cell::Cell;
+
+    use crate::error::{Error, Result};
+
+    thread_local! {
+        static REFUSE_NEXT: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Make the next plan made on this thread fail after the backend made it, as if its library
+    /// had refused it.
+    pub fn refuse_next_init() {
+        REFUSE_NEXT.with(|r| r.set(true));
+    }
+
+    /// The refusal asked for by [`refuse_next_init`], once.
+    pub(crate) fn refuse(op: &'static str) -> Result<()> {
+        if REFUSE_NEXT.with(|r| r.replace(false)) {
+            return Err(Error::Unavailable {
+                what: op,
+                message: "the plan was refused on this rank (test hook)".into(),
+            });
+        }
+        Ok(())
     }
 }

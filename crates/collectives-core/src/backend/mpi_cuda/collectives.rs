@@ -28,6 +28,7 @@ use crate::element::Element;
 use crate::error::Result;
 use crate::frontend::{Backend, Start};
 use crate::op::{BackendKind, ReduceOp};
+use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
 
@@ -156,6 +157,18 @@ impl Backend for MpiCudaComm {
 
     fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
         self.mpi.agree(call, local)
+    }
+
+    /// Under a deadline the staged path; a non-blocking collective where the MPI's take no device
+    /// buffers, through pinned host memory; otherwise device pointers handed to MPI.
+    fn record_path(&self, _op: &'static str, start: Start, _bytes: usize) -> record::Path {
+        if self.staged.is_some() {
+            record::Path::staged("staged")
+        } else if start == Start::Collective && !self.nbc_on_device {
+            record::Path::staged("through-host")
+        } else {
+            record::Path::direct("device-pointers")
+        }
     }
 
     /// MPI sums and the front end divides, except on the staged path under a deadline, which

@@ -13,8 +13,9 @@ use crate::checked::Call;
 use crate::comm::Tag;
 use crate::element::Element;
 use crate::error::Result;
-use crate::frontend::{replay, Backend, PlanCall, PlanOp};
+use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
 use crate::op::{BackendKind, ReduceOp};
+use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
 
@@ -83,6 +84,15 @@ impl Backend for MpiComm {
 
     fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
         MpiComm::agree(self, call, local)
+    }
+
+    /// Without a deadline MPI's own call on the caller's buffers; under one its non-blocking twin on
+    /// copies, polled against the deadline.
+    fn record_path(&self, _op: &'static str, _start: Start, _bytes: usize) -> record::Path {
+        match self.timeout {
+            None => record::Path::NATIVE,
+            Some(_) => record::Path::direct("polled"),
+        }
     }
 
     /// MPI has no average: the front end sums and divides.

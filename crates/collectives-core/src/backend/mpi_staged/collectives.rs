@@ -27,6 +27,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::frontend::{Backend, Start};
 use crate::op::{BackendKind, ReduceOp};
+use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
 
@@ -154,6 +155,11 @@ impl Backend for MpiStagedComm {
     }
 
     /// The host backend finishes `Avg` on the host copy, before the copy back.
+    /// Every operation goes through pinned host memory.
+    fn record_path(&self, _op: &'static str, _start: Start, _bytes: usize) -> record::Path {
+        record::Path::staged("staged")
+    }
+
     fn native_avg(&self) -> bool {
         true
     }

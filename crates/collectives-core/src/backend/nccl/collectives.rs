@@ -22,8 +22,9 @@ use crate::checked::Call;
 use crate::comm::{Buffer, Communicator, DeviceCommunicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::frontend::{replay, Backend, PlanCall, PlanOp};
+use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
 use crate::op::{BackendKind, ReduceOp};
+use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
 
@@ -331,6 +332,30 @@ impl Backend for NcclComm {
 
     fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
         self.mpi.agree(call, local)
+    }
+
+    /// NCCL's own collective, except where NCCL has none: grouped sends and receives (gather,
+    /// scatter, all-to-all and the v-forms), or grouped broadcasts for an `all_gather_v` where the
+    /// uneven algorithm picks them; a non-blocking barrier is an all-reduce of one value.
+    fn record_path(&self, op: &'static str, start: Start, bytes: usize) -> record::Path {
+        let name = match op {
+            "all_gather_v" => match self.uneven.choose(self.size, bytes) {
+                UnevenAlgorithm::Broadcasts => "broadcasts",
+                _ => "grouped-p2p",
+            },
+            "gather" | "gather_v" | "scatter" | "scatter_v" | "all_to_all" | "all_to_all_v" => {
+                "grouped-p2p"
+            }
+            "barrier" if start != Start::Blocking => "all-reduce",
+            "barrier" => "all-reduce+synchronize",
+            _ => "native",
+        };
+        record::Path::direct(name)
+    }
+
+    /// Every operation is enqueued on the communicator's stream: the record times it there.
+    fn record_stream(&self) -> record::Stream {
+        Some(self.stream.clone())
     }
 
     /// NCCL averages itself (`ncclAvg`).
