@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use collectives_core::{Communicator as _, MpiComm, ReduceOp};
+use collectives_core::{
+    Communicator as _, DeviceCommunicator as _, MpiComm, NcclComm, ReduceOp, RegisterMode,
+};
 use mpi::traits::Communicator as _;
 
 use crate::backend::{self, Backend};
@@ -264,6 +266,14 @@ pub fn output(rank: i32, path: Option<&std::path::Path>) -> anyhow::Result<Optio
 /// backend has one, then checked mode on where asked for.
 fn variants(plan: &Plan, name: CollName, backend: Backend) -> Vec<Variant> {
     let mut v = vec![Variant::Library];
+    if backend == Backend::Nccl {
+        // `--register`: the library's rows are `none`'s; without `none`, only the registered ones.
+        v = plan
+            .register
+            .iter()
+            .map(|&m| Variant::of_register_mode(m))
+            .collect();
+    }
     if plan.baseline && name == CollName::Allreduce && backend != Backend::MpiStaged {
         v.push(Variant::Raw);
     }
@@ -271,6 +281,66 @@ fn variants(plan: &Plan, name: CollName, backend: Backend) -> Vec<Variant> {
         v.push(Variant::Checked);
     }
     v
+}
+
+/// The header lines of the NCCL buffers each variant times, and the variants that can run: one
+/// small buffer of each registered mode is made (a window on every rank together, agreed), and a
+/// mode the loaded NCCL cannot register is left out with a line saying why, the same on every rank.
+///
+/// # Errors
+/// MPI errors of the agreement.
+fn register_probe(
+    comm: &NcclComm,
+    variants: &[Variant],
+) -> anyhow::Result<(Vec<Variant>, Vec<String>)> {
+    let mut kept = Vec::new();
+    let mut lines = Vec::new();
+    for &v in variants {
+        let mode = v.register_mode();
+        let what = match mode {
+            RegisterMode::Buffer => "ncclMemAlloc + ncclCommRegister (nccl-tests -R 1)",
+            RegisterMode::Window => {
+                "ncclMemAlloc + ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) on every rank (nccl-tests -R 2)"
+            }
+            _ => {
+                kept.push(v);
+                if v == Variant::Library {
+                    lines.push("nccl buffers: variant library: cudarc's allocations, not registered".into());
+                }
+                continue;
+            }
+        };
+        // Every rank makes the probe; a window's failure is agreed inside the call, and a
+        // registration's (local) failure is agreed here.
+        let probe = comm
+            .alloc_registered::<f32>(1, mode)
+            .map(|b| (b.is_symmetric(), b.is_registered()));
+        let mut ok = [i32::from(probe.is_ok())];
+        comm.mpi().all_reduce_in_place(&mut ok[..], ReduceOp::Min)?;
+        match probe {
+            Ok((symmetric, registered)) if ok[0] == 1 => {
+                let granted = match mode {
+                    RegisterMode::Window if symmetric => "symmetric window granted",
+                    RegisterMode::Window => {
+                        "no symmetric window: NCCL has no symmetric support on this communicator (NCCL_DEBUG=INFO says why)"
+                    }
+                    _ if registered => "registered",
+                    _ => "NCCL declined to register (NCCL_LOCAL_REGISTER=0?)",
+                };
+                lines.push(format!(
+                    "nccl buffers: variant {}: {what}; {granted}",
+                    v.name()
+                ));
+                kept.push(v);
+            }
+            Ok(_) => lines.push(format!(
+                "nccl buffers: variant {}: left out: another rank could not register",
+                v.name()
+            )),
+            Err(e) => lines.push(format!("nccl buffers: variant {}: left out: {e}", v.name())),
+        }
+    }
+    Ok((kept, lines))
 }
 
 /// Run collective `name` as `plan` says on the engine, with `root` (`-r`) and `average` (`-a`).
@@ -403,6 +473,15 @@ pub fn run_engine(
                 };
                 reporter.environment(&comms.describe());
                 reporter.nccl_version(comms.main.library().version().to_string());
+                let variants = match register_probe(&comms.main, &variants) {
+                    Ok((kept, lines)) => {
+                        for line in lines {
+                            reporter.environment(&line);
+                        }
+                        kept
+                    }
+                    Err(e) => return Err(e.context("probing NCCL buffer registration")),
+                };
                 if name.reduces() && plan.ops.contains(&ReduceOp::Avg) && plan.check {
                     reporter.environment(NCCL_AVG_NOTE);
                 }
@@ -514,6 +593,37 @@ pub fn run_doctor(universe: &mpi::environment::Universe) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn register_modes_are_nccl_variants() {
+        let plan = |args: &[&str]| {
+            let mut v = vec!["collbench", "allreduce"];
+            v.extend_from_slice(args);
+            match Cli::try_parse_from(v).unwrap().command {
+                Command::Allreduce(a) => a.plan(crate::backend::host_only).unwrap(),
+                other => panic!("{other:?}"),
+            }
+        };
+        let p = plan(&["--register", "all", "--baseline", "raw"]);
+        assert_eq!(
+            variants(&p, CollName::Allreduce, Backend::Nccl),
+            [
+                Variant::Library,
+                Variant::Registered,
+                Variant::Window,
+                Variant::Raw
+            ]
+        );
+        assert_eq!(
+            variants(&p, CollName::Allreduce, Backend::Mpi),
+            [Variant::Library, Variant::Raw]
+        );
+        let p = plan(&["--register", "window"]);
+        assert_eq!(
+            variants(&p, CollName::Broadcast, Backend::Nccl),
+            [Variant::Window]
+        );
+    }
 
     #[test]
     fn supported_pairs_follow_the_library() {

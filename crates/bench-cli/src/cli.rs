@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use collectives_core::ReduceOp;
+use collectives_core::{ReduceOp, RegisterMode};
 
 use crate::backend::{self, Backend, BackendChoice, Baseline};
 use crate::dtype::DataType;
@@ -231,6 +231,12 @@ pub struct CollArgs {
     /// 0 launches calls back to back; without -z, blocking up to 64 KiB and back to back above.
     #[arg(short = 'z', long = "blocking", value_parser = clap::value_parser!(u8).range(0..=1))]
     pub blocking: Option<u8>,
+    /// NCCL only: the buffers' registration, one variant per mode, size by size (comma-separated):
+    /// none (cudarc's memory, the library's rows), buffer (ncclMemAlloc + ncclCommRegister, rows of
+    /// variant `registered`), window (ncclMemAlloc + ncclCommWindowRegister with
+    /// NCCL_WIN_COLL_SYMMETRIC, rows of variant `window`), or all. nccl-tests' -R 1 and -R 2.
+    #[arg(long, value_delimiter = ',', value_parser = parse_register)]
+    pub register: Vec<RegisterChoice>,
 }
 
 impl CollArgs {
@@ -272,6 +278,7 @@ impl CollArgs {
             baseline: None,
             checked_cost: false,
             blocking: self.blocking,
+            register: self.register.clone(),
         };
         let mut plan = as_allreduce.plan(unavailable)?;
         plan.columns.iter_stats = true;
@@ -424,6 +431,12 @@ pub struct AllreduceArgs {
     /// 0 launches calls back to back; without -z, blocking up to 64 KiB and back to back above.
     #[arg(short = 'z', long = "blocking", value_parser = clap::value_parser!(u8).range(0..=1))]
     pub blocking: Option<u8>,
+    /// NCCL only: the buffers' registration, one variant per mode, size by size (comma-separated):
+    /// none (cudarc's memory, the library's rows), buffer (ncclMemAlloc + ncclCommRegister, rows of
+    /// variant `registered`), window (ncclMemAlloc + ncclCommWindowRegister with
+    /// NCCL_WIN_COLL_SYMMETRIC, rows of variant `window`), or all. nccl-tests' -R 1 and -R 2.
+    #[arg(long, value_delimiter = ',', value_parser = parse_register)]
+    pub register: Vec<RegisterChoice>,
 }
 
 /// An all-reduce run, checked and expanded.
@@ -472,6 +485,9 @@ pub struct Plan {
     pub json: Option<PathBuf>,
     /// `-z`: blocking timing (`Some(true)`), back to back (`Some(false)`), or by size (`None`).
     pub blocking: Option<bool>,
+    /// `--register`: the registration modes of NCCL's buffers, one variant each, in order
+    /// (`[None]` without the flag).
+    pub register: Vec<RegisterMode>,
 }
 
 impl AllreduceArgs {
@@ -520,15 +536,57 @@ impl AllreduceArgs {
             columns: Columns {
                 minmax: self.minmax,
                 iter_stats: false,
-                variants: self.baseline.is_some() || self.checked_cost,
+                variants: self.baseline.is_some()
+                    || self.checked_cost
+                    || register_modes(&self.register) != [RegisterMode::None],
             },
             baseline: self.baseline == Some(Baseline::Raw),
             checked_cost: self.checked_cost,
             output: self.output.clone(),
             json: self.json.clone(),
             blocking: self.blocking.map(|z| z == 1),
+            register: register_modes(&self.register),
         })
     }
+}
+
+/// One value of `--register`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterChoice {
+    /// One mode.
+    One(RegisterMode),
+    /// Every mode (`all`).
+    All,
+}
+
+/// Parse one value of `--register`: `none`, `buffer`, `window` or `all`.
+///
+/// # Errors
+/// Any other word.
+pub fn parse_register(s: &str) -> Result<RegisterChoice, String> {
+    match s.trim() {
+        "all" => Ok(RegisterChoice::All),
+        word => RegisterMode::ALL
+            .into_iter()
+            .find(|m| m.name() == word)
+            .map(RegisterChoice::One)
+            .ok_or_else(|| format!("`{word}`: expected none, buffer, window or all")),
+    }
+}
+
+/// The modes `--register` names, each once, in the order none, buffer, window; `[None]` without it.
+pub fn register_modes(choices: &[RegisterChoice]) -> Vec<RegisterMode> {
+    if choices.is_empty() {
+        return vec![RegisterMode::None];
+    }
+    RegisterMode::ALL
+        .into_iter()
+        .filter(|m| {
+            choices
+                .iter()
+                .any(|c| *c == RegisterChoice::All || *c == RegisterChoice::One(*m))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -544,6 +602,37 @@ mod tests {
             Command::Allreduce(a) => a,
             other => panic!("parsed as another subcommand: {other:?}"),
         })
+    }
+
+    #[test]
+    fn register_modes_become_variants_in_order() {
+        let p = parse(&[]).unwrap().plan(host_only).unwrap();
+        assert_eq!(p.register, [RegisterMode::None]);
+        assert!(!p.columns.variants);
+        let p = parse(&["--register", "window,none", "--register", "buffer"])
+            .unwrap()
+            .plan(host_only)
+            .unwrap();
+        assert_eq!(
+            p.register,
+            [
+                RegisterMode::None,
+                RegisterMode::Buffer,
+                RegisterMode::Window
+            ]
+        );
+        assert!(p.columns.variants);
+        let p = parse(&["--register", "all"])
+            .unwrap()
+            .plan(host_only)
+            .unwrap();
+        assert_eq!(p.register, RegisterMode::ALL);
+        let p = parse(&["--register", "window"])
+            .unwrap()
+            .plan(host_only)
+            .unwrap();
+        assert_eq!(p.register, [RegisterMode::Window]);
+        assert!(parse(&["--register", "symmetric"]).is_err());
     }
 
     #[test]

@@ -20,8 +20,8 @@ use anyhow::Context;
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream};
 use collectives_core::{
-    device, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm,
-    ReduceOp,
+    device, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclBuffer,
+    NcclComm, ReduceOp, RegisterMode,
 };
 
 use crate::backend::Backend;
@@ -273,7 +273,9 @@ pub fn run<K: Collective, B: BenchBackend, T: BenchElement, W: Write>(
             };
             // Every rank learns whether all could set up their buffers, so that all stop together
             // when one cannot.
-            let buffers = b.upload(&input).and_then(|s| Ok((s, fresh(T::zeroed())?)));
+            // Both are always made, also after a failure: a window is registered by every rank.
+            let (send, recv) = (b.upload(&input), fresh(T::zeroed()));
+            let buffers = send.and_then(|s| Ok((s, recv?)));
             let mut ok = [i32::from(buffers.is_ok())];
             b.ctl().all_reduce_in_place(&mut ok[..], ReduceOp::Min)?;
             let (send, mut recv) = buffers.with_context(|| {
@@ -565,4 +567,96 @@ macro_rules! device_backend {
     )*};
 }
 
-device_backend!(NcclComm, MpiCudaComm, MpiStagedComm);
+device_backend!(MpiCudaComm, MpiStagedComm);
+
+/// A buffer of the NCCL backend: cudarc's memory for the library's and the raw variants, NCCL's
+/// (`ncclMemAlloc`, registered as the variant says) for `registered` and `window`.
+#[derive(Debug)]
+pub enum NcclOwned<'a, T> {
+    /// cudarc's allocation.
+    Cudarc(CudaSlice<T>),
+    /// `ncclMemAlloc`'s, registered or a symmetric window.
+    Nccl(NcclBuffer<'a, T>),
+}
+
+impl<T> NcclOwned<'_, T> {
+    /// The buffer as the collectives take it.
+    pub fn slice(&self) -> &CudaSlice<T> {
+        match self {
+            NcclOwned::Cudarc(s) => s,
+            NcclOwned::Nccl(b) => b,
+        }
+    }
+    /// The buffer as the collectives take it, mutably.
+    pub fn slice_mut(&mut self) -> &mut CudaSlice<T> {
+        match self {
+            NcclOwned::Cudarc(s) => s,
+            NcclOwned::Nccl(b) => b,
+        }
+    }
+}
+
+impl<'a> BenchBackend for Device<'a, NcclComm> {
+    type Comm = NcclComm;
+    type Owned<T: BenchElement> = NcclOwned<'a, T>;
+    fn comm(&self) -> &NcclComm {
+        self.comm
+    }
+    fn ctl(&self) -> &MpiComm {
+        self.ctl
+    }
+    fn backend(&self) -> Backend {
+        self.backend
+    }
+    fn variant(&self) -> Variant {
+        self.variant
+    }
+    fn raw_all_reduce<T: BenchElement>(
+        &self,
+        send: Option<&NcclOwned<'a, T>>,
+        buf: &mut NcclOwned<'a, T>,
+        op: ReduceOp,
+    ) -> anyhow::Result<()> {
+        crate::raw::RawDevice::raw_all_reduce(
+            self.comm,
+            send.map(NcclOwned::slice),
+            buf.slice_mut(),
+            op,
+        )
+    }
+    /// `registered` and `window`: NCCL's memory, registered as the variant says (a window on
+    /// every rank together); the others: cudarc's.
+    fn upload<T: BenchElement>(&self, host: &[T]) -> anyhow::Result<NcclOwned<'a, T>> {
+        let stream = self.comm.stream();
+        Ok(match self.variant.register_mode() {
+            RegisterMode::None => NcclOwned::Cudarc(device::upload(stream, host)?),
+            mode => {
+                let mut buf = self.comm.alloc_registered::<T>(host.len(), mode)?;
+                device::copy_to_device(stream, host, &mut buf)?;
+                NcclOwned::Nccl(buf)
+            }
+        })
+    }
+    fn download<T: BenchElement>(&self, buf: &NcclOwned<'a, T>) -> anyhow::Result<Vec<T>> {
+        self.comm.synchronize()?;
+        Ok(device::download(self.comm.stream(), buf.slice())?)
+    }
+    fn buf<'b, T: BenchElement>(buf: &'b NcclOwned<'a, T>) -> &'b CudaSlice<T> {
+        buf.slice()
+    }
+    fn buf_mut<'b, T: BenchElement>(buf: &'b mut NcclOwned<'a, T>) -> &'b mut CudaSlice<T> {
+        buf.slice_mut()
+    }
+    fn time_iters(
+        &self,
+        iters: usize,
+        blocking: bool,
+        f: &mut dyn FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<f64>> {
+        if blocking {
+            time_on_stream_blocking(self.comm, self.comm.stream(), iters, f)
+        } else {
+            time_on_stream(self.comm, self.comm.stream(), iters, f)
+        }
+    }
+}

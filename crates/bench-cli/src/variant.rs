@@ -18,6 +18,12 @@ pub enum Variant {
     Raw,
     /// The library's call on a communicator with checked mode on.
     Checked,
+    /// The library's call on NCCL buffers from `ncclMemAlloc` registered with `ncclCommRegister`
+    /// (`--register buffer`).
+    Registered,
+    /// The library's call on NCCL buffers from `ncclMemAlloc` registered on every rank as
+    /// symmetric windows (`--register window`).
+    Window,
 }
 
 impl Variant {
@@ -27,6 +33,26 @@ impl Variant {
             Variant::Library => "library",
             Variant::Raw => "raw",
             Variant::Checked => "checked",
+            Variant::Registered => "registered",
+            Variant::Window => "window",
+        }
+    }
+
+    /// How the variant's NCCL buffers are registered.
+    pub const fn register_mode(self) -> collectives_core::RegisterMode {
+        match self {
+            Variant::Registered => collectives_core::RegisterMode::Buffer,
+            Variant::Window => collectives_core::RegisterMode::Window,
+            _ => collectives_core::RegisterMode::None,
+        }
+    }
+
+    /// The variant that times buffers registered as `mode` (`None`: the library's).
+    pub const fn of_register_mode(mode: collectives_core::RegisterMode) -> Variant {
+        match mode {
+            collectives_core::RegisterMode::Buffer => Variant::Registered,
+            collectives_core::RegisterMode::Window => Variant::Window,
+            _ => Variant::Library,
         }
     }
 }
@@ -38,8 +64,9 @@ impl Variant {
 pub fn comparison_lines(rows: &[Row]) -> Vec<String> {
     let library = Variant::Library.name();
     let has = |v: Variant| rows.iter().any(|r| r.variant == v.name());
+    let mut registration = registration_lines(rows);
     if !has(Variant::Raw) && !has(Variant::Checked) {
-        return Vec::new();
+        return registration;
     }
     let mut lines = vec![
         "variants: overhead = library - raw, ratio = library / raw, cost = checked - library (us per call; oop | ip)"
@@ -83,6 +110,59 @@ pub fn comparison_lines(rows: &[Row]) -> Vec<String> {
         lines.push(format!(
             "{:>12} {:>10} {:>10} {:>6} {overhead:>19} {ratio:>13} {cost:>19}",
             r.size, r.backend, r.dtype, r.redop
+        ));
+    }
+    lines.append(&mut registration);
+    lines
+}
+
+/// The registration comparison (no `#`): per size, the time per call of the library's rows
+/// (cudarc's buffers) beside the `registered` and `window` rows, in microseconds, out-of-place and
+/// in-place. Empty when neither registered variant ran.
+fn registration_lines(rows: &[Row]) -> Vec<String> {
+    let named = |v: Variant| rows.iter().any(|r| r.variant == v.name());
+    if !named(Variant::Registered) && !named(Variant::Window) {
+        return Vec::new();
+    }
+    let mut lines = vec![
+        "registration: time per call (us; oop | ip) on unregistered, registered and window buffers"
+            .to_string(),
+        format!(
+            "{:>12} {:>10} {:>10} {:>6} {:>19} {:>19} {:>19}",
+            "size(B)", "backend", "type", "redop", "none", "registered", "window"
+        ),
+    ];
+    let mut keys: Vec<(&str, &str, &str, usize)> = Vec::new();
+    for r in rows {
+        let k = (r.backend, r.dtype, r.redop, r.size);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (backend, dtype, redop, size) in keys {
+        let cell = |v: Variant| {
+            rows.iter()
+                .find(|o| {
+                    o.variant == v.name()
+                        && (o.backend, o.dtype, o.redop, o.size) == (backend, dtype, redop, size)
+                })
+                .map_or_else(
+                    || "-".to_string(),
+                    |o| {
+                        let ip = if o.in_place {
+                            format!("{:.2}", o.ip.time.avg * 1e6)
+                        } else {
+                            "-".to_string()
+                        };
+                        format!("{:.2} | {ip}", o.oop.time.avg * 1e6)
+                    },
+                )
+        };
+        lines.push(format!(
+            "{size:>12} {backend:>10} {dtype:>10} {redop:>6} {:>19} {:>19} {:>19}",
+            cell(Variant::Library),
+            cell(Variant::Registered),
+            cell(Variant::Window)
         ));
     }
     lines
@@ -132,5 +212,24 @@ mod tests {
         assert!(lines[3].contains("- | -"), "{}", lines[3]);
         assert!(comparison_lines(&rows[..1]).is_empty());
         assert_eq!(Variant::default().name(), "library");
+    }
+
+    #[test]
+    fn compares_registration_modes_size_by_size() {
+        let rows = [
+            row(Variant::Library, 8, 20.0),
+            row(Variant::Registered, 8, 19.0),
+            row(Variant::Window, 8, 6.5),
+            row(Variant::Library, 16, 21.0),
+        ];
+        let lines = comparison_lines(&rows);
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        assert!(lines[2].contains("20.00 | 20.00"), "{}", lines[2]);
+        assert!(lines[2].contains("19.00 | 19.00"), "{}", lines[2]);
+        assert!(lines[2].contains("6.50 | 6.50"), "{}", lines[2]);
+        assert!(lines[3].ends_with('-'), "{}", lines[3]);
+        for mode in collectives_core::RegisterMode::ALL {
+            assert_eq!(Variant::of_register_mode(mode).register_mode(), mode);
+        }
     }
 }

@@ -61,7 +61,7 @@ pub use backend::mpi_host::{MpiComm, ProgressOptions, ProgressStats};
 #[cfg(feature = "nccl")]
 pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]
-pub use backend::nccl::NcclComm;
+pub use backend::nccl::{NcclBuffer, NcclComm, RegisterMode, Registration};
 #[cfg(feature = "nccl")]
 pub use comm::DeviceCommunicator;
 pub use comm::{Buffer, Communicator, Tag};

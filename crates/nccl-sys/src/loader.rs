@@ -474,6 +474,46 @@ mod tests {
         }
 
         #[test]
+        fn registration_entry_points_name_the_release_that_has_them() {
+            // Buffer registration and ncclMemAlloc came in 2.19, windows in 2.27: on a library
+            // older than each, resolving it is Unsupported with that release, never a crash.
+            let lib = fake(Version::new(2, 18, 1));
+            for (symbol, resolved) in [
+                ("ncclMemAlloc", nccl_fn!(&lib, ncclMemAlloc).map(|_| ())),
+                ("ncclMemFree", nccl_fn!(&lib, ncclMemFree).map(|_| ())),
+                (
+                    "ncclCommRegister",
+                    nccl_fn!(&lib, ncclCommRegister).map(|_| ()),
+                ),
+                (
+                    "ncclCommDeregister",
+                    nccl_fn!(&lib, ncclCommDeregister).map(|_| ()),
+                ),
+            ] {
+                assert_eq!(
+                    resolved,
+                    Err(Error::Unsupported {
+                        symbol,
+                        needs: Version::new(2, 19, 0),
+                        found: Version::new(2, 18, 1),
+                    })
+                );
+            }
+            let lib = fake(Version::new(2, 26, 6));
+            let err = nccl_fn!(&lib, ncclCommWindowRegister)
+                .map(|_| ())
+                .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "`ncclCommWindowRegister` needs NCCL 2.27 or newer; the loaded library is NCCL 2.26.6"
+            );
+            assert!(matches!(
+                nccl_fn!(&lib, ncclCommWindowDeregister).map(|_| ()),
+                Err(Error::Unsupported { needs, .. }) if needs == Version::new(2, 27, 0)
+            ));
+        }
+
+        #[test]
         fn optional_symbol_the_version_should_have_is_missing() {
             let lib = fake(Version::new(2, 28, 3));
             match nccl_fn!(&lib, ncclAlltoAll).map(|_| ()) {

@@ -4,7 +4,7 @@
 //! ordered around ours, and turns the result code into a `Result`. Zero-length operations enqueue
 //! nothing. NCCL has no gather, scatter, all-to-all or uneven collectives: those are grouped sends
 //! and receives (or, for `all_gather_v`, grouped broadcasts) here. Every non-blocking form enqueues
-//! exactly what its blocking form enqueues and records an event after it (`register`); its request
+//! exactly what its blocking form enqueues and records an event after it (`track`); its request
 //! is complete when the event is. `i_barrier` is an all-reduce of one value, like `barrier`, with
 //! no wait for the stream.
 
@@ -284,12 +284,12 @@ impl NcclComm {
         group.end()
     }
 
-    fn register<'s>(&'s self, scope: &'s Scope<'s, '_>, op: &'static str) -> Result<Request<'s>> {
-        self.register_keeping(scope, op, None)
+    fn track<'s>(&'s self, scope: &'s Scope<'s, '_>, op: &'static str) -> Result<Request<'s>> {
+        self.track_keeping(scope, op, None)
     }
 
-    /// [`register`](Self::register), keeping `scratch` alive until the operation completes.
-    fn register_keeping<'s>(
+    /// [`track`](Self::track), keeping `scratch` alive until the operation completes.
+    fn track_keeping<'s>(
         &'s self,
         scope: &'s Scope<'s, '_>,
         op: &'static str,
@@ -748,7 +748,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.enqueue_all_reduce(op, Some(send), recv, red, raw::wire::<T>(n))?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_broadcast<'s, T: Element>(
@@ -761,7 +761,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_all_gather<'s, T: Element>(
@@ -774,7 +774,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_send<'s, T: Element>(
@@ -788,7 +788,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_send(op, buf, dest, tag, n, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_recv<'s, T: Element>(
@@ -802,7 +802,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_recv(op, buf, source, tag, n, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     /// An all-reduce of one value, enqueued; the request completes once every rank's is done.
@@ -816,7 +816,7 @@ impl Backend for NcclComm {
             .alloc_zeros::<f32>(1)
             .map_err(|e| Error::cuda(op, e))?;
         self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
-        self.register_keeping(scope, op, Some(one))
+        self.track_keeping(scope, op, Some(one))
     }
 
     fn raw_i_reduce<'s, T: Element>(
@@ -832,7 +832,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_reduce(op, send, recv, red, root, n, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_all_reduce_in_place<'s, T: Element>(
@@ -846,7 +846,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.enqueue_all_reduce(op, None, buf, red, raw::wire::<T>(n))?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_reduce_scatter<'s, T: Element>(
@@ -861,7 +861,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_reduce_scatter(op, send, recv, red, n, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_all_to_all<'s, T: Element>(
@@ -874,7 +874,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_all_to_all(op, send, recv, n, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_all_to_all_v<'s, T: Element>(
@@ -888,7 +888,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_all_to_all_v(op, send, send_counts, recv, recv_counts, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_all_gather_v<'s, T: Element>(
@@ -901,7 +901,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_all_gather_v(op, send, recv, counts, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_gather<'s, T: Element>(
@@ -915,7 +915,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_gather(op, send, recv, root, n, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_gather_v<'s, T: Element>(
@@ -929,7 +929,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_gather_v(op, send, recv, counts, root, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_scatter<'s, T: Element>(
@@ -943,7 +943,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_scatter(op, send, recv, root, n, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     fn raw_i_scatter_v<'s, T: Element>(
@@ -957,7 +957,7 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_scatter_v(op, send, recv, counts, root, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 
     /// The grouped send and receive of the blocking form, enqueued.
@@ -974,6 +974,6 @@ impl Backend for NcclComm {
         (): (),
     ) -> Result<Request<'s>> {
         self.raw_send_recv(op, send, dest, recv, source, tag, counts, ())?;
-        self.register(scope, op)
+        self.track(scope, op)
     }
 }

@@ -19,12 +19,19 @@
 //! - **Tags**: NCCL has none; point-to-point messages between two ranks match in the order they were
 //!   posted, and the `tag` argument is checked for range only.
 //! - **Checked mode** agrees through the MPI communicator the NCCL one was made from.
+//! - **Registration** (the small-message fast path): [`NcclComm::register`] registers any device
+//!   buffer (`ncclCommRegister`); [`NcclComm::alloc_registered`] gives memory from `ncclMemAlloc`,
+//!   optionally registered or registered on every rank as a symmetric window
+//!   (`ncclCommWindowRegister`), as an [`NcclBuffer`] that every collective takes as a device
+//!   buffer (see the `register` module's documentation).
 
 mod collectives;
 mod comm;
 mod persistent;
 mod raw;
+mod register;
 mod request;
 
 pub use super::cuda_common::cuda_driver_present;
 pub use comm::{GroupGuard, NcclComm, UnevenAlgorithm};
+pub use register::{NcclBuffer, RegisterMode, Registration};
