@@ -183,9 +183,13 @@ impl MpiComm {
         self.raw
     }
 
-    /// Switch checked mode on or off for this communicator (overrides `COLLECTIVES_CHECK`).
+    /// Switch checked mode on or off for this communicator (overrides `COLLECTIVES_CHECK`, whose
+    /// default is on in debug builds): the setting of a communicator that is not wrapped.
+    /// [`Checked::new`](crate::Checked::new) is the explicit way to have checked mode whatever
+    /// this setting, the build and the environment say (see [`crate::checked`]).
     ///
-    /// Every rank must use the same setting.
+    /// Every rank must use the same setting. Communicators made from this one (`split`, `dup`)
+    /// inherit it.
     #[must_use]
     pub fn with_checked(mut self, on: bool) -> Self {
         self.checked = on;
