@@ -1,4 +1,4 @@
-//! Persistent collectives: a collective set up once ([`Communicator::all_reduce_init`] and the other
+//! Persistent collectives: a collective set up once ([`Communicator::all_reduce_init`](crate::Communicator::all_reduce_init) and the other
 //! `*_init` methods) and run many times on the same buffers with [`Persistent::start`] and
 //! [`Persistent::wait`].
 //!
@@ -16,7 +16,7 @@
 //! A plan borrows its buffers for its whole life, so nothing else can touch them while the library
 //! may; between runs they are reached through the plan ([`send_mut`](Persistent::send_mut),
 //! [`recv`](Persistent::recv), ...), and each run reads the send buffer as it is when the run
-//! starts. Like a [`Request`](crate::Request), a plan lives in a [`Scope`](crate::Scope): dropping
+//! starts. Like a [`Request`], a plan lives in a [`Scope`]: dropping
 //! a plan completes its run in flight, and the scope completes it at its end in any case, also when
 //! the plan was leaked with [`std::mem::forget`], so a buffer is never released under a running
 //! collective.

@@ -61,7 +61,7 @@ impl Compute {
 const CHUNK: u32 = 64;
 
 /// Busy the core for `seconds` with arithmetic that the compiler cannot drop, reading the clock
-/// between chunks of [`CHUNK`] steps (OSU's `do_compute_cpu` reads it between matrix passes).
+/// between chunks of `CHUNK` (64) steps (OSU's `do_compute_cpu` reads it between matrix passes).
 pub fn spin(seconds: f64) {
     let start = Instant::now();
     let mut x = 1.0f64;

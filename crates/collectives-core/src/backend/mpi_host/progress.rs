@@ -10,7 +10,7 @@
 //!
 //! # How
 //!
-//! Every communicator with the engine shares one [`Engine`] with the communicators made from it
+//! Every communicator with the engine shares one engine with the communicators made from it
 //! (`dup`, `split`, the device backends built on it). It counts the operations in flight on them:
 //! an operation counts from its start until it completes (through `wait`, `test` or the end of its
 //! scope). While the count is above zero the engine's thread calls `MPI_Iprobe` on a private
@@ -42,7 +42,7 @@
 //!   # Ok::<(), collectives_core::Error>(())
 //!   ```
 //!
-//!   Enabling the engine at a lower level is [`Error::ThreadLevel`](crate::Error::ThreadLevel).
+//!   Enabling the engine at a lower level is [`Error::ThreadLevel`].
 //! - **Teardown.** The thread stops (and its private communicator is freed) when the last
 //!   communicator sharing the engine is dropped or finalized; drop communicators before MPI is
 //!   finalized, as always. The thread makes MPI calls only while an operation is in flight, and
