@@ -26,7 +26,8 @@ use collectives::backend::mpi_cuda::{cuda_unavailable, IpcBuffer};
 use collectives::cuda_aware::{self, CudaAwareness};
 use collectives::cudarc::driver::CudaSlice;
 use collectives::{
-    device, scope, Communicator, DeviceCommunicator, Error, MpiCudaComm, MpiStagedComm, ReduceOp,
+    device, scope, Checked, Communicator, DeviceCommunicator, Error, MpiCudaComm, MpiStagedComm,
+    ReduceOp,
 };
 use common::suite::{self, Backend, Val};
 use common::{case, catalog, Case, T};
@@ -93,6 +94,9 @@ impl Backend for MpiStagedComm {
         suite::other_device_zeros(self.context().ordinal(), len)
     }
 }
+
+suite::checked_backend!(MpiCudaComm);
+suite::checked_backend!(MpiStagedComm);
 
 thread_local! {
     /// One communicator of each backend for the whole run (made collectively by the first test that
@@ -220,6 +224,47 @@ fn with_staged_catalog(t: &T, checked: bool, body: &mut dyn FnMut(&MpiStagedComm
     } else {
         with_staged(t, |c| body(c))
     }
+}
+
+/// `Checked` around an `MpiCudaComm` of its own whose flag is off: the wrapper alone agrees.
+fn with_wrapped_cuda(t: &T, body: impl FnOnce(&Checked<MpiCudaComm>)) {
+    with_cuda(t, |_| match MpiCudaComm::from_mpi(t.comm, None) {
+        Ok(c) => body(&Checked::new(c.with_checked(false))),
+        Err(e) => t.fail(format!("construction: {e}")),
+    })
+}
+
+/// `Checked` around an `MpiStagedComm` of its own whose flag is off.
+fn with_wrapped_staged(t: &T, body: impl FnOnce(&Checked<MpiStagedComm>)) {
+    match MpiStagedComm::from_mpi(t.comm, None) {
+        Ok(c) => body(&Checked::new(c.with_checked(false))),
+        Err(e) => t.fail(format!("construction: {e}")),
+    }
+}
+
+/// The bad-input catalog's communicator for `Checked<MpiCudaComm>`.
+fn with_wrapped_cuda_catalog(t: &T, _checked: bool, body: &mut dyn FnMut(&Checked<MpiCudaComm>)) {
+    with_wrapped_cuda(t, |c| body(c))
+}
+
+/// The bad-input catalog's communicator for `Checked<MpiStagedComm>`.
+fn with_wrapped_staged_catalog(
+    t: &T,
+    _checked: bool,
+    body: &mut dyn FnMut(&Checked<MpiStagedComm>),
+) {
+    with_wrapped_staged(t, |c| body(c))
+}
+
+/// The suite's calls through the wrapper: agreement must not refuse them or change the answers.
+fn wrapped_suite<C: Backend>(t: &T, c: &C) {
+    t.check(c.checked(), || "Checked says it is checked".into());
+    suite::reductions::<f64, C>(t, c);
+    suite::movement::<Complex<f64>, C>(t, c);
+    suite::uneven::<f32, C>(t, c);
+    suite::barrier_split_dup(t, c);
+    suite::non_blocking_all::<f64, C>(t, c);
+    suite::persistent::<f64, C>(t, c);
 }
 
 /// A non-blocking average: the division happens at completion (on the host for both backends).
@@ -451,6 +496,13 @@ fn main() {
             ipc_buffers_cuda,
             with_cuda_catalog
         ));
+        cases.push(case("mpi_cuda_wrapped_suite", |t| {
+            with_wrapped_cuda(t, |c| wrapped_suite(t, c))
+        }));
+        cases.extend(catalog::agreed_cases(
+            "mpi_cuda_wrapped",
+            with_wrapped_cuda_catalog,
+        ));
     }
     cases.extend(backend_cases!(
         "mpi_staged",
@@ -458,6 +510,13 @@ fn main() {
         MpiStagedComm,
         ipc_buffers_staged,
         with_staged_catalog
+    ));
+    cases.push(case("mpi_staged_wrapped_suite", |t| {
+        with_wrapped_staged(t, |c| wrapped_suite(t, c))
+    }));
+    cases.extend(catalog::agreed_cases(
+        "mpi_staged_wrapped",
+        with_wrapped_staged_catalog,
     ));
     cases.push(case("mpi_staged_pipeline", staged_pipeline));
     common::run(&cases)

@@ -9,7 +9,7 @@
 mod common;
 
 use catalog::invalid_mentioning;
-use collectives::{Communicator, HostArray, MpiComm, ReduceOp};
+use collectives::{Checked, Communicator, HostArray, MpiComm, ReduceOp};
 use common::{case, catalog, Case, T};
 
 fn non_contiguous_ndarray(t: &T) {
@@ -36,10 +36,22 @@ fn non_contiguous_ndarray(t: &T) {
     }
 }
 
+/// The catalog's communicator for `Checked<MpiComm>`: a duplicate with its own checked-mode flag
+/// off, so every agreement these cases see is the wrapper's.
+fn with_wrapped(t: &T, _checked: bool, body: &mut dyn FnMut(&Checked<MpiComm>)) {
+    match t.comm.dup() {
+        Ok(c) => body(&Checked::new(c.with_checked(false))),
+        Err(e) => t.fail(format!("dup: {e}")),
+    }
+}
+
 fn main() {
     // The harness makes each case's communicator in the checked mode the case asks for.
     let with: catalog::With<MpiComm> = |t, _checked, body| body(t.comm);
     let mut cases: Vec<Case> = catalog::cases("mpi", with);
+    // The whole catalog again through the wrapper: the cases that need checked mode get it from
+    // `Checked` alone, and the others return the same errors through it.
+    cases.extend(catalog::cases("mpi_wrapped", with_wrapped));
     cases.push(case("mpi_non_contiguous_ndarray", non_contiguous_ndarray));
     common::run(&cases)
 }

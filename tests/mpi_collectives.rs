@@ -6,7 +6,7 @@
 
 mod common;
 
-use collectives::{scope, Communicator, MpiComm, ReduceOp};
+use collectives::{scope, Checked, Communicator, MpiComm, ReduceOp};
 use common::suite;
 use common::{case, checked, Case, T};
 use num_complex::Complex;
@@ -124,6 +124,80 @@ fn checked_mode_agrees_on_good_calls(t: &T) {
     suite::persistent::<f64, MpiComm>(t, t.comm);
 }
 
+/// A duplicate of the case's communicator with its own checked-mode flag set to `on`.
+fn dup_with_flag(t: &T, on: bool) -> Option<MpiComm> {
+    t.ok(t.comm.dup(), "dup").map(|c| c.with_checked(on))
+}
+
+fn checked_wrapper_agrees_on_good_calls(t: &T) {
+    // The suite through `Checked` around a communicator whose own flag is off: the wrapper makes
+    // every agreement, and must not refuse good calls or change their answers.
+    let Some(inner) = dup_with_flag(t, false) else {
+        return;
+    };
+    let c = Checked::new(inner);
+    t.check(c.checked(), || "Checked says it is checked".into());
+    t.check(!c.inner().checked(), || {
+        "the wrapped communicator keeps its own setting".into()
+    });
+    suite::reductions::<f64, Checked<MpiComm>>(t, &c);
+    suite::reductions::<Complex<f64>, Checked<MpiComm>>(t, &c);
+    suite::movement::<i32, Checked<MpiComm>>(t, &c);
+    suite::uneven::<u8, Checked<MpiComm>>(t, &c);
+    suite::point_to_point::<f32, Checked<MpiComm>>(t, &c);
+    suite::barrier_split_dup(t, &c);
+    suite::non_blocking_all::<f64, Checked<MpiComm>>(t, &c);
+    suite::persistent::<f64, Checked<MpiComm>>(t, &c);
+    // Communicators made from a checked one are checked.
+    if let Some(d) = t.ok(c.dup(), "dup") {
+        t.check(d.checked(), || "dup of a Checked is checked".into());
+    }
+    if let Some(Some(s)) = t.ok(c.split(Some(0), 0), "split") {
+        t.check(s.checked(), || "split of a Checked is checked".into());
+    }
+    let inner = c.into_inner();
+    t.check(!inner.checked(), || {
+        "into_inner gives the communicator back".into()
+    });
+}
+
+fn checked_wrapper_agrees_once(t: &T) {
+    // A wrapper around a communicator that agrees already (its flag on, or a wrapper) adds no
+    // second agreement: ranks whose flags differ under the wrapper still make the same calls,
+    // and a wrapper of a wrapper works like one.
+    let Some(inner) = dup_with_flag(t, t.rank() % 2 == 0) else {
+        return;
+    };
+    let c = Checked::new(inner);
+    suite::reductions::<f64, Checked<MpiComm>>(t, &c);
+    suite::barrier_split_dup(t, &c);
+    suite::persistent::<i32, Checked<MpiComm>>(t, &c);
+    let Some(inner) = dup_with_flag(t, false) else {
+        return;
+    };
+    let cc = Checked::new(Checked::new(inner));
+    t.check(cc.checked(), || "Checked<Checked<_>> is checked".into());
+    suite::movement::<f64, Checked<Checked<MpiComm>>>(t, &cc);
+    suite::barrier_split_dup(t, &cc);
+}
+
+fn checked_wrapper_under_a_deadline(t: &T) {
+    // Under a deadline the agreement is polled like any operation; split and dup meet there
+    // (an unchecked communicator meets in a polled barrier instead).
+    let Some(inner) = dup_with_flag(t, false) else {
+        return;
+    };
+    let c = Checked::new(inner.with_timeout(Some(std::time::Duration::from_secs(60))));
+    suite::barrier_split_dup(t, &c);
+    suite::non_blocking_all::<f64, Checked<MpiComm>>(t, &c);
+    suite::persistent::<f64, Checked<MpiComm>>(t, &c);
+    let Some(plain) = dup_with_flag(t, false) else {
+        return;
+    };
+    let plain = plain.with_timeout(Some(std::time::Duration::from_secs(60)));
+    suite::barrier_split_dup(t, &plain);
+}
+
 fn non_blocking_under_a_deadline(t: &T) {
     // Under a deadline MPI works on copies, polled against it: the same answers must come back.
     let Some(d) = t.ok(t.comm.dup(), "dup") else {
@@ -185,6 +259,15 @@ fn main() {
             "checked_mode_agrees_on_good_calls",
             1,
             checked_mode_agrees_on_good_calls,
+        ),
+        case(
+            "checked_wrapper_agrees_on_good_calls",
+            checked_wrapper_agrees_on_good_calls,
+        ),
+        case("checked_wrapper_agrees_once", checked_wrapper_agrees_once),
+        case(
+            "checked_wrapper_under_a_deadline",
+            checked_wrapper_under_a_deadline,
         ),
     ]);
     common::run(&cases)

@@ -11,7 +11,7 @@ mod common;
 use std::cell::OnceCell;
 
 use collectives::backend::nccl::{cuda_driver_present, UnevenAlgorithm};
-use collectives::NcclComm;
+use collectives::{Checked, NcclComm};
 use common::suite;
 use common::{case, catalog, Case, T};
 use half::bf16;
@@ -44,6 +44,19 @@ fn with_checked_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
         Ok(c) => body(&c.with_checked(true)),
         Err(e) => t.fail(format!("NcclComm::from_mpi: {e}")),
     }
+}
+
+/// `Checked` around an NCCL communicator of its own whose flag is off: the wrapper alone agrees.
+fn with_wrapped_nccl(t: &T, body: impl FnOnce(&Checked<NcclComm>)) {
+    match NcclComm::from_mpi(t.comm, None) {
+        Ok(c) => body(&Checked::new(c.with_checked(false))),
+        Err(e) => t.fail(format!("NcclComm::from_mpi: {e}")),
+    }
+}
+
+/// The bad-input catalog's communicator through the wrapper.
+fn with_wrapped_catalog(t: &T, _checked: bool, body: &mut dyn FnMut(&Checked<NcclComm>)) {
+    with_wrapped_nccl(t, |c| body(c))
 }
 
 /// The uneven suite with the all-gather-v algorithm forced, so both paths run at every size.
@@ -116,7 +129,18 @@ fn main() {
             uneven_with(t, UnevenAlgorithm::Broadcasts)
         }),
     ]);
+    cases.extend([case("nccl_wrapped_suite", |t| {
+        with_wrapped_nccl(t, |c| {
+            suite::reductions::<f64, Checked<NcclComm>>(t, c);
+            suite::movement::<Complex<f64>, Checked<NcclComm>>(t, c);
+            suite::uneven::<f32, Checked<NcclComm>>(t, c);
+            suite::barrier_split_dup(t, c);
+            suite::non_blocking_all::<f64, Checked<NcclComm>>(t, c);
+            suite::persistent::<f64, Checked<NcclComm>>(t, c);
+        })
+    })]);
     cases.extend(catalog::cases("nccl", with_catalog));
+    cases.extend(catalog::agreed_cases("nccl_wrapped", with_wrapped_catalog));
     if catalog::visible_gpus() >= 2 {
         cases.extend(catalog::device_cases("nccl", with_catalog));
     }

@@ -148,6 +148,15 @@ pub fn cases<C: Backend + 'static>(prefix: &str, with: With<C>) -> Vec<Case> {
     to_cases(prefix, with, entries)
 }
 
+/// The cases of the catalog that need checked mode (ranks whose arguments differ), for a
+/// communicator in checked mode by construction (`Checked<C>`), named `{prefix}_{case}`.
+pub fn agreed_cases<C: Backend + 'static>(prefix: &str, with: With<C>) -> Vec<Case> {
+    cases(prefix, with)
+        .into_iter()
+        .filter(|c| c.checked)
+        .collect()
+}
+
 /// The cases only device backends have, for a run where at least two GPUs are visible: a buffer on
 /// another GPU than the communicator's.
 pub fn device_cases<C: Backend + 'static>(prefix: &str, with: With<C>) -> Vec<Case> {

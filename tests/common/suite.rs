@@ -98,6 +98,54 @@ impl Backend for collectives::NcclComm {
     }
 }
 
+/// The suite's `Backend` for `Checked<$comm>` (a concrete communicator: the wrapper's buffers are
+/// the wrapped communicator's): every buffer operation through the wrapped communicator, and a
+/// communicator with a deadline wrapped again.
+macro_rules! checked_backend {
+    ($comm:ty) => {
+        impl $crate::common::suite::Backend for collectives::Checked<$comm> {
+            type Owned<V: $crate::common::suite::Val> =
+                <$comm as $crate::common::suite::Backend>::Owned<V>;
+            fn up<V: $crate::common::suite::Val>(&self, host: &[V]) -> Self::Owned<V> {
+                self.inner().up(host)
+            }
+            fn down<V: $crate::common::suite::Val>(&self, buf: &Self::Buf<V>) -> Vec<V> {
+                self.inner().down(buf)
+            }
+            fn fill<V: $crate::common::suite::Val>(&self, buf: &mut Self::Buf<V>, host: &[V]) {
+                self.inner().fill(buf, host)
+            }
+            fn zeros<V: $crate::common::suite::Val>(&self, len: usize) -> Self::Owned<V> {
+                self.inner().zeros(len)
+            }
+            fn tag_ub(&self) -> i32 {
+                self.inner().tag_ub()
+            }
+            fn with_deadline(
+                &self,
+                world: &collectives::MpiComm,
+                after: std::time::Duration,
+            ) -> Result<Self, collectives::Error> {
+                self.inner()
+                    .with_deadline(world, after)
+                    .map(collectives::Checked::new)
+            }
+            fn on_other_device<V: $crate::common::suite::Val>(
+                &self,
+                len: usize,
+            ) -> Option<Self::Owned<V>> {
+                self.inner().on_other_device(len)
+            }
+        }
+    };
+}
+#[allow(unused_imports)] // used by the device test binaries only
+pub(crate) use checked_backend;
+
+checked_backend!(collectives::MpiComm);
+checked_backend!(collectives::Checked<collectives::MpiComm>);
+checked_backend!(collectives::NcclComm);
+
 /// `len` zeros on a visible GPU other than `mine`, if there is one.
 pub fn other_device_zeros<V: Val>(
     mine: usize,

@@ -27,13 +27,156 @@
 //! polled against it like any other operation, and a missing rank is
 //! [`Error::Timeout`] under the collective's name.
 //!
-//! Checked mode is on when `COLLECTIVES_CHECK` is `1`/`true`/`on`, off when it is `0`/`false`/`off`,
-//! and otherwise on in debug builds and off in release builds; a communicator's own setting
-//! (`with_checked`) overrides both. Its cost is one small all-gather per call (see docs/PERFORMANCE.md).
+//! # Turning it on
+//!
+//! [`Checked::new(comm)`](Checked::new) is the explicit way: a wrapper around any communicator of
+//! this crate that is itself a [`Communicator`] (and a `DeviceCommunicator` where the wrapped one
+//! is), and agrees on every collective whatever the wrapped communicator's own setting. Code
+//! generic over [`Communicator`] takes it like any other backend, so checked mode is a choice made
+//! where the communicator is built, not in the solver.
+//!
+//! Without the wrapper, a communicator's own flag decides, as before: `with_checked(on)` on
+//! [`MpiComm`] and the device communicators, else `COLLECTIVES_CHECK` (on for
+//! `1`/`true`/`on`/`yes`, off for `0`/`false`/`off`/`no`), else on in debug builds and off in
+//! release builds. That default is for debugging a whole program from the environment; the
+//! wrapper is for code that wants the checks whatever the build and environment.
+//!
+//! Either way the cost is one small all-gather per collective (two for `all_to_all_v`; see
+//! docs/PERFORMANCE.md), made once per call: a [`Checked`] around a communicator that already
+//! agrees (its flag is on, or it is a `Checked` itself) does not agree a second time.
 
+use crate::backend::mpi_host::MpiComm;
+use crate::comm::Communicator;
 use crate::element::{type_name_of_code, Element};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
+
+/// A communicator in checked mode: before every collective the ranks agree on the call (see the
+/// [module documentation](self)), whatever the wrapped communicator's own setting.
+///
+/// `Checked<C>` is a [`Communicator`] with the wrapped one's buffers, backend and ranks, for each
+/// communicator of this crate (`MpiComm`, `NcclComm`, `MpiCudaComm`, `MpiStagedComm`, and a
+/// `Checked` of one), and a `DeviceCommunicator` where `C` is one. Its arguments are checked in the
+/// same order and with the same errors as the wrapped communicator's, then agreed on, then made
+/// by the same backend operation: a call that works unwrapped gives the same answer wrapped, and a
+/// call whose arguments do not fit together across ranks returns an error on every rank instead
+/// of hanging. [`checked`](Communicator::checked) says `true`; `split` and `dup` return
+/// `Checked` communicators. Point-to-point operations are not agreed on (nothing to agree
+/// through), as in checked mode by flag.
+///
+/// Every rank must wrap, or none: a rank in checked mode makes calls that the others do not.
+///
+/// ```no_run
+/// use collectives_core::{Checked, Communicator, MpiComm, ReduceOp};
+///
+/// let universe = mpi::initialize().expect("MPI initializes once");
+/// // Checked whatever `COLLECTIVES_CHECK` says, in debug and release builds alike.
+/// let comm = Checked::new(MpiComm::world(&universe)?);
+/// assert!(comm.checked());
+/// let send = vec![1.0f64; 4];
+/// let mut recv = vec![0.0; 4];
+/// // A rank passing another length would get `Error::InvalidArgument`, and the others
+/// // `Error::PeerInvalid` naming it, instead of a hang.
+/// comm.all_reduce(&send[..], &mut recv[..], ReduceOp::Sum)?;
+/// let world: MpiComm = comm.into_inner();
+/// # drop(world);
+/// # Ok::<(), collectives_core::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Checked<C> {
+    inner: C,
+}
+
+impl<C: Communicator> Checked<C> {
+    /// `comm` in checked mode. Collective only in the sense that every rank must wrap its
+    /// communicator alike; it makes no call.
+    pub fn new(comm: C) -> Self {
+        Checked { inner: comm }
+    }
+
+    /// The wrapped communicator (its own [`checked`](Communicator::checked) setting unchanged).
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+
+    /// The wrapped communicator back, as it was given (its own setting unchanged).
+    pub fn into_inner(self) -> C {
+        self.inner
+    }
+}
+
+/// The stream, device, MPI communicator and deadline of the wrapped communicator; `with_stream`
+/// keeps the wrapper.
+#[cfg(feature = "nccl")]
+impl<C> crate::comm::DeviceCommunicator for Checked<C>
+where
+    C: crate::comm::DeviceCommunicator + crate::frontend::Frontend,
+{
+    fn stream(&self) -> &std::sync::Arc<cudarc::driver::CudaStream> {
+        self.inner.stream()
+    }
+
+    fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
+        self.inner.context()
+    }
+
+    fn mpi(&self) -> &MpiComm {
+        self.inner.mpi()
+    }
+
+    fn deadline(&self) -> Option<std::time::Duration> {
+        self.inner.deadline()
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.inner.synchronize()
+    }
+
+    fn with_stream(self, stream: std::sync::Arc<cudarc::driver::CudaStream>) -> Result<Self> {
+        self.inner.with_stream(stream).map(Checked::new)
+    }
+}
+
+/// Checked mode's agreement on `call` over `mpi` (the communicator's transport): one all-gather
+/// of every rank's [`Call::record`] (and, for `all_to_all_v`, a second of the counts), then the
+/// same verdict on every rank: this rank's own error first (`local`), else a peer's rejection or
+/// a mismatch ([`verdict`], [`pair_verdict`]), else `local`'s value.
+///
+/// On a communicator refused after a timeout: the local error if there is one, else
+/// [`Error::Unusable`], without any communication.
+pub(crate) fn agree<R>(mpi: &MpiComm, call: Call<'_>, local: Result<R>) -> Result<R> {
+    let op = call.op().name();
+    if !mpi.is_usable() {
+        let value = local?;
+        mpi.ensure_usable(op)?;
+        return Ok(value);
+    }
+    let mine = call.record(local.is_ok());
+    let mut table = vec![0i64; RECORD_LEN * mpi.size()];
+    mpi.all_gather_i64(op, &mine, &mut table)?;
+    let value = local?;
+    verdict(op, &table)?;
+    if call.needs_pair_check() {
+        let mine = call.pair_record();
+        let mut table = vec![0i64; mine.len() * mpi.size()];
+        mpi.all_gather_i64(op, &mine, &mut table)?;
+        pair_verdict(op, &table, mpi.size())?;
+    }
+    Ok(value)
+}
+
+/// Outside checked mode: this rank's own result, [`Error::Unusable`] after a timeout, and for
+/// `split` and `dup` (which have no non-blocking twin) under a deadline a polled barrier, so a
+/// missing peer is a timeout there too (the agreement is that meeting in checked mode).
+pub(crate) fn pass<R>(mpi: &MpiComm, call: Call<'_>, local: Result<R>) -> Result<R> {
+    let op = call.op().name();
+    let value = local?;
+    mpi.ensure_usable(op)?;
+    if matches!(call.op(), OpKind::Split | OpKind::Dup) {
+        mpi.arrive(op)?;
+    }
+    Ok(value)
+}
 
 /// Integers per rank in the agreement record.
 pub const RECORD_LEN: usize = 8;

@@ -17,9 +17,9 @@
 //! - every argument is checked before any library call, always (not only in debug builds): lengths per
 //!   collective, root and peer ranks, the reduce operation for the element type, counts arrays of length
 //!   [`size`](Communicator::size) that agree with the buffers, counts that fit the backend's count type;
-//! - in checked mode (see [`crate::checked`]) the ranks also agree on the call before it is made, so a
-//!   call whose arguments do not fit together across ranks returns an error on every rank instead of
-//!   hanging;
+//! - in checked mode (see [`crate::checked`]; [`Checked`](crate::Checked) wraps any communicator in
+//!   it) the ranks also agree on the call before it is made, so a call whose arguments do not fit
+//!   together across ranks returns an error on every rank instead of hanging;
 //! - under a deadline (always on NCCL; opt-in on the MPI backends, see [`crate::deadline`] and
 //!   [`MpiComm::with_timeout`](crate::MpiComm::with_timeout)) a peer that dies or never makes the
 //!   matching call is [`Error::Timeout`](crate::Error::Timeout) instead of a hang, and every operation
@@ -85,7 +85,9 @@ pub trait Communicator: Sized {
     fn rank(&self) -> usize;
     /// Number of ranks.
     fn size(&self) -> usize;
-    /// Whether checked mode (cross-rank agreement before each collective) is on.
+    /// Whether checked mode (cross-rank agreement before each collective) is on: always for a
+    /// [`Checked`](crate::Checked) communicator, else the communicator's own setting
+    /// (`with_checked`, else `COLLECTIVES_CHECK`, else on in debug builds).
     fn checked(&self) -> bool;
 
     /// Block until every rank has entered the barrier.

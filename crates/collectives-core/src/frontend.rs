@@ -1,17 +1,20 @@
 //! The front end: every operation of every backend goes through here, once.
 //!
 //! [`Backend`] is what a backend implements: raw operations whose arguments the front end has already
-//! checked, and the few facts the front end needs (rank, size, rules, agreement, how `Avg` is done,
-//! pinned host buffers). Every type that implements it is a [`Communicator`] through the one
-//! implementation below, which for each operation:
+//! checked, and the few facts the front end needs (rank, size, rules, the MPI communicator that
+//! carries the agreement, how `Avg` is done, pinned host buffers). [`Frontend`] is checked mode's
+//! policy over a backend: every backend is one (agreeing when its checked-mode flag is on), and so
+//! is the wrapper [`Checked`] (always agreeing). Every `Frontend` is a [`Communicator`] through the
+//! one implementation below, which for each operation:
 //!
 //! 1. opens a tracing span named after the operation;
 //! 2. checks the arguments against the rules table ([`crate::rules`]) with the backend's parameters
 //!    (count limit, tag bound, device), in the same order on every backend;
 //! 3. takes what the call must hold before the ranks agree (the staged backends' pinned host
 //!    buffers: a rank that cannot get them fails in the agreement, not alone afterwards);
-//! 4. in checked mode, agrees with the other ranks on the call ([`crate::checked`]);
-//! 5. makes the backend's raw operation;
+//! 4. in checked mode, agrees with the other ranks on the call ([`Frontend::agree`], the one
+//!    agreement of [`crate::checked`]);
+//! 5. makes the backend's raw operation ([`Frontend::raw`]);
 //! 6. finishes `Avg` where the backend reduces with a sum (divides by the number of ranks).
 //!
 //! Persistent plans (`*_init`) run steps 1 to 4 once, when the plan is made, and hand the checked
@@ -19,14 +22,15 @@
 //! non-blocking raw operation at each start ([`replay`]); a backend with something better (MPI's
 //! persistent collectives, a CUDA graph) overrides it.
 //!
-//! [`Backend`] is `pub` inside this private module: nothing outside the crate can name it, so no
-//! one else can call a raw operation with unchecked arguments or implement it, while the blanket
-//! implementation of the public [`Communicator`] trait can use it.
+//! [`Backend`] and [`Frontend`] are `pub` inside this private module: nothing outside the crate can
+//! name them, so no one else can call a raw operation with unchecked arguments or implement them,
+//! while the blanket implementation of the public [`Communicator`] trait can use them.
 //!
 //! Errors are mapped where they arise: the rules and the agreement return this crate's
 //! [`Error`](crate::Error) values, the raw operations turn their library's codes into them.
 
-use crate::checked::{Call, OpKind};
+use crate::backend::mpi_host::MpiComm;
+use crate::checked::{self, Call, Checked, OpKind};
 use crate::comm::{Buffer, Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
@@ -69,13 +73,12 @@ pub trait Backend: Sized {
     fn kind(&self) -> BackendKind;
     /// This rank and the number of ranks.
     fn ranks(&self) -> (usize, usize);
-    /// Whether checked mode is on.
-    fn is_checked(&self) -> bool;
     /// The rules' parameters for this communicator.
     fn rules(&self) -> Rules;
-    /// Checked mode's agreement on `call` (or, unchecked, only the local result); see
-    /// [`MpiComm::agree`](crate::MpiComm).
-    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R>;
+    /// The MPI communicator over the same ranks that checked mode's agreement goes through (the
+    /// communicator itself on host MPI); its checked-mode flag (`with_checked`,
+    /// `COLLECTIVES_CHECK`) says whether this backend, unwrapped, agrees.
+    fn transport(&self) -> &MpiComm;
     /// Whether the backend reduces `Avg` itself; otherwise the front end sums and calls
     /// [`divide`](Self::divide).
     fn native_avg(&self) -> bool;
@@ -474,6 +477,87 @@ pub trait Backend: Sized {
     }
 }
 
+/// Checked mode's policy: which backend a communicator's raw operations go to, and whether (and
+/// how) the ranks agree on each call before it.
+///
+/// Two implementations, and only these: every [`Backend`] is its own front end and agrees when
+/// its checked-mode flag is on (`with_checked`, else `COLLECTIVES_CHECK`, else debug builds), and
+/// [`Checked<F>`] always agrees. [`Communicator`] is implemented once, for every `Frontend`; it
+/// calls the raw operations on [`raw`](Self::raw), so the wrapper delegates none of them.
+pub trait Frontend: Sized {
+    /// The backend whose raw operations make the calls.
+    type Raw: Backend;
+    /// That backend.
+    fn raw(&self) -> &Self::Raw;
+    /// A communicator of this kind around `raw`, a communicator made from this one (`split`,
+    /// `dup`): a checked communicator makes checked ones.
+    fn wrap(raw: Self::Raw) -> Self;
+    /// Whether the ranks agree on each collective before it is made.
+    fn is_checked(&self) -> bool;
+    /// Checked mode's agreement on `call` when [`is_checked`](Self::is_checked), else only the
+    /// local result: see [`checked::agree`] and [`checked::pass`].
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R>;
+}
+
+impl<B: Backend> Frontend for B {
+    type Raw = B;
+
+    fn raw(&self) -> &B {
+        self
+    }
+
+    fn wrap(raw: B) -> B {
+        raw
+    }
+
+    fn is_checked(&self) -> bool {
+        self.transport().checked_by_flag()
+    }
+
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
+        let mpi = self.transport();
+        if mpi.checked_by_flag() {
+            checked::agree(mpi, call, local)
+        } else {
+            checked::pass(mpi, call, local)
+        }
+    }
+}
+
+/// The wrapper agrees on every collective, once: where the communicator it wraps agrees already
+/// (its flag is on, or it is a `Checked` itself), through that one's agreement; else through its
+/// own over the backend's transport. Two layers never make two agreements, so ranks whose layers
+/// differ only in that (a `Checked` around a communicator whose flag differs between ranks) still
+/// make the same calls.
+impl<F: Frontend> Frontend for Checked<F> {
+    type Raw = F::Raw;
+
+    fn raw(&self) -> &F::Raw {
+        self.inner().raw()
+    }
+
+    fn wrap(raw: F::Raw) -> Self {
+        Checked::new(F::wrap(raw))
+    }
+
+    fn is_checked(&self) -> bool {
+        true
+    }
+
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
+        if self.inner().is_checked() {
+            self.inner().agree(call, local)
+        } else {
+            checked::agree(self.raw().transport(), call, local)
+        }
+    }
+}
+
+/// A backend's buffer type for elements `T`, as the front end `F` names it.
+type Buf<F, T> = <<F as Frontend>::Raw as Backend>::Buf<T>;
+/// What a call of front end `F` holds from before the agreement until its raw operation.
+type Staging<'c, F, T> = <<F as Frontend>::Raw as Backend>::Staging<'c, T>;
+
 /// A persistent collective as a backend gets it: checked counts, and the buffers the plan borrows
 /// for its life. `red` is the operation the backend runs (`Sum` for an `Avg` it does not do
 /// natively) and `average` whether each completion divides by the number of ranks.
@@ -767,17 +851,18 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
 
 /// Make the backend's plan for `call` and hand it to `scope`, with the buffers the caller may reach
 /// between runs.
-fn plan<'s, B: Backend, T: Element>(
-    b: &'s B,
+fn plan<'s, F: Frontend, T: Element>(
+    f: &'s F,
     op: &'static str,
     scope: &'s Scope<'s, '_>,
-    call: PlanCall<B, T>,
-    send: Option<BufPtr<B::Buf<T>>>,
-    recv: Option<BufPtr<B::Buf<T>>>,
-) -> Result<Persistent<'s, B::Buf<T>>> {
-    let bytes = plan_bytes::<B, T>(&call);
+    call: PlanCall<F::Raw, T>,
+    send: Option<BufPtr<Buf<F, T>>>,
+    recv: Option<BufPtr<Buf<F, T>>>,
+) -> Result<Persistent<'s, Buf<F, T>>> {
+    let b = f.raw();
+    let bytes = plan_bytes::<F::Raw, T>(&call);
     let kind = plan_kind(&call);
-    let raw = agree_init(b, op, kind, b.raw_init(op, scope, call))?;
+    let raw = agree_init(f, op, kind, b.raw_init(op, scope, call))?;
     let rec = plan_record(b, op, bytes);
     Ok(Persistent::new(scope, op, raw, send, recv, rec))
 }
@@ -786,9 +871,9 @@ fn plan<'s, B: Backend, T: Element>(
 /// capture): a rank whose library refused the plan returns its error and the others
 /// [`Error::PeerInvalid`](crate::Error::PeerInvalid) naming it, instead of their `start` waiting
 /// for a rank that has no plan. Unchecked, only this rank's result.
-fn agree_init<B: Backend, R>(b: &B, op: &'static str, kind: OpKind, made: Result<R>) -> Result<R> {
+fn agree_init<F: Frontend, R>(f: &F, op: &'static str, kind: OpKind, made: Result<R>) -> Result<R> {
     let made = made.and_then(|raw| crate::persistent::test_hook::refuse(op).map(|()| raw));
-    b.agree(Call::new(kind), made)
+    f.agree(Call::new(kind), made)
 }
 
 /// The agreement's name of a plan's collective.
@@ -865,9 +950,9 @@ fn once<R>(f: impl FnOnce() -> R) -> R {
 /// `body` (a `Result`), close the record with the backend's path for the call.
 macro_rules! recorded {
     ($b:expr, $form:expr, $start:expr, $t:ty, [$($len:expr),*], $body:block) => {{
-        let span = record::Span::open(|| bytes_of::<$t>(&[$($len),*]), || $b.record_stream());
+        let b = Frontend::raw($b);
+        let span = record::Span::open(|| bytes_of::<$t>(&[$($len),*]), || b.record_stream());
         let result = once(move || -> Result<_> { $body });
-        let b = $b;
         span.close(result.is_ok(), OP, $form, b.kind(), |bytes| {
             b.record_path(record::base(OP), $start, bytes)
         });
@@ -965,137 +1050,153 @@ fn lens2(a: usize, b: usize) -> [Option<usize>; 2] {
 }
 
 /// `all_reduce`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
-fn prepare_all_reduce<'c, B: Backend, T: Element>(
-    b: &'c B,
+fn prepare_all_reduce<'c, F: Frontend, T: Element>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    send: &B::Buf<T>,
-    recv: &B::Buf<T>,
+    send: &Buf<F, T>,
+    recv: &Buf<F, T>,
     op: ReduceOp,
-) -> Result<(usize, B::Staging<'c, T>)> {
-    let local = b.rules().all_reduce::<T, _>(name, send, recv, op);
-    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+) -> Result<(usize, Staging<'c, F, T>)> {
+    let local = f.raw().rules().all_reduce::<T, _>(name, send, recv, op);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
+        lens2(send.len(), recv.len())
+    });
     let call = Call::new(OpKind::AllReduce)
         .element::<T>()
         .reduce(op)
         .count(send.len());
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `all_reduce_in_place`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
-fn prepare_all_reduce_in_place<'c, B: Backend, T: Element>(
-    b: &'c B,
+fn prepare_all_reduce_in_place<'c, F: Frontend, T: Element>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    buf: &B::Buf<T>,
+    buf: &Buf<F, T>,
     op: ReduceOp,
-) -> Result<(usize, B::Staging<'c, T>)> {
-    let local = b.rules().all_reduce_in_place::<T, _>(name, buf, op);
-    let local = staged::<_, T, _>(b, name, start, local, |_| [Some(buf.len()), None]);
+) -> Result<(usize, Staging<'c, F, T>)> {
+    let local = f.raw().rules().all_reduce_in_place::<T, _>(name, buf, op);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |_| [Some(buf.len()), None]);
     let call = Call::new(OpKind::AllReduceInPlace)
         .element::<T>()
         .reduce(op)
         .count(buf.len());
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `all_gather`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
-fn prepare_all_gather<'c, B: Backend, T: Element>(
-    b: &'c B,
+fn prepare_all_gather<'c, F: Frontend, T: Element>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    send: &B::Buf<T>,
-    recv: &B::Buf<T>,
-) -> Result<(usize, B::Staging<'c, T>)> {
-    let local = b.rules().all_gather::<T, _>(name, send, recv);
-    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+    send: &Buf<F, T>,
+    recv: &Buf<F, T>,
+) -> Result<(usize, Staging<'c, F, T>)> {
+    let local = f.raw().rules().all_gather::<T, _>(name, send, recv);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
+        lens2(send.len(), recv.len())
+    });
     let call = Call::new(OpKind::AllGather)
         .element::<T>()
         .count(send.len());
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `reduce_scatter`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
-fn prepare_reduce_scatter<'c, B: Backend, T: Element>(
-    b: &'c B,
+fn prepare_reduce_scatter<'c, F: Frontend, T: Element>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    send: &B::Buf<T>,
-    recv: &B::Buf<T>,
+    send: &Buf<F, T>,
+    recv: &Buf<F, T>,
     op: ReduceOp,
-) -> Result<(usize, B::Staging<'c, T>)> {
-    let local = b.rules().reduce_scatter::<T, _>(name, send, recv, op);
-    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+) -> Result<(usize, Staging<'c, F, T>)> {
+    let local = f.raw().rules().reduce_scatter::<T, _>(name, send, recv, op);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
+        lens2(send.len(), recv.len())
+    });
     let call = Call::new(OpKind::ReduceScatter)
         .element::<T>()
         .reduce(op)
         .count(recv.len());
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `all_to_all`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
-fn prepare_all_to_all<'c, B: Backend, T: Element>(
-    b: &'c B,
+fn prepare_all_to_all<'c, F: Frontend, T: Element>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    send: &B::Buf<T>,
-    recv: &B::Buf<T>,
-) -> Result<(usize, B::Staging<'c, T>)> {
-    let local = b.rules().all_to_all::<T, _>(name, send, recv);
-    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+    send: &Buf<F, T>,
+    recv: &Buf<F, T>,
+) -> Result<(usize, Staging<'c, F, T>)> {
+    let local = f.raw().rules().all_to_all::<T, _>(name, send, recv);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
+        lens2(send.len(), recv.len())
+    });
     let call = Call::new(OpKind::AllToAll).element::<T>().count(send.len());
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `broadcast`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
-fn prepare_broadcast<'c, B: Backend, T: Element>(
-    b: &'c B,
+fn prepare_broadcast<'c, F: Frontend, T: Element>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    buf: &B::Buf<T>,
+    buf: &Buf<F, T>,
     root: usize,
-) -> Result<(usize, B::Staging<'c, T>)> {
-    let local = b.rules().broadcast::<T, _>(name, buf, root);
-    let local = staged::<_, T, _>(b, name, start, local, |_| [Some(buf.len()), None]);
+) -> Result<(usize, Staging<'c, F, T>)> {
+    let local = f.raw().rules().broadcast::<T, _>(name, buf, root);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |_| [Some(buf.len()), None]);
     let call = Call::new(OpKind::Broadcast)
         .element::<T>()
         .root(root)
         .count(buf.len());
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `all_gather_v`'s rules, staging and agreement, shared by its blocking and non-blocking forms.
-fn prepare_all_gather_v<'c, B: Backend, T: Element>(
-    b: &'c B,
+fn prepare_all_gather_v<'c, F: Frontend, T: Element>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    send: &B::Buf<T>,
-    recv: &B::Buf<T>,
+    send: &Buf<F, T>,
+    recv: &Buf<F, T>,
     counts: &[usize],
-) -> Result<((), B::Staging<'c, T>)> {
-    let local = b.rules().all_gather_v::<T, _>(name, send, recv, counts);
-    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+) -> Result<((), Staging<'c, F, T>)> {
+    let local = f
+        .raw()
+        .rules()
+        .all_gather_v::<T, _>(name, send, recv, counts);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
+        lens2(send.len(), recv.len())
+    });
     let call = Call::new(OpKind::AllGatherV).element::<T>().counts(counts);
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// What a rooted collective's prepare step gives: the count, the root-only buffer on the root, and
 /// the staging.
-type Rooted<'c, B, T, R> = Result<((usize, Option<R>), <B as Backend>::Staging<'c, T>)>;
+type Rooted<'c, F, T, R> = Result<((usize, Option<R>), Staging<'c, F, T>)>;
 
 /// `reduce`'s rules, staging and agreement, shared by its blocking and non-blocking forms: the
 /// count and, on the root, its receive buffer.
-fn prepare_reduce<'c, B: Backend, T: Element, R: Deref<Target = B::Buf<T>>>(
-    b: &'c B,
+fn prepare_reduce<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    send: &B::Buf<T>,
+    send: &Buf<F, T>,
     recv: Option<R>,
     op: ReduceOp,
     root: usize,
-) -> Rooted<'c, B, T, R> {
-    let local = b.rules().reduce::<T, _, _>(name, send, recv, op, root);
-    let local = staged::<_, T, _>(b, name, start, local, |(_, r)| {
+) -> Rooted<'c, F, T, R> {
+    let local = f
+        .raw()
+        .rules()
+        .reduce::<T, _, _>(name, send, recv, op, root);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |(_, r)| {
         [Some(send.len()), r.as_ref().map(|r| r.len())]
     });
     let call = Call::new(OpKind::Reduce)
@@ -1103,133 +1204,138 @@ fn prepare_reduce<'c, B: Backend, T: Element, R: Deref<Target = B::Buf<T>>>(
         .reduce(op)
         .root(root)
         .count(send.len());
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `gather`'s rules, staging and agreement, shared by its blocking and non-blocking forms: the
 /// count and, on the root, its receive buffer.
-fn prepare_gather<'c, B: Backend, T: Element, R: Deref<Target = B::Buf<T>>>(
-    b: &'c B,
+fn prepare_gather<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    send: &B::Buf<T>,
+    send: &Buf<F, T>,
     recv: Option<R>,
     root: usize,
-) -> Rooted<'c, B, T, R> {
-    let local = b.rules().gather::<T, _, _>(name, send, recv, root);
-    let local = staged::<_, T, _>(b, name, start, local, |(_, r)| {
+) -> Rooted<'c, F, T, R> {
+    let local = f.raw().rules().gather::<T, _, _>(name, send, recv, root);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |(_, r)| {
         [Some(send.len()), r.as_ref().map(|r| r.len())]
     });
     let call = Call::new(OpKind::Gather)
         .element::<T>()
         .root(root)
         .count(send.len());
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `scatter`'s rules, staging and agreement, shared by its blocking and non-blocking forms: the
 /// count and, on the root, its send buffer.
-fn prepare_scatter<'c, B: Backend, T: Element, S: Deref<Target = B::Buf<T>>>(
-    b: &'c B,
+fn prepare_scatter<'c, F: Frontend, T: Element, S: Deref<Target = Buf<F, T>>>(
+    f: &'c F,
     name: &'static str,
     start: Start,
     send: Option<S>,
-    recv: &B::Buf<T>,
+    recv: &Buf<F, T>,
     root: usize,
-) -> Rooted<'c, B, T, S> {
-    let local = b.rules().scatter::<T, _, _>(name, send, recv, root);
-    let local = staged::<_, T, _>(b, name, start, local, |(_, s)| {
+) -> Rooted<'c, F, T, S> {
+    let local = f.raw().rules().scatter::<T, _, _>(name, send, recv, root);
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |(_, s)| {
         [s.as_ref().map(|s| s.len()), Some(recv.len())]
     });
     let call = Call::new(OpKind::Scatter)
         .element::<T>()
         .root(root)
         .count(recv.len());
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `gather_v`'s rules, staging and agreement, shared by its blocking, non-blocking and persistent
 /// forms: on the root, its receive buffer.
-fn prepare_gather_v<'c, B: Backend, T: Element, R: Deref<Target = B::Buf<T>>>(
-    b: &'c B,
+fn prepare_gather_v<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    send: &B::Buf<T>,
+    send: &Buf<F, T>,
     recv: Option<R>,
     counts: &[usize],
     root: usize,
-) -> Result<(Option<R>, B::Staging<'c, T>)> {
-    let local = b
+) -> Result<(Option<R>, Staging<'c, F, T>)> {
+    let local = f
+        .raw()
         .rules()
         .gather_v::<T, _, _>(name, send, recv, counts, root);
-    let local = staged::<_, T, _>(b, name, start, local, |r| {
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |r| {
         [Some(send.len()), r.as_ref().map(|r| r.len())]
     });
     let call = Call::new(OpKind::GatherV)
         .element::<T>()
         .root(root)
         .counts(counts);
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `scatter_v`'s rules, staging and agreement, shared by its blocking, non-blocking and persistent
 /// forms: on the root, its send buffer.
-fn prepare_scatter_v<'c, B: Backend, T: Element, S: Deref<Target = B::Buf<T>>>(
-    b: &'c B,
+fn prepare_scatter_v<'c, F: Frontend, T: Element, S: Deref<Target = Buf<F, T>>>(
+    f: &'c F,
     name: &'static str,
     start: Start,
     send: Option<S>,
-    recv: &B::Buf<T>,
+    recv: &Buf<F, T>,
     counts: &[usize],
     root: usize,
-) -> Result<(Option<S>, B::Staging<'c, T>)> {
-    let local = b
+) -> Result<(Option<S>, Staging<'c, F, T>)> {
+    let local = f
+        .raw()
         .rules()
         .scatter_v::<T, _, _>(name, send, recv, counts, root);
-    let local = staged::<_, T, _>(b, name, start, local, |s| {
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |s| {
         [s.as_ref().map(|s| s.len()), Some(recv.len())]
     });
     let call = Call::new(OpKind::ScatterV)
         .element::<T>()
         .root(root)
         .counts(counts);
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
 /// `all_to_all_v`'s rules, staging and agreement, shared by its blocking, non-blocking and
 /// persistent forms.
-fn prepare_all_to_all_v<'c, B: Backend, T: Element>(
-    b: &'c B,
+fn prepare_all_to_all_v<'c, F: Frontend, T: Element>(
+    f: &'c F,
     name: &'static str,
     start: Start,
-    send: &B::Buf<T>,
+    send: &Buf<F, T>,
     send_counts: &[usize],
-    recv: &B::Buf<T>,
+    recv: &Buf<F, T>,
     recv_counts: &[usize],
-) -> Result<((), B::Staging<'c, T>)> {
-    let local = b
+) -> Result<((), Staging<'c, F, T>)> {
+    let local = f
+        .raw()
         .rules()
         .all_to_all_v::<T, _>(name, send, send_counts, recv, recv_counts);
-    let local = staged::<_, T, _>(b, name, start, local, |_| lens2(send.len(), recv.len()));
+    let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
+        lens2(send.len(), recv.len())
+    });
     let call = Call::new(OpKind::AllToAllV)
         .element::<T>()
         .all_to_all(send_counts, recv_counts);
-    b.agree(call, local)
+    f.agree(call, local)
 }
 
-impl<B: Backend> Communicator for B {
-    type Buf<T: Element> = B::Buf<T>;
+impl<F: Frontend> Communicator for F {
+    type Buf<T: Element> = Buf<F, T>;
 
     fn backend(&self) -> BackendKind {
-        self.kind()
+        self.raw().kind()
     }
 
     fn rank(&self) -> usize {
-        self.ranks().0
+        self.raw().ranks().0
     }
 
     fn size(&self) -> usize {
-        self.ranks().1
+        self.raw().ranks().1
     }
 
     fn checked(&self) -> bool {
@@ -1241,7 +1347,7 @@ impl<B: Backend> Communicator for B {
         let _span = tracing::trace_span!("barrier").entered();
         recorded!(self, Form::Blocking, Start::Blocking, u8, [], {
             self.agree(Call::new(OpKind::Barrier), Ok(()))?;
-            self.raw_barrier(OP)
+            self.raw().raw_barrier(OP)
         })
     }
 
@@ -1256,7 +1362,7 @@ impl<B: Backend> Communicator for B {
             [Some(buf.len())],
             {
                 let (n, staging) = prepare_broadcast::<_, T>(self, OP, Start::Blocking, buf, root)?;
-                self.raw_broadcast(OP, buf, root, n, staging)
+                self.raw().raw_broadcast(OP, buf, root, n, staging)
             }
         )
     }
@@ -1279,10 +1385,11 @@ impl<B: Backend> Communicator for B {
             {
                 let ((n, mut recv), staging) =
                     prepare_reduce::<_, T, _>(self, OP, Start::Blocking, send, recv, op, root)?;
-                let (run, divide) = reduction(self, op);
-                self.raw_reduce(OP, send, recv.as_deref_mut(), run, root, n, staging)?;
+                let (run, divide) = reduction(self.raw(), op);
+                self.raw()
+                    .raw_reduce(OP, send, recv.as_deref_mut(), run, root, n, staging)?;
                 match recv {
-                    Some(recv) if divide => self.divide(OP, recv),
+                    Some(recv) if divide => self.raw().divide(OP, recv),
                     _ => Ok(()),
                 }
             }
@@ -1306,10 +1413,11 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_all_reduce::<_, T>(self, OP, Start::Blocking, send, recv, op)?;
-                let (run, divide) = reduction(self, op);
-                self.raw_all_reduce(OP, Some(send), recv, run, n, staging)?;
+                let (run, divide) = reduction(self.raw(), op);
+                self.raw()
+                    .raw_all_reduce(OP, Some(send), recv, run, n, staging)?;
                 if divide {
-                    self.divide(OP, recv)?;
+                    self.raw().divide(OP, recv)?;
                 }
                 Ok(())
             }
@@ -1328,10 +1436,10 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_all_reduce_in_place::<_, T>(self, OP, Start::Blocking, buf, op)?;
-                let (run, divide) = reduction(self, op);
-                self.raw_all_reduce(OP, None, buf, run, n, staging)?;
+                let (run, divide) = reduction(self.raw(), op);
+                self.raw().raw_all_reduce(OP, None, buf, run, n, staging)?;
                 if divide {
-                    self.divide(OP, buf)?;
+                    self.raw().divide(OP, buf)?;
                 }
                 Ok(())
             }
@@ -1350,7 +1458,7 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_all_gather::<_, T>(self, OP, Start::Blocking, send, recv)?;
-                self.raw_all_gather(OP, send, recv, n, staging)
+                self.raw().raw_all_gather(OP, send, recv, n, staging)
             }
         )
     }
@@ -1372,7 +1480,7 @@ impl<B: Backend> Communicator for B {
             {
                 let ((), staging) =
                     prepare_all_gather_v::<_, T>(self, OP, Start::Blocking, send, recv, counts)?;
-                self.raw_all_gather_v(OP, send, recv, counts, staging)
+                self.raw().raw_all_gather_v(OP, send, recv, counts, staging)
             }
         )
     }
@@ -1394,7 +1502,7 @@ impl<B: Backend> Communicator for B {
             {
                 let ((n, recv), staging) =
                     prepare_gather::<_, T, _>(self, OP, Start::Blocking, send, recv, root)?;
-                self.raw_gather(OP, send, recv, root, n, staging)
+                self.raw().raw_gather(OP, send, recv, root, n, staging)
             }
         )
     }
@@ -1424,7 +1532,8 @@ impl<B: Backend> Communicator for B {
                     counts,
                     root,
                 )?;
-                self.raw_gather_v(OP, send, recv, counts, root, staging)
+                self.raw()
+                    .raw_gather_v(OP, send, recv, counts, root, staging)
             }
         )
     }
@@ -1446,7 +1555,7 @@ impl<B: Backend> Communicator for B {
             {
                 let ((n, send), staging) =
                     prepare_scatter::<_, T, _>(self, OP, Start::Blocking, send, recv, root)?;
-                self.raw_scatter(OP, send, recv, root, n, staging)
+                self.raw().raw_scatter(OP, send, recv, root, n, staging)
             }
         )
     }
@@ -1476,7 +1585,8 @@ impl<B: Backend> Communicator for B {
                     counts,
                     root,
                 )?;
-                self.raw_scatter_v(OP, send, recv, counts, root, staging)
+                self.raw()
+                    .raw_scatter_v(OP, send, recv, counts, root, staging)
             }
         )
     }
@@ -1498,10 +1608,11 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_reduce_scatter::<_, T>(self, OP, Start::Blocking, send, recv, op)?;
-                let (run, divide) = reduction(self, op);
-                self.raw_reduce_scatter(OP, send, recv, run, n, staging)?;
+                let (run, divide) = reduction(self.raw(), op);
+                self.raw()
+                    .raw_reduce_scatter(OP, send, recv, run, n, staging)?;
                 if divide {
-                    self.divide(OP, recv)?;
+                    self.raw().divide(OP, recv)?;
                 }
                 Ok(())
             }
@@ -1520,7 +1631,7 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_all_to_all::<_, T>(self, OP, Start::Blocking, send, recv)?;
-                self.raw_all_to_all(OP, send, recv, n, staging)
+                self.raw().raw_all_to_all(OP, send, recv, n, staging)
             }
         )
     }
@@ -1550,7 +1661,8 @@ impl<B: Backend> Communicator for B {
                     recv,
                     recv_counts,
                 )?;
-                self.raw_all_to_all_v(OP, send, send_counts, recv, recv_counts, staging)
+                self.raw()
+                    .raw_all_to_all_v(OP, send, send_counts, recv, recv_counts, staging)
             }
         )
     }
@@ -1566,10 +1678,13 @@ impl<B: Backend> Communicator for B {
             [Some(buf.len())],
             {
                 let n = self
+                    .raw()
                     .rules()
                     .point::<T, _>(OP, "destination", buf, dest, tag)?;
-                let staging = self.stage::<T>(OP, Start::Blocking, [Some(n), None])?;
-                self.raw_send(OP, buf, dest, tag, n, staging)
+                let staging = self
+                    .raw()
+                    .stage::<T>(OP, Start::Blocking, [Some(n), None])?;
+                self.raw().raw_send(OP, buf, dest, tag, n, staging)
             }
         )
     }
@@ -1584,9 +1699,14 @@ impl<B: Backend> Communicator for B {
             T,
             [Some(buf.len())],
             {
-                let n = self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
-                let staging = self.stage::<T>(OP, Start::Blocking, [Some(n), None])?;
-                self.raw_recv(OP, buf, source, tag, n, staging)
+                let n = self
+                    .raw()
+                    .rules()
+                    .point::<T, _>(OP, "source", buf, source, tag)?;
+                let staging = self
+                    .raw()
+                    .stage::<T>(OP, Start::Blocking, [Some(n), None])?;
+                self.raw().raw_recv(OP, buf, source, tag, n, staging)
             }
         )
     }
@@ -1609,10 +1729,12 @@ impl<B: Backend> Communicator for B {
             [Some(send.len()), Some(recv.len())],
             {
                 let (sn, rn) = self
+                    .raw()
                     .rules()
                     .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
-                let staging = self.stage::<T>(OP, Start::Blocking, lens2(sn, rn))?;
-                self.raw_send_recv(OP, send, dest, recv, source, tag, (sn, rn), staging)
+                let staging = self.raw().stage::<T>(OP, Start::Blocking, lens2(sn, rn))?;
+                self.raw()
+                    .raw_send_recv(OP, send, dest, recv, source, tag, (sn, rn), staging)
             }
         )
     }
@@ -1623,7 +1745,7 @@ impl<B: Backend> Communicator for B {
         recorded!(self, Form::Blocking, Start::Blocking, u8, [], {
             let local = Rules::color(OP, color);
             let color = self.agree(Call::new(OpKind::Split), local)?;
-            self.raw_split(OP, color, key)
+            Ok(self.raw().raw_split(OP, color, key)?.map(F::wrap))
         })
     }
 
@@ -1632,7 +1754,7 @@ impl<B: Backend> Communicator for B {
         let _span = tracing::trace_span!("dup").entered();
         recorded!(self, Form::Blocking, Start::Blocking, u8, [], {
             self.agree(Call::new(OpKind::Dup), Ok(()))?;
-            self.raw_dup(OP)
+            self.raw().raw_dup(OP).map(F::wrap)
         })
     }
 
@@ -1654,8 +1776,9 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_all_reduce::<_, T>(self, OP, Start::Collective, send, recv, op)?;
-                let (run, divide) = reduction(self, op);
-                self.raw_i_all_reduce(OP, scope, send, recv, run, divide, n, staging)
+                let (run, divide) = reduction(self.raw(), op);
+                self.raw()
+                    .raw_i_all_reduce(OP, scope, send, recv, run, divide, n, staging)
             }
         )
     }
@@ -1677,7 +1800,7 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
-                self.raw_i_broadcast(OP, scope, buf, root, n, staging)
+                self.raw().raw_i_broadcast(OP, scope, buf, root, n, staging)
             }
         )
     }
@@ -1699,7 +1822,8 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_all_gather::<_, T>(self, OP, Start::Collective, send, recv)?;
-                self.raw_i_all_gather(OP, scope, send, recv, n, staging)
+                self.raw()
+                    .raw_i_all_gather(OP, scope, send, recv, n, staging)
             }
         )
     }
@@ -1709,7 +1833,7 @@ impl<B: Backend> Communicator for B {
         let _span = tracing::trace_span!("i_barrier").entered();
         recorded!(self, Form::NonBlocking, Start::Collective, u8, [], {
             self.agree(Call::new(OpKind::Barrier), Ok(()))?;
-            self.raw_i_barrier(OP, scope)
+            self.raw().raw_i_barrier(OP, scope)
         })
     }
 
@@ -1732,8 +1856,9 @@ impl<B: Backend> Communicator for B {
             {
                 let ((n, recv), staging) =
                     prepare_reduce::<_, T, _>(self, OP, Start::Collective, send, recv, op, root)?;
-                let (run, divide) = reduction(self, op);
-                self.raw_i_reduce(OP, scope, send, recv, run, divide, root, n, staging)
+                let (run, divide) = reduction(self.raw(), op);
+                self.raw()
+                    .raw_i_reduce(OP, scope, send, recv, run, divide, root, n, staging)
             }
         )
     }
@@ -1755,8 +1880,9 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
-                let (run, divide) = reduction(self, op);
-                self.raw_i_all_reduce_in_place(OP, scope, buf, run, divide, n, staging)
+                let (run, divide) = reduction(self.raw(), op);
+                self.raw()
+                    .raw_i_all_reduce_in_place(OP, scope, buf, run, divide, n, staging)
             }
         )
     }
@@ -1779,8 +1905,9 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_reduce_scatter::<_, T>(self, OP, Start::Collective, send, recv, op)?;
-                let (run, divide) = reduction(self, op);
-                self.raw_i_reduce_scatter(OP, scope, send, recv, run, divide, n, staging)
+                let (run, divide) = reduction(self.raw(), op);
+                self.raw()
+                    .raw_i_reduce_scatter(OP, scope, send, recv, run, divide, n, staging)
             }
         )
     }
@@ -1802,7 +1929,8 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, staging) =
                     prepare_all_to_all::<_, T>(self, OP, Start::Collective, send, recv)?;
-                self.raw_i_all_to_all(OP, scope, send, recv, n, staging)
+                self.raw()
+                    .raw_i_all_to_all(OP, scope, send, recv, n, staging)
             }
         )
     }
@@ -1833,7 +1961,15 @@ impl<B: Backend> Communicator for B {
                     recv,
                     recv_counts,
                 )?;
-                self.raw_i_all_to_all_v(OP, scope, send, send_counts, recv, recv_counts, staging)
+                self.raw().raw_i_all_to_all_v(
+                    OP,
+                    scope,
+                    send,
+                    send_counts,
+                    recv,
+                    recv_counts,
+                    staging,
+                )
             }
         )
     }
@@ -1856,7 +1992,8 @@ impl<B: Backend> Communicator for B {
             {
                 let ((), staging) =
                     prepare_all_gather_v::<_, T>(self, OP, Start::Collective, send, recv, counts)?;
-                self.raw_i_all_gather_v(OP, scope, send, recv, counts, staging)
+                self.raw()
+                    .raw_i_all_gather_v(OP, scope, send, recv, counts, staging)
             }
         )
     }
@@ -1879,7 +2016,8 @@ impl<B: Backend> Communicator for B {
             {
                 let ((n, recv), staging) =
                     prepare_gather::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
-                self.raw_i_gather(OP, scope, send, recv, root, n, staging)
+                self.raw()
+                    .raw_i_gather(OP, scope, send, recv, root, n, staging)
             }
         )
     }
@@ -1910,7 +2048,8 @@ impl<B: Backend> Communicator for B {
                     counts,
                     root,
                 )?;
-                self.raw_i_gather_v(OP, scope, send, recv, counts, root, staging)
+                self.raw()
+                    .raw_i_gather_v(OP, scope, send, recv, counts, root, staging)
             }
         )
     }
@@ -1933,7 +2072,8 @@ impl<B: Backend> Communicator for B {
             {
                 let ((n, send), staging) =
                     prepare_scatter::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
-                self.raw_i_scatter(OP, scope, send, recv, root, n, staging)
+                self.raw()
+                    .raw_i_scatter(OP, scope, send, recv, root, n, staging)
             }
         )
     }
@@ -1964,7 +2104,8 @@ impl<B: Backend> Communicator for B {
                     counts,
                     root,
                 )?;
-                self.raw_i_scatter_v(OP, scope, send, recv, counts, root, staging)
+                self.raw()
+                    .raw_i_scatter_v(OP, scope, send, recv, counts, root, staging)
             }
         )
     }
@@ -1988,10 +2129,23 @@ impl<B: Backend> Communicator for B {
             [Some(send.len()), Some(recv.len())],
             {
                 let (sn, rn) = self
+                    .raw()
                     .rules()
                     .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
-                let staging = self.stage::<T>(OP, Start::PointToPoint, lens2(sn, rn))?;
-                self.raw_i_send_recv(OP, scope, send, dest, recv, source, tag, (sn, rn), staging)
+                let staging = self
+                    .raw()
+                    .stage::<T>(OP, Start::PointToPoint, lens2(sn, rn))?;
+                self.raw().raw_i_send_recv(
+                    OP,
+                    scope,
+                    send,
+                    dest,
+                    recv,
+                    source,
+                    tag,
+                    (sn, rn),
+                    staging,
+                )
             }
         )
     }
@@ -2013,10 +2167,13 @@ impl<B: Backend> Communicator for B {
             [Some(buf.len())],
             {
                 let n = self
+                    .raw()
                     .rules()
                     .point::<T, _>(OP, "destination", buf, dest, tag)?;
-                let staging = self.stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
-                self.raw_i_send(OP, scope, buf, dest, tag, n, staging)
+                let staging = self
+                    .raw()
+                    .stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
+                self.raw().raw_i_send(OP, scope, buf, dest, tag, n, staging)
             }
         )
     }
@@ -2037,9 +2194,15 @@ impl<B: Backend> Communicator for B {
             T,
             [Some(buf.len())],
             {
-                let n = self.rules().point::<T, _>(OP, "source", buf, source, tag)?;
-                let staging = self.stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
-                self.raw_i_recv(OP, scope, buf, source, tag, n, staging)
+                let n = self
+                    .raw()
+                    .rules()
+                    .point::<T, _>(OP, "source", buf, source, tag)?;
+                let staging = self
+                    .raw()
+                    .stage::<T>(OP, Start::PointToPoint, [Some(n), None])?;
+                self.raw()
+                    .raw_i_recv(OP, scope, buf, source, tag, n, staging)
             }
         )
     }
@@ -2049,9 +2212,9 @@ impl<B: Backend> Communicator for B {
         let _span = tracing::trace_span!("barrier_init").entered();
         recorded!(self, Form::Init, Start::Collective, u8, [], {
             self.agree(Call::new(OpKind::Barrier), Ok(()))?;
-            let made = self.raw_init::<u8>(OP, scope, PlanCall::Barrier);
+            let made = self.raw().raw_init::<u8>(OP, scope, PlanCall::Barrier);
             let raw = agree_init(self, OP, OpKind::Barrier, made)?;
-            let rec = plan_record(self, OP, 0);
+            let rec = plan_record(self.raw(), OP, 0);
             Ok(Persistent::new(scope, OP, raw, None, None, rec))
         })
     }
@@ -2091,7 +2254,7 @@ impl<B: Backend> Communicator for B {
             {
                 let ((n, recv), _) =
                     prepare_reduce::<_, T, _>(self, OP, Start::Collective, send, recv, op, root)?;
-                let (red, average) = reduction(self, op);
+                let (red, average) = reduction(self.raw(), op);
                 let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
                 let call = PlanCall::Reduce {
                     send,
@@ -2124,7 +2287,7 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, _) =
                     prepare_all_reduce::<_, T>(self, OP, Start::Collective, send, recv, op)?;
-                let (red, average) = reduction(self, op);
+                let (red, average) = reduction(self.raw(), op);
                 let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
                 let call = PlanCall::AllReduce {
                     send: Some(send),
@@ -2148,7 +2311,7 @@ impl<B: Backend> Communicator for B {
         let _span = tracing::trace_span!("all_reduce_in_place_init").entered();
         recorded!(self, Form::Init, Start::Collective, T, [Some(buf.len())], {
             let (n, _) = prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
-            let (red, average) = reduction(self, op);
+            let (red, average) = reduction(self.raw(), op);
             let buf = BufPtr::new(buf);
             let call = PlanCall::AllReduce {
                 send: None,
@@ -2366,7 +2529,7 @@ impl<B: Backend> Communicator for B {
             {
                 let (n, _) =
                     prepare_reduce_scatter::<_, T>(self, OP, Start::Collective, send, recv, op)?;
-                let (red, average) = reduction(self, op);
+                let (red, average) = reduction(self.raw(), op);
                 let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
                 let call = PlanCall::ReduceScatter {
                     send,

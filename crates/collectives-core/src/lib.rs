@@ -7,7 +7,7 @@
 //! | [`comm`] | the [`Communicator`] trait every backend implements; `DeviceCommunicator` (stream, deadline, wait) for the device backends |
 //! | [`request`] | non-blocking operations: [`scope`], [`Request`] |
 //! | [`persistent`] | persistent collectives (`*_init`): a [`Persistent`] plan started and completed many times, and the [`PlanPath`] each backend takes |
-//! | [`check`], [`checked`] | argument rules (always on; one table for every backend) and checked mode (cross-rank agreement) |
+//! | [`check`], [`checked`] | argument rules (always on; one table for every backend) and checked mode (cross-rank agreement): [`Checked`] wraps any communicator in it |
 //! | [`record`] | the per-call record (`COLLECTIVES_RECORD`): which operations ran, on which path, how large, how long |
 //! | [`deadline`] | `COLLECTIVES_TIMEOUT` and the one polling loop that waits against a deadline |
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
@@ -62,6 +62,7 @@ pub use backend::mpi_host::{MpiComm, ProgressOptions, ProgressStats};
 pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]
 pub use backend::nccl::{NcclBuffer, NcclComm, RegisterMode, Registration};
+pub use checked::Checked;
 #[cfg(feature = "nccl")]
 pub use comm::DeviceCommunicator;
 pub use comm::{Buffer, Communicator, Tag};

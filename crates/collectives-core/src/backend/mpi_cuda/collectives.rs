@@ -22,7 +22,7 @@ use crate::backend::cuda_common::{self, pinned, stage_in, Leases, StagedPending,
 use crate::backend::mpi_device;
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::{MpiPending, Region};
-use crate::checked::Call;
+use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
@@ -147,16 +147,12 @@ impl Backend for MpiCudaComm {
         (self.mpi.rank(), self.mpi.size())
     }
 
-    fn is_checked(&self) -> bool {
-        self.mpi.checked()
-    }
-
     fn rules(&self) -> Rules {
         mpi_device::rules(BACKEND, self.ctx.ordinal(), &self.mpi)
     }
 
-    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
-        self.mpi.agree(call, local)
+    fn transport(&self) -> &MpiComm {
+        &self.mpi
     }
 
     /// Under a deadline the staged path; a non-blocking collective where the MPI's take no device

@@ -9,7 +9,6 @@ use std::ffi::c_int;
 use super::comm::MpiComm;
 use super::raw::{self, either};
 use super::request::{Form, MpiPending, Region};
-use crate::checked::Call;
 use crate::comm::Tag;
 use crate::element::Element;
 use crate::error::Result;
@@ -74,16 +73,12 @@ impl Backend for MpiComm {
         (self.rank, self.size)
     }
 
-    fn is_checked(&self) -> bool {
-        self.checked
-    }
-
     fn rules(&self) -> Rules {
         MpiComm::rules(self)
     }
 
-    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
-        MpiComm::agree(self, call, local)
+    fn transport(&self) -> &MpiComm {
+        self
     }
 
     /// Without a deadline MPI's own call on the caller's buffers; under one its non-blocking twin on
@@ -512,7 +507,7 @@ impl Backend for MpiComm {
     }
 
     fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
-        self.arrive(op)?;
+        self.ensure_usable(op)?;
         let c = color.unwrap_or_else(raw::undefined);
         // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_split overwrites it.
         let mut new: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
@@ -524,7 +519,7 @@ impl Backend for MpiComm {
     }
 
     fn raw_dup(&self, op: &'static str) -> Result<Self> {
-        self.arrive(op)?;
+        self.ensure_usable(op)?;
         // SAFETY: an MPI_Comm handle may start as any value; MPI_Comm_dup overwrites it.
         let mut new: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
         // SAFETY: valid communicator; `new` is a valid out-pointer.

@@ -13,7 +13,7 @@ use mpi::ffi;
 use super::progress::{Engine, InFlight, ProgressOptions, ProgressStats};
 use super::raw;
 use super::request::{new_request, wait_requests, Form, Health, MpiPending, Region, Staging};
-use crate::checked::{self, Call, RECORD_LEN};
+use crate::checked;
 use crate::deadline;
 use crate::element::Element;
 use crate::error::Result;
@@ -183,9 +183,13 @@ impl MpiComm {
         self.raw
     }
 
-    /// Switch checked mode on or off for this communicator (overrides `COLLECTIVES_CHECK`).
+    /// Switch checked mode on or off for this communicator (overrides `COLLECTIVES_CHECK`, whose
+    /// default is on in debug builds): the setting of a communicator that is not wrapped.
+    /// [`Checked::new`](crate::Checked::new) is the explicit way to have checked mode whatever
+    /// this setting, the build and the environment say (see [`crate::checked`]).
     ///
-    /// Every rank must use the same setting.
+    /// Every rank must use the same setting. Communicators made from this one (`split`, `dup`)
+    /// inherit it.
     #[must_use]
     pub fn with_checked(mut self, on: bool) -> Self {
         self.checked = on;
@@ -194,6 +198,13 @@ impl MpiComm {
 
     pub(crate) fn set_checked(&mut self, on: bool) {
         self.checked = on;
+    }
+
+    /// This communicator's checked-mode flag ([`with_checked`](Self::with_checked), else
+    /// `COLLECTIVES_CHECK`): whether it agrees on its own, and whether the device communicators
+    /// built on it do.
+    pub(crate) fn checked_by_flag(&self) -> bool {
+        self.checked
     }
 
     /// Give blocking operations and waits a deadline (`Some`), or none (`None`: MPI's blocking calls);
@@ -495,10 +506,11 @@ impl MpiComm {
         Ok(pending)
     }
 
-    /// Under a deadline and outside checked mode, meet the other ranks in a polled barrier before a
-    /// call that has no non-blocking twin (`split`, `dup`), so that a missing peer is a timeout.
+    /// Under a deadline, meet the other ranks in a polled barrier before a call that has no
+    /// non-blocking twin (`split`, `dup`), so that a missing peer is a timeout. Checked mode's
+    /// agreement is that meeting already; outside it [`checked::pass`] calls this.
     pub(crate) fn arrive(&self, op: &'static str) -> Result<()> {
-        if self.timeout.is_none() || self.checked {
+        if self.timeout.is_none() {
             return self.health.check(op);
         }
         // SAFETY: a barrier takes no buffer; both forms are made on this communicator.
@@ -568,33 +580,14 @@ impl MpiComm {
         raw::check("finalize", unsafe { ffi::MPI_Comm_free(&mut raw) })
     }
 
-    /// Run the checked-mode agreement for `call` (when checked mode is on) and pass on this rank's own
-    /// result: the local error first, then a peer's rejection or a mismatch, else `local`'s value.
-    ///
-    /// On a communicator refused after a timeout: the local error if there is one, else
-    /// [`Error::Unusable`](crate::Error::Unusable), without any communication.
-    pub(crate) fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
-        let op = call.op().name();
-        if !self.checked || !self.health.is_usable() {
-            let value = local?;
-            self.health.check(op)?;
-            return Ok(value);
-        }
-        let mine = call.record(local.is_ok());
-        let mut table = vec![0i64; RECORD_LEN * self.size];
-        self.all_gather_i64(op, &mine, &mut table)?;
-        let value = local?;
-        checked::verdict(op, &table)?;
-        if call.needs_pair_check() {
-            let mine = call.pair_record();
-            let mut table = vec![0i64; mine.len() * self.size];
-            self.all_gather_i64(op, &mine, &mut table)?;
-            checked::pair_verdict(op, &table, self.size)?;
-        }
-        Ok(value)
-    }
-
-    fn all_gather_i64(&self, op: &'static str, mine: &[i64], table: &mut [i64]) -> Result<()> {
+    /// All-gather `mine` (the same length on every rank) into `table`, rank by rank: checked
+    /// mode's exchange ([`checked::agree`]), polled against the deadline like any operation.
+    pub(crate) fn all_gather_i64(
+        &self,
+        op: &'static str,
+        mine: &[i64],
+        table: &mut [i64],
+    ) -> Result<()> {
         let n = raw::count(op, mine.len())?;
         debug_assert_eq!(table.len(), mine.len() * self.size);
         let dt = raw::datatype::<i64>();

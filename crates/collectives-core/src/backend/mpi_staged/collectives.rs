@@ -21,7 +21,7 @@ use crate::backend::cuda_common::{self, pinned, Lease, Leases, ThroughHost};
 use crate::backend::mpi_device;
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::Region;
-use crate::checked::Call;
+use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -142,16 +142,12 @@ impl Backend for MpiStagedComm {
         (self.mpi.rank(), self.mpi.size())
     }
 
-    fn is_checked(&self) -> bool {
-        self.mpi.checked()
-    }
-
     fn rules(&self) -> Rules {
         mpi_device::rules(self.kind, self.ctx.ordinal(), &self.mpi)
     }
 
-    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
-        self.mpi.agree(call, local)
+    fn transport(&self) -> &MpiComm {
+        &self.mpi
     }
 
     /// The host backend finishes `Avg` on the host copy, before the copy back.

@@ -18,7 +18,7 @@ use super::comm::{NcclComm, UnevenAlgorithm};
 use super::persistent::GRAPHS_FROM;
 use super::raw;
 use super::request::NcclPending;
-use crate::checked::Call;
+use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Buffer, Communicator, DeviceCommunicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -322,16 +322,12 @@ impl Backend for NcclComm {
         (self.rank, self.size)
     }
 
-    fn is_checked(&self) -> bool {
-        self.mpi.checked()
-    }
-
     fn rules(&self) -> Rules {
         NcclComm::rules(self)
     }
 
-    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
-        self.mpi.agree(call, local)
+    fn transport(&self) -> &MpiComm {
+        &self.mpi
     }
 
     /// NCCL's own collective, except where NCCL has none: grouped sends and receives (gather,

@@ -312,7 +312,10 @@ impl NcclComm {
         self.lib
     }
 
-    /// Switch checked mode on or off (overrides `COLLECTIVES_CHECK`); every rank must agree.
+    /// Switch checked mode on or off (overrides `COLLECTIVES_CHECK`, whose default is on in debug
+    /// builds); every rank must agree. This is the setting of a communicator that is not wrapped:
+    /// [`Checked::new`](crate::Checked::new) is the explicit way to have checked mode whatever it
+    /// says (see [`crate::checked`]).
     #[must_use]
     pub fn with_checked(mut self, on: bool) -> Self {
         self.mpi.set_checked(on);
