@@ -27,6 +27,7 @@ use collectives_core::{
 use crate::backend::Backend;
 use crate::dtype::DataType;
 use crate::expected::{tolerance, BenchElement};
+use crate::persistent::{BufOf, PersistentForm, Step};
 use crate::report::{IterStats, Placement, Reporter, Row};
 use crate::timing::{self, Spread};
 use crate::variant::Variant;
@@ -103,6 +104,28 @@ pub trait BenchBackend {
     ) -> anyhow::Result<()> {
         let _ = (send, buf, op);
         anyhow::bail!("{} has no raw all-reduce", self.backend().name())
+    }
+    /// The contents of `buf` (the communicator's buffer type, as a persistent plan lends it), after
+    /// the work ordered before this call has completed.
+    ///
+    /// # Errors
+    /// Copy and synchronization errors.
+    fn download_buf<T: BenchElement>(&self, buf: &BufOf<Self, T>) -> anyhow::Result<Vec<T>>;
+    /// Seconds taken by each of `iters` runs of a persistent plan (`run(Step::Start)` starts one,
+    /// `run(Step::Wait)` completes it; a wait without a run in flight returns at once). By default
+    /// each run is timed from its start to the end of its wait; the caller waits once more after.
+    ///
+    /// # Errors
+    /// The first error of `run`; timer errors.
+    fn time_plan(
+        &self,
+        iters: usize,
+        run: &mut dyn FnMut(Step) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<f64>> {
+        self.time_iters(iters, true, &mut || {
+            run(Step::Start)?;
+            run(Step::Wait)
+        })
     }
     /// Seconds taken by each of `iters` calls of `f`: with `blocking`, each call is waited for
     /// (stream synchronized) before the next starts and timed to its completion; otherwise the
@@ -232,7 +255,7 @@ impl Settings {
 ///
 /// # Errors
 /// Library errors (the same on every rank for the same arguments).
-pub fn run<K: Collective, B: BenchBackend, T: BenchElement, W: Write>(
+pub fn run<K: PersistentForm, B: BenchBackend, T: BenchElement, W: Write>(
     b: &B,
     settings: Settings,
     dtype: DataType,
@@ -287,6 +310,34 @@ pub fn run<K: Collective, B: BenchBackend, T: BenchElement, W: Write>(
                     "a rank cannot set up buffers of {} bytes",
                     shape.send.max(shape.recv).saturating_mul(elem)
                 );
+            }
+            if b.variant() == Variant::Persistent {
+                let count = |got: &[T]| count_wrong::<K, T>(&ctx, &shape, got, rel);
+                let check = || -> anyhow::Result<(B::Owned<T>, B::Owned<T>)> {
+                    Ok((b.upload(&input)?, fresh(poison_value::<T>())?))
+                };
+                let m = crate::persistent::measure::<K, B, T>(
+                    b,
+                    &ctx,
+                    &shape,
+                    send,
+                    recv,
+                    in_place,
+                    settings.warmup_iters,
+                    settings.iters,
+                    settings.check.then_some(&check as _),
+                    &count,
+                )?;
+                reporter.environment_once(&format!(
+                    "persistent: {} {} on {}: {}",
+                    K::NAME,
+                    if in_place { "in-place" } else { "out-of-place" },
+                    b.backend().name(),
+                    m.path
+                ));
+                times.push(m.times);
+                wrong.extend(m.wrong);
+                continue;
             }
             let call = |recv: &mut B::Owned<T>| {
                 if in_place {
@@ -411,6 +462,9 @@ impl BenchBackend for Host<'_> {
     }
     fn download<T: BenchElement>(&self, buf: &Vec<T>) -> anyhow::Result<Vec<T>> {
         Ok(buf.clone())
+    }
+    fn download_buf<T: BenchElement>(&self, buf: &[T]) -> anyhow::Result<Vec<T>> {
+        Ok(buf.to_vec())
     }
     fn buf<T: BenchElement>(buf: &Vec<T>) -> &[T] {
         buf
@@ -538,6 +592,34 @@ macro_rules! device_backend {
             fn download<T: BenchElement>(&self, buf: &CudaSlice<T>) -> anyhow::Result<Vec<T>> {
                 self.comm.synchronize()?;
                 Ok(device::download(self.comm.stream(), buf)?)
+            }
+            fn download_buf<T: BenchElement>(&self, buf: &CudaSlice<T>) -> anyhow::Result<Vec<T>> {
+                self.download(buf)
+            }
+            fn time_plan(
+                &self,
+                iters: usize,
+                run: &mut dyn FnMut(Step) -> anyhow::Result<()>,
+            ) -> anyhow::Result<Vec<f64>> {
+                match self.backend {
+                    // Each graph launch between two events, then the stream synchronized: the
+                    // run is complete when the next iteration's wait looks at it, so that wait
+                    // returns at once and the events hold the launch and the graph only.
+                    Backend::Nccl => time_on_stream_blocking(
+                        self.comm,
+                        self.comm.stream(),
+                        iters,
+                        &mut || {
+                            run(Step::Wait)?;
+                            run(Step::Start)
+                        },
+                    ),
+                    // Replayed non-blocking calls over MPI: start to the end of the wait.
+                    _ => time_wall_drained(self.comm, iters, &mut || {
+                        run(Step::Start)?;
+                        run(Step::Wait)
+                    }),
+                }
             }
             fn buf<T: BenchElement>(buf: &CudaSlice<T>) -> &CudaSlice<T> {
                 buf

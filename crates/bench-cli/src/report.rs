@@ -261,7 +261,8 @@ pub fn busbw_factor_text(name: &str) -> &'static str {
 pub const VARIANTS_NOTE: &str = "library: the library's call; raw: the backend's own all-reduce \
      (MPI_Allreduce through mpi::ffi, ncclAllReduce through nccl_sys) on the same communicator \
      handle, stream and buffers; checked: the library's call on a second communicator with checked \
-     mode on; the variants run one after the other at each size";
+     mode on; persistent: the library's persistent plan (*_init once per size, start + wait per \
+     call; its path is noted); the variants run one after the other at each size";
 
 /// The `#` header lines of the table, before the column names.
 pub fn table_preamble(meta: &Meta, cols: Columns) -> Vec<String> {
@@ -539,6 +540,18 @@ impl<W: Write> Reporter<W> {
             Format::Json | Format::Osu => {}
         }
         self.meta.environment.push(line.to_string());
+    }
+
+    /// As [`environment`](Self::environment), once: a line already recorded is not repeated. With
+    /// OSU's tables too, as a `#` line (such as the path a persistent plan took).
+    pub fn environment_once(&mut self, line: &str) {
+        if self.meta.environment.iter().any(|l| l == line) {
+            return;
+        }
+        if self.format == Format::Osu {
+            self.write(|out| writeln!(out, "# {line}"));
+        }
+        self.environment(line);
     }
 
     /// Record a row, and write it at once for table, OSU and CSV.
@@ -842,12 +855,14 @@ mod tests {
         r.row(row());
         r.section("backend nccl");
         r.environment("nccl: NCCL 2.21.5, device 0");
+        r.environment_once("nccl: NCCL 2.21.5, device 0");
         r.finish().unwrap();
         assert_eq!(r.wrong(), 3);
         let text = String::from_utf8(r.out.take().unwrap()).unwrap();
         assert!(text.starts_with("# collbench allreduce: nranks 2, backend mpi, checked on\n"));
         assert!(text.contains("#  note: nccl: not available: no CUDA driver"));
         assert!(text.contains("\n# backend nccl\n#  nccl: NCCL 2.21.5, device 0\n"));
+        assert_eq!(text.matches("device 0").count(), 1, "{text}");
         assert!(text.contains("3 FAILED"));
         // Ranks other than 0 write nothing.
         let mut r = Reporter::<Vec<u8>>::new(None, Format::Csv, Columns::default(), meta());
