@@ -197,13 +197,14 @@ pub fn records(row: &Row, meta: &Meta) -> Vec<Record> {
             time_min_us: rounded(p.time.min * US, 3),
             time_max_us: rounded(p.time.max * US, 3),
             iterations: meta.iters as u64,
-            algbw_gbps: rounded(p.algbw, 4),
-            busbw_gbps: rounded(p.busbw, 4),
+            algbw_gbps: Some(rounded(p.algbw, 4)),
+            busbw_gbps: Some(rounded(p.busbw, 4)),
             wrong: p.wrong,
             iter_min_us: p.iter.map(|i| rounded(i.min * US, 3)),
             iter_p50_us: p.iter.map(|i| rounded(i.p50 * US, 3)),
             iter_p99_us: p.iter.map(|i| rounded(i.p99 * US, 3)),
             messages_per_s: None,
+            overlap: Default::default(),
         })
         .collect()
 }
