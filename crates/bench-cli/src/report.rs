@@ -447,6 +447,9 @@ pub struct Reporter<W: Write> {
     progress: Option<Progress>,
     /// The OSU table the last row went into: backend, variant, type and operation.
     osu_table: Option<(&'static str, &'static str, &'static str, &'static str)>,
+    /// OSU's tables: rows of variants after the first, held back so that each variant's rows form
+    /// one table (written at the next section and at the end).
+    osu_held: Vec<Row>,
 }
 
 impl<W: Write> Reporter<W> {
@@ -462,6 +465,7 @@ impl<W: Write> Reporter<W> {
             json_path: None,
             progress: None,
             osu_table: None,
+            osu_held: Vec::new(),
         }
     }
 
@@ -520,8 +524,41 @@ impl<W: Write> Reporter<W> {
         self.write(|out| lines.iter().try_for_each(|l| writeln!(out, "{l}")));
     }
 
+    /// OSU's lines of `row`: its table's header where it starts a table, then the row.
+    fn osu_lines(&mut self, row: &Row) -> Vec<String> {
+        let mut lines = Vec::new();
+        let table = (row.backend, row.variant, row.dtype, row.redop);
+        if self.osu_table != Some(table) {
+            self.osu_table = Some(table);
+            lines.extend(crate::osu::collective_header(
+                self.meta.benchmark,
+                row,
+                self.cols.minmax,
+                self.meta.check,
+            ));
+        }
+        lines.push(crate::osu::collective_row(
+            self.meta.benchmark,
+            row,
+            self.meta.iters,
+            self.cols.minmax,
+        ));
+        lines
+    }
+
+    /// Write the OSU rows held back (variants after the first), each variant's as one table.
+    fn flush_osu(&mut self) {
+        let mut held = std::mem::take(&mut self.osu_held);
+        held.sort_by_key(|r| r.variant); // stable: sizes stay in order within a variant
+        let lines: Vec<String> = held.iter().flat_map(|r| self.osu_lines(r)).collect();
+        self.write(|out| lines.iter().try_for_each(|l| writeln!(out, "{l}")));
+    }
+
     /// A line announcing the next block of rows (table and OSU only), e.g. a new backend.
     pub fn section(&mut self, title: &str) {
+        if self.format == Format::Osu {
+            self.flush_osu();
+        }
         if matches!(self.format, Format::Table | Format::Osu) {
             self.write(|out| writeln!(out, "# {title}"));
         }
@@ -563,22 +600,14 @@ impl<W: Write> Reporter<W> {
             Format::Csv => lines.extend(records(&row, &self.meta).iter().map(Record::csv_line)),
             Format::Json => {}
             Format::Osu => {
-                let table = (row.backend, row.variant, row.dtype, row.redop);
-                if self.osu_table != Some(table) {
-                    self.osu_table = Some(table);
-                    lines.extend(crate::osu::collective_header(
-                        self.meta.benchmark,
-                        &row,
-                        self.cols.minmax,
-                        self.meta.check,
-                    ));
+                // The first variant's rows are written at once; the others' after, as tables
+                // of their own, so that each table is one variant's sizes in order.
+                let first = self.rows.first().map_or(row.variant, |r| r.variant);
+                if row.variant == first {
+                    lines.extend(self.osu_lines(&row));
+                } else {
+                    self.osu_held.push(row.clone());
                 }
-                lines.push(crate::osu::collective_row(
-                    self.meta.benchmark,
-                    &row,
-                    self.meta.iters,
-                    self.cols.minmax,
-                ));
             }
         }
         self.write(|out| lines.iter().try_for_each(|l| writeln!(out, "{l}")));
@@ -611,6 +640,9 @@ impl<W: Write> Reporter<W> {
     pub fn finish(&mut self) -> io::Result<()> {
         if let Some(p) = self.progress.take() {
             p.finish();
+        }
+        if self.format == Format::Osu {
+            self.flush_osu();
         }
         let text = match self.format {
             Format::Table => {
@@ -906,6 +938,41 @@ mod tests {
             table_header(minmax)[1].len(),
             table_row(&row(), minmax).len()
         );
+    }
+
+    #[test]
+    fn osu_tables_hold_one_variant_each() {
+        let mut r = Reporter::new(Some(Vec::new()), Format::Osu, Columns::default(), meta());
+        r.begin();
+        for size in [8, 16] {
+            for variant in ["library", "persistent"] {
+                r.row(Row {
+                    size,
+                    variant,
+                    ..row()
+                });
+            }
+        }
+        r.finish().unwrap();
+        let text = String::from_utf8(r.out.take().unwrap()).unwrap();
+        let titles: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("Latency Test"))
+            .collect();
+        assert_eq!(
+            titles,
+            [
+                "# OSU MPI Allreduce Latency Test v7.4",
+                "# OSU MPI Allreduce Persistent Latency Test v7.4"
+            ],
+            "{text}"
+        );
+        let sizes: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(char::is_numeric))
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(sizes, ["8", "16", "8", "16"]);
     }
 
     #[test]
