@@ -11,7 +11,8 @@
 //! `MPI_Wait`. On NCCL each run is timed between CUDA events around its `start` (the graph launch)
 //! and the stream synchronized before the next: a plan's run must be waited for before it starts
 //! again, so runs cannot be queued back to back through a plan and `-z 0` does not apply (nccl-tests'
-//! `-G` captures its iterations into graphs and launches them without a host wait in between).
+//! `-G N` captures its `-n` iterations into one graph and launches it `N` times back to back, with
+//! one synchronization at the end).
 //!
 //! With `-c 1` a fresh plan on fresh buffers is made, run once, and its result read through the
 //! plan's [`recv`](collectives_core::Persistent::recv) and counted like the engine's.
