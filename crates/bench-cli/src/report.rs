@@ -450,6 +450,9 @@ pub struct Reporter<W: Write> {
     /// OSU's tables: rows of variants after the first, held back so that each variant's rows form
     /// one table (written at the next section and at the end).
     osu_held: Vec<Row>,
+    /// OSU's tables: `#` lines of [`environment_once`](Reporter::environment_once), written with
+    /// the held rows so that no table is cut.
+    osu_notes: Vec<String>,
 }
 
 impl<W: Write> Reporter<W> {
@@ -466,6 +469,7 @@ impl<W: Write> Reporter<W> {
             progress: None,
             osu_table: None,
             osu_held: Vec::new(),
+            osu_notes: Vec::new(),
         }
     }
 
@@ -550,7 +554,11 @@ impl<W: Write> Reporter<W> {
     fn flush_osu(&mut self) {
         let mut held = std::mem::take(&mut self.osu_held);
         held.sort_by_key(|r| r.variant); // stable: sizes stay in order within a variant
-        let lines: Vec<String> = held.iter().flat_map(|r| self.osu_lines(r)).collect();
+        let mut lines = std::mem::take(&mut self.osu_notes);
+        if !lines.is_empty() {
+            lines.insert(0, String::new());
+        }
+        lines.extend(held.iter().flat_map(|r| self.osu_lines(r)));
         self.write(|out| lines.iter().try_for_each(|l| writeln!(out, "{l}")));
     }
 
@@ -587,7 +595,7 @@ impl<W: Write> Reporter<W> {
             return;
         }
         if self.format == Format::Osu {
-            self.write(|out| writeln!(out, "# {line}"));
+            self.osu_notes.push(format!("# {line}"));
         }
         self.environment(line);
     }
@@ -945,6 +953,7 @@ mod tests {
         let mut r = Reporter::new(Some(Vec::new()), Format::Osu, Columns::default(), meta());
         r.begin();
         for size in [8, 16] {
+            r.environment_once("persistent: allreduce out-of-place on mpi: replay");
             for variant in ["library", "persistent"] {
                 r.row(Row {
                     size,
@@ -973,6 +982,10 @@ mod tests {
             .map(|l| l.split_whitespace().next().unwrap())
             .collect();
         assert_eq!(sizes, ["8", "16", "8", "16"]);
+        // The note comes once, after the first table, not inside it.
+        assert_eq!(text.matches("on mpi: replay").count(), 1);
+        let note = text.find("on mpi: replay").unwrap();
+        assert!(note > text.find("\n16 ").unwrap() && note < text.find("Persistent").unwrap());
     }
 
     #[test]
