@@ -264,14 +264,16 @@ fn multi_rank(root: &Path, ranks: &[u32], as_root: bool) -> (Tally, Tally) {
 }
 
 /// Small, checked runs of every `collbench` subcommand that runs on host MPI: each must exit 0
-/// (which it does only with no wrong value), at each of `ranks` (p2p from 2 ranks).
+/// (which it does only with no wrong value), at each of `ranks` (p2p from 2 ranks). Every
+/// collective runs its `persistent` variant beside the library's call (`--persistent`), so that
+/// the persistent plans are checked too.
 pub fn collbench_commands(ranks: u32) -> Vec<Vec<String>> {
     let small = [
         "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "-c", "1",
     ];
     let mut v: Vec<Vec<&str>> = crate::bench::COLLECTIVES
         .iter()
-        .map(|c| [&["coll", c][..], &small[..]].concat())
+        .map(|c| [&["coll", c][..], &small[..], &["--persistent"][..]].concat())
         .collect();
     v.push(
         [
@@ -406,6 +408,9 @@ mod tests {
         assert!(two[..14]
             .iter()
             .all(|c| c.windows(2).any(|w| w == ["-c", "1"])));
+        assert!(two[..14]
+            .iter()
+            .all(|c| c.contains(&"--persistent".to_owned())));
     }
 
     #[test]

@@ -263,7 +263,8 @@ pub fn output(rank: i32, path: Option<&std::path::Path>) -> anyhow::Result<Optio
 }
 
 /// The variants a backend times: the library's call, then its raw baseline where asked for and the
-/// backend has one, then checked mode on where asked for.
+/// backend has one, then checked mode on where asked for, then the persistent plan where asked for
+/// and the collective has one.
 fn variants(plan: &Plan, name: CollName, backend: Backend) -> Vec<Variant> {
     let mut v = vec![Variant::Library];
     if backend == Backend::Nccl {
@@ -279,6 +280,9 @@ fn variants(plan: &Plan, name: CollName, backend: Backend) -> Vec<Variant> {
     }
     if plan.checked_cost {
         v.push(Variant::Checked);
+    }
+    if plan.persistent && name.persistent_init().is_some() {
+        v.push(Variant::Persistent);
     }
     v
 }
@@ -382,6 +386,21 @@ pub fn run_engine(
             "{}: no raw baseline (all-reduce only)",
             name.name()
         ));
+    }
+    if plan.persistent {
+        notes.push(match name.persistent_init() {
+            Some(init) => format!(
+                "persistent: {init} once per size and placement, then start + wait per call; \
+                 wall clock around start + wait on mpi, cuda-mpi and mpi-staged; on nccl each \
+                 graph launch between CUDA events with the stream synchronized before the next \
+                 (a plan is waited for before it starts again, so -z 0 does not apply to it); \
+                 -c 1 checks a fresh plan's result through its receive buffer"
+            ),
+            None => format!(
+                "{}: no persistent form in the library (no persistent rows)",
+                name.name()
+            ),
+        });
     }
     notes.push(match plan.blocking {
         Some(true) => "timing: blocking (-z 1): each call timed to its completion".to_string(),

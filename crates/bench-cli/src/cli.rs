@@ -227,6 +227,12 @@ pub struct CollArgs {
     /// Also write the JSON document of the run to this file, whatever --format is.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// Also time every collective through the library's persistent plan (`*_init` once per size,
+    /// then start + wait per call): rows of variant `persistent` beside the library's, size by
+    /// size. The path is noted (MPIX_*_init on host MPI, a CUDA graph on NCCL, replay elsewhere).
+    /// A long flag only: nccl-tests' CUDA-graph flag -G means graphs in OSU.
+    #[arg(long)]
+    pub persistent: bool,
     /// nccl-tests' -z: 1 times each call to its completion (one operation, then synchronize),
     /// 0 launches calls back to back; without -z, blocking up to 64 KiB and back to back above.
     #[arg(short = 'z', long = "blocking", value_parser = clap::value_parser!(u8).range(0..=1))]
@@ -279,6 +285,7 @@ impl CollArgs {
             checked_cost: false,
             blocking: self.blocking,
             register: self.register.clone(),
+            persistent: self.persistent,
         };
         let mut plan = as_allreduce.plan(unavailable)?;
         plan.columns.iter_stats = true;
@@ -427,6 +434,12 @@ pub struct AllreduceArgs {
     /// the library's, and report the difference.
     #[arg(long)]
     pub checked_cost: bool,
+    /// Also time every collective through the library's persistent plan (`*_init` once per size,
+    /// then start + wait per call): rows of variant `persistent` beside the library's, size by
+    /// size. The path is noted (MPIX_*_init on host MPI, a CUDA graph on NCCL, replay elsewhere).
+    /// A long flag only: nccl-tests' CUDA-graph flag -G means graphs in OSU.
+    #[arg(long)]
+    pub persistent: bool,
     /// nccl-tests' -z: 1 times each call to its completion (one operation, then synchronize),
     /// 0 launches calls back to back; without -z, blocking up to 64 KiB and back to back above.
     #[arg(short = 'z', long = "blocking", value_parser = clap::value_parser!(u8).range(0..=1))]
@@ -488,6 +501,8 @@ pub struct Plan {
     /// `--register`: the registration modes of NCCL's buffers, one variant each, in order
     /// (`[None]` without the flag).
     pub register: Vec<RegisterMode>,
+    /// Also time the persistent plans (`--persistent`).
+    pub persistent: bool,
 }
 
 impl AllreduceArgs {
@@ -538,6 +553,7 @@ impl AllreduceArgs {
                 iter_stats: false,
                 variants: self.baseline.is_some()
                     || self.checked_cost
+                    || self.persistent
                     || register_modes(&self.register) != [RegisterMode::None],
             },
             baseline: self.baseline == Some(Baseline::Raw),
@@ -546,6 +562,7 @@ impl AllreduceArgs {
             json: self.json.clone(),
             blocking: self.blocking.map(|z| z == 1),
             register: register_modes(&self.register),
+            persistent: self.persistent,
         })
     }
 }
@@ -779,6 +796,7 @@ mod tests {
         assert!(help.contains("--checked-cost"));
         assert!(help.contains("--baseline"));
         assert!(help.contains("--osu"));
+        assert!(help.contains("--persistent"));
     }
 
     fn parse_coll(args: &[&str]) -> Result<(crate::coll::CollName, CollArgs), clap::Error> {
@@ -901,6 +919,40 @@ mod tests {
         assert!(s.blocking_at(1 << 30));
         s.blocking = Some(false);
         assert!(!s.blocking_at(8));
+    }
+
+    #[test]
+    fn persistent_is_a_variant_of_every_collective() {
+        let p = parse(&["--persistent"]).unwrap().plan(host_only).unwrap();
+        assert!(p.persistent && p.columns.variants);
+        assert!(!parse(&[]).unwrap().plan(host_only).unwrap().persistent);
+        let (n, a) = parse_coll(&["gatherv", "--persistent", "-z", "1"]).unwrap();
+        let p = a.plan(n, 3, host_only).unwrap();
+        assert!(p.persistent && p.columns.variants && p.columns.iter_stats);
+        let (n, a) = parse_coll(&["coll", "barrier", "--persistent"]).unwrap();
+        assert!(a.plan(n, 1, host_only).unwrap().persistent);
+        // -G is not ours: OSU's -G draws graphs, nccl-tests' -G launches CUDA graphs.
+        assert!(parse(&["-G", "1"]).is_err());
+        // With OSU's flags too.
+        let argv = crate::osu::translate(
+            [
+                "collbench",
+                "allreduce",
+                "--osu",
+                "--persistent",
+                "-m",
+                "8:64",
+            ]
+            .map(String::from)
+            .to_vec(),
+        )
+        .unwrap();
+        let Command::Allreduce(a) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not allreduce")
+        };
+        let p = a.plan(host_only).unwrap();
+        assert!(p.persistent && p.format == Format::Osu);
+        assert_eq!((p.sizes[0], *p.sizes.last().unwrap()), (8, 64));
     }
 
     #[test]

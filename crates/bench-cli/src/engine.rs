@@ -27,6 +27,7 @@ use collectives_core::{
 use crate::backend::Backend;
 use crate::dtype::DataType;
 use crate::expected::{tolerance, BenchElement};
+use crate::persistent::{BufOf, PersistentForm, Step};
 use crate::report::{IterStats, Placement, Reporter, Row};
 use crate::timing::{self, Spread};
 use crate::variant::Variant;
@@ -103,6 +104,28 @@ pub trait BenchBackend {
     ) -> anyhow::Result<()> {
         let _ = (send, buf, op);
         anyhow::bail!("{} has no raw all-reduce", self.backend().name())
+    }
+    /// The contents of `buf` (the communicator's buffer type, as a persistent plan lends it), after
+    /// the work ordered before this call has completed.
+    ///
+    /// # Errors
+    /// Copy and synchronization errors.
+    fn download_buf<T: BenchElement>(&self, buf: &BufOf<Self, T>) -> anyhow::Result<Vec<T>>;
+    /// Seconds taken by each of `iters` runs of a persistent plan (`run(Step::Start)` starts one,
+    /// `run(Step::Wait)` completes it; a wait without a run in flight returns at once). By default
+    /// each run is timed from its start to the end of its wait; the caller waits once more after.
+    ///
+    /// # Errors
+    /// The first error of `run`; timer errors.
+    fn time_plan(
+        &self,
+        iters: usize,
+        run: &mut dyn FnMut(Step) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<f64>> {
+        self.time_iters(iters, true, &mut || {
+            run(Step::Start)?;
+            run(Step::Wait)
+        })
     }
     /// Seconds taken by each of `iters` calls of `f`: with `blocking`, each call is waited for
     /// (stream synchronized) before the next starts and timed to its completion; otherwise the
@@ -232,7 +255,7 @@ impl Settings {
 ///
 /// # Errors
 /// Library errors (the same on every rank for the same arguments).
-pub fn run<K: Collective, B: BenchBackend, T: BenchElement, W: Write>(
+pub fn run<K: PersistentForm, B: BenchBackend, T: BenchElement, W: Write>(
     b: &B,
     settings: Settings,
     dtype: DataType,
@@ -289,6 +312,34 @@ pub fn run<K: Collective, B: BenchBackend, T: BenchElement, W: Write>(
                     "a rank cannot set up buffers of {} bytes",
                     shape.send.max(shape.recv).saturating_mul(elem)
                 );
+            }
+            if b.variant() == Variant::Persistent {
+                let count = |got: &[T]| count_wrong::<K, T>(&ctx, &shape, got, rel);
+                let check = || -> anyhow::Result<(B::Owned<T>, B::Owned<T>)> {
+                    Ok((b.upload(&input)?, fresh(poison_value::<T>())?))
+                };
+                let m = crate::persistent::measure::<K, B, T>(
+                    b,
+                    &ctx,
+                    &shape,
+                    send,
+                    recv,
+                    in_place,
+                    settings.warmup_iters,
+                    settings.iters,
+                    settings.check.then_some(&check as _),
+                    &count,
+                )?;
+                reporter.environment_once(&format!(
+                    "persistent: {} {} on {}: {}",
+                    K::NAME,
+                    if in_place { "in-place" } else { "out-of-place" },
+                    b.backend().name(),
+                    m.path
+                ));
+                times.push(m.times);
+                wrong.extend(m.wrong);
+                continue;
             }
             let call = |recv: &mut B::Owned<T>| {
                 if in_place {
@@ -414,6 +465,9 @@ impl BenchBackend for Host<'_> {
     fn download<T: BenchElement>(&self, buf: &Vec<T>) -> anyhow::Result<Vec<T>> {
         Ok(buf.clone())
     }
+    fn download_buf<T: BenchElement>(&self, buf: &[T]) -> anyhow::Result<Vec<T>> {
+        Ok(buf.to_vec())
+    }
     fn buf<T: BenchElement>(buf: &Vec<T>) -> &[T] {
         buf
     }
@@ -458,11 +512,16 @@ fn time_on_stream<C: DeviceCommunicator>(
     f: &mut dyn FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<f64>> {
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    // The events are made before the loop: making one (`cuEventCreate`) takes microseconds, which
+    // between calls launched back to back would be timed as part of each call.
+    let events = (0..=iters.max(1))
+        .map(|_| stream.context().new_event(flags))
+        .collect::<Result<Vec<_>, _>>()?;
     comm.synchronize()?;
-    let mut events = vec![stream.record_event(flags)?];
-    for _ in 0..iters.max(1) {
+    events[0].record(stream)?;
+    for e in &events[1..] {
         f()?;
-        events.push(stream.record_event(flags)?);
+        e.record(stream)?;
     }
     // Wait with the library's deadline first: reading the events would block without one.
     comm.synchronize()?;
@@ -481,12 +540,17 @@ fn time_on_stream_blocking<C: DeviceCommunicator>(
     f: &mut dyn FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<f64>> {
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    // Two events made once and recorded again in every iteration (making one takes microseconds).
+    let (start, end) = (
+        stream.context().new_event(flags)?,
+        stream.context().new_event(flags)?,
+    );
     comm.synchronize()?;
     (0..iters.max(1))
         .map(|_| {
-            let start = stream.record_event(flags)?;
+            start.record(stream)?;
             f()?;
-            let end = stream.record_event(flags)?;
+            end.record(stream)?;
             comm.synchronize()?;
             Ok(timing::seconds_per_call(start.elapsed_ms(&end)?, 1))
         })
@@ -540,6 +604,34 @@ macro_rules! device_backend {
             fn download<T: BenchElement>(&self, buf: &CudaSlice<T>) -> anyhow::Result<Vec<T>> {
                 self.comm.synchronize()?;
                 Ok(device::download(self.comm.stream(), buf)?)
+            }
+            fn download_buf<T: BenchElement>(&self, buf: &CudaSlice<T>) -> anyhow::Result<Vec<T>> {
+                self.download(buf)
+            }
+            fn time_plan(
+                &self,
+                iters: usize,
+                run: &mut dyn FnMut(Step) -> anyhow::Result<()>,
+            ) -> anyhow::Result<Vec<f64>> {
+                match self.backend {
+                    // Each graph launch between two events, then the stream synchronized: the
+                    // run is complete when the next iteration's wait looks at it, so that wait
+                    // returns at once and the events hold the launch and the graph only.
+                    Backend::Nccl => time_on_stream_blocking(
+                        self.comm,
+                        self.comm.stream(),
+                        iters,
+                        &mut || {
+                            run(Step::Wait)?;
+                            run(Step::Start)
+                        },
+                    ),
+                    // Replayed non-blocking calls over MPI: start to the end of the wait.
+                    _ => time_wall_drained(self.comm, iters, &mut || {
+                        run(Step::Start)?;
+                        run(Step::Wait)
+                    }),
+                }
             }
             fn buf<T: BenchElement>(buf: &CudaSlice<T>) -> &CudaSlice<T> {
                 buf
@@ -638,8 +730,24 @@ impl<'a> BenchBackend for Device<'a, NcclComm> {
         })
     }
     fn download<T: BenchElement>(&self, buf: &NcclOwned<'a, T>) -> anyhow::Result<Vec<T>> {
+        self.download_buf(buf.slice())
+    }
+    fn download_buf<T: BenchElement>(&self, buf: &CudaSlice<T>) -> anyhow::Result<Vec<T>> {
         self.comm.synchronize()?;
-        Ok(device::download(self.comm.stream(), buf.slice())?)
+        Ok(device::download(self.comm.stream(), buf)?)
+    }
+    fn time_plan(
+        &self,
+        iters: usize,
+        run: &mut dyn FnMut(Step) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<f64>> {
+        // Each graph launch between two events, then the stream synchronized: the run is complete
+        // when the next iteration's wait looks at it, so that wait returns at once and the events
+        // hold the launch and the graph only.
+        time_on_stream_blocking(self.comm, self.comm.stream(), iters, &mut || {
+            run(Step::Wait)?;
+            run(Step::Start)
+        })
     }
     fn buf<'b, T: BenchElement>(buf: &'b NcclOwned<'a, T>) -> &'b CudaSlice<T> {
         buf.slice()

@@ -12,6 +12,7 @@
 //! | [`engine`] | the benchmark engine: buffers per backend, warm-up, timed loop, `#wrong`, statistics, rows |
 //! | [`coll`] | every collective's hooks over the engine (one file each) and the bus-bandwidth table |
 //! | [`variant`] | the variants of a timed call (library, raw, checked) and their comparison |
+//! | [`persistent`] | the `persistent` variant: every collective through the library's persistent plans |
 //! | [`raw`] | the raw baselines: `MPI_Allreduce`, `ncclAllReduce`, `MPI_Allreduce` on device pointers |
 //! | [`comms`] | the communicators of a run on each backend, and what each runs on |
 //! | [`pack`] | `collbench pack`: GPU pack throughput against copy baselines (one GPU, no MPI) |
@@ -44,6 +45,7 @@ pub mod osu;
 pub mod overlap;
 pub mod p2p;
 pub mod pack;
+pub mod persistent;
 pub mod plot;
 pub mod progress;
 pub mod raw;

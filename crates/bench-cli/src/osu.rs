@@ -143,6 +143,12 @@ pub fn title(collective: &str) -> String {
     format!("{name} Latency Test")
 }
 
+/// OSU's name of a collective's persistent test (`osu_allreduce_persistent`: `Allreduce Persistent
+/// Latency Test`).
+pub fn persistent_title(collective: &str) -> String {
+    title(collective).replace(" Latency Test", " Persistent Latency Test")
+}
+
 /// OSU's prefix for a backend: `OSU MPI` on host memory, `OSU MPI-CUDA` on device memory through
 /// MPI, `OSU NCCL` on NCCL.
 pub fn suite(backend: &str) -> &'static str {
@@ -183,9 +189,18 @@ fn number(x: f64) -> String {
 pub fn collective_header(collective: &str, row: &Row, full: bool, validation: bool) -> Vec<String> {
     let mut lines = vec![
         String::new(),
-        format!("# {} {} v7.4", suite(row.backend), title(collective)),
+        format!(
+            "# {} {} v7.4",
+            suite(row.backend),
+            if row.variant == "persistent" {
+                persistent_title(collective)
+            } else {
+                title(collective)
+            }
+        ),
     ];
-    if row.variant != "library" {
+    // OSU's persistent tests have a title of their own; the other variants a line.
+    if row.variant != "library" && row.variant != "persistent" {
         lines.push(format!("# Variant: {}.", row.variant));
     }
     let mut columns = String::new();
@@ -401,6 +416,14 @@ mod tests {
             "             1.27              1.27              1.27          10"
         );
         assert!(title("alltoall").starts_with("All-to-All Personalized Exchange"));
+        assert_eq!(
+            persistent_title("alltoall"),
+            "All-to-All Personalized Exchange Persistent Latency Test"
+        );
+        assert_eq!(
+            persistent_title("allreduce"),
+            "Allreduce Persistent Latency Test"
+        );
     }
 
     /// OMB 7.4's `osu_latency -c`, `osu_bw`, `osu_bibw` and `osu_mbw_mr` (`-m 1:8 -i 10 -x 2`).

@@ -243,13 +243,14 @@ impl P2pRow {
             time_min_us: rounded(seconds * 1e6, 3),
             time_max_us: rounded(seconds * 1e6, 3),
             iterations: n as u64,
-            algbw_gbps: rounded(crate::timing::algbw(self.size, seconds), 4),
-            busbw_gbps: rounded(crate::timing::algbw(self.size, seconds), 4),
+            algbw_gbps: Some(rounded(crate::timing::algbw(self.size, seconds), 4)),
+            busbw_gbps: Some(rounded(crate::timing::algbw(self.size, seconds), 4)),
             wrong: self.wrong,
             iter_min_us: None,
             iter_p50_us: None,
             iter_p99_us: None,
             messages_per_s: None,
+            overlap: Default::default(),
         };
         let per_message = |bw: f64| if bw > 0.0 { self.size as f64 / bw } else { 0.0 };
         let (lat_n, bw_n) = (
@@ -1142,7 +1143,7 @@ mod tests {
             ]
         );
         assert_eq!(recs[0].time_us, 180.0);
-        assert_eq!((recs[1].algbw_gbps, recs[1].iterations), (380.0, 40));
+        assert_eq!((recs[1].algbw_gbps, recs[1].iterations), (Some(380.0), 40));
         assert_eq!(recs[0].csv_line().split(',').count(), Record::COLUMNS.len());
         let osu = osu_tables(std::slice::from_ref(&r), &args);
         assert!(

@@ -3,7 +3,10 @@
 //! has several). `collbench plot results.json` redraws them from the JSON of any run.
 //!
 //! Out-of-place records only (in place is usually the same curve); records of size 0 (`barrier`)
-//! have no place on a log axis and give no plot.
+//! have no place on a log axis and give no plot. Records without a bandwidth (`collbench overlap`'s)
+//! are left out of the bandwidth plots; `overlap`'s records are drawn apart, as
+//! `overlap-<collective>-latency.svg` (the pure communication time, one line per backend and
+//! progress setting), since they are timed another way than the engine's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -49,10 +52,11 @@ impl Metric {
         }
     }
 
-    fn value(self, r: &Record) -> f64 {
+    /// The record's value; `None` where it has none (no bandwidth in `overlap` records).
+    fn value(self, r: &Record) -> Option<f64> {
         match self {
             Metric::Bandwidth => r.busbw_gbps,
-            Metric::Latency => r.time_us,
+            Metric::Latency => Some(r.time_us),
         }
     }
 }
@@ -90,7 +94,10 @@ pub fn series(records: &[&Record], metric: Metric) -> Vec<Series> {
         if hosts {
             label.push_str(&format!(" ({}, {} ranks)", r.host, r.ranks));
         }
-        let y = metric.value(r);
+        if let Some(p) = &r.overlap.progress {
+            label.push_str(&format!(" progress {p}"));
+        }
+        let Some(y) = metric.value(r) else { continue };
         if r.size_bytes > 0 && y > 0.0 && y.is_finite() {
             lines
                 .entry(label)
@@ -192,10 +199,12 @@ pub fn plot_all(docs: &[Document], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         .flat_map(|d| &d.records)
         .filter(|r| r.placement != "in-place")
     {
-        by_collective
-            .entry(r.collective.clone())
-            .or_default()
-            .push(r);
+        let key = if r.overlap == Default::default() {
+            r.collective.clone()
+        } else {
+            format!("overlap-{}", r.collective)
+        };
+        by_collective.entry(key).or_default().push(r);
     }
     let mut written = Vec::new();
     for (collective, records) in by_collective {
@@ -257,7 +266,7 @@ mod tests {
                 r.backend = backend.into();
                 r.size_bytes = size;
                 r.time_us = 1.0 + i as f64;
-                r.busbw_gbps = size as f64 / 1e3 / r.time_us;
+                r.busbw_gbps = Some(size as f64 / 1e3 / r.time_us);
                 records.push(r);
                 let mut ip = records.last().unwrap().clone();
                 ip.placement = "in-place".into();
@@ -297,6 +306,41 @@ mod tests {
         assert_eq!(human_bytes(1024.0), "1K");
         assert_eq!(human_bytes(8.0), "8");
         assert_eq!(human_bytes(1536.0), "1.5K");
+    }
+
+    #[test]
+    fn records_without_bandwidth_give_a_latency_plot_of_their_own() {
+        let dir = std::env::temp_dir().join(format!("collbench-plot-ov-{}", std::process::id()));
+        let mut d = doc();
+        for (i, size) in [1024u64, 2048].into_iter().enumerate() {
+            let mut r = crate::record::tests::overlap_record();
+            r.size_bytes = size;
+            r.time_us = 5.0 + i as f64;
+            d.records.push(r);
+        }
+        let recs: Vec<&Record> = d
+            .records
+            .iter()
+            .filter(|r| r.benchmark == "overlap")
+            .collect();
+        assert!(series(&recs, Metric::Bandwidth).is_empty());
+        let lat = series(&recs, Metric::Latency);
+        assert_eq!(lat.len(), 1);
+        assert_eq!(lat[0].0, "mpi progress on");
+        let written = plot_all(&[d], &dir).unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "allreduce-bandwidth.svg",
+                "allreduce-latency.svg",
+                "overlap-allreduce-latency.svg"
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -101,10 +101,10 @@ pub struct Record {
     pub time_max_us: f64,
     /// Timed calls per rank.
     pub iterations: u64,
-    /// `size / time`.
-    pub algbw_gbps: f64,
-    /// `algbw` times the collective's bus-bandwidth factor.
-    pub busbw_gbps: f64,
+    /// `size / time`; absent where no bandwidth is measured (`overlap`).
+    pub algbw_gbps: Option<f64>,
+    /// `algbw` times the collective's bus-bandwidth factor; absent as `algbw_gbps` is.
+    pub busbw_gbps: Option<f64>,
     /// Wrong elements (bytes, point-to-point) summed over ranks; absent without `-c 1`.
     pub wrong: Option<u64>,
     /// The fastest iteration (each iteration's time is the slowest rank's).
@@ -115,11 +115,41 @@ pub struct Record {
     pub iter_p99_us: Option<f64>,
     /// Messages per second (OSU's `osu_mbw_mr`), where measured.
     pub messages_per_s: Option<f64>,
+    /// `collbench overlap`'s measurements; every field absent (`null`) in other records.
+    #[serde(flatten, default)]
+    pub overlap: Overlap,
+}
+
+/// What `collbench overlap` measures of one collective and size (OSU's `osu_i*` columns), in
+/// microseconds averaged over ranks; in a record of `overlap` the record's `time_us` is the pure
+/// communication time (`pure_us`) and its bandwidths are absent. Every field is absent in the
+/// records of other benchmarks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overlap {
+    /// The library's progress engine on the measured communicator: `on`, `off` (host buffers).
+    pub progress: Option<String>,
+    /// Start to the end of the wait, with the computation in between.
+    pub overall_us: Option<f64>,
+    /// The computation, without the tests made during it.
+    pub compute_us: Option<f64>,
+    /// Start and wait at once.
+    pub pure_us: Option<f64>,
+    /// OSU's overlap: `max(0, 100 - (overall - compute) / pure x 100)`.
+    pub overlap_pct: Option<f64>,
+    /// Inside the tests made during the computation (`-t`).
+    pub test_us: Option<f64>,
+    /// Inside the wait.
+    pub wait_us: Option<f64>,
+    /// With `--efficiency`: the computation at which the overlap first reached `--hidden`; absent
+    /// when it never did.
+    pub hidden_at_us: Option<f64>,
+    /// With `--efficiency`: that computation as a multiple of the pure time.
+    pub hidden_factor: Option<u32>,
 }
 
 impl Record {
     /// The CSV columns, in order: every field of the record.
-    pub const COLUMNS: [&'static str; 27] = [
+    pub const COLUMNS: [&'static str; 36] = [
         "host",
         "cores",
         "mpi_library",
@@ -146,6 +176,15 @@ impl Record {
         "iter_p50_us",
         "iter_p99_us",
         "messages_per_s",
+        "progress",
+        "overall_us",
+        "compute_us",
+        "pure_us",
+        "overlap_pct",
+        "test_us",
+        "wait_us",
+        "hidden_at_us",
+        "hidden_factor",
         // Kept last: a column added later goes before it.
         "schema",
     ];
@@ -255,14 +294,35 @@ pub(crate) mod tests {
             time_min_us: 9.5,
             time_max_us: 11.0,
             iterations: 20,
-            algbw_gbps: 0.0999,
-            busbw_gbps: 0.0999,
+            algbw_gbps: Some(0.0999),
+            busbw_gbps: Some(0.0999),
             wrong: Some(0),
             iter_min_us: Some(9.0),
             iter_p50_us: Some(10.0),
             iter_p99_us: Some(12.0),
             messages_per_s: None,
+            overlap: Overlap::default(),
         }
+    }
+
+    /// A record of `collbench overlap`.
+    pub fn overlap_record() -> Record {
+        let mut r = record();
+        r.benchmark = "overlap".into();
+        (r.algbw_gbps, r.busbw_gbps, r.wrong) = (None, None, None);
+        (r.iter_min_us, r.iter_p50_us, r.iter_p99_us) = (None, None, None);
+        r.overlap = Overlap {
+            progress: Some("on".into()),
+            overall_us: Some(12.5),
+            compute_us: Some(10.0),
+            pure_us: Some(10.25),
+            overlap_pct: Some(75.61),
+            test_us: Some(0.0),
+            wait_us: Some(2.0),
+            hidden_at_us: Some(40.0),
+            hidden_factor: Some(4),
+        };
+        r
     }
 
     #[test]
@@ -279,7 +339,7 @@ pub(crate) mod tests {
             method: vec!["time: wall clock".into()],
             notes: vec!["nccl: not available: \"no\" driver".into()],
             environment: Vec::new(),
-            records: vec![record(), {
+            records: vec![record(), overlap_record(), {
                 let mut r = record();
                 r.wrong = None;
                 r.op = None;
@@ -291,6 +351,22 @@ pub(crate) mod tests {
         let text = doc.to_json();
         assert_eq!(Document::from_json(&text).unwrap(), doc);
         assert!(text.contains("\"wrong\": null"));
+        // Overlap fields sit beside the others, null outside overlap records.
+        assert!(text.contains("\"overlap_pct\": 75.61"), "{text}");
+        assert!(text.contains("\"overlap_pct\": null"));
+        assert!(text.contains("\"busbw_gbps\": null"));
+        // A document written before the overlap fields existed still reads.
+        let old: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut old = old;
+        for r in old["records"].as_array_mut().unwrap() {
+            for k in ["progress", "overall_us", "pure_us", "hidden_factor"] {
+                r.as_object_mut().unwrap().remove(k);
+            }
+        }
+        let read = Document::from_json(&old.to_string()).unwrap();
+        assert_eq!(read.records[0], doc.records[0]);
+        assert_eq!(read.records[1].overlap.overall_us, None);
+        assert_eq!(read.records[1].overlap.compute_us, Some(10.0));
         let other = text.replace(SCHEMA, "collbench-results/0");
         assert!(Document::from_json(&other).unwrap_err().contains("schema"));
         assert!(Document::from_json("{").is_err());
@@ -315,7 +391,12 @@ pub(crate) mod tests {
             line,
             "node1,2,\"Open MPI v4.1.4, package: Debian OpenMPI\",2.21.5,allreduce,allreduce,mpi,\
              library,out-of-place,float,sum,,2,1024,256,10.25,9.5,11.0,20,0.0999,0.0999,0,9.0,10.0,\
-             12.0,,collbench-results/1"
+             12.0,,,,,,,,,,,collbench-results/1"
+        );
+        let line = overlap_record().csv_line();
+        assert!(
+            line.ends_with(",,,,,on,12.5,10.0,10.25,75.61,0.0,2.0,40.0,4,collbench-results/1"),
+            "{line}"
         );
         assert_eq!(
             Record::csv_header().split(',').count(),

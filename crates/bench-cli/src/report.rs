@@ -197,13 +197,14 @@ pub fn records(row: &Row, meta: &Meta) -> Vec<Record> {
             time_min_us: rounded(p.time.min * US, 3),
             time_max_us: rounded(p.time.max * US, 3),
             iterations: meta.iters as u64,
-            algbw_gbps: rounded(p.algbw, 4),
-            busbw_gbps: rounded(p.busbw, 4),
+            algbw_gbps: Some(rounded(p.algbw, 4)),
+            busbw_gbps: Some(rounded(p.busbw, 4)),
             wrong: p.wrong,
             iter_min_us: p.iter.map(|i| rounded(i.min * US, 3)),
             iter_p50_us: p.iter.map(|i| rounded(i.p50 * US, 3)),
             iter_p99_us: p.iter.map(|i| rounded(i.p99 * US, 3)),
             messages_per_s: None,
+            overlap: Default::default(),
         })
         .collect()
 }
@@ -261,7 +262,8 @@ pub fn busbw_factor_text(name: &str) -> &'static str {
 pub const VARIANTS_NOTE: &str = "library: the library's call; raw: the backend's own all-reduce \
      (MPI_Allreduce through mpi::ffi, ncclAllReduce through nccl_sys) on the same communicator \
      handle, stream and buffers; checked: the library's call on a second communicator with checked \
-     mode on; the variants run one after the other at each size";
+     mode on; persistent: the library's persistent plan (*_init once per size, start + wait per \
+     call; its path is noted); the variants run one after the other at each size";
 
 /// The `#` header lines of the table, before the column names.
 pub fn table_preamble(meta: &Meta, cols: Columns) -> Vec<String> {
@@ -445,6 +447,12 @@ pub struct Reporter<W: Write> {
     progress: Option<Progress>,
     /// The OSU table the last row went into: backend, variant, type and operation.
     osu_table: Option<(&'static str, &'static str, &'static str, &'static str)>,
+    /// OSU's tables: rows of variants after the first, held back so that each variant's rows form
+    /// one table (written at the next section and at the end).
+    osu_held: Vec<Row>,
+    /// OSU's tables: `#` lines of [`environment_once`](Reporter::environment_once), written with
+    /// the held rows so that no table is cut.
+    osu_notes: Vec<String>,
 }
 
 impl<W: Write> Reporter<W> {
@@ -460,6 +468,8 @@ impl<W: Write> Reporter<W> {
             json_path: None,
             progress: None,
             osu_table: None,
+            osu_held: Vec::new(),
+            osu_notes: Vec::new(),
         }
     }
 
@@ -518,8 +528,45 @@ impl<W: Write> Reporter<W> {
         self.write(|out| lines.iter().try_for_each(|l| writeln!(out, "{l}")));
     }
 
+    /// OSU's lines of `row`: its table's header where it starts a table, then the row.
+    fn osu_lines(&mut self, row: &Row) -> Vec<String> {
+        let mut lines = Vec::new();
+        let table = (row.backend, row.variant, row.dtype, row.redop);
+        if self.osu_table != Some(table) {
+            self.osu_table = Some(table);
+            lines.extend(crate::osu::collective_header(
+                self.meta.benchmark,
+                row,
+                self.cols.minmax,
+                self.meta.check,
+            ));
+        }
+        lines.push(crate::osu::collective_row(
+            self.meta.benchmark,
+            row,
+            self.meta.iters,
+            self.cols.minmax,
+        ));
+        lines
+    }
+
+    /// Write the OSU rows held back (variants after the first), each variant's as one table.
+    fn flush_osu(&mut self) {
+        let mut held = std::mem::take(&mut self.osu_held);
+        held.sort_by_key(|r| r.variant); // stable: sizes stay in order within a variant
+        let mut lines = std::mem::take(&mut self.osu_notes);
+        if !lines.is_empty() {
+            lines.insert(0, String::new());
+        }
+        lines.extend(held.iter().flat_map(|r| self.osu_lines(r)));
+        self.write(|out| lines.iter().try_for_each(|l| writeln!(out, "{l}")));
+    }
+
     /// A line announcing the next block of rows (table and OSU only), e.g. a new backend.
     pub fn section(&mut self, title: &str) {
+        if self.format == Format::Osu {
+            self.flush_osu();
+        }
         if matches!(self.format, Format::Table | Format::Osu) {
             self.write(|out| writeln!(out, "# {title}"));
         }
@@ -541,6 +588,18 @@ impl<W: Write> Reporter<W> {
         self.meta.environment.push(line.to_string());
     }
 
+    /// As [`environment`](Self::environment), once: a line already recorded is not repeated. With
+    /// OSU's tables too, as a `#` line (such as the path a persistent plan took).
+    pub fn environment_once(&mut self, line: &str) {
+        if self.meta.environment.iter().any(|l| l == line) {
+            return;
+        }
+        if self.format == Format::Osu {
+            self.osu_notes.push(format!("# {line}"));
+        }
+        self.environment(line);
+    }
+
     /// Record a row, and write it at once for table, OSU and CSV.
     pub fn row(&mut self, row: Row) {
         let mut lines = Vec::new();
@@ -549,22 +608,14 @@ impl<W: Write> Reporter<W> {
             Format::Csv => lines.extend(records(&row, &self.meta).iter().map(Record::csv_line)),
             Format::Json => {}
             Format::Osu => {
-                let table = (row.backend, row.variant, row.dtype, row.redop);
-                if self.osu_table != Some(table) {
-                    self.osu_table = Some(table);
-                    lines.extend(crate::osu::collective_header(
-                        self.meta.benchmark,
-                        &row,
-                        self.cols.minmax,
-                        self.meta.check,
-                    ));
+                // The first variant's rows are written at once; the others' after, as tables
+                // of their own, so that each table is one variant's sizes in order.
+                let first = self.rows.first().map_or(row.variant, |r| r.variant);
+                if row.variant == first {
+                    lines.extend(self.osu_lines(&row));
+                } else {
+                    self.osu_held.push(row.clone());
                 }
-                lines.push(crate::osu::collective_row(
-                    self.meta.benchmark,
-                    &row,
-                    self.meta.iters,
-                    self.cols.minmax,
-                ));
             }
         }
         self.write(|out| lines.iter().try_for_each(|l| writeln!(out, "{l}")));
@@ -597,6 +648,9 @@ impl<W: Write> Reporter<W> {
     pub fn finish(&mut self) -> io::Result<()> {
         if let Some(p) = self.progress.take() {
             p.finish();
+        }
+        if self.format == Format::Osu {
+            self.flush_osu();
         }
         let text = match self.format {
             Format::Table => {
@@ -842,12 +896,14 @@ mod tests {
         r.row(row());
         r.section("backend nccl");
         r.environment("nccl: NCCL 2.21.5, device 0");
+        r.environment_once("nccl: NCCL 2.21.5, device 0");
         r.finish().unwrap();
         assert_eq!(r.wrong(), 3);
         let text = String::from_utf8(r.out.take().unwrap()).unwrap();
         assert!(text.starts_with("# collbench allreduce: nranks 2, backend mpi, checked on\n"));
         assert!(text.contains("#  note: nccl: not available: no CUDA driver"));
         assert!(text.contains("\n# backend nccl\n#  nccl: NCCL 2.21.5, device 0\n"));
+        assert_eq!(text.matches("device 0").count(), 1, "{text}");
         assert!(text.contains("3 FAILED"));
         // Ranks other than 0 write nothing.
         let mut r = Reporter::<Vec<u8>>::new(None, Format::Csv, Columns::default(), meta());
@@ -890,6 +946,46 @@ mod tests {
             table_header(minmax)[1].len(),
             table_row(&row(), minmax).len()
         );
+    }
+
+    #[test]
+    fn osu_tables_hold_one_variant_each() {
+        let mut r = Reporter::new(Some(Vec::new()), Format::Osu, Columns::default(), meta());
+        r.begin();
+        for size in [8, 16] {
+            r.environment_once("persistent: allreduce out-of-place on mpi: replay");
+            for variant in ["library", "persistent"] {
+                r.row(Row {
+                    size,
+                    variant,
+                    ..row()
+                });
+            }
+        }
+        r.finish().unwrap();
+        let text = String::from_utf8(r.out.take().unwrap()).unwrap();
+        let titles: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("Latency Test"))
+            .collect();
+        assert_eq!(
+            titles,
+            [
+                "# OSU MPI Allreduce Latency Test v7.4",
+                "# OSU MPI Allreduce Persistent Latency Test v7.4"
+            ],
+            "{text}"
+        );
+        let sizes: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(char::is_numeric))
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(sizes, ["8", "16", "8", "16"]);
+        // The note comes once, after the first table, not inside it.
+        assert_eq!(text.matches("on mpi: replay").count(), 1);
+        let note = text.find("on mpi: replay").unwrap();
+        assert!(note > text.find("\n16 ").unwrap() && note < text.find("Persistent").unwrap());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The variants of a measured call: the library's call, the backend's own call on the same handle and
-//! buffers (`--baseline raw`), and the library's call with checked mode on (`--checked-cost`); and the
-//! closing comparison of a run that timed several.
+//! buffers (`--baseline raw`), the library's call with checked mode on (`--checked-cost`), and the
+//! library's persistent plan (`--persistent`); and the closing comparison of a run that timed
+//! several.
 //!
 //! Each variant is a backend of the engine of its own ([`crate::engine::BenchBackend::variant`]) and
 //! gives rows of its own; at each size the variants run one after the other, so that they see the
@@ -24,6 +25,9 @@ pub enum Variant {
     /// The library's call on NCCL buffers from `ncclMemAlloc` registered on every rank as
     /// symmetric windows (`--register window`).
     Window,
+    /// The library's persistent plan (`*_init` once per size, then `start` and `wait` per call:
+    /// [`crate::persistent`]).
+    Persistent,
 }
 
 impl Variant {
@@ -35,6 +39,7 @@ impl Variant {
             Variant::Checked => "checked",
             Variant::Registered => "registered",
             Variant::Window => "window",
+            Variant::Persistent => "persistent",
         }
     }
 
@@ -58,22 +63,23 @@ impl Variant {
 }
 
 /// The comparison lines (no `#`) of rows of several variants: per backend, type, operation and size,
-/// what the library adds to the raw call (`library - raw`, and `library / raw`) and what checked mode
-/// costs (`checked - library`), in microseconds per call, out-of-place and in-place. Empty when only
-/// the library was timed.
+/// what the library adds to the raw call (`library - raw`, and `library / raw`), what checked mode
+/// costs (`checked - library`) and what a persistent plan saves or costs (`persistent - library`),
+/// in microseconds per call, out-of-place and in-place. Empty when only the library was timed.
 pub fn comparison_lines(rows: &[Row]) -> Vec<String> {
     let library = Variant::Library.name();
     let has = |v: Variant| rows.iter().any(|r| r.variant == v.name());
     let mut registration = registration_lines(rows);
-    if !has(Variant::Raw) && !has(Variant::Checked) {
+    if !has(Variant::Raw) && !has(Variant::Checked) && !has(Variant::Persistent) {
         return registration;
     }
     let mut lines = vec![
-        "variants: overhead = library - raw, ratio = library / raw, cost = checked - library (us per call; oop | ip)"
+        "variants: overhead = library - raw, ratio = library / raw, cost = checked - library, \
+         plan = persistent - library (us per call; oop | ip)"
             .to_string(),
         format!(
-            "{:>12} {:>10} {:>10} {:>6} {:>19} {:>13} {:>19}",
-            "size(B)", "backend", "type", "redop", "overhead", "ratio", "cost"
+            "{:>12} {:>10} {:>10} {:>6} {:>19} {:>13} {:>19} {:>19}",
+            "size(B)", "backend", "type", "redop", "overhead", "ratio", "cost", "plan"
         ),
     ];
     for r in rows.iter().filter(|r| r.variant == library) {
@@ -107,8 +113,11 @@ pub fn comparison_lines(rows: &[Row]) -> Vec<String> {
                 .map(|o| format!("{:.2}", time(r, ip) / time(o, ip)))
         });
         let cost = pair(&|ip| checked.map(|c| format!("{:.2}", (time(c, ip) - time(r, ip)) * 1e6)));
+        let persistent = other(Variant::Persistent);
+        let plan =
+            pair(&|ip| persistent.map(|p| format!("{:.2}", (time(p, ip) - time(r, ip)) * 1e6)));
         lines.push(format!(
-            "{:>12} {:>10} {:>10} {:>6} {overhead:>19} {ratio:>13} {cost:>19}",
+            "{:>12} {:>10} {:>10} {:>6} {overhead:>19} {ratio:>13} {cost:>19} {plan:>19}",
             r.size, r.backend, r.dtype, r.redop
         ));
     }
@@ -203,13 +212,18 @@ mod tests {
             row(Variant::Raw, 8, 0.27),
             row(Variant::Checked, 8, 1.04),
             row(Variant::Library, 16, 0.5),
+            row(Variant::Persistent, 16, 0.25),
         ];
         let lines = comparison_lines(&rows);
         assert_eq!(lines.len(), 4, "{lines:#?}");
+        assert!(lines[3].contains("-0.25 | -0.25"), "{}", lines[3]);
+        assert!(!comparison_lines(&rows[3..]).is_empty());
+        assert_eq!(Variant::Persistent.name(), "persistent");
         assert!(lines[2].contains("0.07 | 0.07"), "{}", lines[2]);
         assert!(lines[2].contains("1.26 | 1.26"), "{}", lines[2]);
         assert!(lines[2].contains("0.70 | 0.70"), "{}", lines[2]);
-        assert!(lines[3].contains("- | -"), "{}", lines[3]);
+        assert!(lines[3].starts_with("          16"), "{}", lines[3]);
+        assert!(lines[2].ends_with("- | -"), "{}", lines[2]);
         assert!(comparison_lines(&rows[..1]).is_empty());
         assert_eq!(Variant::default().name(), "library");
     }

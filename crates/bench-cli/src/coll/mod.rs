@@ -48,6 +48,7 @@ use collectives_core::{Communicator, ReduceOp};
 use crate::dtype::{DataType, ElementVisitor};
 use crate::engine::{self, BenchBackend, Collective, Settings};
 use crate::expected::BenchElement;
+use crate::persistent::PersistentForm;
 use crate::report::Reporter;
 
 pub mod allgather;
@@ -143,6 +144,21 @@ macro_rules! collectives {
                 }
             }
 
+            /// Whether it has a root (`-r` applies).
+            pub const fn rooted(self) -> bool {
+                match self {
+                    $(CollName::$variant => <$module::Hooks as Collective>::ROOTED,)*
+                }
+            }
+
+            /// The library call that makes its persistent plan (`all_reduce_init`, ...); `None`
+            /// where the library has none (`sendrecv`).
+            pub const fn persistent_init(self) -> Option<&'static str> {
+                match self {
+                    $(CollName::$variant => <$module::Hooks as PersistentForm>::INIT,)*
+                }
+            }
+
             /// Run it with `dtype` and `op` on each of `variants` (backends of one kind that time
             /// different calls: [`crate::variant`]), size by size, the variants in turn at each size.
             ///
@@ -210,7 +226,7 @@ struct Visit<'a, K, B, W: Write> {
     _k: std::marker::PhantomData<K>,
 }
 
-impl<K: Collective, B: BenchBackend, W: Write> ElementVisitor for Visit<'_, K, B, W> {
+impl<K: PersistentForm, B: BenchBackend, W: Write> ElementVisitor for Visit<'_, K, B, W> {
     type Output = anyhow::Result<()>;
     fn visit<T: BenchElement>(self, dtype: DataType) -> anyhow::Result<()> {
         let Visit {

@@ -40,7 +40,8 @@ use crate::coll::CollName;
 use crate::dtype::{DataType, ElementVisitor};
 use crate::engine::{fill, BenchBackend, Ctx, Device, Host};
 use crate::expected::BenchElement;
-use crate::record::csv_escape;
+use crate::record::{Document, Machine, Overlap, Record, SCHEMA};
+use crate::report::rounded;
 use crate::report::Format;
 use crate::sizes;
 use crate::variant::Variant;
@@ -546,6 +547,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &OverlapArgs) -> anyhow:
         Backend::Nccl => {
             let comms = crate::comms::NcclComms::new(universe, false, false)?;
             out.note(&comms.describe());
+            out.nccl_version(comms.main.library().version().to_string());
             if args.progress != ProgressChoice::Both {
                 out.note("--progress applies to host buffers; NCCL progresses on the GPU");
             }
@@ -616,15 +618,31 @@ pub fn poll_interval(us: f64) -> anyhow::Result<Duration> {
 const SIZE_WIDTH: usize = 10;
 const FIELD_WIDTH: usize = 18;
 
-/// The output of a run: OSU-style tables, CSV or JSON, written by rank 0.
+/// The output of a run, written by rank 0: OSU-style tables, or the records of the one schema
+/// ([`crate::record`]) as CSV or JSON, with the overlap fields ([`Overlap`]) filled.
 #[derive(Debug)]
 pub struct Output {
     out: Option<io::Stdout>,
     format: Format,
     efficiency: bool,
-    json_rows: Vec<String>,
+    records: Vec<Record>,
     notes: Vec<String>,
     error: Option<io::Error>,
+    run: Option<RunInfo>,
+}
+
+/// What every record of a run shares.
+#[derive(Clone, Debug)]
+struct RunInfo {
+    machine: Machine,
+    nranks: usize,
+    backend: &'static str,
+    dtype: &'static str,
+    op: &'static str,
+    root: usize,
+    iters: usize,
+    settings: serde_json::Map<String, serde_json::Value>,
+    method: Vec<String>,
 }
 
 impl Output {
@@ -634,9 +652,17 @@ impl Output {
             out: write.then(io::stdout),
             format,
             efficiency: false,
-            json_rows: Vec::new(),
+            records: Vec::new(),
             notes: Vec::new(),
             error: None,
+            run: None,
+        }
+    }
+
+    /// Record the NCCL release loaded: a field of every record from now on.
+    pub fn nccl_version(&mut self, version: String) {
+        if let Some(run) = self.run.as_mut() {
+            run.machine.nccl_version = Some(version);
         }
     }
 
@@ -678,9 +704,46 @@ impl Output {
             },
         );
         let _ = names;
+        let settings = [
+            ("minbytes", serde_json::json!(args.min_bytes)),
+            ("maxbytes", serde_json::json!(args.max_bytes)),
+            (
+                "step",
+                serde_json::json!(format!("{}(factor)", args.step_factor)),
+            ),
+            ("warmup_iters", serde_json::json!(args.warmup_iters)),
+            ("iters", serde_json::json!(args.iters)),
+            ("num_tests", serde_json::json!(args.tests)),
+            (
+                "progress",
+                serde_json::json!(format!("{:?}", args.progress).to_lowercase()),
+            ),
+            ("progress_poll_us", serde_json::json!(args.progress_poll_us)),
+            ("efficiency", serde_json::json!(args.efficiency)),
+            ("hidden", serde_json::json!(args.hidden)),
+            ("max_factor", serde_json::json!(args.max_factor)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        self.run = Some(RunInfo {
+            machine: Machine::here(),
+            nranks,
+            backend: args.backend.name(),
+            dtype: args.datatype.name(),
+            op: args.op.name(),
+            root: args.root,
+            iters: args.iters as usize,
+            settings,
+            method: head
+                .lines()
+                .skip(1)
+                .map(|l| l.trim_start_matches(['#', ' ']).to_string())
+                .collect(),
+        });
         match self.format {
             Format::Table | Format::Osu => self.write(&head),
-            Format::Csv => self.write(&format!("{}\n", CSV_HEADER.join(","))),
+            Format::Csv => self.write(&format!("{}\n", Record::csv_header())),
             Format::Json => {}
         }
     }
@@ -747,104 +810,105 @@ impl Output {
                 self.write(&s);
             }
             Format::Csv => {
-                let line = csv_fields(r)
-                    .iter()
-                    .map(|(_, v)| csv_escape(v))
-                    .collect::<Vec<_>>()
-                    .join(",");
-                self.write(&format!("{line}\n"));
+                if let Some(rec) = self.record(r) {
+                    let line = rec.csv_line();
+                    self.write(&format!("{line}\n"));
+                }
             }
-            Format::Json => {
-                let body: Vec<String> = csv_fields(r)
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let value = if v.is_empty() {
-                            "null".to_string()
-                        } else if v.parse::<f64>().is_ok() || v == "true" || v == "false" {
-                            v
-                        } else {
-                            json_string(&v)
-                        };
-                        format!("{}: {value}", json_string(k))
-                    })
-                    .collect();
-                self.json_rows.push(format!("{{{}}}", body.join(", ")));
-            }
+            Format::Json => {}
         }
+        if let Some(rec) = self.record(r) {
+            self.records.push(rec);
+        }
+    }
+
+    /// `r` as a record of the one schema (`None` before [`begin`](Self::begin)).
+    fn record(&self, r: &OverlapRow) -> Option<Record> {
+        self.run.as_ref().map(|run| overlap_record(r, run))
     }
 
     fn finish(&mut self) -> io::Result<()> {
         if self.format == Format::Json {
-            let notes: Vec<String> = self.notes.iter().map(|n| json_string(n)).collect();
-            let doc = format!(
-                "{{\n  \"benchmark\": \"overlap\",\n  \"notes\": [{}],\n  \"rows\": [\n    {}\n  ]\n}}\n",
-                notes.join(", "),
-                self.json_rows.join(",\n    ")
-            );
-            self.write(&doc);
+            let doc = self.document();
+            self.write(&doc.to_json());
         }
         match self.error.take() {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
+
+    /// The run's JSON document so far.
+    pub fn document(&self) -> Document {
+        let run = self.run.clone();
+        Document {
+            schema: SCHEMA.to_string(),
+            benchmark: "overlap".to_string(),
+            ranks: run.as_ref().map_or(0, |r| r.nranks),
+            machine: run.as_ref().map(|r| r.machine.clone()).unwrap_or_default(),
+            backends: run
+                .as_ref()
+                .map(|r| vec![r.backend.to_string()])
+                .unwrap_or_default(),
+            settings: run.as_ref().map(|r| r.settings.clone()).unwrap_or_default(),
+            method: run.map(|r| r.method).unwrap_or_default(),
+            notes: self.notes.clone(),
+            environment: Vec::new(),
+            records: self.records.clone(),
+        }
+    }
 }
 
-/// The CSV (and JSON) columns.
-pub const CSV_HEADER: [&str; 17] = [
-    "collective",
-    "call",
-    "backend",
-    "progress",
-    "size_bytes",
-    "count",
-    "overall_us",
-    "compute_us",
-    "pure_us",
-    "pure_min_us",
-    "pure_max_us",
-    "overlap_pct",
-    "test_us",
-    "init_us",
-    "wait_us",
-    "hidden_at_us",
-    "hidden_factor",
-];
-
-fn csv_fields(r: &OverlapRow) -> Vec<(&'static str, String)> {
-    let us = |s: f64| format!("{:.3}", s * 1e6);
-    let (hidden, factor) = match r.hidden_at {
-        Some(Some((c, f, _))) => (us(c), f.to_string()),
-        _ => (String::new(), String::new()),
+/// One row of `overlap` as a record: `time_us` (and its min and max over ranks) is the pure
+/// communication time, no bandwidth, the overlap fields filled.
+fn overlap_record(r: &OverlapRow, run: &RunInfo) -> Record {
+    let us = |s: f64| rounded(s * 1e6, 3);
+    let name = CollName::from_name(r.collective);
+    let (hidden_at_us, hidden_factor) = match r.hidden_at {
+        Some(Some((c, f, _))) => (Some(us(c)), Some(f)),
+        _ => (None, None),
     };
-    let values = [
-        r.collective.to_string(),
-        r.call.to_string(),
-        r.backend.to_string(),
-        r.progress.map_or(
-            String::new(),
-            |p| if p { "on".into() } else { "off".into() },
-        ),
-        r.size.to_string(),
-        r.count.to_string(),
-        us(r.timed.overall),
-        us(r.compute_only()),
-        us(r.pure.0),
-        us(r.pure.1),
-        us(r.pure.2),
-        format!("{:.2}", r.overlap),
-        us(r.timed.test),
-        us(r.timed.init),
-        us(r.timed.wait),
-        hidden,
-        factor,
-    ];
-    CSV_HEADER.iter().copied().zip(values).collect()
-}
-
-/// `s` as a JSON string literal.
-fn json_string(s: &str) -> String {
-    serde_json::Value::String(s.to_owned()).to_string()
+    Record {
+        host: run.machine.host.clone(),
+        cores: run.machine.cores,
+        mpi_library: run.machine.mpi_library.clone(),
+        nccl_version: run.machine.nccl_version.clone(),
+        benchmark: "overlap".to_string(),
+        collective: r.collective.to_string(),
+        backend: r.backend.to_string(),
+        variant: Variant::Library.name().to_string(),
+        placement: "out-of-place".to_string(),
+        dtype: run.dtype.to_string(),
+        op: name
+            .is_some_and(|n| n.reduces())
+            .then(|| run.op.to_string()),
+        root: name.is_some_and(|n| n.rooted()).then_some(run.root),
+        ranks: run.nranks,
+        size_bytes: r.size as u64,
+        count: r.count as u64,
+        time_us: us(r.pure.0),
+        time_min_us: us(r.pure.1),
+        time_max_us: us(r.pure.2),
+        iterations: run.iters as u64,
+        algbw_gbps: None,
+        busbw_gbps: None,
+        wrong: None,
+        iter_min_us: None,
+        iter_p50_us: None,
+        iter_p99_us: None,
+        messages_per_s: None,
+        overlap: Overlap {
+            progress: r.progress.map(|p| if p { "on" } else { "off" }.to_string()),
+            overall_us: Some(us(r.timed.overall)),
+            compute_us: Some(us(r.compute_only())),
+            pure_us: Some(us(r.pure.0)),
+            overlap_pct: Some(rounded(r.overlap, 2)),
+            test_us: Some(us(r.timed.test)),
+            wait_us: Some(us(r.timed.wait)),
+            hidden_at_us,
+            hidden_factor,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -878,7 +942,8 @@ mod tests {
     }
 
     #[test]
-    fn csv_has_every_column() {
+    fn rows_become_records_of_the_one_schema() {
+        use clap::Parser;
         let r = OverlapRow {
             collective: "allreduce",
             call: "i_all_reduce",
@@ -895,14 +960,54 @@ mod tests {
                 wait: 1e-6,
             },
             overlap: 80.0,
-            hidden_at: Some(None),
+            hidden_at: Some(Some((40e-6, 4, 95.0))),
         };
-        let f = csv_fields(&r);
-        assert_eq!(f.len(), CSV_HEADER.len());
-        assert_eq!(f[3].1, "on");
-        assert_eq!(f[6].1, "12.000");
-        assert_eq!(f[11].1, "80.00");
-        assert!(f[15].1.is_empty());
         assert!((r.compute_only() - 10e-6).abs() < 1e-18);
+        let mut out = Output::new(false, Format::Json);
+        let cli = crate::cli::Cli::try_parse_from(["collbench", "overlap", "-t", "2"]).unwrap();
+        let crate::cli::Command::Overlap(args) = cli.command else {
+            panic!("not overlap")
+        };
+        out.begin(&args, 2, &[]);
+        out.row(&r);
+        out.row(&OverlapRow {
+            collective: "broadcast",
+            progress: None,
+            hidden_at: Some(None),
+            ..r.clone()
+        });
+        let doc = out.document();
+        let text = doc.to_json();
+        assert_eq!(Document::from_json(&text).unwrap(), doc);
+        let [a, b] = &doc.records[..] else {
+            panic!("two records")
+        };
+        assert_eq!(
+            (a.benchmark.as_str(), a.op.as_deref(), a.root),
+            ("overlap", Some("sum"), None)
+        );
+        assert_eq!((b.op.as_deref(), b.root), (None, Some(0)));
+        assert_eq!((a.time_us, a.busbw_gbps, a.wrong), (10.0, None, None));
+        let o = &a.overlap;
+        assert_eq!(o.progress.as_deref(), Some("on"));
+        assert_eq!(
+            (o.overall_us, o.compute_us, o.pure_us),
+            (Some(12.0), Some(10.0), Some(10.0))
+        );
+        assert_eq!(
+            (o.overlap_pct, o.test_us, o.wait_us),
+            (Some(80.0), Some(0.0), Some(1.0))
+        );
+        assert_eq!((o.hidden_at_us, o.hidden_factor), (Some(40.0), Some(4)));
+        assert_eq!(
+            (b.overlap.progress.clone(), b.overlap.hidden_at_us),
+            (None, None)
+        );
+        assert_eq!(doc.settings["num_tests"], serde_json::json!(2));
+        let line = a.csv_line();
+        assert!(
+            line.ends_with(",on,12.0,10.0,10.0,80.0,0.0,1.0,40.0,4,collbench-results/1"),
+            "{line}"
+        );
     }
 }
