@@ -131,7 +131,8 @@ fn detection(t: &T) {
     });
 }
 
-/// The host path of `collbench p2p`: latency and bandwidth rows, no byte received wrong.
+/// The host path of `collbench p2p`: latency, bandwidth, bi-directional and multi-pair bandwidth
+/// rows (every pair of ranks in the last), no byte received wrong.
 fn p2p_on_host(t: &T) {
     let flags = [
         "-b", "1", "-e", "64K", "-f", "16", "-n", "5", "-w", "1", "--window", "8",
@@ -161,6 +162,13 @@ fn p2p_on_host(t: &T) {
         t.check(r.bandwidth.is_some_and(|b| b > 0.0), || {
             format!("bandwidth at {}", r.size)
         });
+        t.check(r.bibw.is_some_and(|b| b > 0.0), || {
+            format!("bi-directional bandwidth at {}", r.size)
+        });
+        t.check(r.mbw.is_some_and(|b| b > 0.0), || {
+            format!("multi-pair bandwidth at {}", r.size)
+        });
+        t.eq(&r.pairs, &(t.size() / 2), "pairs");
     }
 }
 
@@ -188,6 +196,7 @@ fn engine_collectives(t: &T) {
         root: t.size() - 1,
         average: 1,
         blocking: None,
+        barrier_each: false,
     };
     let sizes = [8, 64, 512, 4096];
     for &name in CollName::ALL {

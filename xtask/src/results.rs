@@ -130,6 +130,41 @@ pub fn tally_cargo_test(output: &str, success: bool, ended: &str) -> Tally {
     tally
 }
 
+/// The marker a criterion bench prints, and exits 0, when this machine cannot run it (no GPU).
+pub const BENCH_SKIPPED: &str = ": skipped: ";
+
+/// The tally of `cargo test --bench '*'` (criterion benches in test mode, each benchmark run once)
+/// from its output, whether it exited 0, and how it ended.
+///
+/// Each benchmark that ran is one pass (criterion prints `Success` after it); a bench binary that
+/// said it was skipped (`NAME: skipped: WHY`, exit status 0) is one pass too, and its line is kept
+/// as a note. A failing target adds one failure (criterion stops at the first panic), and so does a
+/// failed run with no failing target (a build error).
+pub fn tally_criterion_test(output: &str, success: bool, ended: &str) -> Tally {
+    let mut tally = Tally::default();
+    for line in output.lines().map(strip_ansi) {
+        let line = line.trim();
+        if line == "Success" {
+            tally.pass(1);
+        } else if let Some((name, _)) = line.split_once(BENCH_SKIPPED) {
+            if !name.is_empty() && !name.contains(' ') {
+                tally.pass(1);
+            }
+        }
+    }
+    let targets = failed_targets(output);
+    for target in &targets {
+        tally.fail(1, format!("cargo test --bench: {target} failed"));
+    }
+    if !success && targets.is_empty() {
+        tally.fail(
+            1,
+            format!("cargo test --bench: {ended} with no failing bench reported (a build error?)"),
+        );
+    }
+    tally
+}
+
 /// `text` without ANSI escape sequences (`ESC [ ... letter`).
 pub fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -277,5 +312,24 @@ error: test failed, to rerun pass `-p collectives --test mpi_crash`
         let tally = tally_cargo_test(clean, true, "exit 0");
         assert_eq!((tally.passed, tally.failed), (4, 0));
         assert!(tally.failures.is_empty());
+    }
+
+    #[test]
+    fn criterion_test_mode_is_counted() {
+        let out = "Testing ir/plan face\nSuccess\n\nTesting cpu pack face/plan\nSuccess\n\
+                   gpu_pack: skipped: no CUDA driver: libcuda.so.1 not found\n";
+        let t = tally_criterion_test(out, true, "exit status 0");
+        assert_eq!((t.passed, t.failed), (3, 0));
+        let crashed = "Testing ir/plan face\nSuccess\nerror: bench failed, to rerun pass \
+                       `-p datatype-pack --bench pack`\n";
+        let t = tally_criterion_test(crashed, false, "exit status 101");
+        assert_eq!((t.passed, t.failed), (1, 1));
+        assert!(t.failures[0].contains("--bench pack"), "{:?}", t.failures);
+        let t = tally_criterion_test(
+            "error[E0425]: cannot find value\n",
+            false,
+            "exit status 101",
+        );
+        assert_eq!((t.passed, t.failed), (0, 1));
     }
 }

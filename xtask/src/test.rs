@@ -120,6 +120,11 @@ pub fn run(args: &[String]) -> ExitCode {
     }];
 
     steps.push(Step {
+        label: "criterion benches (test mode)".to_owned(),
+        tally: (!options.skip_unit).then(|| bench_test(&root)),
+    });
+
+    steps.push(Step {
         label: "cargo doc (warnings are errors)".to_owned(),
         tally: (!options.skip_unit).then(|| cargo_doc(&root)),
     });
@@ -190,6 +195,42 @@ fn cargo_test(root: &Path, extra: &[String], as_root: bool) -> Tally {
         }
     };
     results::tally_cargo_test(&outcome.output, outcome.success(), &outcome.describe())
+}
+
+/// The command line of [`bench_test`] after `cargo`.
+pub fn bench_test_args(jobs: &str) -> Vec<String> {
+    [
+        "test",
+        "--workspace",
+        "--bench",
+        "*",
+        "-j",
+        jobs,
+        "--no-fail-fast",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// Step 2a: every criterion bench of the workspace in test mode (`cargo test --bench '*'`: each
+/// benchmark runs once, unmeasured), which plain `cargo test` neither builds nor runs. `--bench '*'`
+/// rather than `--benches`, which would also run every library's unit tests again. Counted by
+/// [`results::tally_criterion_test`]; a GPU bench on a machine without a GPU says it was skipped.
+fn bench_test(root: &Path) -> Tally {
+    let args = bench_test_args(&jobs());
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(root).args(&args);
+    println!("== cargo {} ==", args.join(" ").replace(" * ", " '*' "));
+    match exec::run_tee(cmd, None, true) {
+        Ok(outcome) => {
+            results::tally_criterion_test(&outcome.output, outcome.success(), &outcome.describe())
+        }
+        Err(e) => {
+            let mut tally = Tally::default();
+            tally.fail(1, format!("cargo test --bench: cannot run cargo: {e}"));
+            tally
+        }
+    }
 }
 
 /// Step 2b: `cargo doc --workspace --no-deps` with rustdoc's warnings as errors (broken or private

@@ -1,7 +1,9 @@
 //! `collbench allgatherv`: uneven all-gather on NCCL, one rank holding `--skew` times as much as each
 //! other rank, comparing the library's algorithms (grouped send/recv, one broadcast per rank, and the
 //! automatic choice between them) with padding every block to the largest and calling all-gather, the
-//! usual workaround. Reports time, algorithm bandwidth and the device memory each needs.
+//! usual workaround. Reports time, algorithm bandwidth and the device memory each needs: a table, or
+//! with `--format csv|json` the records of `record.rs` (variants `p2p`, `bcast`, `auto`, `pad`; the
+//! receive memory in `memory_bytes`, the skew in `config`).
 
 use std::io::Write;
 
@@ -11,6 +13,8 @@ use collectives_core::backend::nccl::UnevenAlgorithm;
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 
+use crate::record::{Document, Emitter, Machine, Record};
+use crate::report::Format;
 use crate::sizes;
 
 /// Flags of `collbench allgatherv`.
@@ -34,6 +38,56 @@ pub struct AllgathervArgs {
     /// Rank 0 holds this many times as many elements as each other rank.
     #[arg(long, default_value_t = 16)]
     pub skew: usize,
+    /// Output format: the table, or the records of every collbench run as CSV or JSON.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// One total size's measurements (microseconds per call, the slowest rank's).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllgathervRow {
+    /// Bytes gathered, over all ranks.
+    pub bytes: usize,
+    /// Grouped send/recv, one broadcast per rank, the library's choice, padding.
+    pub us: [f64; 4],
+    /// What the library's choice picked (`p2p` or `bcast`).
+    pub auto_picks: &'static str,
+    /// Receive memory per rank of the uneven call and of the padded one, bytes.
+    pub memory: [usize; 2],
+    /// Wrong elements of the library's choice over all ranks.
+    pub wrong: u64,
+}
+
+impl AllgathervRow {
+    /// The variants of a row, in [`AllgathervRow::us`] order.
+    pub const VARIANTS: [&'static str; 4] = ["p2p", "bcast", "auto", "pad"];
+
+    /// The row's records: one per variant, `size_bytes` the total, busbw factor `(n-1)/n`; the
+    /// check (of `auto`'s output) on `auto`'s record.
+    pub fn records(&self, machine: &Machine, nranks: usize, skew: usize) -> Vec<Record> {
+        let factor = (nranks.saturating_sub(1)) as f64 / nranks.max(1) as f64;
+        Self::VARIANTS
+            .iter()
+            .enumerate()
+            .map(|(i, variant)| {
+                let mut r = Record::new(machine, "allgatherv", "allgatherv", "nccl");
+                r.variant = (*variant).into();
+                r.placement = "out-of-place".into();
+                r.dtype = "float".into();
+                r.ranks = nranks;
+                r.size_bytes = self.bytes as u64;
+                r.count = (self.bytes / 4) as u64;
+                r.memory_bytes = Some(self.memory[usize::from(i == 3)] as u64);
+                r.config = Some(if i == 2 {
+                    format!("skew={skew};picks={}", self.auto_picks)
+                } else {
+                    format!("skew={skew}")
+                });
+                r.wrong = (i == 2).then_some(self.wrong);
+                r.timed(self.us[i], factor)
+            })
+            .collect()
+    }
 }
 
 /// Per-call time in microseconds of `f`, on `comm`'s stream with CUDA events, the maximum over ranks.
@@ -75,7 +129,31 @@ pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyh
     let stream = comm.stream().clone();
     let weight = args.skew + size - 1;
     let mut out = std::io::stdout().lock();
-    if rank == 0 {
+    let mut machine = Machine::here();
+    machine.nccl_version = collectives_core::nccl_sys::library()
+        .ok()
+        .map(|l| l.version().to_string());
+    let mut emitter = Emitter::new(
+        args.format,
+        Document::new("allgatherv", size, machine.clone()).with_settings([
+            ("minbytes", serde_json::json!(args.min_bytes)),
+            ("maxbytes", serde_json::json!(args.max_bytes)),
+            ("stepfactor", serde_json::json!(args.factor)),
+            ("iters", serde_json::json!(args.iters)),
+            ("warmup_iters", serde_json::json!(args.warmup)),
+            ("skew", serde_json::json!(args.skew)),
+        ]),
+    );
+    emitter.doc_mut().backends = vec!["nccl".into()];
+    emitter.doc_mut().method = vec![
+        "time: max over ranks of the per-call time (CUDA events on the stream)".into(),
+        "variants: p2p = grouped send/recv; bcast = one broadcast per rank; auto = the library's choice; pad = every block padded to the largest, then all_gather".into(),
+        "memory_bytes: receive buffer bytes per rank; algbw = total size / time".into(),
+    ];
+    if rank == 0 && !emitter.table() {
+        emitter.begin(&mut out)?;
+    }
+    if rank == 0 && emitter.table() {
         writeln!(out, "# collbench allgatherv: nranks {size}, backend nccl, rank 0 holds {}x each other rank; f32", args.skew)?;
         writeln!(out, "#  time: max over ranks of the per-call time (CUDA events on the stream, -n {} after -w {})", args.iters, args.warmup)?;
         writeln!(out, "#  p2p: grouped send/recv; bcast: one broadcast per rank; auto: the library's choice (p2p up to {} ranks, else broadcasts from {} B in all)", UnevenAlgorithm::P2P_UP_TO_RANKS, UnevenAlgorithm::BROADCASTS_FROM)?;
@@ -157,10 +235,65 @@ pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyh
                 UnevenAlgorithm::Broadcasts => "bcast",
                 _ => "p2p",
             };
-            writeln!(out, " {:>12} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>8} {:>12} {:>12} {:>6}",
-                bytes, times[0], times[1], auto, pad, bytes as f64 / auto / 1e3, auto / pad, wrong[0], bytes, largest * size * 4, algo)?;
+            let row = AllgathervRow {
+                bytes,
+                us: [times[0], times[1], auto, pad],
+                auto_picks: algo,
+                memory: [bytes, largest * size * 4],
+                wrong: wrong[0],
+            };
+            if emitter.table() {
+                writeln!(out, " {:>12} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>8} {:>12} {:>12} {:>6}",
+                    bytes, times[0], times[1], auto, pad, bytes as f64 / auto / 1e3, auto / pad, wrong[0], bytes, largest * size * 4, algo)?;
+            } else {
+                emitter.emit(&mut out, row.records(&machine, size, args.skew))?;
+            }
         }
+    }
+    if rank == 0 {
+        emitter.finish(&mut out)?;
     }
     comm.finalize()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_become_records_that_round_trip() {
+        let row = AllgathervRow {
+            bytes: 4096,
+            us: [10.0, 20.0, 10.0, 40.0],
+            auto_picks: "p2p",
+            memory: [4096, 16384],
+            wrong: 0,
+        };
+        let recs = row.records(&Machine::default(), 4, 16);
+        let v: Vec<&str> = recs.iter().map(|r| r.variant.as_str()).collect();
+        assert_eq!(v, AllgathervRow::VARIANTS);
+        assert_eq!(recs[3].memory_bytes, Some(16384));
+        assert_eq!(recs[2].config.as_deref(), Some("skew=16;picks=p2p"));
+        assert_eq!((recs[2].wrong, recs[0].wrong), (Some(0), None));
+        assert_eq!(
+            (recs[0].algbw_gbps, recs[0].busbw_gbps),
+            (Some(0.4096), Some(0.3072))
+        );
+        let mut doc = Document::new("allgatherv", 4, Machine::default());
+        doc.records = recs;
+        assert_eq!(Document::from_json(&doc.to_json()).unwrap(), doc);
+        let mut csv = Vec::new();
+        let mut e = Emitter::new(
+            Format::Csv,
+            Document::new("allgatherv", 4, Machine::default()),
+        );
+        e.begin(&mut csv).unwrap();
+        e.emit(&mut csv, row.records(&Machine::default(), 4, 16))
+            .unwrap();
+        e.finish(&mut csv).unwrap();
+        let text = String::from_utf8(csv).unwrap();
+        assert_eq!(text.lines().count(), 5);
+        assert!(text.lines().nth(3).unwrap().contains("skew=16;picks=p2p"));
+    }
 }

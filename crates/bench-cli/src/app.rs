@@ -17,7 +17,7 @@ use crate::comms::{DeviceMpi, DeviceMpiComms, NcclComms};
 use crate::dtype::{DataType, ElementVisitor};
 use crate::expected::BenchElement;
 use crate::record::Machine;
-use crate::report::{Meta, Reporter};
+use crate::report::{Format, Meta, Reporter};
 use crate::variant::Variant;
 
 /// This process's rank as the launcher announces it, before MPI is started (Open MPI, PMI, PMIx,
@@ -451,6 +451,7 @@ pub fn run_engine(
         root,
         average,
         blocking: plan.blocking,
+        barrier_each: plan.format == Format::Osu,
     };
     for &backend in &plan.backends {
         if plan.backends.len() > 1 {

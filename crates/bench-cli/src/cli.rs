@@ -912,6 +912,7 @@ mod tests {
             root: 0,
             average: 1,
             blocking: None,
+            barrier_each: false,
         };
         assert!(s.blocking_at(8) && s.blocking_at(BLOCKING_AUTO_MAX));
         assert!(!s.blocking_at(BLOCKING_AUTO_MAX + 1));

@@ -8,7 +8,7 @@
 //!
 //! Per size and placement (out-of-place, then in-place where the collective has that form): the send
 //! buffer is filled with the check pattern, `-w` warm-up calls, a barrier, `-n` timed calls (each
-//! iteration timed on its own), then with `-c 1` the buffers are filled again, one more call is made and
+//! iteration timed on its own; under `--osu` with a barrier after each call, as OSU), then with `-c 1` the buffers are filled again, one more call is made and
 //! the wrong elements of every rank's output are counted against the answer the hooks compute from the
 //! inputs alone. Every decision depends only on the arguments, so all ranks make the same calls.
 
@@ -236,6 +236,10 @@ pub struct Settings {
     /// nccl-tests' `-a`: the time column is rank 0's (0), the average over ranks (1), the fastest
     /// rank's (2) or the slowest rank's (3).
     pub average: u8,
+    /// OSU's method (`--osu`): a barrier after every call, warm-up and timed ones, outside the timed
+    /// region, so that each call starts with every rank ready (as OMB's collective loops do) rather
+    /// than back to back, where a rooted call's root can run ahead of the others.
+    pub barrier_each: bool,
 }
 
 /// Without `-z`, sizes up to this many bytes are timed blocking (each call to its completion):
@@ -350,10 +354,22 @@ pub fn run<K: PersistentForm, B: BenchBackend, T: BenchElement, W: Write>(
             };
             for _ in 0..settings.warmup_iters {
                 call(&mut recv)?;
+                if settings.barrier_each {
+                    b.ctl().barrier()?;
+                }
             }
             b.ctl().barrier()?;
             let blocking = settings.blocking_at(shape.count * elem);
-            times.push(b.time_iters(settings.iters, blocking, &mut || call(&mut recv))?);
+            times.push(if settings.barrier_each {
+                let mut t = Vec::with_capacity(settings.iters);
+                for _ in 0..settings.iters.max(1) {
+                    t.extend(b.time_iters(1, blocking, &mut || call(&mut recv))?);
+                    b.ctl().barrier()?;
+                }
+                t
+            } else {
+                b.time_iters(settings.iters, blocking, &mut || call(&mut recv))?
+            });
             if settings.check {
                 // Fresh buffers: the timed calls may have reduced in place many times.
                 let mut out = fresh(poison_value::<T>())?;

@@ -29,6 +29,11 @@
 //! Backends: `nccl` (device buffers, stream-ordered). The exchange runs through NCCL only so
 //! far; other `--backend` names are refused with a note, and `all` runs those that can.
 //!
+//! `--format csv|json` writes the rows as the records of every collbench run (`record.rs`): per row
+//! one record per column, the column in `variant` (`library` for `total`; `pack`, `local`,
+//! `transfer`, `unpack`, `pull`, `contig`, `contig-dir`), the bytes per rank in `size_bytes`, the
+//! shape, neighbours, depth, grid policy, transport and messages in `config`.
+//!
 //! `--mpi-datatypes` adds the baseline of the issue: a **CUDA-aware MPI** sending the two x faces
 //! (blocks of `radius x 8` bytes) as `MPI_Type_create_subarray` datatypes straight from device
 //! memory, one `MPI_Sendrecv` per face, timed with the wall clock. It must run under a
@@ -50,6 +55,8 @@ use collectives_halo::{
 use datatype_pack::gpu::{GpuOptions, GridCap};
 
 use crate::backend::{self, Backend, BackendChoice};
+use crate::record::{Document, Emitter, Machine, Record};
+use crate::report::Format;
 
 /// Which neighbour sets to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -136,6 +143,9 @@ pub struct HaloArgs {
     /// Timed rounds of the MPI datatype baseline (each sends both x faces; it is slow).
     #[arg(long = "mpi-iters", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub mpi_iters: u32,
+    /// Output format: the table, or the records of every collbench run as CSV or JSON.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 /// `auto`, `full`, a number of waves or `sN` (N thread blocks per multiprocessor) -> the grid
@@ -272,6 +282,47 @@ pub struct HaloRow {
 }
 
 impl HaloRow {
+    /// The row's records, one per column (see the module docs), on `nranks` ranks, for a grid of
+    /// `spec`'s shape; times are the slowest rank's.
+    pub fn records(&self, machine: &Machine, nranks: usize, spec: &HaloSpec) -> Vec<Record> {
+        let [x, y, z] = spec.n;
+        let config = format!(
+            "cells={x}x{y}x{z};radius={};quantities={};neighbours={};chunks={};grid={};transport={};ipc_peers={};messages={}",
+            spec.radius,
+            spec.quantities,
+            self.neighbours.name(),
+            self.chunks,
+            grid_name(self.grid),
+            self.transport.name(),
+            self.ipc_peers,
+            self.messages
+        );
+        let steps = [
+            ("library", Some(self.total_us)),
+            ("pack", Some(self.pack_us)),
+            ("local", Some(self.local_us)),
+            ("transfer", Some(self.transfer_us)),
+            ("unpack", Some(self.unpack_us)),
+            ("pull", Some(self.pull_us)),
+            ("contig", Some(self.contig_us)),
+            ("contig-dir", self.contig_dir_us),
+        ];
+        steps
+            .into_iter()
+            .filter_map(|(variant, us)| {
+                let mut r = Record::new(machine, "halo", "halo", "nccl");
+                r.variant = variant.into();
+                r.dtype = "double".into();
+                r.ranks = nranks;
+                r.size_bytes = self.bytes;
+                r.count = self.bytes / 8;
+                r.wrong = self.wrong;
+                r.config = Some(config.clone());
+                Some(r.timed(us?, 1.0))
+            })
+            .collect()
+    }
+
     /// The header lines.
     pub fn header() -> [String; 1] {
         [format!(
@@ -700,7 +751,36 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
     let mut out = std::io::stdout().lock();
     let spec = args.spec(Neighbours::All);
     let grid = ProcessGrid::new(size, spec.dims)?;
+    let mut machine = Machine::here();
+    if backends.contains(&Backend::Nccl) {
+        machine.nccl_version = collectives_core::nccl_sys::library()
+            .ok()
+            .map(|l| l.version().to_string());
+    }
+    let mut emitter = Emitter::new(
+        args.format,
+        Document::new("halo", size, machine.clone()).with_settings([
+            ("cells", serde_json::json!(spec.n)),
+            ("radius", serde_json::json!(spec.radius)),
+            ("quantities", serde_json::json!(spec.quantities)),
+            ("grid", serde_json::json!(grid.dims())),
+            ("iters", serde_json::json!(args.iters)),
+            ("warmup_iters", serde_json::json!(args.warmup)),
+            ("check", serde_json::json!(args.check == 1)),
+        ]),
+    );
+    emitter.doc_mut().backends = backends.iter().map(|b| b.name().to_string()).collect();
+    emitter.doc_mut().method = vec![
+        "pack/local/transfer/unpack/pull: CUDA events around each step of one exchange run step by step; library: -n pipelined exchanges back to back, per exchange; contig: the same bytes in one contiguous buffer per neighbour rank; contig-dir: one per direction; every time the slowest rank's".into(),
+    ];
+    emitter.doc_mut().notes = left_out
+        .iter()
+        .map(|(b, why)| format!("{}: left out: {why}", b.name()))
+        .collect();
     if rank == 0 {
+        emitter.begin(&mut out)?;
+    }
+    if rank == 0 && emitter.table() {
         writeln!(
             out,
             "# collbench halo: nranks {size}, grid {:?}, {:?} interior cells per rank, radius {}, {} f64 quantities, periodic",
@@ -728,7 +808,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
                 let comm = NcclComm::from_mpi(&ctl, None)
                     .context("starting the nccl backend")?
                     .with_checked(false);
-                if rank == 0 {
+                if rank == 0 && emitter.table() {
                     writeln!(out, "# backend nccl")?;
                     for l in HaloRow::header() {
                         writeln!(out, "{l}")?;
@@ -746,9 +826,11 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
                     for (transport, chunks, grid_cap) in rows {
                         let spec = args.spec(nb).with_chunks(chunks);
                         let row = nccl_row(&comm, &ctl, args, spec, (grid_cap, transport), base)?;
-                        if rank == 0 {
+                        if rank == 0 && emitter.table() {
                             writeln!(out, "{}", row.line())?;
                             out.flush()?;
+                        } else if rank == 0 {
+                            emitter.emit(&mut out, row.records(&machine, size, &args.spec(nb)))?;
                         }
                         let better = match ours_total_us {
                             None => true,
@@ -773,7 +855,19 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
                 if args.mpi_datatypes {
                     let spec = args.spec(Neighbours::Faces);
                     let mpi = mpi_datatype_x_faces(&comm, &ctl, &spec, args.mpi_iters)?;
-                    if rank == 0 {
+                    if rank == 0 && !emitter.table() {
+                        match &mpi {
+                            Ok(ms) => emitter.doc_mut().notes.push(format!(
+                                "mpi-datatypes: both x faces: {ms:.3} ms per round (-n {})",
+                                args.mpi_iters
+                            )),
+                            Err(why) => emitter
+                                .doc_mut()
+                                .notes
+                                .push(format!("mpi-datatypes: skipped: {why}")),
+                        }
+                    }
+                    if rank == 0 && emitter.table() {
                         match (mpi, ours_total_us) {
                             (Ok(ms), Some((nb, us))) => writeln!(
                                 out,
@@ -793,6 +887,9 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
             }
             other => bail!("backend {} has no halo runner", other.name()),
         }
+    }
+    if rank == 0 {
+        emitter.finish(&mut out)?;
     }
     Ok(())
 }
@@ -914,5 +1011,20 @@ mod tests {
             HaloRow::header()[0].split_whitespace().count(),
             l.split_whitespace().count() + 1
         );
+        let spec = HaloSpec::new([8, 8, 16], 3, 2, Neighbours::All);
+        let recs = row.records(&Machine::default(), 2, &spec);
+        let v: Vec<&str> = recs.iter().map(|r| r.variant.as_str()).collect();
+        assert_eq!(
+            v,
+            ["library", "pack", "local", "transfer", "unpack", "pull", "contig"]
+        );
+        assert_eq!((recs[0].time_us, recs[0].algbw_gbps), (4.0, Some(250.0)));
+        assert_eq!(
+            recs[0].config.as_deref(),
+            Some("cells=8x8x16;radius=3;quantities=2;neighbours=all;chunks=4;grid=auto;transport=nccl;ipc_peers=0;messages=2")
+        );
+        let mut doc = Document::new("halo", 2, Machine::default());
+        doc.records = recs;
+        assert_eq!(Document::from_json(&doc.to_json()).unwrap(), doc);
     }
 }

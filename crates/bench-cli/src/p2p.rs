@@ -1,6 +1,7 @@
-//! `collbench p2p`: point-to-point latency and bandwidth between ranks 0 and 1, as the OSU
-//! micro-benchmarks measure them, on every backend (host memory for `mpi`, device memory for the
-//! others), with the raw MPI baseline on the same device buffers for `cuda-mpi`.
+//! `collbench p2p`: point-to-point latency, bandwidth, bi-directional bandwidth (ranks 0 and 1) and
+//! multi-pair bandwidth and message rate (every pair of ranks), as the OSU micro-benchmarks measure
+//! them, on every backend (host memory for `mpi`, device memory for the others), with the raw MPI
+//! baseline on the same device buffers for `cuda-mpi`.
 //!
 //! - **latency** (`osu_latency`): rank 0 sends a message of the size to rank 1 and receives it back,
 //!   `-n` times after `-w` warm-up round trips; the latency is half the average round-trip time, in
@@ -9,14 +10,25 @@
 //!   same buffer, rank 1 a window of as many non-blocking receives into distinct buffers; both wait for
 //!   the window, then rank 1 sends a one-byte acknowledgement; `-n` windows after `-w` warm-up ones.
 //!   Bandwidth = size x window x n / time on rank 0, in MB/s (1 MB = 10^6 bytes).
+//! - **bi-directional bandwidth** (`osu_bibw`): ranks 0 and 1 both start a window of `--window`
+//!   non-blocking sends of one buffer and as many non-blocking receives into distinct buffers (each
+//!   message a `send_recv` pair, so that NCCL groups the two directions), and wait for both;
+//!   `-n` windows after `-w` warm-up ones. Bandwidth = 2 x size x window x n / time on rank 0.
+//! - **multi-pair bandwidth and message rate** (`osu_mbw_mr`): the `n/2` ranks of the first half each
+//!   send windows to their partner in the second half (rank `i` to rank `i + n/2`; with an odd `n` the
+//!   last rank only joins the barriers), each window acknowledged, all ranks meeting at a barrier
+//!   before each window; each sender times its windows, the times are averaged over senders.
+//!   Bandwidth = pairs x size x window x n / average time; message rate = bandwidth / size.
 //! - **timing**: wall clock on the host; device backends drain their stream before the clock stops
 //!   (NCCL's calls are stream-ordered and return at once; the MPI backends complete before returning).
 //! - **raw** (`--baseline raw`, `cuda-mpi` only): the same loops through `MPI_Send`/`MPI_Recv` and
 //!   `MPI_Isend`/`MPI_Irecv`/`MPI_Waitall` on the device pointers of the same buffers, taken once.
 //! - **#wrong** (`-c 1`): after timing, one round trip and one window with patterned bytes; rank 1
-//!   counts the bytes that differ.
+//!   counts the bytes that differ; for `bibw` one window each way (both ranks count), for `mbw_mr`
+//!   one window per pair (the receivers count).
 //! - Iterations follow OSU's defaults unless `-n`/`-w` are given: latency 10000 (1000 above 8 KiB)
-//!   after 100 (10), bandwidth 100 (20) windows after 10 (2).
+//!   after 100 (10), bandwidth and bi-directional bandwidth 100 (20) windows after 10 (2),
+//!   multi-pair 100 windows after 10 at every size (`osu_mbw_mr` has no large-message setting).
 
 use std::borrow::{Borrow, BorrowMut};
 use std::ffi::c_void;
@@ -49,8 +61,34 @@ pub enum Test {
     Latency,
     /// `osu_bw`.
     Bw,
-    /// Both.
+    /// `osu_bibw`.
+    Bibw,
+    /// `osu_mbw_mr`.
+    #[value(name = "mbw-mr", alias = "mbw_mr")]
+    MbwMr,
+    /// Latency and bandwidth.
     Both,
+    /// All four.
+    All,
+}
+
+impl Test {
+    /// Whether `osu_latency` is measured.
+    pub fn latency(self) -> bool {
+        matches!(self, Test::Latency | Test::Both | Test::All)
+    }
+    /// Whether `osu_bw` is measured.
+    pub fn bw(self) -> bool {
+        matches!(self, Test::Bw | Test::Both | Test::All)
+    }
+    /// Whether `osu_bibw` is measured.
+    pub fn bibw(self) -> bool {
+        matches!(self, Test::Bibw | Test::All)
+    }
+    /// Whether `osu_mbw_mr` is measured.
+    pub fn mbw_mr(self) -> bool {
+        matches!(self, Test::MbwMr | Test::All)
+    }
 }
 
 /// `collbench p2p` flags.
@@ -74,8 +112,8 @@ pub struct P2pArgs {
     /// Messages in flight per window of the bandwidth test.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub window: u32,
-    /// What to measure.
-    #[arg(long, value_enum, default_value_t = Test::Both)]
+    /// What to measure: latency, bw, bibw, mbw-mr, both (latency and bw) or all.
+    #[arg(long, value_enum, default_value_t = Test::All)]
     pub test: Test,
     /// Check the bytes received (1) or not (0).
     #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
@@ -87,7 +125,7 @@ pub struct P2pArgs {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// OSU micro-benchmarks' conventions: their flags (-m MIN:MAX, -i, -x, -c, -d cuda) and the
-    /// tables of osu_latency and osu_bw.
+    /// tables of osu_latency, osu_bw, osu_bibw and osu_mbw_mr.
     #[arg(long)]
     pub osu: bool,
     /// Write the output to this file instead of standard output.
@@ -152,7 +190,8 @@ impl P2pArgs {
         }
     }
 
-    /// The windows of the bandwidth test at `size` (OSU: 100 after 10, 20 after 2 above 8 KiB).
+    /// The windows of the bandwidth and bi-directional bandwidth tests at `size` (OSU: 100 after
+    /// 10, 20 after 2 above 8 KiB).
     pub fn bw_iters(&self, size: usize) -> Iters {
         let large = size > LARGE;
         Iters {
@@ -162,6 +201,14 @@ impl P2pArgs {
             warmup: self
                 .warmup_iters
                 .map_or(if large { 2 } else { 10 }, |n| n as usize),
+        }
+    }
+
+    /// The windows of the multi-pair test (OSU: 100 after 10 at every size).
+    pub fn mbw_iters(&self) -> Iters {
+        Iters {
+            iters: self.iters.map_or(100, |n| n as usize),
+            warmup: self.warmup_iters.map_or(10, |n| n as usize),
         }
     }
 }
@@ -177,6 +224,12 @@ pub struct P2pRow {
     pub latency: Option<f64>,
     /// Bytes per second.
     pub bandwidth: Option<f64>,
+    /// Bytes per second, both directions together (`osu_bibw`).
+    pub bibw: Option<f64>,
+    /// Bytes per second, all pairs together (`osu_mbw_mr`); the message rate is this over the size.
+    pub mbw: Option<f64>,
+    /// The pairs of the multi-pair test.
+    pub pairs: usize,
     /// The raw loop's latency, seconds.
     pub raw_latency: Option<f64>,
     /// The raw loop's bandwidth, bytes per second.
@@ -198,13 +251,38 @@ fn us(seconds: f64) -> String {
 }
 
 impl P2pRow {
-    /// Table cells: size, latency, bandwidth, #wrong, and with `raw` the raw latency, raw bandwidth and
-    /// the ratios ours/raw (latency) and raw/ours... as ours over raw for bandwidth.
+    /// A row with nothing measured yet.
+    pub fn new(backend: &'static str, size: usize, pairs: usize) -> Self {
+        P2pRow {
+            backend,
+            size,
+            latency: None,
+            bandwidth: None,
+            bibw: None,
+            mbw: None,
+            pairs,
+            raw_latency: None,
+            raw_bandwidth: None,
+            wrong: None,
+        }
+    }
+
+    /// Messages per second of the multi-pair test, all pairs together.
+    pub fn message_rate(&self) -> Option<f64> {
+        self.mbw.map(|bw| bw / self.size.max(1) as f64)
+    }
+
+    /// Table cells: size, latency, bandwidth, bi-directional bandwidth, multi-pair bandwidth and
+    /// message rate, #wrong, and with `raw` the raw latency, raw bandwidth and the bandwidth ratio
+    /// ours / raw.
     fn cells(&self, raw: bool) -> Vec<String> {
         let mut v = vec![
             self.size.to_string(),
             opt(self.latency, us),
             opt(self.bandwidth, mbs),
+            opt(self.bibw, mbs),
+            opt(self.mbw, mbs),
+            opt(self.message_rate(), |r| format!("{r:.0}")),
             self.wrong
                 .map_or_else(|| "N/A".to_string(), |w| w.to_string()),
         ];
@@ -219,9 +297,11 @@ impl P2pRow {
         v
     }
 
-    /// The records of this row: the latency and the bandwidth (where measured), then the raw
-    /// loops' (variant `raw`). A latency's time is half the round trip; a bandwidth's time is the
-    /// time per message (`size / bandwidth`); `algbw` and `busbw` are `size / time`.
+    /// The records of this row: `latency`, `bw`, `bibw` and `mbw_mr` (where measured), then the
+    /// raw loops' (variant `raw`). A latency's time is half the round trip; a bandwidth's time is
+    /// the time per message (`size / bandwidth`, both directions together for `bibw`, all pairs
+    /// together for `mbw_mr`, whose record also carries the message rate); `algbw` and `busbw` are
+    /// `size / time`.
     pub fn records(&self, nranks: usize, machine: &Machine, iters: &P2pArgs) -> Vec<Record> {
         let record = |collective: &str, variant: &str, seconds: f64, n: usize| Record {
             host: machine.host.clone(),
@@ -248,15 +328,12 @@ impl P2pRow {
             wrong: self.wrong,
             iter_min_us: None,
             iter_p50_us: None,
-            iter_p99_us: None,
-            messages_per_s: None,
-            overlap: Default::default(),
+            ..Record::default()
         };
         let per_message = |bw: f64| if bw > 0.0 { self.size as f64 / bw } else { 0.0 };
-        let (lat_n, bw_n) = (
-            iters.latency_iters(self.size).iters,
-            iters.bw_iters(self.size).iters * iters.window as usize,
-        );
+        let win = iters.window as usize;
+        let lat_n = iters.latency_iters(self.size).iters;
+        let bw_n = iters.bw_iters(self.size).iters * win;
         let mut v = Vec::new();
         for (variant, latency, bandwidth) in [
             ("library", self.latency, self.bandwidth),
@@ -268,12 +345,24 @@ impl P2pRow {
             if let Some(bw) = bandwidth {
                 v.push(record("bw", variant, per_message(bw), bw_n));
             }
+            if variant != "library" {
+                continue;
+            }
+            if let Some(bw) = self.bibw {
+                v.push(record("bibw", variant, per_message(bw), 2 * bw_n));
+            }
+            if let Some(bw) = self.mbw {
+                let n = iters.mbw_iters().iters * win * self.pairs;
+                let mut r = record("mbw_mr", variant, per_message(bw), n);
+                r.messages_per_s = self.message_rate().map(|m| rounded(m, 1));
+                v.push(r);
+            }
         }
         v
     }
 }
 
-const WIDTHS: [usize; 7] = [12, 12, 12, 7, 12, 12, 9];
+const WIDTHS: [usize; 10] = [12, 12, 12, 12, 12, 12, 7, 12, 12, 9];
 
 fn line(first: char, cells: &[String]) -> String {
     let mut s = String::new();
@@ -287,8 +376,16 @@ fn line(first: char, cells: &[String]) -> String {
 
 /// The table's column names and units.
 pub fn table_header(raw: bool) -> Vec<String> {
-    let mut names = vec!["size", "latency", "bandwidth", "#wrong"];
-    let mut units = vec!["(B)", "(us)", "(MB/s)", ""];
+    let mut names = vec![
+        "size",
+        "latency",
+        "bandwidth",
+        "bibw",
+        "mbw",
+        "msg rate",
+        "#wrong",
+    ];
+    let mut units = vec!["(B)", "(us)", "(MB/s)", "(MB/s)", "(MB/s)", "(msg/s)", ""];
     if raw {
         names.extend(["raw lat", "raw bw", "bw ratio"]);
         units.extend(["(us)", "(MB/s)", "ours/raw"]);
@@ -303,9 +400,11 @@ pub fn table_row(row: &P2pRow, raw: bool) -> String {
 }
 
 /// The notes printed above the table.
-pub const HOW: [&str; 3] = [
+pub const HOW: [&str; 5] = [
     "latency: osu_latency: half the average round-trip time of a ping-pong between ranks 0 and 1 (us)",
     "bandwidth: osu_bw: windows of non-blocking sends of one buffer into as many distinct receive buffers, each window acknowledged by a 1-byte message; size x window x iterations / time on rank 0 (MB/s, 1 MB = 1e6 bytes)",
+    "bibw: osu_bibw: ranks 0 and 1 both send a window to each other at once (send/receive pairs); 2 x size x window x iterations / time on rank 0 (MB/s)",
+    "mbw, msg rate: osu_mbw_mr: rank i sends windows to rank i + n/2 (n/2 pairs), a barrier before each window, each acknowledged; pairs x size x window x iterations / the senders' average time (MB/s); msg rate = mbw / size",
     "timing: wall clock on the host; device backends drain their stream before the clock stops",
 ];
 
@@ -405,22 +504,28 @@ fn wrong_bytes(got: &[u8], want: &[u8]) -> u64 {
         + got.len().abs_diff(want.len()) as u64
 }
 
-/// One size's buffers on ranks 0 and 1, shared by the library's loops and the raw ones.
+/// One size's buffers on a rank that takes part, shared by the library's loops and the raw ones.
 struct Buffers<O> {
     /// The ping-pong buffer.
     ping: O,
-    /// Rank 0's bandwidth send buffer.
+    /// The bandwidth send buffer (one buffer, sent `window` times, as OSU's default).
     send: O,
-    /// Rank 1's `window` receive buffers (receives in flight may not share a buffer).
+    /// `window` receive buffers, where this rank receives windows (receives in flight may not share
+    /// a buffer); empty elsewhere.
     recv: Vec<O>,
     /// The one-byte acknowledgement.
     ack: O,
 }
 
 impl<O> Buffers<O> {
-    fn new<C: P2pBackend<Owned = O>>(c: &C, size: usize, win: usize) -> anyhow::Result<Self> {
+    fn new<C: P2pBackend<Owned = O>>(
+        c: &C,
+        size: usize,
+        win: usize,
+        receives: bool,
+    ) -> anyhow::Result<Self> {
         let zeros = vec![0u8; size];
-        let recv = if c.rank() == 1 {
+        let recv = if receives {
             (0..win)
                 .map(|_| c.upload(&zeros))
                 .collect::<anyhow::Result<Vec<_>>>()?
@@ -479,34 +584,62 @@ fn latency<C: P2pBackend>(
     Ok(((rank == 0).then_some(t), wrong))
 }
 
-/// One window: rank 0 sends `send` `n` times, rank 1 receives into the distinct buffers of `recv`
-/// (as many), then acknowledges with one byte.
+/// One window from rank `from` to rank `to`: `from` sends `send` `n` times, `to` receives into the
+/// distinct buffers of `recv` (as many), then acknowledges with one byte. Other ranks do nothing.
 fn window<C: P2pBackend>(
     c: &C,
+    (from, to): (usize, usize),
     send: &C::Owned,
     n: usize,
     recv: &mut [C::Owned],
     ack: &mut C::Owned,
 ) -> anyhow::Result<()> {
-    if c.rank() == 0 {
+    if c.rank() == from {
         scope(|s| -> collectives_core::Result<()> {
             let requests = (0..n)
-                .map(|_| c.i_send::<u8>(s, send.borrow(), 1, TAG))
+                .map(|_| c.i_send::<u8>(s, send.borrow(), to, TAG))
                 .collect::<collectives_core::Result<Vec<_>>>()?;
             requests.into_iter().try_for_each(|r| r.wait())
         })??;
-        c.recv::<u8>(ack.borrow_mut(), 1, ACK)?;
-    } else {
+        c.recv::<u8>(ack.borrow_mut(), to, ACK)?;
+    } else if c.rank() == to {
         scope(|s| -> collectives_core::Result<()> {
             let requests = recv
                 .iter_mut()
-                .map(|b| c.i_recv::<u8>(s, b.borrow_mut(), 0, TAG))
+                .map(|b| c.i_recv::<u8>(s, b.borrow_mut(), from, TAG))
                 .collect::<collectives_core::Result<Vec<_>>>()?;
             requests.into_iter().try_for_each(|r| r.wait())
         })??;
-        c.send::<u8>((*ack).borrow(), 0, ACK)?;
+        c.send::<u8>((*ack).borrow(), from, ACK)?;
     }
     Ok(())
+}
+
+/// One window both ways between this rank and `peer`: as many `send_recv` pairs as `recv` has
+/// buffers, each sending `send` and receiving into its own buffer, then waiting for all of them.
+fn both_ways<C: P2pBackend>(
+    c: &C,
+    peer: usize,
+    send: &C::Owned,
+    recv: &mut [C::Owned],
+) -> anyhow::Result<()> {
+    scope(|s| -> collectives_core::Result<()> {
+        let requests = recv
+            .iter_mut()
+            .map(|b| c.i_send_recv::<u8>(s, send.borrow(), peer, b.borrow_mut(), peer, TAG))
+            .collect::<collectives_core::Result<Vec<_>>>()?;
+        requests.into_iter().try_for_each(|r| r.wait())
+    })??;
+    Ok(())
+}
+
+/// The bytes of `recv` that differ from `want`.
+fn wrong_in<C: P2pBackend>(c: &C, recv: &[C::Owned], want: &[u8]) -> anyhow::Result<u64> {
+    let mut wrong = 0;
+    for b in recv {
+        wrong += wrong_bytes(&c.read(b.borrow())?, want);
+    }
+    Ok(wrong)
 }
 
 /// The bandwidth (bytes per second) on rank 0 (`None` on rank 1), and the bytes rank 1 received
@@ -526,7 +659,7 @@ fn bandwidth<C: P2pBackend>(
             c.drain()?;
             start = Instant::now();
         }
-        window(c, &bufs.send, win, &mut bufs.recv, &mut bufs.ack)?;
+        window(c, (0, 1), &bufs.send, win, &mut bufs.recv, &mut bufs.ack)?;
     }
     c.drain()?;
     let t = start.elapsed().as_secs_f64();
@@ -535,13 +668,113 @@ fn bandwidth<C: P2pBackend>(
     if check {
         let want = pattern(size, 5);
         let patterned = c.upload(&want)?;
-        window(c, &patterned, win, &mut bufs.recv, &mut bufs.ack)?;
-        for b in &bufs.recv {
-            wrong += wrong_bytes(&c.read(b.borrow())?, &want);
-        }
+        window(c, (0, 1), &patterned, win, &mut bufs.recv, &mut bufs.ack)?;
         c.drain()?;
+        if rank == 1 {
+            wrong = wrong_in(c, &bufs.recv, &want)?;
+        }
     }
     Ok(((rank == 0).then_some(bw), wrong))
+}
+
+/// The bi-directional bandwidth (bytes per second, both directions together) on rank 0 (`None` on
+/// rank 1), and the bytes this rank received wrong in the check.
+fn bibw<C: P2pBackend>(
+    c: &C,
+    bufs: &mut Buffers<C::Owned>,
+    size: usize,
+    it: Iters,
+    check: bool,
+) -> anyhow::Result<(Option<f64>, u64)> {
+    let rank = c.rank();
+    let peer = 1 - rank;
+    let win = bufs.recv.len();
+    let mut start = Instant::now();
+    for i in 0..it.warmup + it.iters {
+        if i == it.warmup {
+            c.drain()?;
+            start = Instant::now();
+        }
+        both_ways(c, peer, &bufs.send, &mut bufs.recv)?;
+    }
+    c.drain()?;
+    let t = start.elapsed().as_secs_f64();
+    let bw = (2 * size * win * it.iters) as f64 / t;
+    let mut wrong = 0;
+    if check {
+        // Each rank sends its own pattern, so a message from itself or from nowhere counts.
+        let patterned = c.upload(&pattern(size, 11 + rank))?;
+        both_ways(c, peer, &patterned, &mut bufs.recv)?;
+        c.drain()?;
+        wrong = wrong_in(c, &bufs.recv, &pattern(size, 11 + peer))?;
+    }
+    Ok(((rank == 0).then_some(bw), wrong))
+}
+
+/// The multi-pair bandwidth (bytes per second, all pairs together) on every rank, and the bytes this
+/// rank received wrong in the check. Every rank of `ctl` calls it; `bufs` is `None` on a rank that
+/// is in no pair (the last one of an odd number).
+#[allow(clippy::too_many_arguments)]
+fn mbw_mr<C: P2pBackend>(
+    c: &C,
+    ctl: &MpiComm,
+    mut bufs: Option<&mut Buffers<C::Owned>>,
+    size: usize,
+    win: usize,
+    pairs: usize,
+    it: Iters,
+    check: bool,
+) -> anyhow::Result<(f64, u64)> {
+    let rank = c.rank();
+    let pair = if rank < pairs {
+        (rank, rank + pairs)
+    } else {
+        (rank.saturating_sub(pairs), rank)
+    };
+    let mut one = |send: Option<&C::Owned>| -> anyhow::Result<()> {
+        if let Some(b) = bufs.as_deref_mut() {
+            let Buffers {
+                send: own,
+                recv,
+                ack,
+                ..
+            } = b;
+            window(c, pair, send.unwrap_or(own), win, recv, ack)?;
+            c.drain()?;
+        }
+        Ok(())
+    };
+    let mut t = 0.0;
+    for i in 0..it.warmup + it.iters {
+        ctl.barrier()?;
+        let start = Instant::now();
+        one(None)?;
+        if i >= it.warmup && rank < pairs {
+            t += start.elapsed().as_secs_f64();
+        }
+    }
+    let mut sum = [t];
+    ctl.all_reduce_in_place(&mut sum[..], ReduceOp::Sum)?;
+    let avg = sum[0] / pairs.max(1) as f64;
+    let bw = (pairs * size * win * it.iters) as f64 / avg;
+    let mut wrong = 0;
+    if check {
+        // Each pair sends its own pattern.
+        let salt = 13 + pair.0;
+        let patterned = if rank < pairs {
+            Some(c.upload(&pattern(size, salt))?)
+        } else {
+            None
+        };
+        ctl.barrier()?;
+        one(patterned.as_ref())?;
+        if rank >= pairs && rank < 2 * pairs {
+            if let Some(b) = bufs.as_deref() {
+                wrong = wrong_in(c, &b.recv, &pattern(size, salt))?;
+            }
+        }
+    }
+    Ok((bw, wrong))
 }
 
 /// The raw loops on the device pointers of a `cuda-mpi` communicator's buffers.
@@ -676,6 +909,11 @@ impl Raw<'_> {
     }
 }
 
+/// The buffers of ranks 0 and 1 (`pt`), for the tests between two ranks.
+fn two<O>(bufs: &mut Option<Buffers<O>>, pt: bool) -> Option<&mut Buffers<O>> {
+    bufs.as_mut().filter(|_| pt)
+}
+
 /// Measure every size on one backend; rows on rank 0. Ranks above 1 take part in the barriers and
 /// reductions only.
 fn measure<C: P2pBackend>(
@@ -688,24 +926,23 @@ fn measure<C: P2pBackend>(
 ) -> anyhow::Result<()> {
     let win = args.window as usize;
     let check = args.check == 1;
-    let active = c.rank() < 2;
+    let (rank, pairs) = (c.rank(), c.size() / 2);
+    let test = args.test;
+    // Ranks 0 and 1 run the tests between two ranks; the multi-pair test every rank in a pair.
+    let pt = rank < 2;
+    let active = pt || (test.mbw_mr() && rank < 2 * pairs);
+    let receives = (rank == 1 && test.bw())
+        || (pt && test.bibw())
+        || (test.mbw_mr() && rank >= pairs && rank < 2 * pairs);
     for &size in sizes {
-        let mut row = P2pRow {
-            backend: c.backend().name(),
-            size,
-            latency: None,
-            bandwidth: None,
-            raw_latency: None,
-            raw_bandwidth: None,
-            wrong: None,
-        };
+        let mut row = P2pRow::new(c.backend().name(), size, pairs);
         let mut wrong = 0u64;
         let bufs = if active {
-            Some(Buffers::new(c, size, win))
+            Some(Buffers::new(c, size, win, receives))
         } else {
             None
         };
-        // Every rank learns whether ranks 0 and 1 could allocate, so that all stop together.
+        // Every rank learns whether the others could allocate, so that all stop together.
         let mut ok = [i32::from(bufs.as_ref().map_or(true, |b| b.is_ok()))];
         ctl.all_reduce_in_place(&mut ok[..], ReduceOp::Min)?;
         let mut bufs = bufs.transpose().with_context(|| {
@@ -717,30 +954,30 @@ fn measure<C: P2pBackend>(
         if ok[0] == 0 {
             bail!("a rank cannot allocate the buffers of {size} bytes");
         }
-        if args.test != Test::Bw {
+        if test.latency() {
             ctl.barrier()?;
-            if let Some(b) = bufs.as_mut() {
+            if let Some(b) = two(&mut bufs, pt) {
                 let (t, w) = latency(c, &mut b.ping, args.latency_iters(size), check)?;
                 row.latency = t;
                 wrong += w;
             }
             if let Some(r) = &raw {
                 ctl.barrier()?;
-                if let Some(ping) = bufs.as_mut().and_then(|b| C::device(&mut b.ping)) {
+                if let Some(ping) = two(&mut bufs, pt).and_then(|b| C::device(&mut b.ping)) {
                     row.raw_latency = r.latency(ping, args.latency_iters(size))?;
                 }
             }
         }
-        if args.test != Test::Latency {
+        if test.bw() {
             ctl.barrier()?;
-            if let Some(b) = bufs.as_mut() {
+            if let Some(b) = two(&mut bufs, pt) {
                 let (bw, w) = bandwidth(c, b, size, win, args.bw_iters(size), check)?;
                 row.bandwidth = bw;
                 wrong += w;
             }
             if let Some(r) = &raw {
                 ctl.barrier()?;
-                if let Some(b) = bufs.as_mut() {
+                if let Some(b) = two(&mut bufs, pt) {
                     let Buffers {
                         send, recv, ack, ..
                     } = b;
@@ -754,6 +991,29 @@ fn measure<C: P2pBackend>(
                     }
                 }
             }
+        }
+        if test.bibw() {
+            ctl.barrier()?;
+            if let Some(b) = two(&mut bufs, pt) {
+                let (bw, w) = bibw(c, b, size, args.bw_iters(size), check)?;
+                row.bibw = bw;
+                wrong += w;
+            }
+        }
+        if test.mbw_mr() {
+            ctl.barrier()?;
+            let (bw, w) = mbw_mr(
+                c,
+                ctl,
+                bufs.as_mut(),
+                size,
+                win,
+                pairs,
+                args.mbw_iters(),
+                check,
+            )?;
+            row.mbw = Some(bw);
+            wrong += w;
         }
         drop(bufs);
         let mut all = [wrong];
@@ -969,26 +1229,42 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
     Ok(())
 }
 
-/// OSU's tables of one backend's rows: `osu_latency`'s, then `osu_bw`'s, as measured.
+/// OSU's tables of one backend's rows: `osu_latency`'s, `osu_bw`'s, `osu_bibw`'s and
+/// `osu_mbw_mr`'s, as measured.
 pub fn osu_tables(rows: &[P2pRow], args: &P2pArgs) -> Vec<String> {
     let Some(first) = rows.first() else {
         return Vec::new();
     };
     let validation = args.check == 1;
+    let backend = first.backend;
+    let test = args.test;
     let mut lines = Vec::new();
-    if args.test != Test::Bw {
-        lines.extend(osu::p2p_header(P2pTest::Latency, first.backend, validation));
-        for r in rows {
-            let t = r.latency.unwrap_or(0.0);
-            lines.push(osu::p2p_row(P2pTest::Latency, r.size, t, 0.0, r.wrong));
+    let mut table = |t: P2pTest, value: &dyn Fn(&P2pRow) -> (f64, f64)| {
+        if matches!(t, P2pTest::MbwMr { .. }) && !lines.is_empty() {
+            // osu_mbw_mr's header starts without the blank line of the others.
+            lines.push(String::new());
         }
+        lines.extend(osu::p2p_header(t, backend, validation));
+        for r in rows {
+            let (seconds, bytes_per_s) = value(r);
+            lines.push(osu::p2p_row(t, r.size, seconds, bytes_per_s, r.wrong));
+        }
+    };
+    if test.latency() {
+        table(P2pTest::Latency, &|r| (r.latency.unwrap_or(0.0), 0.0));
     }
-    if args.test != Test::Latency {
-        lines.extend(osu::p2p_header(P2pTest::Bw, first.backend, validation));
-        for r in rows {
-            let bw = r.bandwidth.unwrap_or(0.0);
-            lines.push(osu::p2p_row(P2pTest::Bw, r.size, 0.0, bw, r.wrong));
-        }
+    if test.bw() {
+        table(P2pTest::Bw, &|r| (0.0, r.bandwidth.unwrap_or(0.0)));
+    }
+    if test.bibw() {
+        table(P2pTest::Bibw, &|r| (0.0, r.bibw.unwrap_or(0.0)));
+    }
+    if test.mbw_mr() {
+        let t = P2pTest::MbwMr {
+            pairs: first.pairs,
+            window: args.window as usize,
+        };
+        table(t, &|r| (0.0, r.mbw.unwrap_or(0.0)));
     }
     lines
 }
@@ -1054,7 +1330,16 @@ mod tests {
     fn osu_defaults() {
         let a = args(&[]);
         assert_eq!(a.window, 64);
-        assert_eq!(a.test, Test::Both);
+        assert_eq!(a.test, Test::All);
+        assert!(a.test.latency() && a.test.bw() && a.test.bibw() && a.test.mbw_mr());
+        assert!(!Test::Both.bibw() && !Test::Both.mbw_mr() && Test::Both.bw());
+        assert_eq!(
+            a.mbw_iters(),
+            Iters {
+                iters: 100,
+                warmup: 10
+            }
+        );
         assert_eq!(a.sizes().unwrap().first(), Some(&1));
         assert_eq!(a.sizes().unwrap().last(), Some(&(4 << 20)));
         assert_eq!(
@@ -1107,6 +1392,14 @@ mod tests {
         assert_eq!(a.backend, BackendChoice::One(Backend::CudaMpi));
         assert_eq!((a.baseline, a.test), (Some(Baseline::Raw), Test::Bw));
         assert!(P2pArgs::from_flags(&["--window", "0"]).is_err());
+        for (name, test) in [
+            ("bibw", Test::Bibw),
+            ("mbw-mr", Test::MbwMr),
+            ("mbw_mr", Test::MbwMr),
+            ("both", Test::Both),
+        ] {
+            assert_eq!(P2pArgs::from_flags(&["--test", name]).unwrap().test, test);
+        }
         assert!(P2pArgs::from_flags(&["--backend", "gloo"]).is_err());
     }
 
@@ -1117,11 +1410,15 @@ mod tests {
             size: 64 << 20,
             latency: Some(180e-6),
             bandwidth: Some(380e9),
+            bibw: Some(700e9),
+            mbw: Some(64e9),
+            pairs: 1,
             raw_latency: Some(179e-6),
             raw_bandwidth: Some(386e9),
             wrong: Some(0),
         };
         let t = table_row(&r, true);
+        assert!(t.contains("700000.00") && t.contains(" 954 "), "{t}");
         assert!(
             t.contains("67108864") && t.contains("380000.00") && t.contains("0.984"),
             "{t}"
@@ -1138,17 +1435,38 @@ mod tests {
             [
                 ("latency", "library"),
                 ("bw", "library"),
+                ("bibw", "library"),
+                ("mbw_mr", "library"),
                 ("latency", "raw"),
                 ("bw", "raw")
             ]
         );
         assert_eq!(recs[0].time_us, 180.0);
+        assert_eq!((recs[2].algbw_gbps, recs[2].iterations), (Some(700.0), 80));
+        assert_eq!(recs[3].messages_per_s, Some(953.7));
+        assert_eq!(recs[3].iterations, 40);
         assert_eq!((recs[1].algbw_gbps, recs[1].iterations), (Some(380.0), 40));
         assert_eq!(recs[0].csv_line().split(',').count(), Record::COLUMNS.len());
         let osu = osu_tables(std::slice::from_ref(&r), &args);
         assert!(
             osu.contains(&"# Size      Bandwidth (MB/s)        Validation".to_string()),
             "{osu:?}"
+        );
+        for title in [
+            "# OSU MPI-CUDA Latency Test v7.4",
+            "# OSU MPI-CUDA Bandwidth Test v7.4",
+            "# OSU MPI-CUDA Bi-Directional Bandwidth Test v7.4",
+            "# OSU MPI-CUDA Multiple Bandwidth / Message Rate Test v7.4",
+            "# [ pairs: 1 ] [ window size: 4 ]",
+            "67108864            64000.00            953.67              Pass",
+        ] {
+            assert!(osu.contains(&title.to_string()), "{title}: {osu:?}");
+        }
+        let only = P2pArgs::from_flags(&["--test", "mbw-mr"]).unwrap();
+        let osu = osu_tables(std::slice::from_ref(&r), &only);
+        assert_eq!(
+            osu[0],
+            "# OSU MPI-CUDA Multiple Bandwidth / Message Rate Test v7.4"
         );
         let mut r2 = r.clone();
         r2.backend = "nccl";

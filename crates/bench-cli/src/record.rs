@@ -7,7 +7,11 @@
 //! run's settings and notes, then the records. Both come from the same serde serialization, so they
 //! cannot drift apart.
 
+use std::io::{self, Write};
+
 use serde::{Deserialize, Serialize};
+
+use crate::report::Format;
 
 /// The `schema` value of the documents this version writes.
 pub const SCHEMA: &str = "collbench-results/1";
@@ -59,7 +63,7 @@ impl Machine {
 }
 
 /// One measurement. Times are microseconds per call, bandwidths GB/s (1 GB = 1e9 bytes).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// Host name of rank 0.
     pub host: String,
@@ -115,6 +119,14 @@ pub struct Record {
     pub iter_p99_us: Option<f64>,
     /// Messages per second (OSU's `osu_mbw_mr`), where measured.
     pub messages_per_s: Option<f64>,
+    /// What else sets the measurement apart, as `key=value` pairs joined by `;`, where the
+    /// benchmark has more settings than the fields above (`halo`: shape, neighbours, pipeline
+    /// depth; `pack`: the layout).
+    #[serde(default)]
+    pub config: Option<String>,
+    /// Device memory the measured call needs, bytes per rank, where reported (`allgatherv`).
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
     /// `collbench overlap`'s measurements; every field absent (`null`) in other records.
     #[serde(flatten, default)]
     pub overlap: Overlap,
@@ -149,7 +161,7 @@ pub struct Overlap {
 
 impl Record {
     /// The CSV columns, in order: every field of the record.
-    pub const COLUMNS: [&'static str; 36] = [
+    pub const COLUMNS: [&'static str; 38] = [
         "host",
         "cores",
         "mpi_library",
@@ -176,6 +188,8 @@ impl Record {
         "iter_p50_us",
         "iter_p99_us",
         "messages_per_s",
+        "config",
+        "memory_bytes",
         "progress",
         "overall_us",
         "compute_us",
@@ -207,6 +221,114 @@ impl Record {
             })
             .collect::<Vec<_>>()
             .join(",")
+    }
+}
+
+impl Record {
+    /// A record of `collective` measured by `benchmark` on `backend` on `machine`, variant
+    /// `library`, placement `-`, every measurement empty: the benchmark fills in the rest.
+    pub fn new(machine: &Machine, benchmark: &str, collective: &str, backend: &str) -> Record {
+        Record {
+            host: machine.host.clone(),
+            cores: machine.cores,
+            mpi_library: machine.mpi_library.clone(),
+            nccl_version: machine.nccl_version.clone(),
+            benchmark: benchmark.into(),
+            collective: collective.into(),
+            backend: backend.into(),
+            variant: "library".into(),
+            placement: "-".into(),
+            ..Record::default()
+        }
+    }
+
+    /// This record with `time_us` (and the fastest and slowest rank's, where one figure stands for
+    /// all ranks) set to `us`, and `algbw` and `busbw` to `size_bytes / time` times `factor` (busbw).
+    pub fn timed(mut self, us: f64, factor: f64) -> Record {
+        let t = rounded(us, 3);
+        (self.time_us, self.time_min_us, self.time_max_us) = (t, t, t);
+        let algbw = if us > 0.0 {
+            self.size_bytes as f64 / us / 1e3
+        } else {
+            0.0
+        };
+        self.algbw_gbps = Some(rounded(algbw, 4));
+        self.busbw_gbps = Some(rounded(algbw * factor, 4));
+        self
+    }
+}
+
+/// `x` rounded to `digits` decimals.
+fn rounded(x: f64, digits: i32) -> f64 {
+    crate::report::rounded(x, digits)
+}
+
+/// The CSV or JSON output of a benchmark whose human table is its own (`halo`, `pack`,
+/// `allgatherv`): CSV lines as the records come, or the JSON document once they all have; nothing
+/// for a table, which the benchmark writes itself.
+#[derive(Debug)]
+pub struct Emitter {
+    format: Format,
+    doc: Document,
+}
+
+impl Emitter {
+    /// An emitter of `doc`'s records (usually none yet) as `format` says.
+    pub fn new(format: Format, doc: Document) -> Self {
+        Emitter { format, doc }
+    }
+
+    /// Whether the benchmark writes its own table (`--format table`, or `osu`, which such a
+    /// benchmark does not have).
+    pub fn table(&self) -> bool {
+        matches!(self.format, Format::Table | Format::Osu)
+    }
+
+    /// The document, to add settings, notes and the like before the records come.
+    pub fn doc_mut(&mut self) -> &mut Document {
+        &mut self.doc
+    }
+
+    /// Writes what comes before the records: the CSV header.
+    ///
+    /// # Errors
+    /// `out`'s.
+    pub fn begin(&self, out: &mut dyn Write) -> io::Result<()> {
+        if self.format == Format::Csv {
+            writeln!(out, "{}", Record::csv_header())?;
+        }
+        Ok(())
+    }
+
+    /// Takes `records`: written at once as CSV lines, kept for the JSON document.
+    ///
+    /// # Errors
+    /// `out`'s.
+    pub fn emit(&mut self, out: &mut dyn Write, records: Vec<Record>) -> io::Result<()> {
+        match self.format {
+            Format::Csv => {
+                for r in &records {
+                    writeln!(out, "{}", r.csv_line())?;
+                }
+                out.flush()
+            }
+            Format::Json => {
+                self.doc.records.extend(records);
+                Ok(())
+            }
+            Format::Table | Format::Osu => Ok(()),
+        }
+    }
+
+    /// Writes what comes after the records: the JSON document.
+    ///
+    /// # Errors
+    /// `out`'s.
+    pub fn finish(self, out: &mut dyn Write) -> io::Result<()> {
+        if self.format == Format::Json {
+            write!(out, "{}", self.doc.to_json())?;
+        }
+        out.flush()
     }
 }
 
@@ -245,6 +367,32 @@ pub struct Document {
 }
 
 impl Document {
+    /// An empty document of `benchmark` on `ranks` ranks of `machine`.
+    pub fn new(benchmark: &str, ranks: usize, machine: Machine) -> Self {
+        Document {
+            schema: SCHEMA.into(),
+            benchmark: benchmark.into(),
+            ranks,
+            machine,
+            backends: Vec::new(),
+            settings: serde_json::Map::new(),
+            method: Vec::new(),
+            notes: Vec::new(),
+            environment: Vec::new(),
+            records: Vec::new(),
+        }
+    }
+
+    /// This document with `settings` (flag name, value) added.
+    pub fn with_settings<'a>(
+        mut self,
+        settings: impl IntoIterator<Item = (&'a str, serde_json::Value)>,
+    ) -> Self {
+        self.settings
+            .extend(settings.into_iter().map(|(k, v)| (k.to_string(), v)));
+        self
+    }
+
     /// The document as pretty-printed JSON, ending with a line break.
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
@@ -301,6 +449,8 @@ pub(crate) mod tests {
             iter_p50_us: Some(10.0),
             iter_p99_us: Some(12.0),
             messages_per_s: None,
+            config: None,
+            memory_bytes: None,
             overlap: Overlap::default(),
         }
     }
@@ -391,11 +541,11 @@ pub(crate) mod tests {
             line,
             "node1,2,\"Open MPI v4.1.4, package: Debian OpenMPI\",2.21.5,allreduce,allreduce,mpi,\
              library,out-of-place,float,sum,,2,1024,256,10.25,9.5,11.0,20,0.0999,0.0999,0,9.0,10.0,\
-             12.0,,,,,,,,,,,collbench-results/1"
+             12.0,,,,,,,,,,,,,collbench-results/1"
         );
         let line = overlap_record().csv_line();
         assert!(
-            line.ends_with(",,,,,on,12.5,10.0,10.25,75.61,0.0,2.0,40.0,4,collbench-results/1"),
+            line.ends_with(",,,,,,,on,12.5,10.0,10.25,75.61,0.0,2.0,40.0,4,collbench-results/1"),
             "{line}"
         );
         assert_eq!(

@@ -204,7 +204,7 @@ pub fn records(row: &Row, meta: &Meta) -> Vec<Record> {
             iter_p50_us: p.iter.map(|i| rounded(i.p50 * US, 3)),
             iter_p99_us: p.iter.map(|i| rounded(i.p99 * US, 3)),
             messages_per_s: None,
-            overlap: Default::default(),
+            ..Record::default()
         })
         .collect()
 }

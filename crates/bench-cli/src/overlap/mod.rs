@@ -897,6 +897,8 @@ fn overlap_record(r: &OverlapRow, run: &RunInfo) -> Record {
         iter_p50_us: None,
         iter_p99_us: None,
         messages_per_s: None,
+        config: None,
+        memory_bytes: None,
         overlap: Overlap {
             progress: r.progress.map(|p| if p { "on" } else { "off" }.to_string()),
             overall_us: Some(us(r.timed.overall)),

@@ -402,6 +402,38 @@ impl Row {
     }
 }
 
+impl Row {
+    /// The row's records (`record.rs`), one per column that was measured: variant `library` for
+    /// ours, then `d2d`, `copy2d`, `per-block`, `naive` and the extra variants by name; the layout
+    /// and word size in `config` (with `per_block=scaled` where the per-block time was scaled).
+    pub fn records(&self, machine: &crate::record::Machine) -> Vec<crate::record::Record> {
+        let mut columns = vec![("library".to_string(), Some(self.ours_ms))];
+        columns.push(("d2d".into(), Some(self.d2d_ms)));
+        columns.push(("copy2d".into(), self.copy2d_ms));
+        columns.push(("per-block".into(), self.per_block_ms.map(|(ms, _)| ms)));
+        columns.push(("naive".into(), self.naive_ms));
+        columns.extend(self.extra.iter().map(|(n, ms)| (n.clone(), Some(*ms))));
+        let scaled = self.per_block_ms.is_some_and(|(_, s)| s);
+        columns
+            .into_iter()
+            .filter_map(|(variant, ms)| {
+                let mut r = crate::record::Record::new(machine, "pack", "pack", "gpu");
+                r.config = Some(if variant == "per-block" && scaled {
+                    format!("layout={};word={};per_block=scaled", self.name, self.word)
+                } else {
+                    format!("layout={};word={}", self.name, self.word)
+                });
+                r.variant = variant;
+                r.dtype = "byte".into();
+                r.ranks = 1;
+                r.size_bytes = self.packed;
+                r.count = self.packed;
+                Some(r.timed(ms? * 1e3, 1.0))
+            })
+            .collect()
+    }
+}
+
 /// NVRTC compile times, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompileTimes {
