@@ -105,7 +105,8 @@ fn idle_engine_is_quiet(t: &T) {
 }
 
 /// With the engine on, a non-blocking all-reduce completes while the rank computes without calling
-/// MPI: the first `test` after the computation finds it complete. The computation lasts until the
+/// MPI: the first `test` after the computation finds it complete (asserted where there are at least
+/// two cores per rank; the sums are checked everywhere). The computation lasts until the
 /// engine has probed a thousand times and at least 100 ms have passed (20 s at most), far
 /// longer than the all-reduce takes when progressed.
 fn completes_during_compute(t: &T) {
@@ -134,12 +135,24 @@ fn completes_during_compute(t: &T) {
         let Some((done, probes)) = t.ok(r.and_then(|r| r), "i_all_reduce") else {
             continue;
         };
-        t.check(done, || {
-            format!(
-                "{} B: not complete at the first test after the computation ({probes} probes)",
-                n * 8
-            )
-        });
+        // Asserted where every rank and its progress thread can have a core: with fewer, a rank
+        // can finish its computation before another rank's thread was scheduled often enough, and
+        // the verdict depends on the scheduler (seen on 4 ranks of 2 cores).
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        if cores >= 2 * t.size() {
+            t.check(done, || {
+                format!(
+                    "{} B: not complete at the first test after the computation ({probes} probes)",
+                    n * 8
+                )
+            });
+        } else if t.rank() == 0 {
+            println!(
+                "  {} B: not asserted: {cores} cores for {} ranks with a progress thread each",
+                n * 8,
+                t.size()
+            );
+        }
         // The same without the engine, for the record (not asserted: a small all-reduce may
         // complete within the one MPI call of the test).
         t.ok(t.comm.barrier(), "barrier");
