@@ -133,6 +133,7 @@ fn stage(root: &Path) -> Result<(), String> {
         });
     }
     strip_all(&copied);
+    compress_large(&copied)?;
 
     match find_kit(root, std::env::var_os(KIT_VAR).as_deref())? {
         Some(kit) => copy_kit(&kit, &dir)?,
@@ -225,6 +226,40 @@ fn strip_all(files: &[PathBuf]) {
             Err(e) => println!("warning: cannot run {}: {e}", strip.display()),
         }
     }
+}
+
+/// Staged files larger than this are carried compressed (`NAME.xz`); `run-all.sh` unpacks them.
+pub const COMPRESS_FROM_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Compresses every staged file of [`COMPRESS_FROM_BYTES`] or more with `xz` (the file becomes
+/// `NAME.xz`), so that the kit stays within what travels to the GPU machine: the benchmark binary,
+/// generic over every element type, collective and backend, is tens of MiB of code.
+///
+/// # Errors
+/// `xz` missing or failing on a file that needs it.
+fn compress_large(files: &[PathBuf]) -> Result<(), String> {
+    let large: Vec<&PathBuf> = files
+        .iter()
+        .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.len() >= COMPRESS_FROM_BYTES))
+        .collect();
+    if large.is_empty() {
+        return Ok(());
+    }
+    let xz = host::which_in_path("xz")
+        .ok_or("no `xz` on PATH (xz-utils): cannot compress the large staged binaries")?;
+    for file in large {
+        let status = Command::new(&xz)
+            .args(["-T0", "-6", "-f"])
+            .arg(file)
+            .stdin(Stdio::null())
+            .status()
+            .map_err(|e| format!("cannot run {}: {e}", xz.display()))?;
+        if !status.success() {
+            return Err(format!("xz {}: {status}", file.display()));
+        }
+        println!("compressed {} (run-all.sh unpacks it)", file.display());
+    }
+    Ok(())
 }
 
 /// The GPU kit directory: `given` (it must hold `env.sh`), else the first of
@@ -383,6 +418,16 @@ set -u
 here="${{BASH_SOURCE[0]}}"
 case "$here" in */*) here="${{here%/*}}" ;; *) here=. ;; esac
 box="$(cd "$here" && pwd)"
+# Large binaries travel compressed (NAME.xz): unpack each once, beside itself.
+for packed in "$box"/bin/*.xz "$box"/tests/*.xz; do
+  [ -e "$packed" ] || continue
+  [ -e "${{packed%.xz}}" ] && continue
+  if ! xz -dk "$packed"; then
+    echo "{RUN_ALL}: cannot unpack $packed (xz)" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
+done
 xtask="$box/bin/xtask"
 if [ ! -x "$xtask" ]; then
   echo "{RUN_ALL}: $xtask is missing; stage again with cargo xtask gpu-stage" >&2
@@ -446,6 +491,35 @@ mod tests {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             out.status.code(),
         )
+    }
+
+    #[test]
+    fn large_files_are_compressed_and_run_all_unpacks_them() {
+        let dir = scratch("run-all-xz");
+        write(&dir.join(RUN_ALL), &render_run_all()).unwrap();
+        // A staged binary at the threshold, and the fake xtask it must find unpacked.
+        let big = dir.join("bin/xtask");
+        script(
+            &big,
+            r#"[ "$2" = --detect ] && exit 1
+echo "unpacked and ran"; echo "1 passed, 0 failed"; exit 0"#,
+        );
+        let mut body = std::fs::read(&big).unwrap();
+        body.resize(COMPRESS_FROM_BYTES as usize, b'\n');
+        std::fs::write(&big, &body).unwrap();
+        let small = dir.join("tests/small");
+        script(&small, "true");
+        compress_large(&[big.clone(), small.clone()]).unwrap();
+        let packed = dir.join("bin/xtask.xz");
+        let (compressed, small_left) = (packed.is_file() && !big.exists(), small.is_file());
+        let (out, code) = run_all(&dir);
+        let unpacked = big.is_file();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(compressed, "the large file was not replaced by NAME.xz");
+        assert!(small_left, "a small file was compressed");
+        assert!(unpacked, "run-all.sh did not unpack bin/xtask.xz");
+        assert!(out.contains("unpacked and ran"), "{out}");
+        assert_eq!(code, Some(0));
     }
 
     #[test]
