@@ -137,7 +137,12 @@ pub fn draw(path: &Path, title: &str, metric: Metric, series: &[Series]) -> anyh
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+        .build_cartesian_2d(
+            // Size ticks at powers of 4 (8, 32, ..., 1K, 4K, ...), which `1K`-style labels name
+            // exactly; decimal ticks would read 9.8K, 97.7K.
+            (x0..x1).log_scale().base(4.0),
+            (y0..y1).log_scale(),
+        )
         .map_err(|e| fail(&e))?;
     chart
         .configure_mesh()
