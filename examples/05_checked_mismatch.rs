@@ -1,23 +1,18 @@
 //! Checked mode turns a call whose arguments do not fit together across ranks into an error on every
 //! rank. Here rank 1 passes a longer buffer than the others to an all-reduce; without checked mode MPI
-//! would hang, fail on some ranks only, or return a wrong answer.
-//! Run: `COLLECTIVES_CHECK=1 mpirun -n 2 target/debug/examples/05_checked_mismatch`.
+//! would hang, fail on some ranks only, or return a wrong answer. The communicator is wrapped in
+//! `Checked`, so it agrees on every call in any build, whatever `COLLECTIVES_CHECK` says.
+//! Run: `mpirun -n 2 target/debug/examples/05_checked_mismatch`.
 //!
-//! Exits 0 when every rank got `Err(Mismatch)`; exits 1 without calling the mismatched all-reduce when
-//! checked mode is off (it would not be safe to make the call), and 1 if the call did not fail.
+//! Exits 0 when every rank got `Err(Mismatch)`, and 1 if the call did not fail.
 
-use collectives::{Communicator, Error, MpiComm, ReduceOp};
+use collectives::{Checked, Communicator, Error, MpiComm, ReduceOp};
 
 fn main() -> Result<(), Error> {
     let universe = mpi::initialize().expect("MPI initializes once");
-    let comm = MpiComm::world(&universe)?;
+    let comm = Checked::new(MpiComm::world(&universe)?);
     let (rank, size) = (comm.rank(), comm.size());
-    if !comm.checked() {
-        if rank == 0 {
-            eprintln!("05_checked_mismatch: checked mode is off; run with COLLECTIVES_CHECK=1");
-        }
-        std::process::exit(1);
-    }
+    assert!(comm.checked(), "a Checked communicator always agrees");
     if size < 2 {
         println!(
             "05_checked_mismatch: one rank cannot disagree with itself; run on 2 or more ranks"
