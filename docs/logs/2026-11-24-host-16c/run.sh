@@ -7,6 +7,8 @@
 set -uo pipefail
 out="${1:?usage: run.sh OUT}"; mkdir -p "$out"
 source .gpu-box/env.sh
+# Large staged binaries travel as NAME.xz (cargo xtask gpu-stage); unpack them once.
+for packed in .gpu-box/bin/*.xz .gpu-box/tests/*.xz; do [ -e "$packed" ] && [ ! -e "${packed%.xz}" ] && xz -dk "$packed"; done
 cb=.gpu-box/bin/collbench
 dest=/tmp/peers-cpu
 bash .gpu-box/peers/build.sh $dest cpu > "$out/build.txt" 2>&1

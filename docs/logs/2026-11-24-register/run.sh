@@ -7,6 +7,8 @@
 set -uo pipefail
 out="${1:?usage: run.sh OUTDIR}"; mkdir -p "$out"
 source .gpu-box/env.sh
+# Large staged binaries travel as NAME.xz (cargo xtask gpu-stage); unpack them once.
+for packed in .gpu-box/bin/*.xz .gpu-box/tests/*.xz; do [ -e "$packed" ] && [ ! -e "${packed%.xz}" ] && xz -dk "$packed"; done
 B=.gpu-box/bin
 { gpu_box_info; nvidia-smi topo -m; } 2>&1 | tee "$out/machine.txt"
 # nccl-tests only (as docs/logs/2026-11-24-two-gpus/bench.sh builds it): seconds, not OMB's minutes.
