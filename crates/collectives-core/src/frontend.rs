@@ -944,12 +944,13 @@ fn once<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The per-call record's hook ([`crate::record`]), around the body of one front-end method
-/// (whose `OP` names it): open the record (when recording is off, one relaxed atomic load; the
+/// The one hook around the body of every front-end method (whose `OP` names it): enter the
+/// tracing span named `OP`, open the per-call record ([`crate::record`]) (when recording is off, one relaxed atomic load; the
 /// buffer lengths `[lens]` of elements `T` and the backend's stream are read only when on), run
 /// `body` (a `Result`), close the record with the backend's path for the call.
 macro_rules! recorded {
     ($b:expr, $form:expr, $start:expr, $t:ty, [$($len:expr),*], $body:block) => {{
+        let _span = tracing::trace_span!(OP).entered();
         let b = Frontend::raw($b);
         let span = record::Span::open(|| bytes_of::<$t>(&[$($len),*]), || b.record_stream());
         let result = once(move || -> Result<_> { $body });
@@ -1344,7 +1345,6 @@ impl<F: Frontend> Communicator for F {
 
     fn barrier(&self) -> Result<()> {
         const OP: &str = "barrier";
-        let _span = tracing::trace_span!("barrier").entered();
         recorded!(self, Form::Blocking, Start::Blocking, u8, [], {
             self.agree(Call::new(OpKind::Barrier), Ok(()))?;
             self.raw().raw_barrier(OP)
@@ -1353,7 +1353,6 @@ impl<F: Frontend> Communicator for F {
 
     fn broadcast<T: Element>(&self, buf: &mut Self::Buf<T>, root: usize) -> Result<()> {
         const OP: &str = "broadcast";
-        let _span = tracing::trace_span!("broadcast").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1375,7 +1374,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<()> {
         const OP: &str = "reduce";
-        let _span = tracing::trace_span!("reduce").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1403,7 +1401,6 @@ impl<F: Frontend> Communicator for F {
         op: ReduceOp,
     ) -> Result<()> {
         const OP: &str = "all_reduce";
-        let _span = tracing::trace_span!("all_reduce").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1426,7 +1423,6 @@ impl<F: Frontend> Communicator for F {
 
     fn all_reduce_in_place<T: Element>(&self, buf: &mut Self::Buf<T>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce_in_place";
-        let _span = tracing::trace_span!("all_reduce_in_place").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1448,7 +1444,6 @@ impl<F: Frontend> Communicator for F {
 
     fn all_gather<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
         const OP: &str = "all_gather";
-        let _span = tracing::trace_span!("all_gather").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1470,7 +1465,6 @@ impl<F: Frontend> Communicator for F {
         counts: &[usize],
     ) -> Result<()> {
         const OP: &str = "all_gather_v";
-        let _span = tracing::trace_span!("all_gather_v").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1492,7 +1486,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<()> {
         const OP: &str = "gather";
-        let _span = tracing::trace_span!("gather").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1515,7 +1508,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<()> {
         const OP: &str = "gather_v";
-        let _span = tracing::trace_span!("gather_v").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1545,7 +1537,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<()> {
         const OP: &str = "scatter";
-        let _span = tracing::trace_span!("scatter").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1568,7 +1559,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<()> {
         const OP: &str = "scatter_v";
-        let _span = tracing::trace_span!("scatter_v").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1598,7 +1588,6 @@ impl<F: Frontend> Communicator for F {
         op: ReduceOp,
     ) -> Result<()> {
         const OP: &str = "reduce_scatter";
-        let _span = tracing::trace_span!("reduce_scatter").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1621,7 +1610,6 @@ impl<F: Frontend> Communicator for F {
 
     fn all_to_all<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
         const OP: &str = "all_to_all";
-        let _span = tracing::trace_span!("all_to_all").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1644,7 +1632,6 @@ impl<F: Frontend> Communicator for F {
         recv_counts: &[usize],
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
-        let _span = tracing::trace_span!("all_to_all_v").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1669,7 +1656,6 @@ impl<F: Frontend> Communicator for F {
 
     fn send<T: Element>(&self, buf: &Self::Buf<T>, dest: usize, tag: Tag) -> Result<()> {
         const OP: &str = "send";
-        let _span = tracing::trace_span!("send").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1691,7 +1677,6 @@ impl<F: Frontend> Communicator for F {
 
     fn recv<T: Element>(&self, buf: &mut Self::Buf<T>, source: usize, tag: Tag) -> Result<()> {
         const OP: &str = "recv";
-        let _span = tracing::trace_span!("recv").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1720,7 +1705,6 @@ impl<F: Frontend> Communicator for F {
         tag: Tag,
     ) -> Result<()> {
         const OP: &str = "send_recv";
-        let _span = tracing::trace_span!("send_recv").entered();
         recorded!(
             self,
             Form::Blocking,
@@ -1741,7 +1725,6 @@ impl<F: Frontend> Communicator for F {
 
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
         const OP: &str = "split";
-        let _span = tracing::trace_span!("split").entered();
         recorded!(self, Form::Blocking, Start::Blocking, u8, [], {
             let local = Rules::color(OP, color);
             let color = self.agree(Call::new(OpKind::Split), local)?;
@@ -1751,7 +1734,6 @@ impl<F: Frontend> Communicator for F {
 
     fn dup(&self) -> Result<Self> {
         const OP: &str = "dup";
-        let _span = tracing::trace_span!("dup").entered();
         recorded!(self, Form::Blocking, Start::Blocking, u8, [], {
             self.agree(Call::new(OpKind::Dup), Ok(()))?;
             self.raw().raw_dup(OP).map(F::wrap)
@@ -1766,7 +1748,6 @@ impl<F: Frontend> Communicator for F {
         op: ReduceOp,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_reduce";
-        let _span = tracing::trace_span!("i_all_reduce").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -1790,7 +1771,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_broadcast";
-        let _span = tracing::trace_span!("i_broadcast").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -1812,7 +1792,6 @@ impl<F: Frontend> Communicator for F {
         recv: &'s mut Self::Buf<T>,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather";
-        let _span = tracing::trace_span!("i_all_gather").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -1830,7 +1809,6 @@ impl<F: Frontend> Communicator for F {
 
     fn i_barrier<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>> {
         const OP: &str = "i_barrier";
-        let _span = tracing::trace_span!("i_barrier").entered();
         recorded!(self, Form::NonBlocking, Start::Collective, u8, [], {
             self.agree(Call::new(OpKind::Barrier), Ok(()))?;
             self.raw().raw_i_barrier(OP, scope)
@@ -1846,7 +1824,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_reduce";
-        let _span = tracing::trace_span!("i_reduce").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -1870,7 +1847,6 @@ impl<F: Frontend> Communicator for F {
         op: ReduceOp,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_reduce_in_place";
-        let _span = tracing::trace_span!("i_all_reduce_in_place").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -1895,7 +1871,6 @@ impl<F: Frontend> Communicator for F {
         op: ReduceOp,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_reduce_scatter";
-        let _span = tracing::trace_span!("i_reduce_scatter").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -1919,7 +1894,6 @@ impl<F: Frontend> Communicator for F {
         recv: &'s mut Self::Buf<T>,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_to_all";
-        let _span = tracing::trace_span!("i_all_to_all").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -1944,7 +1918,6 @@ impl<F: Frontend> Communicator for F {
         recv_counts: &[usize],
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_to_all_v";
-        let _span = tracing::trace_span!("i_all_to_all_v").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -1982,7 +1955,6 @@ impl<F: Frontend> Communicator for F {
         counts: &[usize],
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather_v";
-        let _span = tracing::trace_span!("i_all_gather_v").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -2006,7 +1978,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_gather";
-        let _span = tracing::trace_span!("i_gather").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -2031,7 +2002,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_gather_v";
-        let _span = tracing::trace_span!("i_gather_v").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -2062,7 +2032,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_scatter";
-        let _span = tracing::trace_span!("i_scatter").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -2087,7 +2056,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_scatter_v";
-        let _span = tracing::trace_span!("i_scatter_v").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -2120,7 +2088,6 @@ impl<F: Frontend> Communicator for F {
         tag: Tag,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_send_recv";
-        let _span = tracing::trace_span!("i_send_recv").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -2158,7 +2125,6 @@ impl<F: Frontend> Communicator for F {
         tag: Tag,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_send";
-        let _span = tracing::trace_span!("i_send").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -2186,7 +2152,6 @@ impl<F: Frontend> Communicator for F {
         tag: Tag,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_recv";
-        let _span = tracing::trace_span!("i_recv").entered();
         recorded!(
             self,
             Form::NonBlocking,
@@ -2209,7 +2174,6 @@ impl<F: Frontend> Communicator for F {
 
     fn barrier_init<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Persistent<'s>> {
         const OP: &str = "barrier_init";
-        let _span = tracing::trace_span!("barrier_init").entered();
         recorded!(self, Form::Init, Start::Collective, u8, [], {
             self.agree(Call::new(OpKind::Barrier), Ok(()))?;
             let made = self.raw().raw_init::<u8>(OP, scope, PlanCall::Barrier);
@@ -2226,7 +2190,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "broadcast_init";
-        let _span = tracing::trace_span!("broadcast_init").entered();
         recorded!(self, Form::Init, Start::Collective, T, [Some(buf.len())], {
             let (n, _) = prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
             let buf = BufPtr::new(buf);
@@ -2244,7 +2207,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "reduce_init";
-        let _span = tracing::trace_span!("reduce_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2277,7 +2239,6 @@ impl<F: Frontend> Communicator for F {
         op: ReduceOp,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_reduce_init";
-        let _span = tracing::trace_span!("all_reduce_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2308,7 +2269,6 @@ impl<F: Frontend> Communicator for F {
         op: ReduceOp,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_reduce_in_place_init";
-        let _span = tracing::trace_span!("all_reduce_in_place_init").entered();
         recorded!(self, Form::Init, Start::Collective, T, [Some(buf.len())], {
             let (n, _) = prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
             let (red, average) = reduction(self.raw(), op);
@@ -2331,7 +2291,6 @@ impl<F: Frontend> Communicator for F {
         recv: &'s mut Self::Buf<T>,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_gather_init";
-        let _span = tracing::trace_span!("all_gather_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2355,7 +2314,6 @@ impl<F: Frontend> Communicator for F {
         counts: &[usize],
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_gather_v_init";
-        let _span = tracing::trace_span!("all_gather_v_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2381,7 +2339,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "gather_init";
-        let _span = tracing::trace_span!("gather_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2412,7 +2369,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "gather_v_init";
-        let _span = tracing::trace_span!("gather_v_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2450,7 +2406,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "scatter_init";
-        let _span = tracing::trace_span!("scatter_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2481,7 +2436,6 @@ impl<F: Frontend> Communicator for F {
         root: usize,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "scatter_v_init";
-        let _span = tracing::trace_span!("scatter_v_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2519,7 +2473,6 @@ impl<F: Frontend> Communicator for F {
         op: ReduceOp,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "reduce_scatter_init";
-        let _span = tracing::trace_span!("reduce_scatter_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2550,7 +2503,6 @@ impl<F: Frontend> Communicator for F {
         recv: &'s mut Self::Buf<T>,
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_to_all_init";
-        let _span = tracing::trace_span!("all_to_all_init").entered();
         recorded!(
             self,
             Form::Init,
@@ -2575,7 +2527,6 @@ impl<F: Frontend> Communicator for F {
         recv_counts: &[usize],
     ) -> Result<Persistent<'s, Self::Buf<T>>> {
         const OP: &str = "all_to_all_v_init";
-        let _span = tracing::trace_span!("all_to_all_v_init").entered();
         recorded!(
             self,
             Form::Init,
