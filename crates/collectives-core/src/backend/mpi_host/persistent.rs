@@ -26,6 +26,17 @@ type Req = *mut ffi::MPI_Request;
 type Send = *const c_void;
 type Recv = *mut c_void;
 type Ints = *const c_int;
+/// The prototype of `MPI_Allgather_init` and `MPI_Alltoall_init`: blocks of one count each way
+/// (with MPI 4's `MPI_Info` and request).
+type BlocksInit = unsafe extern "C" fn(Send, c_int, Dt, Recv, c_int, Dt, Comm, Info, Req) -> c_int;
+/// The prototype of `MPI_Gather_init` and `MPI_Scatter_init`: blocks of one count, a root (with
+/// MPI 4's `MPI_Info` and request).
+type RootedBlocksInit =
+    unsafe extern "C" fn(Send, c_int, Dt, Recv, c_int, Dt, c_int, Comm, Info, Req) -> c_int;
+/// The prototype of `MPI_Allreduce_init` and `MPI_Reduce_scatter_block_init`: a count and a
+/// reduce operation (with MPI 4's `MPI_Info` and request).
+type ReductionInit =
+    unsafe extern "C" fn(Send, Recv, c_int, Dt, ffi::MPI_Op, Comm, Info, Req) -> c_int;
 
 /// The first of `MPI_<name>` and `MPIX_<name>` this process exports, as a function of type `F`,
 /// with the name found.
@@ -255,17 +266,7 @@ impl MpiComm {
                 average: avg,
                 n,
             } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    Recv,
-                    c_int,
-                    Dt,
-                    ffi::MPI_Op,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Allreduce_init", F);
+                let (f, name) = find!("Allreduce_init", ReductionInit);
                 if *avg {
                     average = Some(*recv);
                 }
@@ -286,18 +287,7 @@ impl MpiComm {
                 )
             }
             PlanCall::AllGather { send, recv, n } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    c_int,
-                    Dt,
-                    Recv,
-                    c_int,
-                    Dt,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Allgather_init", F);
+                let (f, name) = find!("Allgather_init", BlocksInit);
                 let n = raw::int(*n);
                 let (s, r) = (send_of(send), recv_of(recv));
                 // SAFETY: see above; `send` holds `n` and `recv` `size * n` elements.
@@ -331,19 +321,7 @@ impl MpiComm {
                 root,
                 n,
             } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    c_int,
-                    Dt,
-                    Recv,
-                    c_int,
-                    Dt,
-                    c_int,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Gather_init", F);
+                let (f, name) = find!("Gather_init", RootedBlocksInit);
                 let n = raw::int(*n);
                 let (s, r) = (send_of(send), opt_recv(recv));
                 // SAFETY: see above; `send` holds `n`, on the root `recv` `size * n` elements.
@@ -401,19 +379,7 @@ impl MpiComm {
                 root,
                 n,
             } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    c_int,
-                    Dt,
-                    Recv,
-                    c_int,
-                    Dt,
-                    c_int,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Scatter_init", F);
+                let (f, name) = find!("Scatter_init", RootedBlocksInit);
                 let n = raw::int(*n);
                 let (s, r) = (opt_send(send), recv_of(recv));
                 // SAFETY: see above; `recv` holds `n`, on the root `send` `size * n` elements.
@@ -472,17 +438,7 @@ impl MpiComm {
                 average: avg,
                 n,
             } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    Recv,
-                    c_int,
-                    Dt,
-                    ffi::MPI_Op,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Reduce_scatter_block_init", F);
+                let (f, name) = find!("Reduce_scatter_block_init", ReductionInit);
                 if *avg {
                     average = Some(*recv);
                 }
@@ -494,18 +450,7 @@ impl MpiComm {
                 )
             }
             PlanCall::AllToAll { send, recv, n } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    c_int,
-                    Dt,
-                    Recv,
-                    c_int,
-                    Dt,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Alltoall_init", F);
+                let (f, name) = find!("Alltoall_init", BlocksInit);
                 let n = raw::int(*n);
                 let (s, r) = (send_of(send), recv_of(recv));
                 // SAFETY: see above; both buffers hold `size` blocks of `n` elements.
