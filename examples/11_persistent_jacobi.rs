@@ -3,10 +3,12 @@
 //! one ghost value with each neighbour and needs the global residual norm, whose all-reduce is set
 //! up once (`all_reduce_init`) and started every sweep: checked once, and on an MPI with persistent
 //! collectives (MPI 4, or Open MPI's `MPIX_*_init`) made once by the library. The example checks
-//! that the iteration converged and that the answer matches the one computed on one rank.
+//! that the iteration converged and that the answer matches the one computed on one rank. The
+//! ghost exchange is written once for every host backend (`Communicator<Memory = Host>`): the
+//! element type of each call is inferred from the slices.
 //! Run: `mpirun -n 2 target/debug/examples/11_persistent_jacobi`.
 
-use collectives::{scope, Communicator, MpiComm, ReduceOp};
+use collectives::{scope, Communicator, Host, MpiComm, ReduceOp};
 
 /// Interior points in all.
 const N: usize = 64;
@@ -27,6 +29,27 @@ fn sweep(u: &[f64], next: &mut [f64], h2: f64) -> f64 {
     res
 }
 
+/// Fill the ghost cells at both ends of `u` from the neighbouring ranks (none past the boundary),
+/// on any host backend.
+fn exchange_ghosts<C: Communicator<Memory = Host>>(
+    comm: &C,
+    u: &mut [f64],
+) -> collectives::Result<()> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let last = u.len() - 1;
+    if rank + 1 < size {
+        let mut ghost = [0.0];
+        comm.send_recv(&u[last - 1..last], rank + 1, &mut ghost, rank + 1, 1)?;
+        u[last] = ghost[0];
+    }
+    if rank > 0 {
+        let mut ghost = [0.0];
+        comm.send_recv(&u[1..2], rank - 1, &mut ghost, rank - 1, 1)?;
+        u[0] = ghost[0];
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), collectives::Error> {
     let universe = mpi::initialize().expect("MPI initializes once");
     let comm = MpiComm::world(&universe)?;
@@ -43,18 +66,7 @@ fn main() -> Result<(), collectives::Error> {
         let mut norm2 = comm.all_reduce_init(s, &mut local[..], &mut global[..], ReduceOp::Sum)?;
         let path = norm2.path().to_string();
         for k in 0..SWEEPS {
-            // Ghost cells from the neighbours (none past the boundary).
-            let last = u.len() - 1;
-            if rank + 1 < size {
-                let mut ghost = [0.0];
-                comm.send_recv(&u[last - 1..last], rank + 1, &mut ghost[..], rank + 1, 1)?;
-                u[last] = ghost[0];
-            }
-            if rank > 0 {
-                let mut ghost = [0.0];
-                comm.send_recv(&u[1..2], rank - 1, &mut ghost[..], rank - 1, 1)?;
-                u[0] = ghost[0];
-            }
+            exchange_ghosts(&comm, &mut u)?;
             let res = sweep(&u, &mut next, h2);
             norm2.send_mut()?[0] = res;
             norm2.start()?;

@@ -298,7 +298,7 @@ fn non_blocking_avg<C: Backend>(t: &T, c: &C) {
 
 /// A buffer written on another stream of the device is read after that write (cudarc's stream
 /// tracking), by either backend.
-fn foreign_stream<C: Backend<Buf<f32> = CudaSlice<f32>>>(
+fn foreign_stream<C: Backend<Memory = collectives::Device>>(
     t: &T,
     c: &C,
     stream: &Arc<collectives::cudarc::driver::CudaStream>,

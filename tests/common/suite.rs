@@ -4,7 +4,9 @@
 
 use std::borrow::{Borrow, BorrowMut};
 
-use collectives::{op::refusal, scope, Communicator, DeviceCommunicator, Element, Error, ReduceOp};
+use collectives::{
+    op::refusal, scope, Buf, Communicator, DeviceCommunicator, Element, Error, ReduceOp,
+};
 use half::bf16;
 use num_complex::Complex;
 
@@ -13,13 +15,13 @@ use super::T;
 /// A backend as the suite drives it: how to put host values into its buffers and read them back.
 pub trait Backend: Communicator {
     /// An owned buffer of this backend.
-    type Owned<V: Val>: BorrowMut<Self::Buf<V>>;
+    type Owned<V: Val>: BorrowMut<Buf<Self, V>>;
     /// A buffer holding `host`.
     fn up<V: Val>(&self, host: &[V]) -> Self::Owned<V>;
     /// The values of `buf`, once the work before it is complete.
-    fn down<V: Val>(&self, buf: &Self::Buf<V>) -> Vec<V>;
+    fn down<V: Val>(&self, buf: &Buf<Self, V>) -> Vec<V>;
     /// Write `host` into `buf` (equal lengths), ordered before later work on it.
-    fn fill<V: Val>(&self, buf: &mut Self::Buf<V>, host: &[V]);
+    fn fill<V: Val>(&self, buf: &mut Buf<Self, V>, host: &[V]);
     /// A buffer of `len` zeros (large ones need not be touched on the host).
     fn zeros<V: Val>(&self, len: usize) -> Self::Owned<V> {
         self.up(&vec![V::from_i(0); len])
@@ -75,11 +77,11 @@ impl Backend for collectives::NcclComm {
     fn up<V: Val>(&self, host: &[V]) -> Self::Owned<V> {
         collectives::device::upload(self.stream(), host).expect("device memory")
     }
-    fn down<V: Val>(&self, buf: &Self::Buf<V>) -> Vec<V> {
+    fn down<V: Val>(&self, buf: &Buf<Self, V>) -> Vec<V> {
         self.synchronize().expect("the stream completes");
         collectives::device::download(self.stream(), buf).expect("a device-to-host copy")
     }
-    fn fill<V: Val>(&self, buf: &mut Self::Buf<V>, host: &[V]) {
+    fn fill<V: Val>(&self, buf: &mut Buf<Self, V>, host: &[V]) {
         collectives::device::copy_to_device(self.stream(), host, buf)
             .expect("a host-to-device copy");
     }
@@ -109,10 +111,17 @@ macro_rules! checked_backend {
             fn up<V: $crate::common::suite::Val>(&self, host: &[V]) -> Self::Owned<V> {
                 self.inner().up(host)
             }
-            fn down<V: $crate::common::suite::Val>(&self, buf: &Self::Buf<V>) -> Vec<V> {
+            fn down<V: $crate::common::suite::Val>(
+                &self,
+                buf: &collectives::Buf<Self, V>,
+            ) -> Vec<V> {
                 self.inner().down(buf)
             }
-            fn fill<V: $crate::common::suite::Val>(&self, buf: &mut Self::Buf<V>, host: &[V]) {
+            fn fill<V: $crate::common::suite::Val>(
+                &self,
+                buf: &mut collectives::Buf<Self, V>,
+                host: &[V],
+            ) {
                 self.inner().fill(buf, host)
             }
             fn zeros<V: $crate::common::suite::Val>(&self, len: usize) -> Self::Owned<V> {

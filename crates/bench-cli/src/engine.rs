@@ -20,7 +20,7 @@ use anyhow::Context;
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream};
 use collectives_core::{
-    device, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclBuffer,
+    device, Buf, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclBuffer,
     NcclComm, ReduceOp, RegisterMode,
 };
 
@@ -82,11 +82,9 @@ pub trait BenchBackend {
     /// Copy and synchronization errors.
     fn download<T: BenchElement>(&self, buf: &Self::Owned<T>) -> anyhow::Result<Vec<T>>;
     /// `buf` as the communicator's buffer type.
-    fn buf<T: BenchElement>(buf: &Self::Owned<T>) -> &<Self::Comm as Communicator>::Buf<T>;
+    fn buf<T: BenchElement>(buf: &Self::Owned<T>) -> &Buf<Self::Comm, T>;
     /// `buf` as the communicator's buffer type, mutably.
-    fn buf_mut<T: BenchElement>(
-        buf: &mut Self::Owned<T>,
-    ) -> &mut <Self::Comm as Communicator>::Buf<T>;
+    fn buf_mut<T: BenchElement>(buf: &mut Self::Owned<T>) -> &mut Buf<Self::Comm, T>;
     /// Which call this backend times ([`Variant`]): the library's unless it says otherwise.
     fn variant(&self) -> Variant {
         Variant::Library

@@ -40,8 +40,8 @@ use clap::{Args, ValueEnum};
 use collectives_core::backend::mpi_cuda::IpcBuffer;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use collectives_core::{
-    device, scope, Buffer, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm,
-    NcclComm, ReduceOp,
+    device, scope, Buf, Buffer, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm,
+    MpiStagedComm, NcclComm, ReduceOp,
 };
 use mpi::ffi;
 
@@ -411,7 +411,7 @@ pub const HOW: [&str; 5] = [
 /// A backend as the benchmark drives it: buffers of bytes in its own memory.
 pub trait P2pBackend: Communicator {
     /// An owned buffer.
-    type Owned: BorrowMut<Self::Buf<u8>>;
+    type Owned: BorrowMut<Buf<Self, u8>>;
     /// A buffer holding `bytes`.
     ///
     /// # Errors
@@ -421,7 +421,7 @@ pub trait P2pBackend: Communicator {
     ///
     /// # Errors
     /// Copy errors.
-    fn read(&self, buf: &Self::Buf<u8>) -> anyhow::Result<Vec<u8>>;
+    fn read(&self, buf: &Buf<Self, u8>) -> anyhow::Result<Vec<u8>>;
     /// Wait for the work enqueued so far (device backends).
     ///
     /// # Errors

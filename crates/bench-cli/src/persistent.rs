@@ -19,14 +19,14 @@
 //!
 //! `sendrecv` has no persistent form in the library: its persistent rows are left out with a note.
 
-use collectives_core::{Communicator, Persistent, PlanPath, Scope};
+use collectives_core::{Buf, Communicator, Persistent, PlanPath, Scope};
 
 use crate::coll;
 use crate::engine::{BenchBackend, Collective, Ctx, Shape};
 use crate::expected::BenchElement;
 
 /// The communicator's buffer type of backend `B` for elements `T`.
-pub type BufOf<B, T> = <<B as BenchBackend>::Comm as Communicator>::Buf<T>;
+pub type BufOf<B, T> = Buf<<B as BenchBackend>::Comm, T>;
 
 /// A plan of any collective: `barrier_init` gives a plan without buffers, the others one on the
 /// communicator's buffer type.

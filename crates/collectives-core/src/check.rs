@@ -4,9 +4,9 @@
 //! composes them into each operation's rules, which every backend's operations pass before any
 //! library call, in every build.
 
-use crate::comm::Buffer;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::memory::Buffer;
 use crate::op::{refusal, BackendKind, ReduceOp};
 
 /// `root` (or a peer) must be a rank of the communicator.

@@ -5,10 +5,10 @@
 //! them:
 //!
 //! ```
-//! use collectives_core::{Communicator, ReduceOp, Result};
+//! use collectives_core::{Buf, Communicator, ReduceOp, Result};
 //!
 //! /// The global sum of every rank's partial sums, for any backend.
-//! fn global_sum<C: Communicator>(comm: &C, partial: &C::Buf<f64>, total: &mut C::Buf<f64>) -> Result<()> {
+//! fn global_sum<C: Communicator>(comm: &C, partial: &Buf<C, f64>, total: &mut Buf<C, f64>) -> Result<()> {
 //!     comm.all_reduce(partial, total, ReduceOp::Sum)
 //! }
 //! ```
@@ -41,6 +41,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use crate::backend::mpi_host::MpiComm;
 use crate::element::Element;
 use crate::error::Result;
+use crate::memory::Space;
 use crate::op::{BackendKind, ReduceOp};
 use crate::persistent::Persistent;
 use crate::request::{Request, Scope};
@@ -48,25 +49,9 @@ use crate::request::{Request, Scope};
 /// A message tag for point-to-point operations (`0..=32767` works on every MPI).
 pub type Tag = i32;
 
-/// A buffer whose length in elements is known: what the argument checks measure.
-pub trait Buffer<T: Element> {
-    /// Number of elements.
-    fn len(&self) -> usize;
-    /// Whether the buffer holds no element.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// The CUDA device the buffer lives on; `None` for host memory.
-    fn device(&self) -> Option<usize> {
-        None
-    }
-}
-
-impl<T: Element> Buffer<T> for [T] {
-    fn len(&self) -> usize {
-        <[T]>::len(self)
-    }
-}
+/// The buffer type that communicator `C` takes for elements `T`: `[T]` for a host communicator,
+/// device memory for a device one (see [`crate::memory`]).
+pub type Buf<C, T> = <<C as Communicator>::Memory as Space>::Buf<T>;
 
 /// Collectives and point-to-point operations over a group of ranks.
 ///
@@ -76,8 +61,9 @@ impl<T: Element> Buffer<T> for [T] {
 /// backends, [`Error::Unusable`](crate::Error::Unusable) once an earlier operation timed out (see the
 /// [module documentation](self)).
 pub trait Communicator: Sized {
-    /// The buffer type of this backend for elements `T` (`[T]` for host memory).
-    type Buf<T: Element>: ?Sized + Buffer<T>;
+    /// Where this communicator's buffers live ([`Host`](crate::Host) or
+    /// [`Device`](crate::Device)); [`Buf<Self, T>`](Buf) is its buffer type for elements `T`.
+    type Memory: Space;
 
     /// Which backend this is.
     fn backend(&self) -> BackendKind;
@@ -100,7 +86,7 @@ pub trait Communicator: Sized {
     ///
     /// # Errors
     /// Root out of range; count overflow; library errors; cross-rank disagreement in checked mode.
-    fn broadcast<T: Element>(&self, buf: &mut Self::Buf<T>, root: usize) -> Result<()>;
+    fn broadcast<T: Element>(&self, buf: &mut Buf<Self, T>, root: usize) -> Result<()>;
 
     /// Reduce `send` of every rank into `recv` on `root`. `recv` is needed on the root only (same length
     /// as `send`) and ignored elsewhere.
@@ -110,8 +96,8 @@ pub trait Communicator: Sized {
     /// backend; count overflow; library errors; cross-rank disagreement in checked mode.
     fn reduce<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: Option<&mut Self::Buf<T>>,
+        send: &Buf<Self, T>,
+        recv: Option<&mut Buf<Self, T>>,
         op: ReduceOp,
         root: usize,
     ) -> Result<()>;
@@ -123,8 +109,8 @@ pub trait Communicator: Sized {
     /// cross-rank disagreement in checked mode.
     fn all_reduce<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &Buf<Self, T>,
+        recv: &mut Buf<Self, T>,
         op: ReduceOp,
     ) -> Result<()>;
 
@@ -132,14 +118,14 @@ pub trait Communicator: Sized {
     ///
     /// # Errors
     /// As [`all_reduce`](Self::all_reduce).
-    fn all_reduce_in_place<T: Element>(&self, buf: &mut Self::Buf<T>, op: ReduceOp) -> Result<()>;
+    fn all_reduce_in_place<T: Element>(&self, buf: &mut Buf<Self, T>, op: ReduceOp) -> Result<()>;
 
     /// Concatenate `send` of every rank, in rank order, into `recv` of every rank
     /// (`recv.len() == size * send.len()`).
     ///
     /// # Errors
     /// Wrong lengths; count overflow; library errors; cross-rank disagreement in checked mode.
-    fn all_gather<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()>;
+    fn all_gather<T: Element>(&self, send: &Buf<Self, T>, recv: &mut Buf<Self, T>) -> Result<()>;
 
     /// Uneven [`all_gather`](Self::all_gather): rank `i` contributes `counts[i]` elements (zero allowed);
     /// `recv` holds them back to back (`recv.len() == counts.iter().sum()`). Every rank passes the same
@@ -150,8 +136,8 @@ pub trait Communicator: Sized {
     /// errors; cross-rank disagreement in checked mode.
     fn all_gather_v<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &Buf<Self, T>,
+        recv: &mut Buf<Self, T>,
         counts: &[usize],
     ) -> Result<()>;
 
@@ -161,8 +147,8 @@ pub trait Communicator: Sized {
     /// As [`all_gather`](Self::all_gather), plus root out of range and a missing `recv` on the root.
     fn gather<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: Option<&mut Self::Buf<T>>,
+        send: &Buf<Self, T>,
+        recv: Option<&mut Buf<Self, T>>,
         root: usize,
     ) -> Result<()>;
 
@@ -172,8 +158,8 @@ pub trait Communicator: Sized {
     /// As [`all_gather_v`](Self::all_gather_v), plus root out of range and a missing `recv` on the root.
     fn gather_v<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: Option<&mut Self::Buf<T>>,
+        send: &Buf<Self, T>,
+        recv: Option<&mut Buf<Self, T>>,
         counts: &[usize],
         root: usize,
     ) -> Result<()>;
@@ -185,8 +171,8 @@ pub trait Communicator: Sized {
     /// cross-rank disagreement in checked mode.
     fn scatter<T: Element>(
         &self,
-        send: Option<&Self::Buf<T>>,
-        recv: &mut Self::Buf<T>,
+        send: Option<&Buf<Self, T>>,
+        recv: &mut Buf<Self, T>,
         root: usize,
     ) -> Result<()>;
 
@@ -196,8 +182,8 @@ pub trait Communicator: Sized {
     /// As [`scatter`](Self::scatter), plus `counts.len() != size` and `recv.len() != counts[rank]`.
     fn scatter_v<T: Element>(
         &self,
-        send: Option<&Self::Buf<T>>,
-        recv: &mut Self::Buf<T>,
+        send: Option<&Buf<Self, T>>,
+        recv: &mut Buf<Self, T>,
         counts: &[usize],
         root: usize,
     ) -> Result<()>;
@@ -210,8 +196,8 @@ pub trait Communicator: Sized {
     /// in checked mode.
     fn reduce_scatter<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &Buf<Self, T>,
+        recv: &mut Buf<Self, T>,
         op: ReduceOp,
     ) -> Result<()>;
 
@@ -221,7 +207,7 @@ pub trait Communicator: Sized {
     /// # Errors
     /// Lengths differ or are not a multiple of `size`; count overflow; library errors; cross-rank
     /// disagreement in checked mode.
-    fn all_to_all<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()>;
+    fn all_to_all<T: Element>(&self, send: &Buf<Self, T>, recv: &mut Buf<Self, T>) -> Result<()>;
 
     /// Uneven [`all_to_all`](Self::all_to_all): this rank sends `send_counts[j]` elements to rank `j` and
     /// receives `recv_counts[i]` from rank `i`, blocks back to back in rank order. `send_counts[j]` of rank
@@ -232,9 +218,9 @@ pub trait Communicator: Sized {
     /// cross-rank disagreement in checked mode.
     fn all_to_all_v<T: Element>(
         &self,
-        send: &Self::Buf<T>,
+        send: &Buf<Self, T>,
         send_counts: &[usize],
-        recv: &mut Self::Buf<T>,
+        recv: &mut Buf<Self, T>,
         recv_counts: &[usize],
     ) -> Result<()>;
 
@@ -242,13 +228,13 @@ pub trait Communicator: Sized {
     ///
     /// # Errors
     /// `dest` out of range; tag out of range; count overflow; library errors.
-    fn send<T: Element>(&self, buf: &Self::Buf<T>, dest: usize, tag: Tag) -> Result<()>;
+    fn send<T: Element>(&self, buf: &Buf<Self, T>, dest: usize, tag: Tag) -> Result<()>;
 
     /// Receive exactly `buf.len()` elements from rank `source`.
     ///
     /// # Errors
     /// `source` out of range; tag out of range; a message of another length; library errors.
-    fn recv<T: Element>(&self, buf: &mut Self::Buf<T>, source: usize, tag: Tag) -> Result<()>;
+    fn recv<T: Element>(&self, buf: &mut Buf<Self, T>, source: usize, tag: Tag) -> Result<()>;
 
     /// Send `send` to `dest` and receive exactly `recv.len()` elements from `source`, without deadlock.
     ///
@@ -256,9 +242,9 @@ pub trait Communicator: Sized {
     /// As [`send`](Self::send) and [`recv`](Self::recv).
     fn send_recv<T: Element>(
         &self,
-        send: &Self::Buf<T>,
+        send: &Buf<Self, T>,
         dest: usize,
-        recv: &mut Self::Buf<T>,
+        recv: &mut Buf<Self, T>,
         source: usize,
         tag: Tag,
     ) -> Result<()>;
@@ -284,8 +270,8 @@ pub trait Communicator: Sized {
     fn i_all_reduce<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>>;
 
@@ -296,7 +282,7 @@ pub trait Communicator: Sized {
     fn i_broadcast<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<Self, T>,
         root: usize,
     ) -> Result<Request<'s>>;
 
@@ -307,8 +293,8 @@ pub trait Communicator: Sized {
     fn i_all_gather<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
     ) -> Result<Request<'s>>;
 
     /// Start a [`barrier`](Self::barrier): the request completes once every rank has started it.
@@ -326,8 +312,8 @@ pub trait Communicator: Sized {
     fn i_reduce<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s Buf<Self, T>,
+        recv: Option<&'s mut Buf<Self, T>>,
         op: ReduceOp,
         root: usize,
     ) -> Result<Request<'s>>;
@@ -341,7 +327,7 @@ pub trait Communicator: Sized {
     fn i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<Self, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>>;
 
@@ -354,8 +340,8 @@ pub trait Communicator: Sized {
     fn i_reduce_scatter<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>>;
 
@@ -367,8 +353,8 @@ pub trait Communicator: Sized {
     fn i_all_to_all<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
     ) -> Result<Request<'s>>;
 
     /// Start an [`all_to_all_v`](Self::all_to_all_v). The counts arrays are read when starting
@@ -380,9 +366,9 @@ pub trait Communicator: Sized {
     fn i_all_to_all_v<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
+        send: &'s Buf<Self, T>,
         send_counts: &[usize],
-        recv: &'s mut Self::Buf<T>,
+        recv: &'s mut Buf<Self, T>,
         recv_counts: &[usize],
     ) -> Result<Request<'s>>;
 
@@ -394,8 +380,8 @@ pub trait Communicator: Sized {
     fn i_all_gather_v<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
         counts: &[usize],
     ) -> Result<Request<'s>>;
 
@@ -407,8 +393,8 @@ pub trait Communicator: Sized {
     fn i_gather<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s Buf<Self, T>,
+        recv: Option<&'s mut Buf<Self, T>>,
         root: usize,
     ) -> Result<Request<'s>>;
 
@@ -420,8 +406,8 @@ pub trait Communicator: Sized {
     fn i_gather_v<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s Buf<Self, T>,
+        recv: Option<&'s mut Buf<Self, T>>,
         counts: &[usize],
         root: usize,
     ) -> Result<Request<'s>>;
@@ -434,8 +420,8 @@ pub trait Communicator: Sized {
     fn i_scatter<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s Buf<Self, T>>,
+        recv: &'s mut Buf<Self, T>,
         root: usize,
     ) -> Result<Request<'s>>;
 
@@ -447,8 +433,8 @@ pub trait Communicator: Sized {
     fn i_scatter_v<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s Buf<Self, T>>,
+        recv: &'s mut Buf<Self, T>,
         counts: &[usize],
         root: usize,
     ) -> Result<Request<'s>>;
@@ -462,9 +448,9 @@ pub trait Communicator: Sized {
     fn i_send_recv<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
+        send: &'s Buf<Self, T>,
         dest: usize,
-        recv: &'s mut Self::Buf<T>,
+        recv: &'s mut Buf<Self, T>,
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>>;
@@ -476,7 +462,7 @@ pub trait Communicator: Sized {
     fn i_send<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s Self::Buf<T>,
+        buf: &'s Buf<Self, T>,
         dest: usize,
         tag: Tag,
     ) -> Result<Request<'s>>;
@@ -488,7 +474,7 @@ pub trait Communicator: Sized {
     fn i_recv<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<Self, T>,
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>>;
@@ -510,9 +496,9 @@ pub trait Communicator: Sized {
     fn broadcast_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<Self, T>,
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`reduce`](Self::reduce); see [`barrier_init`](Self::barrier_init). The send
     /// buffer is borrowed mutably so that it can be changed between runs
@@ -523,11 +509,11 @@ pub trait Communicator: Sized {
     fn reduce_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s mut Buf<Self, T>,
+        recv: Option<&'s mut Buf<Self, T>>,
         op: ReduceOp,
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`all_reduce`](Self::all_reduce); see [`reduce_init`](Self::reduce_init).
     /// `Avg` is finished (divided) at every completion where the backend sums.
@@ -537,10 +523,10 @@ pub trait Communicator: Sized {
     fn all_reduce_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s mut Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`all_reduce_in_place`](Self::all_reduce_in_place) (`buf` is the plan's
     /// receive buffer); see [`reduce_init`](Self::reduce_init).
@@ -550,9 +536,9 @@ pub trait Communicator: Sized {
     fn all_reduce_in_place_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<Self, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`all_gather`](Self::all_gather); see [`reduce_init`](Self::reduce_init).
     ///
@@ -561,9 +547,9 @@ pub trait Communicator: Sized {
     fn all_gather_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+        send: &'s mut Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`all_gather_v`](Self::all_gather_v); see [`reduce_init`](Self::reduce_init).
     ///
@@ -572,10 +558,10 @@ pub trait Communicator: Sized {
     fn all_gather_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s mut Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
         counts: &[usize],
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`gather`](Self::gather); see [`reduce_init`](Self::reduce_init).
     ///
@@ -584,10 +570,10 @@ pub trait Communicator: Sized {
     fn gather_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s mut Buf<Self, T>,
+        recv: Option<&'s mut Buf<Self, T>>,
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`gather_v`](Self::gather_v); see [`reduce_init`](Self::reduce_init).
     ///
@@ -596,11 +582,11 @@ pub trait Communicator: Sized {
     fn gather_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s mut Buf<Self, T>,
+        recv: Option<&'s mut Buf<Self, T>>,
         counts: &[usize],
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`scatter`](Self::scatter); see [`reduce_init`](Self::reduce_init).
     ///
@@ -609,10 +595,10 @@ pub trait Communicator: Sized {
     fn scatter_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s mut Buf<Self, T>>,
+        recv: &'s mut Buf<Self, T>,
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`scatter_v`](Self::scatter_v); see [`reduce_init`](Self::reduce_init).
     ///
@@ -621,11 +607,11 @@ pub trait Communicator: Sized {
     fn scatter_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s mut Buf<Self, T>>,
+        recv: &'s mut Buf<Self, T>,
         counts: &[usize],
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`reduce_scatter`](Self::reduce_scatter); see
     /// [`reduce_init`](Self::reduce_init).
@@ -635,10 +621,10 @@ pub trait Communicator: Sized {
     fn reduce_scatter_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s mut Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`all_to_all`](Self::all_to_all); see [`reduce_init`](Self::reduce_init).
     ///
@@ -647,9 +633,9 @@ pub trait Communicator: Sized {
     fn all_to_all_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+        send: &'s mut Buf<Self, T>,
+        recv: &'s mut Buf<Self, T>,
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 
     /// A persistent [`all_to_all_v`](Self::all_to_all_v); see [`reduce_init`](Self::reduce_init).
     ///
@@ -658,11 +644,11 @@ pub trait Communicator: Sized {
     fn all_to_all_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
+        send: &'s mut Buf<Self, T>,
         send_counts: &[usize],
-        recv: &'s mut Self::Buf<T>,
+        recv: &'s mut Buf<Self, T>,
         recv_counts: &[usize],
-    ) -> Result<Persistent<'s, Self::Buf<T>>>;
+    ) -> Result<Persistent<'s, Buf<Self, T>>>;
 }
 
 /// What the communicators on device memory share ([`NcclComm`](crate::NcclComm),

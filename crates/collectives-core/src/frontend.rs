@@ -31,9 +31,10 @@
 
 use crate::backend::mpi_host::MpiComm;
 use crate::checked::{self, Call, Checked, OpKind};
-use crate::comm::{Buffer, Communicator, Tag};
+use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
+use crate::memory::{Buffer, Space};
 use crate::op::{BackendKind, ReduceOp};
 use crate::persistent::{Persistent, PlanPath};
 use crate::record::{self, Form};
@@ -53,6 +54,9 @@ pub enum Start {
     PointToPoint,
 }
 
+/// Backend `B`'s buffer type for elements `T`.
+pub type RawBuf<B, T> = <<B as Backend>::Memory as Space>::Buf<T>;
+
 /// A backend: raw, already-checked operations and what the front end needs to know of it.
 ///
 /// Each raw operation is called only after the rules for its operation passed on this rank (and, in
@@ -61,8 +65,8 @@ pub enum Start {
 /// buffers are on the communicator's device. `op` is the operation's name for errors. Counts `n`
 /// are in elements, as the rules returned them.
 pub trait Backend: Sized {
-    /// The buffer type for elements `T`.
-    type Buf<T: Element>: ?Sized + Buffer<T>;
+    /// Where this backend's buffers live; [`RawBuf<Self, T>`](RawBuf) is its buffer type.
+    type Memory: Space;
     /// What a call holds from before the agreement until its raw operation (or its completion):
     /// pinned host buffers where the backend stages through host memory, else nothing.
     type Staging<'c, T: Element>: Default
@@ -84,7 +88,7 @@ pub trait Backend: Sized {
     fn native_avg(&self) -> bool;
     /// Divide every element of `buf` by the number of ranks (the second half of `Avg`); called
     /// only where [`native_avg`](Self::native_avg) is false.
-    fn divide<T: Element>(&self, _op: &'static str, _buf: &mut Self::Buf<T>) -> Result<()> {
+    fn divide<T: Element>(&self, _op: &'static str, _buf: &mut RawBuf<Self, T>) -> Result<()> {
         Ok(())
     }
     /// What the per-call record ([`crate::record`]) says of a call of `op` (its plain name:
@@ -116,7 +120,7 @@ pub trait Backend: Sized {
     fn raw_broadcast<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut Self::Buf<T>,
+        buf: &mut RawBuf<Self, T>,
         root: usize,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -126,8 +130,8 @@ pub trait Backend: Sized {
     fn raw_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: &Self::Buf<T>,
-        recv: Option<&mut Self::Buf<T>>,
+        send: &RawBuf<Self, T>,
+        recv: Option<&mut RawBuf<Self, T>>,
         red: ReduceOp,
         root: usize,
         n: usize,
@@ -137,8 +141,8 @@ pub trait Backend: Sized {
     fn raw_all_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&Self::Buf<T>>,
-        recv: &mut Self::Buf<T>,
+        send: Option<&RawBuf<Self, T>>,
+        recv: &mut RawBuf<Self, T>,
         red: ReduceOp,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -147,8 +151,8 @@ pub trait Backend: Sized {
     fn raw_all_gather<T: Element>(
         &self,
         op: &'static str,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &RawBuf<Self, T>,
+        recv: &mut RawBuf<Self, T>,
         n: usize,
         staging: Self::Staging<'_, T>,
     ) -> Result<()>;
@@ -156,8 +160,8 @@ pub trait Backend: Sized {
     fn raw_all_gather_v<T: Element>(
         &self,
         op: &'static str,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &RawBuf<Self, T>,
+        recv: &mut RawBuf<Self, T>,
         counts: &[usize],
         staging: Self::Staging<'_, T>,
     ) -> Result<()>;
@@ -165,8 +169,8 @@ pub trait Backend: Sized {
     fn raw_gather<T: Element>(
         &self,
         op: &'static str,
-        send: &Self::Buf<T>,
-        recv: Option<&mut Self::Buf<T>>,
+        send: &RawBuf<Self, T>,
+        recv: Option<&mut RawBuf<Self, T>>,
         root: usize,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -175,8 +179,8 @@ pub trait Backend: Sized {
     fn raw_gather_v<T: Element>(
         &self,
         op: &'static str,
-        send: &Self::Buf<T>,
-        recv: Option<&mut Self::Buf<T>>,
+        send: &RawBuf<Self, T>,
+        recv: Option<&mut RawBuf<Self, T>>,
         counts: &[usize],
         root: usize,
         staging: Self::Staging<'_, T>,
@@ -185,8 +189,8 @@ pub trait Backend: Sized {
     fn raw_scatter<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&Self::Buf<T>>,
-        recv: &mut Self::Buf<T>,
+        send: Option<&RawBuf<Self, T>>,
+        recv: &mut RawBuf<Self, T>,
         root: usize,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -195,8 +199,8 @@ pub trait Backend: Sized {
     fn raw_scatter_v<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&Self::Buf<T>>,
-        recv: &mut Self::Buf<T>,
+        send: Option<&RawBuf<Self, T>>,
+        recv: &mut RawBuf<Self, T>,
         counts: &[usize],
         root: usize,
         staging: Self::Staging<'_, T>,
@@ -205,8 +209,8 @@ pub trait Backend: Sized {
     fn raw_reduce_scatter<T: Element>(
         &self,
         op: &'static str,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &RawBuf<Self, T>,
+        recv: &mut RawBuf<Self, T>,
         red: ReduceOp,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -215,8 +219,8 @@ pub trait Backend: Sized {
     fn raw_all_to_all<T: Element>(
         &self,
         op: &'static str,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &RawBuf<Self, T>,
+        recv: &mut RawBuf<Self, T>,
         n: usize,
         staging: Self::Staging<'_, T>,
     ) -> Result<()>;
@@ -224,9 +228,9 @@ pub trait Backend: Sized {
     fn raw_all_to_all_v<T: Element>(
         &self,
         op: &'static str,
-        send: &Self::Buf<T>,
+        send: &RawBuf<Self, T>,
         send_counts: &[usize],
-        recv: &mut Self::Buf<T>,
+        recv: &mut RawBuf<Self, T>,
         recv_counts: &[usize],
         staging: Self::Staging<'_, T>,
     ) -> Result<()>;
@@ -234,7 +238,7 @@ pub trait Backend: Sized {
     fn raw_send<T: Element>(
         &self,
         op: &'static str,
-        buf: &Self::Buf<T>,
+        buf: &RawBuf<Self, T>,
         dest: usize,
         tag: Tag,
         n: usize,
@@ -244,7 +248,7 @@ pub trait Backend: Sized {
     fn raw_recv<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut Self::Buf<T>,
+        buf: &mut RawBuf<Self, T>,
         source: usize,
         tag: Tag,
         n: usize,
@@ -255,9 +259,9 @@ pub trait Backend: Sized {
     fn raw_send_recv<T: Element>(
         &self,
         op: &'static str,
-        send: &Self::Buf<T>,
+        send: &RawBuf<Self, T>,
         dest: usize,
-        recv: &mut Self::Buf<T>,
+        recv: &mut RawBuf<Self, T>,
         source: usize,
         tag: Tag,
         counts: (usize, usize),
@@ -273,8 +277,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s RawBuf<Self, T>,
+        recv: &'s mut RawBuf<Self, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -285,7 +289,7 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut RawBuf<Self, T>,
         root: usize,
         n: usize,
         staging: Self::Staging<'s, T>,
@@ -295,8 +299,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s RawBuf<Self, T>,
+        recv: &'s mut RawBuf<Self, T>,
         n: usize,
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
@@ -306,7 +310,7 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s Self::Buf<T>,
+        buf: &'s RawBuf<Self, T>,
         dest: usize,
         tag: Tag,
         n: usize,
@@ -318,7 +322,7 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut RawBuf<Self, T>,
         source: usize,
         tag: Tag,
         n: usize,
@@ -336,8 +340,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s RawBuf<Self, T>,
+        recv: Option<&'s mut RawBuf<Self, T>>,
         red: ReduceOp,
         average: bool,
         root: usize,
@@ -350,7 +354,7 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut RawBuf<Self, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -362,8 +366,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s RawBuf<Self, T>,
+        recv: &'s mut RawBuf<Self, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -374,8 +378,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s RawBuf<Self, T>,
+        recv: &'s mut RawBuf<Self, T>,
         n: usize,
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
@@ -385,9 +389,9 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
+        send: &'s RawBuf<Self, T>,
         send_counts: &[usize],
-        recv: &'s mut Self::Buf<T>,
+        recv: &'s mut RawBuf<Self, T>,
         recv_counts: &[usize],
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
@@ -396,8 +400,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s RawBuf<Self, T>,
+        recv: &'s mut RawBuf<Self, T>,
         counts: &[usize],
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
@@ -407,8 +411,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s RawBuf<Self, T>,
+        recv: Option<&'s mut RawBuf<Self, T>>,
         root: usize,
         n: usize,
         staging: Self::Staging<'s, T>,
@@ -419,8 +423,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s RawBuf<Self, T>,
+        recv: Option<&'s mut RawBuf<Self, T>>,
         counts: &[usize],
         root: usize,
         staging: Self::Staging<'s, T>,
@@ -431,8 +435,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s RawBuf<Self, T>>,
+        recv: &'s mut RawBuf<Self, T>,
         root: usize,
         n: usize,
         staging: Self::Staging<'s, T>,
@@ -443,8 +447,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s RawBuf<Self, T>>,
+        recv: &'s mut RawBuf<Self, T>,
         counts: &[usize],
         root: usize,
         staging: Self::Staging<'s, T>,
@@ -455,9 +459,9 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
+        send: &'s RawBuf<Self, T>,
         dest: usize,
-        recv: &'s mut Self::Buf<T>,
+        recv: &'s mut RawBuf<Self, T>,
         source: usize,
         tag: Tag,
         counts: (usize, usize),
@@ -554,7 +558,7 @@ impl<F: Frontend> Frontend for Checked<F> {
 }
 
 /// A backend's buffer type for elements `T`, as the front end `F` names it.
-type Buf<F, T> = <<F as Frontend>::Raw as Backend>::Buf<T>;
+type Buf<F, T> = RawBuf<<F as Frontend>::Raw, T>;
 /// What a call of front end `F` holds from before the agreement until its raw operation.
 type Staging<'c, F, T> = <<F as Frontend>::Raw as Backend>::Staging<'c, T>;
 
@@ -565,13 +569,13 @@ type Staging<'c, F, T> = <<F as Frontend>::Raw as Backend>::Staging<'c, T>;
 pub enum PlanCall<B: Backend, T: Element> {
     Barrier,
     Broadcast {
-        buf: BufPtr<B::Buf<T>>,
+        buf: BufPtr<RawBuf<B, T>>,
         root: usize,
         n: usize,
     },
     Reduce {
-        send: BufPtr<B::Buf<T>>,
-        recv: Option<BufPtr<B::Buf<T>>>,
+        send: BufPtr<RawBuf<B, T>>,
+        recv: Option<BufPtr<RawBuf<B, T>>>,
         red: ReduceOp,
         average: bool,
         root: usize,
@@ -579,62 +583,62 @@ pub enum PlanCall<B: Backend, T: Element> {
     },
     /// In place on `recv` when `send` is `None`.
     AllReduce {
-        send: Option<BufPtr<B::Buf<T>>>,
-        recv: BufPtr<B::Buf<T>>,
+        send: Option<BufPtr<RawBuf<B, T>>>,
+        recv: BufPtr<RawBuf<B, T>>,
         red: ReduceOp,
         average: bool,
         n: usize,
     },
     AllGather {
-        send: BufPtr<B::Buf<T>>,
-        recv: BufPtr<B::Buf<T>>,
+        send: BufPtr<RawBuf<B, T>>,
+        recv: BufPtr<RawBuf<B, T>>,
         n: usize,
     },
     AllGatherV {
-        send: BufPtr<B::Buf<T>>,
-        recv: BufPtr<B::Buf<T>>,
+        send: BufPtr<RawBuf<B, T>>,
+        recv: BufPtr<RawBuf<B, T>>,
         counts: Vec<usize>,
     },
     Gather {
-        send: BufPtr<B::Buf<T>>,
-        recv: Option<BufPtr<B::Buf<T>>>,
+        send: BufPtr<RawBuf<B, T>>,
+        recv: Option<BufPtr<RawBuf<B, T>>>,
         root: usize,
         n: usize,
     },
     GatherV {
-        send: BufPtr<B::Buf<T>>,
-        recv: Option<BufPtr<B::Buf<T>>>,
+        send: BufPtr<RawBuf<B, T>>,
+        recv: Option<BufPtr<RawBuf<B, T>>>,
         counts: Vec<usize>,
         root: usize,
     },
     Scatter {
-        send: Option<BufPtr<B::Buf<T>>>,
-        recv: BufPtr<B::Buf<T>>,
+        send: Option<BufPtr<RawBuf<B, T>>>,
+        recv: BufPtr<RawBuf<B, T>>,
         root: usize,
         n: usize,
     },
     ScatterV {
-        send: Option<BufPtr<B::Buf<T>>>,
-        recv: BufPtr<B::Buf<T>>,
+        send: Option<BufPtr<RawBuf<B, T>>>,
+        recv: BufPtr<RawBuf<B, T>>,
         counts: Vec<usize>,
         root: usize,
     },
     ReduceScatter {
-        send: BufPtr<B::Buf<T>>,
-        recv: BufPtr<B::Buf<T>>,
+        send: BufPtr<RawBuf<B, T>>,
+        recv: BufPtr<RawBuf<B, T>>,
         red: ReduceOp,
         average: bool,
         n: usize,
     },
     AllToAll {
-        send: BufPtr<B::Buf<T>>,
-        recv: BufPtr<B::Buf<T>>,
+        send: BufPtr<RawBuf<B, T>>,
+        recv: BufPtr<RawBuf<B, T>>,
         n: usize,
     },
     AllToAllV {
-        send: BufPtr<B::Buf<T>>,
+        send: BufPtr<RawBuf<B, T>>,
         send_counts: Vec<usize>,
-        recv: BufPtr<B::Buf<T>>,
+        recv: BufPtr<RawBuf<B, T>>,
         recv_counts: Vec<usize>,
     },
 }
@@ -688,7 +692,7 @@ struct Replay<'s, 'e, B: Backend, T: Element> {
     pending: Option<Box<dyn Pending + 's>>,
 }
 
-fn len_of<B: Backend, T: Element>(p: &BufPtr<B::Buf<T>>) -> usize {
+fn len_of<B: Backend, T: Element>(p: &BufPtr<RawBuf<B, T>>) -> usize {
     // SAFETY: the plan borrows the buffer for 's and no run is in flight while a run is being
     // started, so nothing writes it; the reference ends here.
     unsafe { p.get() }.len()
@@ -699,7 +703,7 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
         let (b, op, s) = (self.comm, self.op, self.scope);
         let stage = |lens| b.stage::<T>(op, Start::Collective, lens);
         let len = len_of::<B, T>;
-        let opt = |p: &Option<BufPtr<B::Buf<T>>>| p.as_ref().map(len);
+        let opt = |p: &Option<BufPtr<RawBuf<B, T>>>| p.as_ref().map(len);
         // SAFETY: (every `get`/`get_mut` below) the plan borrows each buffer mutably for 's; the
         // front end starts a run only when the previous one is complete, and between runs the
         // caller reaches the buffers only through the plan, which it cannot do while this call
@@ -910,8 +914,8 @@ fn plan_record<B: Backend>(b: &B, op: &'static str, bytes: usize) -> Option<reco
 
 /// The largest buffer of a plan on this rank, in bytes.
 fn plan_bytes<B: Backend, T: Element>(call: &PlanCall<B, T>) -> usize {
-    let len = |p: &BufPtr<B::Buf<T>>| Some(len_of::<B, T>(p));
-    let opt = |p: &Option<BufPtr<B::Buf<T>>>| p.as_ref().map(len_of::<B, T>);
+    let len = |p: &BufPtr<RawBuf<B, T>>| Some(len_of::<B, T>(p));
+    let opt = |p: &Option<BufPtr<RawBuf<B, T>>>| p.as_ref().map(len_of::<B, T>);
     let lens = match call {
         PlanCall::Barrier => [None, None],
         PlanCall::Broadcast { buf, .. } => [len(buf), None],
@@ -1325,7 +1329,7 @@ fn prepare_all_to_all_v<'c, F: Frontend, T: Element>(
 }
 
 impl<F: Frontend> Communicator for F {
-    type Buf<T: Element> = Buf<F, T>;
+    type Memory = <F::Raw as Backend>::Memory;
 
     fn backend(&self) -> BackendKind {
         self.raw().kind()
@@ -1351,7 +1355,7 @@ impl<F: Frontend> Communicator for F {
         })
     }
 
-    fn broadcast<T: Element>(&self, buf: &mut Self::Buf<T>, root: usize) -> Result<()> {
+    fn broadcast<T: Element>(&self, buf: &mut Buf<F, T>, root: usize) -> Result<()> {
         const OP: &str = "broadcast";
         recorded!(
             self,
@@ -1368,8 +1372,8 @@ impl<F: Frontend> Communicator for F {
 
     fn reduce<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: Option<&mut Self::Buf<T>>,
+        send: &Buf<F, T>,
+        recv: Option<&mut Buf<F, T>>,
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
@@ -1396,8 +1400,8 @@ impl<F: Frontend> Communicator for F {
 
     fn all_reduce<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &Buf<F, T>,
+        recv: &mut Buf<F, T>,
         op: ReduceOp,
     ) -> Result<()> {
         const OP: &str = "all_reduce";
@@ -1421,7 +1425,7 @@ impl<F: Frontend> Communicator for F {
         )
     }
 
-    fn all_reduce_in_place<T: Element>(&self, buf: &mut Self::Buf<T>, op: ReduceOp) -> Result<()> {
+    fn all_reduce_in_place<T: Element>(&self, buf: &mut Buf<F, T>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce_in_place";
         recorded!(
             self,
@@ -1442,7 +1446,7 @@ impl<F: Frontend> Communicator for F {
         )
     }
 
-    fn all_gather<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
+    fn all_gather<T: Element>(&self, send: &Buf<F, T>, recv: &mut Buf<F, T>) -> Result<()> {
         const OP: &str = "all_gather";
         recorded!(
             self,
@@ -1460,8 +1464,8 @@ impl<F: Frontend> Communicator for F {
 
     fn all_gather_v<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &Buf<F, T>,
+        recv: &mut Buf<F, T>,
         counts: &[usize],
     ) -> Result<()> {
         const OP: &str = "all_gather_v";
@@ -1481,8 +1485,8 @@ impl<F: Frontend> Communicator for F {
 
     fn gather<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: Option<&mut Self::Buf<T>>,
+        send: &Buf<F, T>,
+        recv: Option<&mut Buf<F, T>>,
         root: usize,
     ) -> Result<()> {
         const OP: &str = "gather";
@@ -1502,8 +1506,8 @@ impl<F: Frontend> Communicator for F {
 
     fn gather_v<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: Option<&mut Self::Buf<T>>,
+        send: &Buf<F, T>,
+        recv: Option<&mut Buf<F, T>>,
         counts: &[usize],
         root: usize,
     ) -> Result<()> {
@@ -1532,8 +1536,8 @@ impl<F: Frontend> Communicator for F {
 
     fn scatter<T: Element>(
         &self,
-        send: Option<&Self::Buf<T>>,
-        recv: &mut Self::Buf<T>,
+        send: Option<&Buf<F, T>>,
+        recv: &mut Buf<F, T>,
         root: usize,
     ) -> Result<()> {
         const OP: &str = "scatter";
@@ -1553,8 +1557,8 @@ impl<F: Frontend> Communicator for F {
 
     fn scatter_v<T: Element>(
         &self,
-        send: Option<&Self::Buf<T>>,
-        recv: &mut Self::Buf<T>,
+        send: Option<&Buf<F, T>>,
+        recv: &mut Buf<F, T>,
         counts: &[usize],
         root: usize,
     ) -> Result<()> {
@@ -1583,8 +1587,8 @@ impl<F: Frontend> Communicator for F {
 
     fn reduce_scatter<T: Element>(
         &self,
-        send: &Self::Buf<T>,
-        recv: &mut Self::Buf<T>,
+        send: &Buf<F, T>,
+        recv: &mut Buf<F, T>,
         op: ReduceOp,
     ) -> Result<()> {
         const OP: &str = "reduce_scatter";
@@ -1608,7 +1612,7 @@ impl<F: Frontend> Communicator for F {
         )
     }
 
-    fn all_to_all<T: Element>(&self, send: &Self::Buf<T>, recv: &mut Self::Buf<T>) -> Result<()> {
+    fn all_to_all<T: Element>(&self, send: &Buf<F, T>, recv: &mut Buf<F, T>) -> Result<()> {
         const OP: &str = "all_to_all";
         recorded!(
             self,
@@ -1626,9 +1630,9 @@ impl<F: Frontend> Communicator for F {
 
     fn all_to_all_v<T: Element>(
         &self,
-        send: &Self::Buf<T>,
+        send: &Buf<F, T>,
         send_counts: &[usize],
-        recv: &mut Self::Buf<T>,
+        recv: &mut Buf<F, T>,
         recv_counts: &[usize],
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
@@ -1654,7 +1658,7 @@ impl<F: Frontend> Communicator for F {
         )
     }
 
-    fn send<T: Element>(&self, buf: &Self::Buf<T>, dest: usize, tag: Tag) -> Result<()> {
+    fn send<T: Element>(&self, buf: &Buf<F, T>, dest: usize, tag: Tag) -> Result<()> {
         const OP: &str = "send";
         recorded!(
             self,
@@ -1675,7 +1679,7 @@ impl<F: Frontend> Communicator for F {
         )
     }
 
-    fn recv<T: Element>(&self, buf: &mut Self::Buf<T>, source: usize, tag: Tag) -> Result<()> {
+    fn recv<T: Element>(&self, buf: &mut Buf<F, T>, source: usize, tag: Tag) -> Result<()> {
         const OP: &str = "recv";
         recorded!(
             self,
@@ -1698,9 +1702,9 @@ impl<F: Frontend> Communicator for F {
 
     fn send_recv<T: Element>(
         &self,
-        send: &Self::Buf<T>,
+        send: &Buf<F, T>,
         dest: usize,
-        recv: &mut Self::Buf<T>,
+        recv: &mut Buf<F, T>,
         source: usize,
         tag: Tag,
     ) -> Result<()> {
@@ -1743,8 +1747,8 @@ impl<F: Frontend> Communicator for F {
     fn i_all_reduce<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_reduce";
@@ -1767,7 +1771,7 @@ impl<F: Frontend> Communicator for F {
     fn i_broadcast<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<F, T>,
         root: usize,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_broadcast";
@@ -1788,8 +1792,8 @@ impl<F: Frontend> Communicator for F {
     fn i_all_gather<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather";
         recorded!(
@@ -1818,8 +1822,8 @@ impl<F: Frontend> Communicator for F {
     fn i_reduce<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s Buf<F, T>,
+        recv: Option<&'s mut Buf<F, T>>,
         op: ReduceOp,
         root: usize,
     ) -> Result<Request<'s>> {
@@ -1843,7 +1847,7 @@ impl<F: Frontend> Communicator for F {
     fn i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<F, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_reduce_in_place";
@@ -1866,8 +1870,8 @@ impl<F: Frontend> Communicator for F {
     fn i_reduce_scatter<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_reduce_scatter";
@@ -1890,8 +1894,8 @@ impl<F: Frontend> Communicator for F {
     fn i_all_to_all<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_to_all";
         recorded!(
@@ -1912,9 +1916,9 @@ impl<F: Frontend> Communicator for F {
     fn i_all_to_all_v<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
+        send: &'s Buf<F, T>,
         send_counts: &[usize],
-        recv: &'s mut Self::Buf<T>,
+        recv: &'s mut Buf<F, T>,
         recv_counts: &[usize],
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_to_all_v";
@@ -1950,8 +1954,8 @@ impl<F: Frontend> Communicator for F {
     fn i_all_gather_v<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
         counts: &[usize],
     ) -> Result<Request<'s>> {
         const OP: &str = "i_all_gather_v";
@@ -1973,8 +1977,8 @@ impl<F: Frontend> Communicator for F {
     fn i_gather<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s Buf<F, T>,
+        recv: Option<&'s mut Buf<F, T>>,
         root: usize,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_gather";
@@ -1996,8 +2000,8 @@ impl<F: Frontend> Communicator for F {
     fn i_gather_v<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s Buf<F, T>,
+        recv: Option<&'s mut Buf<F, T>>,
         counts: &[usize],
         root: usize,
     ) -> Result<Request<'s>> {
@@ -2027,8 +2031,8 @@ impl<F: Frontend> Communicator for F {
     fn i_scatter<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s Buf<F, T>>,
+        recv: &'s mut Buf<F, T>,
         root: usize,
     ) -> Result<Request<'s>> {
         const OP: &str = "i_scatter";
@@ -2050,8 +2054,8 @@ impl<F: Frontend> Communicator for F {
     fn i_scatter_v<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s Buf<F, T>>,
+        recv: &'s mut Buf<F, T>,
         counts: &[usize],
         root: usize,
     ) -> Result<Request<'s>> {
@@ -2081,9 +2085,9 @@ impl<F: Frontend> Communicator for F {
     fn i_send_recv<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s Self::Buf<T>,
+        send: &'s Buf<F, T>,
         dest: usize,
-        recv: &'s mut Self::Buf<T>,
+        recv: &'s mut Buf<F, T>,
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>> {
@@ -2120,7 +2124,7 @@ impl<F: Frontend> Communicator for F {
     fn i_send<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s Self::Buf<T>,
+        buf: &'s Buf<F, T>,
         dest: usize,
         tag: Tag,
     ) -> Result<Request<'s>> {
@@ -2147,7 +2151,7 @@ impl<F: Frontend> Communicator for F {
     fn i_recv<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<F, T>,
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>> {
@@ -2186,9 +2190,9 @@ impl<F: Frontend> Communicator for F {
     fn broadcast_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<F, T>,
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "broadcast_init";
         recorded!(self, Form::Init, Start::Collective, T, [Some(buf.len())], {
             let (n, _) = prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
@@ -2201,11 +2205,11 @@ impl<F: Frontend> Communicator for F {
     fn reduce_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s mut Buf<F, T>,
+        recv: Option<&'s mut Buf<F, T>>,
         op: ReduceOp,
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "reduce_init";
         recorded!(
             self,
@@ -2234,10 +2238,10 @@ impl<F: Frontend> Communicator for F {
     fn all_reduce_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s mut Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "all_reduce_init";
         recorded!(
             self,
@@ -2265,9 +2269,9 @@ impl<F: Frontend> Communicator for F {
     fn all_reduce_in_place_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Self::Buf<T>,
+        buf: &'s mut Buf<F, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "all_reduce_in_place_init";
         recorded!(self, Form::Init, Start::Collective, T, [Some(buf.len())], {
             let (n, _) = prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
@@ -2287,9 +2291,9 @@ impl<F: Frontend> Communicator for F {
     fn all_gather_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        send: &'s mut Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "all_gather_init";
         recorded!(
             self,
@@ -2309,10 +2313,10 @@ impl<F: Frontend> Communicator for F {
     fn all_gather_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s mut Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
         counts: &[usize],
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "all_gather_v_init";
         recorded!(
             self,
@@ -2334,10 +2338,10 @@ impl<F: Frontend> Communicator for F {
     fn gather_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s mut Buf<F, T>,
+        recv: Option<&'s mut Buf<F, T>>,
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "gather_init";
         recorded!(
             self,
@@ -2363,11 +2367,11 @@ impl<F: Frontend> Communicator for F {
     fn gather_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: Option<&'s mut Self::Buf<T>>,
+        send: &'s mut Buf<F, T>,
+        recv: Option<&'s mut Buf<F, T>>,
         counts: &[usize],
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "gather_v_init";
         recorded!(
             self,
@@ -2401,10 +2405,10 @@ impl<F: Frontend> Communicator for F {
     fn scatter_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s mut Buf<F, T>>,
+        recv: &'s mut Buf<F, T>,
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "scatter_init";
         recorded!(
             self,
@@ -2430,11 +2434,11 @@ impl<F: Frontend> Communicator for F {
     fn scatter_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut Self::Buf<T>>,
-        recv: &'s mut Self::Buf<T>,
+        send: Option<&'s mut Buf<F, T>>,
+        recv: &'s mut Buf<F, T>,
         counts: &[usize],
         root: usize,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "scatter_v_init";
         recorded!(
             self,
@@ -2468,10 +2472,10 @@ impl<F: Frontend> Communicator for F {
     fn reduce_scatter_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
+        send: &'s mut Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "reduce_scatter_init";
         recorded!(
             self,
@@ -2499,9 +2503,9 @@ impl<F: Frontend> Communicator for F {
     fn all_to_all_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
-        recv: &'s mut Self::Buf<T>,
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+        send: &'s mut Buf<F, T>,
+        recv: &'s mut Buf<F, T>,
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "all_to_all_init";
         recorded!(
             self,
@@ -2521,11 +2525,11 @@ impl<F: Frontend> Communicator for F {
     fn all_to_all_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Self::Buf<T>,
+        send: &'s mut Buf<F, T>,
         send_counts: &[usize],
-        recv: &'s mut Self::Buf<T>,
+        recv: &'s mut Buf<F, T>,
         recv_counts: &[usize],
-    ) -> Result<Persistent<'s, Self::Buf<T>>> {
+    ) -> Result<Persistent<'s, Buf<F, T>>> {
         const OP: &str = "all_to_all_v_init";
         recorded!(
             self,

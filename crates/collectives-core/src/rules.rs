@@ -14,9 +14,10 @@
 use std::ops::Deref;
 
 use crate::check;
-use crate::comm::{Buffer, Tag};
+use crate::comm::Tag;
 use crate::element::Element;
 use crate::error::Result;
+use crate::memory::Buffer;
 use crate::op::{BackendKind, ReduceOp};
 
 /// The largest count one library call takes.

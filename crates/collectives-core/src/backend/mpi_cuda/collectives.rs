@@ -136,7 +136,7 @@ impl MpiCudaComm {
 }
 
 impl Backend for MpiCudaComm {
-    type Buf<T: Element> = CudaSlice<T>;
+    type Memory = crate::memory::Device;
     type Staging<'c, T: Element> = Leases<'c, T>;
 
     fn kind(&self) -> BackendKind {

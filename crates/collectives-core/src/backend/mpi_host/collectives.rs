@@ -62,7 +62,7 @@ impl MpiComm {
 }
 
 impl Backend for MpiComm {
-    type Buf<T: Element> = [T];
+    type Memory = crate::memory::Host;
     type Staging<'c, T: Element> = ();
 
     fn kind(&self) -> BackendKind {

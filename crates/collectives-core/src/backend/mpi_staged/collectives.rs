@@ -131,7 +131,7 @@ impl MpiStagedComm {
 }
 
 impl Backend for MpiStagedComm {
-    type Buf<T: Element> = CudaSlice<T>;
+    type Memory = crate::memory::Device;
     type Staging<'c, T: Element> = Leases<'c, T>;
 
     fn kind(&self) -> BackendKind {

@@ -19,7 +19,7 @@ use super::persistent::GRAPHS_FROM;
 use super::raw;
 use super::request::NcclPending;
 use crate::backend::mpi_host::MpiComm;
-use crate::comm::{Buffer, Communicator, DeviceCommunicator, Tag};
+use crate::comm::{Communicator, DeviceCommunicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
@@ -29,15 +29,6 @@ use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
 
 const BACKEND: BackendKind = BackendKind::Nccl;
-
-impl<T: Element> Buffer<T> for CudaSlice<T> {
-    fn len(&self) -> usize {
-        CudaSlice::len(self)
-    }
-    fn device(&self) -> Option<usize> {
-        Some(self.ordinal())
-    }
-}
 
 fn cptr(p: u64) -> *const c_void {
     p as usize as *const c_void
@@ -311,7 +302,7 @@ impl NcclComm {
 }
 
 impl Backend for NcclComm {
-    type Buf<T: Element> = CudaSlice<T>;
+    type Memory = crate::memory::Device;
     type Staging<'c, T: Element> = ();
 
     fn kind(&self) -> BackendKind {
