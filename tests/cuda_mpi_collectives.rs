@@ -26,8 +26,8 @@ use collectives::backend::mpi_cuda::{cuda_unavailable, IpcBuffer};
 use collectives::cuda_aware::{self, CudaAwareness};
 use collectives::cudarc::driver::CudaSlice;
 use collectives::{
-    device, scope, Checked, Communicator, DeviceCommunicator, Error, MpiCudaComm, MpiStagedComm,
-    ReduceOp,
+    device, scope, Checked, Communicator, DeviceBuffer, DeviceBufferMut, DeviceCommunicator, Error,
+    MpiCudaComm, MpiStagedComm, ReduceOp,
 };
 use common::suite::{self, Backend, Val};
 use common::{case, catalog, Case, T};
@@ -45,14 +45,20 @@ fn expected_awareness() -> Option<bool> {
 
 impl Backend for MpiCudaComm {
     type Owned<V: Val> = CudaSlice<V>;
+    fn r<V: Val>(o: &CudaSlice<V>) -> &dyn DeviceBuffer<V> {
+        o
+    }
+    fn w<V: Val>(o: &mut CudaSlice<V>) -> &mut dyn DeviceBufferMut<V> {
+        o
+    }
     fn up<V: Val>(&self, host: &[V]) -> CudaSlice<V> {
         device::upload(self.stream(), host).expect("device memory")
     }
-    fn down<V: Val>(&self, buf: &CudaSlice<V>) -> Vec<V> {
+    fn down<V: Val>(&self, buf: &dyn DeviceBuffer<V>) -> Vec<V> {
         self.synchronize().expect("the stream completes");
         device::download(self.stream(), buf).expect("a device-to-host copy")
     }
-    fn fill<V: Val>(&self, buf: &mut CudaSlice<V>, host: &[V]) {
+    fn fill<V: Val>(&self, buf: &mut (dyn DeviceBufferMut<V> + '_), host: &[V]) {
         device::copy_to_device(self.stream(), host, buf).expect("a host-to-device copy");
     }
     fn zeros<V: Val>(&self, len: usize) -> CudaSlice<V> {
@@ -71,14 +77,20 @@ impl Backend for MpiCudaComm {
 
 impl Backend for MpiStagedComm {
     type Owned<V: Val> = CudaSlice<V>;
+    fn r<V: Val>(o: &CudaSlice<V>) -> &dyn DeviceBuffer<V> {
+        o
+    }
+    fn w<V: Val>(o: &mut CudaSlice<V>) -> &mut dyn DeviceBufferMut<V> {
+        o
+    }
     fn up<V: Val>(&self, host: &[V]) -> CudaSlice<V> {
         device::upload(self.stream(), host).expect("device memory")
     }
-    fn down<V: Val>(&self, buf: &CudaSlice<V>) -> Vec<V> {
+    fn down<V: Val>(&self, buf: &dyn DeviceBuffer<V>) -> Vec<V> {
         self.synchronize().expect("the stream completes");
         device::download(self.stream(), buf).expect("a device-to-host copy")
     }
-    fn fill<V: Val>(&self, buf: &mut CudaSlice<V>, host: &[V]) {
+    fn fill<V: Val>(&self, buf: &mut (dyn DeviceBufferMut<V> + '_), host: &[V]) {
         device::copy_to_device(self.stream(), host, buf).expect("a host-to-device copy");
     }
     fn zeros<V: Val>(&self, len: usize) -> CudaSlice<V> {
@@ -269,28 +281,27 @@ fn wrapped_suite<C: Backend>(t: &T, c: &C) {
 
 /// A non-blocking average: the division happens at completion (on the host for both backends).
 fn non_blocking_avg<C: Backend>(t: &T, c: &C) {
-    use std::borrow::{Borrow, BorrowMut};
     let size = c.size();
     let send = c.up(&[c.rank() as f64; 5]);
     let mut recv = c.up(&[0.0f64; 5]);
     let r = scope(|s| {
-        c.i_all_reduce::<f64>(s, send.borrow(), recv.borrow_mut(), ReduceOp::Avg)?
+        c.i_all_reduce::<f64>(s, C::r(&send), C::w(&mut recv), ReduceOp::Avg)?
             .wait()
     });
     t.ok(r.and_then(|x| x), "i_all_reduce avg");
     let mean = (0..size).map(|r| r as f64).sum::<f64>() / size as f64;
     t.eq(
-        &c.down::<f64>(recv.borrow()),
+        &c.down::<f64>(C::r(&recv)),
         &vec![mean; 5],
         "i_all_reduce avg",
     );
     let mut buf = c.up(&[c.rank() as f64; 3]);
     t.ok(
-        c.all_reduce_in_place::<f64>(buf.borrow_mut(), ReduceOp::Avg),
+        c.all_reduce_in_place::<f64>(C::w(&mut buf), ReduceOp::Avg),
         "all_reduce_in_place avg",
     );
     t.eq(
-        &c.down::<f64>(buf.borrow()),
+        &c.down::<f64>(C::r(&buf)),
         &vec![mean; 3],
         "all_reduce_in_place avg",
     );
@@ -303,7 +314,6 @@ fn foreign_stream<C: Backend<Memory = collectives::Device>>(
     c: &C,
     stream: &Arc<collectives::cudarc::driver::CudaStream>,
 ) {
-    use std::borrow::{Borrow, BorrowMut};
     let Ok(other) = stream.context().new_stream() else {
         return t.fail("a second stream".into());
     };
@@ -314,11 +324,11 @@ fn foreign_stream<C: Backend<Memory = collectives::Device>>(
     };
     let mut recv = c.up(&vec![0.0f32; n]);
     t.ok(
-        c.all_reduce::<f32>(&send, recv.borrow_mut(), ReduceOp::Sum),
+        c.all_reduce::<f32>(&send, C::w(&mut recv), ReduceOp::Sum),
         "all_reduce",
     );
     let expected: Vec<f32> = host.iter().map(|x| x * c.size() as f32).collect();
-    t.check(c.down::<f32>(recv.borrow()) == expected, || {
+    t.check(c.down::<f32>(C::r(&recv)) == expected, || {
         "all_reduce of a buffer written on another stream".into()
     });
 }
@@ -463,6 +473,9 @@ macro_rules! backend_cases {
             }),
             case(concat!($prefix, "_foreign_stream"), |t| {
                 $with(t, |c| foreign_stream(t, c, c.stream()))
+            }),
+            case(concat!($prefix, "_views"), |t| {
+                $with(t, |c| suite::views(t, c))
             }),
             case(concat!($prefix, "_ipc_buffers"), |t| {
                 $with(t, |c| $ipc(t, c))

@@ -122,6 +122,7 @@ fn main() {
         case("nccl_barrier_split_dup", |t| {
             with_nccl(t, |c| suite::barrier_split_dup(t, c))
         }),
+        case("nccl_views", |t| with_nccl(t, |c| suite::views(t, c))),
         case("nccl_uneven_grouped_p2p", |t| {
             uneven_with(t, UnevenAlgorithm::GroupedP2p)
         }),

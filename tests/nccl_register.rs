@@ -14,7 +14,8 @@ use std::ops::DerefMut;
 use collectives::backend::nccl::cuda_driver_present;
 use collectives::cudarc::driver::CudaSlice;
 use collectives::{
-    device, Communicator, DeviceCommunicator, Error, NcclComm, ReduceOp, RegisterMode,
+    device, Communicator, DeviceBuffer, DeviceBufferMut, DeviceCommunicator, Error, NcclComm,
+    ReduceOp, RegisterMode,
 };
 use common::{case, Case, T};
 
@@ -75,7 +76,7 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
     let (Some(send), Some(mut recv)) = (make(&input, "send"), make(&vec![0.0; N], "recv")) else {
         return;
     };
-    t.ok(c.all_reduce(&send, &mut recv, ReduceOp::Sum), mode);
+    t.ok(c.all_reduce(&*send, &mut *recv, ReduceOp::Sum), mode);
     same(
         t,
         &down(t, c, &recv, mode),
@@ -85,7 +86,7 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
     let Some(mut buf) = make(&input, "in-place buffer") else {
         return;
     };
-    t.ok(c.all_reduce_in_place(&mut buf, ReduceOp::Sum), mode);
+    t.ok(c.all_reduce_in_place(&mut *buf, ReduceOp::Sum), mode);
     same(
         t,
         &down(t, c, &buf, mode),
@@ -100,7 +101,7 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
     let Some(mut b) = make(&host, "broadcast buffer") else {
         return;
     };
-    t.ok(c.broadcast(&mut b, root), mode);
+    t.ok(c.broadcast(&mut *b, root), mode);
     let expected: Vec<f32> = (0..N).map(|i| f(i + 7)).collect();
     same(
         t,
@@ -113,7 +114,7 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
     };
     t.ok(
         c.reduce(
-            &send,
+            &*send,
             (rank == root).then_some(&mut *r),
             ReduceOp::Sum,
             root,
@@ -138,7 +139,7 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
     ) else {
         return;
     };
-    t.ok(c.all_gather(&s, &mut g), mode);
+    t.ok(c.all_gather(&*s, &mut *g), mode);
     same(
         t,
         &down(t, c, &g, mode),
@@ -148,7 +149,10 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
     let Some(mut g2) = make(&vec![0.0; size * N], "gather recv") else {
         return;
     };
-    t.ok(c.gather(&s, (rank == root).then_some(&mut *g2), root), mode);
+    t.ok(
+        c.gather(&*s, (rank == root).then_some((*g2).as_buf_mut()), root),
+        mode,
+    );
     if rank == root {
         same(
             t,
@@ -167,7 +171,7 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
     else {
         return;
     };
-    t.ok(c.all_gather_v(&sv, &mut gv, &counts), mode);
+    t.ok(c.all_gather_v(&*sv, &mut *gv, &counts), mode);
     same(
         t,
         &down(t, c, &gv, mode),
@@ -186,7 +190,7 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
     ) else {
         return;
     };
-    t.ok(c.reduce_scatter(&w, &mut rs, ReduceOp::Sum), mode);
+    t.ok(c.reduce_scatter(&*w, &mut *rs, ReduceOp::Sum), mode);
     same(
         t,
         &down(t, c, &rs, mode),
@@ -197,7 +201,7 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
         return;
     };
     t.ok(
-        c.scatter((rank == root).then_some(&*w), &mut sc, root),
+        c.scatter((rank == root).then_some((*w).as_buf()), &mut *sc, root),
         mode,
     );
     let from_root: Vec<f32> = (0..N).map(|i| f(root + rank * N + i)).collect();
@@ -219,7 +223,7 @@ fn every_collective<B: DerefMut<Target = CudaSlice<f32>>>(
     ) else {
         return;
     };
-    t.ok(c.all_to_all(&a, &mut b2), mode);
+    t.ok(c.all_to_all(&*a, &mut *b2), mode);
     same(
         t,
         &down(t, c, &b2, mode),

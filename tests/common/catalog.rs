@@ -14,7 +14,6 @@
 //! in [`device_cases`], which the device test binaries add where two GPUs are visible.
 #![allow(dead_code)]
 
-use std::borrow::{Borrow, BorrowMut};
 use std::time::{Duration, Instant};
 
 use collectives::{scope, BackendKind, Communicator, Error, ReduceOp};
@@ -227,11 +226,11 @@ fn int_counts(c: &impl Communicator) -> bool {
 fn still_in_step<C: Backend>(t: &T, c: &C, what: &str) {
     let mut x = c.up(&[1i32, 2]);
     t.ok(
-        c.all_reduce_in_place::<i32>(x.borrow_mut(), ReduceOp::Sum),
+        c.all_reduce_in_place::<i32>(C::w(&mut x), ReduceOp::Sum),
         what,
     );
     let n = c.size() as i32;
-    t.eq(&c.down::<i32>(x.borrow()), &vec![n, 2 * n], what);
+    t.eq(&c.down::<i32>(C::r(&x)), &vec![n, 2 * n], what);
 }
 
 // ---- Every rank passes the same bad input: every rank refuses it locally. ----
@@ -240,7 +239,7 @@ fn all_reduce_lengths<C: Backend>(t: &T, c: &C) {
     let four = c.up(&[1.0f64; 4]);
     let mut three = c.up(&[0.0f64; 3]);
     t.err(
-        c.all_reduce::<f64>(four.borrow(), three.borrow_mut(), ReduceOp::Sum),
+        c.all_reduce::<f64>(C::r(&four), C::w(&mut three), ReduceOp::Sum),
         "all_reduce",
         invalid_mentioning("send has 4 elements but recv has 3"),
     );
@@ -256,7 +255,7 @@ fn persistent_started_twice<C: Backend>(t: &T, c: &C) {
     let mut recv = c.up(&[0.0f64; 4]);
     let r = scope(|s| -> collectives::Result<()> {
         let mut plan =
-            c.all_reduce_init::<f64>(s, send.borrow_mut(), recv.borrow_mut(), ReduceOp::Sum)?;
+            c.all_reduce_init::<f64>(s, C::w(&mut send), C::w(&mut recv), ReduceOp::Sum)?;
         plan.start()?;
         t.err(plan.start(), "a persistent plan started twice", |e| {
             matches!(
@@ -269,7 +268,7 @@ fn persistent_started_twice<C: Backend>(t: &T, c: &C) {
         });
         plan.wait()?;
         t.eq(
-            &c.down::<f64>(plan.recv()?),
+            &c.down_mut::<f64>(plan.recv()?),
             &vec![size * (size + 1.0) / 2.0; 4],
             "the run started once",
         );
@@ -289,7 +288,7 @@ fn persistent_init_lengths<C: Backend>(t: &T, c: &C) {
     let mut short = c.up(&vec![0.0f64; 4 * size - 1]);
     let r = scope(|s| {
         t.err(
-            c.all_reduce_init::<f64>(s, four.borrow_mut(), three.borrow_mut(), ReduceOp::Sum)
+            c.all_reduce_init::<f64>(s, C::w(&mut four), C::w(&mut three), ReduceOp::Sum)
                 .map(drop),
             "all_reduce_init",
             invalid_mentioning("send has 4 elements but recv has 3"),
@@ -298,7 +297,7 @@ fn persistent_init_lengths<C: Backend>(t: &T, c: &C) {
     t.ok(r, "all_reduce_init scope");
     let r = scope(|s| {
         t.err(
-            c.reduce_init::<f64>(s, four.borrow_mut(), None, ReduceOp::Sum, c.rank())
+            c.reduce_init::<f64>(s, C::w(&mut four), None, ReduceOp::Sum, c.rank())
                 .map(drop),
             "reduce_init with the root passing no recv",
             invalid_mentioning("root must pass a recv buffer"),
@@ -307,7 +306,7 @@ fn persistent_init_lengths<C: Backend>(t: &T, c: &C) {
     t.ok(r, "reduce_init scope");
     let r = scope(|s| {
         t.err(
-            c.all_gather_init::<f64>(s, four.borrow_mut(), short.borrow_mut())
+            c.all_gather_init::<f64>(s, C::w(&mut four), C::w(&mut short))
                 .map(drop),
             "all_gather_init",
             invalid_mentioning(&format!("{size} ranks x 4 elements")),
@@ -326,7 +325,7 @@ fn all_reduce_lengths_checked<C: Backend>(t: &T, c: &C) {
 fn reduce_root_without_recv<C: Backend>(t: &T, c: &C) {
     let four = c.up(&[1.0f64; 4]);
     t.err(
-        c.reduce::<f64>(four.borrow(), None, ReduceOp::Sum, c.rank()),
+        c.reduce::<f64>(C::r(&four), None, ReduceOp::Sum, c.rank()),
         "reduce with the root passing no recv",
         invalid_mentioning("root must pass a recv buffer"),
     );
@@ -337,12 +336,7 @@ fn reduce_root_recv_length<C: Backend>(t: &T, c: &C) {
     let four = c.up(&[1.0f64; 4]);
     let mut three = c.up(&[0.0f64; 3]);
     t.err(
-        c.reduce::<f64>(
-            four.borrow(),
-            Some(three.borrow_mut()),
-            ReduceOp::Sum,
-            c.rank(),
-        ),
+        c.reduce::<f64>(C::r(&four), Some(C::w(&mut three)), ReduceOp::Sum, c.rank()),
         "reduce with a short recv at the root",
         invalid_mentioning("recv has 3 elements"),
     );
@@ -353,7 +347,7 @@ fn all_gather_recv_length<C: Backend>(t: &T, c: &C) {
     let four = c.up(&[1.0f64; 4]);
     let mut short = c.up(&vec![0.0f64; 4 * size - 1]);
     t.err(
-        c.all_gather::<f64>(four.borrow(), short.borrow_mut()),
+        c.all_gather::<f64>(C::r(&four), C::w(&mut short)),
         "all_gather",
         invalid_mentioning(&format!("{size} ranks x 4 elements")),
     );
@@ -364,13 +358,13 @@ fn gather_scatter_root_lengths<C: Backend>(t: &T, c: &C) {
     let four = c.up(&[1.0f64; 4]);
     let mut short = c.up(&vec![0.0f64; 4 * size - 1]);
     t.err(
-        c.gather::<f64>(four.borrow(), Some(short.borrow_mut()), rank),
+        c.gather::<f64>(C::r(&four), Some(C::w(&mut short)), rank),
         "gather at the root",
         invalid_mentioning(&format!("{size} ranks x 4 elements")),
     );
     let mut four_out = c.up(&[0.0f64; 4]);
     t.err(
-        c.scatter::<f64>(Some(short.borrow()), four_out.borrow_mut(), rank),
+        c.scatter::<f64>(Some(C::r(&short)), C::w(&mut four_out), rank),
         "scatter at the root",
         invalid_mentioning(&format!("{size} ranks x 4 elements")),
     );
@@ -379,7 +373,7 @@ fn gather_scatter_root_lengths<C: Backend>(t: &T, c: &C) {
 fn scatter_root_without_send<C: Backend>(t: &T, c: &C) {
     let mut three = c.up(&[0.0f64; 3]);
     t.err(
-        c.scatter::<f64>(None, three.borrow_mut(), c.rank()),
+        c.scatter::<f64>(None, C::w(&mut three), c.rank()),
         "scatter with the root passing no send",
         invalid_mentioning("root must pass a send buffer"),
     );
@@ -392,23 +386,23 @@ fn v_counts_against_lengths<C: Backend>(t: &T, c: &C) {
     let two = c.up(&[1.0f64; 2]);
     let mut short = c.up(&vec![0.0f64; 2 * size - 1]);
     t.err(
-        c.all_gather_v::<f64>(four.borrow(), short.borrow_mut(), &counts),
+        c.all_gather_v::<f64>(C::r(&four), C::w(&mut short), &counts),
         "all_gather_v: send is not counts[rank]",
         invalid_mentioning(&format!("counts[{rank}] is 2")),
     );
     t.err(
-        c.all_gather_v::<f64>(two.borrow(), short.borrow_mut(), &counts),
+        c.all_gather_v::<f64>(C::r(&two), C::w(&mut short), &counts),
         "all_gather_v: recv is not the sum",
         invalid_mentioning("the sum of counts"),
     );
     t.err(
-        c.gather_v::<f64>(two.borrow(), Some(short.borrow_mut()), &counts, rank),
+        c.gather_v::<f64>(C::r(&two), Some(C::w(&mut short)), &counts, rank),
         "gather_v: recv at the root is not the sum",
         invalid_mentioning("the sum of counts"),
     );
     let mut three = c.up(&[0.0f64; 3]);
     t.err(
-        c.scatter_v::<f64>(None, three.borrow_mut(), &counts, (rank + 1) % size),
+        c.scatter_v::<f64>(None, C::w(&mut three), &counts, (rank + 1) % size),
         "scatter_v: recv is not counts[rank]",
         invalid_mentioning(&format!("counts[{rank}] is 2")),
     );
@@ -418,7 +412,7 @@ fn reduce_scatter_lengths<C: Backend>(t: &T, c: &C) {
     let four = c.up(&[1.0f64; 4]);
     let mut three = c.up(&[0.0f64; 3]);
     t.err(
-        c.reduce_scatter::<f64>(four.borrow(), three.borrow_mut(), ReduceOp::Sum),
+        c.reduce_scatter::<f64>(C::r(&four), C::w(&mut three), ReduceOp::Sum),
         "reduce_scatter",
         invalid_mentioning("ranks x 3 elements"),
     );
@@ -430,7 +424,7 @@ fn all_to_all_lengths<C: Backend>(t: &T, c: &C) {
         let odd_send = c.up(&vec![0.0f64; 4 * size + 1]);
         let mut odd = c.up(&vec![0.0f64; 4 * size + 1]);
         t.err(
-            c.all_to_all::<f64>(odd_send.borrow(), odd.borrow_mut()),
+            c.all_to_all::<f64>(C::r(&odd_send), C::w(&mut odd)),
             "all_to_all: not a multiple of the ranks",
             invalid_mentioning("not a multiple"),
         );
@@ -438,13 +432,13 @@ fn all_to_all_lengths<C: Backend>(t: &T, c: &C) {
     let four = c.up(&[1.0f64; 4]);
     let mut three = c.up(&[0.0f64; 3]);
     t.err(
-        c.all_to_all::<f64>(four.borrow(), three.borrow_mut()),
+        c.all_to_all::<f64>(C::r(&four), C::w(&mut three)),
         "all_to_all: lengths",
         invalid,
     );
     let counts = vec![3usize; size]; // the sums, 3 x size, are never 4
     t.err(
-        c.all_to_all_v::<f64>(four.borrow(), &counts, three.borrow_mut(), &counts),
+        c.all_to_all_v::<f64>(C::r(&four), &counts, C::w(&mut three), &counts),
         "all_to_all_v: lengths",
         invalid_mentioning("the sum of send_counts"),
     );
@@ -457,18 +451,18 @@ fn counts_array_of_wrong_length<C: Backend>(t: &T, c: &C) {
     let mut recv = c.up(&vec![0i32; size + 1]);
     let what = format!("{} entries; it needs one per rank ({size})", size + 1);
     t.err(
-        c.all_gather_v::<i32>(send.borrow(), recv.borrow_mut(), &counts),
+        c.all_gather_v::<i32>(C::r(&send), C::w(&mut recv), &counts),
         "all_gather_v",
         invalid_mentioning(&what),
     );
     t.err(
-        c.gather_v::<i32>(send.borrow(), Some(recv.borrow_mut()), &counts, rank),
+        c.gather_v::<i32>(C::r(&send), Some(C::w(&mut recv)), &counts, rank),
         "gather_v",
         invalid_mentioning(&what),
     );
     let mut one = c.up(&[0i32; 1]);
     t.err(
-        c.scatter_v::<i32>(Some(recv.borrow()), one.borrow_mut(), &counts, rank),
+        c.scatter_v::<i32>(Some(C::r(&recv)), C::w(&mut one), &counts, rank),
         "scatter_v",
         invalid_mentioning(&what),
     );
@@ -476,7 +470,7 @@ fn counts_array_of_wrong_length<C: Backend>(t: &T, c: &C) {
     let empty = c.up::<i32>(&[]);
     let mut empty_out = c.up::<i32>(&[]);
     t.err(
-        c.all_to_all_v::<i32>(empty.borrow(), &short, empty_out.borrow_mut(), &short),
+        c.all_to_all_v::<i32>(C::r(&empty), &short, C::w(&mut empty_out), &short),
         "all_to_all_v",
         invalid_mentioning("one per rank"),
     );
@@ -495,17 +489,17 @@ fn counts_whose_sum_overflows<C: Backend>(t: &T, c: &C) {
     let mut out = c.up(&[0u8]);
     let overflow = |e: &Error| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("overflows") || msg.contains("counts[0] is"));
     t.err(
-        c.all_gather_v::<u8>(one.borrow(), out.borrow_mut(), &counts),
+        c.all_gather_v::<u8>(C::r(&one), C::w(&mut out), &counts),
         "all_gather_v",
         overflow,
     );
     t.err(
-        c.gather_v::<u8>(one.borrow(), Some(out.borrow_mut()), &counts, rank),
+        c.gather_v::<u8>(C::r(&one), Some(C::w(&mut out)), &counts, rank),
         "gather_v",
         overflow,
     );
     t.err(
-        c.scatter_v::<u8>(Some(one.borrow()), out.borrow_mut(), &counts, rank),
+        c.scatter_v::<u8>(Some(C::r(&one)), C::w(&mut out), &counts, rank),
         "scatter_v",
         overflow,
     );
@@ -517,7 +511,7 @@ fn counts_whose_sum_overflows<C: Backend>(t: &T, c: &C) {
         big.push(1);
     }
     t.err(
-        c.all_to_all_v::<u8>(one.borrow(), &big, out.borrow_mut(), &big),
+        c.all_to_all_v::<u8>(C::r(&one), &big, C::w(&mut out), &big),
         "all_to_all_v",
         |e| {
             matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("overflows") || msg.contains("one per rank"))
@@ -533,13 +527,13 @@ fn count_above_mpi_int<C: Backend>(t: &T, c: &C) {
     }
     let n = 1usize << 31;
     let mut big = c.zeros::<u8>(n);
-    t.err(c.all_reduce_in_place::<u8>(big.borrow_mut(), ReduceOp::Sum), "all_reduce_in_place", |e| {
+    t.err(c.all_reduce_in_place::<u8>(C::w(&mut big), ReduceOp::Sum), "all_reduce_in_place", |e| {
         matches!(e, Error::CountOverflow { count, limit, .. } if *count == n && *limit == i32::MAX as usize)
     });
-    t.err(c.broadcast::<u8>(big.borrow_mut(), 0), "broadcast", |e| {
+    t.err(c.broadcast::<u8>(C::w(&mut big), 0), "broadcast", |e| {
         matches!(e, Error::CountOverflow { .. })
     });
-    t.err(c.send::<u8>(big.borrow(), 0, 0), "send", |e| {
+    t.err(c.send::<u8>(C::r(&big), 0, 0), "send", |e| {
         matches!(e, Error::CountOverflow { .. })
     });
     drop(big);
@@ -559,7 +553,7 @@ fn displacement_above_mpi_int<C: Backend>(t: &T, c: &C) {
     let send = c.zeros::<u8>(counts[rank]);
     let mut recv = c.zeros::<u8>(counts.iter().sum());
     t.err(
-        c.all_gather_v::<u8>(send.borrow(), recv.borrow_mut(), &counts),
+        c.all_gather_v::<u8>(C::r(&send), C::w(&mut recv), &counts),
         "all_gather_v with a displacement above MPI's int",
         |e| matches!(e, Error::CountOverflow { count, .. } if *count == (1 << 31) + 2),
     );
@@ -573,34 +567,34 @@ fn root_out_of_range<C: Backend>(t: &T, c: &C) {
     let mut big = c.up(&vec![0u8; 4 * size]);
     let oob = format!("root {size} is out of range");
     t.err(
-        c.broadcast::<u8>(buf.borrow_mut(), size),
+        c.broadcast::<u8>(C::w(&mut buf), size),
         "broadcast",
         invalid_mentioning(&oob),
     );
     t.err(
-        c.reduce::<u8>(buf.borrow(), None, ReduceOp::Sum, size),
+        c.reduce::<u8>(C::r(&buf), None, ReduceOp::Sum, size),
         "reduce",
         invalid_mentioning(&oob),
     );
     t.err(
-        c.gather::<u8>(buf.borrow(), Some(big.borrow_mut()), size + 3),
+        c.gather::<u8>(C::r(&buf), Some(C::w(&mut big)), size + 3),
         "gather",
         invalid_mentioning("out of range"),
     );
     t.err(
-        c.scatter::<u8>(None, buf.borrow_mut(), usize::MAX),
+        c.scatter::<u8>(None, C::w(&mut buf), usize::MAX),
         "scatter",
         invalid_mentioning("out of range"),
     );
     let empty = c.up::<u8>(&[]);
     t.err(
-        c.gather_v::<u8>(empty.borrow(), None, &vec![0; size], size),
+        c.gather_v::<u8>(C::r(&empty), None, &vec![0; size], size),
         "gather_v",
         invalid_mentioning(&oob),
     );
     let mut empty_out = c.up::<u8>(&[]);
     t.err(
-        c.scatter_v::<u8>(None, empty_out.borrow_mut(), &vec![0; size], size),
+        c.scatter_v::<u8>(None, C::w(&mut empty_out), &vec![0; size], size),
         "scatter_v",
         invalid_mentioning(&oob),
     );
@@ -610,18 +604,18 @@ fn peer_out_of_range<C: Backend>(t: &T, c: &C) {
     let (rank, size) = (c.rank(), c.size());
     let mut buf = c.up(&[0u8; 4]);
     t.err(
-        c.send::<u8>(buf.borrow(), size, 0),
+        c.send::<u8>(C::r(&buf), size, 0),
         "send",
         invalid_mentioning(&format!("destination {size} is out of range")),
     );
     t.err(
-        c.recv::<u8>(buf.borrow_mut(), size + 1, 0),
+        c.recv::<u8>(C::w(&mut buf), size + 1, 0),
         "recv",
         invalid_mentioning("source"),
     );
     let send = c.up(&[0u8; 4]);
     t.err(
-        c.send_recv::<u8>(send.borrow(), rank, buf.borrow_mut(), usize::MAX, 0),
+        c.send_recv::<u8>(C::r(&send), rank, C::w(&mut buf), usize::MAX, 0),
         "send_recv",
         invalid_mentioning("source"),
     );
@@ -631,14 +625,14 @@ fn negative_tag<C: Backend>(t: &T, c: &C) {
     let buf = c.up(&[0u8; 4]);
     for tag in [-1, i32::MIN] {
         t.err(
-            c.send::<u8>(buf.borrow(), 0, tag),
+            c.send::<u8>(C::r(&buf), 0, tag),
             "send",
             invalid_mentioning(&format!("tag {tag} is outside 0..")),
         );
     }
     let mut out = c.up(&[0u8; 4]);
     t.err(
-        c.recv::<u8>(out.borrow_mut(), 0, -7),
+        c.recv::<u8>(C::w(&mut out), 0, -7),
         "recv",
         invalid_mentioning("tag -7"),
     );
@@ -650,7 +644,7 @@ fn tag_above_tag_ub<C: Backend>(t: &T, c: &C) {
     let buf = c.up(&[0u8; 4]);
     if ub < i32::MAX {
         t.err(
-            c.send::<u8>(buf.borrow(), 0, ub + 1),
+            c.send::<u8>(C::r(&buf), 0, ub + 1),
             "send",
             invalid_mentioning(&format!("tag {} is outside 0..={ub}", ub + 1)),
         );
@@ -660,11 +654,11 @@ fn tag_above_tag_ub<C: Backend>(t: &T, c: &C) {
         let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
         let mut out = c.up(&[1u8; 4]);
         t.ok(
-            c.send_recv::<u8>(buf.borrow(), next, out.borrow_mut(), prev, ub),
+            c.send_recv::<u8>(C::r(&buf), next, C::w(&mut out), prev, ub),
             "send_recv with the largest tag",
         );
         t.eq(
-            &c.down::<u8>(out.borrow()),
+            &c.down::<u8>(C::r(&out)),
             &vec![0u8; 4],
             "send_recv with the largest tag",
         );
@@ -678,12 +672,12 @@ fn send_recv_to_self_check_order<C: Backend>(t: &T, c: &C) {
     let send = c.up(&[1u8; 3]);
     let mut recv = c.up(&[0u8; 2]);
     t.err(
-        c.send_recv::<u8>(send.borrow(), rank, recv.borrow_mut(), rank, -1),
+        c.send_recv::<u8>(C::r(&send), rank, C::w(&mut recv), rank, -1),
         "bad tag and unequal lengths",
         invalid_mentioning("tag -1"),
     );
     t.err(
-        c.send_recv::<u8>(send.borrow(), rank, recv.borrow_mut(), rank, 0),
+        c.send_recv::<u8>(C::r(&send), rank, C::w(&mut recv), rank, 0),
         "unequal lengths",
         invalid_mentioning("has 3 elements but recv has 2"),
     );
@@ -694,17 +688,17 @@ fn complex_min_max<C: Backend>(t: &T, c: &C) {
     let mut out = c.up(&[Complex::new(0.0f64, 0.0); 3]);
     for op in [ReduceOp::Max, ReduceOp::Min] {
         t.err(
-            c.all_reduce::<Complex<f64>>(z.borrow(), out.borrow_mut(), op),
+            c.all_reduce::<Complex<f64>>(C::r(&z), C::w(&mut out), op),
             "all_reduce",
             unsupported("complex<f64>", op),
         );
         t.err(
-            c.all_reduce_in_place::<Complex<f64>>(out.borrow_mut(), op),
+            c.all_reduce_in_place::<Complex<f64>>(C::w(&mut out), op),
             "all_reduce_in_place",
             unsupported("complex<f64>", op),
         );
         t.err(
-            c.reduce::<Complex<f64>>(z.borrow(), None, op, (c.rank() + 1) % c.size()),
+            c.reduce::<Complex<f64>>(C::r(&z), None, op, (c.rank() + 1) % c.size()),
             "reduce",
             unsupported("complex<f64>", op),
         );
@@ -720,11 +714,11 @@ fn element_op_pairs_per_backend<C: Backend>(t: &T, c: &C) {
     let nccl = c.backend() == BackendKind::Nccl;
     let h = c.up(&[bf16::from_f32(1.0); 2]);
     let mut hout = c.up(&[bf16::from_f32(0.0); 2]);
-    let r = c.all_reduce::<bf16>(h.borrow(), hout.borrow_mut(), ReduceOp::Sum);
+    let r = c.all_reduce::<bf16>(C::r(&h), C::w(&mut hout), ReduceOp::Sum);
     if nccl {
         t.ok(r, "bf16 sum on NCCL");
         t.eq(
-            &c.down::<bf16>(hout.borrow()),
+            &c.down::<bf16>(C::r(&hout)),
             &vec![bf16::from_f32(size as f32); 2],
             "bf16 sum on NCCL",
         );
@@ -733,11 +727,11 @@ fn element_op_pairs_per_backend<C: Backend>(t: &T, c: &C) {
     }
     let i = c.up(&[6i32 * size as i32; 2]);
     let mut iout = c.up(&[0i32; 2]);
-    let r = c.all_reduce::<i32>(i.borrow(), iout.borrow_mut(), ReduceOp::Avg);
+    let r = c.all_reduce::<i32>(C::r(&i), C::w(&mut iout), ReduceOp::Avg);
     if nccl {
         t.ok(r, "i32 avg on NCCL");
         t.eq(
-            &c.down::<i32>(iout.borrow()),
+            &c.down::<i32>(C::r(&iout)),
             &vec![6 * size as i32; 2],
             "i32 avg on NCCL",
         );
@@ -751,7 +745,7 @@ fn element_op_pairs_per_backend<C: Backend>(t: &T, c: &C) {
     };
     let z = c.up(&[factor; 3]);
     let mut zout = c.up(&[Complex::new(0.0f64, 0.0); 3]);
-    let r = c.all_reduce::<Complex<f64>>(z.borrow(), zout.borrow_mut(), ReduceOp::Prod);
+    let r = c.all_reduce::<Complex<f64>>(C::r(&z), C::w(&mut zout), ReduceOp::Prod);
     if nccl {
         t.err(
             r,
@@ -768,7 +762,7 @@ fn element_op_pairs_per_backend<C: Backend>(t: &T, c: &C) {
             }
         });
         t.eq(
-            &c.down::<Complex<f64>>(zout.borrow()),
+            &c.down::<Complex<f64>>(C::r(&zout)),
             &vec![expected; 3],
             "complex prod on MPI",
         );
@@ -788,17 +782,17 @@ fn received_message_of_another_length<C: Backend>(t: &T, c: &C) {
     let three = c.up(&[1u32, 2, 3]);
     let mut recv = c.up(&[0u32; 2]);
     t.err(
-        c.send_recv::<u32>(three.borrow(), next, recv.borrow_mut(), prev, 5),
+        c.send_recv::<u32>(C::r(&three), next, C::w(&mut recv), prev, 5),
         "a longer message",
         |e| matches!(e, Error::Mpi { .. } | Error::InvalidArgument { .. }),
     );
-    let got = c.down::<u32>(recv.borrow());
+    let got = c.down::<u32>(C::r(&recv));
     t.check(got == [0, 0] || got == [1, 2], || {
         format!("a truncated receive wrote {got:?}")
     });
     let one = c.up(&[1u32]);
     let mut recv = c.up(&[0u32; 2]);
-    t.err(c.send_recv::<u32>(one.borrow(), next, recv.borrow_mut(), prev, 6), "a shorter message", |e| {
+    t.err(c.send_recv::<u32>(C::r(&one), next, C::w(&mut recv), prev, 6), "a shorter message", |e| {
         // From another rank the received count is checked; from this rank itself the lengths are.
         matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("received 1 elements") || msg.contains("has 1 elements but recv has 2"))
     });
@@ -836,29 +830,29 @@ fn non_blocking_bad_arguments<C: Backend>(t: &T, c: &C) {
     let mut two = c.up(&[0.0f64; 2]);
     let r = scope(|s| {
         t.err(
-            c.i_all_reduce::<f64>(s, four.borrow(), three.borrow_mut(), ReduceOp::Sum)
+            c.i_all_reduce::<f64>(s, C::r(&four), C::w(&mut three), ReduceOp::Sum)
                 .map(|_| ()),
             "i_all_reduce lengths",
             invalid_mentioning("send has 4 elements but recv has 3"),
         );
         t.err(
-            c.i_all_gather::<f64>(s, four.borrow(), short.borrow_mut())
+            c.i_all_gather::<f64>(s, C::r(&four), C::w(&mut short))
                 .map(|_| ()),
             "i_all_gather lengths",
             invalid_mentioning("ranks x 4 elements"),
         );
         t.err(
-            c.i_broadcast::<u8>(s, bytes.borrow_mut(), size).map(|_| ()),
+            c.i_broadcast::<u8>(s, C::w(&mut bytes), size).map(|_| ()),
             "i_broadcast root",
             invalid_mentioning("out of range"),
         );
         t.err(
-            c.i_send::<f64>(s, four.borrow(), 0, -1).map(|_| ()),
+            c.i_send::<f64>(s, C::r(&four), 0, -1).map(|_| ()),
             "i_send tag",
             invalid_mentioning("tag -1"),
         );
         t.err(
-            c.i_recv::<f64>(s, two.borrow_mut(), size, 0).map(|_| ()),
+            c.i_recv::<f64>(s, C::w(&mut two), size, 0).map(|_| ()),
             "i_recv source",
             invalid_mentioning("source"),
         );
@@ -901,122 +895,114 @@ fn non_blocking_like_blocking<C: Backend>(t: &T, c: &C) {
     let counts = vec![2usize; size];
     let threes = vec![3usize; size];
     let sum = ReduceOp::Sum;
-    let b = c.reduce::<f64>(four.borrow(), None, sum, rank);
-    let n = scope(|s| {
-        c.i_reduce::<f64>(s, four.borrow(), None, sum, rank)
-            .map(drop)
-    })
-    .and_then(|r| r);
+    let b = c.reduce::<f64>(C::r(&four), None, sum, rank);
+    let n = scope(|s| c.i_reduce::<f64>(s, C::r(&four), None, sum, rank).map(drop)).and_then(|r| r);
     like_blocking(t, "i_reduce: the root passes no recv", b, n);
-    let b = c.reduce::<f64>(four.borrow(), Some(three.borrow_mut()), sum, rank);
+    let b = c.reduce::<f64>(C::r(&four), Some(C::w(&mut three)), sum, rank);
     let n = scope(|s| {
-        c.i_reduce::<f64>(s, four.borrow(), Some(three.borrow_mut()), sum, rank)
+        c.i_reduce::<f64>(s, C::r(&four), Some(C::w(&mut three)), sum, rank)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_reduce: a short recv at the root", b, n);
-    let b = c.reduce::<f64>(four.borrow(), None, sum, size);
-    let n = scope(|s| {
-        c.i_reduce::<f64>(s, four.borrow(), None, sum, size)
-            .map(drop)
-    })
-    .and_then(|r| r);
+    let b = c.reduce::<f64>(C::r(&four), None, sum, size);
+    let n = scope(|s| c.i_reduce::<f64>(s, C::r(&four), None, sum, size).map(drop)).and_then(|r| r);
     like_blocking(t, "i_reduce: root out of range", b, n);
 
-    let b = c.all_reduce_in_place::<Complex<f64>>(complex.borrow_mut(), ReduceOp::Max);
+    let b = c.all_reduce_in_place::<Complex<f64>>(C::w(&mut complex), ReduceOp::Max);
     let n = scope(|s| {
-        c.i_all_reduce_in_place::<Complex<f64>>(s, complex.borrow_mut(), ReduceOp::Max)
+        c.i_all_reduce_in_place::<Complex<f64>>(s, C::w(&mut complex), ReduceOp::Max)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_all_reduce_in_place: max of complex numbers", b, n);
 
-    let b = c.reduce_scatter::<f64>(four.borrow(), three.borrow_mut(), sum);
+    let b = c.reduce_scatter::<f64>(C::r(&four), C::w(&mut three), sum);
     let n = scope(|s| {
-        c.i_reduce_scatter::<f64>(s, four.borrow(), three.borrow_mut(), sum)
+        c.i_reduce_scatter::<f64>(s, C::r(&four), C::w(&mut three), sum)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_reduce_scatter: lengths", b, n);
 
-    let b = c.all_to_all::<f64>(four.borrow(), three.borrow_mut());
+    let b = c.all_to_all::<f64>(C::r(&four), C::w(&mut three));
     let n = scope(|s| {
-        c.i_all_to_all::<f64>(s, four.borrow(), three.borrow_mut())
+        c.i_all_to_all::<f64>(s, C::r(&four), C::w(&mut three))
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_all_to_all: lengths", b, n);
-    let b = c.all_to_all_v::<f64>(four.borrow(), &threes, three.borrow_mut(), &threes);
+    let b = c.all_to_all_v::<f64>(C::r(&four), &threes, C::w(&mut three), &threes);
     let n = scope(|s| {
-        c.i_all_to_all_v::<f64>(s, four.borrow(), &threes, three.borrow_mut(), &threes)
+        c.i_all_to_all_v::<f64>(s, C::r(&four), &threes, C::w(&mut three), &threes)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_all_to_all_v: lengths", b, n);
     let ones = vec![1usize; size + 1];
-    let b = c.all_to_all_v::<f64>(four.borrow(), &ones, four_out.borrow_mut(), &ones);
+    let b = c.all_to_all_v::<f64>(C::r(&four), &ones, C::w(&mut four_out), &ones);
     let n = scope(|s| {
-        c.i_all_to_all_v::<f64>(s, four.borrow(), &ones, four_out.borrow_mut(), &ones)
+        c.i_all_to_all_v::<f64>(s, C::r(&four), &ones, C::w(&mut four_out), &ones)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_all_to_all_v: counts arrays of the wrong length", b, n);
 
-    let b = c.all_gather_v::<f64>(four.borrow(), short_v.borrow_mut(), &counts);
+    let b = c.all_gather_v::<f64>(C::r(&four), C::w(&mut short_v), &counts);
     let n = scope(|s| {
-        c.i_all_gather_v::<f64>(s, four.borrow(), short_v.borrow_mut(), &counts)
+        c.i_all_gather_v::<f64>(s, C::r(&four), C::w(&mut short_v), &counts)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_all_gather_v: send is not counts[rank]", b, n);
 
-    let b = c.gather::<f64>(four.borrow(), Some(short.borrow_mut()), rank);
+    let b = c.gather::<f64>(C::r(&four), Some(C::w(&mut short)), rank);
     let n = scope(|s| {
-        c.i_gather::<f64>(s, four.borrow(), Some(short.borrow_mut()), rank)
+        c.i_gather::<f64>(s, C::r(&four), Some(C::w(&mut short)), rank)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_gather: a short recv at the root", b, n);
-    let b = c.gather_v::<f64>(two.borrow(), Some(short_v.borrow_mut()), &counts, rank);
+    let b = c.gather_v::<f64>(C::r(&two), Some(C::w(&mut short_v)), &counts, rank);
     let n = scope(|s| {
-        c.i_gather_v::<f64>(s, two.borrow(), Some(short_v.borrow_mut()), &counts, rank)
+        c.i_gather_v::<f64>(s, C::r(&two), Some(C::w(&mut short_v)), &counts, rank)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_gather_v: recv at the root is not the sum", b, n);
 
-    let b = c.scatter::<f64>(None, three.borrow_mut(), rank);
+    let b = c.scatter::<f64>(None, C::w(&mut three), rank);
     let n = scope(|s| {
-        c.i_scatter::<f64>(s, None, three.borrow_mut(), rank)
+        c.i_scatter::<f64>(s, None, C::w(&mut three), rank)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_scatter: the root passes no send", b, n);
-    let b = c.scatter_v::<f64>(None, three.borrow_mut(), &counts, (rank + 1) % size);
+    let b = c.scatter_v::<f64>(None, C::w(&mut three), &counts, (rank + 1) % size);
     let n = scope(|s| {
-        c.i_scatter_v::<f64>(s, None, three.borrow_mut(), &counts, (rank + 1) % size)
+        c.i_scatter_v::<f64>(s, None, C::w(&mut three), &counts, (rank + 1) % size)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_scatter_v: recv is not counts[rank]", b, n);
 
-    let b = c.send_recv::<f64>(four.borrow(), rank, four_out.borrow_mut(), size, 0);
+    let b = c.send_recv::<f64>(C::r(&four), rank, C::w(&mut four_out), size, 0);
     let n = scope(|s| {
-        c.i_send_recv::<f64>(s, four.borrow(), rank, four_out.borrow_mut(), size, 0)
+        c.i_send_recv::<f64>(s, C::r(&four), rank, C::w(&mut four_out), size, 0)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_send_recv: source out of range", b, n);
-    let b = c.send_recv::<f64>(four.borrow(), rank, four_out.borrow_mut(), rank, -1);
+    let b = c.send_recv::<f64>(C::r(&four), rank, C::w(&mut four_out), rank, -1);
     let n = scope(|s| {
-        c.i_send_recv::<f64>(s, four.borrow(), rank, four_out.borrow_mut(), rank, -1)
+        c.i_send_recv::<f64>(s, C::r(&four), rank, C::w(&mut four_out), rank, -1)
             .map(drop)
     })
     .and_then(|r| r);
     like_blocking(t, "i_send_recv: negative tag", b, n);
-    let b = c.send_recv::<f64>(four.borrow(), rank, three.borrow_mut(), rank, 0);
+    let b = c.send_recv::<f64>(C::r(&four), rank, C::w(&mut three), rank, 0);
     let n = scope(|s| {
-        c.i_send_recv::<f64>(s, four.borrow(), rank, three.borrow_mut(), rank, 0)
+        c.i_send_recv::<f64>(s, C::r(&four), rank, C::w(&mut three), rank, 0)
             .map(drop)
     })
     .and_then(|r| r);
@@ -1029,7 +1015,7 @@ fn one_rank_length_mismatch<C: Backend>(t: &T, c: &C) {
     let rank = c.rank();
     let send = c.up(&[1.0f32; 4]);
     let mut recv = c.up(&vec![0.0f32; if rank == 1 { 5 } else { 4 }]);
-    let r = c.all_reduce::<f32>(send.borrow(), recv.borrow_mut(), ReduceOp::Sum);
+    let r = c.all_reduce::<f32>(C::r(&send), C::w(&mut recv), ReduceOp::Sum);
     if rank == 1 {
         t.err(
             r,
@@ -1045,7 +1031,7 @@ fn one_rank_length_mismatch<C: Backend>(t: &T, c: &C) {
 fn one_rank_root_out_of_range<C: Backend>(t: &T, c: &C) {
     let root = if c.rank() == 1 { 99 } else { 0 };
     let mut buf = c.up(&[0u8; 3]);
-    let r = c.broadcast::<u8>(buf.borrow_mut(), root);
+    let r = c.broadcast::<u8>(C::w(&mut buf), root);
     if c.rank() == 1 {
         t.err(r, "the wrong rank", invalid_mentioning("root 99"));
     } else {
@@ -1058,12 +1044,12 @@ fn cross_rank_count_mismatch<C: Backend>(t: &T, c: &C) {
     let n = if c.rank() == 1 { 5 } else { 4 };
     let send = c.up(&vec![1.0f64; n]);
     let mut recv = c.up(&vec![0.0f64; n]);
-    t.err(c.all_reduce::<f64>(send.borrow(), recv.borrow_mut(), ReduceOp::Sum), "all_reduce", |e| {
+    t.err(c.all_reduce::<f64>(C::r(&send), C::w(&mut recv), ReduceOp::Sum), "all_reduce", |e| {
         matches!(e, Error::Mismatch { field: "count", values, .. } if values.contains(&(0, "4".into())) && values.contains(&(1, "5".into())))
     });
     let mut b = c.up(&vec![0i32; n]);
     t.err(
-        c.broadcast::<i32>(b.borrow_mut(), 0),
+        c.broadcast::<i32>(C::w(&mut b), 0),
         "broadcast",
         mismatch("count"),
     );
@@ -1078,7 +1064,7 @@ fn cross_rank_counts_array_mismatch<C: Backend>(t: &T, c: &C) {
     let mine = c.up(&vec![0i32; counts[rank]]);
     let mut all = c.up(&vec![0i32; counts.iter().sum()]);
     t.err(
-        c.all_gather_v::<i32>(mine.borrow(), all.borrow_mut(), &counts),
+        c.all_gather_v::<i32>(C::r(&mine), C::w(&mut all), &counts),
         "all_gather_v",
         mismatch("counts array"),
     );
@@ -1092,7 +1078,7 @@ fn cross_rank_reduce_op_mismatch<C: Backend>(t: &T, c: &C) {
         ReduceOp::Sum
     };
     let mut x = c.up(&[1i32; 3]);
-    t.err(c.all_reduce_in_place::<i32>(x.borrow_mut(), op), "reduce operation", |e| {
+    t.err(c.all_reduce_in_place::<i32>(C::w(&mut x), op), "reduce operation", |e| {
         matches!(e, Error::Mismatch { field: "reduce operation", values, .. } if values.contains(&(1, "max".into())))
     });
     still_in_step(t, c, "after a reduce-operation mismatch");
@@ -1101,9 +1087,9 @@ fn cross_rank_reduce_op_mismatch<C: Backend>(t: &T, c: &C) {
 fn cross_rank_operation_mismatch<C: Backend>(t: &T, c: &C) {
     let mut x = c.up(&[1i32; 3]);
     let r = if c.rank() == 1 {
-        c.broadcast::<i32>(x.borrow_mut(), 0)
+        c.broadcast::<i32>(C::w(&mut x), 0)
     } else {
-        c.all_reduce_in_place::<i32>(x.borrow_mut(), ReduceOp::Sum)
+        c.all_reduce_in_place::<i32>(C::w(&mut x), ReduceOp::Sum)
     };
     t.err(r, "broadcast against all_reduce", mismatch("operation"));
     still_in_step(t, c, "after an operation mismatch");
@@ -1112,10 +1098,10 @@ fn cross_rank_operation_mismatch<C: Backend>(t: &T, c: &C) {
 fn cross_rank_element_type_mismatch<C: Backend>(t: &T, c: &C) {
     let r = if c.rank() == 1 {
         let mut x = c.up(&[1.0f32; 3]);
-        c.all_reduce_in_place::<f32>(x.borrow_mut(), ReduceOp::Sum)
+        c.all_reduce_in_place::<f32>(C::w(&mut x), ReduceOp::Sum)
     } else {
         let mut x = c.up(&[1.0f64; 3]);
-        c.all_reduce_in_place::<f64>(x.borrow_mut(), ReduceOp::Sum)
+        c.all_reduce_in_place::<f64>(C::w(&mut x), ReduceOp::Sum)
     };
     t.err(r, "f32 against f64", mismatch("element type"));
     still_in_step(t, c, "after an element-type mismatch");
@@ -1125,10 +1111,10 @@ fn cross_rank_element_type_mismatch<C: Backend>(t: &T, c: &C) {
 fn in_place_on_one_rank_only<C: Backend>(t: &T, c: &C) {
     let mut x = c.up(&[1i32; 3]);
     let r = if c.rank() == 1 {
-        c.all_reduce_in_place::<i32>(x.borrow_mut(), ReduceOp::Sum)
+        c.all_reduce_in_place::<i32>(C::w(&mut x), ReduceOp::Sum)
     } else {
         let send = c.up(&[1i32; 3]);
-        c.all_reduce::<i32>(send.borrow(), x.borrow_mut(), ReduceOp::Sum)
+        c.all_reduce::<i32>(C::r(&send), C::w(&mut x), ReduceOp::Sum)
     };
     t.err(r, "in place on rank 1 only", mismatch("operation"));
     still_in_step(t, c, "after in place on one rank");
@@ -1138,7 +1124,7 @@ fn cross_rank_root_mismatch<C: Backend>(t: &T, c: &C) {
     let root = usize::from(c.rank() == 1);
     let mut b = c.up(&[0u8; 2]);
     t.err(
-        c.broadcast::<u8>(b.borrow_mut(), root),
+        c.broadcast::<u8>(C::w(&mut b), root),
         "broadcast",
         mismatch("root"),
     );
@@ -1154,7 +1140,7 @@ fn all_to_all_v_pairwise_mismatch<C: Backend>(t: &T, c: &C) {
         .collect();
     let send = c.up(&vec![0u8; size]);
     let mut recv = c.up(&vec![0u8; recv_counts.iter().sum()]);
-    t.err(c.all_to_all_v::<u8>(send.borrow(), &send_counts, recv.borrow_mut(), &recv_counts), "all_to_all_v", |e| {
+    t.err(c.all_to_all_v::<u8>(C::r(&send), &send_counts, C::w(&mut recv), &recv_counts), "all_to_all_v", |e| {
         matches!(e, Error::Mismatch { field: "send/receive counts", values, .. }
             if *values == vec![(0, "sends 1 to rank 1".to_string()), (1, "expects 2 from rank 0".to_string())])
     });
@@ -1174,7 +1160,7 @@ fn persistent_init_refused_on_one_rank<C: Backend>(t: &T, c: &C) {
             collectives::persistent::test_hook::refuse_next_init();
         }
         let made = c
-            .all_reduce_init::<f64>(s, send.borrow_mut(), recv.borrow_mut(), ReduceOp::Sum)
+            .all_reduce_init::<f64>(s, C::w(&mut send), C::w(&mut recv), ReduceOp::Sum)
             .map(drop);
         if c.rank() == 1 {
             t.err(made, "all_reduce_init refused here", |e| {
@@ -1211,7 +1197,7 @@ fn non_blocking_cross_rank_mismatch<C: Backend>(t: &T, c: &C) {
     let send = c.up(&vec![1.0f64; n]);
     let mut recv = c.up(&vec![0.0f64; n]);
     let r = scope(|s| {
-        c.i_all_reduce::<f64>(s, send.borrow(), recv.borrow_mut(), ReduceOp::Sum)?
+        c.i_all_reduce::<f64>(s, C::r(&send), C::w(&mut recv), ReduceOp::Sum)?
             .wait()
     });
     t.err(r.and_then(|x| x), "i_all_reduce", mismatch("count"));
@@ -1226,8 +1212,8 @@ fn non_blocking_cross_rank_mismatch<C: Backend>(t: &T, c: &C) {
     let r = scope(|s| {
         c.i_reduce::<f64>(
             s,
-            send.borrow(),
-            (rank == root).then_some(recv.borrow_mut()),
+            C::r(&send),
+            (rank == root).then_some(C::w(&mut recv)),
             ReduceOp::Sum,
             root,
         )?
@@ -1241,7 +1227,7 @@ fn non_blocking_cross_rank_mismatch<C: Backend>(t: &T, c: &C) {
     };
     let mut buf = c.up(&[1.0f64; 4]);
     let r = scope(|s| {
-        c.i_all_reduce_in_place::<f64>(s, buf.borrow_mut(), op)?
+        c.i_all_reduce_in_place::<f64>(s, C::w(&mut buf), op)?
             .wait()
     });
     t.err(
@@ -1256,14 +1242,8 @@ fn non_blocking_cross_rank_mismatch<C: Backend>(t: &T, c: &C) {
     let send = c.up(&vec![0u8; size]);
     let mut recv = c.up(&vec![0u8; recv_counts.iter().sum()]);
     let r = scope(|s| {
-        c.i_all_to_all_v::<u8>(
-            s,
-            send.borrow(),
-            &send_counts,
-            recv.borrow_mut(),
-            &recv_counts,
-        )?
-        .wait()
+        c.i_all_to_all_v::<u8>(s, C::r(&send), &send_counts, C::w(&mut recv), &recv_counts)?
+            .wait()
     });
     t.err(
         r.and_then(|x| x),
@@ -1288,7 +1268,7 @@ fn use_after_a_timeout<C: Backend>(t: &T, c: &C) {
     let mut buf = timed.up(&[0u8; 4]);
     let start = Instant::now();
     // Every rank receives from its neighbour and nobody sends.
-    let r = timed.recv::<u8>(buf.borrow_mut(), (rank + 1) % size, 77);
+    let r = timed.recv::<u8>(C::w(&mut buf), (rank + 1) % size, 77);
     let took = start.elapsed();
     t.err(
         r,
@@ -1299,7 +1279,7 @@ fn use_after_a_timeout<C: Backend>(t: &T, c: &C) {
         format!("the timeout came after {took:?}, more than {after:?} + 1 s")
     });
     t.err(
-        timed.all_reduce_in_place::<u8>(buf.borrow_mut(), ReduceOp::Sum),
+        timed.all_reduce_in_place::<u8>(C::w(&mut buf), ReduceOp::Sum),
         "an all-reduce after the timeout",
         |e| matches!(e, Error::Unusable { .. }),
     );
@@ -1322,13 +1302,13 @@ fn buffer_on_another_gpu<C: Backend>(t: &T, c: &C) {
     let mine = c.up(&[1.0f32; 4]);
     let mut out = c.up(&[0.0f32; 4]);
     t.err(
-        c.all_reduce::<f32>(other.borrow(), out.borrow_mut(), ReduceOp::Sum),
+        c.all_reduce::<f32>(C::r(&other), C::w(&mut out), ReduceOp::Sum),
         "send on another GPU",
         invalid_mentioning("send is on device"),
     );
     let mut other = other;
     t.err(
-        c.all_reduce::<f32>(mine.borrow(), other.borrow_mut(), ReduceOp::Sum),
+        c.all_reduce::<f32>(C::r(&mine), C::w(&mut other), ReduceOp::Sum),
         "recv on another GPU",
         invalid_mentioning("recv is on device"),
     );

@@ -15,7 +15,6 @@
 //! which must return an error (MPI: `Timeout` at the deadline; NCCL: refused at once) and not hang.
 #![allow(dead_code)]
 
-use std::borrow::BorrowMut;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -111,7 +110,7 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
                 // MPI waits for the send until the deadline; NCCL sees at once that no send to
                 // self matches and says so. Either way an error, never a hang.
                 let start = Instant::now();
-                let r = timed.recv::<u32>(buf.borrow_mut(), 0, 5);
+                let r = timed.recv::<u32>(C::w(&mut buf), 0, 5);
                 let took = start.elapsed();
                 log.check(
                     r.is_err() && took < DEADLINE + Duration::from_secs(1),
@@ -123,14 +122,14 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
                 // The others gave up long ago: this call may complete against what they left in
                 // flight (MPI) or wait for peers that aborted (NCCL), but it must come back.
                 let start = Instant::now();
-                let r = timed.all_reduce_in_place::<u32>(buf.borrow_mut(), ReduceOp::Sum);
+                let r = timed.all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum);
                 let took = start.elapsed();
                 log.check(took < DEADLINE + Duration::from_secs(1), || {
                     format!("the late all-reduce returned after {took:?} ({r:?})")
                 });
             } else {
                 let start = Instant::now();
-                let r = timed.all_reduce_in_place::<u32>(buf.borrow_mut(), ReduceOp::Sum);
+                let r = timed.all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum);
                 log.timed_out(
                     r,
                     start.elapsed(),
@@ -162,9 +161,9 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
             Ok(timed) => {
                 let mut buf = timed.up(&[1u32; 16]);
                 let start = Instant::now();
-                let r = timed.all_reduce_in_place::<u32>(buf.borrow_mut(), ReduceOp::Sum);
+                let r = timed.all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum);
                 log.timed_out(r, start.elapsed(), "an all-reduce with a dead peer");
-                let r = timed.all_reduce_in_place::<u32>(buf.borrow_mut(), ReduceOp::Sum);
+                let r = timed.all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum);
                 log.unusable(r, "an all-reduce after the timeout");
                 // The communicator is left to leak: tearing it down would wait for the dead peer.
                 std::mem::forget(timed);

@@ -2,10 +2,8 @@
 //! rank-dependent inputs, answers computed here, buffers moved through the backend's own memory.
 #![allow(dead_code)]
 
-use std::borrow::{Borrow, BorrowMut};
-
 use collectives::{
-    op::refusal, scope, Buf, Communicator, DeviceCommunicator, Element, Error, ReduceOp,
+    op::refusal, scope, Buf, BufMut, Communicator, DeviceCommunicator, Element, Error, ReduceOp,
 };
 use half::bf16;
 use num_complex::Complex;
@@ -15,13 +13,21 @@ use super::T;
 /// A backend as the suite drives it: how to put host values into its buffers and read them back.
 pub trait Backend: Communicator {
     /// An owned buffer of this backend.
-    type Owned<V: Val>: BorrowMut<Buf<Self, V>>;
+    type Owned<V: Val>;
+    /// An owned buffer, to read.
+    fn r<V: Val>(o: &Self::Owned<V>) -> &Buf<'_, Self, V>;
+    /// An owned buffer, to write.
+    fn w<V: Val>(o: &mut Self::Owned<V>) -> &mut BufMut<'_, Self, V>;
     /// A buffer holding `host`.
     fn up<V: Val>(&self, host: &[V]) -> Self::Owned<V>;
     /// The values of `buf`, once the work before it is complete.
     fn down<V: Val>(&self, buf: &Buf<Self, V>) -> Vec<V>;
+    /// The values of a writable buffer (a plan's, say), once the work before it is complete.
+    fn down_mut<V: Val>(&self, buf: &BufMut<Self, V>) -> Vec<V> {
+        self.down(<Self::Memory as collectives::Space>::read(buf))
+    }
     /// Write `host` into `buf` (equal lengths), ordered before later work on it.
-    fn fill<V: Val>(&self, buf: &mut Buf<Self, V>, host: &[V]);
+    fn fill<V: Val>(&self, buf: &mut BufMut<Self, V>, host: &[V]);
     /// A buffer of `len` zeros (large ones need not be touched on the host).
     fn zeros<V: Val>(&self, len: usize) -> Self::Owned<V> {
         self.up(&vec![V::from_i(0); len])
@@ -47,6 +53,12 @@ pub trait Backend: Communicator {
 
 impl Backend for collectives::MpiComm {
     type Owned<V: Val> = Vec<V>;
+    fn r<V: Val>(o: &Vec<V>) -> &[V] {
+        o
+    }
+    fn w<V: Val>(o: &mut Vec<V>) -> &mut [V] {
+        o
+    }
     fn up<V: Val>(&self, host: &[V]) -> Vec<V> {
         host.to_vec()
     }
@@ -74,6 +86,12 @@ impl Backend for collectives::MpiComm {
 
 impl Backend for collectives::NcclComm {
     type Owned<V: Val> = collectives::cudarc::driver::CudaSlice<V>;
+    fn r<V: Val>(o: &Self::Owned<V>) -> &Buf<'_, Self, V> {
+        o
+    }
+    fn w<V: Val>(o: &mut Self::Owned<V>) -> &mut BufMut<'_, Self, V> {
+        o
+    }
     fn up<V: Val>(&self, host: &[V]) -> Self::Owned<V> {
         collectives::device::upload(self.stream(), host).expect("device memory")
     }
@@ -81,7 +99,7 @@ impl Backend for collectives::NcclComm {
         self.synchronize().expect("the stream completes");
         collectives::device::download(self.stream(), buf).expect("a device-to-host copy")
     }
-    fn fill<V: Val>(&self, buf: &mut Buf<Self, V>, host: &[V]) {
+    fn fill<V: Val>(&self, buf: &mut BufMut<Self, V>, host: &[V]) {
         collectives::device::copy_to_device(self.stream(), host, buf)
             .expect("a host-to-device copy");
     }
@@ -108,6 +126,16 @@ macro_rules! checked_backend {
         impl $crate::common::suite::Backend for collectives::Checked<$comm> {
             type Owned<V: $crate::common::suite::Val> =
                 <$comm as $crate::common::suite::Backend>::Owned<V>;
+            fn r<V: $crate::common::suite::Val>(
+                o: &Self::Owned<V>,
+            ) -> &collectives::Buf<'_, Self, V> {
+                <$comm as $crate::common::suite::Backend>::r(o)
+            }
+            fn w<V: $crate::common::suite::Val>(
+                o: &mut Self::Owned<V>,
+            ) -> &mut collectives::BufMut<'_, Self, V> {
+                <$comm as $crate::common::suite::Backend>::w(o)
+            }
             fn up<V: $crate::common::suite::Val>(&self, host: &[V]) -> Self::Owned<V> {
                 self.inner().up(host)
             }
@@ -119,7 +147,7 @@ macro_rules! checked_backend {
             }
             fn fill<V: $crate::common::suite::Val>(
                 &self,
-                buf: &mut collectives::Buf<Self, V>,
+                buf: &mut collectives::BufMut<Self, V>,
                 host: &[V],
             ) {
                 self.inner().fill(buf, host)
@@ -341,7 +369,7 @@ pub fn reductions<V: Val, C: Backend>(t: &T, c: &C) {
             let send = c.up::<V>(&inputs(op, rank, 3));
             let mut recv = c.up::<V>(&inputs(op, rank, 3));
             t.err(
-                c.all_reduce::<V>(send.borrow(), recv.borrow_mut(), op),
+                c.all_reduce::<V>(C::r(&send), C::w(&mut recv), op),
                 "a refused reduction",
                 |e| matches!(e, Error::Unsupported { .. }),
             );
@@ -358,23 +386,20 @@ pub fn reductions<V: Val, C: Backend>(t: &T, c: &C) {
             let send = c.up(&host);
 
             let mut recv = c.up(&vec![V::from_i(0); n]);
-            t.ok(
-                c.all_reduce::<V>(send.borrow(), recv.borrow_mut(), op),
-                &what,
-            );
+            t.ok(c.all_reduce::<V>(C::r(&send), C::w(&mut recv), op), &what);
             same(
                 t,
-                &c.down::<V>(recv.borrow()),
+                &c.down::<V>(C::r(&recv)),
                 &expected,
                 approx,
                 &format!("all_reduce {what}"),
             );
 
             let mut buf = c.up(&host);
-            t.ok(c.all_reduce_in_place::<V>(buf.borrow_mut(), op), &what);
+            t.ok(c.all_reduce_in_place::<V>(C::w(&mut buf), op), &what);
             same(
                 t,
-                &c.down::<V>(buf.borrow()),
+                &c.down::<V>(C::r(&buf)),
                 &expected,
                 approx,
                 &format!("all_reduce_in_place {what}"),
@@ -384,18 +409,13 @@ pub fn reductions<V: Val, C: Backend>(t: &T, c: &C) {
             let mut recv = c.up(&vec![V::from_i(0); n]);
             let is_root = rank == root;
             t.ok(
-                c.reduce::<V>(
-                    send.borrow(),
-                    is_root.then_some(recv.borrow_mut()),
-                    op,
-                    root,
-                ),
+                c.reduce::<V>(C::r(&send), is_root.then_some(C::w(&mut recv)), op, root),
                 &what,
             );
             if is_root {
                 same(
                     t,
-                    &c.down::<V>(recv.borrow()),
+                    &c.down::<V>(C::r(&recv)),
                     &expected,
                     approx,
                     &format!("reduce {what}"),
@@ -406,13 +426,13 @@ pub fn reductions<V: Val, C: Backend>(t: &T, c: &C) {
             let send = c.up(&inputs::<V>(op, rank, n * size));
             let mut recv = c.up(&vec![V::from_i(0); n]);
             t.ok(
-                c.reduce_scatter::<V>(send.borrow(), recv.borrow_mut(), op),
+                c.reduce_scatter::<V>(C::r(&send), C::w(&mut recv), op),
                 &what,
             );
             let expected: Vec<V> = (0..n).map(|i| reduced(op, size, rank * n + i)).collect();
             same(
                 t,
-                &c.down::<V>(recv.borrow()),
+                &c.down::<V>(C::r(&recv)),
                 &expected,
                 approx,
                 &format!("reduce_scatter {what}"),
@@ -433,10 +453,10 @@ pub fn movement<V: Val, C: Backend>(t: &T, c: &C) {
                 vec![V::from_i(0); n]
             };
             let mut buf = c.up(&host);
-            t.ok(c.broadcast::<V>(buf.borrow_mut(), root), "broadcast");
+            t.ok(c.broadcast::<V>(C::w(&mut buf), root), "broadcast");
             let expected: Vec<V> = (0..n).map(|i| tagged(root, i)).collect();
             t.eq(
-                &c.down::<V>(buf.borrow()),
+                &c.down::<V>(C::r(&buf)),
                 &expected,
                 &format!("broadcast {name} n={n} root={root}"),
             );
@@ -449,11 +469,11 @@ pub fn movement<V: Val, C: Backend>(t: &T, c: &C) {
         let send = c.up(&mine);
         let mut recv = c.up(&vec![V::from_i(0); n * size]);
         t.ok(
-            c.all_gather::<V>(send.borrow(), recv.borrow_mut()),
+            c.all_gather::<V>(C::r(&send), C::w(&mut recv)),
             "all_gather",
         );
         t.eq(
-            &c.down::<V>(recv.borrow()),
+            &c.down::<V>(C::r(&recv)),
             &all,
             &format!("all_gather {name} n={n}"),
         );
@@ -463,23 +483,23 @@ pub fn movement<V: Val, C: Backend>(t: &T, c: &C) {
             let is_root = rank == root;
             let mut recv = c.up(&vec![V::from_i(0); n * size]);
             t.ok(
-                c.gather::<V>(send.borrow(), is_root.then_some(recv.borrow_mut()), root),
+                c.gather::<V>(C::r(&send), is_root.then_some(C::w(&mut recv)), root),
                 "gather",
             );
             if is_root {
                 t.eq(
-                    &c.down::<V>(recv.borrow()),
+                    &c.down::<V>(C::r(&recv)),
                     &all,
                     &format!("gather {name} n={n} root={root}"),
                 );
             }
             let mut got = c.up(&vec![V::from_i(0); n]);
             t.ok(
-                c.scatter::<V>(is_root.then_some(all_dev.borrow()), got.borrow_mut(), root),
+                c.scatter::<V>(is_root.then_some(C::r(&all_dev)), C::w(&mut got), root),
                 "scatter",
             );
             t.eq(
-                &c.down::<V>(got.borrow()),
+                &c.down::<V>(C::r(&got)),
                 &mine,
                 &format!("scatter {name} n={n} root={root}"),
             );
@@ -489,14 +509,14 @@ pub fn movement<V: Val, C: Backend>(t: &T, c: &C) {
         let send = c.up(&(0..n * size).map(|i| tagged(rank, i)).collect::<Vec<V>>());
         let mut recv = c.up(&vec![V::from_i(0); n * size]);
         t.ok(
-            c.all_to_all::<V>(send.borrow(), recv.borrow_mut()),
+            c.all_to_all::<V>(C::r(&send), C::w(&mut recv)),
             "all_to_all",
         );
         let expected: Vec<V> = (0..size)
             .flat_map(|r| (0..n).map(move |i| tagged::<V>(r, rank * n + i)))
             .collect();
         t.eq(
-            &c.down::<V>(recv.borrow()),
+            &c.down::<V>(C::r(&recv)),
             &expected,
             &format!("all_to_all {name} n={n}"),
         );
@@ -525,11 +545,11 @@ pub fn uneven<V: Val, C: Backend>(t: &T, c: &C) {
 
         let mut recv = c.up(&vec![V::from_i(0); total]);
         t.ok(
-            c.all_gather_v::<V>(send.borrow(), recv.borrow_mut(), &counts),
+            c.all_gather_v::<V>(C::r(&send), C::w(&mut recv), &counts),
             "all_gather_v",
         );
         t.eq(
-            &c.down::<V>(recv.borrow()),
+            &c.down::<V>(C::r(&recv)),
             &all,
             &format!("all_gather_v {name} counts={counts:?}"),
         );
@@ -540,8 +560,8 @@ pub fn uneven<V: Val, C: Backend>(t: &T, c: &C) {
             let mut recv = c.up(&vec![V::from_i(0); total]);
             t.ok(
                 c.gather_v::<V>(
-                    send.borrow(),
-                    is_root.then_some(recv.borrow_mut()),
+                    C::r(&send),
+                    is_root.then_some(C::w(&mut recv)),
                     &counts,
                     root,
                 ),
@@ -549,7 +569,7 @@ pub fn uneven<V: Val, C: Backend>(t: &T, c: &C) {
             );
             if is_root {
                 t.eq(
-                    &c.down::<V>(recv.borrow()),
+                    &c.down::<V>(C::r(&recv)),
                     &all,
                     &format!("gather_v {name} counts={counts:?} root={root}"),
                 );
@@ -557,15 +577,15 @@ pub fn uneven<V: Val, C: Backend>(t: &T, c: &C) {
             let mut got = c.up(&vec![V::from_i(0); counts[rank]]);
             t.ok(
                 c.scatter_v::<V>(
-                    is_root.then_some(all_dev.borrow()),
-                    got.borrow_mut(),
+                    is_root.then_some(C::r(&all_dev)),
+                    C::w(&mut got),
                     &counts,
                     root,
                 ),
                 "scatter_v",
             );
             t.eq(
-                &c.down::<V>(got.borrow()),
+                &c.down::<V>(C::r(&got)),
                 &mine,
                 &format!("scatter_v {name} counts={counts:?} root={root}"),
             );
@@ -585,11 +605,11 @@ pub fn uneven<V: Val, C: Backend>(t: &T, c: &C) {
         let send = c.up(&host);
         let mut recv = c.up(&vec![V::from_i(0); expected.len()]);
         t.ok(
-            c.all_to_all_v::<V>(send.borrow(), &send_counts, recv.borrow_mut(), &recv_counts),
+            c.all_to_all_v::<V>(C::r(&send), &send_counts, C::w(&mut recv), &recv_counts),
             "all_to_all_v",
         );
         t.eq(
-            &c.down::<V>(recv.borrow()),
+            &c.down::<V>(C::r(&recv)),
             &expected,
             &format!("all_to_all_v {name} extra={extra}"),
         );
@@ -605,11 +625,11 @@ pub fn point_to_point<V: Val, C: Backend>(t: &T, c: &C) {
         let from_prev: Vec<V> = (0..n).map(|i| tagged(prev, i)).collect();
         let mut recv = c.up(&vec![V::from_i(0); n]);
         t.ok(
-            c.send_recv::<V>(send.borrow(), next, recv.borrow_mut(), prev, 7),
+            c.send_recv::<V>(C::r(&send), next, C::w(&mut recv), prev, 7),
             "send_recv",
         );
         t.eq(
-            &c.down::<V>(recv.borrow()),
+            &c.down::<V>(C::r(&recv)),
             &from_prev,
             &format!("send_recv {} n={n}", V::NAME),
         );
@@ -617,14 +637,14 @@ pub fn point_to_point<V: Val, C: Backend>(t: &T, c: &C) {
         if size > 1 {
             let mut recv = c.up(&vec![V::from_i(0); n]);
             if rank % 2 == 0 {
-                t.ok(c.send::<V>(send.borrow(), next, 3), "send");
-                t.ok(c.recv::<V>(recv.borrow_mut(), prev, 3), "recv");
+                t.ok(c.send::<V>(C::r(&send), next, 3), "send");
+                t.ok(c.recv::<V>(C::w(&mut recv), prev, 3), "recv");
             } else {
-                t.ok(c.recv::<V>(recv.borrow_mut(), prev, 3), "recv");
-                t.ok(c.send::<V>(send.borrow(), next, 3), "send");
+                t.ok(c.recv::<V>(C::w(&mut recv), prev, 3), "recv");
+                t.ok(c.send::<V>(C::r(&send), next, 3), "send");
             }
             t.eq(
-                &c.down::<V>(recv.borrow()),
+                &c.down::<V>(C::r(&recv)),
                 &from_prev,
                 &format!("send/recv ring {} n={n}", V::NAME),
             );
@@ -650,7 +670,7 @@ pub fn non_blocking<V: Val, C: Backend>(t: &T, c: &C) {
     // Where the backend cannot add `V` (16-bit floats on MPI), the start itself must be refused.
     let reducible = refusal(V::KIND, op, c.backend()).is_none();
     let computed = scope(|s| {
-        let started = c.i_all_reduce::<V>(s, send.borrow(), recv.borrow_mut(), op);
+        let started = c.i_all_reduce::<V>(s, C::r(&send), C::w(&mut recv), op);
         let reduce = if reducible {
             t.ok(started, "i_all_reduce")
         } else {
@@ -661,9 +681,9 @@ pub fn non_blocking<V: Val, C: Backend>(t: &T, c: &C) {
             );
             None
         };
-        let bc = t.ok(c.i_broadcast::<V>(s, bcast.borrow_mut(), 0), "i_broadcast");
+        let bc = t.ok(c.i_broadcast::<V>(s, C::w(&mut bcast), 0), "i_broadcast");
         let ga = t.ok(
-            c.i_all_gather::<V>(s, mine.borrow(), gathered.borrow_mut()),
+            c.i_all_gather::<V>(s, C::r(&mine), C::w(&mut gathered)),
             "i_all_gather",
         );
         // Compute while the operations are in flight.
@@ -684,17 +704,17 @@ pub fn non_blocking<V: Val, C: Backend>(t: &T, c: &C) {
     if reducible {
         let expected: Vec<V> = (0..n).map(|i| reduced(op, size, i)).collect();
         t.eq(
-            &c.down::<V>(recv.borrow()),
+            &c.down::<V>(C::r(&recv)),
             &expected,
             &format!("i_all_reduce {}", V::NAME),
         );
     }
     let expected: Vec<V> = (0..n).map(|i| tagged(0, i)).collect();
-    t.eq(&c.down::<V>(bcast.borrow()), &expected, "i_broadcast");
+    t.eq(&c.down::<V>(C::r(&bcast)), &expected, "i_broadcast");
     let expected: Vec<V> = (0..size)
         .flat_map(|r| (0..7).map(move |i| tagged::<V>(r, i)))
         .collect();
-    t.eq(&c.down::<V>(gathered.borrow()), &expected, "i_all_gather");
+    t.eq(&c.down::<V>(C::r(&gathered)), &expected, "i_all_gather");
 
     // Point-to-point in flight, ordered so that no backend can deadlock (even ranks send first).
     if size > 1 {
@@ -703,16 +723,16 @@ pub fn non_blocking<V: Val, C: Backend>(t: &T, c: &C) {
         let mut inbox = c.up(&vec![V::from_i(0); 5]);
         let r = scope(|s| -> collectives::Result<()> {
             if rank % 2 == 0 {
-                c.i_send::<V>(s, out.borrow(), next, 11)?.wait()?;
-                c.i_recv::<V>(s, inbox.borrow_mut(), prev, 11)?.wait()
+                c.i_send::<V>(s, C::r(&out), next, 11)?.wait()?;
+                c.i_recv::<V>(s, C::w(&mut inbox), prev, 11)?.wait()
             } else {
-                c.i_recv::<V>(s, inbox.borrow_mut(), prev, 11)?.wait()?;
-                c.i_send::<V>(s, out.borrow(), next, 11)?.wait()
+                c.i_recv::<V>(s, C::w(&mut inbox), prev, 11)?.wait()?;
+                c.i_send::<V>(s, C::r(&out), next, 11)?.wait()
             }
         });
         t.ok(r.and_then(|x| x), "i_send/i_recv");
         let expected: Vec<V> = (0..5).map(|i| tagged(prev, i)).collect();
-        t.eq(&c.down::<V>(inbox.borrow()), &expected, "i_recv");
+        t.eq(&c.down::<V>(C::r(&inbox)), &expected, "i_recv");
     }
     non_blocking_all::<V, C>(t, c);
 }
@@ -758,13 +778,13 @@ pub fn non_blocking_all<V: Val, C: Backend>(t: &T, c: &C) {
                 let reqs = [
                     c.i_reduce::<V>(
                         s,
-                        send.borrow(),
-                        is_root.then_some(reduce_out.borrow_mut()),
+                        C::r(&send),
+                        is_root.then_some(C::w(&mut reduce_out)),
                         op,
                         root,
                     ),
-                    c.i_all_reduce_in_place::<V>(s, in_place.borrow_mut(), op),
-                    c.i_reduce_scatter::<V>(s, rs_send.borrow(), rs_out.borrow_mut(), op),
+                    c.i_all_reduce_in_place::<V>(s, C::w(&mut in_place), op),
+                    c.i_reduce_scatter::<V>(s, C::r(&rs_send), C::w(&mut rs_out), op),
                 ];
                 for (req, which) in
                     reqs.into_iter()
@@ -793,7 +813,7 @@ pub fn non_blocking_all<V: Val, C: Backend>(t: &T, c: &C) {
             if is_root {
                 same(
                     t,
-                    &c.down::<V>(reduce_out.borrow()),
+                    &c.down::<V>(C::r(&reduce_out)),
                     &expected,
                     approx,
                     &format!("i_reduce {what}"),
@@ -801,7 +821,7 @@ pub fn non_blocking_all<V: Val, C: Backend>(t: &T, c: &C) {
             }
             same(
                 t,
-                &c.down::<V>(in_place.borrow()),
+                &c.down::<V>(C::r(&in_place)),
                 &expected,
                 approx,
                 &format!("i_all_reduce_in_place {what}"),
@@ -809,7 +829,7 @@ pub fn non_blocking_all<V: Val, C: Backend>(t: &T, c: &C) {
             let expected: Vec<V> = (0..n).map(|i| reduced(op, size, rank * n + i)).collect();
             same(
                 t,
-                &c.down::<V>(rs_out.borrow()),
+                &c.down::<V>(C::r(&rs_out)),
                 &expected,
                 approx,
                 &format!("i_reduce_scatter {what}"),
@@ -853,49 +873,43 @@ pub fn non_blocking_all<V: Val, C: Backend>(t: &T, c: &C) {
         let mut ring_recv = c.up(&vec![V::from_i(0); n]);
         let r = scope(|s| -> collectives::Result<()> {
             let barrier = c.i_barrier(s)?;
-            let a2a = c.i_all_to_all::<V>(s, a2a_send.borrow(), a2a_recv.borrow_mut())?;
+            let a2a = c.i_all_to_all::<V>(s, C::r(&a2a_send), C::w(&mut a2a_recv))?;
             let a2av = c.i_all_to_all_v::<V>(
                 s,
-                a2av_send.borrow(),
+                C::r(&a2av_send),
                 &send_counts,
-                a2av_recv.borrow_mut(),
+                C::w(&mut a2av_recv),
                 &recv_counts,
             )?;
-            let agv = c.i_all_gather_v::<V>(s, send_v.borrow(), agv_recv.borrow_mut(), &counts)?;
+            let agv = c.i_all_gather_v::<V>(s, C::r(&send_v), C::w(&mut agv_recv), &counts)?;
             let ga = c.i_gather::<V>(
                 s,
-                send.borrow(),
-                (rank == first).then_some(gather_recv.borrow_mut()),
+                C::r(&send),
+                (rank == first).then_some(C::w(&mut gather_recv)),
                 first,
             )?;
             let gav = c.i_gather_v::<V>(
                 s,
-                send_v.borrow(),
-                (rank == last).then_some(gatherv_recv.borrow_mut()),
+                C::r(&send_v),
+                (rank == last).then_some(C::w(&mut gatherv_recv)),
                 &counts,
                 last,
             )?;
             let sc = c.i_scatter::<V>(
                 s,
-                (rank == last).then_some(all_dev.borrow()),
-                scatter_recv.borrow_mut(),
+                (rank == last).then_some(C::r(&all_dev)),
+                C::w(&mut scatter_recv),
                 last,
             )?;
             let scv = c.i_scatter_v::<V>(
                 s,
-                (rank == first).then_some(all_v_dev.borrow()),
-                scatterv_recv.borrow_mut(),
+                (rank == first).then_some(C::r(&all_v_dev)),
+                C::w(&mut scatterv_recv),
                 &counts,
                 first,
             )?;
-            let ring = c.i_send_recv::<V>(
-                s,
-                ring_send.borrow(),
-                next,
-                ring_recv.borrow_mut(),
-                prev,
-                12,
-            )?;
+            let ring =
+                c.i_send_recv::<V>(s, C::r(&ring_send), next, C::w(&mut ring_recv), prev, 12)?;
             // Compute while they are in flight, then complete them out of order; the barrier and
             // the ring are left to the scope.
             let busy: f64 = (1..=20_000u32).map(|k| 1.0 / f64::from(k)).sum();
@@ -912,47 +926,47 @@ pub fn non_blocking_all<V: Val, C: Backend>(t: &T, c: &C) {
             .flat_map(|r| (0..n).map(move |i| tagged::<V>(r, rank * n + i)))
             .collect();
         t.eq(
-            &c.down::<V>(a2a_recv.borrow()),
+            &c.down::<V>(C::r(&a2a_recv)),
             &expected,
             &format!("i_all_to_all {what}"),
         );
         t.eq(
-            &c.down::<V>(a2av_recv.borrow()),
+            &c.down::<V>(C::r(&a2av_recv)),
             &a2av_expected,
             &format!("i_all_to_all_v {what}"),
         );
         t.eq(
-            &c.down::<V>(agv_recv.borrow()),
+            &c.down::<V>(C::r(&agv_recv)),
             &all_v,
             &format!("i_all_gather_v {what} counts={counts:?}"),
         );
         if rank == first {
             t.eq(
-                &c.down::<V>(gather_recv.borrow()),
+                &c.down::<V>(C::r(&gather_recv)),
                 &all,
                 &format!("i_gather {what}"),
             );
         }
         if rank == last {
             t.eq(
-                &c.down::<V>(gatherv_recv.borrow()),
+                &c.down::<V>(C::r(&gatherv_recv)),
                 &all_v,
                 &format!("i_gather_v {what}"),
             );
         }
         t.eq(
-            &c.down::<V>(scatter_recv.borrow()),
+            &c.down::<V>(C::r(&scatter_recv)),
             &mine,
             &format!("i_scatter {what}"),
         );
         t.eq(
-            &c.down::<V>(scatterv_recv.borrow()),
+            &c.down::<V>(C::r(&scatterv_recv)),
             &mine_v,
             &format!("i_scatter_v {what}"),
         );
         let from_prev: Vec<V> = (0..n).map(|i| tagged(prev, 50 + i)).collect();
         t.eq(
-            &c.down::<V>(ring_recv.borrow()),
+            &c.down::<V>(C::r(&ring_recv)),
             &from_prev,
             &format!("i_send_recv {what}"),
         );
@@ -977,21 +991,21 @@ pub fn barrier_split_dup<C: Backend>(t: &T, c: &C) {
     let one = sub.up(&[rank as i64]);
     let mut sum = sub.up(&[0i64]);
     t.ok(
-        sub.all_reduce::<i64>(one.borrow(), sum.borrow_mut(), ReduceOp::Sum),
+        sub.all_reduce::<i64>(C::r(&one), C::w(&mut sum), ReduceOp::Sum),
         "all_reduce on split",
     );
     t.eq(
-        &sub.down::<i64>(sum.borrow()),
+        &sub.down::<i64>(C::r(&sum)),
         &vec![members.iter().map(|&r| r as i64).sum::<i64>()],
         "all_reduce on split",
     );
     let mut order = sub.up(&vec![0i64; members.len()]);
     t.ok(
-        sub.all_gather::<i64>(one.borrow(), order.borrow_mut()),
+        sub.all_gather::<i64>(C::r(&one), C::w(&mut order)),
         "all_gather on split",
     );
     t.eq(
-        &sub.down::<i64>(order.borrow()),
+        &sub.down::<i64>(C::r(&order)),
         &members.iter().map(|&r| r as i64).collect::<Vec<_>>(),
         "split order by key",
     );
@@ -1009,11 +1023,11 @@ pub fn barrier_split_dup<C: Backend>(t: &T, c: &C) {
     t.eq(&(d.rank(), d.size()), &(rank, size), "dup rank and size");
     let mut x = d.up(&[1u32; 4]);
     t.ok(
-        d.all_reduce_in_place::<u32>(x.borrow_mut(), ReduceOp::Sum),
+        d.all_reduce_in_place::<u32>(C::w(&mut x), ReduceOp::Sum),
         "all_reduce on dup",
     );
     t.eq(
-        &d.down::<u32>(x.borrow()),
+        &d.down::<u32>(C::r(&x)),
         &vec![size as u32; 4],
         "all_reduce on dup",
     );
@@ -1130,7 +1144,7 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
             let mut send = c.up(&at(op, 0, rank, n));
             let mut recv = c.zeros::<V>(n);
             let r = scope(|s| {
-                let plan = c.all_reduce_init::<V>(s, send.borrow_mut(), recv.borrow_mut(), op);
+                let plan = c.all_reduce_init::<V>(s, C::w(&mut send), C::w(&mut recv), op);
                 if !reducible {
                     refused_start(t, plan.map(drop), false, &format!("all_reduce_init {what}"));
                     return;
@@ -1147,7 +1161,7 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
                         Ok(())
                     },
                     |k, p| {
-                        let got = c.down::<V>(p.recv()?);
+                        let got = c.down_mut::<V>(p.recv()?);
                         same(
                             t,
                             &got,
@@ -1166,7 +1180,7 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
             let mut buf = c.zeros::<V>(n);
             let r = scope(|s| {
                 let Some(mut plan) = t.ok(
-                    c.all_reduce_in_place_init::<V>(s, buf.borrow_mut(), op),
+                    c.all_reduce_in_place_init::<V>(s, C::w(&mut buf), op),
                     &what,
                 ) else {
                     return;
@@ -1180,7 +1194,7 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
                         Ok(())
                     },
                     |k, p| {
-                        let got = c.down::<V>(p.recv()?);
+                        let got = c.down_mut::<V>(p.recv()?);
                         same(
                             t,
                             &got,
@@ -1197,9 +1211,9 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
             let mut recv = c.zeros::<V>(n);
             let r = scope(|s| {
                 let is_root = rank == last;
-                let recv = is_root.then_some(recv.borrow_mut());
+                let recv = is_root.then_some(C::w(&mut recv));
                 let Some(mut plan) = t.ok(
-                    c.reduce_init::<V>(s, send.borrow_mut(), recv, op, last),
+                    c.reduce_init::<V>(s, C::w(&mut send), recv, op, last),
                     &what,
                 ) else {
                     return;
@@ -1214,7 +1228,7 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
                     },
                     |k, p| {
                         if is_root {
-                            let got = c.down::<V>(p.recv()?);
+                            let got = c.down_mut::<V>(p.recv()?);
                             same(
                                 t,
                                 &got,
@@ -1232,7 +1246,7 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
             let mut recv = c.zeros::<V>(n);
             let r = scope(|s| {
                 let Some(mut plan) = t.ok(
-                    c.reduce_scatter_init::<V>(s, send.borrow_mut(), recv.borrow_mut(), op),
+                    c.reduce_scatter_init::<V>(s, C::w(&mut send), C::w(&mut recv), op),
                     &what,
                 ) else {
                     return;
@@ -1246,7 +1260,7 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
                         Ok(())
                     },
                     |k, p| {
-                        let got = c.down::<V>(p.recv()?);
+                        let got = c.down_mut::<V>(p.recv()?);
                         same(
                             t,
                             &got,
@@ -1282,45 +1296,44 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
         let mut a2av_recv = c.zeros::<V>(recv_counts.iter().sum());
         let r = scope(|s| -> collectives::Result<()> {
             let mut barrier = c.barrier_init(s)?;
-            let mut bc = c.broadcast_init::<V>(s, bcast.borrow_mut(), first)?;
-            let mut ag = c.all_gather_init::<V>(s, ag_send.borrow_mut(), ag_recv.borrow_mut())?;
+            let mut bc = c.broadcast_init::<V>(s, C::w(&mut bcast), first)?;
+            let mut ag = c.all_gather_init::<V>(s, C::w(&mut ag_send), C::w(&mut ag_recv))?;
             let mut g = c.gather_init::<V>(
                 s,
-                g_send.borrow_mut(),
-                (rank == first).then_some(g_recv.borrow_mut()),
+                C::w(&mut g_send),
+                (rank == first).then_some(C::w(&mut g_recv)),
                 first,
             )?;
             let mut gv = c.gather_v_init::<V>(
                 s,
-                gv_send.borrow_mut(),
-                (rank == last).then_some(gv_recv.borrow_mut()),
+                C::w(&mut gv_send),
+                (rank == last).then_some(C::w(&mut gv_recv)),
                 &counts,
                 last,
             )?;
             let mut sc = c.scatter_init::<V>(
                 s,
-                (rank == last).then_some(sc_send.borrow_mut()),
-                sc_recv.borrow_mut(),
+                (rank == last).then_some(C::w(&mut sc_send)),
+                C::w(&mut sc_recv),
                 last,
             )?;
             let mut scv = c.scatter_v_init::<V>(
                 s,
-                (rank == first).then_some(scv_send.borrow_mut()),
-                scv_recv.borrow_mut(),
+                (rank == first).then_some(C::w(&mut scv_send)),
+                C::w(&mut scv_recv),
                 &counts,
                 first,
             )?;
             let mut a2av = c.all_to_all_v_init::<V>(
                 s,
-                a2av_send.borrow_mut(),
+                C::w(&mut a2av_send),
                 &send_counts,
-                a2av_recv.borrow_mut(),
+                C::w(&mut a2av_recv),
                 &recv_counts,
             )?;
             let mut agv =
-                c.all_gather_v_init::<V>(s, agv_send.borrow_mut(), agv_recv.borrow_mut(), &counts)?;
-            let mut a2a =
-                c.all_to_all_init::<V>(s, a2a_send.borrow_mut(), a2a_recv.borrow_mut())?;
+                c.all_gather_v_init::<V>(s, C::w(&mut agv_send), C::w(&mut agv_recv), &counts)?;
+            let mut a2a = c.all_to_all_init::<V>(s, C::w(&mut a2a_send), C::w(&mut a2a_recv))?;
             for k in 0..ROUNDS {
                 let at_k = format!("{what} round {k}");
                 // Inputs of round k, written through the plans.
@@ -1363,41 +1376,41 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
                 }
                 barrier.wait()?;
                 t.eq(
-                    &c.down::<V>(bc.recv()?),
+                    &c.down_mut::<V>(bc.recv()?),
                     &tag(k, first, n),
                     &format!("broadcast_init {at_k}"),
                 );
                 t.eq(
-                    &c.down::<V>(ag.recv()?),
+                    &c.down_mut::<V>(ag.recv()?),
                     &all(k),
                     &format!("all_gather_init {at_k}"),
                 );
                 t.eq(
-                    &c.down::<V>(agv.recv()?),
+                    &c.down_mut::<V>(agv.recv()?),
                     &all_v(k),
                     &format!("all_gather_v_init {at_k}"),
                 );
                 if rank == first {
                     t.eq(
-                        &c.down::<V>(g.recv()?),
+                        &c.down_mut::<V>(g.recv()?),
                         &all(k),
                         &format!("gather_init {at_k}"),
                     );
                 }
                 if rank == last {
                     t.eq(
-                        &c.down::<V>(gv.recv()?),
+                        &c.down_mut::<V>(gv.recv()?),
                         &all_v(k),
                         &format!("gather_v_init {at_k}"),
                     );
                 }
                 t.eq(
-                    &c.down::<V>(sc.recv()?),
+                    &c.down_mut::<V>(sc.recv()?),
                     &tag(k, rank, n),
                     &format!("scatter_init {at_k}"),
                 );
                 t.eq(
-                    &c.down::<V>(scv.recv()?),
+                    &c.down_mut::<V>(scv.recv()?),
                     &tag(k, rank, counts[rank]),
                     &format!("scatter_v_init {at_k}"),
                 );
@@ -1405,7 +1418,7 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
                     .flat_map(|r| (0..n).map(move |i| tagged::<V>(r, 7 * k + rank * n + i)))
                     .collect();
                 t.eq(
-                    &c.down::<V>(a2a.recv()?),
+                    &c.down_mut::<V>(a2a.recv()?),
                     &a2a_want,
                     &format!("all_to_all_init {at_k}"),
                 );
@@ -1415,7 +1428,7 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
                     })
                     .collect();
                 t.eq(
-                    &c.down::<V>(a2av.recv()?),
+                    &c.down_mut::<V>(a2av.recv()?),
                     &a2av_want,
                     &format!("all_to_all_v_init {at_k}"),
                 );
@@ -1424,4 +1437,112 @@ pub fn persistent<V: Val, C: Backend>(t: &T, c: &C) {
         });
         t.ok(r.and_then(|x| x), &format!("persistent movement {what}"));
     }
+}
+
+/// Collectives on parts of device allocations: cudarc's views (`CudaView` from `slice`,
+/// `CudaViewMut` from `slice_mut`) in every form (blocking, rooted with `as_buf_mut`,
+/// non-blocking, persistent), each leaving the memory around the view untouched.
+pub fn views<C>(t: &T, c: &C)
+where
+    C: Backend<Memory = collectives::Device> + DeviceCommunicator,
+    C: Backend<Owned<f32> = collectives::cudarc::driver::CudaSlice<f32>>,
+{
+    use collectives::DeviceBufferMut;
+    let (rank, size) = (c.rank(), c.size());
+    let op = ReduceOp::Sum;
+    let n = 16;
+    let (lo, hi) = (4, 12); // the part of `send` that is sent
+    let at = 2; // where it lands in `recv`
+    let m = hi - lo;
+    let fresh = || -> Vec<f32> { (0..n).map(|i| -1.0 - i as f32).collect() };
+    let reduced_into = |start: usize| -> Vec<f32> {
+        let mut want = fresh();
+        for j in 0..m {
+            want[start + j] = reduced::<f32>(op, size, lo + j);
+        }
+        want
+    };
+    let send = c.up(&inputs::<f32>(op, rank, n));
+
+    let mut recv = c.up(&fresh());
+    t.ok(
+        c.all_reduce(&send.slice(lo..hi), &mut recv.slice_mut(at..at + m), op),
+        "all_reduce on views",
+    );
+    t.eq(&c.down(&recv), &reduced_into(at), "all_reduce on views");
+
+    let mut recv = c.up(&fresh());
+    let root = size - 1;
+    let is_root = rank == root;
+    let mut part = recv.slice_mut(at..at + m);
+    t.ok(
+        c.reduce(
+            &send.slice(lo..hi),
+            is_root.then_some(part.as_buf_mut()),
+            op,
+            root,
+        ),
+        "reduce into a view on the root",
+    );
+    let want = if is_root { reduced_into(at) } else { fresh() };
+    t.eq(&c.down(&recv), &want, "reduce into a view on the root");
+
+    let mut buf = c.up(&(0..n).map(|i| tagged::<f32>(rank, i)).collect::<Vec<_>>());
+    t.ok(
+        c.broadcast(&mut buf.slice_mut(lo..hi), 0),
+        "broadcast of a view",
+    );
+    let want: Vec<f32> = (0..n)
+        .map(|i| tagged::<f32>(if (lo..hi).contains(&i) { 0 } else { rank }, i))
+        .collect();
+    t.eq(&c.down(&buf), &want, "broadcast of a view");
+
+    let mut gathered = c.up(&vec![0.0f32; m * size + 2]);
+    t.ok(
+        c.all_gather(
+            &send.slice(lo..hi),
+            &mut gathered.slice_mut(1..1 + m * size),
+        ),
+        "all_gather into a view",
+    );
+    let mut want = vec![0.0f32; m * size + 2];
+    for r in 0..size {
+        for j in 0..m {
+            want[1 + r * m + j] = inputs::<f32>(op, r, n)[lo + j];
+        }
+    }
+    t.eq(&c.down(&gathered), &want, "all_gather into a view");
+
+    let mut recv = c.up(&fresh());
+    let started = {
+        // Views live as long as the buffers of any scoped operation: beyond the scope.
+        let (part, mut out) = (send.slice(lo..hi), recv.slice_mut(at..at + m));
+        scope(|s| -> collectives::Result<()> { c.i_all_reduce(s, &part, &mut out, op)?.wait() })
+            .and_then(|r| r)
+    };
+    t.ok(started, "i_all_reduce on views");
+    t.eq(&c.down(&recv), &reduced_into(at), "i_all_reduce on views");
+
+    let mut input = c.up(&inputs::<f32>(op, rank, n));
+    let mut recv = c.up(&fresh());
+    let ran = {
+        let (mut part, mut out) = (input.slice_mut(lo..hi), recv.slice_mut(at..at + m));
+        scope(|s| -> collectives::Result<()> {
+            let mut plan = c.all_reduce_init(s, &mut part, &mut out, op)?;
+            for _ in 0..3 {
+                plan.start()?;
+                plan.wait()?;
+            }
+            Ok(())
+        })
+        .and_then(|r| r)
+    };
+    t.ok(ran, "persistent all_reduce on views");
+    t.eq(
+        &c.down(&recv),
+        &reduced_into(at),
+        "persistent all_reduce on views",
+    );
+    // A read-only view is a send buffer only: the compiler refuses one as a receive buffer
+    // (tests/ui/read_only_view_as_recv.rs).
 }

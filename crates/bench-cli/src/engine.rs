@@ -20,14 +20,14 @@ use anyhow::Context;
 use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream};
 use collectives_core::{
-    device, Buf, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclBuffer,
-    NcclComm, ReduceOp, RegisterMode,
+    device, Buf, BufMut, Communicator, DeviceBuffer, DeviceBufferMut, DeviceCommunicator, MpiComm,
+    MpiCudaComm, MpiStagedComm, NcclBuffer, NcclComm, ReduceOp, RegisterMode,
 };
 
 use crate::backend::Backend;
 use crate::dtype::DataType;
 use crate::expected::{tolerance, BenchElement};
-use crate::persistent::{BufOf, PersistentForm, Step};
+use crate::persistent::{BufMutOf, PersistentForm, Step};
 use crate::report::{IterStats, Placement, Reporter, Row};
 use crate::timing::{self, Spread};
 use crate::variant::Variant;
@@ -82,9 +82,9 @@ pub trait BenchBackend {
     /// Copy and synchronization errors.
     fn download<T: BenchElement>(&self, buf: &Self::Owned<T>) -> anyhow::Result<Vec<T>>;
     /// `buf` as the communicator's buffer type.
-    fn buf<T: BenchElement>(buf: &Self::Owned<T>) -> &Buf<Self::Comm, T>;
+    fn buf<T: BenchElement>(buf: &Self::Owned<T>) -> &Buf<'_, Self::Comm, T>;
     /// `buf` as the communicator's buffer type, mutably.
-    fn buf_mut<T: BenchElement>(buf: &mut Self::Owned<T>) -> &mut Buf<Self::Comm, T>;
+    fn buf_mut<T: BenchElement>(buf: &mut Self::Owned<T>) -> &mut BufMut<'_, Self::Comm, T>;
     /// Which call this backend times ([`Variant`]): the library's unless it says otherwise.
     fn variant(&self) -> Variant {
         Variant::Library
@@ -108,7 +108,7 @@ pub trait BenchBackend {
     ///
     /// # Errors
     /// Copy and synchronization errors.
-    fn download_buf<T: BenchElement>(&self, buf: &BufOf<Self, T>) -> anyhow::Result<Vec<T>>;
+    fn download_buf<T: BenchElement>(&self, buf: &BufMutOf<Self, T>) -> anyhow::Result<Vec<T>>;
     /// Seconds taken by each of `iters` runs of a persistent plan (`run(Step::Start)` starts one,
     /// `run(Step::Wait)` completes it; a wait without a run in flight returns at once). By default
     /// each run is timed from its start to the end of its wait; the caller waits once more after.
@@ -619,8 +619,12 @@ macro_rules! device_backend {
                 self.comm.synchronize()?;
                 Ok(device::download(self.comm.stream(), buf)?)
             }
-            fn download_buf<T: BenchElement>(&self, buf: &CudaSlice<T>) -> anyhow::Result<Vec<T>> {
-                self.download(buf)
+            fn download_buf<T: BenchElement>(
+                &self,
+                buf: &dyn DeviceBufferMut<T>,
+            ) -> anyhow::Result<Vec<T>> {
+                self.comm.synchronize()?;
+                Ok(device::download(self.comm.stream(), buf)?)
             }
             fn time_plan(
                 &self,
@@ -647,10 +651,10 @@ macro_rules! device_backend {
                     }),
                 }
             }
-            fn buf<T: BenchElement>(buf: &CudaSlice<T>) -> &CudaSlice<T> {
+            fn buf<T: BenchElement>(buf: &CudaSlice<T>) -> &dyn DeviceBuffer<T> {
                 buf
             }
-            fn buf_mut<T: BenchElement>(buf: &mut CudaSlice<T>) -> &mut CudaSlice<T> {
+            fn buf_mut<T: BenchElement>(buf: &mut CudaSlice<T>) -> &mut dyn DeviceBufferMut<T> {
                 buf
             }
             fn time_iters(
@@ -746,7 +750,10 @@ impl<'a> BenchBackend for Device<'a, NcclComm> {
     fn download<T: BenchElement>(&self, buf: &NcclOwned<'a, T>) -> anyhow::Result<Vec<T>> {
         self.download_buf(buf.slice())
     }
-    fn download_buf<T: BenchElement>(&self, buf: &CudaSlice<T>) -> anyhow::Result<Vec<T>> {
+    fn download_buf<T: BenchElement>(
+        &self,
+        buf: &dyn DeviceBufferMut<T>,
+    ) -> anyhow::Result<Vec<T>> {
         self.comm.synchronize()?;
         Ok(device::download(self.comm.stream(), buf)?)
     }
@@ -763,10 +770,12 @@ impl<'a> BenchBackend for Device<'a, NcclComm> {
             run(Step::Start)
         })
     }
-    fn buf<'b, T: BenchElement>(buf: &'b NcclOwned<'a, T>) -> &'b CudaSlice<T> {
+    fn buf<'b, T: BenchElement>(buf: &'b NcclOwned<'a, T>) -> &'b dyn DeviceBuffer<T> {
         buf.slice()
     }
-    fn buf_mut<'b, T: BenchElement>(buf: &'b mut NcclOwned<'a, T>) -> &'b mut CudaSlice<T> {
+    fn buf_mut<'b, T: BenchElement>(
+        buf: &'b mut NcclOwned<'a, T>,
+    ) -> &'b mut dyn DeviceBufferMut<T> {
         buf.slice_mut()
     }
     fn time_iters(

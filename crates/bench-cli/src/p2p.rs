@@ -30,7 +30,7 @@
 //!   after 100 (10), bandwidth and bi-directional bandwidth 100 (20) windows after 10 (2),
 //!   multi-pair 100 windows after 10 at every size (`osu_mbw_mr` has no large-message setting).
 
-use std::borrow::{Borrow, BorrowMut};
+use std::borrow::BorrowMut;
 use std::ffi::c_void;
 use std::io::Write;
 use std::time::Instant;
@@ -40,8 +40,8 @@ use clap::{Args, ValueEnum};
 use collectives_core::backend::mpi_cuda::IpcBuffer;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use collectives_core::{
-    device, scope, Buf, Buffer, Communicator, DeviceCommunicator, MpiComm, MpiCudaComm,
-    MpiStagedComm, NcclComm, ReduceOp,
+    device, scope, Buf, BufMut, Buffer, Communicator, DeviceBuffer, DeviceBufferMut,
+    DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm, ReduceOp,
 };
 use mpi::ffi;
 
@@ -411,7 +411,11 @@ pub const HOW: [&str; 5] = [
 /// A backend as the benchmark drives it: buffers of bytes in its own memory.
 pub trait P2pBackend: Communicator {
     /// An owned buffer.
-    type Owned: BorrowMut<Buf<Self, u8>>;
+    type Owned;
+    /// An owned buffer, to read.
+    fn r(o: &Self::Owned) -> &Buf<'_, Self, u8>;
+    /// An owned buffer, to write.
+    fn w(o: &mut Self::Owned) -> &mut BufMut<'_, Self, u8>;
     /// A buffer holding `bytes`.
     ///
     /// # Errors
@@ -436,6 +440,12 @@ pub trait P2pBackend: Communicator {
 
 impl P2pBackend for MpiComm {
     type Owned = Vec<u8>;
+    fn r(o: &Vec<u8>) -> &[u8] {
+        o
+    }
+    fn w(o: &mut Vec<u8>) -> &mut [u8] {
+        o
+    }
     fn upload(&self, bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
         Ok(bytes.to_vec())
     }
@@ -453,12 +463,18 @@ macro_rules! device_backend {
     ($t:ty, $sync:expr, $owned:ty, $upload:expr) => {
         impl P2pBackend for $t {
             type Owned = $owned;
+            fn r(o: &$owned) -> &dyn DeviceBuffer<u8> {
+                o
+            }
+            fn w(o: &mut $owned) -> &mut dyn DeviceBufferMut<u8> {
+                o
+            }
             fn upload(&self, bytes: &[u8]) -> anyhow::Result<$owned> {
                 let f: fn(&std::sync::Arc<CudaStream>, &[u8]) -> collectives_core::Result<$owned> =
                     $upload;
                 Ok(f(self.stream(), bytes)?)
             }
-            fn read(&self, buf: &CudaSlice<u8>) -> anyhow::Result<Vec<u8>> {
+            fn read(&self, buf: &dyn DeviceBuffer<u8>) -> anyhow::Result<Vec<u8>> {
                 self.drain()?;
                 Ok(device::download(self.stream(), buf)?)
             }
@@ -558,26 +574,26 @@ fn latency<C: P2pBackend>(
             start = Instant::now();
         }
         if rank == 0 {
-            c.send::<u8>((*buf).borrow(), peer, TAG)?;
-            c.recv::<u8>(buf.borrow_mut(), peer, TAG)?;
+            c.send::<u8>(C::r(buf), peer, TAG)?;
+            c.recv::<u8>(C::w(buf), peer, TAG)?;
         } else {
-            c.recv::<u8>(buf.borrow_mut(), peer, TAG)?;
-            c.send::<u8>((*buf).borrow(), peer, TAG)?;
+            c.recv::<u8>(C::w(buf), peer, TAG)?;
+            c.send::<u8>(C::r(buf), peer, TAG)?;
         }
     }
     c.drain()?;
     let t = start.elapsed().as_secs_f64() / (2 * it.iters.max(1)) as f64;
     let mut wrong = 0;
     if check {
-        let want = pattern(Buffer::len((*buf).borrow()), 3);
+        let want = pattern(Buffer::len(C::r(buf)), 3);
         if rank == 0 {
             let out = c.upload(&want)?;
-            c.send::<u8>(out.borrow(), peer, TAG)?;
-            c.recv::<u8>(buf.borrow_mut(), peer, TAG)?;
+            c.send::<u8>(C::r(&out), peer, TAG)?;
+            c.recv::<u8>(C::w(buf), peer, TAG)?;
         } else {
-            c.recv::<u8>(buf.borrow_mut(), peer, TAG)?;
-            wrong = wrong_bytes(&c.read((*buf).borrow())?, &want);
-            c.send::<u8>((*buf).borrow(), peer, TAG)?;
+            c.recv::<u8>(C::w(buf), peer, TAG)?;
+            wrong = wrong_bytes(&c.read(C::r(buf))?, &want);
+            c.send::<u8>(C::r(buf), peer, TAG)?;
         }
         c.drain()?;
     }
@@ -597,20 +613,20 @@ fn window<C: P2pBackend>(
     if c.rank() == from {
         scope(|s| -> collectives_core::Result<()> {
             let requests = (0..n)
-                .map(|_| c.i_send::<u8>(s, send.borrow(), to, TAG))
+                .map(|_| c.i_send::<u8>(s, C::r(send), to, TAG))
                 .collect::<collectives_core::Result<Vec<_>>>()?;
             requests.into_iter().try_for_each(|r| r.wait())
         })??;
-        c.recv::<u8>(ack.borrow_mut(), to, ACK)?;
+        c.recv::<u8>(C::w(ack), to, ACK)?;
     } else if c.rank() == to {
         scope(|s| -> collectives_core::Result<()> {
             let requests = recv
                 .iter_mut()
-                .map(|b| c.i_recv::<u8>(s, b.borrow_mut(), from, TAG))
+                .map(|b| c.i_recv::<u8>(s, C::w(b), from, TAG))
                 .collect::<collectives_core::Result<Vec<_>>>()?;
             requests.into_iter().try_for_each(|r| r.wait())
         })??;
-        c.send::<u8>((*ack).borrow(), from, ACK)?;
+        c.send::<u8>(C::r(ack), from, ACK)?;
     }
     Ok(())
 }
@@ -626,7 +642,7 @@ fn both_ways<C: P2pBackend>(
     scope(|s| -> collectives_core::Result<()> {
         let requests = recv
             .iter_mut()
-            .map(|b| c.i_send_recv::<u8>(s, send.borrow(), peer, b.borrow_mut(), peer, TAG))
+            .map(|b| c.i_send_recv::<u8>(s, C::r(send), peer, C::w(b), peer, TAG))
             .collect::<collectives_core::Result<Vec<_>>>()?;
         requests.into_iter().try_for_each(|r| r.wait())
     })??;
@@ -637,7 +653,7 @@ fn both_ways<C: P2pBackend>(
 fn wrong_in<C: P2pBackend>(c: &C, recv: &[C::Owned], want: &[u8]) -> anyhow::Result<u64> {
     let mut wrong = 0;
     for b in recv {
-        wrong += wrong_bytes(&c.read(b.borrow())?, want);
+        wrong += wrong_bytes(&c.read(C::r(b))?, want);
     }
     Ok(wrong)
 }

@@ -19,14 +19,16 @@
 //!
 //! `sendrecv` has no persistent form in the library: its persistent rows are left out with a note.
 
-use collectives_core::{Buf, Communicator, Persistent, PlanPath, Scope};
+use collectives_core::{Buf, BufMut, Communicator, Persistent, PlanPath, Scope};
 
 use crate::coll;
 use crate::engine::{BenchBackend, Collective, Ctx, Shape};
 use crate::expected::BenchElement;
 
-/// The communicator's buffer type of backend `B` for elements `T`.
-pub type BufOf<B, T> = Buf<<B as BenchBackend>::Comm, T>;
+/// The buffer type that backend `B`'s communicator reads, for elements `T`.
+pub type BufOf<'b, B, T> = Buf<'b, <B as BenchBackend>::Comm, T>;
+/// The buffer type that backend `B`'s communicator writes (what a plan holds).
+pub type BufMutOf<'b, B, T> = BufMut<'b, <B as BenchBackend>::Comm, T>;
 
 /// A plan of any collective: `barrier_init` gives a plan without buffers, the others one on the
 /// communicator's buffer type.
@@ -112,7 +114,7 @@ pub trait PersistentForm: Collective {
         recv: &'s mut B::Owned<T>,
         in_place: bool,
         s: &'s Scope<'s, '_>,
-    ) -> anyhow::Result<Plan<'s, BufOf<B, T>>>;
+    ) -> anyhow::Result<Plan<'s, BufMutOf<'s, B, T>>>;
 }
 
 macro_rules! persistent {
@@ -128,7 +130,7 @@ macro_rules! persistent {
                 $recv: &'s mut B::Owned<T>,
                 $in_place: bool,
                 $s: &'s Scope<'s, '_>,
-            ) -> anyhow::Result<Plan<'s, BufOf<B, T>>> {
+            ) -> anyhow::Result<Plan<'s, BufMutOf<'s, B, T>>> {
                 $body
             }
         }

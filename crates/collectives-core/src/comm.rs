@@ -1,14 +1,15 @@
 //! The [`Communicator`] trait: one set of collectives, implemented by every backend.
 //!
-//! Each backend names its buffer type through [`Communicator::Buf`]: host backends take `[T]`, device
-//! backends take device memory. Generic solver code written once against the trait compiles for all of
-//! them:
+//! Each backend says where its buffers live through [`Communicator::Memory`], and takes
+//! [`Buf<C, T>`](Buf) to read and [`BufMut<C, T>`](BufMut) to write: host backends `[T]`, device
+//! backends device memory (see [`crate::memory`]). Generic solver code written once against the
+//! trait compiles for all of them:
 //!
 //! ```
-//! use collectives_core::{Buf, Communicator, ReduceOp, Result};
+//! use collectives_core::{Buf, BufMut, Communicator, ReduceOp, Result};
 //!
 //! /// The global sum of every rank's partial sums, for any backend.
-//! fn global_sum<C: Communicator>(comm: &C, partial: &Buf<C, f64>, total: &mut Buf<C, f64>) -> Result<()> {
+//! fn global_sum<C: Communicator>(comm: &C, partial: &Buf<C, f64>, total: &mut BufMut<C, f64>) -> Result<()> {
 //!     comm.all_reduce(partial, total, ReduceOp::Sum)
 //! }
 //! ```
@@ -49,9 +50,13 @@ use crate::request::{Request, Scope};
 /// A message tag for point-to-point operations (`0..=32767` works on every MPI).
 pub type Tag = i32;
 
-/// The buffer type that communicator `C` takes for elements `T`: `[T]` for a host communicator,
-/// device memory for a device one (see [`crate::memory`]).
-pub type Buf<C, T> = <<C as Communicator>::Memory as Space>::Buf<T>;
+/// The buffer type that communicator `C` reads for elements `T`, borrowing memory for `'b`: `[T]`
+/// for a host communicator, device memory for a device one (see [`crate::memory`]). In a
+/// signature the lifetime may be left out: `&Buf<C, f64>`.
+pub type Buf<'b, C, T> = <<C as Communicator>::Memory as Space>::Buf<'b, T>;
+/// The buffer type that communicator `C` writes for elements `T` (`[T]` on the host; a writable
+/// device buffer, not a read-only view, on a device).
+pub type BufMut<'b, C, T> = <<C as Communicator>::Memory as Space>::BufMut<'b, T>;
 
 /// Collectives and point-to-point operations over a group of ranks.
 ///
@@ -86,7 +91,7 @@ pub trait Communicator: Sized {
     ///
     /// # Errors
     /// Root out of range; count overflow; library errors; cross-rank disagreement in checked mode.
-    fn broadcast<T: Element>(&self, buf: &mut Buf<Self, T>, root: usize) -> Result<()>;
+    fn broadcast<T: Element>(&self, buf: &mut BufMut<Self, T>, root: usize) -> Result<()>;
 
     /// Reduce `send` of every rank into `recv` on `root`. `recv` is needed on the root only (same length
     /// as `send`) and ignored elsewhere.
@@ -97,7 +102,7 @@ pub trait Communicator: Sized {
     fn reduce<T: Element>(
         &self,
         send: &Buf<Self, T>,
-        recv: Option<&mut Buf<Self, T>>,
+        recv: Option<&mut BufMut<Self, T>>,
         op: ReduceOp,
         root: usize,
     ) -> Result<()>;
@@ -110,7 +115,7 @@ pub trait Communicator: Sized {
     fn all_reduce<T: Element>(
         &self,
         send: &Buf<Self, T>,
-        recv: &mut Buf<Self, T>,
+        recv: &mut BufMut<Self, T>,
         op: ReduceOp,
     ) -> Result<()>;
 
@@ -118,14 +123,19 @@ pub trait Communicator: Sized {
     ///
     /// # Errors
     /// As [`all_reduce`](Self::all_reduce).
-    fn all_reduce_in_place<T: Element>(&self, buf: &mut Buf<Self, T>, op: ReduceOp) -> Result<()>;
+    fn all_reduce_in_place<T: Element>(
+        &self,
+        buf: &mut BufMut<Self, T>,
+        op: ReduceOp,
+    ) -> Result<()>;
 
     /// Concatenate `send` of every rank, in rank order, into `recv` of every rank
     /// (`recv.len() == size * send.len()`).
     ///
     /// # Errors
     /// Wrong lengths; count overflow; library errors; cross-rank disagreement in checked mode.
-    fn all_gather<T: Element>(&self, send: &Buf<Self, T>, recv: &mut Buf<Self, T>) -> Result<()>;
+    fn all_gather<T: Element>(&self, send: &Buf<Self, T>, recv: &mut BufMut<Self, T>)
+        -> Result<()>;
 
     /// Uneven [`all_gather`](Self::all_gather): rank `i` contributes `counts[i]` elements (zero allowed);
     /// `recv` holds them back to back (`recv.len() == counts.iter().sum()`). Every rank passes the same
@@ -137,7 +147,7 @@ pub trait Communicator: Sized {
     fn all_gather_v<T: Element>(
         &self,
         send: &Buf<Self, T>,
-        recv: &mut Buf<Self, T>,
+        recv: &mut BufMut<Self, T>,
         counts: &[usize],
     ) -> Result<()>;
 
@@ -148,7 +158,7 @@ pub trait Communicator: Sized {
     fn gather<T: Element>(
         &self,
         send: &Buf<Self, T>,
-        recv: Option<&mut Buf<Self, T>>,
+        recv: Option<&mut BufMut<Self, T>>,
         root: usize,
     ) -> Result<()>;
 
@@ -159,7 +169,7 @@ pub trait Communicator: Sized {
     fn gather_v<T: Element>(
         &self,
         send: &Buf<Self, T>,
-        recv: Option<&mut Buf<Self, T>>,
+        recv: Option<&mut BufMut<Self, T>>,
         counts: &[usize],
         root: usize,
     ) -> Result<()>;
@@ -172,7 +182,7 @@ pub trait Communicator: Sized {
     fn scatter<T: Element>(
         &self,
         send: Option<&Buf<Self, T>>,
-        recv: &mut Buf<Self, T>,
+        recv: &mut BufMut<Self, T>,
         root: usize,
     ) -> Result<()>;
 
@@ -183,7 +193,7 @@ pub trait Communicator: Sized {
     fn scatter_v<T: Element>(
         &self,
         send: Option<&Buf<Self, T>>,
-        recv: &mut Buf<Self, T>,
+        recv: &mut BufMut<Self, T>,
         counts: &[usize],
         root: usize,
     ) -> Result<()>;
@@ -197,7 +207,7 @@ pub trait Communicator: Sized {
     fn reduce_scatter<T: Element>(
         &self,
         send: &Buf<Self, T>,
-        recv: &mut Buf<Self, T>,
+        recv: &mut BufMut<Self, T>,
         op: ReduceOp,
     ) -> Result<()>;
 
@@ -207,7 +217,8 @@ pub trait Communicator: Sized {
     /// # Errors
     /// Lengths differ or are not a multiple of `size`; count overflow; library errors; cross-rank
     /// disagreement in checked mode.
-    fn all_to_all<T: Element>(&self, send: &Buf<Self, T>, recv: &mut Buf<Self, T>) -> Result<()>;
+    fn all_to_all<T: Element>(&self, send: &Buf<Self, T>, recv: &mut BufMut<Self, T>)
+        -> Result<()>;
 
     /// Uneven [`all_to_all`](Self::all_to_all): this rank sends `send_counts[j]` elements to rank `j` and
     /// receives `recv_counts[i]` from rank `i`, blocks back to back in rank order. `send_counts[j]` of rank
@@ -220,7 +231,7 @@ pub trait Communicator: Sized {
         &self,
         send: &Buf<Self, T>,
         send_counts: &[usize],
-        recv: &mut Buf<Self, T>,
+        recv: &mut BufMut<Self, T>,
         recv_counts: &[usize],
     ) -> Result<()>;
 
@@ -234,7 +245,7 @@ pub trait Communicator: Sized {
     ///
     /// # Errors
     /// `source` out of range; tag out of range; a message of another length; library errors.
-    fn recv<T: Element>(&self, buf: &mut Buf<Self, T>, source: usize, tag: Tag) -> Result<()>;
+    fn recv<T: Element>(&self, buf: &mut BufMut<Self, T>, source: usize, tag: Tag) -> Result<()>;
 
     /// Send `send` to `dest` and receive exactly `recv.len()` elements from `source`, without deadlock.
     ///
@@ -244,7 +255,7 @@ pub trait Communicator: Sized {
         &self,
         send: &Buf<Self, T>,
         dest: usize,
-        recv: &mut Buf<Self, T>,
+        recv: &mut BufMut<Self, T>,
         source: usize,
         tag: Tag,
     ) -> Result<()>;
@@ -271,7 +282,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>>;
 
@@ -282,7 +293,7 @@ pub trait Communicator: Sized {
     fn i_broadcast<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<Self, T>,
+        buf: &'s mut BufMut<Self, T>,
         root: usize,
     ) -> Result<Request<'s>>;
 
@@ -294,7 +305,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
     ) -> Result<Request<'s>>;
 
     /// Start a [`barrier`](Self::barrier): the request completes once every rank has started it.
@@ -313,7 +324,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
-        recv: Option<&'s mut Buf<Self, T>>,
+        recv: Option<&'s mut BufMut<Self, T>>,
         op: ReduceOp,
         root: usize,
     ) -> Result<Request<'s>>;
@@ -327,7 +338,7 @@ pub trait Communicator: Sized {
     fn i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<Self, T>,
+        buf: &'s mut BufMut<Self, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>>;
 
@@ -341,7 +352,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>>;
 
@@ -354,7 +365,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
     ) -> Result<Request<'s>>;
 
     /// Start an [`all_to_all_v`](Self::all_to_all_v). The counts arrays are read when starting
@@ -368,7 +379,7 @@ pub trait Communicator: Sized {
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
         send_counts: &[usize],
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         recv_counts: &[usize],
     ) -> Result<Request<'s>>;
 
@@ -381,7 +392,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         counts: &[usize],
     ) -> Result<Request<'s>>;
 
@@ -394,7 +405,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
-        recv: Option<&'s mut Buf<Self, T>>,
+        recv: Option<&'s mut BufMut<Self, T>>,
         root: usize,
     ) -> Result<Request<'s>>;
 
@@ -407,7 +418,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
-        recv: Option<&'s mut Buf<Self, T>>,
+        recv: Option<&'s mut BufMut<Self, T>>,
         counts: &[usize],
         root: usize,
     ) -> Result<Request<'s>>;
@@ -421,7 +432,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: Option<&'s Buf<Self, T>>,
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         root: usize,
     ) -> Result<Request<'s>>;
 
@@ -434,7 +445,7 @@ pub trait Communicator: Sized {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: Option<&'s Buf<Self, T>>,
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         counts: &[usize],
         root: usize,
     ) -> Result<Request<'s>>;
@@ -450,7 +461,7 @@ pub trait Communicator: Sized {
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<Self, T>,
         dest: usize,
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>>;
@@ -474,7 +485,7 @@ pub trait Communicator: Sized {
     fn i_recv<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<Self, T>,
+        buf: &'s mut BufMut<Self, T>,
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>>;
@@ -496,9 +507,9 @@ pub trait Communicator: Sized {
     fn broadcast_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<Self, T>,
+        buf: &'s mut BufMut<Self, T>,
         root: usize,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`reduce`](Self::reduce); see [`barrier_init`](Self::barrier_init). The send
     /// buffer is borrowed mutably so that it can be changed between runs
@@ -509,11 +520,11 @@ pub trait Communicator: Sized {
     fn reduce_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<Self, T>,
-        recv: Option<&'s mut Buf<Self, T>>,
+        send: &'s mut BufMut<Self, T>,
+        recv: Option<&'s mut BufMut<Self, T>>,
         op: ReduceOp,
         root: usize,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`all_reduce`](Self::all_reduce); see [`reduce_init`](Self::reduce_init).
     /// `Avg` is finished (divided) at every completion where the backend sums.
@@ -523,10 +534,10 @@ pub trait Communicator: Sized {
     fn all_reduce_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
+        send: &'s mut BufMut<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`all_reduce_in_place`](Self::all_reduce_in_place) (`buf` is the plan's
     /// receive buffer); see [`reduce_init`](Self::reduce_init).
@@ -536,9 +547,9 @@ pub trait Communicator: Sized {
     fn all_reduce_in_place_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<Self, T>,
+        buf: &'s mut BufMut<Self, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`all_gather`](Self::all_gather); see [`reduce_init`](Self::reduce_init).
     ///
@@ -547,9 +558,9 @@ pub trait Communicator: Sized {
     fn all_gather_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+        send: &'s mut BufMut<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`all_gather_v`](Self::all_gather_v); see [`reduce_init`](Self::reduce_init).
     ///
@@ -558,10 +569,10 @@ pub trait Communicator: Sized {
     fn all_gather_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
+        send: &'s mut BufMut<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         counts: &[usize],
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`gather`](Self::gather); see [`reduce_init`](Self::reduce_init).
     ///
@@ -570,10 +581,10 @@ pub trait Communicator: Sized {
     fn gather_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<Self, T>,
-        recv: Option<&'s mut Buf<Self, T>>,
+        send: &'s mut BufMut<Self, T>,
+        recv: Option<&'s mut BufMut<Self, T>>,
         root: usize,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`gather_v`](Self::gather_v); see [`reduce_init`](Self::reduce_init).
     ///
@@ -582,11 +593,11 @@ pub trait Communicator: Sized {
     fn gather_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<Self, T>,
-        recv: Option<&'s mut Buf<Self, T>>,
+        send: &'s mut BufMut<Self, T>,
+        recv: Option<&'s mut BufMut<Self, T>>,
         counts: &[usize],
         root: usize,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`scatter`](Self::scatter); see [`reduce_init`](Self::reduce_init).
     ///
@@ -595,10 +606,10 @@ pub trait Communicator: Sized {
     fn scatter_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut Buf<Self, T>>,
-        recv: &'s mut Buf<Self, T>,
+        send: Option<&'s mut BufMut<Self, T>>,
+        recv: &'s mut BufMut<Self, T>,
         root: usize,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`scatter_v`](Self::scatter_v); see [`reduce_init`](Self::reduce_init).
     ///
@@ -607,11 +618,11 @@ pub trait Communicator: Sized {
     fn scatter_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut Buf<Self, T>>,
-        recv: &'s mut Buf<Self, T>,
+        send: Option<&'s mut BufMut<Self, T>>,
+        recv: &'s mut BufMut<Self, T>,
         counts: &[usize],
         root: usize,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`reduce_scatter`](Self::reduce_scatter); see
     /// [`reduce_init`](Self::reduce_init).
@@ -621,10 +632,10 @@ pub trait Communicator: Sized {
     fn reduce_scatter_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
+        send: &'s mut BufMut<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`all_to_all`](Self::all_to_all); see [`reduce_init`](Self::reduce_init).
     ///
@@ -633,9 +644,9 @@ pub trait Communicator: Sized {
     fn all_to_all_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<Self, T>,
-        recv: &'s mut Buf<Self, T>,
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+        send: &'s mut BufMut<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 
     /// A persistent [`all_to_all_v`](Self::all_to_all_v); see [`reduce_init`](Self::reduce_init).
     ///
@@ -644,11 +655,11 @@ pub trait Communicator: Sized {
     fn all_to_all_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<Self, T>,
+        send: &'s mut BufMut<Self, T>,
         send_counts: &[usize],
-        recv: &'s mut Buf<Self, T>,
+        recv: &'s mut BufMut<Self, T>,
         recv_counts: &[usize],
-    ) -> Result<Persistent<'s, Buf<Self, T>>>;
+    ) -> Result<Persistent<'s, BufMut<'s, Self, T>>>;
 }
 
 /// What the communicators on device memory share ([`NcclComm`](crate::NcclComm),

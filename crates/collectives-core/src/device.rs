@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -64,43 +64,38 @@ pub fn upload<T: Element>(stream: &Arc<CudaStream>, host: &[T]) -> Result<CudaSl
     Ok(dev)
 }
 
-/// Copy `host` into `dev` (equal lengths).
+/// Copy `host` into `dev` (equal lengths): a [`CudaSlice`], or a `CudaViewMut` of part of one.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when the lengths differ; [`Error::Cuda`] when the copy fails.
-pub fn copy_to_device<T: Element>(
+pub fn copy_to_device<T: Element, B: ?Sized + DevicePtrMut<T>>(
     stream: &Arc<CudaStream>,
     host: &[T],
-    dev: &mut CudaSlice<T>,
+    dev: &mut B,
 ) -> Result<()> {
     const OP: &str = "copy_to_device";
-    crate::check::same_len(OP, "host", host.len(), "device", dev.len())?;
-    if host.is_empty() {
-        return Ok(());
-    }
-    let n = bytes_of::<T>(OP, host.len())?;
-    // SAFETY: `dev` holds exactly `n` bytes; any bytes written are a valid `T` (Pod).
-    let mut view =
-        unsafe { dev.transmute_mut::<u8>(n) }.ok_or_else(|| Error::invalid(OP, "size"))?;
-    stream
-        .memcpy_htod(bytemuck::cast_slice::<T, u8>(host), &mut view)
-        .map_err(|e| cuda(OP, e))
+    let len = DeviceSlice::len(dev);
+    crate::check::same_len(OP, "host", host.len(), "device", len)?;
+    bytes_of::<T>(OP, len)?;
+    crate::backend::cuda_common::upload(OP, stream, host, dev, 0..len)?;
+    // `host` is the caller's (pageable) memory: the copy must be done before it returns.
+    stream.synchronize().map_err(|e| cuda(OP, e))
 }
 
-/// A host copy of `dev`, once the work ordered before it on `stream` is done.
+/// A host copy of `dev` (a [`CudaSlice`], or a view of part of one), once the work ordered
+/// before it on `stream` is done.
 ///
 /// # Errors
 /// [`Error::Cuda`] when the copy fails.
-pub fn download<T: Element>(stream: &Arc<CudaStream>, dev: &CudaSlice<T>) -> Result<Vec<T>> {
+pub fn download<T: Element, B: ?Sized + DevicePtr<T>>(
+    stream: &Arc<CudaStream>,
+    dev: &B,
+) -> Result<Vec<T>> {
     const OP: &str = "download";
-    if dev.is_empty() {
-        return Ok(Vec::new());
-    }
-    let n = bytes_of::<T>(OP, dev.len())?;
-    // SAFETY: `dev` holds exactly `n` bytes, read as bytes.
-    let view = unsafe { dev.transmute::<u8>(n) }.ok_or_else(|| Error::invalid(OP, "size"))?;
-    let bytes: Vec<u8> = stream.clone_dtoh(&view).map_err(|e| cuda(OP, e))?;
-    let mut out = vec![T::zeroed(); dev.len()];
-    bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes);
+    let len = DeviceSlice::len(dev);
+    bytes_of::<T>(OP, len)?;
+    let mut out = vec![T::zeroed(); len];
+    crate::backend::cuda_common::download(OP, stream, dev, 0..len, &mut out)?;
+    stream.synchronize().map_err(|e| cuda(OP, e))?;
     Ok(out)
 }

@@ -54,8 +54,10 @@ pub enum Start {
     PointToPoint,
 }
 
-/// Backend `B`'s buffer type for elements `T`.
-pub type RawBuf<B, T> = <<B as Backend>::Memory as Space>::Buf<T>;
+/// What backend `B` reads for elements `T`.
+pub type RawBuf<'b, B, T> = <<B as Backend>::Memory as Space>::Buf<'b, T>;
+/// What backend `B` writes for elements `T`.
+pub type RawBufMut<'b, B, T> = <<B as Backend>::Memory as Space>::BufMut<'b, T>;
 
 /// A backend: raw, already-checked operations and what the front end needs to know of it.
 ///
@@ -88,7 +90,7 @@ pub trait Backend: Sized {
     fn native_avg(&self) -> bool;
     /// Divide every element of `buf` by the number of ranks (the second half of `Avg`); called
     /// only where [`native_avg`](Self::native_avg) is false.
-    fn divide<T: Element>(&self, _op: &'static str, _buf: &mut RawBuf<Self, T>) -> Result<()> {
+    fn divide<T: Element>(&self, _op: &'static str, _buf: &mut RawBufMut<Self, T>) -> Result<()> {
         Ok(())
     }
     /// What the per-call record ([`crate::record`]) says of a call of `op` (its plain name:
@@ -120,7 +122,7 @@ pub trait Backend: Sized {
     fn raw_broadcast<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut RawBuf<Self, T>,
+        buf: &mut RawBufMut<Self, T>,
         root: usize,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -131,7 +133,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: &RawBuf<Self, T>,
-        recv: Option<&mut RawBuf<Self, T>>,
+        recv: Option<&mut RawBufMut<Self, T>>,
         red: ReduceOp,
         root: usize,
         n: usize,
@@ -142,7 +144,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: Option<&RawBuf<Self, T>>,
-        recv: &mut RawBuf<Self, T>,
+        recv: &mut RawBufMut<Self, T>,
         red: ReduceOp,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -152,7 +154,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: &RawBuf<Self, T>,
-        recv: &mut RawBuf<Self, T>,
+        recv: &mut RawBufMut<Self, T>,
         n: usize,
         staging: Self::Staging<'_, T>,
     ) -> Result<()>;
@@ -161,7 +163,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: &RawBuf<Self, T>,
-        recv: &mut RawBuf<Self, T>,
+        recv: &mut RawBufMut<Self, T>,
         counts: &[usize],
         staging: Self::Staging<'_, T>,
     ) -> Result<()>;
@@ -170,7 +172,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: &RawBuf<Self, T>,
-        recv: Option<&mut RawBuf<Self, T>>,
+        recv: Option<&mut RawBufMut<Self, T>>,
         root: usize,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -180,7 +182,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: &RawBuf<Self, T>,
-        recv: Option<&mut RawBuf<Self, T>>,
+        recv: Option<&mut RawBufMut<Self, T>>,
         counts: &[usize],
         root: usize,
         staging: Self::Staging<'_, T>,
@@ -190,7 +192,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: Option<&RawBuf<Self, T>>,
-        recv: &mut RawBuf<Self, T>,
+        recv: &mut RawBufMut<Self, T>,
         root: usize,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -200,7 +202,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: Option<&RawBuf<Self, T>>,
-        recv: &mut RawBuf<Self, T>,
+        recv: &mut RawBufMut<Self, T>,
         counts: &[usize],
         root: usize,
         staging: Self::Staging<'_, T>,
@@ -210,7 +212,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: &RawBuf<Self, T>,
-        recv: &mut RawBuf<Self, T>,
+        recv: &mut RawBufMut<Self, T>,
         red: ReduceOp,
         n: usize,
         staging: Self::Staging<'_, T>,
@@ -220,7 +222,7 @@ pub trait Backend: Sized {
         &self,
         op: &'static str,
         send: &RawBuf<Self, T>,
-        recv: &mut RawBuf<Self, T>,
+        recv: &mut RawBufMut<Self, T>,
         n: usize,
         staging: Self::Staging<'_, T>,
     ) -> Result<()>;
@@ -230,7 +232,7 @@ pub trait Backend: Sized {
         op: &'static str,
         send: &RawBuf<Self, T>,
         send_counts: &[usize],
-        recv: &mut RawBuf<Self, T>,
+        recv: &mut RawBufMut<Self, T>,
         recv_counts: &[usize],
         staging: Self::Staging<'_, T>,
     ) -> Result<()>;
@@ -248,7 +250,7 @@ pub trait Backend: Sized {
     fn raw_recv<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut RawBuf<Self, T>,
+        buf: &mut RawBufMut<Self, T>,
         source: usize,
         tag: Tag,
         n: usize,
@@ -261,7 +263,7 @@ pub trait Backend: Sized {
         op: &'static str,
         send: &RawBuf<Self, T>,
         dest: usize,
-        recv: &mut RawBuf<Self, T>,
+        recv: &mut RawBufMut<Self, T>,
         source: usize,
         tag: Tag,
         counts: (usize, usize),
@@ -277,8 +279,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
-        recv: &'s mut RawBuf<Self, T>,
+        send: &'s RawBuf<'s, Self, T>,
+        recv: &'s mut RawBufMut<'s, Self, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -289,7 +291,7 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut RawBuf<Self, T>,
+        buf: &'s mut RawBufMut<'s, Self, T>,
         root: usize,
         n: usize,
         staging: Self::Staging<'s, T>,
@@ -299,8 +301,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
-        recv: &'s mut RawBuf<Self, T>,
+        send: &'s RawBuf<'s, Self, T>,
+        recv: &'s mut RawBufMut<'s, Self, T>,
         n: usize,
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
@@ -310,7 +312,7 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s RawBuf<Self, T>,
+        buf: &'s RawBuf<'s, Self, T>,
         dest: usize,
         tag: Tag,
         n: usize,
@@ -322,7 +324,7 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut RawBuf<Self, T>,
+        buf: &'s mut RawBufMut<'s, Self, T>,
         source: usize,
         tag: Tag,
         n: usize,
@@ -340,8 +342,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
-        recv: Option<&'s mut RawBuf<Self, T>>,
+        send: &'s RawBuf<'s, Self, T>,
+        recv: Option<&'s mut RawBufMut<'s, Self, T>>,
         red: ReduceOp,
         average: bool,
         root: usize,
@@ -354,7 +356,7 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut RawBuf<Self, T>,
+        buf: &'s mut RawBufMut<'s, Self, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -366,8 +368,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
-        recv: &'s mut RawBuf<Self, T>,
+        send: &'s RawBuf<'s, Self, T>,
+        recv: &'s mut RawBufMut<'s, Self, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -378,8 +380,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
-        recv: &'s mut RawBuf<Self, T>,
+        send: &'s RawBuf<'s, Self, T>,
+        recv: &'s mut RawBufMut<'s, Self, T>,
         n: usize,
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
@@ -389,9 +391,9 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
+        send: &'s RawBuf<'s, Self, T>,
         send_counts: &[usize],
-        recv: &'s mut RawBuf<Self, T>,
+        recv: &'s mut RawBufMut<'s, Self, T>,
         recv_counts: &[usize],
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
@@ -400,8 +402,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
-        recv: &'s mut RawBuf<Self, T>,
+        send: &'s RawBuf<'s, Self, T>,
+        recv: &'s mut RawBufMut<'s, Self, T>,
         counts: &[usize],
         staging: Self::Staging<'s, T>,
     ) -> Result<Request<'s>>;
@@ -411,8 +413,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
-        recv: Option<&'s mut RawBuf<Self, T>>,
+        send: &'s RawBuf<'s, Self, T>,
+        recv: Option<&'s mut RawBufMut<'s, Self, T>>,
         root: usize,
         n: usize,
         staging: Self::Staging<'s, T>,
@@ -423,8 +425,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
-        recv: Option<&'s mut RawBuf<Self, T>>,
+        send: &'s RawBuf<'s, Self, T>,
+        recv: Option<&'s mut RawBufMut<'s, Self, T>>,
         counts: &[usize],
         root: usize,
         staging: Self::Staging<'s, T>,
@@ -435,8 +437,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s RawBuf<Self, T>>,
-        recv: &'s mut RawBuf<Self, T>,
+        send: Option<&'s RawBuf<'s, Self, T>>,
+        recv: &'s mut RawBufMut<'s, Self, T>,
         root: usize,
         n: usize,
         staging: Self::Staging<'s, T>,
@@ -447,8 +449,8 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s RawBuf<Self, T>>,
-        recv: &'s mut RawBuf<Self, T>,
+        send: Option<&'s RawBuf<'s, Self, T>>,
+        recv: &'s mut RawBufMut<'s, Self, T>,
         counts: &[usize],
         root: usize,
         staging: Self::Staging<'s, T>,
@@ -459,9 +461,9 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<Self, T>,
+        send: &'s RawBuf<'s, Self, T>,
         dest: usize,
-        recv: &'s mut RawBuf<Self, T>,
+        recv: &'s mut RawBufMut<'s, Self, T>,
         source: usize,
         tag: Tag,
         counts: (usize, usize),
@@ -475,7 +477,7 @@ pub trait Backend: Sized {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        call: PlanCall<Self, T>,
+        call: PlanCall<'s, Self, T>,
     ) -> Result<Box<dyn PlanOp + 's>> {
         Ok(replay(self, op, scope, call))
     }
@@ -558,7 +560,9 @@ impl<F: Frontend> Frontend for Checked<F> {
 }
 
 /// A backend's buffer type for elements `T`, as the front end `F` names it.
-type Buf<F, T> = RawBuf<<F as Frontend>::Raw, T>;
+type Buf<'b, F, T> = RawBuf<'b, <F as Frontend>::Raw, T>;
+/// What front end `F`'s backend writes for elements `T`.
+type BufMut<'b, F, T> = RawBufMut<'b, <F as Frontend>::Raw, T>;
 /// What a call of front end `F` holds from before the agreement until its raw operation.
 type Staging<'c, F, T> = <<F as Frontend>::Raw as Backend>::Staging<'c, T>;
 
@@ -566,16 +570,16 @@ type Staging<'c, F, T> = <<F as Frontend>::Raw as Backend>::Staging<'c, T>;
 /// for its life. `red` is the operation the backend runs (`Sum` for an `Avg` it does not do
 /// natively) and `average` whether each completion divides by the number of ranks.
 #[allow(missing_docs)] // the fields are the collectives' arguments, as in the raw operations
-pub enum PlanCall<B: Backend, T: Element> {
+pub enum PlanCall<'s, B: Backend, T: Element> {
     Barrier,
     Broadcast {
-        buf: BufPtr<RawBuf<B, T>>,
+        buf: BufPtr<RawBufMut<'s, B, T>>,
         root: usize,
         n: usize,
     },
     Reduce {
-        send: BufPtr<RawBuf<B, T>>,
-        recv: Option<BufPtr<RawBuf<B, T>>>,
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
         red: ReduceOp,
         average: bool,
         root: usize,
@@ -583,67 +587,67 @@ pub enum PlanCall<B: Backend, T: Element> {
     },
     /// In place on `recv` when `send` is `None`.
     AllReduce {
-        send: Option<BufPtr<RawBuf<B, T>>>,
-        recv: BufPtr<RawBuf<B, T>>,
+        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
         red: ReduceOp,
         average: bool,
         n: usize,
     },
     AllGather {
-        send: BufPtr<RawBuf<B, T>>,
-        recv: BufPtr<RawBuf<B, T>>,
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
         n: usize,
     },
     AllGatherV {
-        send: BufPtr<RawBuf<B, T>>,
-        recv: BufPtr<RawBuf<B, T>>,
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
         counts: Vec<usize>,
     },
     Gather {
-        send: BufPtr<RawBuf<B, T>>,
-        recv: Option<BufPtr<RawBuf<B, T>>>,
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
         root: usize,
         n: usize,
     },
     GatherV {
-        send: BufPtr<RawBuf<B, T>>,
-        recv: Option<BufPtr<RawBuf<B, T>>>,
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
         counts: Vec<usize>,
         root: usize,
     },
     Scatter {
-        send: Option<BufPtr<RawBuf<B, T>>>,
-        recv: BufPtr<RawBuf<B, T>>,
+        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
         root: usize,
         n: usize,
     },
     ScatterV {
-        send: Option<BufPtr<RawBuf<B, T>>>,
-        recv: BufPtr<RawBuf<B, T>>,
+        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
         counts: Vec<usize>,
         root: usize,
     },
     ReduceScatter {
-        send: BufPtr<RawBuf<B, T>>,
-        recv: BufPtr<RawBuf<B, T>>,
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
         red: ReduceOp,
         average: bool,
         n: usize,
     },
     AllToAll {
-        send: BufPtr<RawBuf<B, T>>,
-        recv: BufPtr<RawBuf<B, T>>,
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
         n: usize,
     },
     AllToAllV {
-        send: BufPtr<RawBuf<B, T>>,
+        send: BufPtr<RawBufMut<'s, B, T>>,
         send_counts: Vec<usize>,
-        recv: BufPtr<RawBuf<B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
         recv_counts: Vec<usize>,
     },
 }
 
-impl<B: Backend, T: Element> std::fmt::Debug for PlanCall<B, T> {
+impl<B: Backend, T: Element> std::fmt::Debug for PlanCall<'_, B, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match self {
             PlanCall::Barrier => "Barrier",
@@ -664,6 +668,29 @@ impl<B: Backend, T: Element> std::fmt::Debug for PlanCall<B, T> {
     }
 }
 
+/// A writable buffer, to read.
+fn rd<'a, 'b, F: Frontend, T: Element>(buf: &'a BufMut<'b, F, T>) -> &'a Buf<'b, F, T> {
+    <<F::Raw as Backend>::Memory as Space>::read(buf)
+}
+
+/// A buffer borrowed for `'s` as one of lifetime `'s` (what requests and plans keep).
+fn keep<'s, 'b, F: Frontend, T: Element>(buf: &'s Buf<'b, F, T>) -> &'s Buf<'s, F, T>
+where
+    Buf<'b, F, T>: 's,
+{
+    <<F::Raw as Backend>::Memory as Space>::shorten(buf)
+}
+
+/// A writable buffer borrowed for `'s` as one of lifetime `'s`.
+fn keep_mut<'s, 'b, F: Frontend, T: Element>(
+    buf: &'s mut BufMut<'b, F, T>,
+) -> &'s mut BufMut<'s, F, T>
+where
+    BufMut<'b, F, T>: 's,
+{
+    <<F::Raw as Backend>::Memory as Space>::shorten_mut(buf)
+}
+
 /// The default persistent plan: each start issues the backend's non-blocking raw operation on the
 /// plan's buffers (with fresh staging), and completes it through the request path, deadline and
 /// `Avg` finishing included.
@@ -671,7 +698,7 @@ pub(crate) fn replay<'s, 'e, B: Backend, T: Element>(
     comm: &'s B,
     op: &'static str,
     scope: &'s Scope<'s, 'e>,
-    call: PlanCall<B, T>,
+    call: PlanCall<'s, B, T>,
 ) -> Box<dyn PlanOp + 's> {
     Box::new(Replay {
         comm,
@@ -686,13 +713,19 @@ struct Replay<'s, 'e, B: Backend, T: Element> {
     comm: &'s B,
     op: &'static str,
     scope: &'s Scope<'s, 'e>,
-    call: PlanCall<B, T>,
+    call: PlanCall<'s, B, T>,
     /// The run in flight, taken out of the scope: the plan's own slot in the same scope completes
     /// it before `'s` ends if nothing else does.
     pending: Option<Box<dyn Pending + 's>>,
 }
 
-fn len_of<B: Backend, T: Element>(p: &BufPtr<RawBuf<B, T>>) -> usize {
+/// A plan's writable buffer, to read (a plan borrows its send buffers mutably: the caller
+/// changes them between runs).
+fn read_of<'a, 's, B: Backend, T: Element>(buf: &'a RawBufMut<'s, B, T>) -> &'a RawBuf<'s, B, T> {
+    <B::Memory as Space>::read(buf)
+}
+
+fn len_of<'s, B: Backend, T: Element>(p: &BufPtr<RawBufMut<'s, B, T>>) -> usize {
     // SAFETY: the plan borrows the buffer for 's and no run is in flight while a run is being
     // started, so nothing writes it; the reference ends here.
     unsafe { p.get() }.len()
@@ -703,7 +736,7 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
         let (b, op, s) = (self.comm, self.op, self.scope);
         let stage = |lens| b.stage::<T>(op, Start::Collective, lens);
         let len = len_of::<B, T>;
-        let opt = |p: &Option<BufPtr<RawBuf<B, T>>>| p.as_ref().map(len);
+        let opt = |p: &Option<BufPtr<RawBufMut<'s, B, T>>>| p.as_ref().map(len);
         // SAFETY: (every `get`/`get_mut` below) the plan borrows each buffer mutably for 's; the
         // front end starts a run only when the previous one is complete, and between runs the
         // caller reaches the buffers only through the plan, which it cannot do while this call
@@ -727,7 +760,17 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
                 } => {
                     let st = stage([Some(len(send)), opt(recv)])?;
                     let recv = recv.map(|r| r.get_mut());
-                    b.raw_i_reduce(op, s, send.get(), recv, *red, *average, *root, *n, st)
+                    b.raw_i_reduce(
+                        op,
+                        s,
+                        read_of::<B, T>(send.get()),
+                        recv,
+                        *red,
+                        *average,
+                        *root,
+                        *n,
+                        st,
+                    )
                 }
                 PlanCall::AllReduce {
                     send: Some(send),
@@ -737,7 +780,16 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
                     n,
                 } => {
                     let st = stage(lens2(len(send), len(recv)))?;
-                    b.raw_i_all_reduce(op, s, send.get(), recv.get_mut(), *red, *average, *n, st)
+                    b.raw_i_all_reduce(
+                        op,
+                        s,
+                        read_of::<B, T>(send.get()),
+                        recv.get_mut(),
+                        *red,
+                        *average,
+                        *n,
+                        st,
+                    )
                 }
                 PlanCall::AllReduce {
                     send: None,
@@ -751,11 +803,18 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
                 }
                 PlanCall::AllGather { send, recv, n } => {
                     let st = stage(lens2(len(send), len(recv)))?;
-                    b.raw_i_all_gather(op, s, send.get(), recv.get_mut(), *n, st)
+                    b.raw_i_all_gather(op, s, read_of::<B, T>(send.get()), recv.get_mut(), *n, st)
                 }
                 PlanCall::AllGatherV { send, recv, counts } => {
                     let st = stage(lens2(len(send), len(recv)))?;
-                    b.raw_i_all_gather_v(op, s, send.get(), recv.get_mut(), counts, st)
+                    b.raw_i_all_gather_v(
+                        op,
+                        s,
+                        read_of::<B, T>(send.get()),
+                        recv.get_mut(),
+                        counts,
+                        st,
+                    )
                 }
                 PlanCall::Gather {
                     send,
@@ -765,7 +824,7 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
                 } => {
                     let st = stage([Some(len(send)), opt(recv)])?;
                     let recv = recv.map(|r| r.get_mut());
-                    b.raw_i_gather(op, s, send.get(), recv, *root, *n, st)
+                    b.raw_i_gather(op, s, read_of::<B, T>(send.get()), recv, *root, *n, st)
                 }
                 PlanCall::GatherV {
                     send,
@@ -775,7 +834,7 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
                 } => {
                     let st = stage([Some(len(send)), opt(recv)])?;
                     let recv = recv.map(|r| r.get_mut());
-                    b.raw_i_gather_v(op, s, send.get(), recv, counts, *root, st)
+                    b.raw_i_gather_v(op, s, read_of::<B, T>(send.get()), recv, counts, *root, st)
                 }
                 PlanCall::Scatter {
                     send,
@@ -784,7 +843,7 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
                     n,
                 } => {
                     let st = stage([opt(send), Some(len(recv))])?;
-                    let send = send.map(|p| p.get());
+                    let send = send.map(|p| read_of::<B, T>(p.get()));
                     b.raw_i_scatter(op, s, send, recv.get_mut(), *root, *n, st)
                 }
                 PlanCall::ScatterV {
@@ -794,7 +853,7 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
                     root,
                 } => {
                     let st = stage([opt(send), Some(len(recv))])?;
-                    let send = send.map(|p| p.get());
+                    let send = send.map(|p| read_of::<B, T>(p.get()));
                     b.raw_i_scatter_v(op, s, send, recv.get_mut(), counts, *root, st)
                 }
                 PlanCall::ReduceScatter {
@@ -805,12 +864,12 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
                     n,
                 } => {
                     let st = stage(lens2(len(send), len(recv)))?;
-                    let (send, recv) = (send.get(), recv.get_mut());
+                    let (send, recv) = (read_of::<B, T>(send.get()), recv.get_mut());
                     b.raw_i_reduce_scatter(op, s, send, recv, *red, *average, *n, st)
                 }
                 PlanCall::AllToAll { send, recv, n } => {
                     let st = stage(lens2(len(send), len(recv)))?;
-                    b.raw_i_all_to_all(op, s, send.get(), recv.get_mut(), *n, st)
+                    b.raw_i_all_to_all(op, s, read_of::<B, T>(send.get()), recv.get_mut(), *n, st)
                 }
                 PlanCall::AllToAllV {
                     send,
@@ -819,7 +878,7 @@ impl<'s, B: Backend, T: Element> PlanOp for Replay<'s, '_, B, T> {
                     recv_counts,
                 } => {
                     let st = stage(lens2(len(send), len(recv)))?;
-                    let (send, recv) = (send.get(), recv.get_mut());
+                    let (send, recv) = (read_of::<B, T>(send.get()), recv.get_mut());
                     b.raw_i_all_to_all_v(op, s, send, send_counts, recv, recv_counts, st)
                 }
             }
@@ -859,10 +918,10 @@ fn plan<'s, F: Frontend, T: Element>(
     f: &'s F,
     op: &'static str,
     scope: &'s Scope<'s, '_>,
-    call: PlanCall<F::Raw, T>,
-    send: Option<BufPtr<Buf<F, T>>>,
-    recv: Option<BufPtr<Buf<F, T>>>,
-) -> Result<Persistent<'s, Buf<F, T>>> {
+    call: PlanCall<'s, F::Raw, T>,
+    send: Option<BufPtr<BufMut<'s, F, T>>>,
+    recv: Option<BufPtr<BufMut<'s, F, T>>>,
+) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
     let b = f.raw();
     let bytes = plan_bytes::<F::Raw, T>(&call);
     let kind = plan_kind(&call);
@@ -881,7 +940,7 @@ fn agree_init<F: Frontend, R>(f: &F, op: &'static str, kind: OpKind, made: Resul
 }
 
 /// The agreement's name of a plan's collective.
-fn plan_kind<B: Backend, T: Element>(call: &PlanCall<B, T>) -> OpKind {
+fn plan_kind<B: Backend, T: Element>(call: &PlanCall<'_, B, T>) -> OpKind {
     match call {
         PlanCall::Barrier => OpKind::Barrier,
         PlanCall::Broadcast { .. } => OpKind::Broadcast,
@@ -913,9 +972,9 @@ fn plan_record<B: Backend>(b: &B, op: &'static str, bytes: usize) -> Option<reco
 }
 
 /// The largest buffer of a plan on this rank, in bytes.
-fn plan_bytes<B: Backend, T: Element>(call: &PlanCall<B, T>) -> usize {
-    let len = |p: &BufPtr<RawBuf<B, T>>| Some(len_of::<B, T>(p));
-    let opt = |p: &Option<BufPtr<RawBuf<B, T>>>| p.as_ref().map(len_of::<B, T>);
+fn plan_bytes<'s, B: Backend, T: Element>(call: &PlanCall<'s, B, T>) -> usize {
+    let len = |p: &BufPtr<RawBufMut<'s, B, T>>| Some(len_of::<B, T>(p));
+    let opt = |p: &Option<BufPtr<RawBufMut<'s, B, T>>>| p.as_ref().map(len_of::<B, T>);
     let lens = match call {
         PlanCall::Barrier => [None, None],
         PlanCall::Broadcast { buf, .. } => [len(buf), None],
@@ -1060,10 +1119,10 @@ fn prepare_all_reduce<'c, F: Frontend, T: Element>(
     name: &'static str,
     start: Start,
     send: &Buf<F, T>,
-    recv: &Buf<F, T>,
+    recv: &BufMut<F, T>,
     op: ReduceOp,
 ) -> Result<(usize, Staging<'c, F, T>)> {
-    let local = f.raw().rules().all_reduce::<T, _>(name, send, recv, op);
+    let local = f.raw().rules().all_reduce::<T, _, _>(name, send, recv, op);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
         lens2(send.len(), recv.len())
     });
@@ -1079,7 +1138,7 @@ fn prepare_all_reduce_in_place<'c, F: Frontend, T: Element>(
     f: &'c F,
     name: &'static str,
     start: Start,
-    buf: &Buf<F, T>,
+    buf: &BufMut<F, T>,
     op: ReduceOp,
 ) -> Result<(usize, Staging<'c, F, T>)> {
     let local = f.raw().rules().all_reduce_in_place::<T, _>(name, buf, op);
@@ -1097,9 +1156,9 @@ fn prepare_all_gather<'c, F: Frontend, T: Element>(
     name: &'static str,
     start: Start,
     send: &Buf<F, T>,
-    recv: &Buf<F, T>,
+    recv: &BufMut<F, T>,
 ) -> Result<(usize, Staging<'c, F, T>)> {
-    let local = f.raw().rules().all_gather::<T, _>(name, send, recv);
+    let local = f.raw().rules().all_gather::<T, _, _>(name, send, recv);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
         lens2(send.len(), recv.len())
     });
@@ -1115,10 +1174,13 @@ fn prepare_reduce_scatter<'c, F: Frontend, T: Element>(
     name: &'static str,
     start: Start,
     send: &Buf<F, T>,
-    recv: &Buf<F, T>,
+    recv: &BufMut<F, T>,
     op: ReduceOp,
 ) -> Result<(usize, Staging<'c, F, T>)> {
-    let local = f.raw().rules().reduce_scatter::<T, _>(name, send, recv, op);
+    let local = f
+        .raw()
+        .rules()
+        .reduce_scatter::<T, _, _>(name, send, recv, op);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
         lens2(send.len(), recv.len())
     });
@@ -1135,9 +1197,9 @@ fn prepare_all_to_all<'c, F: Frontend, T: Element>(
     name: &'static str,
     start: Start,
     send: &Buf<F, T>,
-    recv: &Buf<F, T>,
+    recv: &BufMut<F, T>,
 ) -> Result<(usize, Staging<'c, F, T>)> {
-    let local = f.raw().rules().all_to_all::<T, _>(name, send, recv);
+    let local = f.raw().rules().all_to_all::<T, _, _>(name, send, recv);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
         lens2(send.len(), recv.len())
     });
@@ -1150,7 +1212,7 @@ fn prepare_broadcast<'c, F: Frontend, T: Element>(
     f: &'c F,
     name: &'static str,
     start: Start,
-    buf: &Buf<F, T>,
+    buf: &BufMut<F, T>,
     root: usize,
 ) -> Result<(usize, Staging<'c, F, T>)> {
     let local = f.raw().rules().broadcast::<T, _>(name, buf, root);
@@ -1168,13 +1230,13 @@ fn prepare_all_gather_v<'c, F: Frontend, T: Element>(
     name: &'static str,
     start: Start,
     send: &Buf<F, T>,
-    recv: &Buf<F, T>,
+    recv: &BufMut<F, T>,
     counts: &[usize],
 ) -> Result<((), Staging<'c, F, T>)> {
     let local = f
         .raw()
         .rules()
-        .all_gather_v::<T, _>(name, send, recv, counts);
+        .all_gather_v::<T, _, _>(name, send, recv, counts);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
         lens2(send.len(), recv.len())
     });
@@ -1188,7 +1250,7 @@ type Rooted<'c, F, T, R> = Result<((usize, Option<R>), Staging<'c, F, T>)>;
 
 /// `reduce`'s rules, staging and agreement, shared by its blocking and non-blocking forms: the
 /// count and, on the root, its receive buffer.
-fn prepare_reduce<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
+fn prepare_reduce<'c, 'b, F: Frontend, T: Element, R: Deref<Target = BufMut<'b, F, T>>>(
     f: &'c F,
     name: &'static str,
     start: Start,
@@ -1200,7 +1262,7 @@ fn prepare_reduce<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
     let local = f
         .raw()
         .rules()
-        .reduce::<T, _, _>(name, send, recv, op, root);
+        .reduce::<T, _, _, _>(name, send, recv, op, root);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |(_, r)| {
         [Some(send.len()), r.as_ref().map(|r| r.len())]
     });
@@ -1214,7 +1276,7 @@ fn prepare_reduce<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
 
 /// `gather`'s rules, staging and agreement, shared by its blocking and non-blocking forms: the
 /// count and, on the root, its receive buffer.
-fn prepare_gather<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
+fn prepare_gather<'c, 'b, F: Frontend, T: Element, R: Deref<Target = BufMut<'b, F, T>>>(
     f: &'c F,
     name: &'static str,
     start: Start,
@@ -1222,7 +1284,7 @@ fn prepare_gather<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
     recv: Option<R>,
     root: usize,
 ) -> Rooted<'c, F, T, R> {
-    let local = f.raw().rules().gather::<T, _, _>(name, send, recv, root);
+    let local = f.raw().rules().gather::<T, _, _, _>(name, send, recv, root);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |(_, r)| {
         [Some(send.len()), r.as_ref().map(|r| r.len())]
     });
@@ -1235,15 +1297,18 @@ fn prepare_gather<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
 
 /// `scatter`'s rules, staging and agreement, shared by its blocking and non-blocking forms: the
 /// count and, on the root, its send buffer.
-fn prepare_scatter<'c, F: Frontend, T: Element, S: Deref<Target = Buf<F, T>>>(
+fn prepare_scatter<'c, F: Frontend, T: Element, X: ?Sized + Buffer<T>, S: Deref<Target = X>>(
     f: &'c F,
     name: &'static str,
     start: Start,
     send: Option<S>,
-    recv: &Buf<F, T>,
+    recv: &BufMut<F, T>,
     root: usize,
 ) -> Rooted<'c, F, T, S> {
-    let local = f.raw().rules().scatter::<T, _, _>(name, send, recv, root);
+    let local = f
+        .raw()
+        .rules()
+        .scatter::<T, _, _, _>(name, send, recv, root);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |(_, s)| {
         [s.as_ref().map(|s| s.len()), Some(recv.len())]
     });
@@ -1256,7 +1321,7 @@ fn prepare_scatter<'c, F: Frontend, T: Element, S: Deref<Target = Buf<F, T>>>(
 
 /// `gather_v`'s rules, staging and agreement, shared by its blocking, non-blocking and persistent
 /// forms: on the root, its receive buffer.
-fn prepare_gather_v<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
+fn prepare_gather_v<'c, 'b, F: Frontend, T: Element, R: Deref<Target = BufMut<'b, F, T>>>(
     f: &'c F,
     name: &'static str,
     start: Start,
@@ -1268,7 +1333,7 @@ fn prepare_gather_v<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
     let local = f
         .raw()
         .rules()
-        .gather_v::<T, _, _>(name, send, recv, counts, root);
+        .gather_v::<T, _, _, _>(name, send, recv, counts, root);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |r| {
         [Some(send.len()), r.as_ref().map(|r| r.len())]
     });
@@ -1281,19 +1346,19 @@ fn prepare_gather_v<'c, F: Frontend, T: Element, R: Deref<Target = Buf<F, T>>>(
 
 /// `scatter_v`'s rules, staging and agreement, shared by its blocking, non-blocking and persistent
 /// forms: on the root, its send buffer.
-fn prepare_scatter_v<'c, F: Frontend, T: Element, S: Deref<Target = Buf<F, T>>>(
+fn prepare_scatter_v<'c, F: Frontend, T: Element, X: ?Sized + Buffer<T>, S: Deref<Target = X>>(
     f: &'c F,
     name: &'static str,
     start: Start,
     send: Option<S>,
-    recv: &Buf<F, T>,
+    recv: &BufMut<F, T>,
     counts: &[usize],
     root: usize,
 ) -> Result<(Option<S>, Staging<'c, F, T>)> {
     let local = f
         .raw()
         .rules()
-        .scatter_v::<T, _, _>(name, send, recv, counts, root);
+        .scatter_v::<T, _, _, _>(name, send, recv, counts, root);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |s| {
         [s.as_ref().map(|s| s.len()), Some(recv.len())]
     });
@@ -1312,13 +1377,13 @@ fn prepare_all_to_all_v<'c, F: Frontend, T: Element>(
     start: Start,
     send: &Buf<F, T>,
     send_counts: &[usize],
-    recv: &Buf<F, T>,
+    recv: &BufMut<F, T>,
     recv_counts: &[usize],
 ) -> Result<((), Staging<'c, F, T>)> {
     let local = f
         .raw()
         .rules()
-        .all_to_all_v::<T, _>(name, send, send_counts, recv, recv_counts);
+        .all_to_all_v::<T, _, _>(name, send, send_counts, recv, recv_counts);
     let local = staged::<_, T, _>(f.raw(), name, start, local, |_| {
         lens2(send.len(), recv.len())
     });
@@ -1355,7 +1420,7 @@ impl<F: Frontend> Communicator for F {
         })
     }
 
-    fn broadcast<T: Element>(&self, buf: &mut Buf<F, T>, root: usize) -> Result<()> {
+    fn broadcast<T: Element>(&self, buf: &mut BufMut<F, T>, root: usize) -> Result<()> {
         const OP: &str = "broadcast";
         recorded!(
             self,
@@ -1373,7 +1438,7 @@ impl<F: Frontend> Communicator for F {
     fn reduce<T: Element>(
         &self,
         send: &Buf<F, T>,
-        recv: Option<&mut Buf<F, T>>,
+        recv: Option<&mut BufMut<F, T>>,
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
@@ -1401,7 +1466,7 @@ impl<F: Frontend> Communicator for F {
     fn all_reduce<T: Element>(
         &self,
         send: &Buf<F, T>,
-        recv: &mut Buf<F, T>,
+        recv: &mut BufMut<F, T>,
         op: ReduceOp,
     ) -> Result<()> {
         const OP: &str = "all_reduce";
@@ -1425,7 +1490,7 @@ impl<F: Frontend> Communicator for F {
         )
     }
 
-    fn all_reduce_in_place<T: Element>(&self, buf: &mut Buf<F, T>, op: ReduceOp) -> Result<()> {
+    fn all_reduce_in_place<T: Element>(&self, buf: &mut BufMut<F, T>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce_in_place";
         recorded!(
             self,
@@ -1446,7 +1511,7 @@ impl<F: Frontend> Communicator for F {
         )
     }
 
-    fn all_gather<T: Element>(&self, send: &Buf<F, T>, recv: &mut Buf<F, T>) -> Result<()> {
+    fn all_gather<T: Element>(&self, send: &Buf<F, T>, recv: &mut BufMut<F, T>) -> Result<()> {
         const OP: &str = "all_gather";
         recorded!(
             self,
@@ -1465,7 +1530,7 @@ impl<F: Frontend> Communicator for F {
     fn all_gather_v<T: Element>(
         &self,
         send: &Buf<F, T>,
-        recv: &mut Buf<F, T>,
+        recv: &mut BufMut<F, T>,
         counts: &[usize],
     ) -> Result<()> {
         const OP: &str = "all_gather_v";
@@ -1486,7 +1551,7 @@ impl<F: Frontend> Communicator for F {
     fn gather<T: Element>(
         &self,
         send: &Buf<F, T>,
-        recv: Option<&mut Buf<F, T>>,
+        recv: Option<&mut BufMut<F, T>>,
         root: usize,
     ) -> Result<()> {
         const OP: &str = "gather";
@@ -1507,7 +1572,7 @@ impl<F: Frontend> Communicator for F {
     fn gather_v<T: Element>(
         &self,
         send: &Buf<F, T>,
-        recv: Option<&mut Buf<F, T>>,
+        recv: Option<&mut BufMut<F, T>>,
         counts: &[usize],
         root: usize,
     ) -> Result<()> {
@@ -1537,7 +1602,7 @@ impl<F: Frontend> Communicator for F {
     fn scatter<T: Element>(
         &self,
         send: Option<&Buf<F, T>>,
-        recv: &mut Buf<F, T>,
+        recv: &mut BufMut<F, T>,
         root: usize,
     ) -> Result<()> {
         const OP: &str = "scatter";
@@ -1549,7 +1614,7 @@ impl<F: Frontend> Communicator for F {
             [send.as_ref().map(|b| b.len()), Some(recv.len())],
             {
                 let ((n, send), staging) =
-                    prepare_scatter::<_, T, _>(self, OP, Start::Blocking, send, recv, root)?;
+                    prepare_scatter::<_, T, _, _>(self, OP, Start::Blocking, send, recv, root)?;
                 self.raw().raw_scatter(OP, send, recv, root, n, staging)
             }
         )
@@ -1558,7 +1623,7 @@ impl<F: Frontend> Communicator for F {
     fn scatter_v<T: Element>(
         &self,
         send: Option<&Buf<F, T>>,
-        recv: &mut Buf<F, T>,
+        recv: &mut BufMut<F, T>,
         counts: &[usize],
         root: usize,
     ) -> Result<()> {
@@ -1570,7 +1635,7 @@ impl<F: Frontend> Communicator for F {
             T,
             [send.as_ref().map(|b| b.len()), Some(recv.len())],
             {
-                let (send, staging) = prepare_scatter_v::<_, T, _>(
+                let (send, staging) = prepare_scatter_v::<_, T, _, _>(
                     self,
                     OP,
                     Start::Blocking,
@@ -1588,7 +1653,7 @@ impl<F: Frontend> Communicator for F {
     fn reduce_scatter<T: Element>(
         &self,
         send: &Buf<F, T>,
-        recv: &mut Buf<F, T>,
+        recv: &mut BufMut<F, T>,
         op: ReduceOp,
     ) -> Result<()> {
         const OP: &str = "reduce_scatter";
@@ -1612,7 +1677,7 @@ impl<F: Frontend> Communicator for F {
         )
     }
 
-    fn all_to_all<T: Element>(&self, send: &Buf<F, T>, recv: &mut Buf<F, T>) -> Result<()> {
+    fn all_to_all<T: Element>(&self, send: &Buf<F, T>, recv: &mut BufMut<F, T>) -> Result<()> {
         const OP: &str = "all_to_all";
         recorded!(
             self,
@@ -1632,7 +1697,7 @@ impl<F: Frontend> Communicator for F {
         &self,
         send: &Buf<F, T>,
         send_counts: &[usize],
-        recv: &mut Buf<F, T>,
+        recv: &mut BufMut<F, T>,
         recv_counts: &[usize],
     ) -> Result<()> {
         const OP: &str = "all_to_all_v";
@@ -1679,7 +1744,7 @@ impl<F: Frontend> Communicator for F {
         )
     }
 
-    fn recv<T: Element>(&self, buf: &mut Buf<F, T>, source: usize, tag: Tag) -> Result<()> {
+    fn recv<T: Element>(&self, buf: &mut BufMut<F, T>, source: usize, tag: Tag) -> Result<()> {
         const OP: &str = "recv";
         recorded!(
             self,
@@ -1704,7 +1769,7 @@ impl<F: Frontend> Communicator for F {
         &self,
         send: &Buf<F, T>,
         dest: usize,
-        recv: &mut Buf<F, T>,
+        recv: &mut BufMut<F, T>,
         source: usize,
         tag: Tag,
     ) -> Result<()> {
@@ -1719,7 +1784,7 @@ impl<F: Frontend> Communicator for F {
                 let (sn, rn) = self
                     .raw()
                     .rules()
-                    .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
+                    .send_recv::<T, _, _>(OP, send, dest, recv, source, tag)?;
                 let staging = self.raw().stage::<T>(OP, Start::Blocking, lens2(sn, rn))?;
                 self.raw()
                     .raw_send_recv(OP, send, dest, recv, source, tag, (sn, rn), staging)
@@ -1748,9 +1813,11 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "i_all_reduce";
         recorded!(
             self,
@@ -1771,9 +1838,10 @@ impl<F: Frontend> Communicator for F {
     fn i_broadcast<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<F, T>,
+        buf: &'s mut BufMut<F, T>,
         root: usize,
     ) -> Result<Request<'s>> {
+        let buf = keep_mut::<F, T>(buf);
         const OP: &str = "i_broadcast";
         recorded!(
             self,
@@ -1793,8 +1861,10 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "i_all_gather";
         recorded!(
             self,
@@ -1823,10 +1893,12 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
-        recv: Option<&'s mut Buf<F, T>>,
+        recv: Option<&'s mut BufMut<F, T>>,
         op: ReduceOp,
         root: usize,
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = recv.map(keep_mut::<F, T>);
         const OP: &str = "i_reduce";
         recorded!(
             self,
@@ -1847,9 +1919,10 @@ impl<F: Frontend> Communicator for F {
     fn i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<F, T>,
+        buf: &'s mut BufMut<F, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>> {
+        let buf = keep_mut::<F, T>(buf);
         const OP: &str = "i_all_reduce_in_place";
         recorded!(
             self,
@@ -1871,9 +1944,11 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
         op: ReduceOp,
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "i_reduce_scatter";
         recorded!(
             self,
@@ -1895,8 +1970,10 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "i_all_to_all";
         recorded!(
             self,
@@ -1918,9 +1995,11 @@ impl<F: Frontend> Communicator for F {
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
         send_counts: &[usize],
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
         recv_counts: &[usize],
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "i_all_to_all_v";
         recorded!(
             self,
@@ -1955,9 +2034,11 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
         counts: &[usize],
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "i_all_gather_v";
         recorded!(
             self,
@@ -1978,9 +2059,11 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
-        recv: Option<&'s mut Buf<F, T>>,
+        recv: Option<&'s mut BufMut<F, T>>,
         root: usize,
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = recv.map(keep_mut::<F, T>);
         const OP: &str = "i_gather";
         recorded!(
             self,
@@ -2001,10 +2084,12 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
-        recv: Option<&'s mut Buf<F, T>>,
+        recv: Option<&'s mut BufMut<F, T>>,
         counts: &[usize],
         root: usize,
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = recv.map(keep_mut::<F, T>);
         const OP: &str = "i_gather_v";
         recorded!(
             self,
@@ -2032,9 +2117,11 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: Option<&'s Buf<F, T>>,
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
         root: usize,
     ) -> Result<Request<'s>> {
+        let send = send.map(keep::<F, T>);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "i_scatter";
         recorded!(
             self,
@@ -2044,7 +2131,7 @@ impl<F: Frontend> Communicator for F {
             [send.as_ref().map(|b| b.len()), Some(recv.len())],
             {
                 let ((n, send), staging) =
-                    prepare_scatter::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
+                    prepare_scatter::<_, T, _, _>(self, OP, Start::Collective, send, recv, root)?;
                 self.raw()
                     .raw_i_scatter(OP, scope, send, recv, root, n, staging)
             }
@@ -2055,10 +2142,12 @@ impl<F: Frontend> Communicator for F {
         &'s self,
         scope: &'s Scope<'s, '_>,
         send: Option<&'s Buf<F, T>>,
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
         counts: &[usize],
         root: usize,
     ) -> Result<Request<'s>> {
+        let send = send.map(keep::<F, T>);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "i_scatter_v";
         recorded!(
             self,
@@ -2067,7 +2156,7 @@ impl<F: Frontend> Communicator for F {
             T,
             [send.as_ref().map(|b| b.len()), Some(recv.len())],
             {
-                let (send, staging) = prepare_scatter_v::<_, T, _>(
+                let (send, staging) = prepare_scatter_v::<_, T, _, _>(
                     self,
                     OP,
                     Start::Collective,
@@ -2087,10 +2176,12 @@ impl<F: Frontend> Communicator for F {
         scope: &'s Scope<'s, '_>,
         send: &'s Buf<F, T>,
         dest: usize,
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>> {
+        let send = keep::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "i_send_recv";
         recorded!(
             self,
@@ -2102,7 +2193,7 @@ impl<F: Frontend> Communicator for F {
                 let (sn, rn) = self
                     .raw()
                     .rules()
-                    .send_recv::<T, _>(OP, send, dest, recv, source, tag)?;
+                    .send_recv::<T, _, _>(OP, send, dest, recv, source, tag)?;
                 let staging = self
                     .raw()
                     .stage::<T>(OP, Start::PointToPoint, lens2(sn, rn))?;
@@ -2128,6 +2219,7 @@ impl<F: Frontend> Communicator for F {
         dest: usize,
         tag: Tag,
     ) -> Result<Request<'s>> {
+        let buf = keep::<F, T>(buf);
         const OP: &str = "i_send";
         recorded!(
             self,
@@ -2151,10 +2243,11 @@ impl<F: Frontend> Communicator for F {
     fn i_recv<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<F, T>,
+        buf: &'s mut BufMut<F, T>,
         source: usize,
         tag: Tag,
     ) -> Result<Request<'s>> {
+        let buf = keep_mut::<F, T>(buf);
         const OP: &str = "i_recv";
         recorded!(
             self,
@@ -2190,9 +2283,10 @@ impl<F: Frontend> Communicator for F {
     fn broadcast_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<F, T>,
+        buf: &'s mut BufMut<F, T>,
         root: usize,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let buf = keep_mut::<F, T>(buf);
         const OP: &str = "broadcast_init";
         recorded!(self, Form::Init, Start::Collective, T, [Some(buf.len())], {
             let (n, _) = prepare_broadcast::<_, T>(self, OP, Start::Collective, buf, root)?;
@@ -2205,11 +2299,13 @@ impl<F: Frontend> Communicator for F {
     fn reduce_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<F, T>,
-        recv: Option<&'s mut Buf<F, T>>,
+        send: &'s mut BufMut<F, T>,
+        recv: Option<&'s mut BufMut<F, T>>,
         op: ReduceOp,
         root: usize,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = keep_mut::<F, T>(send);
+        let recv = recv.map(keep_mut::<F, T>);
         const OP: &str = "reduce_init";
         recorded!(
             self,
@@ -2218,8 +2314,15 @@ impl<F: Frontend> Communicator for F {
             T,
             [Some(send.len()), recv.as_ref().map(|b| b.len())],
             {
-                let ((n, recv), _) =
-                    prepare_reduce::<_, T, _>(self, OP, Start::Collective, send, recv, op, root)?;
+                let ((n, recv), _) = prepare_reduce::<_, T, _>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    rd::<F, T>(send),
+                    recv,
+                    op,
+                    root,
+                )?;
                 let (red, average) = reduction(self.raw(), op);
                 let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
                 let call = PlanCall::Reduce {
@@ -2238,10 +2341,12 @@ impl<F: Frontend> Communicator for F {
     fn all_reduce_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = keep_mut::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "all_reduce_init";
         recorded!(
             self,
@@ -2250,8 +2355,14 @@ impl<F: Frontend> Communicator for F {
             T,
             [Some(send.len()), Some(recv.len())],
             {
-                let (n, _) =
-                    prepare_all_reduce::<_, T>(self, OP, Start::Collective, send, recv, op)?;
+                let (n, _) = prepare_all_reduce::<_, T>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    rd::<F, T>(send),
+                    recv,
+                    op,
+                )?;
                 let (red, average) = reduction(self.raw(), op);
                 let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
                 let call = PlanCall::AllReduce {
@@ -2269,9 +2380,10 @@ impl<F: Frontend> Communicator for F {
     fn all_reduce_in_place_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut Buf<F, T>,
+        buf: &'s mut BufMut<F, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let buf = keep_mut::<F, T>(buf);
         const OP: &str = "all_reduce_in_place_init";
         recorded!(self, Form::Init, Start::Collective, T, [Some(buf.len())], {
             let (n, _) = prepare_all_reduce_in_place::<_, T>(self, OP, Start::Collective, buf, op)?;
@@ -2291,9 +2403,11 @@ impl<F: Frontend> Communicator for F {
     fn all_gather_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = keep_mut::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "all_gather_init";
         recorded!(
             self,
@@ -2302,7 +2416,13 @@ impl<F: Frontend> Communicator for F {
             T,
             [Some(send.len()), Some(recv.len())],
             {
-                let (n, _) = prepare_all_gather::<_, T>(self, OP, Start::Collective, send, recv)?;
+                let (n, _) = prepare_all_gather::<_, T>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    rd::<F, T>(send),
+                    recv,
+                )?;
                 let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
                 let call = PlanCall::AllGather { send, recv, n };
                 plan(self, OP, scope, call, Some(send), Some(recv))
@@ -2313,10 +2433,12 @@ impl<F: Frontend> Communicator for F {
     fn all_gather_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
         counts: &[usize],
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = keep_mut::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "all_gather_v_init";
         recorded!(
             self,
@@ -2325,8 +2447,14 @@ impl<F: Frontend> Communicator for F {
             T,
             [Some(send.len()), Some(recv.len())],
             {
-                let ((), _) =
-                    prepare_all_gather_v::<_, T>(self, OP, Start::Collective, send, recv, counts)?;
+                let ((), _) = prepare_all_gather_v::<_, T>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    rd::<F, T>(send),
+                    recv,
+                    counts,
+                )?;
                 let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
                 let counts = counts.to_vec();
                 let call = PlanCall::AllGatherV { send, recv, counts };
@@ -2338,10 +2466,12 @@ impl<F: Frontend> Communicator for F {
     fn gather_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<F, T>,
-        recv: Option<&'s mut Buf<F, T>>,
+        send: &'s mut BufMut<F, T>,
+        recv: Option<&'s mut BufMut<F, T>>,
         root: usize,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = keep_mut::<F, T>(send);
+        let recv = recv.map(keep_mut::<F, T>);
         const OP: &str = "gather_init";
         recorded!(
             self,
@@ -2350,8 +2480,14 @@ impl<F: Frontend> Communicator for F {
             T,
             [Some(send.len()), recv.as_ref().map(|b| b.len())],
             {
-                let ((n, recv), _) =
-                    prepare_gather::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
+                let ((n, recv), _) = prepare_gather::<_, T, _>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    rd::<F, T>(send),
+                    recv,
+                    root,
+                )?;
                 let (send, recv) = (BufPtr::new(send), recv.map(BufPtr::new));
                 let call = PlanCall::Gather {
                     send,
@@ -2367,11 +2503,13 @@ impl<F: Frontend> Communicator for F {
     fn gather_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<F, T>,
-        recv: Option<&'s mut Buf<F, T>>,
+        send: &'s mut BufMut<F, T>,
+        recv: Option<&'s mut BufMut<F, T>>,
         counts: &[usize],
         root: usize,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = keep_mut::<F, T>(send);
+        let recv = recv.map(keep_mut::<F, T>);
         const OP: &str = "gather_v_init";
         recorded!(
             self,
@@ -2384,7 +2522,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    send,
+                    rd::<F, T>(send),
                     recv,
                     counts,
                     root,
@@ -2405,10 +2543,12 @@ impl<F: Frontend> Communicator for F {
     fn scatter_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut Buf<F, T>>,
-        recv: &'s mut Buf<F, T>,
+        send: Option<&'s mut BufMut<F, T>>,
+        recv: &'s mut BufMut<F, T>,
         root: usize,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = send.map(keep_mut::<F, T>);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "scatter_init";
         recorded!(
             self,
@@ -2418,7 +2558,7 @@ impl<F: Frontend> Communicator for F {
             [send.as_ref().map(|b| b.len()), Some(recv.len())],
             {
                 let ((n, send), _) =
-                    prepare_scatter::<_, T, _>(self, OP, Start::Collective, send, recv, root)?;
+                    prepare_scatter::<_, T, _, _>(self, OP, Start::Collective, send, recv, root)?;
                 let (send, recv) = (send.map(BufPtr::new), BufPtr::new(recv));
                 let call = PlanCall::Scatter {
                     send,
@@ -2434,11 +2574,13 @@ impl<F: Frontend> Communicator for F {
     fn scatter_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut Buf<F, T>>,
-        recv: &'s mut Buf<F, T>,
+        send: Option<&'s mut BufMut<F, T>>,
+        recv: &'s mut BufMut<F, T>,
         counts: &[usize],
         root: usize,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = send.map(keep_mut::<F, T>);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "scatter_v_init";
         recorded!(
             self,
@@ -2447,7 +2589,7 @@ impl<F: Frontend> Communicator for F {
             T,
             [send.as_ref().map(|b| b.len()), Some(recv.len())],
             {
-                let (send, _) = prepare_scatter_v::<_, T, _>(
+                let (send, _) = prepare_scatter_v::<_, T, _, _>(
                     self,
                     OP,
                     Start::Collective,
@@ -2472,10 +2614,12 @@ impl<F: Frontend> Communicator for F {
     fn reduce_scatter_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
         op: ReduceOp,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = keep_mut::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "reduce_scatter_init";
         recorded!(
             self,
@@ -2484,8 +2628,14 @@ impl<F: Frontend> Communicator for F {
             T,
             [Some(send.len()), Some(recv.len())],
             {
-                let (n, _) =
-                    prepare_reduce_scatter::<_, T>(self, OP, Start::Collective, send, recv, op)?;
+                let (n, _) = prepare_reduce_scatter::<_, T>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    rd::<F, T>(send),
+                    recv,
+                    op,
+                )?;
                 let (red, average) = reduction(self.raw(), op);
                 let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
                 let call = PlanCall::ReduceScatter {
@@ -2503,9 +2653,11 @@ impl<F: Frontend> Communicator for F {
     fn all_to_all_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<F, T>,
-        recv: &'s mut Buf<F, T>,
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = keep_mut::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "all_to_all_init";
         recorded!(
             self,
@@ -2514,7 +2666,13 @@ impl<F: Frontend> Communicator for F {
             T,
             [Some(send.len()), Some(recv.len())],
             {
-                let (n, _) = prepare_all_to_all::<_, T>(self, OP, Start::Collective, send, recv)?;
+                let (n, _) = prepare_all_to_all::<_, T>(
+                    self,
+                    OP,
+                    Start::Collective,
+                    rd::<F, T>(send),
+                    recv,
+                )?;
                 let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
                 let call = PlanCall::AllToAll { send, recv, n };
                 plan(self, OP, scope, call, Some(send), Some(recv))
@@ -2525,11 +2683,13 @@ impl<F: Frontend> Communicator for F {
     fn all_to_all_v_init<'s, T: Element>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        send: &'s mut Buf<F, T>,
+        send: &'s mut BufMut<F, T>,
         send_counts: &[usize],
-        recv: &'s mut Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
         recv_counts: &[usize],
-    ) -> Result<Persistent<'s, Buf<F, T>>> {
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        let send = keep_mut::<F, T>(send);
+        let recv = keep_mut::<F, T>(recv);
         const OP: &str = "all_to_all_v_init";
         recorded!(
             self,
@@ -2542,7 +2702,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    send,
+                    rd::<F, T>(send),
                     send_counts,
                     recv,
                     recv_counts,

@@ -66,15 +66,15 @@ pub use backend::nccl::{NcclBuffer, NcclComm, RegisterMode, Registration};
 pub use checked::Checked;
 #[cfg(feature = "nccl")]
 pub use comm::DeviceCommunicator;
-pub use comm::{Buf, Communicator, Tag};
+pub use comm::{Buf, BufMut, Communicator, Tag};
 pub use cuda_aware::CudaAwareness;
 #[cfg(feature = "nccl")]
 pub use cudarc;
 pub use element::{DType, Element, ElementKind, WireForm};
 pub use error::{Error, Result};
-#[cfg(feature = "nccl")]
-pub use memory::Device;
 pub use memory::{Buffer, Host, Space};
+#[cfg(feature = "nccl")]
+pub use memory::{Device, DeviceBuffer, DeviceBufferMut};
 #[cfg(feature = "nccl")]
 pub use nccl_sys;
 pub use op::{BackendKind, ReduceOp};

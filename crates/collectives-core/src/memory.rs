@@ -43,19 +43,140 @@ impl<T: Element> Buffer<T> for [T] {
 }
 
 #[cfg(feature = "nccl")]
-impl<T: Element> Buffer<T> for cudarc::driver::CudaSlice<T> {
-    fn len(&self) -> usize {
-        cudarc::driver::CudaSlice::len(self)
+mod device {
+    use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice};
+
+    use super::Buffer;
+    use crate::element::Element;
+
+    macro_rules! device_buffer {
+        ($($ty:ty),*) => {$(
+            impl<T: Element> Buffer<T> for $ty {
+                fn len(&self) -> usize {
+                    DeviceSlice::len(self)
+                }
+                fn device(&self) -> Option<usize> {
+                    Some(self.stream().context().ordinal())
+                }
+            }
+        )*};
     }
-    fn device(&self) -> Option<usize> {
-        Some(self.ordinal())
+    device_buffer!(
+        CudaSlice<T>,
+        CudaView<'_, T>,
+        CudaViewMut<'_, T>,
+        dyn DeviceBuffer<T> + '_,
+        dyn DeviceBufferMut<T> + '_
+    );
+
+    /// Device memory an operation reads: cudarc's [`CudaSlice`], [`CudaView`] (part of one, from
+    /// `slice(range)`) and [`CudaViewMut`], and this crate's registered buffers
+    /// ([`NcclBuffer`](crate::NcclBuffer)): anything that is cudarc's [`DevicePtr`], whose
+    /// `device_ptr` orders the read after the memory's last write where cudarc tracks it.
+    ///
+    /// A `&CudaSlice<T>` coerces to `&dyn DeviceBuffer<T>` where an operation takes one; inside an
+    /// `Option` (the send buffer of a rooted collective) it does not, and
+    /// [`as_buf`](Self::as_buf) makes the conversion: `is_root.then_some(send.as_buf())`.
+    pub trait DeviceBuffer<T: Element>: DevicePtr<T> {
+        /// This buffer as the type operations read.
+        fn as_buf(&self) -> &dyn DeviceBuffer<T>
+        where
+            Self: Sized,
+        {
+            self
+        }
     }
+    impl<T: Element, B: ?Sized + DevicePtr<T>> DeviceBuffer<T> for B {}
+
+    /// Device memory an operation writes: [`CudaSlice`], [`CudaViewMut`] (from `slice_mut(range)`)
+    /// and registered buffers; not a read-only [`CudaView`].
+    ///
+    /// A `&mut CudaSlice<T>` coerces to `&mut dyn DeviceBufferMut<T>`; inside an `Option` (the
+    /// receive buffer of a rooted collective) [`as_buf_mut`](Self::as_buf_mut) converts it:
+    /// `is_root.then_some(recv.as_buf_mut())`.
+    pub trait DeviceBufferMut<T: Element>: DeviceBuffer<T> + DevicePtrMut<T> {
+        /// This buffer as the type operations write.
+        fn as_buf_mut(&mut self) -> &mut dyn DeviceBufferMut<T>
+        where
+            Self: Sized,
+        {
+            self
+        }
+    }
+    impl<T: Element, B: ?Sized + DevicePtr<T> + DevicePtrMut<T>> DeviceBufferMut<T> for B {}
 }
 
-/// A memory space: the buffer type its communicators take for elements `T`.
+#[cfg(feature = "nccl")]
+pub use device::{DeviceBuffer, DeviceBufferMut};
+
+/// cudarc's device-slice traits for a type that owns a `CudaSlice<T>` in field `$field` (a
+/// buffer of this crate with its own allocation or registration): what makes it a
+/// [`DeviceBufferMut`].
+#[cfg(feature = "nccl")]
+macro_rules! forward_device_slice {
+    ($ty:ty, $field:ident) => {
+        impl<T> cudarc::driver::DeviceSlice<T> for $ty {
+            fn len(&self) -> usize {
+                self.$field.len()
+            }
+            fn stream(&self) -> &std::sync::Arc<cudarc::driver::CudaStream> {
+                self.$field.stream()
+            }
+        }
+        impl<T> cudarc::driver::DevicePtr<T> for $ty {
+            fn device_ptr<'a>(
+                &'a self,
+                stream: &'a cudarc::driver::CudaStream,
+            ) -> (
+                cudarc::driver::sys::CUdeviceptr,
+                cudarc::driver::SyncOnDrop<'a>,
+            ) {
+                self.$field.device_ptr(stream)
+            }
+        }
+        impl<T> cudarc::driver::DevicePtrMut<T> for $ty {
+            fn device_ptr_mut<'a>(
+                &'a mut self,
+                stream: &'a cudarc::driver::CudaStream,
+            ) -> (
+                cudarc::driver::sys::CUdeviceptr,
+                cudarc::driver::SyncOnDrop<'a>,
+            ) {
+                self.$field.device_ptr_mut(stream)
+            }
+        }
+    };
+}
+#[cfg(feature = "nccl")]
+pub(crate) use forward_device_slice;
+
+/// A device buffer as the device backends read it, borrowed for `'b`.
+#[cfg(feature = "nccl")]
+pub(crate) type Dev<'b, T> = dyn DeviceBuffer<T> + 'b;
+/// A device buffer as the device backends write it, borrowed for `'b`.
+#[cfg(feature = "nccl")]
+pub(crate) type DevMut<'b, T> = dyn DeviceBufferMut<T> + 'b;
+
+/// A memory space: the buffer types its communicators take for elements `T`, one to read
+/// (`Buf`) and one to write (`BufMut`), each borrowing memory for `'b`.
 pub trait Space {
-    /// The buffer type for elements `T`.
-    type Buf<T: Element>: ?Sized + Buffer<T>;
+    /// What an operation reads (a send buffer).
+    type Buf<'b, T: Element>: ?Sized + Buffer<T> + 'b;
+    /// What an operation writes (a receive buffer, or one used in place).
+    type BufMut<'b, T: Element>: ?Sized + Buffer<T> + 'b;
+
+    /// A writable buffer, to read.
+    fn read<'a, 'b, T: Element>(buf: &'a Self::BufMut<'b, T>) -> &'a Self::Buf<'b, T>;
+    /// `buf` as a buffer of the shorter borrow `'s` (what an operation in a scope keeps).
+    fn shorten<'s, 'b, T: Element>(buf: &'s Self::Buf<'b, T>) -> &'s Self::Buf<'s, T>
+    where
+        Self::Buf<'b, T>: 's;
+    /// `buf` as a writable buffer of the shorter borrow `'s`.
+    fn shorten_mut<'s, 'b, T: Element>(
+        buf: &'s mut Self::BufMut<'b, T>,
+    ) -> &'s mut Self::BufMut<'s, T>
+    where
+        Self::BufMut<'b, T>: 's;
 }
 
 /// Host memory: buffers are slices `[T]` (a `&Vec<T>` or `&[T; N]` coerces to one).
@@ -63,16 +184,55 @@ pub trait Space {
 pub struct Host;
 
 impl Space for Host {
-    type Buf<T: Element> = [T];
+    type Buf<'b, T: Element> = [T];
+    type BufMut<'b, T: Element> = [T];
+
+    fn read<'a, 'b, T: Element>(buf: &'a Self::BufMut<'b, T>) -> &'a Self::Buf<'b, T> {
+        buf
+    }
+    fn shorten<'s, 'b, T: Element>(buf: &'s Self::Buf<'b, T>) -> &'s Self::Buf<'s, T>
+    where
+        Self::Buf<'b, T>: 's,
+    {
+        buf
+    }
+    fn shorten_mut<'s, 'b, T: Element>(
+        buf: &'s mut Self::BufMut<'b, T>,
+    ) -> &'s mut Self::BufMut<'s, T>
+    where
+        Self::BufMut<'b, T>: 's,
+    {
+        buf
+    }
 }
 
-/// CUDA device memory: buffers are cudarc's [`CudaSlice`](cudarc::driver::CudaSlice), on the
-/// communicator's device.
+/// CUDA device memory, on the communicator's device: an operation reads any
+/// [`DeviceBuffer`] (a `&CudaSlice<T>`, or a `&CudaView<T>` of part of one, coerces to it) and
+/// writes any [`DeviceBufferMut`] (a `&mut CudaSlice<T>` or `&mut CudaViewMut<T>`).
 #[cfg(feature = "nccl")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Device;
 
 #[cfg(feature = "nccl")]
 impl Space for Device {
-    type Buf<T: Element> = cudarc::driver::CudaSlice<T>;
+    type Buf<'b, T: Element> = dyn DeviceBuffer<T> + 'b;
+    type BufMut<'b, T: Element> = dyn DeviceBufferMut<T> + 'b;
+
+    fn read<'a, 'b, T: Element>(buf: &'a Self::BufMut<'b, T>) -> &'a Self::Buf<'b, T> {
+        buf
+    }
+    fn shorten<'s, 'b, T: Element>(buf: &'s Self::Buf<'b, T>) -> &'s Self::Buf<'s, T>
+    where
+        Self::Buf<'b, T>: 's,
+    {
+        buf
+    }
+    fn shorten_mut<'s, 'b, T: Element>(
+        buf: &'s mut Self::BufMut<'b, T>,
+    ) -> &'s mut Self::BufMut<'s, T>
+    where
+        Self::BufMut<'b, T>: 's,
+    {
+        buf
+    }
 }

@@ -96,11 +96,11 @@ impl Rules {
         buf.map_or(Ok(()), |b| self.placed(op, name, b))
     }
 
-    fn both_placed<T: Element, B: Buffer<T> + ?Sized>(
+    fn both_placed<T: Element, B: Buffer<T> + ?Sized, W: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
         send: &B,
-        recv: &B,
+        recv: &W,
     ) -> Result<()> {
         self.placed(op, "send", send)?;
         self.placed(op, "recv", recv)
@@ -143,7 +143,12 @@ impl Rules {
     }
 
     /// `reduce`: the count, and `recv` on the root.
-    pub(crate) fn reduce<T: Element, B: Buffer<T> + ?Sized, R: Deref<Target = B>>(
+    pub(crate) fn reduce<
+        T: Element,
+        B: Buffer<T> + ?Sized,
+        W: Buffer<T> + ?Sized,
+        R: Deref<Target = W>,
+    >(
         &self,
         op: &'static str,
         send: &B,
@@ -167,11 +172,11 @@ impl Rules {
     }
 
     /// `all_reduce`: the count.
-    pub(crate) fn all_reduce<T: Element, B: Buffer<T> + ?Sized>(
+    pub(crate) fn all_reduce<T: Element, B: Buffer<T> + ?Sized, W: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
         send: &B,
-        recv: &B,
+        recv: &W,
         red: ReduceOp,
     ) -> Result<usize> {
         check::check_op::<T>(op, red, self.backend)?;
@@ -193,11 +198,11 @@ impl Rules {
     }
 
     /// `all_gather`: the count of one block.
-    pub(crate) fn all_gather<T: Element, B: Buffer<T> + ?Sized>(
+    pub(crate) fn all_gather<T: Element, B: Buffer<T> + ?Sized, W: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
         send: &B,
-        recv: &B,
+        recv: &W,
     ) -> Result<usize> {
         check::blocks_len(op, "recv", recv.len(), self.size, send.len())?;
         self.both_placed(op, send, recv)?;
@@ -206,11 +211,11 @@ impl Rules {
     }
 
     /// `all_gather_v`: every count and displacement fits.
-    pub(crate) fn all_gather_v<T: Element, B: Buffer<T> + ?Sized>(
+    pub(crate) fn all_gather_v<T: Element, B: Buffer<T> + ?Sized, W: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
         send: &B,
-        recv: &B,
+        recv: &W,
         counts: &[usize],
     ) -> Result<()> {
         let total = check::v_counts(op, "send", send.len(), counts, self.rank, self.size)?;
@@ -220,7 +225,12 @@ impl Rules {
     }
 
     /// `gather`: the count of one block, and `recv` on the root.
-    pub(crate) fn gather<T: Element, B: Buffer<T> + ?Sized, R: Deref<Target = B>>(
+    pub(crate) fn gather<
+        T: Element,
+        B: Buffer<T> + ?Sized,
+        W: Buffer<T> + ?Sized,
+        R: Deref<Target = W>,
+    >(
         &self,
         op: &'static str,
         send: &B,
@@ -245,7 +255,12 @@ impl Rules {
     }
 
     /// `gather_v`: every count and displacement fits; `recv` on the root.
-    pub(crate) fn gather_v<T: Element, B: Buffer<T> + ?Sized, R: Deref<Target = B>>(
+    pub(crate) fn gather_v<
+        T: Element,
+        B: Buffer<T> + ?Sized,
+        W: Buffer<T> + ?Sized,
+        R: Deref<Target = W>,
+    >(
         &self,
         op: &'static str,
         send: &B,
@@ -270,11 +285,16 @@ impl Rules {
     }
 
     /// `scatter`: the count of one block, and `send` on the root.
-    pub(crate) fn scatter<T: Element, B: Buffer<T> + ?Sized, S: Deref<Target = B>>(
+    pub(crate) fn scatter<
+        T: Element,
+        B: Buffer<T> + ?Sized,
+        W: Buffer<T> + ?Sized,
+        S: Deref<Target = B>,
+    >(
         &self,
         op: &'static str,
         send: Option<S>,
-        recv: &B,
+        recv: &W,
         root: usize,
     ) -> Result<(usize, Option<S>)> {
         self.root(op, root)?;
@@ -295,11 +315,16 @@ impl Rules {
     }
 
     /// `scatter_v`: every count and displacement fits; `send` on the root.
-    pub(crate) fn scatter_v<T: Element, B: Buffer<T> + ?Sized, S: Deref<Target = B>>(
+    pub(crate) fn scatter_v<
+        T: Element,
+        B: Buffer<T> + ?Sized,
+        W: Buffer<T> + ?Sized,
+        S: Deref<Target = B>,
+    >(
         &self,
         op: &'static str,
         send: Option<S>,
-        recv: &B,
+        recv: &W,
         counts: &[usize],
         root: usize,
     ) -> Result<Option<S>> {
@@ -320,11 +345,11 @@ impl Rules {
     }
 
     /// `reduce_scatter`: the count of one block.
-    pub(crate) fn reduce_scatter<T: Element, B: Buffer<T> + ?Sized>(
+    pub(crate) fn reduce_scatter<T: Element, B: Buffer<T> + ?Sized, W: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
         send: &B,
-        recv: &B,
+        recv: &W,
         red: ReduceOp,
     ) -> Result<usize> {
         check::check_op::<T>(op, red, self.backend)?;
@@ -335,11 +360,11 @@ impl Rules {
     }
 
     /// `all_to_all`: the count of one block.
-    pub(crate) fn all_to_all<T: Element, B: Buffer<T> + ?Sized>(
+    pub(crate) fn all_to_all<T: Element, B: Buffer<T> + ?Sized, W: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
         send: &B,
-        recv: &B,
+        recv: &W,
     ) -> Result<usize> {
         check::same_len(op, "send", send.len(), "recv", recv.len())?;
         let block = check::equal_blocks(op, "send", send.len(), self.size)?;
@@ -349,12 +374,12 @@ impl Rules {
     }
 
     /// `all_to_all_v`: every count and displacement of both sides fits.
-    pub(crate) fn all_to_all_v<T: Element, B: Buffer<T> + ?Sized>(
+    pub(crate) fn all_to_all_v<T: Element, B: Buffer<T> + ?Sized, W: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
         send: &B,
         send_counts: &[usize],
-        recv: &B,
+        recv: &W,
         recv_counts: &[usize],
     ) -> Result<()> {
         let s_total = check::counts(op, "send_counts", send_counts, self.size)?;
@@ -383,12 +408,12 @@ impl Rules {
     /// `send_recv`: the send and receive counts. A message to this rank itself must fit exactly
     /// (Open MPI copies it locally and truncates silently).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn send_recv<T: Element, B: Buffer<T> + ?Sized>(
+    pub(crate) fn send_recv<T: Element, B: Buffer<T> + ?Sized, W: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
         send: &B,
         dest: usize,
-        recv: &B,
+        recv: &W,
         source: usize,
         tag: Tag,
     ) -> Result<(usize, usize)> {
@@ -443,7 +468,7 @@ mod tests {
         let small = [0i32; 3];
         // A bad reduce operation wins over a length mismatch.
         let e = r
-            .all_reduce::<Complex<f32>, [Complex<f32>]>(
+            .all_reduce::<Complex<f32>, [Complex<f32>], [Complex<f32>]>(
                 "all_reduce",
                 &[Complex::new(0.0, 0.0)][..],
                 &[][..],
@@ -453,11 +478,11 @@ mod tests {
         assert!(matches!(e, Error::Unsupported { .. }));
         // A length mismatch wins over a count above the limit.
         let e = r
-            .all_reduce::<i32, [i32]>("all_reduce", &big[..], &small[..], ReduceOp::Sum)
+            .all_reduce::<i32, [i32], [i32]>("all_reduce", &big[..], &small[..], ReduceOp::Sum)
             .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { .. }));
         let e = r
-            .all_reduce::<i32, [i32]>("all_reduce", &big[..], &big[..], ReduceOp::Sum)
+            .all_reduce::<i32, [i32], [i32]>("all_reduce", &big[..], &big[..], ReduceOp::Sum)
             .unwrap_err();
         assert!(matches!(
             e,
@@ -475,17 +500,17 @@ mod tests {
         let send = [0u8; 6];
         let recv = [0u8; 13];
         let e = r
-            .all_gather_v::<u8, [u8]>("all_gather_v", &send[..], &recv[..], &[6, 6, 1])
+            .all_gather_v::<u8, [u8], [u8]>("all_gather_v", &send[..], &recv[..], &[6, 6, 1])
             .unwrap_err();
         assert!(matches!(e, Error::CountOverflow { count: 12, .. }));
         // A displacement of exactly the limit fits; one past it does not.
         let recv = [0u8; 12];
         assert!(r
-            .all_gather_v::<u8, [u8]>("all_gather_v", &send[..], &recv[..], &[6, 4, 2])
+            .all_gather_v::<u8, [u8], [u8]>("all_gather_v", &send[..], &recv[..], &[6, 4, 2])
             .is_ok());
         let recv = [0u8; 11];
         let e = r
-            .all_gather_v::<u8, [u8]>("all_gather_v", &[0u8; 10][..], &recv[..], &[10, 1, 0])
+            .all_gather_v::<u8, [u8], [u8]>("all_gather_v", &[0u8; 10][..], &recv[..], &[10, 1, 0])
             .unwrap_err();
         assert!(matches!(e, Error::CountOverflow { count: 11, .. }));
     }
@@ -495,11 +520,11 @@ mod tests {
         let r = mpi(1, 2);
         let send = [0u8; 2];
         let (n, recv) = r
-            .reduce::<u8, [u8], &mut [u8]>("reduce", &send[..], None, ReduceOp::Sum, 0)
+            .reduce::<u8, [u8], [u8], &mut [u8]>("reduce", &send[..], None, ReduceOp::Sum, 0)
             .unwrap();
         assert_eq!((n, recv.is_none()), (2, true));
         let e = r
-            .reduce::<u8, [u8], &mut [u8]>("reduce", &send[..], None, ReduceOp::Sum, 1)
+            .reduce::<u8, [u8], [u8], &mut [u8]>("reduce", &send[..], None, ReduceOp::Sum, 1)
             .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { .. }));
     }
@@ -517,7 +542,7 @@ mod tests {
             .point::<u8, [u8]>("send", "destination", &[0u8][..], 1, 101)
             .is_err());
         let e = r
-            .send_recv::<u8, [u8]>("send_recv", &[0u8; 2][..], 0, &[0u8; 3][..], 0, 0)
+            .send_recv::<u8, [u8], [u8]>("send_recv", &[0u8; 2][..], 0, &[0u8; 3][..], 0, 0)
             .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("itself")));
     }

@@ -17,13 +17,16 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
+use cudarc::driver::{
+    result, CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, PinnedHostSlice,
+};
 
 use crate::backend::mpi_host::request::{MpiPending, Region};
 use crate::backend::mpi_host::MpiComm;
 use crate::comm::Communicator;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::memory::{Dev, DevMut};
 use crate::op::ReduceOp;
 use crate::request::Pending;
 
@@ -291,10 +294,10 @@ impl<T> Drop for Lease<'_, T> {
 /// Enqueue on `stream` a copy of elements `range` of `dev` into `host` (of `range.len()` elements).
 /// The copy runs asynchronously: `host` must not be read before the stream (or an event recorded after
 /// the copy) is waited for.
-pub(crate) fn download<T: Element>(
+pub(crate) fn download<T: Element, B: ?Sized + DevicePtr<T>>(
     op: &'static str,
     stream: &Arc<CudaStream>,
-    dev: &CudaSlice<T>,
+    dev: &B,
     range: Range<usize>,
     host: &mut [T],
 ) -> Result<()> {
@@ -302,41 +305,48 @@ pub(crate) fn download<T: Element>(
     if range.is_empty() {
         return Ok(());
     }
-    let size = std::mem::size_of::<T>();
-    // SAFETY: `dev` holds exactly `len * size` bytes, read as bytes.
-    let bytes = unsafe { dev.transmute::<u8>(dev.len() * size) }
-        .ok_or_else(|| Error::invalid(op, "device buffer size"))?;
-    let part = bytes
-        .try_slice(range.start * size..range.end * size)
-        .ok_or_else(|| Error::invalid(op, "range outside the device buffer"))?;
+    if range.end > DeviceSlice::len(dev) {
+        return Err(Error::invalid(op, "range outside the device buffer"));
+    }
     stream
-        .memcpy_dtoh(&part, bytemuck::cast_slice_mut::<T, u8>(host))
+        .context()
+        .bind_to_thread()
+        .map_err(|e| Error::cuda(op, e))?;
+    let (ptr, _read) = dev.device_ptr(stream);
+    let offset = (range.start * std::mem::size_of::<T>()) as u64;
+    // SAFETY: elements `range` lie inside `dev` (checked above) and `host` holds as many; the copy
+    // is ordered on `stream` after the buffer's last write (`device_ptr`), and the caller waits
+    // for the stream before reading `host`.
+    unsafe { result::memcpy_dtoh_async(host, ptr + offset, stream.cu_stream()) }
         .map_err(|e| Error::cuda(op, e))
 }
 
 /// Enqueue on `stream` a copy of `host` into elements `range` of `dev`. Asynchronous: `host` must stay
 /// unchanged until the stream is waited for.
-pub(crate) fn upload<T: Element>(
+pub(crate) fn upload<T: Element, B: ?Sized + DevicePtrMut<T>>(
     op: &'static str,
     stream: &Arc<CudaStream>,
     host: &[T],
-    dev: &mut CudaSlice<T>,
+    dev: &mut B,
     range: Range<usize>,
 ) -> Result<()> {
     crate::check::same_len(op, "host", host.len(), "device range", range.len())?;
     if range.is_empty() {
         return Ok(());
     }
-    let size = std::mem::size_of::<T>();
-    let total = dev.len() * size;
-    // SAFETY: `dev` holds exactly `total` bytes; any bytes written are a valid `T` (Pod).
-    let mut bytes = unsafe { dev.transmute_mut::<u8>(total) }
-        .ok_or_else(|| Error::invalid(op, "device buffer size"))?;
-    let mut part = bytes
-        .try_slice_mut(range.start * size..range.end * size)
-        .ok_or_else(|| Error::invalid(op, "range outside the device buffer"))?;
+    if range.end > DeviceSlice::len(dev) {
+        return Err(Error::invalid(op, "range outside the device buffer"));
+    }
     stream
-        .memcpy_htod(bytemuck::cast_slice::<T, u8>(host), &mut part)
+        .context()
+        .bind_to_thread()
+        .map_err(|e| Error::cuda(op, e))?;
+    let (ptr, _write) = dev.device_ptr_mut(stream);
+    let offset = (range.start * std::mem::size_of::<T>()) as u64;
+    // SAFETY: elements `range` lie inside `dev` (checked above) and `host` holds as many (any
+    // bytes are a valid `T`: Pod); the copy is ordered on `stream` after the buffer's last use,
+    // and the caller keeps `host` unchanged until the stream is waited for.
+    unsafe { result::memcpy_htod_async(ptr + offset, host, stream.cu_stream()) }
         .map_err(|e| Error::cuda(op, e))
 }
 
@@ -345,9 +355,11 @@ pub(crate) fn upload<T: Element>(
 pub(crate) fn foreign<T>(
     op: &'static str,
     stream: &Arc<CudaStream>,
-    buf: &CudaSlice<T>,
+    buf: &Dev<'_, T>,
 ) -> Result<()> {
-    if Arc::ptr_eq(buf.stream(), stream) || buf.context().is_managing_stream_synchronization() {
+    if Arc::ptr_eq(buf.stream(), stream)
+        || buf.stream().context().is_managing_stream_synchronization()
+    {
         return Ok(());
     }
     buf.stream().synchronize().map_err(|e| Error::cuda(op, e))
@@ -357,7 +369,7 @@ pub(crate) fn foreign<T>(
 pub(crate) fn stage_in<T: Element>(
     op: &'static str,
     stream: &Arc<CudaStream>,
-    dev: &CudaSlice<T>,
+    dev: &Dev<'_, T>,
     host: &mut [T],
 ) -> Result<()> {
     foreign(op, stream, dev)?;
@@ -370,7 +382,7 @@ pub(crate) fn stage_out<T: Element>(
     op: &'static str,
     stream: &Arc<CudaStream>,
     host: &[T],
-    dev: &mut CudaSlice<T>,
+    dev: &mut DevMut<'_, T>,
 ) -> Result<()> {
     foreign(op, stream, dev)?;
     let len = dev.len();
@@ -433,7 +445,7 @@ pub(crate) struct StagedPending<'s, T: Element> {
     /// Host buffers MPI reads until completion.
     pub(crate) keep: Vec<Lease<'s, T>>,
     /// The host buffer MPI writes, and the device buffer it is copied to once complete.
-    pub(crate) back: Option<(Lease<'s, T>, &'s mut CudaSlice<T>)>,
+    pub(crate) back: Option<(Lease<'s, T>, &'s mut DevMut<'s, T>)>,
 }
 
 impl<T: Element> StagedPending<'_, T> {
@@ -497,8 +509,8 @@ impl<'s> ThroughHost<'s> {
     pub(crate) fn start<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: Option<&Dev<'_, T>>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         [hs, hr]: Leases<'s, T>,
         finish: ReduceOp,
         start: impl FnOnce(Region<'_>, Region<'_>) -> Result<MpiPending<'s, T>>,
@@ -539,7 +551,7 @@ impl<'s> ThroughHost<'s> {
     pub(crate) fn start_in_place<T: Element>(
         &self,
         op: &'static str,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         [h, _]: Leases<'s, T>,
         finish: ReduceOp,
         start: impl FnOnce(Region<'_>) -> Result<MpiPending<'s, T>>,

@@ -6,7 +6,7 @@
 //! says how a call travels and how to add a collective or a backend.
 
 #[cfg(feature = "nccl")]
-mod cuda_common;
+pub(crate) mod cuda_common;
 #[cfg(feature = "nccl")]
 pub mod mpi_cuda;
 #[cfg(feature = "nccl")]

@@ -12,7 +12,7 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
-use cudarc::driver::{CudaSlice, SyncOnDrop};
+use cudarc::driver::SyncOnDrop;
 use mpi::ffi;
 
 use super::comm::MpiCudaComm;
@@ -27,6 +27,7 @@ use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
 use crate::frontend::{Backend, Start};
+use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 use crate::record;
 use crate::request::{Request, Scope};
@@ -44,7 +45,7 @@ impl MpiCudaComm {
         &'s self,
         scope: &'s Scope<'s, '_>,
         inner: MpiPending<'s, T>,
-        average: Option<&'s mut CudaSlice<T>>,
+        average: Option<&'s mut DevMut<'s, T>>,
     ) -> Request<'s> {
         let average = average.map(|buf| (self, buf));
         scope.register(Box::new(CudaPending { inner, average }))
@@ -68,8 +69,8 @@ impl MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s CudaSlice<T>>,
-        mut recv: Option<&'s mut CudaSlice<T>>,
+        send: Option<&'s Dev<'s, T>>,
+        mut recv: Option<&'s mut DevMut<'s, T>>,
         staging: Leases<'s, T>,
         average: bool,
         start: impl FnOnce(Region<'_>, Region<'_>) -> Result<MpiPending<'s, T>>,
@@ -109,7 +110,7 @@ impl MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         staging: Leases<'s, T>,
         average: bool,
         start: impl FnOnce(Region<'_>) -> Result<MpiPending<'s, T>>,
@@ -173,7 +174,7 @@ impl Backend for MpiCudaComm {
         self.staged.is_some()
     }
 
-    fn divide<T: Element>(&self, op: &'static str, buf: &mut CudaSlice<T>) -> Result<()> {
+    fn divide<T: Element>(&self, op: &'static str, buf: &mut DevMut<'_, T>) -> Result<()> {
         self.finish_avg(op, ReduceOp::Avg, buf)
     }
 
@@ -206,7 +207,7 @@ impl Backend for MpiCudaComm {
     fn raw_broadcast<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut CudaSlice<T>,
+        buf: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
         staging: Leases<'_, T>,
@@ -234,8 +235,8 @@ impl Backend for MpiCudaComm {
     fn raw_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
         red: ReduceOp,
         root: usize,
         n: usize,
@@ -271,8 +272,8 @@ impl Backend for MpiCudaComm {
     fn raw_all_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         n: usize,
         staging: Leases<'_, T>,
@@ -309,8 +310,8 @@ impl Backend for MpiCudaComm {
     fn raw_all_gather<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         n: usize,
         staging: Leases<'_, T>,
     ) -> Result<()> {
@@ -332,8 +333,8 @@ impl Backend for MpiCudaComm {
     fn raw_all_gather_v<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         counts: &[usize],
         staging: Leases<'_, T>,
     ) -> Result<()> {
@@ -366,8 +367,8 @@ impl Backend for MpiCudaComm {
     fn raw_gather<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
         root: usize,
         n: usize,
         staging: Leases<'_, T>,
@@ -395,8 +396,8 @@ impl Backend for MpiCudaComm {
     fn raw_gather_v<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
         counts: &[usize],
         root: usize,
         staging: Leases<'_, T>,
@@ -435,8 +436,8 @@ impl Backend for MpiCudaComm {
     fn raw_scatter<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
         staging: Leases<'_, T>,
@@ -463,8 +464,8 @@ impl Backend for MpiCudaComm {
     fn raw_scatter_v<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         counts: &[usize],
         root: usize,
         staging: Leases<'_, T>,
@@ -502,8 +503,8 @@ impl Backend for MpiCudaComm {
     fn raw_reduce_scatter<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         n: usize,
         staging: Leases<'_, T>,
@@ -533,8 +534,8 @@ impl Backend for MpiCudaComm {
     fn raw_all_to_all<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         n: usize,
         staging: Leases<'_, T>,
     ) -> Result<()> {
@@ -556,9 +557,9 @@ impl Backend for MpiCudaComm {
     fn raw_all_to_all_v<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
+        send: &Dev<'_, T>,
         send_counts: &[usize],
-        recv: &mut CudaSlice<T>,
+        recv: &mut DevMut<'_, T>,
         recv_counts: &[usize],
         staging: Leases<'_, T>,
     ) -> Result<()> {
@@ -591,7 +592,7 @@ impl Backend for MpiCudaComm {
     fn raw_send<T: Element>(
         &self,
         op: &'static str,
-        buf: &CudaSlice<T>,
+        buf: &Dev<'_, T>,
         dest: usize,
         tag: Tag,
         n: usize,
@@ -614,7 +615,7 @@ impl Backend for MpiCudaComm {
     fn raw_recv<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut CudaSlice<T>,
+        buf: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
         n: usize,
@@ -641,9 +642,9 @@ impl Backend for MpiCudaComm {
     fn raw_send_recv<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
+        send: &Dev<'_, T>,
         dest: usize,
-        recv: &mut CudaSlice<T>,
+        recv: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
         (sn, rn): (usize, usize),
@@ -700,8 +701,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -768,7 +769,7 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         root: usize,
         n: usize,
         staging: Leases<'s, T>,
@@ -831,8 +832,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -885,7 +886,7 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s CudaSlice<T>,
+        buf: &'s Dev<'s, T>,
         dest: usize,
         tag: Tag,
         n: usize,
@@ -920,7 +921,7 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         source: usize,
         tag: Tag,
         n: usize,
@@ -971,8 +972,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: &'s Dev<'s, T>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         red: ReduceOp,
         average: bool,
         root: usize,
@@ -993,7 +994,7 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -1013,8 +1014,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -1042,8 +1043,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -1061,9 +1062,9 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
+        send: &'s Dev<'s, T>,
         send_counts: &[usize],
-        recv: &'s mut CudaSlice<T>,
+        recv: &'s mut DevMut<'s, T>,
         recv_counts: &[usize],
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -1092,8 +1093,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         counts: &[usize],
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -1111,8 +1112,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: &'s Dev<'s, T>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         root: usize,
         n: usize,
         staging: Leases<'s, T>,
@@ -1131,8 +1132,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: &'s Dev<'s, T>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         counts: &[usize],
         root: usize,
         staging: Leases<'s, T>,
@@ -1151,8 +1152,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s CudaSlice<T>>,
-        recv: &'s mut CudaSlice<T>,
+        send: Option<&'s Dev<'s, T>>,
+        recv: &'s mut DevMut<'s, T>,
         root: usize,
         n: usize,
         staging: Leases<'s, T>,
@@ -1171,8 +1172,8 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s CudaSlice<T>>,
-        recv: &'s mut CudaSlice<T>,
+        send: Option<&'s Dev<'s, T>>,
+        recv: &'s mut DevMut<'s, T>,
         counts: &[usize],
         root: usize,
         staging: Leases<'s, T>,
@@ -1191,9 +1192,9 @@ impl Backend for MpiCudaComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
+        send: &'s Dev<'s, T>,
         dest: usize,
-        recv: &'s mut CudaSlice<T>,
+        recv: &'s mut DevMut<'s, T>,
         source: usize,
         tag: Tag,
         (sn, rn): (usize, usize),

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::backend::cuda_common::{
     self, agree_setup, env_bytes, local_stream, Pool, DEFAULT_POOL_BYTES, POOL_ENV,
@@ -14,6 +14,7 @@ use crate::backend::mpi_staged::MpiStagedComm;
 use crate::comm::{Communicator, DeviceCommunicator};
 use crate::cuda_aware::{self, CudaAwareness, Vendor};
 use crate::error::{Error, Result};
+use crate::memory::DevMut;
 use crate::op::{BackendKind, ReduceOp};
 
 /// A communicator of the CUDA-aware MPI backend: collectives on device memory (`CudaSlice<T>`
@@ -305,7 +306,7 @@ impl MpiCudaComm {
         &self,
         op: &'static str,
         red: ReduceOp,
-        buf: &mut CudaSlice<T>,
+        buf: &mut DevMut<'_, T>,
     ) -> Result<()> {
         if red != ReduceOp::Avg || buf.is_empty() {
             return Ok(());

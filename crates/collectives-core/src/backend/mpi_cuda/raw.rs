@@ -8,7 +8,9 @@ use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use cudarc::driver::{result, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+use cudarc::driver::{
+    result, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop,
+};
 
 use crate::backend::mpi_host::raw as host;
 use crate::element::Element;
@@ -22,11 +24,11 @@ fn empty() -> *mut c_void {
 
 /// The device address of `buf` for MPI to read, taken on `stream`: cudarc makes `stream` wait for the
 /// buffer's earlier writes on other streams, and records this read when the guard drops.
-pub(crate) fn dptr<'a, T>(
-    buf: &'a CudaSlice<T>,
+pub(crate) fn dptr<'a, T, B: ?Sized + DevicePtr<T>>(
+    buf: &'a B,
     stream: &'a CudaStream,
 ) -> (*const c_void, SyncOnDrop<'a>) {
-    if buf.is_empty() {
+    if DeviceSlice::is_empty(buf) {
         return (empty().cast_const(), SyncOnDrop::Sync(None));
     }
     let (p, guard) = buf.device_ptr(stream);
@@ -35,11 +37,11 @@ pub(crate) fn dptr<'a, T>(
 
 /// The device address of `buf` for MPI to write, taken on `stream` (as [`dptr`], waiting also for
 /// earlier reads).
-pub(crate) fn dptr_mut<'a, T>(
-    buf: &'a mut CudaSlice<T>,
+pub(crate) fn dptr_mut<'a, T, B: ?Sized + DevicePtrMut<T>>(
+    buf: &'a mut B,
     stream: &'a CudaStream,
 ) -> (*mut c_void, SyncOnDrop<'a>) {
-    if buf.is_empty() {
+    if DeviceSlice::is_empty(buf) {
         return (empty(), SyncOnDrop::Sync(None));
     }
     let (p, guard) = buf.device_ptr_mut(stream);
@@ -72,6 +74,8 @@ pub(crate) fn dptr_mut<'a, T>(
 pub struct IpcBuffer<T> {
     slice: ManuallyDrop<CudaSlice<T>>,
 }
+
+crate::memory::forward_device_slice!(IpcBuffer<T>, slice);
 
 impl<T> fmt::Debug for IpcBuffer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,11 +1,10 @@
 //! Operations in flight: an `MPI_Request` on device buffers, and an average's division once complete.
 
-use cudarc::driver::CudaSlice;
-
 use super::comm::MpiCudaComm;
 use crate::backend::mpi_host::request::MpiPending;
 use crate::element::Element;
 use crate::error::Result;
+use crate::memory::DevMut;
 use crate::op::ReduceOp;
 use crate::request::Pending;
 
@@ -14,7 +13,7 @@ pub(super) struct CudaPending<'s, T: Element> {
     /// The MPI request (with the received-count check of receives).
     pub(super) inner: MpiPending<'s, T>,
     /// For `Avg`: the communicator and the receive buffer whose sum is divided once complete.
-    pub(super) average: Option<(&'s MpiCudaComm, &'s mut CudaSlice<T>)>,
+    pub(super) average: Option<(&'s MpiCudaComm, &'s mut DevMut<'s, T>)>,
 }
 
 impl<T: Element> CudaPending<'_, T> {

@@ -534,7 +534,7 @@ impl Backend for MpiComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        call: PlanCall<Self, T>,
+        call: PlanCall<'s, Self, T>,
     ) -> Result<Box<dyn PlanOp + 's>> {
         self.ensure_usable(op)?;
         if self.timeout.is_none() {

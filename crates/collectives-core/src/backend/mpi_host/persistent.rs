@@ -167,7 +167,7 @@ impl MpiComm {
     pub(crate) fn persistent_plan<'s, T: Element>(
         &'s self,
         op: &'static str,
-        call: &PlanCall<Self, T>,
+        call: &PlanCall<'s, Self, T>,
     ) -> Result<Option<MpiPlan<'s, T>>> {
         let (dt, comm) = (raw::datatype::<T>(), self.raw);
         // SAFETY: a constant handle from rsmpi's shim.

@@ -11,7 +11,7 @@
 
 use std::ffi::c_int;
 
-use cudarc::driver::{CudaEvent, CudaSlice};
+use cudarc::driver::CudaEvent;
 use mpi::ffi;
 
 use super::comm::MpiStagedComm;
@@ -26,6 +26,7 @@ use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::frontend::{Backend, Start};
+use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 use crate::record;
 use crate::request::{Request, Scope};
@@ -44,7 +45,7 @@ impl MpiStagedComm {
     fn chunk_down<T: Element>(
         &self,
         op: &'static str,
-        src: &CudaSlice<T>,
+        src: &Dev<'_, T>,
         host: &mut [T],
         range: std::ops::Range<usize>,
     ) -> Result<CudaEvent> {
@@ -60,8 +61,8 @@ impl MpiStagedComm {
     fn pipelined_all_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: Option<(&CudaSlice<T>, Lease<'_, T>)>,
-        recv: &mut CudaSlice<T>,
+        send: Option<(&Dev<'_, T>, Lease<'_, T>)>,
+        recv: &mut DevMut<'_, T>,
         mut out: Lease<'_, T>,
         red: ReduceOp,
     ) -> Result<()> {
@@ -88,15 +89,15 @@ impl MpiStagedComm {
     fn chunked<T: Element>(
         &self,
         op: &'static str,
-        send: Option<(&CudaSlice<T>, &mut Lease<'_, T>)>,
-        recv: &mut CudaSlice<T>,
+        send: Option<(&Dev<'_, T>, &mut Lease<'_, T>)>,
+        recv: &mut DevMut<'_, T>,
         out: &mut Lease<'_, T>,
         red: ReduceOp,
         ranges: &[std::ops::Range<usize>],
     ) -> Result<()> {
         let mut send = send;
         if let Some((s, _)) = &send {
-            self.foreign(op, s)?;
+            self.foreign(op, *s)?;
         }
         self.foreign(op, recv)?;
         let mut events = Vec::with_capacity(ranges.len());
@@ -107,7 +108,9 @@ impl MpiStagedComm {
                     continue;
                 }
                 let event = match &mut send {
-                    Some((s, lease)) => self.chunk_down(op, s, lease.host_mut(), ranges[j].clone()),
+                    Some((s, lease)) => {
+                        self.chunk_down(op, *s, lease.host_mut(), ranges[j].clone())
+                    }
                     None => self.chunk_down(op, recv, out.host_mut(), ranges[j].clone()),
                 }?;
                 events.push(event);
@@ -178,7 +181,7 @@ impl Backend for MpiStagedComm {
     fn raw_broadcast<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut CudaSlice<T>,
+        buf: &mut DevMut<'_, T>,
         root: usize,
         _: usize,
         [h, _]: Leases<'_, T>,
@@ -198,8 +201,8 @@ impl Backend for MpiStagedComm {
     fn raw_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
         red: ReduceOp,
         root: usize,
         _: usize,
@@ -221,8 +224,8 @@ impl Backend for MpiStagedComm {
     fn raw_all_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         _: usize,
         [h0, h1]: Leases<'_, T>,
@@ -239,8 +242,8 @@ impl Backend for MpiStagedComm {
     fn raw_all_gather<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         _: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
@@ -253,8 +256,8 @@ impl Backend for MpiStagedComm {
     fn raw_all_gather_v<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         counts: &[usize],
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
@@ -267,8 +270,8 @@ impl Backend for MpiStagedComm {
     fn raw_gather<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
         root: usize,
         _: usize,
         [hs, hr]: Leases<'_, T>,
@@ -288,8 +291,8 @@ impl Backend for MpiStagedComm {
     fn raw_gather_v<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
         counts: &[usize],
         root: usize,
         [hs, hr]: Leases<'_, T>,
@@ -310,8 +313,8 @@ impl Backend for MpiStagedComm {
     fn raw_scatter<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         root: usize,
         _: usize,
         [hs, hr]: Leases<'_, T>,
@@ -331,8 +334,8 @@ impl Backend for MpiStagedComm {
     fn raw_scatter_v<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         counts: &[usize],
         root: usize,
         [hs, hr]: Leases<'_, T>,
@@ -353,8 +356,8 @@ impl Backend for MpiStagedComm {
     fn raw_reduce_scatter<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         _: usize,
         [hs, hr]: Leases<'_, T>,
@@ -368,8 +371,8 @@ impl Backend for MpiStagedComm {
     fn raw_all_to_all<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         _: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
@@ -382,9 +385,9 @@ impl Backend for MpiStagedComm {
     fn raw_all_to_all_v<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
+        send: &Dev<'_, T>,
         send_counts: &[usize],
-        recv: &mut CudaSlice<T>,
+        recv: &mut DevMut<'_, T>,
         recv_counts: &[usize],
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
@@ -398,7 +401,7 @@ impl Backend for MpiStagedComm {
     fn raw_send<T: Element>(
         &self,
         op: &'static str,
-        buf: &CudaSlice<T>,
+        buf: &Dev<'_, T>,
         dest: usize,
         tag: Tag,
         _: usize,
@@ -413,7 +416,7 @@ impl Backend for MpiStagedComm {
     fn raw_recv<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut CudaSlice<T>,
+        buf: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
         _: usize,
@@ -427,9 +430,9 @@ impl Backend for MpiStagedComm {
     fn raw_send_recv<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
+        send: &Dev<'_, T>,
         dest: usize,
-        recv: &mut CudaSlice<T>,
+        recv: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
         _: (usize, usize),
@@ -460,8 +463,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         red: ReduceOp,
         _average: bool,
         n: usize,
@@ -493,7 +496,7 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         root: usize,
         n: usize,
         [h, _]: Leases<'s, T>,
@@ -529,8 +532,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         n: usize,
         [hs, hr]: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -559,7 +562,7 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s CudaSlice<T>,
+        buf: &'s Dev<'s, T>,
         dest: usize,
         tag: Tag,
         n: usize,
@@ -589,7 +592,7 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         source: usize,
         tag: Tag,
         n: usize,
@@ -629,8 +632,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: &'s Dev<'s, T>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         red: ReduceOp,
         average: bool,
         root: usize,
@@ -652,7 +655,7 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -673,8 +676,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         red: ReduceOp,
         average: bool,
         n: usize,
@@ -695,8 +698,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -719,9 +722,9 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
+        send: &'s Dev<'s, T>,
         send_counts: &[usize],
-        recv: &'s mut CudaSlice<T>,
+        recv: &'s mut DevMut<'s, T>,
         recv_counts: &[usize],
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -747,8 +750,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         counts: &[usize],
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -771,8 +774,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: &'s Dev<'s, T>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         root: usize,
         n: usize,
         staging: Leases<'s, T>,
@@ -791,8 +794,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: &'s Dev<'s, T>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         counts: &[usize],
         root: usize,
         staging: Leases<'s, T>,
@@ -811,8 +814,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s CudaSlice<T>>,
-        recv: &'s mut CudaSlice<T>,
+        send: Option<&'s Dev<'s, T>>,
+        recv: &'s mut DevMut<'s, T>,
         root: usize,
         n: usize,
         staging: Leases<'s, T>,
@@ -831,8 +834,8 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s CudaSlice<T>>,
-        recv: &'s mut CudaSlice<T>,
+        send: Option<&'s Dev<'s, T>>,
+        recv: &'s mut DevMut<'s, T>,
         counts: &[usize],
         root: usize,
         staging: Leases<'s, T>,
@@ -851,9 +854,9 @@ impl Backend for MpiStagedComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
+        send: &'s Dev<'s, T>,
         dest: usize,
-        recv: &'s mut CudaSlice<T>,
+        recv: &'s mut DevMut<'s, T>,
         source: usize,
         tag: Tag,
         (sn, rn): (usize, usize),

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use cudarc::driver::{CudaContext, CudaStream};
 
 use super::raw;
 use crate::backend::cuda_common::{self, Pool};
@@ -12,6 +12,7 @@ use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Communicator, DeviceCommunicator};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 
 /// A communicator of the staged backend: device buffers (`CudaSlice<T>`) copied to pinned host memory,
@@ -200,7 +201,7 @@ impl MpiStagedComm {
     pub(super) fn stage_in<T: Element>(
         &self,
         op: &'static str,
-        dev: &CudaSlice<T>,
+        dev: &Dev<'_, T>,
         host: &mut [T],
     ) -> Result<()> {
         cuda_common::stage_in(op, &self.stream, dev, host)
@@ -211,13 +212,13 @@ impl MpiStagedComm {
         &self,
         op: &'static str,
         host: &[T],
-        dev: &mut CudaSlice<T>,
+        dev: &mut DevMut<'_, T>,
     ) -> Result<()> {
         cuda_common::stage_out(op, &self.stream, host, dev)
     }
 
     /// See [`cuda_common::foreign`].
-    pub(super) fn foreign<T>(&self, op: &'static str, buf: &CudaSlice<T>) -> Result<()> {
+    pub(super) fn foreign<T>(&self, op: &'static str, buf: &Dev<'_, T>) -> Result<()> {
         cuda_common::foreign(op, &self.stream, buf)
     }
 

@@ -11,7 +11,7 @@
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::CudaSlice;
 use nccl_sys as sys;
 
 use super::comm::{NcclComm, UnevenAlgorithm};
@@ -23,6 +23,7 @@ use crate::comm::{Communicator, DeviceCommunicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
+use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 use crate::record;
 use crate::request::{Request, Scope};
@@ -86,9 +87,9 @@ impl NcclComm {
     fn exchange<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
+        send: Option<&Dev<'_, T>>,
         sends: &[Part],
-        recv: Option<&mut CudaSlice<T>>,
+        recv: Option<&mut DevMut<'_, T>>,
         recvs: &[Part],
     ) -> Result<()> {
         if sends.iter().chain(recvs).all(|p| p.len == 0) {
@@ -146,8 +147,8 @@ impl NcclComm {
     pub(super) fn enqueue_all_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         n: usize,
     ) -> Result<()> {
@@ -178,7 +179,7 @@ impl NcclComm {
     fn enqueue_broadcast<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut CudaSlice<T>,
+        buf: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
     ) -> Result<()> {
@@ -206,8 +207,8 @@ impl NcclComm {
     fn enqueue_all_gather<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         n: usize,
     ) -> Result<()> {
         if n == 0 {
@@ -236,8 +237,8 @@ impl NcclComm {
     fn enqueue_broadcasts<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         counts: &[usize],
     ) -> Result<()> {
         if counts.iter().all(|&c| c == 0) {
@@ -362,7 +363,7 @@ impl Backend for NcclComm {
     fn raw_broadcast<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut CudaSlice<T>,
+        buf: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
         (): (),
@@ -373,8 +374,8 @@ impl Backend for NcclComm {
     fn raw_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
         red: ReduceOp,
         root: usize,
         n: usize,
@@ -409,8 +410,8 @@ impl Backend for NcclComm {
     fn raw_all_reduce<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         n: usize,
         (): (),
@@ -421,8 +422,8 @@ impl Backend for NcclComm {
     fn raw_all_gather<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         n: usize,
         (): (),
     ) -> Result<()> {
@@ -433,8 +434,8 @@ impl Backend for NcclComm {
     fn raw_all_gather_v<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         counts: &[usize],
         (): (),
     ) -> Result<()> {
@@ -461,8 +462,8 @@ impl Backend for NcclComm {
     fn raw_gather<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
         root: usize,
         n: usize,
         (): (),
@@ -474,8 +475,8 @@ impl Backend for NcclComm {
     fn raw_gather_v<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: Option<&mut CudaSlice<T>>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
         counts: &[usize],
         root: usize,
         (): (),
@@ -496,8 +497,8 @@ impl Backend for NcclComm {
     fn raw_scatter<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
         (): (),
@@ -509,8 +510,8 @@ impl Backend for NcclComm {
     fn raw_scatter_v<T: Element>(
         &self,
         op: &'static str,
-        send: Option<&CudaSlice<T>>,
-        recv: &mut CudaSlice<T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
         counts: &[usize],
         root: usize,
         (): (),
@@ -531,8 +532,8 @@ impl Backend for NcclComm {
     fn raw_reduce_scatter<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         n: usize,
         (): (),
@@ -563,8 +564,8 @@ impl Backend for NcclComm {
     fn raw_all_to_all<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
         _: usize,
         (): (),
     ) -> Result<()> {
@@ -575,9 +576,9 @@ impl Backend for NcclComm {
     fn raw_all_to_all_v<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
+        send: &Dev<'_, T>,
         send_counts: &[usize],
-        recv: &mut CudaSlice<T>,
+        recv: &mut DevMut<'_, T>,
         recv_counts: &[usize],
         (): (),
     ) -> Result<()> {
@@ -593,7 +594,7 @@ impl Backend for NcclComm {
     fn raw_send<T: Element>(
         &self,
         op: &'static str,
-        buf: &CudaSlice<T>,
+        buf: &Dev<'_, T>,
         dest: usize,
         _: Tag,
         n: usize,
@@ -610,7 +611,7 @@ impl Backend for NcclComm {
     fn raw_recv<T: Element>(
         &self,
         op: &'static str,
-        buf: &mut CudaSlice<T>,
+        buf: &mut DevMut<'_, T>,
         source: usize,
         _: Tag,
         n: usize,
@@ -627,9 +628,9 @@ impl Backend for NcclComm {
     fn raw_send_recv<T: Element>(
         &self,
         op: &'static str,
-        send: &CudaSlice<T>,
+        send: &Dev<'_, T>,
         dest: usize,
-        recv: &mut CudaSlice<T>,
+        recv: &mut DevMut<'_, T>,
         source: usize,
         _: Tag,
         (sn, rn): (usize, usize),
@@ -715,7 +716,7 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        call: PlanCall<Self, T>,
+        call: PlanCall<'s, Self, T>,
     ) -> Result<Box<dyn PlanOp + 's>> {
         if self.lib.version() < GRAPHS_FROM {
             return Ok(replay(self, op, scope, call));
@@ -727,8 +728,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         red: ReduceOp,
         _average: bool,
         n: usize,
@@ -742,7 +743,7 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         root: usize,
         n: usize,
         (): (),
@@ -755,8 +756,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         n: usize,
         (): (),
     ) -> Result<Request<'s>> {
@@ -768,7 +769,7 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s CudaSlice<T>,
+        buf: &'s Dev<'s, T>,
         dest: usize,
         tag: Tag,
         n: usize,
@@ -782,7 +783,7 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         source: usize,
         tag: Tag,
         n: usize,
@@ -810,8 +811,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: &'s Dev<'s, T>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         red: ReduceOp,
         _average: bool,
         root: usize,
@@ -826,7 +827,7 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut CudaSlice<T>,
+        buf: &'s mut DevMut<'s, T>,
         red: ReduceOp,
         _average: bool,
         n: usize,
@@ -840,8 +841,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         red: ReduceOp,
         _average: bool,
         n: usize,
@@ -855,8 +856,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         n: usize,
         (): (),
     ) -> Result<Request<'s>> {
@@ -868,9 +869,9 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
+        send: &'s Dev<'s, T>,
         send_counts: &[usize],
-        recv: &'s mut CudaSlice<T>,
+        recv: &'s mut DevMut<'s, T>,
         recv_counts: &[usize],
         (): (),
     ) -> Result<Request<'s>> {
@@ -882,8 +883,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s Dev<'s, T>,
+        recv: &'s mut DevMut<'s, T>,
         counts: &[usize],
         (): (),
     ) -> Result<Request<'s>> {
@@ -895,8 +896,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: &'s Dev<'s, T>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         root: usize,
         n: usize,
         (): (),
@@ -909,8 +910,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
-        recv: Option<&'s mut CudaSlice<T>>,
+        send: &'s Dev<'s, T>,
+        recv: Option<&'s mut DevMut<'s, T>>,
         counts: &[usize],
         root: usize,
         (): (),
@@ -923,8 +924,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s CudaSlice<T>>,
-        recv: &'s mut CudaSlice<T>,
+        send: Option<&'s Dev<'s, T>>,
+        recv: &'s mut DevMut<'s, T>,
         root: usize,
         n: usize,
         (): (),
@@ -937,8 +938,8 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: Option<&'s CudaSlice<T>>,
-        recv: &'s mut CudaSlice<T>,
+        send: Option<&'s Dev<'s, T>>,
+        recv: &'s mut DevMut<'s, T>,
         counts: &[usize],
         root: usize,
         (): (),
@@ -952,9 +953,9 @@ impl Backend for NcclComm {
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
-        send: &'s CudaSlice<T>,
+        send: &'s Dev<'s, T>,
         dest: usize,
-        recv: &'s mut CudaSlice<T>,
+        recv: &'s mut DevMut<'s, T>,
         source: usize,
         tag: Tag,
         counts: (usize, usize),

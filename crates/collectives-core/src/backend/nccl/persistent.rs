@@ -19,14 +19,14 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    result, sys as cu, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
-    DriverError,
+    result, sys as cu, CudaContext, CudaEvent, CudaSlice, CudaStream, DriverError,
 };
 
 use super::comm::NcclComm;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::frontend::{BufPtr, PlanCall, PlanOp};
+use crate::memory::{Dev, DevMut};
 use crate::op::ReduceOp;
 use crate::persistent::PlanPath;
 
@@ -39,8 +39,8 @@ pub(super) struct GraphPlan<'s, T: Element> {
     op: &'static str,
     /// `None` where nothing was captured (zero-length operations).
     graph: Option<Graph>,
-    reads: Vec<BufPtr<CudaSlice<T>>>,
-    writes: Vec<BufPtr<CudaSlice<T>>>,
+    reads: Vec<BufPtr<DevMut<'s, T>>>,
+    writes: Vec<BufPtr<DevMut<'s, T>>>,
     /// Recorded after the launch of the run in flight.
     event: Option<CudaEvent>,
     /// `barrier`'s one value, reduced by every run.
@@ -127,7 +127,7 @@ impl NcclComm {
     pub(super) fn graph_plan<'s, T: Element>(
         &'s self,
         op: &'static str,
-        call: &PlanCall<Self, T>,
+        call: &PlanCall<'s, Self, T>,
     ) -> Result<GraphPlan<'s, T>> {
         self.ensure_live(op)?;
         let mut scratch = match call {
@@ -185,10 +185,10 @@ impl NcclComm {
     }
 
     /// Enqueue `call` as its blocking form does (without waiting for it).
-    fn enqueue_plan<T: Element>(
+    fn enqueue_plan<'s, T: Element>(
         &self,
         op: &'static str,
-        call: &PlanCall<Self, T>,
+        call: &PlanCall<'s, Self, T>,
         scratch: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
         use crate::frontend::Backend;
@@ -218,7 +218,7 @@ impl NcclComm {
                 PlanCall::AllReduce {
                     send, recv, red, n, ..
                 } => {
-                    let send = send.map(|s| s.get());
+                    let send = send.map(|s| -> &Dev<'_, T> { s.get() });
                     self.raw_all_reduce(op, send, recv.get_mut(), *red, *n, ())
                 }
                 PlanCall::AllGather { send, recv, n } => {
@@ -251,7 +251,7 @@ impl NcclComm {
                     root,
                     n,
                 } => {
-                    let send = send.map(|s| s.get());
+                    let send = send.map(|s| -> &Dev<'_, T> { s.get() });
                     self.raw_scatter(op, send, recv.get_mut(), *root, *n, ())
                 }
                 PlanCall::ScatterV {
@@ -260,7 +260,7 @@ impl NcclComm {
                     counts,
                     root,
                 } => {
-                    let send = send.map(|s| s.get());
+                    let send = send.map(|s| -> &Dev<'_, T> { s.get() });
                     self.raw_scatter_v(op, send, recv.get_mut(), counts, *root, ())
                 }
                 PlanCall::ReduceScatter {
@@ -288,11 +288,11 @@ impl NcclComm {
 }
 
 /// The buffers `call` reads (and only reads) and those it writes.
-type Buffers<T> = (Vec<BufPtr<CudaSlice<T>>>, Vec<BufPtr<CudaSlice<T>>>);
+type Buffers<'s, T> = (Vec<BufPtr<DevMut<'s, T>>>, Vec<BufPtr<DevMut<'s, T>>>);
 
-fn buffers<T: Element>(call: &PlanCall<NcclComm, T>) -> Buffers<T> {
-    let one = |p: &BufPtr<CudaSlice<T>>| vec![*p];
-    let opt = |p: &Option<BufPtr<CudaSlice<T>>>| p.iter().copied().collect::<Vec<_>>();
+fn buffers<'s, T: Element>(call: &PlanCall<'s, NcclComm, T>) -> Buffers<'s, T> {
+    let one = |p: &BufPtr<DevMut<'s, T>>| vec![*p];
+    let opt = |p: &Option<BufPtr<DevMut<'s, T>>>| p.iter().copied().collect::<Vec<_>>();
     match call {
         PlanCall::Barrier => (Vec::new(), Vec::new()),
         PlanCall::Broadcast { buf, .. } => (Vec::new(), one(buf)),

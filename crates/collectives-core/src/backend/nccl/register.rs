@@ -445,6 +445,8 @@ pub struct Registration<'b, T> {
     handle: *mut c_void,
 }
 
+crate::memory::forward_device_slice!(Registration<'_, T>, buf);
+
 impl<T> fmt::Debug for Registration<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registration")
@@ -523,6 +525,8 @@ pub struct NcclBuffer<'c, T> {
     handle: Handle,
     free: unsafe extern "C" fn(*mut c_void) -> sys::ncclResult_t,
 }
+
+crate::memory::forward_device_slice!(NcclBuffer<'_, T>, slice);
 
 impl<T> fmt::Debug for NcclBuffer<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
