@@ -76,7 +76,6 @@ pub fn copy_to_device<T: Element, B: ?Sized + DevicePtrMut<T>>(
     const OP: &str = "copy_to_device";
     let len = DeviceSlice::len(dev);
     crate::check::same_len(OP, "host", host.len(), "device", len)?;
-    bytes_of::<T>(OP, len)?;
     crate::backend::cuda_common::upload(OP, stream, host, dev, 0..len)?;
     // `host` is the caller's (pageable) memory: the copy must be done before it returns.
     stream.synchronize().map_err(|e| cuda(OP, e))
@@ -93,7 +92,6 @@ pub fn download<T: Element, B: ?Sized + DevicePtr<T>>(
 ) -> Result<Vec<T>> {
     const OP: &str = "download";
     let len = DeviceSlice::len(dev);
-    bytes_of::<T>(OP, len)?;
     let mut out = vec![T::zeroed(); len];
     crate::backend::cuda_common::download(OP, stream, dev, 0..len, &mut out)?;
     stream.synchronize().map_err(|e| cuda(OP, e))?;

@@ -668,11 +668,6 @@ impl<B: Backend, T: Element> std::fmt::Debug for PlanCall<'_, B, T> {
     }
 }
 
-/// A writable buffer, to read.
-fn rd<'a, 'b, F: Frontend, T: Element>(buf: &'a BufMut<'b, F, T>) -> &'a Buf<'b, F, T> {
-    <<F::Raw as Backend>::Memory as Space>::read(buf)
-}
-
 /// A buffer borrowed for `'s` as one of lifetime `'s` (what requests and plans keep).
 fn keep<'s, 'b, F: Frontend, T: Element>(buf: &'s Buf<'b, F, T>) -> &'s Buf<'s, F, T>
 where
@@ -719,8 +714,8 @@ struct Replay<'s, 'e, B: Backend, T: Element> {
     pending: Option<Box<dyn Pending + 's>>,
 }
 
-/// A plan's writable buffer, to read (a plan borrows its send buffers mutably: the caller
-/// changes them between runs).
+/// A writable buffer, to read: a plan's send buffer (a plan borrows its send buffers mutably, as
+/// the caller changes them between runs).
 fn read_of<'a, 's, B: Backend, T: Element>(buf: &'a RawBufMut<'s, B, T>) -> &'a RawBuf<'s, B, T> {
     <B::Memory as Space>::read(buf)
 }
@@ -2318,7 +2313,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    rd::<F, T>(send),
+                    read_of::<F::Raw, T>(send),
                     recv,
                     op,
                     root,
@@ -2359,7 +2354,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    rd::<F, T>(send),
+                    read_of::<F::Raw, T>(send),
                     recv,
                     op,
                 )?;
@@ -2420,7 +2415,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    rd::<F, T>(send),
+                    read_of::<F::Raw, T>(send),
                     recv,
                 )?;
                 let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
@@ -2451,7 +2446,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    rd::<F, T>(send),
+                    read_of::<F::Raw, T>(send),
                     recv,
                     counts,
                 )?;
@@ -2484,7 +2479,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    rd::<F, T>(send),
+                    read_of::<F::Raw, T>(send),
                     recv,
                     root,
                 )?;
@@ -2522,7 +2517,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    rd::<F, T>(send),
+                    read_of::<F::Raw, T>(send),
                     recv,
                     counts,
                     root,
@@ -2632,7 +2627,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    rd::<F, T>(send),
+                    read_of::<F::Raw, T>(send),
                     recv,
                     op,
                 )?;
@@ -2670,7 +2665,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    rd::<F, T>(send),
+                    read_of::<F::Raw, T>(send),
                     recv,
                 )?;
                 let (send, recv) = (BufPtr::new(send), BufPtr::new(recv));
@@ -2702,7 +2697,7 @@ impl<F: Frontend> Communicator for F {
                     self,
                     OP,
                     Start::Collective,
-                    rd::<F, T>(send),
+                    read_of::<F::Raw, T>(send),
                     send_counts,
                     recv,
                     recv_counts,

@@ -179,32 +179,40 @@ pub trait Space {
         Self::BufMut<'b, T>: 's;
 }
 
+/// `Space` for `$space` with buffer types `$buf` and `$buf_mut`, whose conversions are the
+/// language's own (a reborrow on the host; an upcast or a shorter object lifetime on a device).
+macro_rules! space {
+    ($space:ty, $buf:ty, $buf_mut:ty) => {
+        impl Space for $space {
+            type Buf<'b, T: Element> = $buf;
+            type BufMut<'b, T: Element> = $buf_mut;
+
+            fn read<'a, 'b, T: Element>(buf: &'a Self::BufMut<'b, T>) -> &'a Self::Buf<'b, T> {
+                buf
+            }
+            fn shorten<'s, 'b, T: Element>(buf: &'s Self::Buf<'b, T>) -> &'s Self::Buf<'s, T>
+            where
+                Self::Buf<'b, T>: 's,
+            {
+                buf
+            }
+            fn shorten_mut<'s, 'b, T: Element>(
+                buf: &'s mut Self::BufMut<'b, T>,
+            ) -> &'s mut Self::BufMut<'s, T>
+            where
+                Self::BufMut<'b, T>: 's,
+            {
+                buf
+            }
+        }
+    };
+}
+
 /// Host memory: buffers are slices `[T]` (a `&Vec<T>` or `&[T; N]` coerces to one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Host;
 
-impl Space for Host {
-    type Buf<'b, T: Element> = [T];
-    type BufMut<'b, T: Element> = [T];
-
-    fn read<'a, 'b, T: Element>(buf: &'a Self::BufMut<'b, T>) -> &'a Self::Buf<'b, T> {
-        buf
-    }
-    fn shorten<'s, 'b, T: Element>(buf: &'s Self::Buf<'b, T>) -> &'s Self::Buf<'s, T>
-    where
-        Self::Buf<'b, T>: 's,
-    {
-        buf
-    }
-    fn shorten_mut<'s, 'b, T: Element>(
-        buf: &'s mut Self::BufMut<'b, T>,
-    ) -> &'s mut Self::BufMut<'s, T>
-    where
-        Self::BufMut<'b, T>: 's,
-    {
-        buf
-    }
-}
+space!(Host, [T], [T]);
 
 /// CUDA device memory, on the communicator's device: an operation reads any
 /// [`DeviceBuffer`] (a `&CudaSlice<T>`, or a `&CudaView<T>` of part of one, coerces to it) and
@@ -214,25 +222,8 @@ impl Space for Host {
 pub struct Device;
 
 #[cfg(feature = "nccl")]
-impl Space for Device {
-    type Buf<'b, T: Element> = dyn DeviceBuffer<T> + 'b;
-    type BufMut<'b, T: Element> = dyn DeviceBufferMut<T> + 'b;
-
-    fn read<'a, 'b, T: Element>(buf: &'a Self::BufMut<'b, T>) -> &'a Self::Buf<'b, T> {
-        buf
-    }
-    fn shorten<'s, 'b, T: Element>(buf: &'s Self::Buf<'b, T>) -> &'s Self::Buf<'s, T>
-    where
-        Self::Buf<'b, T>: 's,
-    {
-        buf
-    }
-    fn shorten_mut<'s, 'b, T: Element>(
-        buf: &'s mut Self::BufMut<'b, T>,
-    ) -> &'s mut Self::BufMut<'s, T>
-    where
-        Self::BufMut<'b, T>: 's,
-    {
-        buf
-    }
-}
+space!(
+    Device,
+    dyn DeviceBuffer<T> + 'b,
+    dyn DeviceBufferMut<T> + 'b
+);
