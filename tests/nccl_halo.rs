@@ -426,7 +426,8 @@ fn bad_input(t: &T) {
         t.err(
             HaloExchange::new(
                 c,
-                HaloSpec::cube(4, 1, 1, Neighbours::All).with_dims([3, 1, 1]),
+                // One rank more than there are, whatever the count.
+                HaloSpec::cube(4, 1, 1, Neighbours::All).with_dims([c.size() + 1, 1, 1]),
             ),
             "grid of the wrong size",
             |e| matches!(e, Error::InvalidArgument { .. }),

@@ -1,7 +1,8 @@
 //! A peer that is silent and a peer that is dead, for real: the last rank first sleeps through a
-//! collective, then leaves the job with `exit(0)` and never comes back. The other ranks must return
-//! `Error::Timeout` within the deadline plus one second, answer `Error::Unusable` afterwards, and the
-//! job must end.
+//! collective, then through a receive posted to it, then leaves the job with `exit(0)` and never comes back. The other ranks must return
+//! `Error::Timeout` within the deadline plus one second (from the call itself, or on a stream-ordered
+//! backend from the first host wait after it), answer `Error::Unusable` afterwards, and the job must
+//! end.
 //!
 //! This cannot run in the shared runner (`super::run`): its bookkeeping is collective over every
 //! rank, and one rank is gone. The survivors keep their own: a host communicator without the
@@ -110,7 +111,9 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
                 // MPI waits for the send until the deadline; NCCL sees at once that no send to
                 // self matches and says so. Either way an error, never a hang.
                 let start = Instant::now();
-                let r = timed.recv::<u32>(C::w(&mut buf), 0, 5);
+                let r = timed
+                    .recv::<u32>(C::w(&mut buf), 0, 5)
+                    .and_then(|()| timed.settle());
                 let took = start.elapsed();
                 log.check(
                     r.is_err() && took < DEADLINE + Duration::from_secs(1),
@@ -119,17 +122,23 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
                 println!("  [rank 0] a receive from this rank nobody sends: {r:?} after {took:?}");
             } else if rank == leaver {
                 std::thread::sleep(SILENT);
-                // The others gave up long ago: this call may complete against what they left in
-                // flight (MPI) or wait for peers that aborted (NCCL), but it must come back.
+                // The others gave up long ago: this call (and on NCCL the wait after it) may
+                // complete against what they left in flight or time out waiting for peers that
+                // aborted, but it must come back.
                 let start = Instant::now();
-                let r = timed.all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum);
+                let r = timed
+                    .all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum)
+                    .and_then(|()| timed.settle());
                 let took = start.elapsed();
                 log.check(took < DEADLINE + Duration::from_secs(1), || {
                     format!("the late all-reduce returned after {took:?} ({r:?})")
                 });
             } else {
+                // On NCCL the call returns once enqueued; the first host wait times out.
                 let start = Instant::now();
-                let r = timed.all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum);
+                let r = timed
+                    .all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum)
+                    .and_then(|()| timed.settle());
                 log.timed_out(
                     r,
                     start.elapsed(),
@@ -144,7 +153,47 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
     // Everyone is here again (the sleeper has woken up).
     world.barrier().expect("the barrier after the silent case");
 
-    // 2. A dead peer: the last rank leaves the job; the others' all-reduce must time out.
+    // 2. A silent peer, point to point: rank 0 receives from the last rank, which sleeps first. A
+    //    receive from a peer never met before must not block the host while connecting to it
+    //    (NCCL's blocking communicators do, unless the peers were connected at creation).
+    if size > 1 {
+        let before = log.failures.len();
+        match make(&world, DEADLINE) {
+            Err(e) => log.check(false, || format!("a communicator with a deadline: {e}")),
+            Ok(timed) => {
+                let mut buf = timed.up(&[1u32; 16]);
+                if rank == 0 {
+                    let start = Instant::now();
+                    let r = timed
+                        .recv::<u32>(C::w(&mut buf), leaver, 6)
+                        .and_then(|()| timed.settle());
+                    log.timed_out(
+                        r,
+                        start.elapsed(),
+                        "a receive from the rank that sleeps",
+                    );
+                    let r = timed.send::<u32>(C::r(&buf), leaver, 6);
+                    log.unusable(r, "a send after the timeout");
+                } else if rank == leaver {
+                    std::thread::sleep(SILENT);
+                    let start = Instant::now();
+                    let r = timed
+                        .send::<u32>(C::r(&buf), 0, 6)
+                        .and_then(|()| timed.settle());
+                    let took = start.elapsed();
+                    log.check(took < DEADLINE + Duration::from_secs(1), || {
+                        format!("the late send returned after {took:?} ({r:?})")
+                    });
+                }
+            }
+        }
+        failed.push(i32::from(log.failures.len() > before));
+        world
+            .barrier()
+            .expect("the barrier after the point-to-point case");
+    }
+
+    // 3. A dead peer: the last rank leaves the job; the others' all-reduce must time out.
     if size > 1 {
         let before = log.failures.len();
         let timed = make(&world, DEADLINE);
@@ -161,7 +210,9 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
             Ok(timed) => {
                 let mut buf = timed.up(&[1u32; 16]);
                 let start = Instant::now();
-                let r = timed.all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum);
+                let r = timed
+                    .all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum)
+                    .and_then(|()| timed.settle());
                 log.timed_out(r, start.elapsed(), "an all-reduce with a dead peer");
                 let r = timed.all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum);
                 log.unusable(r, "an all-reduce after the timeout");
@@ -178,7 +229,11 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
     survivors
         .all_reduce(&failed[..], &mut any[..], ReduceOp::Max)
         .expect("the survivors' all-reduce");
-    let names = ["silent peer", "dead peer"];
+    let names: &[&str] = if size > 1 {
+        &["silent peer", "silent peer point to point", "dead peer"]
+    } else {
+        &["silent peer"]
+    };
     let bad = any.iter().filter(|&&f| f != 0).count();
     if rank == 0 {
         for (name, f) in names.iter().zip(&any) {

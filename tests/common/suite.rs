@@ -36,6 +36,14 @@ pub trait Backend: Communicator {
     fn tag_ub(&self) -> i32 {
         i32::MAX
     }
+    /// Wait on the host for the work this rank handed to the backend so far: the first host wait
+    /// of a stream-ordered backend (NCCL's `synchronize`), where a silent or dead peer surfaces as
+    /// `Timeout`; nothing on backends whose blocking calls complete before they return.
+    fn settle(&self) -> Result<(), Error> {
+        Ok(())
+    }
+    /// Whether blocking calls return once enqueued ([`settle`](Self::settle) is a real wait).
+    const STREAM_ORDERED: bool = false;
     /// A new communicator of this backend over the ranks of `world`, whose operations time out
     /// `after` (collective over `world`).
     fn with_deadline(
@@ -86,6 +94,10 @@ impl Backend for collectives::MpiComm {
 
 impl Backend for collectives::NcclComm {
     type Owned<V: Val> = collectives::cudarc::driver::CudaSlice<V>;
+    const STREAM_ORDERED: bool = true;
+    fn settle(&self) -> Result<(), Error> {
+        self.synchronize()
+    }
     fn r<V: Val>(o: &Self::Owned<V>) -> &Buf<'_, Self, V> {
         o
     }

@@ -26,7 +26,10 @@ pub enum ReduceOp {
     Min,
     /// Maximum.
     Max,
-    /// Arithmetic mean (the sum divided by the number of ranks).
+    /// Arithmetic mean (the sum divided by the number of ranks), to within the rounding of a sum:
+    /// the MPI backends sum, then divide; NCCL averages natively (each value scaled by 1/n, then
+    /// summed), which can differ from the quotient by a few ulps (on 3 ranks the mean of 1, 2, 3 in
+    /// `f64` can be `1.9999999999999998`). NCCL's integer mean truncates.
     Avg,
 }
 

@@ -19,8 +19,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::c_uint;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use collectives_core::deadline::{self, Polled};
 use collectives_core::{Communicator, DeviceCommunicator, Error, NcclComm, ReduceOp, Result};
 use cudarc::driver::sys::{self as cu, CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaStream};
@@ -529,16 +530,10 @@ impl PeerLinks {
         Ok(())
     }
 
-    /// Poll `done` until it says yes or the deadline passes.
+    /// Poll `done` until it says yes or the deadline passes, through the core's one waiting loop.
     fn poll(&self, mut done: impl FnMut() -> bool) -> bool {
-        let start = Instant::now();
-        while !done() {
-            if start.elapsed() > self.deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        true
+        let polled = deadline::poll(self.deadline, || Ok::<bool, Error>(done()));
+        matches!(polled, Ok(Polled::Done))
     }
 
     /// Whether every IPC receiver has consumed the last exchange.

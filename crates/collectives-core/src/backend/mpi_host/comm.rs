@@ -200,6 +200,11 @@ impl MpiComm {
         self.checked = on;
     }
 
+    /// Set the deadline in place (a device communicator gives its host side its own deadline).
+    pub(crate) fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.timeout = timeout;
+    }
+
     /// This communicator's checked-mode flag ([`with_checked`](Self::with_checked), else
     /// `COLLECTIVES_CHECK`): whether it agrees on its own, and whether the device communicators
     /// built on it do.
@@ -292,6 +297,13 @@ impl MpiComm {
     /// [`Error::Unusable`](crate::Error::Unusable) once an operation on this communicator timed out.
     pub(crate) fn ensure_usable(&self, op: &'static str) -> Result<()> {
         self.health.check(op)
+    }
+
+    /// Refuse this communicator from now on, because `op` of a device communicator built on it
+    /// timed out after `after` (or, with `("abort", 0)`, because it was aborted); the first refusal
+    /// is kept. Returns the [`Error::Timeout`](crate::Error::Timeout) to report.
+    pub(crate) fn refuse(&self, op: &'static str, after: Duration) -> crate::Error {
+        self.health.timed_out(op, after)
     }
 
     /// Make one MPI operation and complete it: the blocking call without a deadline; under one, its

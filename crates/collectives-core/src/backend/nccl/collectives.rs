@@ -19,7 +19,7 @@ use super::persistent::GRAPHS_FROM;
 use super::raw;
 use super::request::NcclPending;
 use crate::backend::mpi_host::MpiComm;
-use crate::comm::{Communicator, DeviceCommunicator, Tag};
+use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
@@ -142,6 +142,33 @@ impl NcclComm {
             }
         }
         group.end()
+    }
+
+    /// One element from `send` to every other rank, and one from every other rank into `recv` at
+    /// the sender's rank, in one group: what connects every point-to-point channel.
+    pub(super) fn exchange_with_every_peer(
+        &self,
+        op: &'static str,
+        send: &CudaSlice<u8>,
+        recv: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        let peers = (0..self.size).filter(|&p| p != self.rank);
+        let sends: Vec<Part> = peers
+            .clone()
+            .map(|peer| Part {
+                offset: 0,
+                len: 1,
+                peer,
+            })
+            .collect();
+        let recvs: Vec<Part> = peers
+            .map(|peer| Part {
+                offset: peer,
+                len: 1,
+                peer,
+            })
+            .collect();
+        self.exchange::<u8>(op, Some(send), &sends, Some(recv), &recvs)
     }
 
     pub(super) fn enqueue_all_reduce<T: Element>(
@@ -357,7 +384,7 @@ impl Backend for NcclComm {
             .alloc_zeros::<f32>(1)
             .map_err(|e| Error::cuda(op, e))?;
         self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
-        self.synchronize()
+        self.wait_for_stream(op)
     }
 
     fn raw_broadcast<T: Element>(
@@ -669,6 +696,7 @@ impl Backend for NcclComm {
             ));
         }
         let stream = super::comm::default_stream(&self.ctx);
+        let sync_event = self.ctx.new_event(None).map_err(|e| Error::cuda(op, e))?;
         let comm = NcclComm {
             lib: self.lib,
             raw: new,
@@ -681,7 +709,7 @@ impl Backend for NcclComm {
             mpi,
             timeout: self.timeout,
             aborted: std::cell::Cell::new(false),
-            refusal: std::cell::Cell::new(super::comm::ABORTED_BY_CALL),
+            sync_event,
             uneven: self.uneven,
         };
         // NCCL and MPI order the new ranks by (key, old rank) alike; check rather than assume.
@@ -701,6 +729,7 @@ impl Backend for NcclComm {
                 ),
             ));
         }
+        comm.connect_peers(op)?;
         Ok(Some(comm))
     }
 

@@ -4,15 +4,17 @@ use std::cell::Cell;
 use std::ffi::c_int;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::Once;
+use std::time::Duration;
 
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 use nccl_sys as sys;
 
 use super::raw;
 use crate::backend::cuda_common::{self, cuda_driver_present, node_local};
 use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Communicator, DeviceCommunicator};
+use crate::deadline::{self, Polled};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 
@@ -23,7 +25,26 @@ fn default_timeout() -> Duration {
 }
 
 /// The refusal recorded by a call to [`NcclComm::abort`] (no deadline was involved).
-pub(super) const ABORTED_BY_CALL: (&str, Duration) = ("abort", Duration::ZERO);
+const ABORTED_BY_CALL: (&str, Duration) = ("abort", Duration::ZERO);
+
+/// NCCL's switch for connecting each algorithm's peers at its first use instead of at creation.
+pub const RUNTIME_CONNECT_ENV: &str = "NCCL_RUNTIME_CONNECT";
+
+/// Ask NCCL to connect every algorithm's peers while a communicator is created, unless the user
+/// chose otherwise by setting [`RUNTIME_CONNECT_ENV`].
+///
+/// Since 2.22 NCCL connects an algorithm (ring, tree, ...) on a blocking communicator when a
+/// collective first needs it, inside that call and out of reach of any deadline: with a silent
+/// peer, the host blocks there for good. Creation is non-blocking and has the deadline, so
+/// connections are made there. NCCL reads the variable once, when its first communicator is made.
+fn connect_at_creation() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os(RUNTIME_CONNECT_ENV).is_none() {
+            std::env::set_var(RUNTIME_CONNECT_ENV, "0");
+        }
+    });
+}
 
 /// A communicator of the NCCL backend: collectives on device memory (`CudaSlice<T>` buffers).
 ///
@@ -52,12 +73,14 @@ pub struct NcclComm {
     pub(super) rank: usize,
     pub(super) size: usize,
     /// The host side: checked-mode agreement, host barrier, bootstrap of splits.
+    /// Its deadline is the communicator's, and its health is the communicator's: once anything on
+    /// either side timed out (or [`NcclComm::abort`] was called) every later call is refused.
     pub(super) mpi: MpiComm,
     pub(super) timeout: Duration,
+    /// Whether `ncclCommAbort` was called (the handles are freed).
     pub(super) aborted: Cell<bool>,
-    /// Why the communicator is refused once `aborted`: the operation that timed out and its deadline,
-    /// or `("abort", 0)` for a call to [`NcclComm::abort`].
-    pub(super) refusal: Cell<(&'static str, Duration)>,
+    /// The event [`synchronize`](DeviceCommunicator::synchronize) records and polls, made once.
+    pub(super) sync_event: CudaEvent,
     pub(super) uneven: UnevenAlgorithm,
 }
 
@@ -121,7 +144,8 @@ impl NcclComm {
     pub fn from_mpi(mpi: &MpiComm, device: Option<usize>) -> Result<Self> {
         const OP: &str = "from_mpi";
         let _span = tracing::debug_span!("nccl_from_mpi").entered();
-        let mpi = mpi.dup()?;
+        let mut mpi = mpi.dup()?;
+        mpi.set_timeout(Some(default_timeout()));
         // Everything that can fail on one rank only is agreed on before anyone waits for the others.
         let local = Self::prepare(&mpi, device);
         let ok = [u8::from(local.is_ok())];
@@ -157,6 +181,7 @@ impl NcclComm {
             *d = *s as _;
         }
         let stream = default_stream(&ctx);
+        let sync_event = ctx.new_event(None).map_err(|e| Error::cuda(OP, e))?;
         let mut config = sys::config_initializer();
         config.blocking = 0;
         let mut comm: sys::ncclComm_t = std::ptr::null_mut();
@@ -184,7 +209,7 @@ impl NcclComm {
             mpi,
             timeout: default_timeout(),
             aborted: Cell::new(comm.is_null()),
-            refusal: Cell::new(ABORTED_BY_CALL),
+            sync_event,
             uneven: UnevenAlgorithm::Auto,
         };
         made.settle_async(OP, rc)?;
@@ -214,31 +239,34 @@ impl NcclComm {
             ));
         }
         made.init_parent = std::mem::replace(&mut made.raw, child);
-        // Connect the peers now, while every rank is known to be here: a first collective that finds
-        // a peer missing would otherwise block the host while connecting, out of reach of deadlines.
-        let mut one = made
+        made.connect_peers(OP)?;
+        Ok(made)
+    }
+
+    /// Connect every peer now, while every rank is known to be here: a blocking communicator connects
+    /// on the host inside the first call that needs a connection, and waits there for the peer,
+    /// out of reach of any deadline. NCCL connects the collectives' algorithms at creation
+    /// ([`connect_at_creation`]); one all-reduce checks that they work, and one grouped exchange of a
+    /// byte with every other rank connects the point-to-point channels (NCCL connects all of a
+    /// peer's channels at its first transfer, whatever its size). Waited for with the deadline.
+    pub(super) fn connect_peers(&self, op: &'static str) -> Result<()> {
+        let mut one = self
             .stream
             .alloc_zeros::<f32>(1)
-            .map_err(|e| Error::cuda(OP, e))?;
-        {
-            let f = sys::nccl_fn!(lib, ncclAllReduce).map_err(raw::unavailable)?;
-            let (p, _g) = cudarc::driver::DevicePtrMut::device_ptr_mut(&mut one, &made.stream);
-            // SAFETY: a one-element device buffer of f32 on this communicator's device, in place.
-            let rc = unsafe {
-                f(
-                    p as usize as *const std::ffi::c_void,
-                    p as usize as *mut std::ffi::c_void,
-                    1,
-                    sys::ncclFloat32,
-                    sys::ncclSum,
-                    made.raw,
-                    made.stream.cu_stream() as sys::cudaStream_t,
-                )
-            };
-            made.settle(OP, rc)?;
+            .map_err(|e| Error::cuda(op, e))?;
+        self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
+        if self.size > 1 {
+            let byte = self
+                .stream
+                .alloc_zeros::<u8>(1)
+                .map_err(|e| Error::cuda(op, e))?;
+            let mut bytes = self
+                .stream
+                .alloc_zeros::<u8>(self.size)
+                .map_err(|e| Error::cuda(op, e))?;
+            self.exchange_with_every_peer(op, &byte, &mut bytes)?;
         }
-        made.synchronize()?;
-        Ok(made)
+        self.wait_for_stream(op)
     }
 
     fn prepare(
@@ -247,6 +275,7 @@ impl NcclComm {
     ) -> Result<(&'static sys::Library, Arc<CudaContext>)> {
         const OP: &str = "from_mpi";
         let lib = raw::library()?;
+        connect_at_creation();
         if !cuda_driver_present() {
             return Err(Error::Unavailable {
                 what: "the CUDA driver",
@@ -293,18 +322,20 @@ impl NcclComm {
         self.aborted.get()
     }
 
-    /// An error when the communicator was aborted: its handle is freed and must not reach NCCL.
+    /// [`Error::Unusable`] once anything on this communicator timed out or it was aborted: its
+    /// NCCL handle is then freed and must not reach NCCL. A timeout on the host side (checked mode's
+    /// agreement, the meeting before a split) aborts the NCCL side here, at the next call.
     pub(super) fn ensure_live(&self, op: &'static str) -> Result<()> {
         if self.aborted.get() {
-            let (timed_out, after) = self.refusal.get();
-            Err(Error::Unusable {
-                op,
-                timed_out,
-                after,
-            })
-        } else {
-            Ok(())
+            // Aborted without a refusal of its own (a creation that returned no handle).
+            let (by, after) = ABORTED_BY_CALL;
+            let _ = self.mpi.refuse(by, after);
         }
+        let refused = self.mpi.ensure_usable(op);
+        if refused.is_err() {
+            self.abort_nccl();
+        }
+        refused
     }
 
     /// The loaded NCCL library.
@@ -322,10 +353,13 @@ impl NcclComm {
         self
     }
 
-    /// Set the deadline of waits (default `COLLECTIVES_TIMEOUT` seconds, else 300 s).
+    /// Set the deadline of waits (default `COLLECTIVES_TIMEOUT` seconds, else 300 s), also of the
+    /// host side's waits (checked mode's agreement, the meeting before a split). Every rank must set
+    /// one (the durations may differ).
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self.mpi.set_timeout(Some(timeout));
         self
     }
 
@@ -349,36 +383,43 @@ impl NcclComm {
         self.mpi.barrier()
     }
 
-    /// Poll `done` until it says yes, checking NCCL's asynchronous error and the deadline.
+    /// Poll `done` until it says yes, checking NCCL's asynchronous error at every poll, with the
+    /// deadline, through the one waiting loop ([`deadline::poll`]: it spins while a small message
+    /// could still complete, then yields the core, and never sleeps). When the deadline passes the
+    /// communicator is refused from then on and aborted, and the wait returns [`Error::Timeout`].
     pub(super) fn wait_for(
         &self,
         op: &'static str,
         mut done: impl FnMut() -> Result<bool>,
     ) -> Result<()> {
-        let deadline = Instant::now() + self.timeout;
-        let mut spins = 0u32;
-        loop {
+        let polled = deadline::poll(self.timeout, || {
             if done()? {
-                return Ok(());
+                return Ok(true);
             }
             self.async_error(op)?;
-            if Instant::now() >= deadline {
-                if !self.aborted.get() {
-                    self.refusal.set((op, self.timeout));
-                }
-                self.abort();
-                return Err(Error::Timeout {
-                    op,
-                    after: self.timeout,
-                });
-            }
-            spins += 1;
-            if spins > 64 {
-                std::thread::sleep(Duration::from_micros(20));
-            } else {
-                std::hint::spin_loop();
+            Ok::<bool, Error>(false)
+        })?;
+        match polled {
+            Polled::Done => Ok(()),
+            Polled::TimedOut => {
+                let timeout = self.mpi.refuse(op, self.timeout);
+                self.abort_nccl();
+                Err(timeout)
             }
         }
+    }
+
+    /// Wait with the deadline until the work enqueued so far on the stream is complete (the one
+    /// host wait of [`synchronize`](DeviceCommunicator::synchronize), a barrier and creation).
+    pub(super) fn wait_for_stream(&self, op: &'static str) -> Result<()> {
+        self.ensure_live(op)?;
+        self.sync_event
+            .record(&self.stream)
+            .map_err(|e| Error::cuda(op, e))?;
+        let event = &self.sync_event;
+        self.wait_for(op, || {
+            event.try_is_complete().map_err(|e| Error::cuda(op, e))
+        })
     }
 
     /// The communicator's asynchronous error, if any (`ncclInProgress` counts as none).
@@ -435,8 +476,17 @@ impl NcclComm {
         }
     }
 
-    /// Abort the communicator (`ncclCommAbort`): pending work is dropped and later calls fail.
+    /// Abort the communicator (`ncclCommAbort`): pending work is dropped, and every later call
+    /// returns [`Error::Unusable`].
     pub fn abort(&self) {
+        let (op, after) = ABORTED_BY_CALL;
+        let _ = self.mpi.refuse(op, after);
+        self.abort_nccl();
+    }
+
+    /// `ncclCommAbort` on both handles, once. NCCL's kernels of this communicator stop at its abort
+    /// flag, so the stream moves on to what was enqueued after them.
+    fn abort_nccl(&self) {
         if self.aborted.replace(true) {
             return;
         }
@@ -499,14 +549,7 @@ impl DeviceCommunicator for NcclComm {
 
     /// Polls for NCCL errors while it waits; on expiry of the deadline aborts the communicator.
     fn synchronize(&self) -> Result<()> {
-        const OP: &str = "synchronize";
-        let event = self
-            .stream
-            .record_event(None)
-            .map_err(|e| Error::cuda(OP, e))?;
-        self.wait_for(OP, || {
-            event.try_is_complete().map_err(|e| Error::cuda(OP, e))
-        })
+        self.wait_for_stream("synchronize")
     }
 
     fn with_stream(mut self, stream: Arc<CudaStream>) -> Result<Self> {
