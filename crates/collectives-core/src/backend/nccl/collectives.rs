@@ -710,6 +710,7 @@ impl Backend for NcclComm {
             timeout: self.timeout,
             aborted: std::cell::Cell::new(false),
             sync_event,
+            aborting: std::cell::RefCell::new(None),
             uneven: self.uneven,
         };
         // NCCL and MPI order the new ranks by (key, old rank) alike; check rather than assume.
