@@ -14,9 +14,22 @@
 //! The copy pool has 240 cases of one to four regions each: pairs of equal-shape regions, 1-D to
 //! 4-D, unaligned starts on either side, every word size, views at odd offsets, copied between
 //! two buffers and within one, through the safe and the raw entry points.
+//!
+//! Every case compiles its own kernels through NVRTC (100 to 200 ms each). A test that runs
+//! many cases first [warms](warm) the compile cache: it makes every launcher the cases will
+//! make and prepares the kernel variants their launches will use, from several threads at once,
+//! then runs the cases one after another as before, which now find their kernels in the
+//! in-memory cache. The warm-up checks nothing: a case whose compile fails there fails again,
+//! with its index, in the loop. It prints how many variants it compiled and how long that took
+//! (visible with `--nocapture`). `DTP_COMPILE_THREADS=N` sets how many compiles run at once in
+//! the whole binary (default: the available parallelism; 1 compiles one at a time);
+//! `DTP_WARM=0` skips the warm-ups, so that every case compiles its kernels in the loop, one
+//! after another, as before the warm-ups existed (to compare, or under a sanitizer).
 #![cfg(feature = "cuda")]
 
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use datatype_pack::construct::{subarray, Order};
 use datatype_pack::fused::CopyRegion;
@@ -32,6 +45,164 @@ fn ctx() -> Arc<CudaContext> {
     static CTX: OnceLock<Arc<CudaContext>> = OnceLock::new();
     CTX.get_or_init(|| gpu::context(0).expect("a CUDA device"))
         .clone()
+}
+
+/// One warm-up job: makes a launcher, prepares the variants a case's launches will use and
+/// returns how many variants the launcher holds.
+type Job = Box<dyn FnOnce() -> Result<usize, Error> + Send>;
+
+/// How many compiles may run at once in the whole binary: `DTP_COMPILE_THREADS`, else the
+/// available parallelism.
+fn compile_threads() -> usize {
+    std::env::var("DTP_COMPILE_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Compile slots shared by the whole binary: libtest runs up to one test per core side by side,
+/// and their warm-ups together start no more compiles than [`compile_threads`].
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Slots {
+    fn get() -> &'static Slots {
+        static SLOTS: OnceLock<Slots> = OnceLock::new();
+        SLOTS.get_or_init(|| Slots {
+            free: Mutex::new(compile_threads()),
+            freed: Condvar::new(),
+        })
+    }
+
+    /// Runs `f` holding one slot.
+    fn with<T>(&self, f: impl FnOnce() -> T) -> T {
+        struct Held<'a>(&'a Slots);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                self.0.freed.notify_one();
+            }
+        }
+        {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            while *free == 0 {
+                free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+            }
+            *free -= 1;
+        }
+        let _held = Held(self);
+        f()
+    }
+}
+
+/// Runs the warm-up `jobs` of test `label` from [`compile_threads`] threads, each job holding
+/// a compile slot, and prints what it did. The library's compile cache is a mutexed map that is
+/// not held while NVRTC runs, and NVRTC compiles distinct programs concurrently, so the jobs'
+/// compiles overlap; the case loop that follows makes the same launchers and launches the same
+/// variants, whose images it then finds in the cache (same source, architecture and options:
+/// the same image). Errors are only counted: the case loop meets them again and reports them
+/// with the case. `DTP_WARM=0` skips it.
+fn warm(label: &str, jobs: Vec<Job>) {
+    let count = jobs.len();
+    if std::env::var("DTP_WARM").is_ok_and(|v| v == "0") {
+        println!("{label}: warm-up of {count} launchers skipped (DTP_WARM=0)");
+        return;
+    }
+    let threads = compile_threads().min(count).max(1);
+    let queue = Mutex::new(jobs);
+    let (variants, failed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let busy = Mutex::new(Duration::ZERO);
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let Some(job) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop() else {
+                    break;
+                };
+                let (r, took) = Slots::get().with(|| {
+                    let t = Instant::now();
+                    (job(), t.elapsed())
+                });
+                *busy.lock().unwrap_or_else(|e| e.into_inner()) += took;
+                match r {
+                    Ok(n) => variants.fetch_add(n, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            });
+        }
+    });
+    println!(
+        "{label}: warm-up prepared {} kernel variants (compiled, or found in the cache) for \
+         {count} launchers ({} failed) in {:.1} s on {threads} threads, {:.1} s of compiling \
+         and loading summed",
+        variants.into_inner(),
+        failed.into_inner(),
+        t0.elapsed().as_secs_f64(),
+        busy.into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_secs_f64()
+    );
+}
+
+/// A warm-up job: the [`Packer`] of `plan` under `opts` and its variant for a strided view at
+/// `strided_off` and a packed view at `packed_off` (into 256-byte-aligned allocations).
+fn packer_job(
+    plan: &StridedBlock,
+    opts: &GpuOptions,
+    strided_off: usize,
+    packed_off: usize,
+) -> Job {
+    let (plan, opts) = (plan.clone(), opts.clone());
+    Box::new(move || {
+        let p = Packer::with_options(&ctx(), &plan, &opts)?;
+        if !plan.is_empty() {
+            p.prepare(plan.word_size(strided_off as u64, packed_off as u64))?;
+        }
+        Ok(p.compiled_word_sizes().len())
+    })
+}
+
+/// A warm-up job: the [`FusedPacker`] of `plans` (laid out by [`fused::layout`]) under `opts`
+/// and its variant for views at `grid_off` and `packed_off`.
+fn fused_packer_job(
+    plans: Vec<StridedBlock>,
+    opts: &GpuOptions,
+    grid_off: usize,
+    packed_off: usize,
+) -> Job {
+    let opts = opts.clone();
+    Box::new(move || {
+        let p = FusedPacker::with_regions(&ctx(), fused::layout(&plans)?, &opts)?;
+        if p.packed_size() > 0 {
+            p.prepare(&p.words(grid_off as u64, packed_off as u64))?;
+        }
+        Ok(p.compiled_words().len())
+    })
+}
+
+/// A warm-up job: the [`FusedCopier`] of `regions` under `opts` and its variant for a source
+/// view at `src_off` and a destination view at `dst_off`.
+fn copier_job(regions: Vec<CopyRegion>, opts: &GpuOptions, src_off: usize, dst_off: usize) -> Job {
+    let opts = opts.clone();
+    Box::new(move || {
+        let c = FusedCopier::new(&ctx(), regions, &opts)?;
+        if c.bytes() > 0 {
+            c.prepare(&c.words(src_off as u64, dst_off as u64))?;
+        }
+        Ok(c.compiled_words().len())
+    })
+}
+
+/// Prints how long the cases of test `label` took after its warm-up.
+fn ran(label: &str, t0: Instant) {
+    println!(
+        "{label}: cases ran in {:.1} s after the warm-up",
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 /// splitmix64: a small deterministic generator, so a failing case is reproducible by index.
@@ -299,10 +470,19 @@ fn run_case_with(
     Ok(plan.packed_size())
 }
 
+/// The warm-up job of a pool case: the packer [`run_case`] and [`run_raw_case`] make, and the
+/// variant of the case's views.
+fn pool_case_job(c: &Case) -> Job {
+    packer_job(&c.plan, &options_for(c.index), c.strided_off, c.packed_off)
+}
+
 fn run_chunk(k: usize) {
     let ctx = ctx();
     let stream = ctx.new_stream().expect("a stream");
     let cases: Vec<Case> = pool().into_iter().skip(k).step_by(CHUNKS).collect();
+    let label = format!("pool chunk {k}");
+    warm(&label, cases.iter().map(pool_case_job).collect());
+    let t0 = Instant::now();
     let mut failures = Vec::new();
     let (mut bytes, mut words) = (0u64, [0usize; 5]);
     for c in &cases {
@@ -315,6 +495,7 @@ fn run_chunk(k: usize) {
             Err(e) => failures.push(e),
         }
     }
+    ran(&label, t0);
     println!(
         "chunk {k}: {} layouts, {} passed, {} failed, {} packed bytes; launches by word size \
          1/2/4/8/16: {:?}",
@@ -427,6 +608,24 @@ fn halo(n: u64, r: u64, elem: u64, all26: bool) -> (Vec<StridedBlock>, Vec<Strid
     (send, ghost)
 }
 
+/// The warm-up jobs of [`fused_round_trip`] with the same arguments: the packer of the send
+/// faces and the unpacker of the ghost faces, each with the variant of the views.
+fn fused_round_trip_jobs(
+    n: u64,
+    r: u64,
+    elem: u64,
+    all26: bool,
+    grid_off: usize,
+    packed_off: usize,
+    opts: &GpuOptions,
+) -> [Job; 2] {
+    let (send, ghost) = halo(n, r, elem, all26);
+    [
+        fused_packer_job(send, opts, grid_off, packed_off),
+        fused_packer_job(ghost, opts, grid_off, packed_off),
+    ]
+}
+
 fn fused_round_trip(
     n: u64,
     r: u64,
@@ -505,21 +704,38 @@ fn fused_halo_6_faces() {
     let full = GpuOptions::default()
         .with_grid(GridCap::Full)
         .with_max_threads_per_block(1024);
-    fused_round_trip(20, 3, 8, false, 0, 0, &d);
-    fused_round_trip(64, 3, 8, false, 0, 0, &d);
-    fused_round_trip(64, 3, 8, false, 0, 0, &one);
-    fused_round_trip(64, 3, 8, false, 0, 0, &full);
-    fused_round_trip(33, 2, 4, false, 4, 8, &d);
-    fused_round_trip(17, 1, 1, false, 3, 1, &one);
+    let trip = |n, r, elem, go, po, o: &GpuOptions| {
+        HaloStep::RoundTrip((n, r, elem, false), go, po, o.clone())
+    };
+    run_halo_steps(
+        "fused_halo_6_faces",
+        &[
+            trip(20, 3, 8, 0, 0, &d),
+            trip(64, 3, 8, 0, 0, &d),
+            trip(64, 3, 8, 0, 0, &one),
+            trip(64, 3, 8, 0, 0, &full),
+            trip(33, 2, 4, 4, 8, &d),
+            trip(17, 1, 1, 3, 1, &one),
+        ],
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fused_halo_26_regions() {
     let d = GpuOptions::default();
-    fused_round_trip(20, 3, 8, true, 0, 0, &d);
-    fused_round_trip(31, 2, 16, true, 8, 4, &d);
-    fused_round_trip(31, 2, 16, true, 8, 4, &d.clone().with_grid(GridCap::Full));
+    let full = d.clone().with_grid(GridCap::Full);
+    let trip = |n, r, elem, go, po, o: &GpuOptions| {
+        HaloStep::RoundTrip((n, r, elem, true), go, po, o.clone())
+    };
+    run_halo_steps(
+        "fused_halo_26_regions",
+        &[
+            trip(20, 3, 8, 0, 0, &d),
+            trip(31, 2, 16, 8, 4, &d),
+            trip(31, 2, 16, 8, 4, &full),
+        ],
+    );
 }
 
 #[test]
@@ -852,6 +1068,26 @@ fn raw_pack_matches_the_cpu_oracle() {
     let stream = ctx.new_stream().unwrap();
     // Every 10th layout of the pool: all dimensionalities, word sizes and offsets.
     let cases: Vec<Case> = pool().into_iter().step_by(10).collect();
+    let trips = [
+        (20, 3, 8, false, 0, 0),
+        (33, 2, 4, false, 4, 8),
+        (17, 1, 1, true, 3, 1),
+    ];
+    let d = GpuOptions::default();
+    let mut jobs: Vec<Job> = cases.iter().map(pool_case_job).collect();
+    for &(n, r, e, all26, go, po) in &trips {
+        jobs.extend(fused_round_trip_jobs(
+            n,
+            r,
+            e,
+            all26,
+            go as usize,
+            po as usize,
+            &d,
+        ));
+    }
+    warm("raw_pack_matches_the_cpu_oracle", jobs);
+    let t0 = Instant::now();
     let failures: Vec<String> = cases
         .iter()
         .filter_map(|c| run_raw_case(&ctx, &stream, c).err())
@@ -861,10 +1097,11 @@ fn raw_pack_matches_the_cpu_oracle() {
         println!("  {f}");
     }
     assert!(failures.is_empty());
-    fused_raw_round_trip(20, 3, 8, false, 0, 0);
-    fused_raw_round_trip(33, 2, 4, false, 4, 8);
-    fused_raw_round_trip(17, 1, 1, true, 3, 1);
+    for (n, r, e, all26, go, po) in trips {
+        fused_raw_round_trip(n, r, e, all26, go, po);
+    }
     stream.synchronize().unwrap();
+    ran("raw_pack_matches_the_cpu_oracle", t0);
 }
 
 #[test]
@@ -1076,6 +1313,26 @@ fn in_place_regions(c: &CopyCase, skew: u64) -> Vec<CopyRegion> {
         .collect()
 }
 
+/// The skew of the case's copy within one buffer: a few bytes in some cases, so that in-place
+/// word sizes vary too.
+fn in_place_skew(c: &CopyCase) -> u64 {
+    [0, 0, 0, 8, 4, 2, 1][c.index % 7]
+}
+
+/// The warm-up jobs of [`run_copy_case`]: its two copiers, each with the variant of its views.
+fn copy_case_jobs(c: &CopyCase) -> [Job; 2] {
+    let opts = options_for(c.index);
+    [
+        copier_job(c.regions.clone(), &opts, c.src_off, c.dst_off),
+        copier_job(
+            in_place_regions(c, in_place_skew(c)),
+            &opts,
+            c.src_off,
+            c.src_off,
+        ),
+    ]
+}
+
 /// Word sizes of the case's launches, counted by size (1, 2, 4, 8, 16).
 type WordCounts = [usize; 5];
 
@@ -1151,7 +1408,7 @@ fn run_copy_case(
 
     // One buffer, safe and raw: the destinations moved past the sources (skewed by a few
     // bytes in some cases, so that in-place word sizes vary too).
-    let regions = in_place_regions(c, [0, 0, 0, 8, 4, 2, 1][c.index % 7]);
+    let regions = in_place_regions(c, in_place_skew(c));
     let copier = FusedCopier::new(ctx, regions.clone(), &opts).map_err(|e| err("new", &e))?;
     let len = copier.extent_end() as usize;
     let host = pattern(c.src_off + len + 5, c.index as u64 * 11 + 3);
@@ -1198,11 +1455,17 @@ fn fused_copy_random_pairs() {
     let ctx = ctx();
     let stream = ctx.new_stream().unwrap();
     let cases = copy_pool();
+    warm(
+        "fused_copy_random_pairs",
+        cases.iter().flat_map(copy_case_jobs).collect(),
+    );
+    let t0 = Instant::now();
     let mut words = [0usize; 5];
     let failures: Vec<String> = cases
         .iter()
         .filter_map(|c| run_copy_case(&ctx, &stream, c, &mut words).err())
         .collect();
+    ran("fused_copy_random_pairs", t0);
     println!(
         "copy: {} cases, {} regions, {} failed; regions by word size 1/2/4/8/16: {:?}",
         cases.len(),
@@ -1225,19 +1488,42 @@ fn fused_copy_random_pairs() {
     );
 }
 
+/// The regions of [`periodic_halo`]: each send face copied to the ghost face on the opposite
+/// side.
+fn periodic_regions(n: u64, r: u64, elem: u64, all26: bool) -> Vec<CopyRegion> {
+    let (send, ghost) = halo(n, r, elem, all26);
+    // The directions come in an order that negation reverses: face i goes to ghost face
+    // len - 1 - i. `between` checks the shapes agree.
+    send.iter()
+        .zip(ghost.iter().rev())
+        .map(|(s, g)| CopyRegion::between(s.clone(), g).unwrap())
+        .collect()
+}
+
+/// The warm-up job of [`periodic_halo`] with the same arguments: its copier with the variant
+/// of the view.
+fn periodic_halo_job(
+    n: u64,
+    r: u64,
+    elem: u64,
+    all26: bool,
+    grid_off: usize,
+    opts: &GpuOptions,
+) -> Job {
+    copier_job(
+        periodic_regions(n, r, elem, all26),
+        opts,
+        grid_off,
+        grid_off,
+    )
+}
+
 /// A periodic halo on one rank: each send face (interior slab) fills the ghost face on the
 /// opposite side, within the one grid, through `copy_in_place` and `copy_raw`.
 fn periodic_halo(n: u64, r: u64, elem: u64, all26: bool, grid_off: usize, opts: &GpuOptions) {
     let ctx = ctx();
     let stream = ctx.new_stream().unwrap();
-    let (send, ghost) = halo(n, r, elem, all26);
-    // The directions come in an order that negation reverses: face i goes to ghost face
-    // len - 1 - i. `between` checks the shapes agree.
-    let regions: Vec<CopyRegion> = send
-        .iter()
-        .zip(ghost.iter().rev())
-        .map(|(s, g)| CopyRegion::between(s.clone(), g).unwrap())
-        .collect();
+    let regions = periodic_regions(n, r, elem, all26);
     let copier = FusedCopier::new(&ctx, regions.clone(), opts).unwrap();
     let extent = ((n + 2 * r).pow(3) * elem) as usize;
     assert!(copier.extent_end() as usize <= extent);
@@ -1283,12 +1569,21 @@ fn fused_copy_periodic_halo_in_place() {
     let one = GpuOptions::default()
         .with_grid(GridCap::Waves(1))
         .with_max_threads_per_block(128);
-    periodic_halo(20, 3, 8, false, 0, &d);
-    periodic_halo(64, 3, 8, false, 0, &one);
-    periodic_halo(33, 2, 4, false, 4, &d);
-    periodic_halo(20, 3, 8, true, 0, &d);
-    periodic_halo(31, 2, 16, true, 8, &d.clone().with_grid(GridCap::Full));
-    periodic_halo(17, 1, 1, true, 3, &one);
+    let full = d.clone().with_grid(GridCap::Full);
+    let periodic = |n, r, elem, all26, go, o: &GpuOptions| {
+        HaloStep::Periodic((n, r, elem, all26), go, o.clone())
+    };
+    run_halo_steps(
+        "fused_copy_periodic_halo_in_place",
+        &[
+            periodic(20, 3, 8, false, 0, &d),
+            periodic(64, 3, 8, false, 0, &one),
+            periodic(33, 2, 4, false, 4, &d),
+            periodic(20, 3, 8, true, 0, &d),
+            periodic(31, 2, 16, true, 8, &full),
+            periodic(17, 1, 1, true, 3, &one),
+        ],
+    );
 }
 
 #[test]
@@ -1597,6 +1892,16 @@ fn flat_kernels_match_the_cpu_oracle() {
     let ctx = ctx();
     let stream = ctx.new_stream().unwrap();
     let cases = flat_cases();
+    warm(
+        "flat_kernels_match_the_cpu_oracle",
+        cases
+            .iter()
+            .flat_map(|c| {
+                flat_options().map(|opts| packer_job(&c.plan, &opts, c.strided_off, c.packed_off))
+            })
+            .collect(),
+    );
+    let t0 = Instant::now();
     let mut failures = Vec::new();
     let mut runs = 0;
     for c in &cases {
@@ -1610,6 +1915,7 @@ fn flat_kernels_match_the_cpu_oracle() {
             }
         }
     }
+    ran("flat_kernels_match_the_cpu_oracle", t0);
     println!(
         "flat: {} layouts x {} launch configurations, safe and raw: {} failed",
         cases.len(),
@@ -1690,24 +1996,75 @@ fn fused_flat_halos_match_the_cpu_oracle() {
     // bytes: 3-word blocks at radius 3), views at aligned and unaligned offsets (narrower
     // words), under every grid policy: pack, unpack and the periodic copy in place.
     let offsets = [(0usize, 0usize), (1, 3), (4, 8), (8, 2), (2, 4)];
+    let mut steps = Vec::new();
     let mut k = 0;
     for all26 in [false, true] {
         for r in 1..=3u64 {
             for elem in [1u64, 2, 4, 8, 16] {
-                for opts in &fused_flat_options() {
+                for opts in fused_flat_options() {
                     let (grid_off, packed_off) = offsets[k % offsets.len()];
                     k += 1;
-                    fused_round_trip(13, r, elem, all26, grid_off, packed_off, opts);
-                    periodic_halo(13, r, elem, all26, grid_off, opts);
+                    let halo = (13, r, elem, all26);
+                    steps.push(HaloStep::RoundTrip(
+                        halo,
+                        grid_off,
+                        packed_off,
+                        opts.clone(),
+                    ));
+                    steps.push(HaloStep::Periodic(halo, grid_off, opts));
                 }
             }
         }
     }
     // Larger faces of 24-byte blocks (3 words of 8 bytes), as a halo of radius 3 in doubles.
-    for opts in &fused_flat_options() {
-        fused_round_trip(96, 3, 8, false, 0, 0, opts);
-        fused_round_trip(64, 3, 8, true, 8, 16, opts);
-        periodic_halo(64, 3, 8, true, 0, opts);
+    for opts in fused_flat_options() {
+        steps.push(HaloStep::RoundTrip((96, 3, 8, false), 0, 0, opts.clone()));
+        steps.push(HaloStep::RoundTrip((64, 3, 8, true), 8, 16, opts.clone()));
+        steps.push(HaloStep::Periodic((64, 3, 8, true), 0, opts));
+    }
+    run_halo_steps("fused_flat_halos_match_the_cpu_oracle", &steps);
+}
+
+/// Warms the compile cache for `steps` of test `label`, then runs them one after another.
+fn run_halo_steps(label: &str, steps: &[HaloStep]) {
+    warm(label, steps.iter().flat_map(HaloStep::jobs).collect());
+    let t0 = Instant::now();
+    for step in steps {
+        step.run();
+    }
+    ran(label, t0);
+}
+
+/// A halo's `(n, r, elem, all26)`, as [`halo`] takes them.
+type HaloShape = (u64, u64, u64, bool);
+
+/// One step of a halo test: a [`fused_round_trip`] (with the grid and packed view offsets) or a
+/// [`periodic_halo`] (with the grid view offset).
+enum HaloStep {
+    RoundTrip(HaloShape, usize, usize, GpuOptions),
+    Periodic(HaloShape, usize, GpuOptions),
+}
+
+impl HaloStep {
+    /// The warm-up jobs of the step.
+    fn jobs(&self) -> Vec<Job> {
+        match *self {
+            HaloStep::RoundTrip((n, r, e, all26), go, po, ref o) => {
+                fused_round_trip_jobs(n, r, e, all26, go, po, o).into()
+            }
+            HaloStep::Periodic((n, r, e, all26), go, ref o) => {
+                vec![periodic_halo_job(n, r, e, all26, go, o)]
+            }
+        }
+    }
+
+    fn run(&self) {
+        match *self {
+            HaloStep::RoundTrip((n, r, e, all26), go, po, ref o) => {
+                fused_round_trip(n, r, e, all26, go, po, o)
+            }
+            HaloStep::Periodic((n, r, e, all26), go, ref o) => periodic_halo(n, r, e, all26, go, o),
+        }
     }
 }
 
@@ -1743,4 +2100,76 @@ fn fused_flat_launches_are_one_thread_per_word() {
         .collect();
     let copier = FusedCopier::new(&ctx, regions, &GpuOptions::default()).unwrap();
     assert_eq!(copier.launch_dims().unwrap(), (full as u32, 256));
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fused_prepare_compiles_the_variant_a_launch_uses() {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    // 8-byte blocks at 64-byte strides and 16-byte blocks at 32: 8-byte words in aligned
+    // buffers, 4-byte words when the strided view starts 4 bytes into its allocation.
+    let plans = [
+        StridedBlock::new(0, 8, vec![100], vec![64]).unwrap(),
+        StridedBlock::new(8, 16, vec![10], vec![32]).unwrap(),
+    ];
+    let packer = FusedPacker::new(&ctx, &plans).unwrap();
+    let (aligned, odd) = (packer.words(256, 256), packer.words(4, 0));
+    assert_eq!((aligned.clone(), odd.clone()), (vec![8, 8], vec![4, 4]));
+    assert_eq!(packer.compiled_words(), vec![aligned.clone()]);
+    packer.prepare(&odd).unwrap();
+    assert_eq!(packer.compiled_words(), vec![odd.clone(), aligned.clone()]);
+    // The launch on a view at +4 uses the prepared variant: nothing new is compiled.
+    let extent = packer.extent_end() as usize;
+    let packed = packer.packed_size() as usize;
+    let host = pattern(4 + extent, 3);
+    let d_grid = stream.clone_htod(&host).unwrap();
+    let mut d_packed = stream.alloc_zeros::<u8>(packed).unwrap();
+    packer
+        .pack(&stream, &d_grid.slice(4..4 + extent), &mut d_packed)
+        .unwrap();
+    assert_eq!(packer.compiled_words(), vec![odd, aligned]);
+    let mut want = vec![0u8; packed];
+    fused::pack(packer.regions(), &host[4..], &mut want).unwrap();
+    assert_eq!(stream.clone_dtoh(&d_packed).unwrap(), want);
+    // One word size per region, each suiting its region.
+    for bad in [&[8u32][..], &[16, 16], &[3, 8]] {
+        let r = packer.prepare(bad);
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { .. })),
+            "{bad:?}: {r:?}"
+        );
+    }
+
+    // The copier: the same plans copied within one buffer, past every source (which end by
+    // 6,344), to destinations 4 bytes off a 16-byte boundary, disjoint from each other;
+    // 4-byte words in an aligned buffer, 1-byte words in a view at +1.
+    let regions = vec![
+        CopyRegion::new(plans[0].clone(), 8196),
+        CopyRegion::new(plans[1].clone(), 16_388),
+    ];
+    let copier = FusedCopier::new(&ctx, regions, &GpuOptions::default()).unwrap();
+    let (aligned, odd) = (copier.words(256, 256), copier.words(1, 1));
+    assert_eq!((aligned.clone(), odd.clone()), (vec![4, 4], vec![1, 1]));
+    assert_eq!(copier.compiled_words(), vec![aligned.clone()]);
+    copier.prepare(&odd).unwrap();
+    assert_eq!(copier.compiled_words(), vec![odd.clone(), aligned.clone()]);
+    let len = copier.extent_end() as usize;
+    let host = pattern(1 + len, 4);
+    let mut d = stream.clone_htod(&host).unwrap();
+    copier
+        .copy_in_place(&stream, &mut d.slice_mut(1..1 + len))
+        .unwrap();
+    assert_eq!(copier.compiled_words(), vec![odd, aligned]);
+    let mut want = host.clone();
+    fused::copy_in_place(copier.regions(), &mut want[1..]).unwrap();
+    assert_eq!(stream.clone_dtoh(&d).unwrap(), want);
+    for bad in [&[4u32][..], &[16, 4], &[8, 8]] {
+        let r = copier.prepare(bad);
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { .. })),
+            "{bad:?}: {r:?}"
+        );
+    }
+    stream.synchronize().unwrap();
 }

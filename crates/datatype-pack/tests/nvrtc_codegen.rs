@@ -303,3 +303,47 @@ fn compile_cache_memory_and_disk() {
     std::env::remove_var(gpu::CACHE_ENV);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn compile_from_several_threads_at_once() {
+    // What the GPU tests' warm-ups rely on: `gpu::compile` called from many threads at once
+    // compiles every source (NVRTC runs distinct programs concurrently; the cache's lock is
+    // not held during a compile) and gives the images a compile one at a time gives.
+    if !have_nvrtc() {
+        return;
+    }
+    let sources: Vec<String> = (1..=12u64)
+        .map(|i| {
+            let p = StridedBlock::new(4, 4 * i, vec![100, 3], vec![4 * i + 60, 40_000]).unwrap();
+            codegen::generate(&p, 4).unwrap().source().to_string()
+        })
+        .collect();
+    // A macro the sources do not use keeps each run's keys apart, so both runs compile.
+    let opts = |run: u32| vec![format!("-DDTP_THREAD_TEST_RUN={run}")];
+    let t = std::time::Instant::now();
+    let serial: Vec<Arc<[u8]>> = sources
+        .iter()
+        .map(|s| gpu::compile(s, "sm_90", &opts(1)).unwrap())
+        .collect();
+    let serial_s = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let parallel: Vec<Arc<[u8]>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = sources
+            .iter()
+            .map(|s| scope.spawn(|| gpu::compile(s, "sm_90", &opts(2)).unwrap()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let parallel_s = t.elapsed().as_secs_f64();
+    for (i, (a, b)) in serial.iter().zip(&parallel).enumerate() {
+        assert!(!a.is_empty());
+        assert!(a[..] == b[..], "source {i}: the images differ");
+    }
+    println!(
+        "{} sources: {serial_s:.2} s one at a time, {parallel_s:.2} s from {} threads at once \
+         ({} cores)",
+        sources.len(),
+        sources.len(),
+        std::thread::available_parallelism().map_or(1, usize::from)
+    );
+}

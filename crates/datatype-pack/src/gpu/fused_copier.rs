@@ -128,6 +128,27 @@ impl FusedCopier {
         Ok((v.grid, v.block))
     }
 
+    /// Compiles and loads the kernel for the word sizes `words` (one per region, as
+    /// [`FusedCopier::words`] gives them for a pair of buffers) now rather than on the first
+    /// launch that needs it, as [`Packer::prepare`](super::Packer::prepare) does for one plan.
+    /// Copiers are `Send + Sync` and the compile cache is shared, so several threads can prepare
+    /// the variants of many copiers at once (NVRTC compiles distinct programs concurrently).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `words` does not have one word
+    /// size per region or a word size does not suit its region; the errors of
+    /// [`compile`](super::compile()); [`Error::Cuda`](crate::Error::Cuda) if the module does not
+    /// load.
+    pub fn prepare(&self, words: &[u32]) -> Result<()> {
+        self.variant("FusedCopier::prepare", words).map(|_| ())
+    }
+
+    /// The word-size lists (one word size per region) whose kernels are compiled and loaded,
+    /// in ascending order.
+    pub fn compiled_words(&self) -> Vec<Vec<u32>> {
+        self.fused.compiled_words()
+    }
+
     fn variant(&self, op: &'static str, words: &[u32]) -> Result<Arc<FusedVariant<1>>> {
         let plans = self.regions.iter().map(CopyRegion::src);
         self.fused.variant(op, plans, words, |budget, limits| {

@@ -75,6 +75,13 @@ impl<const N: usize> FusedLaunch<N> {
         }
     }
 
+    /// The word-size lists whose kernels are compiled and loaded, in ascending order.
+    pub(super) fn compiled_words(&self) -> Vec<Vec<u32>> {
+        let mut w: Vec<Vec<u32>> = lock(&self.variants).keys().cloned().collect();
+        w.sort_unstable();
+        w
+    }
+
     /// The variant for `words` (one word size per plan of `plans`), compiled and loaded on
     /// first use from the source `generate` makes for a budget of thread blocks and the launch
     /// limits.

@@ -122,6 +122,27 @@ impl FusedPacker {
         Ok((v.grid, v.block))
     }
 
+    /// Compiles and loads the kernels for the word sizes `words` (one per region, as
+    /// [`FusedPacker::words`] gives them for a pair of buffers) now rather than on the first
+    /// launch that needs them, as [`Packer::prepare`](super::Packer::prepare) does for one plan.
+    /// Packers are `Send + Sync` and the compile cache is shared, so several threads can prepare
+    /// the variants of many packers at once (NVRTC compiles distinct programs concurrently).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `words` does not have one word
+    /// size per region or a word size does not suit its region; the errors of
+    /// [`compile`](super::compile()); [`Error::Cuda`](crate::Error::Cuda) if the module does not
+    /// load.
+    pub fn prepare(&self, words: &[u32]) -> Result<()> {
+        self.variant("FusedPacker::prepare", words).map(|_| ())
+    }
+
+    /// The word-size lists (one word size per region) whose kernels are compiled and loaded,
+    /// in ascending order.
+    pub fn compiled_words(&self) -> Vec<Vec<u32>> {
+        self.fused.compiled_words()
+    }
+
     fn variant(&self, op: &'static str, words: &[u32]) -> Result<Arc<FusedVariant<2>>> {
         let plans = self.regions.iter().map(Region::plan);
         self.fused.variant(op, plans, words, |budget, limits| {

@@ -46,9 +46,10 @@
 //!
 //! The word size of a launch is [`StridedBlock::word_size`](crate::StridedBlock::word_size) of the plan *and* the two device
 //! addresses passed, so a view that starts at an odd byte of an allocation is packed correctly
-//! (in narrower words). Each word size is its own kernel variant, compiled on first use and
-//! kept by the packer; the variant for 256-byte-aligned buffers (every cudarc allocation) is
-//! compiled when the packer is made, so that compile errors surface there.
+//! (in narrower words). Each word size is its own kernel variant, compiled on first use (or
+//! ahead of it by `prepare`) and kept by the packer; the variant for 256-byte-aligned buffers
+//! (every cudarc allocation) is compiled when the packer is made, so that compile errors
+//! surface there.
 //!
 //! # Compile cache
 //!
@@ -57,6 +58,14 @@
 //! are also stored there (one file per key, named by a hash of the key, holding the full key,
 //! which is compared on load) and read back by later processes. The disk cache is best effort:
 //! an unreadable or unwritable directory only costs a compile.
+//!
+//! The cache is one process-wide map behind a mutex, held only to look an image up or store
+//! it, never during a compile; NVRTC compiles distinct programs from several threads at once.
+//! Since every launcher is `Send + Sync`, a caller about to use many layouts can build them, or
+//! [`prepare`](Packer::prepare) their variants ([`FusedPacker::prepare`],
+//! [`FusedCopier::prepare`]), from several threads, so that their compiles overlap instead of
+//! running one after another on first use. (Two threads compiling the same key at the same
+//! time both compile it; the images are the same.)
 //!
 //! # Bounds
 //!
