@@ -2,7 +2,8 @@
 //! collective, then through a receive posted to it, then leaves the job with `exit(0)` and never comes back. The other ranks must return
 //! `Error::Timeout` within the deadline plus one second (from the call itself, or on a stream-ordered
 //! backend from the first host wait after it), answer `Error::Unusable` afterwards, and the job must
-//! end.
+//! end. A peer that left may instead be reported by the library itself before the deadline (NCCL's
+//! network transport sees the closed connection: `Error::Nccl` with `ncclRemoteError`).
 //!
 //! This cannot run in the shared runner (`super::run`): its bookkeeping is collective over every
 //! rank, and one rank is gone. The survivors keep their own: a host communicator without the
@@ -27,6 +28,8 @@ use super::suite::Backend;
 pub const DEADLINE: Duration = Duration::from_secs(1);
 /// How long the silent peer sleeps: well past the deadline.
 pub const SILENT: Duration = Duration::from_millis(2500);
+/// `ncclRemoteError`: NCCL's code for a peer that exited or a network error.
+pub const REMOTE_ERROR: u32 = 6;
 /// The variable that lets a rank leave an Open MPI job without ending it.
 pub const EXIT_WITHOUT_SYNC: &str = "OMPI_MCA_orte_allowed_exit_without_sync";
 
@@ -59,6 +62,25 @@ impl Log {
                 took.as_secs_f64()
             );
         }
+    }
+
+    /// `r` is a timeout as for [`timed_out`](Self::timed_out), or the library's own report that the
+    /// peer is gone (NCCL's network transport sees the closed connection: `ncclRemoteError`), seen
+    /// before the deadline plus one second.
+    fn timed_out_or_gone<V: std::fmt::Debug>(&mut self, r: Result<V, Error>, took: Duration, what: &str) {
+        let gone = matches!(&r, Err(Error::Nccl { code, .. }) if *code == REMOTE_ERROR);
+        if !gone {
+            return self.timed_out(r, took, what);
+        }
+        self.check(took < DEADLINE + Duration::from_secs(1), || {
+            format!("{what}: the peer's exit was reported after {took:?}")
+        });
+        println!(
+            "  [rank {}] {what}: {} after {:.3} s",
+            self.rank,
+            r.err().map(|e| e.to_string()).unwrap_or_default(),
+            took.as_secs_f64()
+        );
     }
 
     /// `r` is `Unusable`.
@@ -213,7 +235,7 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
                 let r = timed
                     .all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum)
                     .and_then(|()| timed.settle());
-                log.timed_out(r, start.elapsed(), "an all-reduce with a dead peer");
+                log.timed_out_or_gone(r, start.elapsed(), "an all-reduce with a dead peer");
                 let r = timed.all_reduce_in_place::<u32>(C::w(&mut buf), ReduceOp::Sum);
                 log.unusable(r, "an all-reduce after the timeout");
                 // The communicator is left to leak: tearing it down would wait for the dead peer.

@@ -119,8 +119,10 @@ pub enum Error {
     /// A communicator was refused for further use because an earlier operation on it timed out (on
     /// MPI, that operation is still in flight inside MPI and its peers are out of step; on NCCL, the
     /// timeout aborted the communicator), or, on NCCL, because `abort` was called (`timed_out` is then
-    /// `"abort"` and `after` zero). Nothing recovers it; end the job (`MPI_Abort`) or drop the
-    /// communicator and finalize.
+    /// `"abort"` and `after` zero) or because NCCL reported an asynchronous error (a peer that
+    /// exited, a broken connection: `timed_out` is the operation that saw it and `after` zero),
+    /// after which the communicator was aborted. Nothing recovers it; end the job (`MPI_Abort`) or
+    /// drop the communicator and finalize.
     #[error("{op}: the communicator is unusable: {}; abort the job or finalize", refusal(timed_out, *after))]
     Unusable {
         /// The operation refused now.
@@ -160,6 +162,8 @@ pub enum Error {
 fn refusal(timed_out: &str, after: Duration) -> String {
     if timed_out == "abort" && after.is_zero() {
         "it was aborted".to_string()
+    } else if after.is_zero() {
+        format!("{timed_out} failed earlier with an error of the library that ends the communicator, which was aborted")
     } else {
         format!("{timed_out} timed out after {after:?} earlier")
     }

@@ -434,7 +434,8 @@ impl NcclComm {
         })
     }
 
-    /// The communicator's asynchronous error, if any (`ncclInProgress` counts as none).
+    /// The communicator's asynchronous error, if any (`ncclInProgress` counts as none); one ends
+    /// the communicator (refused from then on, and aborted).
     pub(super) fn async_error(&self, op: &'static str) -> Result<()> {
         self.ensure_live(op)?;
         let f = sys::nccl_fn!(self.lib, ncclCommGetAsyncError).map_err(raw::unavailable)?;
@@ -447,7 +448,13 @@ impl NcclComm {
         if state == sys::ncclSuccess || state == sys::ncclInProgress {
             Ok(())
         } else {
-            Err(raw::error(self.lib, self.raw, op, state))
+            // NCCL asks for an abort after an asynchronous error (a peer that exited, a broken
+            // connection: what the network transport sees before any deadline passes). The error
+            // is read before the abort frees the handle; later calls are refused.
+            let error = raw::error(self.lib, self.raw, op, state);
+            let _ = self.mpi.refuse(op, Duration::ZERO);
+            self.abort_nccl();
+            Err(error)
         }
     }
 
