@@ -23,25 +23,30 @@ use crate::request::{start, Request};
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum PyReduceOp {
     /// Sum.
-    SUM,
+    #[pyo3(name = "SUM")]
+    Sum,
     /// Product.
-    PROD,
+    #[pyo3(name = "PROD")]
+    Prod,
     /// Minimum.
-    MIN,
+    #[pyo3(name = "MIN")]
+    Min,
     /// Maximum.
-    MAX,
+    #[pyo3(name = "MAX")]
+    Max,
     /// Arithmetic mean (the sum divided by the number of ranks; floating-point and complex only).
-    AVG,
+    #[pyo3(name = "AVG")]
+    Avg,
 }
 
 impl From<PyReduceOp> for ReduceOp {
     fn from(op: PyReduceOp) -> ReduceOp {
         match op {
-            PyReduceOp::SUM => ReduceOp::Sum,
-            PyReduceOp::PROD => ReduceOp::Prod,
-            PyReduceOp::MIN => ReduceOp::Min,
-            PyReduceOp::MAX => ReduceOp::Max,
-            PyReduceOp::AVG => ReduceOp::Avg,
+            PyReduceOp::Sum => ReduceOp::Sum,
+            PyReduceOp::Prod => ReduceOp::Prod,
+            PyReduceOp::Min => ReduceOp::Min,
+            PyReduceOp::Max => ReduceOp::Max,
+            PyReduceOp::Avg => ReduceOp::Avg,
         }
     }
 }
