@@ -51,20 +51,26 @@ impl From<PyReduceOp> for ReduceOp {
     }
 }
 
-/// `op=` as a `ReduceOp`, a string, or absent (sum).
+/// `op=` as a `ReduceOp`, a string, or absent (sum). On the hot path: type checks only, no
+/// Python exception made and no allocation for the usual spellings.
 fn reduce_op(op: Option<&Bound<'_, PyAny>>) -> PyResult<ReduceOp> {
     let Some(op) = op else {
         return Ok(ReduceOp::Sum);
     };
-    if let Ok(op) = op.extract::<PyReduceOp>() {
-        return Ok(op.into());
+    if let Ok(op) = op.cast::<PyReduceOp>() {
+        return Ok((*op.borrow()).into());
     }
     if let Ok(s) = op.cast::<PyString>() {
-        let s = s.to_str()?;
-        return s
-            .to_ascii_lowercase()
-            .parse::<ReduceOp>()
-            .map_err(|e| InvalidArgumentError::new_err(format!("op: {e}")));
+        return match s.to_str()? {
+            "sum" => Ok(ReduceOp::Sum),
+            "prod" => Ok(ReduceOp::Prod),
+            "min" => Ok(ReduceOp::Min),
+            "max" => Ok(ReduceOp::Max),
+            "avg" => Ok(ReduceOp::Avg),
+            other => other
+                .parse::<ReduceOp>()
+                .map_err(|e| InvalidArgumentError::new_err(format!("op: {e}"))),
+        };
     }
     Err(InvalidArgumentError::new_err(format!(
         "op: expected a collectives.ReduceOp or one of 'sum', 'prod', 'min', 'max', 'avg', got {}",

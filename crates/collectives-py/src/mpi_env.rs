@@ -100,6 +100,12 @@ pub fn from_mpi4py(comm: &Bound<'_, PyAny>) -> PyResult<MpiComm> {
             "from_mpi4py: the communicator is MPI.COMM_NULL",
         ));
     }
+    if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
+        return Err(MpiError::new_err(
+            "from_mpi4py: MPI is not initialized (or finalized already); import mpi4py.MPI \
+             with mpi4py.rc.initialize left on, or call MPI.Init() first",
+        ));
+    }
     if comm.call_method0("Is_inter")?.extract::<bool>()? {
         return Err(InvalidArgumentError::new_err(
             "from_mpi4py: intercommunicators are not supported; pass an intracommunicator",
