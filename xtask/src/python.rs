@@ -165,9 +165,11 @@ fn run(root: &Path, python: &Path, ranks: &[u32], as_root: bool) -> Tally {
     tally
 }
 
-/// `mpirun -n K VENV/bin/python -m pytest TESTS` (no cache or bytecode written into the tree).
+/// `mpirun -n K VENV/bin/python -m pytest TESTS` (no cache or bytecode written into the tree,
+/// no colours).
 pub fn pytest_launch(vpython: &Path, ranks: u32, as_root: bool) -> Launch {
-    let args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", TESTS].map(str::to_owned);
+    // Open MPI gives the ranks a pseudo-terminal: no colour codes in the logs.
+    let args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no", TESTS].map(str::to_owned);
     let mut launch = Launch::new(vpython, &args, ranks, as_root, true);
     launch.set("PYTHONDONTWRITEBYTECODE", "1");
     launch
@@ -192,6 +194,7 @@ mod tests {
                 "-p",
                 "no:cacheprovider",
                 "-q",
+                "--color=no",
                 TESTS
             ]
         );

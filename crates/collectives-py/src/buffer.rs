@@ -2,7 +2,9 @@
 //! library: acquired with `PyObject_GetBuffer`, checked for a supported dtype, C-contiguity and
 //! alignment, and released when dropped; and result arrays allocated with NumPy.
 
+use std::cell::RefCell;
 use std::ffi::CStr;
+use std::mem::ManuallyDrop;
 use std::fmt::Write as _;
 
 use collectives_core::Element;
@@ -20,8 +22,9 @@ use crate::errors::{InvalidArgumentError, UnsupportedError};
 /// owner of a `HostBuf` holds: it is neither `Send` nor `Sync`).
 pub struct HostBuf {
     /// Boxed so that its address stays the one the exporter filled in (some exporters point
-    /// `shape` into the struct itself) for as long as it is held.
-    view: Box<ffi::Py_buffer>,
+    /// `shape` into the struct itself) for as long as it is held; the box goes back to
+    /// [`SPARE`] when released.
+    view: ManuallyDrop<Box<ffi::Py_buffer>>,
     /// The element type its format names.
     pub elem: Elem,
     /// Number of elements.
@@ -53,7 +56,7 @@ impl HostBuf {
         } else {
             ffi::PyBUF_RECORDS_RO
         };
-        let mut view = Box::new(ffi::Py_buffer::new());
+        let mut view = spare();
         // SAFETY: `obj` is a live object (borrowed for this call, GIL held) and `view` points to a
         // zeroed `Py_buffer` that outlives the call; on success the exporter filled it in and we
         // own one export, given back in `Drop`.
@@ -61,6 +64,7 @@ impl HostBuf {
             let cause = PyErr::take(py)
                 .map(|e| e.to_string())
                 .unwrap_or_else(|| "no buffer".to_owned());
+            recycle(view);
             let msg = if writable && obj.hasattr("flags").unwrap_or(false) && is_read_only(obj) {
                 format!("{what}: the array is read-only, and {what} is written into; pass a writable array ({cause})")
             } else {
@@ -112,7 +116,7 @@ impl HostBuf {
         }
         let len = usize::try_from(v.len).unwrap_or(0) / itemsize;
         Ok(HostBuf {
-            view: held.take(),
+            view: ManuallyDrop::new(held.take()),
             elem,
             len,
         })
@@ -153,10 +157,40 @@ impl HostBuf {
 
 impl Drop for HostBuf {
     fn drop(&mut self) {
+        // SAFETY: `self.view` is never used again: moved out exactly once, here.
+        let mut view = unsafe { ManuallyDrop::take(&mut self.view) };
         // SAFETY: the view was filled in by a successful PyObject_GetBuffer and is released once,
         // here, with the GIL held (a HostBuf never leaves the thread that holds it).
-        unsafe { ffi::PyBuffer_Release(&mut *self.view) };
+        unsafe { ffi::PyBuffer_Release(&mut *view) };
+        recycle(view);
     }
+}
+
+thread_local! {
+    /// Released views, kept for the next acquisitions: the hot path allocates nothing. Boxes,
+    /// not values: each moves whole into a `HostBuf`, whose view must keep its address.
+    #[allow(clippy::vec_box)]
+    static SPARE: RefCell<Vec<Box<ffi::Py_buffer>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// How many released views [`SPARE`] keeps.
+const SPARE_KEPT: usize = 16;
+
+/// A view to fill in: a released one, or a new one.
+fn spare() -> Box<ffi::Py_buffer> {
+    SPARE
+        .with(|s| s.borrow_mut().pop())
+        .unwrap_or_else(|| Box::new(ffi::Py_buffer::new()))
+}
+
+/// Keep a released (or never filled-in) view for [`spare`].
+fn recycle(view: Box<ffi::Py_buffer>) {
+    SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < SPARE_KEPT {
+            s.push(view);
+        }
+    });
 }
 
 /// A view being checked: released if the checks fail.
@@ -172,7 +206,8 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        // SAFETY: as for `HostBuf`'s drop.
+        // SAFETY: as for `HostBuf`'s drop (the box itself is freed, not recycled: errors are
+        // not the hot path).
         unsafe { ffi::PyBuffer_Release(&mut *self.0) };
     }
 }

@@ -4,13 +4,13 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`mpi_env`] | MPI initialization (when mpi4py has not), communicators from mpi4py, the library check |
-//! | [`comm`] | `Communicator`: every collective and point-to-point operation, blocking and non-blocking; `ReduceOp` |
-//! | [`request`] | `Request`: a non-blocking operation taken out of its Rust scope, holding what it runs on |
-//! | [`ops`] | one generic function per operation, called for the element type found at run time |
-//! | [`buffer`] | Python buffers as host buffers: dtype, contiguity and alignment checks; result arrays |
-//! | [`element`] | buffer formats to element types, and the dispatch macro |
-//! | [`errors`] | one exception class per error variant, under `CollectivesError` |
+//! | `mpi_env` | MPI initialization (when mpi4py has not), communicators from mpi4py, the library check |
+//! | `comm` | `Communicator`: every collective and point-to-point operation, blocking and non-blocking; `ReduceOp` |
+//! | `request` | `Request`: a non-blocking operation taken out of its Rust scope, holding what it runs on |
+//! | `ops` | one generic function per operation, called for the element type found at run time |
+//! | `buffer` | Python buffers as host buffers: dtype, contiguity and alignment checks; result arrays |
+//! | `element` | buffer formats to element types, and the dispatch macro |
+//! | `errors` | one exception class per error variant, under `CollectivesError` |
 //!
 //! Not here (see the package's documentation): the device backends (NCCL, CUDA-aware MPI,
 //! staged) and GPU arrays, and persistent plans (a core `Persistent` holds a reference into its
