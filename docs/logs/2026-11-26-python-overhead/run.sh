@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Python overhead, measured like OMB-Py: 1 B latency and 4 B all-reduce on 2 ranks of one machine,
-# through OMB 7.4's C binaries, OMB-Py 7.4 (mpi4py) and the collectives module (crates/collectives-py/
-# bench/osu_py.py, OMB-Py's loops over our calls), interleaved in REPS rounds of the same run.
+# through OMB 7.4's C binaries, OMB-Py 7.4's loops on mpi4py and the same loops on the collectives
+# module (crates/collectives-py/bench/osu_py.py), interleaved in REPS rounds of the same run. OMB-Py
+# itself runs for the latency; its allreduce passes a float count, which mpi4py 4 refuses, so the
+# mpi4py all-reduce is osu_py.py --via mpi4py (OMB-Py's loop with an integer count).
 # Usage (from the workspace root): bash docs/logs/2026-11-26-python-overhead/run.sh [REPS] [ITERS]
 # Needs: target/python-venv with mpi4py and numpy (cargo xtask test makes it), maturin in it, and
 # ../shared/peers (OMB 7.4 source). Writes raw/*.txt beside this script.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
-reps="${1:-5}"; iters="${2:-100000}"; skip=1000
+reps="${1:-20}"; iters="${2:-20000}"; skip=1000
 venv="$root/target/python-venv"; py="$venv/bin/python"
 peers="${PEERS:-$root/../shared/peers}"; [ -d "$peers" ] || peers=/work/shared/peers
 omb_dest="$root/target/peers"
@@ -34,8 +36,12 @@ for r in $(seq 1 "$reps"); do
   for bench in latency allreduce; do
     if [ "$bench" = latency ]; then c=pt2pt/osu_latency; size=1; else c=collective/osu_allreduce; size=4; fi
     run "$omb/$c" -m "$size:$size" -i "$iters" -x "$skip" > "$here/raw/$bench-c-$r.txt"
-    (cd "$ombpy" && run "$py" run.py --benchmark "$bench" --buffer numpy --min "$size" --max "$size" \
-       --iterations "$iters" --skip "$skip") > "$here/raw/$bench-mpi4py-$r.txt"
+    if [ "$bench" = latency ]; then
+      (cd "$ombpy" && run "$py" run.py --benchmark "$bench" --buffer numpy --min "$size" --max "$size" \
+         --iterations "$iters" --skip "$skip") > "$here/raw/$bench-ombpy-$r.txt"
+    fi
+    run "$py" "$ours" "$bench" --via mpi4py --min "$size" --max "$size" --iterations "$iters" --skip "$skip" \
+      > "$here/raw/$bench-mpi4py-$r.txt"
     run "$py" "$ours" "$bench" --min "$size" --max "$size" --iterations "$iters" --skip "$skip" \
       > "$here/raw/$bench-collectives-$r.txt"
   done
