@@ -48,3 +48,5 @@ for r in $(seq 1 "$reps"); do
   echo "round $r done" >&2
 done
 "$py" "$here/summarize.py" "$here/raw" | tee "$here/summary.md"
+# The binding's own cost without a peer (one process: steadier on a shared machine).
+mpirun -n 1 "$py" "$root/crates/collectives-py/bench/one_rank.py" | tee "$here/raw/one-rank.txt"
