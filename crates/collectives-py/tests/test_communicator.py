@@ -96,3 +96,32 @@ def test_exception_hierarchy():
         cls = getattr(collectives, name)
         assert issubclass(cls, collectives.CollectivesError), name
     assert issubclass(collectives.CollectivesError, Exception)
+
+
+def test_mpi4py_on_another_mpi_library_is_refused(mpi, monkeypatch):
+    # What an mpi4py wheel that loaded another libmpi would report.
+    monkeypatch.setattr(MPI, "Get_library_version", lambda: "MPICH Version: 4.2.0\x00")
+    with pytest.raises(collectives.UnavailableError, match="another MPI library.*MPICH.*Open MPI"):
+        collectives.from_mpi4py(mpi)
+
+
+def test_world_without_mpi4py_initializes_and_finalizes_mpi(mpi):
+    """A separate singleton process that never imports mpi4py: world() initializes MPI, and the
+    module finalizes it at exit (the process exits 0)."""
+    if mpi.Get_rank() != 0:
+        return
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "ORTE_", "OPAL_"))}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    code = (
+        "import sys, numpy as np, collectives\n"
+        "c = collectives.world()\n"
+        "print(c.size, c.all_reduce(np.ones(2))[0])\n"
+        "assert 'mpi4py' not in sys.modules\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1.0"]
