@@ -108,7 +108,13 @@ fn prepare(root: &Path, python: &Path) -> Result<PathBuf, String> {
     if !quiet(Command::new(&vpython).args(["-c", imports])) {
         shown(
             Command::new(&vpython)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
                 .args(PACKAGES),
             &format!("pip install {}", PACKAGES.join(" ")),
         )?;
@@ -169,7 +175,16 @@ fn run(root: &Path, python: &Path, ranks: &[u32], as_root: bool) -> Tally {
 /// no colours).
 pub fn pytest_launch(vpython: &Path, ranks: u32, as_root: bool) -> Launch {
     // Open MPI gives the ranks a pseudo-terminal: no colour codes in the logs.
-    let args = ["-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no", TESTS].map(str::to_owned);
+    let args = [
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--color=no",
+        TESTS,
+    ]
+    .map(str::to_owned);
     let mut launch = Launch::new(vpython, &args, ranks, as_root, true);
     launch.set("PYTHONDONTWRITEBYTECODE", "1");
     launch

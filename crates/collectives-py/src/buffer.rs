@@ -4,8 +4,8 @@
 
 use std::cell::RefCell;
 use std::ffi::CStr;
-use std::mem::ManuallyDrop;
 use std::fmt::Write as _;
+use std::mem::ManuallyDrop;
 
 use collectives_core::Element;
 use pyo3::exceptions::PyBufferError;
@@ -300,7 +300,13 @@ pub fn empty<'py>(py: Python<'py>, elem: Elem, n: usize) -> PyResult<Bound<'py, 
             dtypes,
         })
     })?;
-    let args = PyTuple::new(py, [n.into_pyobject(py)?.into_any(), np.dtypes[elem.index()].bind(py).clone()])?;
+    let args = PyTuple::new(
+        py,
+        [
+            n.into_pyobject(py)?.into_any(),
+            np.dtypes[elem.index()].bind(py).clone(),
+        ],
+    )?;
     np.empty.bind(py).call1(args)
 }
 

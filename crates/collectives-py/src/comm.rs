@@ -14,7 +14,7 @@ use pyo3::types::PyString;
 
 use crate::buffer::{empty, pair, HostBuf};
 use crate::element::dispatch;
-use crate::errors::{InvalidArgumentError, IntoPyResult};
+use crate::errors::{IntoPyResult, InvalidArgumentError};
 use crate::ops::{self, nb};
 use crate::request::{start, Request};
 
@@ -314,7 +314,12 @@ impl Communicator {
         let recv = out(send.py(), recv, s.elem, total(&counts))?;
         let mut r = HostBuf::acquire(&recv, "recv", true)?;
         pair(&s, &r, "all_gather_v")?;
-        dispatch!(s.elem, ops::all_gather_v, (&self.inner, &s, &mut r, &counts)).py()?;
+        dispatch!(
+            s.elem,
+            ops::all_gather_v,
+            (&self.inner, &s, &mut r, &counts)
+        )
+        .py()?;
         Ok(recv)
     }
 
@@ -366,7 +371,12 @@ impl Communicator {
         if let Some(r) = &r {
             pair(&s, r, "gather_v")?;
         }
-        dispatch!(s.elem, ops::gather_v, (&self.inner, &s, r.as_mut(), &counts, root)).py()?;
+        dispatch!(
+            s.elem,
+            ops::gather_v,
+            (&self.inner, &s, r.as_mut(), &counts, root)
+        )
+        .py()?;
         Ok(recv)
     }
 
@@ -381,7 +391,12 @@ impl Communicator {
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut r = HostBuf::acquire(&recv, "recv", true)?;
         let s = self.root_send(send, root, &r, "scatter")?;
-        dispatch!(r.elem, ops::scatter, (&self.inner, s.as_ref(), &mut r, root)).py()?;
+        dispatch!(
+            r.elem,
+            ops::scatter,
+            (&self.inner, s.as_ref(), &mut r, root)
+        )
+        .py()?;
         Ok(recv)
     }
 
@@ -396,7 +411,12 @@ impl Communicator {
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut r = HostBuf::acquire(&recv, "recv", true)?;
         let s = self.root_send(send, root, &r, "scatter_v")?;
-        dispatch!(r.elem, ops::scatter_v, (&self.inner, s.as_ref(), &mut r, &counts, root)).py()?;
+        dispatch!(
+            r.elem,
+            ops::scatter_v,
+            (&self.inner, s.as_ref(), &mut r, &counts, root)
+        )
+        .py()?;
         Ok(recv)
     }
 
@@ -491,7 +511,12 @@ impl Communicator {
         let s = HostBuf::acquire(send, "send", false)?;
         let mut r = HostBuf::acquire(&recv, "recv", true)?;
         pair(&s, &r, "send_recv")?;
-        dispatch!(s.elem, ops::send_recv, (&self.inner, &s, dest, &mut r, source, tag)).py()?;
+        dispatch!(
+            s.elem,
+            ops::send_recv,
+            (&self.inner, &s, dest, &mut r, source, tag)
+        )
+        .py()?;
         Ok(recv)
     }
 
@@ -514,8 +539,14 @@ impl Communicator {
         let c = &this.inner;
         // SAFETY: the Request below owns `b` and the communicator and completes the operation
         // before releasing them.
-        let p = unsafe { start(|sc| dispatch!(b.elem, nb::broadcast, (c, sc, &mut b, root))) }.py()?;
-        Ok(Request::new(p, vec![b], Some(buf.unbind()), slf.clone().unbind()))
+        let p =
+            unsafe { start(|sc| dispatch!(b.elem, nb::broadcast, (c, sc, &mut b, root))) }.py()?;
+        Ok(Request::new(
+            p,
+            vec![b],
+            Some(buf.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start a `reduce`.
@@ -544,12 +575,16 @@ impl Communicator {
             pair(&s, r, "reduce")?;
         }
         // SAFETY: as in `i_broadcast`.
-        let p = unsafe {
-            start(|sc| dispatch!(s.elem, nb::reduce, (c, sc, &s, r.as_mut(), op, root)))
-        }
-        .py()?;
+        let p =
+            unsafe { start(|sc| dispatch!(s.elem, nb::reduce, (c, sc, &s, r.as_mut(), op, root))) }
+                .py()?;
         let bufs = [Some(s), r].into_iter().flatten().collect();
-        Ok(Request::new(p, bufs, recv.map(Bound::unbind), slf.clone().unbind()))
+        Ok(Request::new(
+            p,
+            bufs,
+            recv.map(Bound::unbind),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start an `all_reduce`; `Avg` is finished when the request completes.
@@ -568,9 +603,14 @@ impl Communicator {
         let this = slf.borrow();
         let c = &this.inner;
         // SAFETY: as in `i_broadcast`.
-        let p =
-            unsafe { start(|sc| dispatch!(s.elem, nb::all_reduce, (c, sc, &s, &mut r, op))) }.py()?;
-        Ok(Request::new(p, vec![s, r], Some(recv.unbind()), slf.clone().unbind()))
+        let p = unsafe { start(|sc| dispatch!(s.elem, nb::all_reduce, (c, sc, &s, &mut r, op))) }
+            .py()?;
+        Ok(Request::new(
+            p,
+            vec![s, r],
+            Some(recv.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start an `all_reduce_in_place`.
@@ -585,11 +625,15 @@ impl Communicator {
         let this = slf.borrow();
         let c = &this.inner;
         // SAFETY: as in `i_broadcast`.
-        let p = unsafe {
-            start(|sc| dispatch!(b.elem, nb::all_reduce_in_place, (c, sc, &mut b, op)))
-        }
-        .py()?;
-        Ok(Request::new(p, vec![b], Some(buf.unbind()), slf.clone().unbind()))
+        let p =
+            unsafe { start(|sc| dispatch!(b.elem, nb::all_reduce_in_place, (c, sc, &mut b, op))) }
+                .py()?;
+        Ok(Request::new(
+            p,
+            vec![b],
+            Some(buf.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start an `all_gather`.
@@ -606,8 +650,14 @@ impl Communicator {
         let mut r = HostBuf::acquire(&recv, "recv", true)?;
         pair(&s, &r, "all_gather")?;
         // SAFETY: as in `i_broadcast`.
-        let p = unsafe { start(|sc| dispatch!(s.elem, nb::all_gather, (c, sc, &s, &mut r))) }.py()?;
-        Ok(Request::new(p, vec![s, r], Some(recv.unbind()), slf.clone().unbind()))
+        let p =
+            unsafe { start(|sc| dispatch!(s.elem, nb::all_gather, (c, sc, &s, &mut r))) }.py()?;
+        Ok(Request::new(
+            p,
+            vec![s, r],
+            Some(recv.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start an `all_gather_v` (with `counts=None`, the lengths are all-gathered first, blocking).
@@ -633,7 +683,12 @@ impl Communicator {
             start(|sc| dispatch!(s.elem, nb::all_gather_v, (c, sc, &s, &mut r, &counts)))
         }
         .py()?;
-        Ok(Request::new(p, vec![s, r], Some(recv.unbind()), slf.clone().unbind()))
+        Ok(Request::new(
+            p,
+            vec![s, r],
+            Some(recv.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start a `gather`.
@@ -660,11 +715,15 @@ impl Communicator {
             pair(&s, r, "gather")?;
         }
         // SAFETY: as in `i_broadcast`.
-        let p =
-            unsafe { start(|sc| dispatch!(s.elem, nb::gather, (c, sc, &s, r.as_mut(), root))) }
-                .py()?;
+        let p = unsafe { start(|sc| dispatch!(s.elem, nb::gather, (c, sc, &s, r.as_mut(), root))) }
+            .py()?;
         let bufs = [Some(s), r].into_iter().flatten().collect();
-        Ok(Request::new(p, bufs, recv.map(Bound::unbind), slf.clone().unbind()))
+        Ok(Request::new(
+            p,
+            bufs,
+            recv.map(Bound::unbind),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start a `gather_v`.
@@ -697,7 +756,12 @@ impl Communicator {
         }
         .py()?;
         let bufs = [Some(s), r].into_iter().flatten().collect();
-        Ok(Request::new(p, bufs, recv.map(Bound::unbind), slf.clone().unbind()))
+        Ok(Request::new(
+            p,
+            bufs,
+            recv.map(Bound::unbind),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start a `scatter`.
@@ -718,7 +782,12 @@ impl Communicator {
         }
         .py()?;
         let bufs = [s, Some(r)].into_iter().flatten().collect();
-        Ok(Request::new(p, bufs, Some(recv.unbind()), slf.clone().unbind()))
+        Ok(Request::new(
+            p,
+            bufs,
+            Some(recv.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start a `scatter_v`.
@@ -737,12 +806,21 @@ impl Communicator {
         // SAFETY: as in `i_broadcast`.
         let p = unsafe {
             start(|sc| {
-                dispatch!(r.elem, nb::scatter_v, (c, sc, s.as_ref(), &mut r, &counts, root))
+                dispatch!(
+                    r.elem,
+                    nb::scatter_v,
+                    (c, sc, s.as_ref(), &mut r, &counts, root)
+                )
             })
         }
         .py()?;
         let bufs = [s, Some(r)].into_iter().flatten().collect();
-        Ok(Request::new(p, bufs, Some(recv.unbind()), slf.clone().unbind()))
+        Ok(Request::new(
+            p,
+            bufs,
+            Some(recv.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start a `reduce_scatter`.
@@ -761,11 +839,15 @@ impl Communicator {
         let mut r = HostBuf::acquire(&recv, "recv", true)?;
         pair(&s, &r, "reduce_scatter")?;
         // SAFETY: as in `i_broadcast`.
-        let p = unsafe {
-            start(|sc| dispatch!(s.elem, nb::reduce_scatter, (c, sc, &s, &mut r, op)))
-        }
-        .py()?;
-        Ok(Request::new(p, vec![s, r], Some(recv.unbind()), slf.clone().unbind()))
+        let p =
+            unsafe { start(|sc| dispatch!(s.elem, nb::reduce_scatter, (c, sc, &s, &mut r, op))) }
+                .py()?;
+        Ok(Request::new(
+            p,
+            vec![s, r],
+            Some(recv.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start an `all_to_all`.
@@ -782,8 +864,14 @@ impl Communicator {
         let this = slf.borrow();
         let c = &this.inner;
         // SAFETY: as in `i_broadcast`.
-        let p = unsafe { start(|sc| dispatch!(s.elem, nb::all_to_all, (c, sc, &s, &mut r))) }.py()?;
-        Ok(Request::new(p, vec![s, r], Some(recv.unbind()), slf.clone().unbind()))
+        let p =
+            unsafe { start(|sc| dispatch!(s.elem, nb::all_to_all, (c, sc, &s, &mut r))) }.py()?;
+        Ok(Request::new(
+            p,
+            vec![s, r],
+            Some(recv.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start an `all_to_all_v`.
@@ -812,12 +900,22 @@ impl Communicator {
             })
         }
         .py()?;
-        Ok(Request::new(p, vec![s, r], Some(recv.unbind()), slf.clone().unbind()))
+        Ok(Request::new(
+            p,
+            vec![s, r],
+            Some(recv.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start a `send`.
     #[pyo3(signature = (buf, dest, tag=0))]
-    fn i_send(slf: &Bound<'_, Self>, buf: &Bound<'_, PyAny>, dest: usize, tag: i32) -> PyResult<Request> {
+    fn i_send(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        dest: usize,
+        tag: i32,
+    ) -> PyResult<Request> {
         let b = HostBuf::acquire(buf, "buf", false)?;
         let this = slf.borrow();
         let c = &this.inner;
@@ -828,14 +926,24 @@ impl Communicator {
 
     /// Start a `recv`; a message of another length is an error at completion.
     #[pyo3(signature = (buf, source, tag=0))]
-    fn i_recv(slf: &Bound<'_, Self>, buf: Bound<'_, PyAny>, source: usize, tag: i32) -> PyResult<Request> {
+    fn i_recv(
+        slf: &Bound<'_, Self>,
+        buf: Bound<'_, PyAny>,
+        source: usize,
+        tag: i32,
+    ) -> PyResult<Request> {
         let mut b = HostBuf::acquire(&buf, "buf", true)?;
         let this = slf.borrow();
         let c = &this.inner;
         // SAFETY: as in `i_broadcast`.
-        let p =
-            unsafe { start(|sc| dispatch!(b.elem, nb::recv, (c, sc, &mut b, source, tag))) }.py()?;
-        Ok(Request::new(p, vec![b], Some(buf.unbind()), slf.clone().unbind()))
+        let p = unsafe { start(|sc| dispatch!(b.elem, nb::recv, (c, sc, &mut b, source, tag))) }
+            .py()?;
+        Ok(Request::new(
+            p,
+            vec![b],
+            Some(buf.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 
     /// Start a `send_recv`.
@@ -855,10 +963,21 @@ impl Communicator {
         let c = &this.inner;
         // SAFETY: as in `i_broadcast`.
         let p = unsafe {
-            start(|sc| dispatch!(s.elem, nb::send_recv, (c, sc, &s, dest, &mut r, source, tag)))
+            start(|sc| {
+                dispatch!(
+                    s.elem,
+                    nb::send_recv,
+                    (c, sc, &s, dest, &mut r, source, tag)
+                )
+            })
         }
         .py()?;
-        Ok(Request::new(p, vec![s, r], Some(recv.unbind()), slf.clone().unbind()))
+        Ok(Request::new(
+            p,
+            vec![s, r],
+            Some(recv.unbind()),
+            slf.clone().unbind(),
+        ))
     }
 }
 

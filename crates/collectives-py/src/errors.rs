@@ -134,7 +134,10 @@ impl<T> IntoPyResult<T> for collectives_core::Result<T> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("CollectivesError", py.get_type::<CollectivesError>())?;
-    m.add("InvalidArgumentError", py.get_type::<InvalidArgumentError>())?;
+    m.add(
+        "InvalidArgumentError",
+        py.get_type::<InvalidArgumentError>(),
+    )?;
     m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
     m.add("CountOverflowError", py.get_type::<CountOverflowError>())?;
     m.add("MpiError", py.get_type::<MpiError>())?;

@@ -35,7 +35,8 @@ pub fn ensure_initialized(py: Python<'_>) -> PyResult<()> {
     };
     UNIVERSE.with(|u| *u.borrow_mut() = Some(universe));
     let finalizer = wrap_pyfunction!(finalize, py)?;
-    py.import("atexit")?.call_method1("register", (finalizer,))?;
+    py.import("atexit")?
+        .call_method1("register", (finalizer,))?;
     Ok(())
 }
 
@@ -86,7 +87,11 @@ pub fn from_mpi4py(comm: &Bound<'_, PyAny>) -> PyResult<MpiComm> {
             comm.get_type().name()?
         )));
     }
-    let theirs = clean(&mpi4py.call_method0("Get_library_version")?.extract::<String>()?);
+    let theirs = clean(
+        &mpi4py
+            .call_method0("Get_library_version")?
+            .extract::<String>()?,
+    );
     let ours = library_version();
     if theirs != ours {
         return Err(UnavailableError::new_err(format!(

@@ -39,7 +39,11 @@ pub fn all_reduce<T: Element>(
     op: ReduceOp,
 ) -> Result<()> {
     // SAFETY: see the top of this module.
-    c.all_reduce(unsafe { send.slice::<T>() }, unsafe { recv.slice_mut::<T>() }, op)
+    c.all_reduce(
+        unsafe { send.slice::<T>() },
+        unsafe { recv.slice_mut::<T>() },
+        op,
+    )
 }
 
 /// `all_reduce_in_place`.
@@ -51,7 +55,9 @@ pub fn all_reduce_in_place<T: Element>(c: &MpiComm, buf: &mut HostBuf, op: Reduc
 /// `all_gather`.
 pub fn all_gather<T: Element>(c: &MpiComm, send: &HostBuf, recv: &mut HostBuf) -> Result<()> {
     // SAFETY: see the top of this module.
-    c.all_gather(unsafe { send.slice::<T>() }, unsafe { recv.slice_mut::<T>() })
+    c.all_gather(unsafe { send.slice::<T>() }, unsafe {
+        recv.slice_mut::<T>()
+    })
 }
 
 /// `all_gather_v`.
@@ -62,7 +68,11 @@ pub fn all_gather_v<T: Element>(
     counts: &[usize],
 ) -> Result<()> {
     // SAFETY: see the top of this module.
-    c.all_gather_v(unsafe { send.slice::<T>() }, unsafe { recv.slice_mut::<T>() }, counts)
+    c.all_gather_v(
+        unsafe { send.slice::<T>() },
+        unsafe { recv.slice_mut::<T>() },
+        counts,
+    )
 }
 
 /// `gather`.
@@ -127,13 +137,19 @@ pub fn reduce_scatter<T: Element>(
     op: ReduceOp,
 ) -> Result<()> {
     // SAFETY: see the top of this module.
-    c.reduce_scatter(unsafe { send.slice::<T>() }, unsafe { recv.slice_mut::<T>() }, op)
+    c.reduce_scatter(
+        unsafe { send.slice::<T>() },
+        unsafe { recv.slice_mut::<T>() },
+        op,
+    )
 }
 
 /// `all_to_all`.
 pub fn all_to_all<T: Element>(c: &MpiComm, send: &HostBuf, recv: &mut HostBuf) -> Result<()> {
     // SAFETY: see the top of this module.
-    c.all_to_all(unsafe { send.slice::<T>() }, unsafe { recv.slice_mut::<T>() })
+    c.all_to_all(unsafe { send.slice::<T>() }, unsafe {
+        recv.slice_mut::<T>()
+    })
 }
 
 /// `all_to_all_v`.

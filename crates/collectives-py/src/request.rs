@@ -159,7 +159,11 @@ impl Request {
     fn __repr__(&self) -> String {
         format!(
             "<collectives.Request {}>",
-            if self.pending.is_some() { "in flight" } else { "complete" }
+            if self.pending.is_some() {
+                "in flight"
+            } else {
+                "complete"
+            }
         )
     }
 }
