@@ -16,6 +16,9 @@ pub enum Dep {
     MpiRuntime,
     /// `libclang.so`, loaded by bindgen.
     Libclang,
+    /// `python3 -m venv`, for the Python stage of `cargo xtask test` only: not in [`Dep::ALL`],
+    /// since that stage is skipped without it.
+    PythonVenv,
 }
 
 impl Dep {
@@ -28,6 +31,7 @@ impl Dep {
             Dep::MpiHeaders => "MPI headers",
             Dep::MpiRuntime => "mpirun",
             Dep::Libclang => "libclang",
+            Dep::PythonVenv => "python3 venv",
         }
     }
 
@@ -37,6 +41,7 @@ impl Dep {
             Dep::MpiHeaders => "libopenmpi-dev",
             Dep::MpiRuntime => "openmpi-bin",
             Dep::Libclang => "libclang-dev",
+            Dep::PythonVenv => "python3-venv",
         }
     }
 }
@@ -330,7 +335,7 @@ pub fn ensure() -> Result<(), String> {
 }
 
 /// `apt-get update` then `apt-get install -y --no-install-recommends PACKAGES`, output streamed.
-fn apt_install(packages: &[&str]) -> Result<(), String> {
+pub fn apt_install(packages: &[&str]) -> Result<(), String> {
     let steps: [Vec<&str>; 2] = [
         vec!["update"],
         [&["install", "-y", "--no-install-recommends"][..], packages].concat(),

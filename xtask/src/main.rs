@@ -27,6 +27,7 @@ mod gpu_suite;
 mod host;
 mod mpirun;
 mod nccl_bindings;
+mod python;
 mod results;
 mod summary;
 mod test;

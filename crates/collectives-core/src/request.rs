@@ -154,6 +154,21 @@ impl<'s> Request<'s> {
         pending
     }
 
+    /// Take the operation out of its scope for a caller whose buffers are not Rust borrows: a
+    /// language binding (the Python module) that keeps the communicator and the buffers alive by
+    /// its own references for as long as the operation exists, and so outlives the scope. The
+    /// scope no longer waits for it.
+    ///
+    /// # Safety
+    /// The caller must complete the returned operation ([`Pending::wait`], or [`Pending::test`]
+    /// until it returns `true`) before the communicator or any buffer it was started on is moved,
+    /// released or reused, and must not drop it before: dropping an operation in flight does not
+    /// wait for it. Where the caller extends `'s` (the binding's case), this holds also after the
+    /// scope has ended.
+    pub unsafe fn into_pending(self) -> Option<Box<dyn Pending + 's>> {
+        self.detach()
+    }
+
     /// Block until the operation is complete.
     ///
     /// # Errors
