@@ -1,6 +1,7 @@
 //! `cargo xtask test`: system dependencies, `cargo test` over the workspace, then every example
 //! and every `tests/mpi_*` binary of the root package under `mpirun -n K` for each rank count K,
-//! then, where a GPU is present, the GPU suite (`gpu_suite`), ending with one
+//! then the same across two network-namespace nodes (`netns`) and under a one-machine Slurm
+//! (`slurm`), then, where a GPU is present, the GPU suite (`gpu_suite`), ending with one
 //! `N passed, M failed` line.
 
 use std::io::IsTerminal;
@@ -10,7 +11,7 @@ use std::process::{Command, ExitCode};
 use crate::artifacts::{self, Artifact};
 use crate::mpirun::{self, Binary, Kind};
 use crate::summary::{self, Step, Tally};
-use crate::{cargo, deps, exec, gpu_suite, host, jobs, results, workspace_root};
+use crate::{cargo, deps, exec, gpu_suite, host, jobs, netns, results, slurm, workspace_root};
 
 /// The package whose examples and `tests/mpi_*` binaries run under `mpirun`.
 pub const ROOT_PACKAGE: &str = "collectives";
@@ -142,6 +143,8 @@ pub fn run(args: &[String]) -> ExitCode {
         label: format!("mpirun collbench (n={ranks_label})"),
         tally: Some(collbench_runs(&root, &options.ranks, as_root)),
     });
+    steps.extend(netns::steps(&root, as_root));
+    steps.extend(slurm::steps(&root, as_root));
     if options.skip_gpu {
         println!("GPU suite skipped (--skip-gpu)");
         steps.push(Step {
