@@ -55,6 +55,8 @@ subcommands:
       --ranks 1,2           rank counts to launch with (default 1,2,3,4)
       --skip-unit           skip the cargo test and cargo doc steps
       --skip-gpu            skip the GPU suite even where a GPU is present
+      --skip-nodes          skip the two-node (network namespace) stage
+      --skip-slurm          skip the one-machine Slurm stage
   bench [ARGS]              deps, then every collective under mpirun -n 2 collbench --backend all
                             ARGS; tables, JSON and SVG plots in results/<date-time>/
                             (ARGS default to -b 8 -e 64M -f 2)

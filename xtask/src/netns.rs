@@ -183,6 +183,9 @@ impl TwoNodes {
             ("btl", "self,vader,tcp"),
             ("btl_tcp_if_include", LINK),
             ("oob_tcp_if_include", LINK),
+            // 2 slots per node claim 4 cores the machine may not have: ranks that spin while they
+            // wait take turns with each other (and with everything else) only when they yield.
+            ("mpi_yield_when_idle", "1"),
         ];
         let mut options: Vec<String> = [
             "netns",
@@ -326,23 +329,30 @@ fn collectives_pins() -> [(&'static str, String); 3] {
     ]
 }
 
+/// The stage's lines in the summary: the launches across the nodes, and OMB beside collbench.
+pub const LABELS: [&str; 2] = [
+    "two nodes (netns, 4 ranks, TCP between nodes)",
+    "two nodes: collbench beside OMB osu_allreduce",
+];
+
+/// The stage's steps when it is not run.
+pub fn skipped_steps() -> Vec<Step> {
+    LABELS
+        .iter()
+        .map(|l| Step {
+            label: (*l).to_owned(),
+            tally: None,
+        })
+        .collect()
+}
+
 /// The stage's steps for `cargo xtask test`: the multi-rank binaries and collbench across the two
 /// nodes, and OMB beside collbench. Skipped (with one printed line) where nodes cannot be made.
 pub fn steps(root: &Path, as_root: bool) -> Vec<Step> {
-    let label = format!("two nodes (netns, {RANKS} ranks, TCP between nodes)");
-    let omb_label = "two nodes: collbench beside OMB osu_allreduce".to_owned();
+    let [label, omb_label] = LABELS.map(str::to_owned);
     let skipped = |why: String| {
         println!("two-node stage skipped: {why}");
-        vec![
-            Step {
-                label: label.clone(),
-                tally: None,
-            },
-            Step {
-                label: omb_label.clone(),
-                tally: None,
-            },
-        ]
+        skipped_steps()
     };
     let ip_path = host::which_in_path("ip")
         .or_else(|| Some(PathBuf::from("/usr/sbin/ip")).filter(|p| host::is_executable(p)));
@@ -410,7 +420,7 @@ pub fn steps(root: &Path, as_root: bool) -> Vec<Step> {
     }
     let collbench = built
         .iter()
-        .find(|a| a.name == crate::bench::BENCH_BINARY && a.is("bin"))
+        .find(|a| a.name == crate::bench::BENCH_BINARY && a.is("bin") && !a.test_profile)
         .map(|a| a.executable.clone());
     let omb = match &collbench {
         Some(exe) => {

@@ -15,8 +15,8 @@ use crate::summary::Tally;
 /// The variable that names the peers' folder.
 pub const PEERS_VAR: &str = "XTASK_PEERS";
 
-/// The flags both sides run with: 8 B to 64 KiB, 200 timed calls after 20.
-pub const FLAGS: [&str; 6] = ["-m", "8:65536", "-i", "200", "-x", "20"];
+/// The flags both sides run with: 8 B to 16 KiB, 100 timed calls after 10.
+pub const FLAGS: [&str; 6] = ["-m", "8:16384", "-i", "100", "-x", "10"];
 
 /// OMB's all-reduce under the folder `build.sh DEST cpu` installs into.
 pub fn osu_allreduce(dest: &Path) -> PathBuf {

@@ -27,6 +27,9 @@ use crate::{artifacts, cargo, jobs, test};
 /// Tasks of every launch.
 pub const TASKS: u32 = 4;
 
+/// The stage's line in the summary.
+pub const LABEL: &str = "Slurm (srun --mpi=pmix, sbatch, salloc + mpirun; 4 tasks)";
+
 /// The programs the stage needs, with the Debian package of each.
 pub const PROGRAMS: [(&str, &str); 7] = [
     ("munged", "munge"),
@@ -108,10 +111,14 @@ impl Cluster {
         )
     }
 
-    /// A Slurm client command with this cluster's `SLURM_CONF`.
+    /// A Slurm client command with this cluster's `SLURM_CONF`, and Open MPI's ranks yielding
+    /// the CPU while they wait (`--overcommit` puts more tasks than cores on the node; ranks that
+    /// spin would take turns only at the scheduler's tick). Slurm passes the environment on to
+    /// the tasks.
     pub fn client(&self, program: &str) -> Command {
         let mut cmd = Command::new(program);
-        cmd.env("SLURM_CONF", self.conf_path());
+        cmd.env("SLURM_CONF", self.conf_path())
+            .env("OMPI_MCA_mpi_yield_when_idle", "1");
         cmd
     }
 }
@@ -308,7 +315,7 @@ fn check(tally: &mut Tally, what: &str, cmd: Command, wanted: &[&str], read: Opt
 
 /// The stage's step for `cargo xtask test`.
 pub fn steps(root: &Path, as_root: bool) -> Vec<Step> {
-    let label = format!("Slurm (srun --mpi=pmix, sbatch, salloc + mpirun; {TASKS} tasks)");
+    let label = LABEL.to_owned();
     let skipped = |why: String| {
         println!("Slurm stage skipped: {why}");
         vec![Step {

@@ -34,6 +34,10 @@ pub struct Options {
     pub skip_unit: bool,
     /// Skip the GPU suite even where a GPU is present.
     pub skip_gpu: bool,
+    /// Skip the two-node stage (`netns`).
+    pub skip_nodes: bool,
+    /// Skip the one-machine Slurm stage (`slurm`).
+    pub skip_slurm: bool,
     /// Arguments after `--`, passed to `cargo test`.
     pub cargo_args: Vec<String>,
 }
@@ -47,6 +51,8 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         ranks: DEFAULT_RANKS.to_vec(),
         skip_unit: false,
         skip_gpu: false,
+        skip_nodes: false,
+        skip_slurm: false,
         cargo_args: Vec::new(),
     };
     let mut iter = args.iter();
@@ -57,6 +63,8 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
             }
             "--skip-unit" => options.skip_unit = true,
             "--skip-gpu" => options.skip_gpu = true,
+            "--skip-nodes" => options.skip_nodes = true,
+            "--skip-slurm" => options.skip_slurm = true,
             "--ranks" => {
                 let list = iter.next().ok_or("--ranks needs a list such as 1,2")?;
                 options.ranks = parse_ranks(list)?;
@@ -143,8 +151,21 @@ pub fn run(args: &[String]) -> ExitCode {
         label: format!("mpirun collbench (n={ranks_label})"),
         tally: Some(collbench_runs(&root, &options.ranks, as_root)),
     });
-    steps.extend(netns::steps(&root, as_root));
-    steps.extend(slurm::steps(&root, as_root));
+    if options.skip_nodes {
+        println!("two-node stage skipped (--skip-nodes)");
+        steps.extend(netns::skipped_steps());
+    } else {
+        steps.extend(netns::steps(&root, as_root));
+    }
+    if options.skip_slurm {
+        println!("Slurm stage skipped (--skip-slurm)");
+        steps.push(Step {
+            label: slurm::LABEL.to_owned(),
+            tally: None,
+        });
+    } else {
+        steps.extend(slurm::steps(&root, as_root));
+    }
     if options.skip_gpu {
         println!("GPU suite skipped (--skip-gpu)");
         steps.push(Step {
@@ -465,6 +486,8 @@ mod tests {
                 ranks: vec![1, 2, 3, 4],
                 skip_unit: false,
                 skip_gpu: false,
+                skip_nodes: false,
+                skip_slurm: false,
                 cargo_args: vec![]
             }
         );
@@ -473,6 +496,7 @@ mod tests {
             "2,1,2",
             "--skip-unit",
             "--skip-gpu",
+            "--skip-nodes",
             "--",
             "-p",
             "x",
@@ -480,7 +504,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(o.ranks, [2, 1]);
-        assert!(o.skip_unit && o.skip_gpu);
+        assert!(o.skip_unit && o.skip_gpu && o.skip_nodes && !o.skip_slurm);
         assert_eq!(o.cargo_args, ["-p", "x", "--ranks"]);
         assert_eq!(parse_args(&strings(&["--ranks=3"])).unwrap().ranks, [3]);
         for bad in [
