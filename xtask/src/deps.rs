@@ -386,7 +386,13 @@ pub fn ensure() -> Result<(), String> {
         };
         return Err(format!("{why}\n  {}", install_hint(&packages)));
     }
-    apt_install(&packages)?;
+    if let Err(e) = apt_install(&packages) {
+        if required_missing {
+            return Err(e);
+        }
+        println!("note: {e}; the stages that need what is missing are skipped");
+        return Ok(());
+    }
     let after = check(&Probe::from_env());
     after.print();
     if after.missing.iter().all(|(d, _)| d.optional()) {
