@@ -1,5 +1,7 @@
 //! System dependencies: Open MPI's headers (for `mpi-sys`) and `mpirun`, and libclang (for
-//! bindgen). Finds them, and installs what is missing with apt-get when running as root.
+//! bindgen); for the two-node and Slurm stages of `cargo xtask test`, `ip`, munge and Slurm's
+//! daemons and clients (optional: without them those stages are skipped). Finds them, and installs
+//! what is missing with apt-get when running as root.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -19,11 +21,48 @@ pub enum Dep {
     /// `python3 -m venv`, for the Python stage of `cargo xtask test` only: not in [`Dep::ALL`],
     /// since that stage is skipped without it.
     PythonVenv,
+    /// `ip`, which makes the two-node stage's network namespaces (optional).
+    Ip,
+    /// `munged`, Slurm's authentication (optional).
+    Munge,
+    /// `slurmctld` (optional).
+    Slurmctld,
+    /// `slurmd` (optional).
+    Slurmd,
+    /// `srun`, `sbatch`, `salloc`, `sinfo` (optional).
+    SlurmClient,
 }
 
 impl Dep {
     /// Every dependency, in the order they are checked and installed.
-    pub const ALL: [Dep; 3] = [Dep::MpiHeaders, Dep::MpiRuntime, Dep::Libclang];
+    pub const ALL: [Dep; 8] = [
+        Dep::MpiHeaders,
+        Dep::MpiRuntime,
+        Dep::Libclang,
+        Dep::Ip,
+        Dep::Munge,
+        Dep::Slurmctld,
+        Dep::Slurmd,
+        Dep::SlurmClient,
+    ];
+
+    /// Whether a build and the core tests can do without it (the stages that need it are then
+    /// skipped with one line), so that missing it is no error when it cannot be installed.
+    pub fn optional(self) -> bool {
+        self.program().is_some()
+    }
+
+    /// The program that shows an optional dependency is there.
+    pub fn program(self) -> Option<&'static str> {
+        match self {
+            Dep::Ip => Some("ip"),
+            Dep::Munge => Some("munged"),
+            Dep::Slurmctld => Some("slurmctld"),
+            Dep::Slurmd => Some("slurmd"),
+            Dep::SlurmClient => Some("srun"),
+            Dep::MpiHeaders | Dep::MpiRuntime | Dep::Libclang | Dep::PythonVenv => None,
+        }
+    }
 
     /// How the dependency is named in messages.
     pub fn name(self) -> &'static str {
@@ -32,6 +71,11 @@ impl Dep {
             Dep::MpiRuntime => "mpirun",
             Dep::Libclang => "libclang",
             Dep::PythonVenv => "python3 venv",
+            Dep::Ip => "ip",
+            Dep::Munge => "munged",
+            Dep::Slurmctld => "slurmctld",
+            Dep::Slurmd => "slurmd",
+            Dep::SlurmClient => "srun",
         }
     }
 
@@ -42,6 +86,11 @@ impl Dep {
             Dep::MpiRuntime => "openmpi-bin",
             Dep::Libclang => "libclang-dev",
             Dep::PythonVenv => "python3-venv",
+            Dep::Ip => "iproute2",
+            Dep::Munge => "munge",
+            Dep::Slurmctld => "slurmctld",
+            Dep::Slurmd => "slurmd",
+            Dep::SlurmClient => "slurm-client",
         }
     }
 }
@@ -165,7 +214,21 @@ pub fn check(probe: &Probe) -> Report {
         check_libclang(probe.libclang_path.as_deref(), &probe.lib_dirs),
     );
     report.notes.extend(note);
+    for dep in Dep::ALL {
+        if let Some(program) = dep.program() {
+            record(dep, check_program(program, &probe.path));
+        }
+    }
     report
+}
+
+/// Finds an optional dependency's program on `path` (as root, `PATH` holds `/usr/sbin`).
+fn check_program(name: &str, path: &OsStr) -> Result<String, String> {
+    host::which(name, path)
+        .map(|p| p.display().to_string())
+        .ok_or_else(|| {
+            format!("no `{name}` (the two-node and Slurm stages are skipped without it)")
+        })
 }
 
 /// Finds `mpicc`, asks it for its include directories, and finds `mpi.h` in one of them.
@@ -311,6 +374,14 @@ pub fn ensure() -> Result<(), String> {
         );
     }
     let apt = host::which_in_path("apt-get");
+    let required_missing = report.missing.iter().any(|(d, _)| !d.optional());
+    if !required_missing && (!host::is_root() || apt.is_none()) {
+        println!(
+            "note: the stages that need what is missing are skipped; to run them: {}",
+            install_hint(&packages)
+        );
+        return Ok(());
+    }
     if !host::is_root() || apt.is_none() {
         let why = if apt.is_none() {
             "apt-get not found: install Open MPI (headers and mpirun) and libclang with the \
@@ -320,10 +391,16 @@ pub fn ensure() -> Result<(), String> {
         };
         return Err(format!("{why}\n  {}", install_hint(&packages)));
     }
-    apt_install(&packages)?;
+    if let Err(e) = apt_install(&packages) {
+        if required_missing {
+            return Err(e);
+        }
+        println!("note: {e}; the stages that need what is missing are skipped");
+        return Ok(());
+    }
     let after = check(&Probe::from_env());
     after.print();
-    if after.missing.is_empty() {
+    if after.missing.iter().all(|(d, _)| d.optional()) {
         Ok(())
     } else {
         let names: Vec<&str> = after.missing.iter().map(|(d, _)| d.name()).collect();
@@ -392,11 +469,31 @@ mod tests {
         assert!(report.found.is_empty());
         assert_eq!(
             report.packages(),
-            ["libopenmpi-dev", "openmpi-bin", "libclang-dev"]
+            [
+                "libopenmpi-dev",
+                "openmpi-bin",
+                "libclang-dev",
+                "iproute2",
+                "munge",
+                "slurmctld",
+                "slurmd",
+                "slurm-client"
+            ]
         );
         assert_eq!(
-            install_hint(&report.packages()),
+            install_hint(&report.packages()[..3]),
             "sudo apt-get install -y libopenmpi-dev openmpi-bin libclang-dev"
+        );
+        let optional: Vec<Dep> = Dep::ALL.into_iter().filter(|d| d.optional()).collect();
+        assert_eq!(
+            optional,
+            [
+                Dep::Ip,
+                Dep::Munge,
+                Dep::Slurmctld,
+                Dep::Slurmd,
+                Dep::SlurmClient
+            ]
         );
     }
 
@@ -427,8 +524,11 @@ mod tests {
             libclang_path: Some(OsString::from("/nonexistent")),
             lib_dirs: vec![],
         };
-        let report = check(&probe);
+        let mut report = check(&probe);
         let _ = std::fs::remove_dir_all(&dir);
+        // The optional programs depend on this machine; the required ones do not.
+        report.found.retain(|(d, _)| !d.optional());
+        report.missing.retain(|(d, _)| !d.optional());
         assert_eq!(report.found.len(), 2, "{report:?}");
         assert!(report.found[0].1.contains("include/mpi.h"));
         assert!(report.found[1].1.contains("HYDRA"));

@@ -3,7 +3,7 @@
 //! | subcommand | what it does                                                            |
 //! |------------|-------------------------------------------------------------------------|
 //! | `deps`     | checks Open MPI (headers, `mpirun`) and libclang; installs them with apt as root |
-//! | `test`     | `deps`, then `cargo test` and `cargo doc` (warnings are errors), then examples and `mpi_*` tests under `mpirun -n 1..4`, then the GPU suite where a GPU is present |
+//! | `test`     | `deps`, then `cargo test` and `cargo doc` (warnings are errors), then examples and `mpi_*` tests under `mpirun -n 1..4`, then the same on two namespace nodes (4 ranks) and under a one-machine Slurm, then the GPU suite where a GPU is present |
 //! | `bench`    | `deps`, then every collective on every backend here under `mpirun -n 2`: tables, JSON, SVG plots in `results/` |
 //! | `gpu-stage` | release build of the GPU suite into `.gpu-box/`, with `run-all.sh` for a GPU machine without Rust |
 //! | `gpu-suite` | only the GPU suite: built here, or `--staged DIR` as `run-all.sh` runs it |
@@ -28,7 +28,10 @@ mod host;
 mod mpirun;
 mod nccl_bindings;
 mod python;
+mod netns;
+mod omb;
 mod results;
+mod slurm;
 mod summary;
 mod test;
 
@@ -45,10 +48,16 @@ subcommands:
   test [options] [-- ARGS]  deps, cargo test (ARGS go to cargo test), cargo doc with
                             rustdoc warnings as errors, then every example
                             and every tests/mpi_* binary under mpirun -n 1,2,3,4, then
-                            the GPU suite (see gpu-suite) where a GPU is present
+                            two nodes in network namespaces (tests, examples,
+                            collbench, OMB beside it) and a one-machine Slurm
+                            (srun --mpi=pmix, sbatch, salloc + mpirun), each skipped
+                            with one line where the machine cannot, then the GPU
+                            suite (see gpu-suite) where a GPU is present
       --ranks 1,2           rank counts to launch with (default 1,2,3,4)
       --skip-unit           skip the cargo test and cargo doc steps
       --skip-gpu            skip the GPU suite even where a GPU is present
+      --skip-nodes          skip the two-node (network namespace) stage
+      --skip-slurm          skip the one-machine Slurm stage
   bench [ARGS]              deps, then every collective under mpirun -n 2 collbench --backend all
                             ARGS; tables, JSON and SVG plots in results/<date-time>/
                             (ARGS default to -b 8 -e 64M -f 2)
@@ -103,6 +112,8 @@ environment:
                             (default ../shared/gpu-box beside the checkout)
   XTASK_STAGE_BUDGET_MIB=N  gpu-stage: fail when .gpu-box is larger (default 56)
   COLLECTIVES_GPU_EXAMPLES=1  also run the GPU examples at every --ranks count of `test`
+  XTASK_PEERS=DIR           the folder with omb-7.4.tar.xz and build.sh (default
+                            ../shared/peers beside the checkout)
 ";
 
 fn main() -> ExitCode {

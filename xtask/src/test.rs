@@ -1,6 +1,7 @@
 //! `cargo xtask test`: system dependencies, `cargo test` over the workspace, then every example
 //! and every `tests/mpi_*` binary of the root package under `mpirun -n K` for each rank count K,
-//! then the Python module's pytest suite (`python`), then, where a GPU is present, the GPU
+//! then the Python module's pytest suite (`python`), then the same across two network-namespace
+//! nodes (`netns`) and under a one-machine Slurm (`slurm`), then, where a GPU is present, the GPU
 //! suite (`gpu_suite`), ending with one
 //! `N passed, M failed` line.
 
@@ -11,7 +12,9 @@ use std::process::{Command, ExitCode};
 use crate::artifacts::{self, Artifact};
 use crate::mpirun::{self, Binary, Kind};
 use crate::summary::{self, Step, Tally};
-use crate::{cargo, deps, exec, gpu_suite, host, jobs, python, results, workspace_root};
+use crate::{
+    cargo, deps, exec, gpu_suite, host, jobs, netns, python, results, slurm, workspace_root,
+};
 
 /// The package whose examples and `tests/mpi_*` binaries run under `mpirun`.
 pub const ROOT_PACKAGE: &str = "collectives";
@@ -34,6 +37,10 @@ pub struct Options {
     pub skip_unit: bool,
     /// Skip the GPU suite even where a GPU is present.
     pub skip_gpu: bool,
+    /// Skip the two-node stage (`netns`).
+    pub skip_nodes: bool,
+    /// Skip the one-machine Slurm stage (`slurm`).
+    pub skip_slurm: bool,
     /// Arguments after `--`, passed to `cargo test`.
     pub cargo_args: Vec<String>,
 }
@@ -47,6 +54,8 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         ranks: DEFAULT_RANKS.to_vec(),
         skip_unit: false,
         skip_gpu: false,
+        skip_nodes: false,
+        skip_slurm: false,
         cargo_args: Vec::new(),
     };
     let mut iter = args.iter();
@@ -57,6 +66,8 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
             }
             "--skip-unit" => options.skip_unit = true,
             "--skip-gpu" => options.skip_gpu = true,
+            "--skip-nodes" => options.skip_nodes = true,
+            "--skip-slurm" => options.skip_slurm = true,
             "--ranks" => {
                 let list = iter.next().ok_or("--ranks needs a list such as 1,2")?;
                 options.ranks = parse_ranks(list)?;
@@ -144,6 +155,21 @@ pub fn run(args: &[String]) -> ExitCode {
         tally: Some(collbench_runs(&root, &options.ranks, as_root)),
     });
     steps.push(python::step(&root, &options.ranks, &ranks_label, as_root));
+    if options.skip_nodes {
+        println!("two-node stage skipped (--skip-nodes)");
+        steps.extend(netns::skipped_steps());
+    } else {
+        steps.extend(netns::steps(&root, as_root));
+    }
+    if options.skip_slurm {
+        println!("Slurm stage skipped (--skip-slurm)");
+        steps.push(Step {
+            label: slurm::LABEL.to_owned(),
+            tally: None,
+        });
+    } else {
+        steps.extend(slurm::steps(&root, as_root));
+    }
     if options.skip_gpu {
         println!("GPU suite skipped (--skip-gpu)");
         steps.push(Step {
@@ -464,6 +490,8 @@ mod tests {
                 ranks: vec![1, 2, 3, 4],
                 skip_unit: false,
                 skip_gpu: false,
+                skip_nodes: false,
+                skip_slurm: false,
                 cargo_args: vec![]
             }
         );
@@ -472,6 +500,7 @@ mod tests {
             "2,1,2",
             "--skip-unit",
             "--skip-gpu",
+            "--skip-nodes",
             "--",
             "-p",
             "x",
@@ -479,7 +508,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(o.ranks, [2, 1]);
-        assert!(o.skip_unit && o.skip_gpu);
+        assert!(o.skip_unit && o.skip_gpu && o.skip_nodes && !o.skip_slurm);
         assert_eq!(o.cargo_args, ["-p", "x", "--ranks"]);
         assert_eq!(parse_args(&strings(&["--ranks=3"])).unwrap().ranks, [3]);
         for bad in [

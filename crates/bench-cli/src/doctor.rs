@@ -8,7 +8,12 @@
 //! - the NCCL release and the file it was loaded from, or why it cannot be loaded; the CUDA driver;
 //! - per rank: host, node-local rank, the GPUs it sees (count, names) and the GPU the device backends
 //!   give it (the GPU of its node-local rank);
-//! - per backend: whether it runs on every rank, or why not.
+//! - per backend: whether it runs on every rank, or why not;
+//! - per node, the network ([`crate::network`]): the interfaces that are up, which ones NCCL and
+//!   Open MPI's TCP transports would take, warnings for decoys (`docker*`, `veth*`, `virbr*`) and
+//!   for more than one routable interface, the settings that pin them, and where nodes disagree;
+//! - first of all, a launcher that does not belong to the linked MPI: rank 0 of 1 while the
+//!   launcher's variables say it started more ([`crate::network::launcher_mismatch`]).
 //!
 //! It needs neither a GPU nor a CUDA-aware MPI: on a machine without either it says so.
 
@@ -19,6 +24,7 @@ use collectives_core::cuda_aware::{self, CudaAwareness};
 use collectives_core::{Communicator, MpiComm, ReduceOp};
 
 use crate::backend::{self, Backend};
+use crate::network::{self, NetView};
 
 /// What one rank sees.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +122,10 @@ pub struct Report {
     pub ranks: Vec<RankInfo>,
     /// Every backend and why it will not run here (`None`: it runs on every rank).
     pub backends: Vec<(Backend, Option<String>)>,
+    /// Every rank's view of its node's network, in rank order.
+    pub network: Vec<NetView>,
+    /// The launcher mistake, when every process is rank 0 of 1 under a launcher that started more.
+    pub launcher: Option<String>,
 }
 
 fn short(a: &CudaAwareness) -> &'static str {
@@ -260,9 +270,16 @@ pub fn doctor(world: &MpiComm) -> anyhow::Result<Option<Report>> {
     let same = ext[0] == -ext[1];
     let backends = backends_here(&ctl)?;
     let lines = gather_lines(&ctl, &info.encode())?;
-    let Some(lines) = lines else {
+    let net = serde_json::to_string(&network::local_view(&info.host))?;
+    let nets = gather_lines(&ctl, &net)?;
+    let (Some(lines), Some(nets)) = (lines, nets) else {
         return Ok(None);
     };
+    let network = nets
+        .iter()
+        .map(|l| serde_json::from_str::<NetView>(l))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("a rank's network view does not parse: {e}"))?;
     let ranks = lines
         .iter()
         .map(|l| {
@@ -270,13 +287,15 @@ pub fn doctor(world: &MpiComm) -> anyhow::Result<Option<Report>> {
                 .ok_or_else(|| anyhow::anyhow!("a rank's answer does not parse: {l:?}"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let library = detection
+        .facts
+        .library
+        .clone()
+        .unwrap_or_else(|| "unknown (MPI_Get_library_version failed)".to_string());
+    let launcher = network::launcher_mismatch(ctl.size(), &library, &|k| std::env::var(k).ok());
     Ok(Some(Report {
         nranks: ctl.size(),
-        library: detection
-            .facts
-            .library
-            .clone()
-            .unwrap_or_else(|| "unknown (MPI_Get_library_version failed)".to_string()),
+        library,
         standard: detection.facts.standard,
         cuda_aware: detection.awareness.clone(),
         facts: detection.facts.lines(),
@@ -285,6 +304,8 @@ pub fn doctor(world: &MpiComm) -> anyhow::Result<Option<Report>> {
         cuda_driver: cuda_driver_version(),
         ranks,
         backends,
+        network,
+        launcher,
     }))
 }
 
@@ -297,6 +318,9 @@ impl Report {
             Err(why) => format!("not available: {why}"),
         };
         let _ = writeln!(s, "# collbench doctor: {} rank(s)", self.nranks);
+        if let Some(mistake) = &self.launcher {
+            let _ = writeln!(s, "LAUNCHER MISTAKE : {mistake}");
+        }
         let _ = writeln!(s, "MPI library      : {}", self.library);
         if let Some((major, minor)) = self.standard {
             let _ = writeln!(s, "MPI standard     : {major}.{minor}");
@@ -358,6 +382,9 @@ impl Report {
                     let _ = writeln!(s, "  {:<11} no: {why}", b.name());
                 }
             }
+        }
+        if !self.network.is_empty() {
+            s.push_str(&network::render(&self.network));
         }
         s
     }
@@ -432,6 +459,8 @@ mod tests {
                 (Backend::Mpi, None),
                 (Backend::CudaMpi, Some("no CUDA driver".into())),
             ],
+            network: vec![],
+            launcher: Some("this process is rank 0 of 1, but srun started 4".into()),
         };
         let text = r.render();
         assert!(text.contains("MPI library      : Open MPI v4.1.4"));
@@ -443,6 +472,8 @@ mod tests {
         assert!(text.contains("  mpi         yes"));
         assert!(text.contains("  cuda-mpi    no: no CUDA driver"));
         assert!(r.works(Backend::Mpi) && !r.works(Backend::CudaMpi) && !r.works(Backend::Nccl));
+        assert!(text.contains("LAUNCHER MISTAKE : this process is rank 0 of 1, but srun started 4"));
+        assert!(!text.contains("network (per node"));
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //! | [`fastest`] | the closing summary of `--backend all`: the fastest backend per size |
 //! | [`overlap`] | `collbench overlap`: OSU's overlap of every non-blocking collective with computation, progress engine off and on |
 //! | [`p2p`] | `collbench p2p`: OSU-style latency and bandwidth between ranks 0 and 1 on every backend |
-//! | [`doctor`] | `collbench doctor`: MPI library, CUDA-awareness and how it was decided, NCCL, GPUs per rank, backends that work |
+//! | [`doctor`] | `collbench doctor`: MPI library, CUDA-awareness and how it was decided, NCCL, GPUs per rank, backends that work, the network, the launcher |
+//! | [`network`] | the doctor's network section (interfaces per node, what NCCL and Open MPI would take, the settings that pin them) and its launcher check |
 //! | [`record`] | the one schema of results (CSV and JSON), and the machine they ran on |
 //! | [`report`] | the collectives' output: nccl-tests' table, OSU's tables, CSV and JSON records |
 //! | [`osu`] | OSU's flags (`--osu`) and table formats |
@@ -41,6 +42,7 @@ pub mod engine;
 pub mod expected;
 pub mod fastest;
 pub mod halo;
+pub mod network;
 pub mod osu;
 pub mod overlap;
 pub mod p2p;

@@ -12,6 +12,7 @@
 //! | [`deadline`] | `COLLECTIVES_TIMEOUT` and the one polling loop that waits against a deadline |
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
 //! | [`cuda_aware`] | whether the MPI library takes device pointers, with the evidence ([`CudaAwareness`]) |
+//! | [`netif`] | this host's network interfaces, and which ones NCCL's sockets and Open MPI's TCP transports would take |
 //! | `backend::{mpi_cuda, mpi_staged}` | `MpiCudaComm` (device pointers to a CUDA-aware MPI) and `MpiStagedComm` (device buffers through pinned host memory and any MPI); with the `nccl` feature, which brings the CUDA driver bindings |
 //! | [`array`](mod@array) | ndarray arrays as host buffers (feature `ndarray`, on by default) |
 //!
@@ -46,6 +47,7 @@ pub mod element;
 pub mod error;
 mod frontend;
 pub mod memory;
+pub mod netif;
 pub mod op;
 pub mod persistent;
 pub mod record;

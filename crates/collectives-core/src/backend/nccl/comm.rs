@@ -178,7 +178,12 @@ impl NcclComm {
             // SAFETY: `uid` is a valid out-pointer to an ncclUniqueId.
             let rc = unsafe { f(&mut uid) };
             if rc != sys::ncclSuccess {
-                return Err(raw::error(lib, std::ptr::null_mut(), OP, rc));
+                return Err(raw::with_bootstrap_hint(raw::error(
+                    lib,
+                    std::ptr::null_mut(),
+                    OP,
+                    rc,
+                )));
             }
             for (d, s) in id.iter_mut().zip(uid.internal.iter()) {
                 *d = *s as u8;
@@ -224,7 +229,9 @@ impl NcclComm {
             aborting: RefCell::new(None),
             uneven: UnevenAlgorithm::Auto,
         };
-        made.settle_async(OP, rc)?;
+        // Initialization is the bootstrap: its NCCL errors say which interface and what to set.
+        made.settle_async(OP, rc)
+            .map_err(raw::with_bootstrap_hint)?;
         // A non-blocking communicator hands every call to an asynchronous job (tens of microseconds
         // each), so the work is done on a blocking child split from it; the parent, whose creation
         // had the deadline, is kept only to be freed with the child.

@@ -62,6 +62,64 @@ pub(crate) fn error(
     }
 }
 
+/// What to do when NCCL's bootstrap fails, for this host: the interface NCCL's rules take here
+/// (`NCCL_SOCKET_IFNAME` as set, else its defaults) and the variable that chooses it.
+pub(crate) fn bootstrap_hint() -> String {
+    let set = std::env::var("NCCL_SOCKET_IFNAME").ok();
+    let family = std::env::var("NCCL_SOCKET_FAMILY").ok();
+    let ifaces = crate::netif::interfaces().unwrap_or_default();
+    let choice = crate::netif::nccl_choice(&ifaces, set.as_deref(), family.as_deref());
+    hint_for(
+        &choice,
+        crate::netif::preferred(&ifaces).map(|i| i.name.as_str()),
+    )
+}
+
+/// [`bootstrap_hint`] from NCCL's choice and the interface to pin to, when there is one.
+fn hint_for(choice: &crate::netif::NcclChoice, preferred: Option<&str>) -> String {
+    let tried = match choice.bootstrap() {
+        Some((name, addr)) => format!(
+            "NCCL's bootstrap used interface {name} ({addr}), chosen by {}",
+            choice.rule
+        ),
+        None => format!("no interface matches {} here", choice.rule),
+    };
+    let pin = preferred.map_or_else(
+        || "the interface that reaches the other nodes".to_owned(),
+        |p| format!("={p}"),
+    );
+    format!(
+        "{tried}; if that does not reach every other node, set NCCL_SOCKET_IFNAME={pin} on every \
+         rank (`collbench doctor` names each node's interfaces and the settings)"
+    )
+}
+
+/// `e` with [`bootstrap_hint`] added to an [`Error::Nccl`]'s message: for the calls that set up a
+/// communicator, whose failure is most often the network.
+pub(crate) fn with_bootstrap_hint(e: Error) -> Error {
+    match e {
+        Error::Nccl {
+            op,
+            code,
+            name,
+            message,
+        } => {
+            let hint = bootstrap_hint();
+            Error::Nccl {
+                op,
+                code,
+                name,
+                message: if message.is_empty() {
+                    hint
+                } else {
+                    format!("{message}; {hint}")
+                },
+            }
+        }
+        other => other,
+    }
+}
+
 /// NCCL's wire type for `T` (complex numbers: their real type, twice as many).
 pub(crate) fn datatype<T: Element>() -> sys::ncclDataType_t {
     T::WIRE.dtype.nccl_code() as sys::ncclDataType_t
@@ -89,6 +147,49 @@ mod tests {
     use num_complex::Complex;
 
     use super::*;
+
+    #[test]
+    fn bootstrap_failures_name_the_interface_and_the_variable() {
+        use crate::netif::NcclChoice;
+        let choice = NcclChoice {
+            rule: "default (step `^docker,lo`)".into(),
+            chosen: vec![("eth0".into(), "10.77.0.1".parse().unwrap())],
+        };
+        let hint = hint_for(&choice, Some("eth0"));
+        assert!(hint.starts_with(
+            "NCCL's bootstrap used interface eth0 (10.77.0.1), chosen by default (step `^docker,lo`); "
+        ), "{hint}");
+        assert!(
+            hint.contains("set NCCL_SOCKET_IFNAME==eth0 on every rank"),
+            "{hint}"
+        );
+        let none = NcclChoice {
+            rule: "NCCL_SOCKET_IFNAME=ens9".into(),
+            chosen: vec![],
+        };
+        let hint = hint_for(&none, None);
+        assert!(
+            hint.starts_with("no interface matches NCCL_SOCKET_IFNAME=ens9 here;"),
+            "{hint}"
+        );
+        let e = with_bootstrap_hint(Error::Nccl {
+            op: "from_mpi",
+            code: 2,
+            name: "unhandled system error".into(),
+            message: "socketStartConnect: Connect to 172.17.0.1<4242> failed".into(),
+        });
+        let text = e.to_string();
+        assert!(
+            text.starts_with("from_mpi: NCCL error 2 (unhandled system error): socketStartConnect"),
+            "{text}"
+        );
+        assert!(text.contains("NCCL_SOCKET_IFNAME="), "{text}");
+        let t = Error::Timeout {
+            op: "from_mpi",
+            after: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(with_bootstrap_hint(t.clone()).to_string(), t.to_string());
+    }
 
     #[test]
     fn wire_types_and_counts() {
