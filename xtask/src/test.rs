@@ -1,6 +1,7 @@
 //! `cargo xtask test`: system dependencies, `cargo test` over the workspace, then every example
 //! and every `tests/mpi_*` binary of the root package under `mpirun -n K` for each rank count K,
-//! then, where a GPU is present, the GPU suite (`gpu_suite`), ending with one
+//! then, where a GPU is present, the GPU suite (`gpu_suite`), then the README's set-up in a fresh
+//! Debian root (`fresh`), ending with one
 //! `N passed, M failed` line.
 
 use std::io::IsTerminal;
@@ -10,7 +11,7 @@ use std::process::{Command, ExitCode};
 use crate::artifacts::{self, Artifact};
 use crate::mpirun::{self, Binary, Kind};
 use crate::summary::{self, Step, Tally};
-use crate::{cargo, deps, exec, gpu_suite, host, jobs, results, workspace_root};
+use crate::{cargo, deps, exec, fresh, gpu_suite, host, jobs, results, workspace_root};
 
 /// The package whose examples and `tests/mpi_*` binaries run under `mpirun`.
 pub const ROOT_PACKAGE: &str = "collectives";
@@ -33,6 +34,8 @@ pub struct Options {
     pub skip_unit: bool,
     /// Skip the GPU suite even where a GPU is present.
     pub skip_gpu: bool,
+    /// Skip the fresh Debian root stage.
+    pub skip_fresh: bool,
     /// Arguments after `--`, passed to `cargo test`.
     pub cargo_args: Vec<String>,
 }
@@ -46,6 +49,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         ranks: DEFAULT_RANKS.to_vec(),
         skip_unit: false,
         skip_gpu: false,
+        skip_fresh: false,
         cargo_args: Vec::new(),
     };
     let mut iter = args.iter();
@@ -56,6 +60,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
             }
             "--skip-unit" => options.skip_unit = true,
             "--skip-gpu" => options.skip_gpu = true,
+            "--skip-fresh" => options.skip_fresh = true,
             "--ranks" => {
                 let list = iter.next().ok_or("--ranks needs a list such as 1,2")?;
                 options.ranks = parse_ranks(list)?;
@@ -154,6 +159,25 @@ pub fn run(args: &[String]) -> ExitCode {
             as_root,
             &gpu_suite::Options::default(),
         ));
+    }
+
+    let fresh_label = "fresh Debian root: the README's set-up".to_owned();
+    if options.skip_fresh {
+        println!("fresh Debian root skipped (--skip-fresh)");
+        steps.push(Step {
+            label: fresh_label,
+            tally: None,
+        });
+    } else {
+        let mut reports = Vec::new();
+        let tally = fresh::stage(fresh::Options::default(), &mut reports);
+        if !reports.is_empty() {
+            print!("{}", fresh::render_reports(&reports));
+        }
+        steps.push(Step {
+            label: fresh_label,
+            tally,
+        });
     }
 
     print!("{}", summary::render(&steps));
@@ -462,6 +486,7 @@ mod tests {
                 ranks: vec![1, 2, 3, 4],
                 skip_unit: false,
                 skip_gpu: false,
+                skip_fresh: false,
                 cargo_args: vec![]
             }
         );
@@ -470,6 +495,7 @@ mod tests {
             "2,1,2",
             "--skip-unit",
             "--skip-gpu",
+            "--skip-fresh",
             "--",
             "-p",
             "x",
@@ -477,7 +503,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(o.ranks, [2, 1]);
-        assert!(o.skip_unit && o.skip_gpu);
+        assert!(o.skip_unit && o.skip_gpu && o.skip_fresh);
         assert_eq!(o.cargo_args, ["-p", "x", "--ranks"]);
         assert_eq!(parse_args(&strings(&["--ranks=3"])).unwrap().ranks, [3]);
         for bad in [
