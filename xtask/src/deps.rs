@@ -291,9 +291,9 @@ impl Report {
             }
         }
         for (program, found) in &self.programs {
-            let name = match program.works_with {
-                [] => program.name.to_owned(),
-                _ => format!("{} ({})", program.name, program.used_by),
+            let name = match (program.works_with, program.source) {
+                ([], _) => program.name.to_owned(),
+                (_, Apt(package) | Elsewhere(package)) => format!("{} ({package})", program.name),
             };
             match (found, program.need) {
                 (Ok(path), _) => println!("found   {name:<17} {}", path.display()),

@@ -1,19 +1,24 @@
 //! `cargo xtask fresh`: the README's set-up, word for word, on a minimal Debian 12 root, as a
 //! new user would run it; also a stage of `cargo xtask test`.
 //!
+//! The set-up runs twice, each time in a root of its own: as root, every command as written; as
+//! a user with sudo (`sudo` before each `apt-get`, as the README says), up to `cargo xtask deps`,
+//! which prints the install command, then that command, then `deps` again.
+//!
 //! | step | what |
 //! |---|---|
 //! | base | `debootstrap --variant=minbase bookworm` into `target/fresh/base/`, once: reruns reuse it |
-//! | root | a copy of the base, `target/fresh/root/`, made again on every run: apt starts from nothing |
+//! | root | a copy of the base (`target/fresh/root/`, `target/fresh/user-root/`), made again on every run: apt starts from nothing |
 //! | checkout | `git clone --bare` of this checkout at `HEAD` as `/srv/collectives.git` in the root: the README's `<this repository>` |
 //! | CA store | the host's `/etc/ssl/certs/ca-certificates.crt`, also under `/usr/local/share/ca-certificates/`, so that the root trusts what the host trusts even after installing `ca-certificates` |
-//! | toolchain | the host's rustup home and `~/.cargo/bin` mounted read-only at `/root/.rustup`, `/root/.cargo/bin`; `~/.cargo/registry` copied (no crate downloaded twice) |
-//! | README | every command of the README's set-up blocks, in order, as root in the root, each with its time and result |
+//! | toolchain | the host's rustup home and `~/.cargo/bin` mounted read-only in the persona's home; for root `~/.cargo/registry` copied (no crate downloaded twice) |
+//! | user | for the user only: sudo, the user `fresh` with passwordless sudo |
+//! | README | the README's set-up commands (as committed at `HEAD`), in order, each with its time and result |
 //!
 //! Each command runs in a mount namespace of its own (unshare(2) in the child before it execs),
 //! with `/proc`, `/sys` and `/dev` mounted into the root and chroot(2) into it: the mounts exist
 //! only while the command runs and vanish with it, however it ends, so nothing ever stays mounted
-//! under `target/`. The build inside uses `CARGO_TARGET_DIR=/var/cache/xtask-target`, kept in
+//! under `target/`. root's build inside uses `CARGO_TARGET_DIR=/var/cache/xtask-target`, kept in
 //! `target/fresh/target/` between runs (`--cold` starts it, and the base, afresh).
 //!
 //! Skipped with one line where it cannot run: not root, no mount namespaces, no `debootstrap`
@@ -57,9 +62,11 @@ pub const INNER_TARGET: &str = "/var/cache/xtask-target";
 /// The file that marks a complete base (debootstrap finished).
 const BASE_DONE: &str = ".xtask-debootstrap-done";
 
-/// `PATH` inside the root: rustup's proxies first, as rustup's installer sets it.
-const INNER_PATH: &str =
-    "/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// root's `PATH` inside the root, after rustup's `~/.cargo/bin` (first, as rustup sets it).
+const ROOT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A user's `PATH` inside the root, after `~/.cargo/bin`: Debian's default for users.
+const USER_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Variables passed from the host to the commands in the root when set.
 const PASSED_ON: [&str; 9] = [
@@ -77,11 +84,77 @@ const PASSED_ON: [&str; 9] = [
 /// Wall-clock limit of one step, in seconds, when `XTASK_FRESH_STEP_TIMEOUT` is unset.
 pub const DEFAULT_STEP_TIMEOUT_S: u64 = 2400;
 
+/// The user the second run of the set-up makes and runs as (with sudo).
+pub const USER: &str = "fresh";
+
+/// Who runs the README's commands in a root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persona {
+    /// root, as in a container or a new VM: every command as written.
+    Root,
+    /// A user with sudo: `sudo` before each `apt-get`, as the README says, up to and including
+    /// `cargo xtask deps`, the command that prints, and `deps` again.
+    SudoUser,
+}
+
+impl Persona {
+    /// Both, in the order they run.
+    pub const ALL: [Persona; 2] = [Persona::Root, Persona::SudoUser];
+
+    /// `root`, `user+sudo`: the first column of the report.
+    pub fn label(self) -> &'static str {
+        match self {
+            Persona::Root => "root",
+            Persona::SudoUser => "user+sudo",
+        }
+    }
+
+    /// The home directory, where rustup's toolchain is mounted and the commands start.
+    pub fn home(self) -> &'static str {
+        match self {
+            Persona::Root => "/root",
+            Persona::SudoUser => "/home/fresh",
+        }
+    }
+
+    /// The root's directory under [`DIR`].
+    fn dir_name(self) -> &'static str {
+        match self {
+            Persona::Root => "root",
+            Persona::SudoUser => "user-root",
+        }
+    }
+
+    /// `command` as this persona types it: for a user, `sudo` before each `apt-get`; the
+    /// repository placeholder replaced by [`CLONE_SOURCE`] for both.
+    pub fn typed(self, command: &str) -> String {
+        let command = command.replace(REPOSITORY_PLACEHOLDER, CLONE_SOURCE);
+        match self {
+            Persona::Root => command,
+            Persona::SudoUser => {
+                let mut out = String::new();
+                for (i, part) in command.split("apt-get").enumerate() {
+                    if i > 0 {
+                        if !out.ends_with("sudo ") {
+                            out.push_str("sudo ");
+                        }
+                        out.push_str("apt-get");
+                    }
+                    out.push_str(part);
+                }
+                out
+            }
+        }
+    }
+}
+
 /// The command line of `cargo xtask fresh`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Options {
     /// Build the base and the inner target directory afresh instead of reusing them.
     pub cold: bool,
+    /// Run the set-up only as this persona (`--as root|user`); both when `None`.
+    pub only: Option<Persona>,
 }
 
 /// Parses the arguments after `fresh`.
@@ -90,9 +163,17 @@ pub struct Options {
 /// A message naming the bad argument.
 pub fn parse_args(args: &[String]) -> Result<Options, String> {
     let mut options = Options::default();
-    for arg in args {
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
         match arg.as_str() {
             "--cold" => options.cold = true,
+            "--as" => {
+                options.only = match iter.next().map(String::as_str) {
+                    Some("root") => Some(Persona::Root),
+                    Some("user") => Some(Persona::SudoUser),
+                    _ => return Err("--as needs `root` or `user`".to_owned()),
+                }
+            }
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
@@ -139,15 +220,12 @@ fn strip_comment(line: &str) -> &str {
     at.map_or(line, |i| &line[..i])
 }
 
-/// `command` as it runs in the root: the placeholder replaced by [`CLONE_SOURCE`].
-pub fn in_root(command: &str) -> String {
-    command.replace(REPOSITORY_PLACEHOLDER, CLONE_SOURCE)
-}
-
 /// One reported step: what ran, how long it took, how it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
-    /// The step: a README command as written, or a preparation step.
+    /// Whose step: [`Persona::label`], or `host` for the base.
+    pub who: &'static str,
+    /// The step: a README command as typed, or a preparation step.
     pub step: String,
     /// How long it took.
     pub took: Duration,
@@ -159,9 +237,9 @@ pub struct Report {
     pub ok: bool,
 }
 
-/// The steps as a Markdown table: `| step | time | result |`.
+/// The steps as a Markdown table: `| as | step | time | result |`.
 pub fn render_reports(reports: &[Report]) -> String {
-    let mut out = String::from("| step | time | result |\n|---|---|---|\n");
+    let mut out = String::from("| as | step | time | result |\n|---|---|---|---|\n");
     for r in reports {
         let step = if r.readme {
             format!("`{}`", r.step)
@@ -169,7 +247,8 @@ pub fn render_reports(reports: &[Report]) -> String {
             r.step.clone()
         };
         out.push_str(&format!(
-            "| {step} | {:.1} s | {} |\n",
+            "| {} | {step} | {:.1} s | {} |\n",
+            r.who,
             r.took.as_secs_f64(),
             r.result
         ));
@@ -346,51 +425,94 @@ impl Mount {
     }
 }
 
-/// Everything a command in the root needs: the root, what to mount into it, where to start.
+/// Everything a command in a root needs: the root, what to mount into it, who runs it.
 #[derive(Debug)]
 struct Jail {
     root: PathBuf,
     mounts: Vec<Mount>,
+    persona: Persona,
+    /// The user's uid and gid, for [`Persona::SudoUser`].
+    ids: Option<(libc::uid_t, libc::gid_t)>,
+    /// Whether [`INNER_TARGET`] is mounted (and so `CARGO_TARGET_DIR` set).
+    target: bool,
 }
 
 impl Jail {
-    fn new(root: &Path, toolchain: &Toolchain, target: &Path) -> Result<Self, String> {
+    /// `/proc`, `/sys` and `/dev` in `root`, for root: what setting the root up needs.
+    fn bare(root: &Path) -> Result<Self, String> {
         let inside = |p: &str| root.join(p.trim_start_matches('/'));
-        let mounts = vec![
-            Mount::fs("proc", &inside("/proc"))?,
-            Mount::fs("sysfs", &inside("/sys"))?,
-            Mount::bind(Path::new("/dev"), &inside("/dev"), false)?,
-            Mount::bind(&toolchain.rustup_home, &inside("/root/.rustup"), true)?,
-            Mount::bind(
-                &toolchain.cargo_home.join("bin"),
-                &inside("/root/.cargo/bin"),
-                true,
-            )?,
-            Mount::bind(target, &inside(INNER_TARGET), false)?,
-        ];
         Ok(Jail {
             root: root.to_path_buf(),
-            mounts,
+            mounts: vec![
+                Mount::fs("proc", &inside("/proc"))?,
+                Mount::fs("sysfs", &inside("/sys"))?,
+                Mount::bind(Path::new("/dev"), &inside("/dev"), false)?,
+            ],
+            persona: Persona::Root,
+            ids: None,
+            target: false,
         })
     }
 
-    /// `sh -c SCRIPT sh ARGS...` run as root in the root, in a namespace of its own.
+    /// [`Jail::bare`] with the toolchain mounted read-only in the persona's home, `target` (if
+    /// any) at [`INNER_TARGET`], run as `ids` (if any).
+    fn new(
+        root: &Path,
+        persona: Persona,
+        toolchain: &Toolchain,
+        target: Option<&Path>,
+        ids: Option<(libc::uid_t, libc::gid_t)>,
+    ) -> Result<Self, String> {
+        let mut jail = Jail::bare(root)?;
+        let inside = |p: &str| root.join(p.trim_start_matches('/'));
+        let home = persona.home();
+        jail.mounts.push(Mount::bind(
+            &toolchain.rustup_home,
+            &inside(&format!("{home}/.rustup")),
+            true,
+        )?);
+        jail.mounts.push(Mount::bind(
+            &toolchain.cargo_home.join("bin"),
+            &inside(&format!("{home}/.cargo/bin")),
+            true,
+        )?);
+        if let Some(target) = target {
+            jail.mounts
+                .push(Mount::bind(target, &inside(INNER_TARGET), false)?);
+            jail.target = true;
+        }
+        jail.persona = persona;
+        jail.ids = ids;
+        Ok(jail)
+    }
+
+    /// `sh -c SCRIPT sh ARGS...` run in the root as its persona, in a namespace of its own.
     fn command(&self, script: &str, args: &[&str]) -> Result<Command, String> {
         let root = c_path(&self.root)?;
         let mounts = self.mounts.clone();
+        let home = self.persona.home();
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(script).arg("sh").args(args);
         cmd.env_clear()
-            .env("HOME", "/root")
-            .env("PATH", INNER_PATH)
+            .env("HOME", home)
             .env("LANG", "C.UTF-8")
-            .env(INSIDE_VAR, "1")
-            .env("CARGO_TARGET_DIR", INNER_TARGET);
+            .env(INSIDE_VAR, "1");
+        match self.persona {
+            Persona::Root => cmd.env("PATH", format!("{home}/.cargo/bin:{ROOT_PATH}")),
+            Persona::SudoUser => cmd
+                .env("PATH", format!("{home}/.cargo/bin:{USER_PATH}"))
+                .env("USER", USER)
+                .env("LOGNAME", USER),
+        };
+        if self.target {
+            cmd.env("CARGO_TARGET_DIR", INNER_TARGET);
+        }
         for var in PASSED_ON {
             if let Some(value) = std::env::var_os(var) {
                 cmd.env(var, value);
             }
         }
+        let ids = self.ids;
         let enter = move || {
             private_namespace()?;
             for mount in &mounts {
@@ -404,10 +526,23 @@ impl Jail {
             if unsafe { libc::chdir(c"/".as_ptr()) } != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            if let Some((uid, gid)) = ids {
+                // SAFETY: setgroups(2) with an empty list (a null pointer and 0 entries), then
+                // setgid(2) and setuid(2) on plain integers: root's groups and ids are dropped.
+                let dropped = unsafe {
+                    libc::setgroups(0, std::ptr::null()) == 0
+                        && libc::setgid(gid) == 0
+                        && libc::setuid(uid) == 0
+                };
+                if !dropped {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             Ok(())
         };
-        // SAFETY: `enter` makes only system calls (unshare, mount, chroot, chdir) on strings
-        // prepared before the fork; it allocates nothing, as is required between fork and exec.
+        // SAFETY: `enter` makes only system calls (unshare, mount, chroot, chdir, setgroups,
+        // setgid, setuid) on values prepared before the fork; it allocates nothing, as is
+        // required between fork and exec.
         unsafe {
             cmd.pre_exec(enter);
         }
@@ -446,10 +581,15 @@ fn mounts_under(mountinfo: &str, dir: &Path) -> Vec<String> {
 
 /// Runs `cmd` with its output shown, within `limit`: `Ok` when it exits 0, else how it ended.
 fn run_step(cmd: Command, limit: Duration) -> Result<(), String> {
+    run_output(cmd, limit).map(drop).map_err(|(why, _)| why)
+}
+
+/// [`run_step`] that also returns what the command printed, either way.
+fn run_output(cmd: Command, limit: Duration) -> Result<String, (String, String)> {
     match exec::run_tee(cmd, Some(limit), true) {
-        Ok(outcome) if outcome.success() => Ok(()),
-        Ok(outcome) => Err(outcome.describe()),
-        Err(e) => Err(format!("cannot start: {e}")),
+        Ok(outcome) if outcome.success() => Ok(outcome.output),
+        Ok(outcome) => Err((outcome.describe(), outcome.output)),
+        Err(e) => Err((format!("cannot start: {e}"), String::new())),
     }
 }
 
@@ -466,19 +606,21 @@ fn step_limit() -> Duration {
 /// Times `work` as one reported preparation step.
 fn prepare(
     reports: &mut Vec<Report>,
+    who: &'static str,
     step: &str,
     work: impl FnOnce() -> Result<String, String>,
 ) -> bool {
-    println!("== fresh: {step} ==");
+    println!("== fresh ({who}): {step} ==");
     let t0 = Instant::now();
     let result = work();
     let ok = result.is_ok();
     let result = result.unwrap_or_else(|e| format!("FAILED: {e}"));
     println!(
-        "-- fresh: {step}: {result} ({:.1} s)",
+        "-- fresh ({who}): {step}: {result} ({:.1} s)",
         t0.elapsed().as_secs_f64()
     );
     reports.push(Report {
+        who,
         step: step.to_owned(),
         took: t0.elapsed(),
         result,
@@ -516,11 +658,10 @@ fn base(dir: &Path, cold: bool, limit: Duration) -> Result<String, String> {
 }
 
 /// A new root: a copy of the base (`cp -a`), with the mount points the commands need.
-fn new_root(dir: &Path, limit: Duration) -> Result<String, String> {
-    let root = dir.join("root");
-    remove_tree(&root)?;
+fn new_root(dir: &Path, root: &Path, limit: Duration) -> Result<String, String> {
+    remove_tree(root)?;
     let mut cmd = Command::new("cp");
-    cmd.arg("-a").arg(dir.join("base")).arg(&root);
+    cmd.arg("-a").arg(dir.join("base")).arg(root);
     run_step(cmd, limit).map_err(|e| format!("cp -a: {e}"))?;
     for point in [
         "root/.rustup",
@@ -531,6 +672,38 @@ fn new_root(dir: &Path, limit: Duration) -> Result<String, String> {
     }
     std::fs::remove_file(root.join(BASE_DONE)).map_err(|e| e.to_string())?;
     Ok(format!("cp -a base {}", root.display()))
+}
+
+/// What makes [`USER`] in a root: sudo (installed, then apt's lists dropped again, so that the
+/// user's `apt-get update` is needed as on any fresh machine), the user with passwordless sudo,
+/// the mount points in its home, and the checkout its own (git refuses another user's).
+const USER_SETUP: &str = "set -e
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo >/dev/null
+apt-get clean
+rm -rf /var/lib/apt/lists/*
+useradd -m -s /bin/bash fresh
+echo 'fresh ALL=(ALL:ALL) NOPASSWD: ALL' > /etc/sudoers.d/fresh
+chmod 0440 /etc/sudoers.d/fresh
+mkdir -p /home/fresh/.rustup /home/fresh/.cargo/bin
+chown -R fresh:fresh /home/fresh /srv/collectives.git
+";
+
+/// Runs [`USER_SETUP`] in `root` and returns the user's uid and gid.
+fn make_user(root: &Path, limit: Duration) -> Result<(libc::uid_t, libc::gid_t), String> {
+    let cmd = Jail::bare(root)?.command(USER_SETUP, &[])?;
+    run_step(cmd, limit).map_err(|e| format!("user set-up: {e}"))?;
+    let passwd = std::fs::read_to_string(root.join("etc/passwd")).map_err(|e| e.to_string())?;
+    passwd_ids(&passwd, USER).ok_or_else(|| format!("no {USER} in the root's /etc/passwd"))
+}
+
+/// The uid and gid of `user` from the text of an `/etc/passwd`.
+fn passwd_ids(passwd: &str, user: &str) -> Option<(libc::uid_t, libc::gid_t)> {
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.first() == Some(&user) && fields.len() > 3)
+            .then(|| Some((fields[2].parse().ok()?, fields[3].parse().ok()?)))?
+    })
 }
 
 /// `git clone --bare` of the workspace into the root at [`CLONE_SOURCE`], `HEAD` detached at
@@ -576,8 +749,29 @@ fn checkout(workspace: &Path, root: &Path, limit: Duration) -> Result<String, St
     ))
 }
 
-/// The host's CA bundle, DNS settings and cargo registry into the root.
-fn host_files(root: &Path, toolchain: &Toolchain, limit: Duration) -> Result<String, String> {
+/// The README as committed at `HEAD`, which is what the root's clone holds.
+fn committed_readme(workspace: &Path) -> Result<String, String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(workspace)
+        .args(["show", "HEAD:README.md"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err("git show HEAD:README.md failed".to_owned())
+    }
+}
+
+/// The host's CA bundle, DNS settings and (with `registry`) cargo registry into the root.
+fn host_files(
+    root: &Path,
+    toolchain: &Toolchain,
+    registry: bool,
+    limit: Duration,
+) -> Result<String, String> {
     let copy = |from: &Path, to: &Path| -> Result<(), String> {
         std::fs::create_dir_all(to.parent().unwrap_or(root)).map_err(|e| e.to_string())?;
         std::fs::copy(from, to)
@@ -603,19 +797,30 @@ fn host_files(root: &Path, toolchain: &Toolchain, limit: Duration) -> Result<Str
         copy(resolv, &to)?;
         done.push("resolv.conf");
     }
-    let registry = toolchain.cargo_home.join("registry");
-    if registry.is_dir() {
+    let from = toolchain.cargo_home.join("registry");
+    if registry && from.is_dir() {
         let mut cmd = Command::new("cp");
-        cmd.arg("-a").arg(&registry).arg(root.join("root/.cargo/"));
+        cmd.arg("-a").arg(&from).arg(root.join("root/.cargo/"));
         run_step(cmd, limit).map_err(|e| format!("cp -a registry: {e}"))?;
         done.push("~/.cargo/registry");
     }
     Ok(format!("copied {}", done.join(", ")))
 }
 
-/// Runs the stage: prepares the root, then the README's commands in it. The tally has one check
-/// per README command and one failure for a failed preparation; `None` when skipped (after one
-/// printed line). `reports` receives every step.
+/// What every persona's run shares.
+#[derive(Debug)]
+struct Context {
+    workspace: PathBuf,
+    dir: PathBuf,
+    toolchain: Toolchain,
+    limit: Duration,
+    cold: bool,
+}
+
+/// Runs the stage: the base, then the README's commands as each [`Persona`], each in a root of
+/// its own. The tally has one check per command run (and per command left unrun after a failure,
+/// as a failure) and one failure per failed preparation; `None` when skipped (after one printed
+/// line). `reports` receives every step.
 pub fn stage(options: Options, reports: &mut Vec<Report>) -> Option<Tally> {
     let workspace = workspace_root();
     let dir = workspace.join(DIR);
@@ -624,37 +829,64 @@ pub fn stage(options: Options, reports: &mut Vec<Report>) -> Option<Tally> {
         return None;
     }
     let mut tally = Tally::default();
-    let limit = step_limit();
-    let toolchain = Toolchain::from_env()?;
-    let commands = match std::fs::read_to_string(workspace.join("README.md"))
-        .map_err(|e| format!("cannot read README.md: {e}"))
-        .and_then(|text| readme_commands(&text))
-    {
+    let commands = match committed_readme(&workspace).and_then(|text| readme_commands(&text)) {
         Ok(commands) => commands,
         Err(e) => {
             tally.fail(1, format!("fresh: {e}"));
             return Some(tally);
         }
     };
-    let target = dir.join("target");
-    let root = dir.join("root");
-    let prepared = std::fs::create_dir_all(&dir).is_ok()
-        && prepare(reports, "base: debootstrap --variant=minbase", || {
-            base(&dir, options.cold, limit)
-        })
-        && prepare(reports, "root: a copy of the base", || {
-            new_root(&dir, limit)
-        })
-        && prepare(reports, "checkout: git clone --bare HEAD", || {
-            checkout(&workspace, &root, limit)
-        })
+    let context = Context {
+        toolchain: Toolchain::from_env()?,
+        limit: step_limit(),
+        cold: options.cold,
+        workspace,
+        dir,
+    };
+    let based = std::fs::create_dir_all(&context.dir).is_ok()
         && prepare(
             reports,
-            "host CA store, resolv.conf, cargo registry",
-            || host_files(&root, &toolchain, limit),
-        )
-        && prepare(reports, "inner target directory", || {
-            if options.cold {
+            "host",
+            "base: debootstrap --variant=minbase",
+            || base(&context.dir, context.cold, context.limit),
+        );
+    if !based {
+        tally.fail(1, "fresh: no base root (see the base step)");
+        return Some(tally);
+    }
+    for persona in Persona::ALL {
+        if options.only.is_some_and(|only| only != persona) {
+            continue;
+        }
+        tally.absorb(run_as(persona, &context, &commands, reports));
+    }
+    Some(tally)
+}
+
+/// The preparation of `persona`'s root, then its commands.
+fn run_as(
+    persona: Persona,
+    ctx: &Context,
+    commands: &[String],
+    reports: &mut Vec<Report>,
+) -> Tally {
+    let who = persona.label();
+    let mut tally = Tally::default();
+    let root = ctx.dir.join(persona.dir_name());
+    let target = ctx.dir.join("target");
+    let mut ids = None;
+    let prepared = prepare(reports, who, "a copy of the base", || {
+        new_root(&ctx.dir, &root, ctx.limit)
+    }) && prepare(reports, who, "checkout: git clone --bare HEAD", || {
+        checkout(&ctx.workspace, &root, ctx.limit)
+    }) && prepare(
+        reports,
+        who,
+        "host CA store, resolv.conf, cargo registry",
+        || host_files(&root, &ctx.toolchain, persona == Persona::Root, ctx.limit),
+    ) && match persona {
+        Persona::Root => prepare(reports, who, "inner target directory", || {
+            if ctx.cold {
                 remove_tree(&target)?;
             }
             std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
@@ -662,71 +894,116 @@ pub fn stage(options: Options, reports: &mut Vec<Report>) -> Option<Tally> {
                 "{} (CARGO_TARGET_DIR={INNER_TARGET})",
                 target.display()
             ))
-        });
-    if !prepared {
-        let failed = reports.iter().rfind(|r| !r.ok).map(|r| r.step.clone());
-        tally.fail(
-            1,
-            format!(
-                "fresh: {}",
-                failed.unwrap_or_else(|| "cannot create target/fresh".into())
-            ),
-        );
-        return Some(tally);
-    }
-    let jail = match Jail::new(&root, &toolchain, &target) {
+        }),
+        Persona::SudoUser => prepare(reports, who, "sudo and a user with it", || {
+            let made = make_user(&root, ctx.limit)?;
+            ids = Some(made);
+            Ok(format!("user {USER} (uid {}), NOPASSWD sudo", made.0))
+        }),
+    };
+    let jail = if prepared {
+        let target = (persona == Persona::Root).then_some(target.as_path());
+        Jail::new(&root, persona, &ctx.toolchain, target, ids)
+    } else {
+        Err("see the preparation steps".to_owned())
+    };
+    let jail = match jail {
         Ok(jail) => jail,
         Err(e) => {
-            tally.fail(1, format!("fresh: {e}"));
-            return Some(tally);
+            tally.fail(1, format!("fresh ({who}): not prepared: {e}"));
+            return tally;
         }
     };
-    // Each command starts where the one before it left off (`cd collectives`).
+    // A user runs the commands up to `cargo xtask deps`, which prints the command it cannot run
+    // itself; that command, then `deps` again. root runs them all.
+    let mut steps: Vec<String> = match persona {
+        Persona::Root => commands.to_vec(),
+        Persona::SudoUser => {
+            let deps = commands
+                .iter()
+                .position(|c| c == DEPS)
+                .map_or(commands.len(), |i| i + 1);
+            commands[..deps].to_vec()
+        }
+    };
     let cwd_file = root.join("tmp/.xtask-fresh-cwd");
-    let mut cwd = "/root".to_owned();
+    let mut cwd = persona.home().to_owned();
     let script =
         "cd \"$1\" || exit 1\neval \"$2\"\nstatus=$?\npwd > /tmp/.xtask-fresh-cwd\nexit $status\n";
-    for (i, command) in commands.iter().enumerate() {
-        let shown = format!("fresh: README step {}/{}: {command}", i + 1, commands.len());
+    let readme_steps = steps.len();
+    let mut i = 0;
+    while i < steps.len() {
+        let typed = persona.typed(&steps[i]);
+        let shown = format!("fresh ({who}): step {}: {typed}", i + 1);
         println!("== {shown} ==");
+        let _ = std::fs::remove_file(&cwd_file);
         let t0 = Instant::now();
-        let result = jail
-            .command(script, &[&cwd, &in_root(command)])
-            .and_then(|cmd| run_step(cmd, limit));
+        let ran = jail
+            .command(script, &[&cwd, &typed])
+            .map_err(|e| (e, String::new()))
+            .and_then(|cmd| run_output(cmd, ctx.limit));
         let took = t0.elapsed();
         if let Ok(dir) = std::fs::read_to_string(&cwd_file) {
             if !dir.trim().is_empty() {
                 cwd = dir.trim().to_owned();
             }
         }
-        let ok = result.is_ok();
-        let result = match result {
-            Ok(()) => "ok".to_owned(),
-            Err(e) => format!("FAILED: {e}"),
+        // A user's first `deps` may fail, as the README says, printing what to run with sudo.
+        let printed = match (&ran, persona) {
+            (Err((_, output)), Persona::SudoUser) if steps[i] == DEPS && i + 1 == readme_steps => {
+                printed_install(output)
+            }
+            _ => None,
+        };
+        let (ok, result) = match (&ran, &printed) {
+            (Ok(_), _) => (true, "ok".to_owned()),
+            (Err((why, _)), Some(line)) => {
+                (true, format!("{why}, printing `{line}` as the README says"))
+            }
+            (Err((why, _)), None) => (false, format!("FAILED: {why}")),
         };
         println!("-- {shown}: {result} ({:.1} s)", took.as_secs_f64());
         reports.push(Report {
-            step: command.clone(),
+            who,
+            step: typed.clone(),
             took,
             result: result.clone(),
             readme: true,
             ok,
         });
-        if ok {
-            tally.pass(1);
-        } else {
-            tally.fail(1, format!("fresh root: `{command}`: {result}"));
+        if !ok {
+            tally.fail(1, format!("fresh ({who}): `{typed}`: {result}"));
             // Later commands build on this one: each of them fails too, unrun.
-            for later in &commands[i + 1..] {
-                tally.fail(1, format!("fresh root: `{later}`: not run"));
+            for later in &steps[i + 1..] {
+                tally.fail(1, format!("fresh ({who}): `{later}`: not run"));
             }
             break;
         }
+        tally.pass(1);
+        if let Some(line) = printed {
+            steps.push(line);
+            steps.push(DEPS.to_owned());
+        }
+        i += 1;
     }
-    Some(tally)
+    tally
 }
 
-/// `cargo xtask fresh [--cold]`.
+/// The README's command that checks and installs the system dependencies.
+pub const DEPS: &str = "cargo xtask deps";
+
+/// The install command `cargo xtask deps` printed last (`sudo apt-get update && sudo apt-get
+/// install -y ...`): the required packages, which it prints after the optional ones.
+fn printed_install(output: &str) -> Option<String> {
+    output
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with("sudo apt-get update && sudo apt-get install -y "))
+        .map(str::to_owned)
+}
+
+/// `cargo xtask fresh [--cold] [--as root|user]`.
 pub fn run(args: &[String]) -> ExitCode {
     let options = match parse_args(args) {
         Ok(options) => options,
@@ -794,11 +1071,34 @@ echo a#b\n```\n```rust\nfn main() {}\n```\n```sh\ncargo xtask test\n```\n\
             ]
         );
         assert_eq!(
-            in_root("git clone <this repository> x"),
+            Persona::Root.typed("git clone <this repository> x"),
             "git clone /srv/collectives.git x"
+        );
+        assert_eq!(
+            Persona::SudoUser.typed("apt-get update && apt-get install -y gcc"),
+            "sudo apt-get update && sudo apt-get install -y gcc"
+        );
+        assert_eq!(
+            Persona::SudoUser.typed("sudo apt-get update"),
+            "sudo apt-get update"
         );
         assert!(readme_commands("## Set up, benchmark, test\nno blocks\n").is_err());
         assert!(readme_commands("# nothing\n").is_err());
+    }
+
+    #[test]
+    fn the_command_deps_prints_and_the_users_ids_are_read() {
+        let output =
+            "MISSING xz  no `xz` on PATH\nxtask: not running as root; install them with:\n  \
+                      sudo apt-get update && sudo apt-get install -y xz-utils libclang-dev\n";
+        assert_eq!(
+            printed_install(output).as_deref(),
+            Some("sudo apt-get update && sudo apt-get install -y xz-utils libclang-dev")
+        );
+        assert_eq!(printed_install("all system dependencies present\n"), None);
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nfresh:x:1000:1001::/home/fresh:/bin/bash\n";
+        assert_eq!(passwd_ids(passwd, "fresh"), Some((1000, 1001)));
+        assert_eq!(passwd_ids(passwd, "nobody"), None);
     }
 
     #[test]
@@ -818,6 +1118,7 @@ echo a#b\n```\n```rust\nfn main() {}\n```\n```sh\ncargo xtask test\n```\n\
     fn reports_render_as_a_table() {
         let reports = [
             Report {
+                who: "host",
                 step: "base: debootstrap --variant=minbase".into(),
                 took: Duration::from_millis(1),
                 result: "reused target/fresh/base".into(),
@@ -825,6 +1126,7 @@ echo a#b\n```\n```rust\nfn main() {}\n```\n```sh\ncargo xtask test\n```\n\
                 ok: true,
             },
             Report {
+                who: "root",
                 step: "cargo xtask deps".into(),
                 took: Duration::from_millis(24_250),
                 result: "ok".into(),
@@ -834,16 +1136,24 @@ echo a#b\n```\n```rust\nfn main() {}\n```\n```sh\ncargo xtask test\n```\n\
         ];
         assert_eq!(
             render_reports(&reports),
-            "| step | time | result |\n|---|---|---|\n\
-             | base: debootstrap --variant=minbase | 0.0 s | reused target/fresh/base |\n\
-             | `cargo xtask deps` | 24.2 s | ok |\n"
+            "| as | step | time | result |\n|---|---|---|---|\n\
+             | host | base: debootstrap --variant=minbase | 0.0 s | reused target/fresh/base |\n\
+             | root | `cargo xtask deps` | 24.2 s | ok |\n"
         );
     }
 
     #[test]
     fn options() {
-        assert_eq!(parse_args(&[]).unwrap(), Options { cold: false });
-        assert!(parse_args(&["--cold".to_owned()]).unwrap().cold);
-        assert!(parse_args(&["-x".to_owned()]).is_err());
+        let args = |a: &[&str]| parse_args(&a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+        assert_eq!(args(&[]).unwrap(), Options::default());
+        assert!(args(&["--cold"]).unwrap().cold);
+        assert_eq!(
+            args(&["--as", "user"]).unwrap().only,
+            Some(Persona::SudoUser)
+        );
+        assert_eq!(args(&["--as", "root"]).unwrap().only, Some(Persona::Root));
+        for bad in [&["-x"][..], &["--as"], &["--as", "nobody"]] {
+            assert!(args(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -7,7 +7,7 @@
 //! | `bench`    | `deps`, then every collective on every backend here under `mpirun -n 2`: tables, JSON, SVG plots in `results/` |
 //! | `gpu-stage` | release build of the GPU suite into `.gpu-box/`, with `run-all.sh` for a GPU machine without Rust |
 //! | `gpu-suite` | only the GPU suite: built here, or `--staged DIR` as `run-all.sh` runs it |
-//! | `fresh`    | the README's set-up, word for word, in a minimal Debian root made by debootstrap |
+//! | `fresh`    | the README's set-up, word for word, as root and as a user with sudo, in minimal Debian roots made by debootstrap |
 //! | `fuzz`     | `deps`, then the long fuzz runs: a million layouts against the oracle, ten thousand MPI datatypes against `MPI_Pack` |
 //! | `nccl-bindings` | regenerates (or `--check`s) nccl-sys's bindings from a pinned `nccl.h` |
 //! | `help`     | prints the usage                                                        |
@@ -78,12 +78,14 @@ subcommands:
       --only TEXT           only the steps whose command contains TEXT (repeatable)
       --skip-sanitizer      leave out the compute-sanitizer runs
       --detect              print whether there is a GPU; exit 0 if so, 1 if not
-  fresh [--cold]            the README's set-up commands, as written, as root in a minimal
-                            Debian 12 root (debootstrap --variant=minbase bookworm, kept in
-                            target/fresh/base) with the host's toolchain, CA store and a
-                            clone of HEAD; each step with its time and result. Needs root
-                            and mount namespaces; skipped with one line without them
+  fresh [options]           the README's set-up commands in a minimal Debian 12 root
+                            (debootstrap --variant=minbase bookworm, kept in target/fresh/base)
+                            with the host's toolchain, CA store and a clone of HEAD: as root,
+                            all as written; as a user with sudo, up to deps and the command
+                            it prints; each step with its time and result. Needs root and
+                            mount namespaces; skipped with one line without them
       --cold                make the base and the inner target directory again
+      --as root|user        only as root, or only as the user
   fuzz [options]            deps, then the long fuzz runs, with counts and times: random
                             layouts against an element-by-element oracle (release build),
                             then random nested MPI datatypes decoded and packed against
