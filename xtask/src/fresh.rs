@@ -765,7 +765,8 @@ fn committed_readme(workspace: &Path) -> Result<String, String> {
     }
 }
 
-/// The host's CA bundle, DNS settings and (with `registry`) cargo registry into the root.
+/// The host's CA bundle, name settings (`resolv.conf`, `hosts`, `hostname`) and (with
+/// `registry`) cargo registry into the root.
 fn host_files(
     root: &Path,
     toolchain: &Toolchain,
@@ -790,12 +791,15 @@ fn host_files(
         )?;
         done.push("CA bundle");
     }
-    let resolv = Path::new("/etc/resolv.conf");
-    if resolv.is_file() {
-        let to = root.join("etc/resolv.conf");
-        let _ = std::fs::remove_file(&to);
-        copy(resolv, &to)?;
-        done.push("resolv.conf");
+    // The host's name resolves in the root as on any installed machine (sudo looks it up).
+    for name in ["resolv.conf", "hosts", "hostname"] {
+        let from = Path::new("/etc").join(name);
+        if from.is_file() {
+            let to = root.join("etc").join(name);
+            let _ = std::fs::remove_file(&to);
+            copy(&from, &to)?;
+            done.push(name);
+        }
     }
     let from = toolchain.cargo_home.join("registry");
     if registry && from.is_dir() {
@@ -879,12 +883,9 @@ fn run_as(
         new_root(&ctx.dir, &root, ctx.limit)
     }) && prepare(reports, who, "checkout: git clone --bare HEAD", || {
         checkout(&ctx.workspace, &root, ctx.limit)
-    }) && prepare(
-        reports,
-        who,
-        "host CA store, resolv.conf, cargo registry",
-        || host_files(&root, &ctx.toolchain, persona == Persona::Root, ctx.limit),
-    ) && match persona {
+    }) && prepare(reports, who, "host files", || {
+        host_files(&root, &ctx.toolchain, persona == Persona::Root, ctx.limit)
+    }) && match persona {
         Persona::Root => prepare(reports, who, "inner target directory", || {
             if ctx.cold {
                 remove_tree(&target)?;
