@@ -45,6 +45,7 @@ pub struct Program {
     pub used_by: &'static str,
 }
 
+/// A row of [`PROGRAMS`] found by being on `PATH`.
 const fn program(name: &'static str, source: Source, need: Need, used_by: &'static str) -> Program {
     Program {
         name,
@@ -149,8 +150,9 @@ impl Program {
 pub const SKIP_MARKER: &str = "xtask-skipped: ";
 
 /// `program` (declared in [`PROGRAMS`]) on this process's `PATH`; when it is not there, prints one
-/// line, `xtask-skipped: TEST: no `xz` on PATH (xz-utils; used by gpu-stage)`, straight to stderr
-/// (libtest does not capture it) and returns `None`, for a test to return early.
+/// line straight to stderr (libtest does not capture it), for instance
+/// ``xtask-skipped: TEST: no `xz` on PATH; `xz` (xz-utils) is used by gpu-stage, run-all.sh``,
+/// and returns `None`, for the test to return early.
 #[cfg(test)]
 pub fn find_or_skip(program: &str, test: &str) -> Option<PathBuf> {
     use std::io::Write as _;
