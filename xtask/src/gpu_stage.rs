@@ -495,6 +495,10 @@ mod tests {
 
     #[test]
     fn large_files_are_compressed_and_run_all_unpacks_them() {
+        let test = "gpu_stage::tests::large_files_are_compressed_and_run_all_unpacks_them";
+        if crate::deps::find_or_skip("xz", test).is_none() {
+            return;
+        }
         let dir = scratch("run-all-xz");
         write(&dir.join(RUN_ALL), &render_run_all()).unwrap();
         // A staged binary at the threshold, and the fake xtask it must find unpacked.

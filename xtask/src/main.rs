@@ -2,11 +2,12 @@
 //!
 //! | subcommand | what it does                                                            |
 //! |------------|-------------------------------------------------------------------------|
-//! | `deps`     | checks Open MPI (headers, `mpirun`) and libclang; installs them with apt as root |
-//! | `test`     | `deps`, then `cargo test` and `cargo doc` (warnings are errors), then examples and `mpi_*` tests under `mpirun -n 1..4`, then the same on two namespace nodes (4 ranks) and under a one-machine Slurm, then the GPU suite where a GPU is present |
+//! | `deps`     | checks every program of `deps::PROGRAMS`, Open MPI's headers and libclang; installs what is missing with apt as root |
+//! | `test`     | `deps`, then `cargo test` and `cargo doc` (warnings are errors), then examples and `mpi_*` tests under `mpirun -n 1..4`, then the Python module's tests, the same on two namespace nodes (4 ranks) and under a one-machine Slurm, then the GPU suite where a GPU is present, then the README's set-up in a fresh Debian root |
 //! | `bench`    | `deps`, then every collective on every backend here under `mpirun -n 2`: tables, JSON, SVG plots in `results/` |
 //! | `gpu-stage` | release build of the GPU suite into `.gpu-box/`, with `run-all.sh` for a GPU machine without Rust |
 //! | `gpu-suite` | only the GPU suite: built here, or `--staged DIR` as `run-all.sh` runs it |
+//! | `fresh`    | the README's set-up, word for word, as root and as a user with sudo, in minimal Debian roots made by debootstrap |
 //! | `fuzz`     | `deps`, then the long fuzz runs: a million layouts against the oracle, ten thousand MPI datatypes against `MPI_Pack` |
 //! | `nccl-bindings` | regenerates (or `--check`s) nccl-sys's bindings from a pinned `nccl.h` |
 //! | `help`     | prints the usage                                                        |
@@ -20,6 +21,7 @@ mod artifacts;
 mod bench;
 mod deps;
 mod exec;
+mod fresh;
 mod fuzz;
 mod gpu;
 mod gpu_stage;
@@ -43,8 +45,10 @@ const USAGE: &str = "\
 usage: cargo xtask <subcommand> [options]
 
 subcommands:
-  deps                      check Open MPI headers, mpirun and libclang; install them
-                            with apt-get when running as root on Debian/Ubuntu
+  deps                      check every program xtask runs (required and optional, one
+                            table: xtask/src/deps.rs), Open MPI's headers and libclang;
+                            install what is missing with apt-get update and apt-get install
+                            when running as root on Debian/Ubuntu, else print the command
   test [options] [-- ARGS]  deps, cargo test (ARGS go to cargo test), cargo doc with
                             rustdoc warnings as errors, then every example
                             and every tests/mpi_* binary under mpirun -n 1,2,3,4, then
@@ -58,6 +62,7 @@ subcommands:
       --skip-gpu            skip the GPU suite even where a GPU is present
       --skip-nodes          skip the two-node (network namespace) stage
       --skip-slurm          skip the one-machine Slurm stage
+      --skip-fresh          skip the fresh Debian root stage (see fresh)
   bench [ARGS]              deps, then every collective under mpirun -n 2 collbench --backend all
                             ARGS; tables, JSON and SVG plots in results/<date-time>/
                             (ARGS default to -b 8 -e 64M -f 2)
@@ -83,6 +88,14 @@ subcommands:
       --only TEXT           only the steps whose command contains TEXT (repeatable)
       --skip-sanitizer      leave out the compute-sanitizer runs
       --detect              print whether there is a GPU; exit 0 if so, 1 if not
+  fresh [options]           the README's set-up commands in a minimal Debian 12 root
+                            (debootstrap --variant=minbase bookworm, kept in target/fresh/base)
+                            with the host's toolchain, CA store and a clone of HEAD: as root,
+                            all as written; as a user with sudo, up to deps and the command
+                            it prints; each step with its time and result. Needs root and
+                            mount namespaces; skipped with one line without them
+      --cold                make the base and the inner target directory again
+      --as root|user        only as root, or only as the user
   fuzz [options]            deps, then the long fuzz runs, with counts and times: random
                             layouts against an element-by-element oracle (release build),
                             then random nested MPI datatypes decoded and packed against
@@ -110,6 +123,7 @@ environment:
   HALO_EXPECT_IPC=0|1       override the peer-access decision for nccl_halo
   XTASK_GPU_KIT=DIR         gpu-stage: the directory with env.sh and ompi-cuda-*.tar.xz
                             (default ../shared/gpu-box beside the checkout)
+  XTASK_FRESH_STEP_TIMEOUT=SECS  limit of one fresh-root step (default 2400)
   XTASK_STAGE_BUDGET_MIB=N  gpu-stage: fail when .gpu-box is larger (default 56)
   COLLECTIVES_GPU_EXAMPLES=1  also run the GPU examples at every --ranks count of `test`
   XTASK_PEERS=DIR           the folder with omb-7.4.tar.xz and build.sh (default
@@ -129,6 +143,7 @@ fn main() -> ExitCode {
         "bench" => bench::run(&rest),
         "gpu-stage" => gpu_stage::run(&rest),
         "gpu-suite" => gpu_suite::run(&rest),
+        "fresh" => fresh::run(&rest),
         "fuzz" => fuzz::run(&rest),
         "nccl-bindings" => nccl_bindings::run(&rest),
         "help" | "--help" | "-h" => {

@@ -49,20 +49,21 @@ pub fn step(root: &Path, ranks: &[u32], ranks_label: &str, as_root: bool) -> Ste
     }
 }
 
-/// `python3` from `PATH` when it can make a virtualenv (installing Debian's `python3-venv` first
-/// when it cannot and we are root with apt-get); otherwise why not.
-fn usable_python(as_root: bool) -> Result<PathBuf, String> {
+/// `python3` from `PATH` when it can make a virtualenv (`cargo xtask deps` installs Debian's
+/// `python3-venv` as root, from its row in [`deps::PROGRAMS`]); otherwise why not.
+fn usable_python(_as_root: bool) -> Result<PathBuf, String> {
     let python = host::which_in_path("python3").ok_or("no python3 on PATH")?;
     if can_make_venv(&python) {
         return Ok(python);
     }
-    let package = deps::Dep::PythonVenv.apt_package();
-    if as_root && host::which_in_path("apt-get").is_some() {
-        deps::apt_install(&[package])?;
-        if can_make_venv(&python) {
-            return Ok(python);
-        }
-    }
+    let venv = deps::PROGRAMS
+        .iter()
+        .find(|p| p.name == "python3" && !p.works_with.is_empty())
+        .expect("deps::PROGRAMS has python3's venv row");
+    let package = match venv.source {
+        deps::Source::Apt(package) => package,
+        deps::Source::Elsewhere(from) => from,
+    };
     Err(format!(
         "`{} -m venv` is not available (install it: {})",
         python.display(),

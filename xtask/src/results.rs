@@ -86,6 +86,8 @@ pub fn failed_targets(output: &str) -> Vec<String> {
 
 /// The tally of a whole `cargo test` run from its output, whether it exited 0, and how it ended.
 ///
+/// A test that printed a [`crate::deps::SKIP_MARKER`] line counts as skipped, not passed.
+///
 /// Passes and failures are summed over libtest's summaries and the `mpi-tests:` lines of
 /// multi-rank test binaries (which `cargo test` runs as single-process jobs). A failing target
 /// that printed no failing summary (a crash, or a binary that reports neither way) adds one
@@ -105,6 +107,14 @@ pub fn tally_cargo_test(output: &str, success: bool, ended: &str) -> Tally {
         .into_iter()
         .map(|name| format!("cargo test: {name}"))
         .collect();
+    // A test that skipped itself for want of a program passed in libtest's eyes.
+    for line in output.lines().map(strip_ansi) {
+        if let Some(at) = line.find(crate::deps::SKIP_MARKER) {
+            tally.passed = tally.passed.saturating_sub(1);
+            let why = &line[at + crate::deps::SKIP_MARKER.len()..];
+            tally.skip(1, format!("cargo test: {}", why.trim()));
+        }
+    }
     let targets = failed_targets(output);
     let unexplained = targets.len().saturating_sub(failing_summaries);
     if unexplained > 0 {
@@ -312,6 +322,20 @@ error: test failed, to rerun pass `-p collectives --test mpi_crash`
         let tally = tally_cargo_test(clean, true, "exit 0");
         assert_eq!((tally.passed, tally.failed), (4, 0));
         assert!(tally.failures.is_empty());
+    }
+
+    #[test]
+    fn tests_that_skipped_themselves_are_not_passes() {
+        let out = "running 2 tests\n\
+                   xtask-skipped: gpu_stage::tests::xz: no `xz` on PATH; `xz` (xz-utils) is used by gpu-stage\n\
+                   test gpu_stage::tests::xz ... ok\ntest other ... ok\n\
+                   test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        let tally = tally_cargo_test(out, true, "exit 0");
+        assert_eq!((tally.passed, tally.failed, tally.skipped), (1, 0, 1));
+        assert_eq!(
+            tally.skips,
+            ["cargo test: gpu_stage::tests::xz: no `xz` on PATH; `xz` (xz-utils) is used by gpu-stage"]
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-/// Passes and failures of one step, with a name for each failure.
+/// Passes, failures and skips of one step, with a name for each failure and skip.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tally {
     /// How many checks passed.
@@ -11,6 +11,10 @@ pub struct Tally {
     pub failed: u64,
     /// One line per failure (or group of failures) saying what failed.
     pub failures: Vec<String>,
+    /// How many checks were skipped for want of an optional program (neither passed nor failed).
+    pub skipped: u64,
+    /// One line per skip saying what was skipped and why.
+    pub skips: Vec<String>,
 }
 
 impl Tally {
@@ -25,16 +29,32 @@ impl Tally {
         self.failures.push(what.into());
     }
 
+    /// Adds `n` skips described by `why`.
+    pub fn skip(&mut self, n: u64, why: impl Into<String>) {
+        self.skipped += n;
+        self.skips.push(why.into());
+    }
+
     /// Adds another tally into this one.
     pub fn absorb(&mut self, other: Tally) {
         self.passed += other.passed;
         self.failed += other.failed;
         self.failures.extend(other.failures);
+        self.skipped += other.skipped;
+        self.skips.extend(other.skips);
     }
 
     /// `N passed, M failed`.
     pub fn line(&self) -> String {
         format!("{} passed, {} failed", self.passed, self.failed)
+    }
+
+    /// [`Tally::line`], then `, K skipped` when some were.
+    pub fn step_line(&self) -> String {
+        match self.skipped {
+            0 => self.line(),
+            k => format!("{}, {k} skipped", self.line()),
+        }
     }
 }
 
@@ -47,15 +67,15 @@ pub struct Step {
     pub tally: Option<Tally>,
 }
 
-/// The closing report: the failures, one line per step, and last exactly one
-/// `N passed, M failed` line over all steps.
+/// The closing report: one line per step, the failures, the skips, and last exactly one
+/// `N passed, M failed` line over all steps (skips count in neither).
 pub fn render(steps: &[Step]) -> String {
     let mut total = Tally::default();
     let mut out = String::from("\n== summary ==\n");
     for step in steps {
         match &step.tally {
             Some(tally) => {
-                let _ = writeln!(out, "{}: {}", step.label, tally.line());
+                let _ = writeln!(out, "{}: {}", step.label, tally.step_line());
                 total.absorb(tally.clone());
             }
             None => {
@@ -67,6 +87,12 @@ pub fn render(steps: &[Step]) -> String {
         out.push_str("failures:\n");
         for failure in &total.failures {
             let _ = writeln!(out, "  {failure}");
+        }
+    }
+    if !total.skips.is_empty() {
+        let _ = writeln!(out, "skipped ({}):", total.skipped);
+        for skip in &total.skips {
+            let _ = writeln!(out, "  {skip}");
         }
     }
     let _ = writeln!(out, "{}", total.line());
@@ -104,8 +130,7 @@ mod tests {
                 label: "mpirun tests (n=1,2,3,4)".into(),
                 tally: Some(Tally {
                     passed: 40,
-                    failed: 0,
-                    failures: vec![],
+                    ..Tally::default()
                 }),
             },
         ];
@@ -130,5 +155,30 @@ mod tests {
         }];
         assert!(render(&steps).ends_with("\n0 passed, 0 failed\n"));
         assert_eq!(total_failed(&steps), 0);
+    }
+
+    #[test]
+    fn skips_are_listed_and_counted_apart() {
+        let mut unit = Tally::default();
+        unit.pass(3);
+        unit.skip(1, "gpu_stage::tests::x: no `xz` on PATH");
+        let steps = [
+            Step {
+                label: "cargo test".into(),
+                tally: Some(unit),
+            },
+            Step {
+                label: "fresh Debian root".into(),
+                tally: None,
+            },
+        ];
+        assert_eq!(
+            render(&steps),
+            "\n== summary ==\n\
+             cargo test: 3 passed, 0 failed, 1 skipped\n\
+             fresh Debian root: skipped\n\
+             skipped (1):\n  gpu_stage::tests::x: no `xz` on PATH\n\
+             3 passed, 0 failed\n"
+        );
     }
 }

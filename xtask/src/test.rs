@@ -2,7 +2,7 @@
 //! and every `tests/mpi_*` binary of the root package under `mpirun -n K` for each rank count K,
 //! then the Python module's pytest suite (`python`), then the same across two network-namespace
 //! nodes (`netns`) and under a one-machine Slurm (`slurm`), then, where a GPU is present, the GPU
-//! suite (`gpu_suite`), ending with one
+//! suite (`gpu_suite`), then the README's set-up in a fresh Debian root (`fresh`), ending with one
 //! `N passed, M failed` line.
 
 use std::io::IsTerminal;
@@ -13,7 +13,8 @@ use crate::artifacts::{self, Artifact};
 use crate::mpirun::{self, Binary, Kind};
 use crate::summary::{self, Step, Tally};
 use crate::{
-    cargo, deps, exec, gpu_suite, host, jobs, netns, python, results, slurm, workspace_root,
+    cargo, deps, exec, fresh, gpu_suite, host, jobs, netns, python, results, slurm,
+    workspace_root,
 };
 
 /// The package whose examples and `tests/mpi_*` binaries run under `mpirun`.
@@ -41,6 +42,8 @@ pub struct Options {
     pub skip_nodes: bool,
     /// Skip the one-machine Slurm stage (`slurm`).
     pub skip_slurm: bool,
+    /// Skip the fresh Debian root stage.
+    pub skip_fresh: bool,
     /// Arguments after `--`, passed to `cargo test`.
     pub cargo_args: Vec<String>,
 }
@@ -56,6 +59,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         skip_gpu: false,
         skip_nodes: false,
         skip_slurm: false,
+        skip_fresh: false,
         cargo_args: Vec::new(),
     };
     let mut iter = args.iter();
@@ -68,6 +72,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
             "--skip-gpu" => options.skip_gpu = true,
             "--skip-nodes" => options.skip_nodes = true,
             "--skip-slurm" => options.skip_slurm = true,
+            "--skip-fresh" => options.skip_fresh = true,
             "--ranks" => {
                 let list = iter.next().ok_or("--ranks needs a list such as 1,2")?;
                 options.ranks = parse_ranks(list)?;
@@ -182,6 +187,25 @@ pub fn run(args: &[String]) -> ExitCode {
             as_root,
             &gpu_suite::Options::default(),
         ));
+    }
+
+    let fresh_label = "fresh Debian root: the README's set-up".to_owned();
+    if options.skip_fresh {
+        println!("fresh Debian root skipped (--skip-fresh)");
+        steps.push(Step {
+            label: fresh_label,
+            tally: None,
+        });
+    } else {
+        let mut reports = Vec::new();
+        let tally = fresh::stage(fresh::Options::default(), &mut reports);
+        if !reports.is_empty() {
+            print!("{}", fresh::render_reports(&reports));
+        }
+        steps.push(Step {
+            label: fresh_label,
+            tally,
+        });
     }
 
     print!("{}", summary::render(&steps));
@@ -492,6 +516,7 @@ mod tests {
                 skip_gpu: false,
                 skip_nodes: false,
                 skip_slurm: false,
+                skip_fresh: false,
                 cargo_args: vec![]
             }
         );
@@ -501,6 +526,7 @@ mod tests {
             "--skip-unit",
             "--skip-gpu",
             "--skip-nodes",
+            "--skip-fresh",
             "--",
             "-p",
             "x",
@@ -509,6 +535,7 @@ mod tests {
         .unwrap();
         assert_eq!(o.ranks, [2, 1]);
         assert!(o.skip_unit && o.skip_gpu && o.skip_nodes && !o.skip_slurm);
+        assert!(o.skip_unit && o.skip_gpu && o.skip_fresh);
         assert_eq!(o.cargo_args, ["-p", "x", "--ranks"]);
         assert_eq!(parse_args(&strings(&["--ranks=3"])).unwrap().ranks, [3]);
         for bad in [
