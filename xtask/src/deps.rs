@@ -702,6 +702,7 @@ mod tests {
                 "python3",
                 "python3-venv",
                 "iproute2",
+                "util-linux",
                 "munge",
                 "slurmctld",
                 "slurmd",
