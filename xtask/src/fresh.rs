@@ -47,6 +47,15 @@ pub const DIR: &str = "target/fresh";
 /// Set (to `1`) for every command run in the root; the stage skips itself where it is set.
 pub const INSIDE_VAR: &str = "XTASK_FRESH_INSIDE";
 
+/// Inside a fresh root (its `cargo xtask test`), why the stages that make namespaces or start
+/// daemons of their own (two nodes, Slurm) are left to the host's run: they would nest inside the
+/// root's mount namespace and chroot, and they prove the library, not the README's set-up.
+pub fn inside_why() -> Option<String> {
+    std::env::var_os(INSIDE_VAR).map(|_| {
+        format!("inside the fresh root ({INSIDE_VAR}): the host's `cargo xtask test` runs it")
+    })
+}
+
 /// Where the checkout is, inside the root: what the README's `<this repository>` becomes.
 pub const CLONE_SOURCE: &str = "/srv/collectives.git";
 

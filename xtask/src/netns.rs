@@ -354,6 +354,9 @@ pub fn steps(root: &Path, as_root: bool) -> Vec<Step> {
         println!("two-node stage skipped: {why}");
         skipped_steps()
     };
+    if let Some(why) = crate::fresh::inside_why() {
+        return skipped(why);
+    }
     let ip_path = host::which_in_path("ip")
         .or_else(|| Some(PathBuf::from("/usr/sbin/ip")).filter(|p| host::is_executable(p)));
     if let Some(why) = cannot_make_nodes(

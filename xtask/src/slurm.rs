@@ -323,6 +323,9 @@ pub fn steps(root: &Path, as_root: bool) -> Vec<Step> {
             tally: None,
         }]
     };
+    if let Some(why) = crate::fresh::inside_why() {
+        return skipped(why);
+    }
     let missing: Vec<&str> = PROGRAMS
         .iter()
         .map(|(p, _)| *p)
