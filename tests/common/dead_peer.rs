@@ -67,7 +67,12 @@ impl Log {
     /// `r` is a timeout as for [`timed_out`](Self::timed_out), or the library's own report that the
     /// peer is gone (NCCL's network transport sees the closed connection: `ncclRemoteError`), seen
     /// before the deadline plus one second.
-    fn timed_out_or_gone<V: std::fmt::Debug>(&mut self, r: Result<V, Error>, took: Duration, what: &str) {
+    fn timed_out_or_gone<V: std::fmt::Debug>(
+        &mut self,
+        r: Result<V, Error>,
+        took: Duration,
+        what: &str,
+    ) {
         let gone = matches!(&r, Err(Error::Nccl { code, .. }) if *code == REMOTE_ERROR);
         if !gone {
             return self.timed_out(r, took, what);
@@ -189,11 +194,7 @@ pub fn run<C: Backend>(backend: &str, make: impl Fn(&MpiComm, Duration) -> Resul
                     let r = timed
                         .recv::<u32>(C::w(&mut buf), leaver, 6)
                         .and_then(|()| timed.settle());
-                    log.timed_out(
-                        r,
-                        start.elapsed(),
-                        "a receive from the rank that sleeps",
-                    );
+                    log.timed_out(r, start.elapsed(), "a receive from the rank that sleeps");
                     let r = timed.send::<u32>(C::r(&buf), leaver, 6);
                     log.unusable(r, "a send after the timeout");
                 } else if rank == leaver {

@@ -13,8 +13,7 @@ use crate::artifacts::{self, Artifact};
 use crate::mpirun::{self, Binary, Kind};
 use crate::summary::{self, Step, Tally};
 use crate::{
-    cargo, deps, exec, fresh, gpu_suite, host, jobs, netns, python, results, slurm,
-    workspace_root,
+    cargo, deps, exec, fresh, gpu_suite, host, jobs, netns, python, results, slurm, workspace_root,
 };
 
 /// The package whose examples and `tests/mpi_*` binaries run under `mpirun`.
