@@ -107,7 +107,7 @@ impl<C: Communicator> Checked<C> {
 
 /// The stream, device, MPI communicator and deadline of the wrapped communicator; `with_stream`
 /// keeps the wrapper.
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 impl<C> crate::comm::DeviceCommunicator for Checked<C>
 where
     C: crate::comm::DeviceCommunicator + crate::frontend::Frontend,

@@ -30,15 +30,15 @@
 //! - buffers are laid out packed in rank order: block `i` of a gather/scatter/all-to-all buffer belongs to
 //!   rank `i`, and the v-variants place blocks back to back, so no padding is ever needed.
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 use std::sync::Arc;
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 use std::time::Duration;
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 use cudarc::driver::{CudaContext, CudaStream};
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 use crate::backend::mpi_host::MpiComm;
 use crate::element::Element;
 use crate::error::Result;
@@ -675,7 +675,7 @@ pub trait Communicator: Sized {
 ///     comm.synchronize()
 /// }
 /// ```
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub trait DeviceCommunicator: Communicator {
     /// The stream every operation of this communicator is ordered on.
     fn stream(&self) -> &Arc<CudaStream>;

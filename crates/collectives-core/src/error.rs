@@ -197,9 +197,9 @@ impl Error {
         }
     }
 
-    /// [`Error::Cuda`] for `op` from a cudarc driver error (feature `nccl`). For code that drives
+    /// [`Error::Cuda`] for `op` from a cudarc driver error (feature `cuda`). For code that drives
     /// CUDA itself next to a device backend and reports its failures as this crate's errors.
-    #[cfg(feature = "nccl")]
+    #[cfg(feature = "cuda")]
     pub fn cuda(op: &'static str, e: cudarc::driver::DriverError) -> Error {
         Error::Cuda {
             op,

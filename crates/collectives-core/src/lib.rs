@@ -13,11 +13,12 @@
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
 //! | [`cuda_aware`] | whether the MPI library takes device pointers, with the evidence ([`CudaAwareness`]) |
 //! | [`netif`] | this host's network interfaces, and which ones NCCL's sockets and Open MPI's TCP transports would take |
-//! | `backend::{mpi_cuda, mpi_staged}` | `MpiCudaComm` (device pointers to a CUDA-aware MPI) and `MpiStagedComm` (device buffers through pinned host memory and any MPI); with the `nccl` feature, which brings the CUDA driver bindings |
+//! | `backend::{mpi_cuda, mpi_staged}` | `MpiCudaComm` (device pointers to a CUDA-aware MPI) and `MpiStagedComm` (device buffers through pinned host memory and any MPI); with the `cuda` feature (the CUDA driver bindings; `nccl` implies it) |
 //! | [`array`](mod@array) | ndarray arrays as host buffers (feature `ndarray`, on by default) |
 //!
-//! Raw bindings are re-exported: [`mpi`] (rsmpi, whose `mpi::ffi` is the MPI C interface), and with the
-//! `nccl` feature `nccl_sys` (NCCL, loaded at run time) and `cudarc` (CUDA driver, loaded at run time).
+//! Raw bindings are re-exported: [`mpi`] (rsmpi, whose `mpi::ffi` is the MPI C interface), with the
+//! `cuda` feature `cudarc` (CUDA driver, loaded at run time), and with the `nccl` feature (which
+//! implies `cuda`) `nccl_sys` (NCCL, loaded at run time).
 //!
 //! ```no_run
 //! use collectives_core::{Communicator, MpiComm, ReduceOp};
@@ -41,7 +42,7 @@ pub mod checked;
 pub mod comm;
 pub mod cuda_aware;
 pub mod deadline;
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub mod device;
 pub mod element;
 pub mod error;
@@ -58,24 +59,24 @@ pub use mpi;
 
 #[cfg(feature = "ndarray")]
 pub use array::{HostArray, HostArrayMut};
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub use backend::mpi_cuda::MpiCudaComm;
 pub use backend::mpi_host::{MpiComm, ProgressOptions, ProgressStats};
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]
 pub use backend::nccl::{NcclBuffer, NcclComm, RegisterMode, Registration};
 pub use checked::Checked;
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub use comm::DeviceCommunicator;
 pub use comm::{Buf, BufMut, Communicator, Tag};
 pub use cuda_aware::CudaAwareness;
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub use cudarc;
 pub use element::{DType, Element, ElementKind, WireForm};
 pub use error::{Error, Result};
 pub use memory::{Buffer, Host, Space};
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub use memory::{Device, DeviceBuffer, DeviceBufferMut};
 #[cfg(feature = "nccl")]
 pub use nccl_sys;

@@ -42,7 +42,7 @@ impl<T: Element> Buffer<T> for [T] {
     }
 }
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 mod device {
     use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice};
 
@@ -106,13 +106,13 @@ mod device {
     impl<T: Element, B: ?Sized + DevicePtr<T> + DevicePtrMut<T>> DeviceBufferMut<T> for B {}
 }
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub use device::{DeviceBuffer, DeviceBufferMut};
 
 /// cudarc's device-slice traits for a type that owns a `CudaSlice<T>` in field `$field` (a
 /// buffer of this crate with its own allocation or registration): what makes it a
 /// [`DeviceBufferMut`].
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 macro_rules! forward_device_slice {
     ($ty:ty, $field:ident) => {
         impl<T> cudarc::driver::DeviceSlice<T> for $ty {
@@ -147,14 +147,14 @@ macro_rules! forward_device_slice {
         }
     };
 }
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub(crate) use forward_device_slice;
 
 /// A device buffer as the device backends read it, borrowed for `'b`.
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub(crate) type Dev<'b, T> = dyn DeviceBuffer<T> + 'b;
 /// A device buffer as the device backends write it, borrowed for `'b`.
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub(crate) type DevMut<'b, T> = dyn DeviceBufferMut<T> + 'b;
 
 /// A memory space: the buffer types its communicators take for elements `T`, one to read
@@ -217,11 +217,11 @@ space!(Host, [T], [T]);
 /// CUDA device memory, on the communicator's device: an operation reads any
 /// [`DeviceBuffer`] (a `&CudaSlice<T>`, or a `&CudaView<T>` of part of one, coerces to it) and
 /// writes any [`DeviceBufferMut`] (a `&mut CudaSlice<T>` or `&mut CudaViewMut<T>`).
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Device;
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 space!(
     Device,
     dyn DeviceBuffer<T> + 'b,

@@ -70,12 +70,12 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 use std::collections::VecDeque;
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 use std::sync::Arc;
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 use cudarc::driver::{sys::CUevent_flags, CudaEvent, CudaStream};
 
 use crate::op::BackendKind;
@@ -284,7 +284,7 @@ struct Stats {
     device_pending: u64,
 }
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 struct Pair {
     slot: usize,
     start: CudaEvent,
@@ -296,7 +296,7 @@ struct State {
     slots: HashMap<Key, usize>,
     entries: Vec<(Key, Stats)>,
     rank: Option<usize>,
-    #[cfg(feature = "nccl")]
+    #[cfg(feature = "cuda")]
     pending: VecDeque<Pair>,
 }
 
@@ -312,7 +312,7 @@ impl State {
 
     /// Resolve the pairs whose end event is complete, oldest first, without blocking; with
     /// `wait`, poll the rest until `wait` has passed.
-    #[cfg(feature = "nccl")]
+    #[cfg(feature = "cuda")]
     fn resolve(&mut self, wait: Option<Duration>) {
         let until = wait.map(|w| Instant::now() + w);
         while let Some(pair) = self.pending.front() {
@@ -342,7 +342,7 @@ impl State {
         }
     }
 
-    #[cfg(not(feature = "nccl"))]
+    #[cfg(not(feature = "cuda"))]
     fn resolve(&mut self, _wait: Option<Duration>) {}
 
     fn snapshot(&self) -> Vec<Entry> {
@@ -396,7 +396,7 @@ pub fn reset() {
     let mut st = state();
     st.slots.clear();
     st.entries.clear();
-    #[cfg(feature = "nccl")]
+    #[cfg(feature = "cuda")]
     st.pending.clear();
 }
 
@@ -595,16 +595,16 @@ pub(crate) struct Span(Option<Open>);
 struct Open {
     start: Instant,
     bytes: usize,
-    #[cfg(feature = "nccl")]
+    #[cfg(feature = "cuda")]
     device: Option<(Arc<CudaStream>, CudaEvent)>,
 }
 
 /// Where a call's device work goes: the stream to time it on, for backends whose operations are
 /// ordered on a stream.
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub(crate) type Stream = Option<Arc<CudaStream>>;
-/// Where a call's device work goes (nothing without the `nccl` feature).
-#[cfg(not(feature = "nccl"))]
+/// Where a call's device work goes (nothing without the `cuda` feature).
+#[cfg(not(feature = "cuda"))]
 pub(crate) type Stream = Option<std::convert::Infallible>;
 
 impl Span {
@@ -624,17 +624,17 @@ impl Span {
     #[cold]
     #[allow(clippy::needless_pass_by_value)]
     fn open_on(bytes: usize, stream: Stream) -> Span {
-        #[cfg(feature = "nccl")]
+        #[cfg(feature = "cuda")]
         let device = stream.and_then(|s| {
             let ev = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).ok()?;
             Some((s, ev))
         });
-        #[cfg(not(feature = "nccl"))]
+        #[cfg(not(feature = "cuda"))]
         let _ = stream;
         Span(Some(Open {
             start: Instant::now(),
             bytes,
-            #[cfg(feature = "nccl")]
+            #[cfg(feature = "cuda")]
             device,
         }))
     }
@@ -662,7 +662,7 @@ impl Open {
     #[cold]
     fn finish(self, op: &'static str, form: Form, backend: BackendKind, path: Path) {
         let host = self.start.elapsed();
-        #[cfg(feature = "nccl")]
+        #[cfg(feature = "cuda")]
         let pair = self.device.and_then(|(stream, start)| {
             let end = stream
                 .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
@@ -689,7 +689,7 @@ impl Open {
         let stats = &mut st.entries[slot].1;
         stats.calls += 1;
         stats.host.add(host);
-        #[cfg(feature = "nccl")]
+        #[cfg(feature = "cuda")]
         if let Some((start, end)) = pair {
             stats.device_pending += 1;
             st.resolve(None);

@@ -5,14 +5,14 @@
 //! `request.rs` (operations in flight), and `raw.rs` (the library calls' plumbing). docs/design.md
 //! says how a call travels and how to add a collective or a backend.
 
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub(crate) mod cuda_common;
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub mod mpi_cuda;
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 mod mpi_device;
 pub mod mpi_host;
-#[cfg(feature = "nccl")]
+#[cfg(feature = "cuda")]
 pub mod mpi_staged;
 #[cfg(feature = "nccl")]
 pub mod nccl;

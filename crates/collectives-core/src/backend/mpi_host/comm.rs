@@ -196,11 +196,13 @@ impl MpiComm {
         self
     }
 
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the device backends
     pub(crate) fn set_checked(&mut self, on: bool) {
         self.checked = on;
     }
 
     /// Set the deadline in place (a device communicator gives its host side its own deadline).
+    #[cfg(feature = "nccl")]
     pub(crate) fn set_timeout(&mut self, timeout: Option<Duration>) {
         self.timeout = timeout;
     }
@@ -289,6 +291,7 @@ impl MpiComm {
 
     /// Share `other`'s health, so that a timeout in either refuses both (the duplicates that make up
     /// one device communicator).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the device backends
     pub(crate) fn linked_to(mut self, other: &MpiComm) -> Self {
         self.health = other.health.clone();
         self
@@ -302,6 +305,7 @@ impl MpiComm {
     /// Refuse this communicator from now on, because `op` of a device communicator built on it
     /// timed out after `after` (or, with `("abort", 0)`, because it was aborted); the first refusal
     /// is kept. Returns the [`Error::Timeout`](crate::Error::Timeout) to report.
+    #[cfg(feature = "nccl")]
     pub(crate) fn refuse(&self, op: &'static str, after: Duration) -> crate::Error {
         self.health.timed_out(op, after)
     }

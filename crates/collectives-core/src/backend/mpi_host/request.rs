@@ -39,6 +39,7 @@ pub(crate) enum Region<'a> {
     Absent,
     /// Device memory, by address: MPI works on it directly (CUDA-aware MPI). Never under a
     /// deadline (the device backends stage through host memory there), so never copied.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the device backends
     Device(*mut c_void),
 }
 
@@ -293,6 +294,7 @@ pub(crate) struct MpiPending<'s, T: Element> {
 impl<'s, T: Element> MpiPending<'s, T> {
     /// An operation without a deadline, on buffers MPI works on directly (for device pointers,
     /// which are never used under a deadline).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the device backends
     pub(crate) fn new(request: ffi::MPI_Request, op: &'static str) -> Self {
         Self::with_deadline(request, op, None, Health::default())
     }
