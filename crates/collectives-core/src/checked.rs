@@ -36,7 +36,7 @@
 //! where the communicator is built, not in the solver.
 //!
 //! Without the wrapper, a communicator's own flag decides, as before: `with_checked(on)` on
-//! [`MpiComm`] and the device communicators, else `COLLECTIVES_CHECK` (on for
+//! [`MpiComm`](crate::MpiComm) and the device communicators, else `COLLECTIVES_CHECK` (on for
 //! `1`/`true`/`on`/`yes`, off for `0`/`false`/`off`/`no`), else on in debug builds and off in
 //! release builds. That default is for debugging a whole program from the environment; the
 //! wrapper is for code that wants the checks whatever the build and environment.
@@ -45,11 +45,11 @@
 //! docs/PERFORMANCE.md), made once per call: a [`Checked`] around a communicator that already
 //! agrees (its flag is on, or it is a `Checked` itself) does not agree a second time.
 
-use crate::backend::mpi_host::MpiComm;
 use crate::comm::Communicator;
 use crate::element::{type_name_of_code, Element};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
+use crate::transport::Transport;
 
 /// A communicator in checked mode: before every collective the ranks agree on the call (see the
 /// [module documentation](self)), whatever the wrapped communicator's own setting.
@@ -120,7 +120,7 @@ where
         self.inner.context()
     }
 
-    fn mpi(&self) -> &MpiComm {
+    fn mpi(&self) -> &crate::MpiComm {
         self.inner.mpi()
     }
 
@@ -144,7 +144,7 @@ where
 ///
 /// On a communicator refused after a timeout: the local error if there is one, else
 /// [`Error::Unusable`], without any communication.
-pub(crate) fn agree<R>(mpi: &MpiComm, call: Call<'_>, local: Result<R>) -> Result<R> {
+pub(crate) fn agree<R>(mpi: &dyn Transport, call: Call<'_>, local: Result<R>) -> Result<R> {
     let op = call.op().name();
     if !mpi.is_usable() {
         let value = local?;
@@ -152,15 +152,15 @@ pub(crate) fn agree<R>(mpi: &MpiComm, call: Call<'_>, local: Result<R>) -> Resul
         return Ok(value);
     }
     let mine = call.record(local.is_ok());
-    let mut table = vec![0i64; RECORD_LEN * mpi.size()];
+    let mut table = vec![0i64; RECORD_LEN * mpi.ranks()];
     mpi.all_gather_i64(op, &mine, &mut table)?;
     let value = local?;
     verdict(op, &table)?;
     if call.needs_pair_check() {
         let mine = call.pair_record();
-        let mut table = vec![0i64; mine.len() * mpi.size()];
+        let mut table = vec![0i64; mine.len() * mpi.ranks()];
         mpi.all_gather_i64(op, &mine, &mut table)?;
-        pair_verdict(op, &table, mpi.size())?;
+        pair_verdict(op, &table, mpi.ranks())?;
     }
     Ok(value)
 }
@@ -168,7 +168,7 @@ pub(crate) fn agree<R>(mpi: &MpiComm, call: Call<'_>, local: Result<R>) -> Resul
 /// Outside checked mode: this rank's own result, [`Error::Unusable`] after a timeout, and for
 /// `split` and `dup` (which have no non-blocking twin) under a deadline a polled barrier, so a
 /// missing peer is a timeout there too (the agreement is that meeting in checked mode).
-pub(crate) fn pass<R>(mpi: &MpiComm, call: Call<'_>, local: Result<R>) -> Result<R> {
+pub(crate) fn pass<R>(mpi: &dyn Transport, call: Call<'_>, local: Result<R>) -> Result<R> {
     let op = call.op().name();
     let value = local?;
     mpi.ensure_usable(op)?;

@@ -29,7 +29,6 @@
 //! Errors are mapped where they arise: the rules and the agreement return this crate's
 //! [`Error`](crate::Error) values, the raw operations turn their library's codes into them.
 
-use crate::backend::mpi_host::MpiComm;
 use crate::checked::{self, Call, Checked, OpKind};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
@@ -40,6 +39,7 @@ use crate::persistent::{Persistent, PlanPath};
 use crate::record::{self, Form};
 use crate::request::{Pending, Request, Scope};
 use crate::rules::Rules;
+use crate::transport::Transport;
 use std::ops::Deref;
 use std::ptr::NonNull;
 
@@ -84,7 +84,7 @@ pub trait Backend: Sized {
     /// The MPI communicator over the same ranks that checked mode's agreement goes through (the
     /// communicator itself on host MPI); its checked-mode flag (`with_checked`,
     /// `COLLECTIVES_CHECK`) says whether this backend, unwrapped, agrees.
-    fn transport(&self) -> &MpiComm;
+    fn transport(&self) -> &dyn Transport;
     /// Whether the backend reduces `Avg` itself; otherwise the front end sums and calls
     /// [`divide`](Self::divide).
     fn native_avg(&self) -> bool;

@@ -54,6 +54,7 @@ pub mod persistent;
 pub mod record;
 pub mod request;
 mod rules;
+mod transport;
 
 pub use mpi;
 

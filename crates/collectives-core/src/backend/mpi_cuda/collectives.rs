@@ -22,7 +22,6 @@ use crate::backend::cuda_common::{self, pinned, stage_in, Leases, StagedPending,
 use crate::backend::mpi_device;
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::{MpiPending, Region};
-use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
@@ -32,6 +31,7 @@ use crate::op::{BackendKind, ReduceOp};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
+use crate::transport::Transport;
 
 const BACKEND: BackendKind = BackendKind::MpiCuda;
 
@@ -152,7 +152,7 @@ impl Backend for MpiCudaComm {
         mpi_device::rules(BACKEND, self.ctx.ordinal(), &self.mpi)
     }
 
-    fn transport(&self) -> &MpiComm {
+    fn transport(&self) -> &dyn Transport {
         &self.mpi
     }
 

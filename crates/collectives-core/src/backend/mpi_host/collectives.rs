@@ -17,6 +17,7 @@ use crate::op::{BackendKind, ReduceOp};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
+use crate::transport::Transport;
 
 const BACKEND: BackendKind = BackendKind::MpiHost;
 
@@ -77,7 +78,7 @@ impl Backend for MpiComm {
         MpiComm::rules(self)
     }
 
-    fn transport(&self) -> &MpiComm {
+    fn transport(&self) -> &dyn Transport {
         self
     }
 

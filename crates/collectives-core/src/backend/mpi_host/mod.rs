@@ -29,6 +29,7 @@ mod persistent;
 pub mod progress;
 pub(crate) mod raw;
 pub(crate) mod request;
+mod transport;
 
 pub use comm::MpiComm;
 pub use progress::{ProgressOptions, ProgressStats};

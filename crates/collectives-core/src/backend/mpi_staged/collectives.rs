@@ -21,7 +21,6 @@ use crate::backend::cuda_common::{self, pinned, Lease, Leases, ThroughHost};
 use crate::backend::mpi_device;
 use crate::backend::mpi_host::raw as host;
 use crate::backend::mpi_host::request::Region;
-use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -31,6 +30,7 @@ use crate::op::{BackendKind, ReduceOp};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
+use crate::transport::Transport;
 
 impl MpiStagedComm {
     /// The non-blocking collectives' path: pinned buffers and the host communicator.
@@ -149,7 +149,7 @@ impl Backend for MpiStagedComm {
         mpi_device::rules(self.kind, self.ctx.ordinal(), &self.mpi)
     }
 
-    fn transport(&self) -> &MpiComm {
+    fn transport(&self) -> &dyn Transport {
         &self.mpi
     }
 

@@ -18,7 +18,6 @@ use super::comm::{NcclComm, UnevenAlgorithm};
 use super::persistent::GRAPHS_FROM;
 use super::raw;
 use super::request::NcclPending;
-use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -28,6 +27,7 @@ use crate::op::{BackendKind, ReduceOp};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
+use crate::transport::Transport;
 
 const BACKEND: BackendKind = BackendKind::Nccl;
 
@@ -345,7 +345,7 @@ impl Backend for NcclComm {
         NcclComm::rules(self)
     }
 
-    fn transport(&self) -> &MpiComm {
+    fn transport(&self) -> &dyn Transport {
         &self.mpi
     }
 
