@@ -1,6 +1,5 @@
 //! The program: parse the command line, start MPI, run the benchmark, report errors on rank 0.
 
-use std::io::{self, Write};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -17,7 +16,7 @@ use crate::comms::{DeviceMpi, DeviceMpiComms, NcclComms};
 use crate::dtype::{DataType, ElementVisitor};
 use crate::expected::BenchElement;
 use crate::record::Machine;
-use crate::report::{Format, Meta, Reporter};
+use crate::report::{self, Format, Meta, Reporter};
 use crate::variant::Variant;
 
 /// This process's rank as the launcher announces it, before MPI is started (Open MPI, PMI, PMIx,
@@ -246,22 +245,6 @@ pub fn run_coll(
     run_engine(universe, name, &plan, args.root, args.average)
 }
 
-/// Where rank 0 writes: the file of `--output`, else standard output; nothing on other ranks.
-///
-/// # Errors
-/// The file cannot be created.
-pub fn output(rank: i32, path: Option<&std::path::Path>) -> anyhow::Result<Option<Box<dyn Write>>> {
-    if rank != 0 {
-        return Ok(None);
-    }
-    Ok(Some(match path {
-        Some(p) => Box::new(io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => Box::new(io::stdout()),
-    }))
-}
-
 /// The variants a backend times: the library's call, then its raw baseline where asked for and the
 /// backend has one, then checked mode on where asked for, then the persistent plan where asked for
 /// and the collective has one.
@@ -436,7 +419,7 @@ pub fn run_engine(
         .map(|j| sizes * variants(plan, name, j.0).len())
         .sum();
     let mut reporter = Reporter::new(
-        output(rank, plan.output.as_deref())?,
+        report::output(rank, plan.output.as_deref())?,
         plan.format,
         plan.columns,
         meta,

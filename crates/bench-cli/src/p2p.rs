@@ -1081,7 +1081,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
     let rank0 = ctl.rank() == 0;
     let mut machine = Machine::here();
     let mut out: Box<dyn Write> =
-        match crate::app::output(ctl.rank() as i32, args.output.as_deref())? {
+        match crate::report::output(ctl.rank() as i32, args.output.as_deref())? {
             Some(out) => out,
             None => Box::new(std::io::sink()),
         };

@@ -9,6 +9,8 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
+use anyhow::Context;
+
 use crate::progress::Progress;
 use crate::record::{Document, Machine, Record, SCHEMA};
 use crate::timing::Spread;
@@ -725,6 +727,22 @@ pub fn table_footer(rows: &[Row], check: bool) -> Vec<String> {
         format!("# avg bus bandwidth   : {avg:.3} GB/s"),
         "#".to_string(),
     ]
+}
+
+/// Where rank 0 writes: the file of `--output`, else standard output; nothing on other ranks.
+///
+/// # Errors
+/// The file cannot be created.
+pub fn output(rank: i32, path: Option<&std::path::Path>) -> anyhow::Result<Option<Box<dyn Write>>> {
+    if rank != 0 {
+        return Ok(None);
+    }
+    Ok(Some(match path {
+        Some(p) => Box::new(io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(io::stdout()),
+    }))
 }
 
 #[cfg(test)]
