@@ -15,10 +15,10 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use crate::artifacts::{self, Artifact};
+use crate::binaries::ROOT_PACKAGE;
 use crate::mpirun::{count_mpi_test, Launch};
 use crate::results::{parse_mpi_tests, strip_ansi, tally_cargo_test};
 use crate::summary::{self, Step, Tally};
-use crate::test::ROOT_PACKAGE;
 use crate::{cargo, deps, exec, host, jobs, workspace_root};
 
 /// Layouts generated when `--cases` is not given.

@@ -278,22 +278,12 @@ pub fn find_kit(root: &Path, given: Option<&std::ffi::OsStr>) -> Result<Option<P
         };
     }
     let mut roots = vec![root.to_path_buf()];
-    roots.extend(main_checkout(root));
+    roots.extend(host::main_checkout(root));
     Ok(roots
         .iter()
         .filter_map(|r| r.parent())
         .map(|parent| parent.join("shared").join("gpu-box"))
         .find(|kit| kit.join("env.sh").is_file()))
-}
-
-/// The main checkout of the git worktree at `root`: `root/.git` is then a file
-/// `gitdir: <main>/.git/worktrees/<name>`, whose `commondir` leads to `<main>/.git`.
-pub fn main_checkout(root: &Path) -> Option<PathBuf> {
-    let dot_git = std::fs::read_to_string(root.join(".git")).ok()?;
-    let gitdir = root.join(dot_git.trim().strip_prefix("gitdir:")?.trim());
-    let common = std::fs::read_to_string(gitdir.join("commondir")).ok()?;
-    let common = gitdir.join(common.trim()).canonicalize().ok()?;
-    (common.file_name()? == ".git").then(|| common.parent().map(Path::to_path_buf))?
 }
 
 /// Copies `env.sh`, every `ompi-cuda-*.tar.xz` and `peers/` from `kit` into `dir`.
@@ -608,7 +598,7 @@ echo "env.sh: ${FROM_ENV_SH:-no}"; echo "1 passed, 1 failed"; exit 1"#,
 
         let from_main = find_kit(&main, None);
         let from_worktree = find_kit(&worktree, None);
-        let main_of_worktree = main_checkout(&worktree);
+        let main_of_worktree = crate::host::main_checkout(&worktree);
         let given = find_kit(&worktree, Some(kit.as_os_str()));
         let given_wrong = find_kit(&worktree, Some(base.as_os_str()));
         let nowhere = find_kit(&main.join("sub"), None);

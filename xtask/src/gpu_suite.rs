@@ -30,11 +30,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::artifacts::{self, Artifact};
+use crate::binaries::{needs_gpu, ROOT_PACKAGE};
 use crate::gpu::{self, CudaMpirun, Gpus};
 use crate::mpirun::{self, shell_quote, Launch};
 use crate::results::{failed_names, parse_mpi_tests, parse_result_line};
 use crate::summary::{self, Tally};
-use crate::test::{needs_gpu, ROOT_PACKAGE};
 use crate::{cargo, exec, host, jobs, workspace_root};
 
 /// The benchmark binary whose point-to-point check runs on 2 ranks sharing GPU 0.
@@ -693,7 +693,7 @@ pub fn classify(built: &[Artifact], root_manifest: &Path) -> (Vec<SuiteBinary>, 
         let multi_rank = root
             && a.is("test")
             && [
-                crate::test::MPI_TEST_PREFIX,
+                crate::binaries::MPI_TEST_PREFIX,
                 NCCL_TEST_PREFIX,
                 CUDA_MPI_TEST_PREFIX,
             ]

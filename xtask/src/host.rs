@@ -32,6 +32,16 @@ pub fn is_root() -> bool {
 }
 
 /// The effective uid from the text of `/proc/<pid>/status` (`Uid: real effective saved fs`).
+/// The main checkout of the git worktree at `root`: `root/.git` is then a file
+/// `gitdir: <main>/.git/worktrees/<name>`, whose `commondir` leads to `<main>/.git`.
+pub fn main_checkout(root: &Path) -> Option<PathBuf> {
+    let dot_git = std::fs::read_to_string(root.join(".git")).ok()?;
+    let gitdir = root.join(dot_git.trim().strip_prefix("gitdir:")?.trim());
+    let common = std::fs::read_to_string(gitdir.join("commondir")).ok()?;
+    let common = gitdir.join(common.trim()).canonicalize().ok()?;
+    (common.file_name()? == ".git").then(|| common.parent().map(Path::to_path_buf))?
+}
+
 #[cfg(test)]
 fn effective_uid_from_status(status: &str) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;

@@ -19,6 +19,7 @@
 
 mod artifacts;
 mod bench;
+mod binaries;
 mod deps;
 mod exec;
 mod fresh;

@@ -34,7 +34,7 @@ use crate::exec;
 use crate::mpirun::{self, Binary, Kind, Launch};
 use crate::results::parse_mpi_tests;
 use crate::summary::{Step, Tally};
-use crate::{cargo, host, jobs, test};
+use crate::{binaries, cargo, host, jobs};
 
 /// Ranks of every launch: 2 per node.
 pub const RANKS: u32 = 4;
@@ -287,7 +287,7 @@ fn bring_up(nodes: &TwoNodes) -> Result<Up<'_>, String> {
 /// The test binaries and examples to run across the nodes, from what cargo built: every `mpi_*`
 /// test and every example that needs no GPU, as `cargo xtask test` selects them.
 pub fn plan(built: &[Artifact], manifest: &Path) -> Vec<Binary> {
-    test::select(built, manifest, false).0
+    binaries::select(built, manifest, false).0
 }
 
 /// `collbench` runs across the nodes (each must exit 0): the doctor, and every collective small
@@ -372,7 +372,7 @@ pub fn steps(root: &Path, as_root: bool) -> Vec<Step> {
         root,
         &[
             "-p",
-            test::ROOT_PACKAGE,
+            binaries::ROOT_PACKAGE,
             "-p",
             crate::bench::BENCH_PACKAGE,
             "-j",

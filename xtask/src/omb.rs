@@ -31,7 +31,7 @@ pub fn find_peers(root: &Path, given: Option<&std::ffi::OsStr>) -> Option<PathBu
         return Some(PathBuf::from(given)).filter(|d| holds(d));
     }
     let mut roots = vec![root.to_path_buf()];
-    roots.extend(crate::gpu_stage::main_checkout(root));
+    roots.extend(crate::host::main_checkout(root));
     roots
         .iter()
         .filter_map(|r| r.parent())

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::exec;
 use crate::host::{self, Signal, Target};
 use crate::summary::{Step, Tally};
-use crate::{artifacts, cargo, jobs, test};
+use crate::{artifacts, binaries, cargo, jobs};
 
 /// Tasks of every launch.
 pub const TASKS: u32 = 4;
@@ -342,7 +342,7 @@ pub fn steps(root: &Path, as_root: bool) -> Vec<Step> {
         root,
         &[
             "-p",
-            test::ROOT_PACKAGE,
+            binaries::ROOT_PACKAGE,
             "-p",
             crate::bench::BENCH_PACKAGE,
             "-j",
