@@ -1002,15 +1002,20 @@ fn run_as(
 /// The README's command that checks and installs the system dependencies.
 pub const DEPS: &str = "cargo xtask deps";
 
-/// The install command `cargo xtask deps` printed last (`sudo apt-get update && sudo apt-get
-/// install -y ...`): the required packages, which it prints after the optional ones.
+/// The install command of the required packages that `cargo xtask deps` printed (`sudo apt-get
+/// update && sudo apt-get install -y ...`, on the line after "install them with:"). It may also
+/// print one for the optional programs, and its error (standard error) and its table (standard
+/// output) can arrive in either order, so the command is found by the line before it, not by
+/// its place.
 fn printed_install(output: &str) -> Option<String> {
-    output
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with("sudo apt-get update && sudo apt-get install -y "))
-        .map(str::to_owned)
+    let lines: Vec<&str> = output.lines().map(str::trim).collect();
+    lines
+        .windows(2)
+        .find(|pair| {
+            pair[0].ends_with("install them with:")
+                && pair[1].starts_with("sudo apt-get update && sudo apt-get install -y ")
+        })
+        .map(|pair| pair[1].to_owned())
 }
 
 /// `cargo xtask fresh [--cold] [--as root|user]`.
@@ -1106,6 +1111,16 @@ echo a#b\n```\n```rust\nfn main() {}\n```\n```sh\ncargo xtask test\n```\n\
             Some("sudo apt-get update && sudo apt-get install -y xz-utils libclang-dev")
         );
         assert_eq!(printed_install("all system dependencies present\n"), None);
+        // The error first, the optional programs' command last (as seen in CI's output).
+        let interleaved = "xtask: not running as root; install them with:\n  \
+                           sudo apt-get update && sudo apt-get install -y xz-utils\n\
+                           absent  ip  no `ip` on PATH\n\
+                           optional programs absent (their stages are skipped); to add them:\n  \
+                           sudo apt-get update && sudo apt-get install -y iproute2\n";
+        assert_eq!(
+            printed_install(interleaved).as_deref(),
+            Some("sudo apt-get update && sudo apt-get install -y xz-utils")
+        );
         let passwd = "root:x:0:0:root:/root:/bin/bash\nfresh:x:1000:1001::/home/fresh:/bin/bash\n";
         assert_eq!(passwd_ids(passwd, "fresh"), Some((1000, 1001)));
         assert_eq!(passwd_ids(passwd, "nobody"), None);
