@@ -136,6 +136,18 @@ pub fn run_cargo(cargo: &Path, root: &Path, command: &[&str]) -> Result<Vec<Arti
     Ok(parse_messages(&String::from_utf8_lossy(&out.stdout)))
 }
 
+/// A built artifact for unit tests: `name` of cargo kind `kind`, of the package at `manifest`.
+#[cfg(test)]
+pub fn fake(name: &str, kind: &str, test_profile: bool, manifest: &str) -> Artifact {
+    Artifact {
+        name: name.to_owned(),
+        kinds: vec![kind.to_owned()],
+        test_profile,
+        manifest_path: Some(std::path::PathBuf::from(manifest)),
+        executable: std::path::PathBuf::from(format!("/t/{name}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,19 +54,8 @@ pub fn needs_gpu(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
-
-    fn artifact(name: &str, kind: &str, test_profile: bool, manifest: &str) -> Artifact {
-        Artifact {
-            name: name.to_owned(),
-            kinds: vec![kind.to_owned()],
-            test_profile,
-            manifest_path: Some(PathBuf::from(manifest)),
-            executable: PathBuf::from(format!("/t/{name}")),
-        }
-    }
+    use crate::artifacts::fake as artifact;
 
     #[test]
     fn selects_examples_and_mpi_tests_of_the_root_package() {

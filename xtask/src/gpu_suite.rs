@@ -1002,6 +1002,7 @@ pub fn run(args: &[String]) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::artifacts::fake as artifact;
 
     fn bin(name: &str, kind: BinaryKind) -> SuiteBinary {
         SuiteBinary {
@@ -1332,16 +1333,6 @@ mod tests {
         let summary = run_steps(&[s], &m, true);
         assert_eq!(summary.len(), 1);
         assert!(summary[0].tally.is_none());
-    }
-
-    fn artifact(name: &str, kind: &str, test_profile: bool, manifest: &str) -> Artifact {
-        Artifact {
-            name: name.to_owned(),
-            kinds: vec![kind.to_owned()],
-            test_profile,
-            manifest_path: Some(PathBuf::from(manifest)),
-            executable: PathBuf::from(format!("/t/{name}")),
-        }
     }
 
     #[test]
