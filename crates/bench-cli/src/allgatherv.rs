@@ -10,25 +10,24 @@ use std::io::Write;
 use anyhow::Context;
 use clap::Args;
 use collectives_core::backend::nccl::UnevenAlgorithm;
-use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 
 use crate::record::{Document, Emitter, Machine, Record};
 use crate::report::Format;
-use crate::sizes;
+use crate::sizes::SizeArgs;
+use crate::timing;
 
 /// Flags of `collbench allgatherv`.
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("min_bytes", |a| a.default_value("1K")),
+    mut_arg("max_bytes", |a| a.default_value("256M")),
+    mut_arg("step_factor", |a| a.default_value("4"))
+)]
 pub struct AllgathervArgs {
-    /// Smallest total size (bytes over all ranks; suffixes K, M, G).
-    #[arg(short = 'b', long = "minbytes", default_value = "1K", value_parser = sizes::parse_size)]
-    pub min_bytes: usize,
-    /// Largest total size.
-    #[arg(short = 'e', long = "maxbytes", default_value = "256M", value_parser = sizes::parse_size)]
-    pub max_bytes: usize,
-    /// Factor between sizes.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
-    pub factor: usize,
+    /// Total sizes (bytes over all ranks): -b, -e, -f, -i.
+    #[command(flatten)]
+    pub sizes: SizeArgs,
     /// Timed iterations per size.
     #[arg(short = 'n', long = "iters", default_value_t = 20)]
     pub iters: usize,
@@ -90,32 +89,6 @@ impl AllgathervRow {
     }
 }
 
-/// Per-call time in microseconds of `f`, on `comm`'s stream with CUDA events, the maximum over ranks.
-fn time(
-    comm: &NcclComm,
-    ctl: &MpiComm,
-    iters: usize,
-    warmup: usize,
-    mut f: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<f64> {
-    for _ in 0..warmup {
-        f()?;
-    }
-    comm.synchronize()?;
-    ctl.barrier()?;
-    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
-    let start = comm.stream().record_event(flags)?;
-    for _ in 0..iters {
-        f()?;
-    }
-    let end = comm.stream().record_event(flags)?;
-    comm.synchronize()?;
-    let us = f64::from(start.elapsed_ms(&end)?) * 1000.0 / iters.max(1) as f64;
-    let mut worst = [0.0f64];
-    ctl.all_reduce(&[us][..], &mut worst[..], ReduceOp::Max)?;
-    Ok(worst[0])
-}
-
 /// Run the comparison on every rank; rank 0 prints the table.
 ///
 /// # Errors
@@ -136,9 +109,9 @@ pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyh
     let mut emitter = Emitter::new(
         args.format,
         Document::new("allgatherv", size, machine.clone()).with_settings([
-            ("minbytes", serde_json::json!(args.min_bytes)),
-            ("maxbytes", serde_json::json!(args.max_bytes)),
-            ("stepfactor", serde_json::json!(args.factor)),
+            ("minbytes", serde_json::json!(args.sizes.min_bytes)),
+            ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
+            ("stepfactor", serde_json::json!(args.sizes.step_factor)),
             ("iters", serde_json::json!(args.iters)),
             ("warmup_iters", serde_json::json!(args.warmup)),
             ("skew", serde_json::json!(args.skew)),
@@ -178,13 +151,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyh
             "algo"
         )?;
     }
-    for total_bytes in sizes::sequence(
-        args.min_bytes,
-        args.max_bytes,
-        sizes::Step::Factor(args.factor),
-    )
-    .map_err(anyhow::Error::msg)?
-    {
+    for total_bytes in args.sizes.sequence().map_err(anyhow::Error::msg)? {
         let small = (total_bytes / 4 / weight).max(1);
         let counts: Vec<usize> = (0..size)
             .map(|r| if r == 0 { small * args.skew } else { small })
@@ -214,7 +181,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyh
         .enumerate()
         {
             comm = comm.with_uneven_algorithm(algo);
-            times[slot] = time(&comm, &ctl, args.iters, args.warmup, || {
+            times[slot] = timing::events_us(&comm, &ctl, args.iters, args.warmup, || {
                 Ok(comm.all_gather_v(&send, &mut recv, &counts)?)
             })?;
         }
@@ -223,7 +190,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyh
             .collect();
         let got = device::download(&stream, &recv)?;
         let wrong_mine = got.iter().zip(&expected).filter(|(a, b)| a != b).count() as u64;
-        let pad = time(&comm, &ctl, args.iters, args.warmup, || {
+        let pad = timing::events_us(&comm, &ctl, args.iters, args.warmup, || {
             Ok(comm.all_gather(&padded_send, &mut padded_recv)?)
         })?;
         let mut wrong = [0u64];

@@ -208,7 +208,7 @@ pub fn run_allreduce(
     universe: &mpi::environment::Universe,
     args: &AllreduceArgs,
 ) -> anyhow::Result<()> {
-    let availability = agreed_availability(universe, args.backend)?;
+    let availability = agreed_availability(universe, args.coll.backend)?;
     let mut plan = args
         .plan(|b| {
             availability
@@ -218,7 +218,13 @@ pub fn run_allreduce(
         })
         .map_err(anyhow::Error::msg)?;
     plan.columns.iter_stats = true;
-    run_engine(universe, CollName::Allreduce, &plan, 0, 1)
+    run_engine(
+        universe,
+        CollName::Allreduce,
+        &plan,
+        args.coll.root,
+        args.coll.average,
+    )
 }
 
 /// `collbench NAME` for a collective on the engine ([`crate::engine`], [`crate::coll`]): every

@@ -45,7 +45,6 @@ use std::io::Write;
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
-use collectives_core::cudarc::driver::sys::CUevent_flags;
 use collectives_core::cudarc::driver::CudaSlice;
 use collectives_core::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 use collectives_halo::{
@@ -57,6 +56,7 @@ use datatype_pack::gpu::{GpuOptions, GridCap};
 use crate::backend::{self, Backend, BackendChoice};
 use crate::record::{Document, Emitter, Machine, Record};
 use crate::report::Format;
+use crate::timing;
 
 /// Which neighbour sets to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -381,37 +381,6 @@ impl HaloRow {
     }
 }
 
-/// Per-call time in microseconds of `f`, `iters` calls back to back between two CUDA events on
-/// `comm`'s stream after `warmup` calls and a barrier; the maximum over ranks.
-fn time_us(
-    comm: &NcclComm,
-    ctl: &MpiComm,
-    iters: u32,
-    warmup: u32,
-    mut f: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<f64> {
-    for _ in 0..warmup {
-        f()?;
-    }
-    comm.synchronize()?;
-    ctl.barrier()?;
-    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
-    let start = comm.stream().record_event(flags)?;
-    for _ in 0..iters {
-        f()?;
-    }
-    let end = comm.stream().record_event(flags)?;
-    comm.synchronize()?;
-    let us = f64::from(start.elapsed_ms(&end)?) * 1000.0 / f64::from(iters.max(1));
-    max_over_ranks(ctl, us)
-}
-
-fn max_over_ranks(ctl: &MpiComm, v: f64) -> anyhow::Result<f64> {
-    let mut out = [0.0f64];
-    ctl.all_reduce(&[v][..], &mut out[..], ReduceOp::Max)?;
-    Ok(out[0])
-}
-
 /// Contiguous device buffers for a list of `(peer, bytes)` messages (f64 elements).
 fn buffers(
     comm: &NcclComm,
@@ -458,9 +427,10 @@ fn contiguous_baselines(
     let plan = halo::HaloPlan::new(spec, &grid, rank)?;
     let sends = buffers(comm, &plan.send_bytes_by_peer())?;
     let mut recvs = buffers(comm, &plan.recv_bytes_by_peer())?;
-    let contig_us = time_us(comm, ctl, args.iters, args.warmup, || {
-        contiguous_exchange(comm, &sends, &mut recvs)
-    })?;
+    let contig_us =
+        timing::events_us(comm, ctl, args.iters as usize, args.warmup as usize, || {
+            contiguous_exchange(comm, &sends, &mut recvs)
+        })?;
     drop((sends, recvs));
 
     let cells = |b: halo::CellBox| (b.cells() * spec.quantities * 8) as u64;
@@ -478,9 +448,10 @@ fn contiguous_baselines(
         .collect();
     let sends = buffers(comm, &send_sizes)?;
     let mut recvs = buffers(comm, &recv_sizes)?;
-    let contig_dir_us = time_us(comm, ctl, args.iters, args.warmup, || {
-        contiguous_exchange(comm, &sends, &mut recvs)
-    })?;
+    let contig_dir_us =
+        timing::events_us(comm, ctl, args.iters as usize, args.warmup as usize, || {
+            contiguous_exchange(comm, &sends, &mut recvs)
+        })?;
     Ok((contig_us, contig_dir_us))
 }
 
@@ -515,14 +486,14 @@ fn nccl_row(
         sum.pull_ms += t.pull_ms;
     }
     let per = 1000.0 / f64::from(args.iters);
-    let pack_us = max_over_ranks(ctl, sum.pack_ms * per)?;
-    let local_us = max_over_ranks(ctl, sum.local_ms * per)?;
-    let transfer_us = max_over_ranks(ctl, sum.transfer_ms * per)?;
-    let unpack_us = max_over_ranks(ctl, sum.unpack_ms * per)?;
-    let pull_us = max_over_ranks(ctl, sum.pull_ms * per)?;
+    let pack_us = timing::max_over_ranks(ctl, sum.pack_ms * per)?;
+    let local_us = timing::max_over_ranks(ctl, sum.local_ms * per)?;
+    let transfer_us = timing::max_over_ranks(ctl, sum.transfer_ms * per)?;
+    let unpack_us = timing::max_over_ranks(ctl, sum.unpack_ms * per)?;
+    let pull_us = timing::max_over_ranks(ctl, sum.pull_ms * per)?;
 
     // Pipelined, back to back.
-    let total_us = time_us(comm, ctl, args.iters, args.warmup, || {
+    let total_us = timing::events_us(comm, ctl, args.iters as usize, args.warmup as usize, || {
         Ok(ex.exchange(&mut field)?)
     })?;
 
@@ -711,7 +682,7 @@ fn mpi_datatype_x_faces(
         round()?;
     }
     let ms = start.elapsed().as_secs_f64() * 1e3 / f64::from(iters);
-    Ok(Ok(max_over_ranks(ctl, ms)?))
+    Ok(Ok(timing::max_over_ranks(ctl, ms)?))
 }
 
 /// Run the benchmark on every rank; rank 0 prints.

@@ -49,7 +49,7 @@ use crate::backend::{self, Backend, BackendChoice, Baseline};
 use crate::osu::{self, P2pTest};
 use crate::record::{Document, Machine, Record, SCHEMA};
 use crate::report::{fmt_time_us, rounded, Format};
-use crate::sizes::{self, Step};
+use crate::sizes::SizeArgs;
 
 /// OSU's threshold between small and large messages, in bytes.
 pub const LARGE: usize = 8192;
@@ -93,16 +93,14 @@ impl Test {
 
 /// `collbench p2p` flags.
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("min_bytes", |a| a.default_value("1")),
+    mut_arg("max_bytes", |a| a.default_value("4M"))
+)]
 pub struct P2pArgs {
-    /// Smallest message in bytes (suffixes K, M, G are powers of 1024).
-    #[arg(short = 'b', long = "minbytes", default_value = "1", value_parser = sizes::parse_size)]
-    pub min_bytes: usize,
-    /// Largest message in bytes.
-    #[arg(short = 'e', long = "maxbytes", default_value = "4M", value_parser = sizes::parse_size)]
-    pub max_bytes: usize,
-    /// Multiply the size by this factor from one row to the next.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
-    pub step_factor: usize,
+    /// Message sizes: -b, -e, -f, -i.
+    #[command(flatten)]
+    pub sizes: SizeArgs,
     /// Timed iterations (round trips, or windows) per size [default: OSU's, see the module docs].
     #[arg(short = 'n', long = "iters", value_parser = clap::value_parser!(u32).range(1..))]
     pub iters: Option<u32>,
@@ -170,11 +168,7 @@ impl P2pArgs {
     /// # Errors
     /// Bad sizes or factor.
     pub fn sizes(&self) -> Result<Vec<usize>, String> {
-        sizes::sequence(
-            self.min_bytes,
-            self.max_bytes,
-            Step::Factor(self.step_factor),
-        )
+        self.sizes.sequence()
     }
 
     /// The iterations of the latency test at `size` (OSU: 10000 after 100, 1000 after 10 above 8 KiB).
@@ -1199,8 +1193,8 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
                     backends: backends.iter().map(|b| b.name().to_string()).collect(),
                     settings: [
                         ("window", serde_json::json!(args.window)),
-                        ("minbytes", serde_json::json!(args.min_bytes)),
-                        ("maxbytes", serde_json::json!(args.max_bytes)),
+                        ("minbytes", serde_json::json!(args.sizes.min_bytes)),
+                        ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
                         ("check", serde_json::json!(args.check == 1)),
                     ]
                     .into_iter()

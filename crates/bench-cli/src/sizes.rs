@@ -31,6 +31,41 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size `{text}` is too large"))
 }
 
+/// The size flags of every benchmark (nccl-tests' `-b -e -f -i`), declared once and flattened into
+/// each subcommand's flags with `#[command(flatten)]`. A subcommand whose sizes start or end elsewhere
+/// changes the default with `#[command(mut_arg("min_bytes", |a| a.default_value("1K")))]`.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct SizeArgs {
+    /// Smallest size in bytes (suffixes K, M, G are powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
+    pub min_bytes: usize,
+    /// Largest size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
+    pub max_bytes: usize,
+    /// Multiply the size by this factor from one row to the next.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub step_factor: usize,
+    /// Add this many bytes from one row to the next (instead of -f).
+    #[arg(short = 'i', long = "stepbytes", value_parser = parse_size, conflicts_with = "step_factor")]
+    pub step_bytes: Option<usize>,
+}
+
+impl SizeArgs {
+    /// The step: `-i` where given, `-f` otherwise.
+    pub fn step(&self) -> Step {
+        self.step_bytes
+            .map_or(Step::Factor(self.step_factor), Step::Bytes)
+    }
+
+    /// The sizes these flags visit.
+    ///
+    /// # Errors
+    /// As [`sequence`].
+    pub fn sequence(&self) -> Result<Vec<usize>, String> {
+        sequence(self.min_bytes, self.max_bytes, self.step())
+    }
+}
+
 /// How the sequence of sizes grows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {

@@ -8,7 +8,8 @@
 
 use std::time::Instant;
 
-use collectives_core::{Communicator, MpiComm, ReduceOp};
+use collectives_core::cudarc::driver::sys::CUevent_flags;
+use collectives_core::{Communicator, DeviceCommunicator, MpiComm, ReduceOp};
 
 /// Seconds per call of `f`, over `iters` calls (at least one) run back to back.
 ///
@@ -26,6 +27,45 @@ pub fn per_call<E>(iters: usize, mut f: impl FnMut() -> Result<(), E>) -> Result
 /// Seconds per call from the milliseconds between two CUDA events around `iters` calls (at least one).
 pub fn seconds_per_call(elapsed_ms: f32, iters: usize) -> f64 {
     f64::from(elapsed_ms) * 1e-3 / iters.max(1) as f64
+}
+
+/// Per-call time in microseconds of `f` on `comm`'s stream, the slowest rank's: `warmup` calls, the
+/// stream drained and a barrier, then `iters` calls back to back between two CUDA events (the
+/// loop of `collbench halo` and `collbench allgatherv`; the engine times each call on its own).
+///
+/// # Errors
+/// The first error of `f`; CUDA and library errors of the events, the drain and the reduction.
+pub fn events_us<C: DeviceCommunicator>(
+    comm: &C,
+    ctl: &MpiComm,
+    iters: usize,
+    warmup: usize,
+    mut f: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    comm.synchronize()?;
+    ctl.barrier()?;
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let start = comm.stream().record_event(flags)?;
+    for _ in 0..iters {
+        f()?;
+    }
+    let end = comm.stream().record_event(flags)?;
+    comm.synchronize()?;
+    let us = f64::from(start.elapsed_ms(&end)?) * 1000.0 / iters.max(1) as f64;
+    Ok(max_over_ranks(ctl, us)?)
+}
+
+/// The largest of every rank's `v`.
+///
+/// # Errors
+/// Library errors of the reduction.
+pub fn max_over_ranks(ctl: &MpiComm, v: f64) -> collectives_core::Result<f64> {
+    let mut out = [0.0f64];
+    ctl.all_reduce(&[v][..], &mut out[..], ReduceOp::Max)?;
+    Ok(out[0])
 }
 
 /// A time over ranks, in seconds: the average, the fastest and the slowest rank.

@@ -43,7 +43,7 @@ use crate::expected::BenchElement;
 use crate::record::{Document, Machine, Overlap, Record, SCHEMA};
 use crate::report::rounded;
 use crate::report::Format;
-use crate::sizes;
+use crate::sizes::{self, SizeArgs};
 use crate::variant::Variant;
 use compute::{Compute, Spent};
 use starts::NonBlocking;
@@ -72,19 +72,17 @@ impl ProgressChoice {
 
 /// `collbench overlap` flags (OSU's `-t` for tests; nccl-tests' size and iteration flags).
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("min_bytes", |a| a.default_value("1K")),
+    mut_arg("max_bytes", |a| a.default_value("1M"))
+)]
 pub struct OverlapArgs {
     /// Collectives to measure; none: every collective with a non-blocking form.
     #[arg(value_enum)]
     pub collectives: Vec<CollName>,
-    /// Smallest size in bytes (suffixes K, M, G are powers of 1024).
-    #[arg(short = 'b', long = "minbytes", default_value = "1K", value_parser = sizes::parse_size)]
-    pub min_bytes: usize,
-    /// Largest size in bytes.
-    #[arg(short = 'e', long = "maxbytes", default_value = "1M", value_parser = sizes::parse_size)]
-    pub max_bytes: usize,
-    /// Multiply the size by this factor from one row to the next.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
-    pub step_factor: usize,
+    /// Sizes: -b, -e, -f, -i.
+    #[command(flatten)]
+    pub sizes: SizeArgs,
     /// Timed operations per size, for the pure time and for the overlapped time each.
     #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub iters: u32,
@@ -178,11 +176,7 @@ impl OverlapArgs {
     /// # Errors
     /// Bad sizes or step.
     pub fn sizes(&self) -> Result<Vec<usize>, String> {
-        sizes::sequence(
-            self.min_bytes,
-            self.max_bytes,
-            sizes::Step::Factor(self.step_factor),
-        )
+        self.sizes.sequence()
     }
 
     fn settings(&self) -> Settings {
@@ -705,12 +699,9 @@ impl Output {
         );
         let _ = names;
         let settings = [
-            ("minbytes", serde_json::json!(args.min_bytes)),
-            ("maxbytes", serde_json::json!(args.max_bytes)),
-            (
-                "step",
-                serde_json::json!(format!("{}(factor)", args.step_factor)),
-            ),
+            ("minbytes", serde_json::json!(args.sizes.min_bytes)),
+            ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
+            ("step", serde_json::json!(args.sizes.step().describe())),
             ("warmup_iters", serde_json::json!(args.warmup_iters)),
             ("iters", serde_json::json!(args.iters)),
             ("num_tests", serde_json::json!(args.tests)),
