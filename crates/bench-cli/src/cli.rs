@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use collectives_core::{ReduceOp, RegisterMode};
 
-use crate::backend::{self, Backend, BackendChoice, Baseline};
-use crate::dtype::DataType;
-use crate::report::{Columns, Format};
-use crate::sizes::{SizeArgs, Step};
+use crate::measure::backend::{self, Backend, BackendChoice, Baseline};
+use crate::measure::dtype::DataType;
+use crate::measure::sizes::{SizeArgs, Step};
+use crate::output::record::Format;
+use crate::output::report::Columns;
 
 /// Collective benchmarks over the collectives library, with nccl-tests' flags and columns.
 #[derive(Debug, Parser)]
@@ -33,23 +34,23 @@ pub enum Command {
     Allreduce(AllreduceArgs),
     /// Uneven all-gather on NCCL with one rank holding --skew times as much: the library's algorithms
     /// against padding to the largest block and all-gather.
-    Allgatherv(crate::allgatherv::AllgathervArgs),
+    Allgatherv(crate::cmd::allgatherv::AllgathervArgs),
     /// Point-to-point latency and bandwidth between ranks 0 and 1, as osu_latency and osu_bw measure
     /// them, on host or device buffers.
-    P2p(crate::p2p::P2pArgs),
+    P2p(crate::cmd::p2p::P2pArgs),
     /// What this machine and MPI offer: MPI library, CUDA-awareness and how it was decided, NCCL,
     /// the GPUs each rank sees, and which backends will work here. Needs no GPU.
     Doctor,
     /// GPU pack throughput of non-contiguous layouts against copy baselines, and NVRTC compile
     /// times, on one GPU (no MPI needed).
-    Pack(crate::pack::PackArgs),
+    Pack(crate::cmd::pack::PackArgs),
     /// 3-D halo exchange: fused pack, grouped send/recv, fused unpack, timed per step, against
     /// the same bytes sent contiguously through the same backend.
-    Halo(crate::halo::HaloArgs),
+    Halo(crate::cmd::halo::HaloArgs),
     /// Overlap of non-blocking collectives with computation, as OSU's osu_i* benchmarks measure
     /// it (pure communication, overall, compute, overlap %), with the library's progress engine
     /// off and on; every non-blocking collective of the library.
-    Overlap(crate::overlap::OverlapArgs),
+    Overlap(crate::cmd::overlap::OverlapArgs),
     /// All-gather: every rank gets every rank's block (size: the gathered buffer).
     #[command(long_about = coll_about("allgather"))]
     Allgather(CollArgs),
@@ -88,7 +89,7 @@ pub enum Command {
     Barrier(CollArgs),
     /// Redraw the SVG plots of JSON results (`--json` or `--format json`): bandwidth and latency
     /// against size, one plot per collective, one line per backend.
-    Plot(crate::plot::PlotArgs),
+    Plot(crate::output::plot::PlotArgs),
     /// Any collective on the benchmark engine, by name: the same as `collbench NAME`; here
     /// `allgatherv` (whose own subcommand compares NCCL's uneven algorithms with padding) runs the
     /// engine's version, rank i holding a share proportional to i + 1.
@@ -96,7 +97,7 @@ pub enum Command {
     Coll {
         /// The collective.
         #[arg(value_enum)]
-        name: crate::coll::CollName,
+        name: crate::cmd::coll::CollName,
         /// Its flags.
         #[command(flatten)]
         args: CollArgs,
@@ -105,8 +106,8 @@ pub enum Command {
 
 impl Command {
     /// The engine collective this command runs and its flags, for the engine's subcommands.
-    pub fn engine(&self) -> Option<(crate::coll::CollName, &CollArgs)> {
-        use crate::coll::CollName as N;
+    pub fn engine(&self) -> Option<(crate::cmd::coll::CollName, &CollArgs)> {
+        use crate::cmd::coll::CollName as N;
         Some(match self {
             Command::Allgather(a) => (N::Allgather, a),
             Command::Reducescatter(a) => (N::Reducescatter, a),
@@ -128,7 +129,7 @@ impl Command {
 
 /// The long help of an engine collective: what its columns mean.
 fn coll_about(name: &str) -> String {
-    let factor = crate::report::busbw_factor_text(name);
+    let factor = crate::output::report::busbw_factor_text(name);
     let what = if name == "coll" {
         "Any collective on the benchmark engine, by name.".to_string()
     } else {
@@ -406,7 +407,7 @@ impl CollArgs {
     /// As [`AllreduceArgs::plan`]; a root outside the ranks.
     pub fn plan(
         &self,
-        name: crate::coll::CollName,
+        name: crate::cmd::coll::CollName,
         nranks: usize,
         unavailable: impl Fn(Backend) -> Option<String>,
     ) -> Result<Plan, String> {
@@ -520,7 +521,7 @@ pub fn register_modes(choices: &[RegisterChoice]) -> Vec<RegisterMode> {
 mod tests {
     use super::*;
 
-    use crate::backend::host_only;
+    use crate::measure::backend::host_only;
 
     fn parse(args: &[&str]) -> Result<AllreduceArgs, clap::Error> {
         let mut v = vec!["collbench", "allreduce"];
@@ -709,7 +710,7 @@ mod tests {
         assert!(help.contains("--persistent"));
     }
 
-    fn parse_coll(args: &[&str]) -> Result<(crate::coll::CollName, CollArgs), clap::Error> {
+    fn parse_coll(args: &[&str]) -> Result<(crate::cmd::coll::CollName, CollArgs), clap::Error> {
         let mut v = vec!["collbench"];
         v.extend_from_slice(args);
         Cli::try_parse_from(v).map(|c| {
@@ -721,7 +722,7 @@ mod tests {
 
     #[test]
     fn every_collective_is_a_subcommand_with_nccl_tests_flags() {
-        use crate::coll::CollName;
+        use crate::cmd::coll::CollName;
         for &name in CollName::ALL {
             let args: Vec<&str> = match name {
                 // Their own subcommands keep their benchmarks; `coll NAME` reaches the engine's.
@@ -802,7 +803,7 @@ mod tests {
 
     #[test]
     fn blocking_flag_follows_nccl_tests() {
-        use crate::engine::{Settings, BLOCKING_AUTO_MAX};
+        use crate::measure::engine::{Settings, BLOCKING_AUTO_MAX};
         assert_eq!(parse(&[]).unwrap().plan(host_only).unwrap().blocking, None);
         assert_eq!(
             parse(&["-z", "1"])
@@ -845,7 +846,7 @@ mod tests {
         // -G is not ours: OSU's -G draws graphs, nccl-tests' -G launches CUDA graphs.
         assert!(parse(&["-G", "1"]).is_err());
         // With OSU's flags too.
-        let argv = crate::osu::translate(
+        let argv = crate::output::osu::translate(
             [
                 "collbench",
                 "allreduce",
@@ -890,8 +891,8 @@ mod tests {
         assert_eq!(
             a.names(),
             [
-                crate::coll::CollName::Allreduce,
-                crate::coll::CollName::Barrier
+                crate::cmd::coll::CollName::Allreduce,
+                crate::cmd::coll::CollName::Barrier
             ]
         );
         assert_eq!((a.tests, a.efficiency), (3, true));
@@ -901,7 +902,7 @@ mod tests {
         let Command::Overlap(a) = c.command else {
             panic!("not overlap")
         };
-        assert_eq!(a.names().len(), crate::coll::CollName::ALL.len());
+        assert_eq!(a.names().len(), crate::cmd::coll::CollName::ALL.len());
         assert!(!a.needs_thread_multiple());
         assert!(Cli::try_parse_from(["collbench", "overlap", "--backend", "cuda-mpi"]).is_err());
     }

@@ -1,0 +1,62 @@
+//! `allgather`: every rank gets every rank's block, in rank order.
+
+use crate::measure::expected::BenchElement;
+use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use collectives_core::Communicator;
+
+use super::moved;
+
+/// The hooks of `allgather`.
+#[derive(Debug)]
+pub struct Hooks;
+
+impl Collective for Hooks {
+    const NAME: &'static str = "allgather";
+
+    fn busbw_factor(nranks: usize) -> f64 {
+        super::n_minus_one_over_n(nranks)
+    }
+    /// `count` is the gathered buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
+    fn shape(count: usize, ctx: &Ctx) -> Shape {
+        let per = count / ctx.nranks;
+        Shape {
+            count: per * ctx.nranks,
+            send: per,
+            recv: per * ctx.nranks,
+            counts: Vec::new(),
+        }
+    }
+    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
+        moved(ctx.rank, i)
+    }
+    fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
+        Some(moved(i / shape.send, i % shape.send))
+    }
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        _: &Ctx,
+        _: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        Ok(b.comm().all_gather(B::buf(send), B::buf_mut(recv))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use collectives_core::ReduceOp;
+
+    #[test]
+    fn sizing_fill_and_check() {
+        for n in 1..5 {
+            let r = ranks::<Hooks>(101, n, 0, ReduceOp::Sum);
+            assert_eq!((r[0].1.send, r[0].1.recv), (101 / n, 101 / n * n));
+            let ins = inputs::<Hooks, f32>(&r);
+            let all: Vec<f32> = ins.concat();
+            check::<Hooks, f32>(&r, &vec![all; n]);
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! `allgatherv`: every rank gets every rank's block, blocks of uneven length
+//! ([`super::uneven_counts`]).
+
+use crate::measure::expected::BenchElement;
+use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use collectives_core::Communicator;
+
+use super::{locate, moved, uneven_counts};
+
+/// The hooks of `allgatherv`.
+#[derive(Debug)]
+pub struct Hooks;
+
+impl Collective for Hooks {
+    const NAME: &'static str = "allgatherv";
+
+    fn busbw_factor(nranks: usize) -> f64 {
+        super::n_minus_one_over_n(nranks)
+    }
+    /// `count` is the gathered buffer, shared unevenly.
+    fn shape(count: usize, ctx: &Ctx) -> Shape {
+        let counts = uneven_counts(count, ctx.nranks);
+        let total = counts.iter().sum();
+        Shape {
+            count: total,
+            send: counts[ctx.rank],
+            recv: total,
+            counts,
+        }
+    }
+    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
+        moved(ctx.rank, i)
+    }
+    fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
+        locate(&shape.counts, i).map(|(r, j)| moved(r, j))
+    }
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        _: &Ctx,
+        shape: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        Ok(b.comm()
+            .all_gather_v(B::buf(send), B::buf_mut(recv), &shape.counts)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use collectives_core::ReduceOp;
+
+    #[test]
+    fn sizing_fill_and_check() {
+        for n in 1..5 {
+            let r = ranks::<Hooks>(120, n, 0, ReduceOp::Sum);
+            let ins = inputs::<Hooks, i8>(&r);
+            assert_eq!(ins.iter().map(Vec::len).sum::<usize>(), r[0].1.recv);
+            if n > 1 {
+                assert!(ins[n - 1].len() > ins[0].len());
+            }
+            check::<Hooks, i8>(&r, &vec![ins.concat(); n]);
+        }
+    }
+}

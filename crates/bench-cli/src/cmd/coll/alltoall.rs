@@ -1,0 +1,69 @@
+//! `alltoall`: block `j` of rank `i` goes to rank `j`, arriving as its block `i`.
+
+use crate::measure::expected::BenchElement;
+use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use collectives_core::Communicator;
+
+use super::moved;
+
+/// The hooks of `alltoall`.
+#[derive(Debug)]
+pub struct Hooks;
+
+impl Collective for Hooks {
+    const NAME: &'static str = "alltoall";
+
+    fn busbw_factor(nranks: usize) -> f64 {
+        super::n_minus_one_over_n(nranks)
+    }
+    /// `count` is each rank's buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
+    fn shape(count: usize, ctx: &Ctx) -> Shape {
+        let total = count / ctx.nranks * ctx.nranks;
+        Shape {
+            count: total,
+            send: total,
+            recv: total,
+            counts: Vec::new(),
+        }
+    }
+    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
+        moved(ctx.rank, i)
+    }
+    fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
+        let per = shape.recv / ctx.nranks;
+        Some(moved(i / per, ctx.rank * per + i % per))
+    }
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        _: &Ctx,
+        _: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        Ok(b.comm().all_to_all(B::buf(send), B::buf_mut(recv))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use collectives_core::ReduceOp;
+
+    #[test]
+    fn sizing_fill_and_check() {
+        for n in 1..5 {
+            let r = ranks::<Hooks>(50, n, 0, ReduceOp::Sum);
+            let per = 50 / n;
+            let ins = inputs::<Hooks, f64>(&r);
+            let outs: Vec<Vec<f64>> = (0..n)
+                .map(|me| {
+                    (0..n)
+                        .flat_map(|s| ins[s][me * per..(me + 1) * per].to_vec())
+                        .collect()
+                })
+                .collect();
+            check::<Hooks, f64>(&r, &outs);
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! `alltoallv`: rank `i` sends [`c`]`(base, i, j)` elements to rank `j` (uneven, and not symmetric).
+
+use crate::measure::expected::BenchElement;
+use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use collectives_core::Communicator;
+
+use super::{locate, moved, offset};
+
+/// The hooks of `alltoallv`.
+#[derive(Debug)]
+pub struct Hooks;
+
+/// `base` of a row of about `count` elements per rank over `nranks`.
+pub fn base(count: usize, nranks: usize) -> usize {
+    count / (3 * nranks)
+}
+
+/// Elements from rank `src` to rank `dst` in a row of `base`: `base x (1 + (src + 2 dst) mod 3)`.
+pub fn c(base: usize, src: usize, dst: usize) -> usize {
+    base * (1 + (src + 2 * dst) % 3)
+}
+
+impl Collective for Hooks {
+    const NAME: &'static str = "alltoallv";
+
+    fn busbw_factor(nranks: usize) -> f64 {
+        super::n_minus_one_over_n(nranks)
+    }
+    /// `counts` holds the send counts, the receive counts, then `base`; the `count` column is the
+    /// average send buffer over ranks (the same on every rank).
+    fn shape(count: usize, ctx: &Ctx) -> Shape {
+        let n = ctx.nranks;
+        let b = base(count, n);
+        let send: Vec<usize> = (0..n).map(|j| c(b, ctx.rank, j)).collect();
+        let recv: Vec<usize> = (0..n).map(|i| c(b, i, ctx.rank)).collect();
+        let all: usize = (0..n)
+            .map(|i| (0..n).map(|j| c(b, i, j)).sum::<usize>())
+            .sum();
+        Shape {
+            count: all / n,
+            send: send.iter().sum(),
+            recv: recv.iter().sum(),
+            counts: [send, recv, vec![b]].concat(),
+        }
+    }
+    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
+        moved(ctx.rank, i)
+    }
+    fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
+        let n = ctx.nranks;
+        let (src, k) = locate(&shape.counts[n..2 * n], i)?;
+        let b = shape.counts[2 * n];
+        // Where this rank's block starts in `src`'s send buffer.
+        let src_send: Vec<usize> = (0..n).map(|j| c(b, src, j)).collect();
+        Some(moved(src, offset(&src_send, ctx.rank) + k))
+    }
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        ctx: &Ctx,
+        shape: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        let n = ctx.nranks;
+        let (sc, rc) = (&shape.counts[..n], &shape.counts[n..2 * n]);
+        Ok(b.comm()
+            .all_to_all_v(B::buf(send), sc, B::buf_mut(recv), rc)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use collectives_core::ReduceOp;
+
+    #[test]
+    fn sizing_fill_and_check() {
+        for n in 1..5 {
+            let r = ranks::<Hooks>(90, n, 0, ReduceOp::Sum);
+            let ins = inputs::<Hooks, i32>(&r);
+            let outs: Vec<Vec<i32>> = (0..n)
+                .map(|me| {
+                    (0..n)
+                        .flat_map(|s| {
+                            let sc = &r[s].1.counts[..n];
+                            let at = offset(sc, me);
+                            ins[s][at..at + sc[me]].to_vec()
+                        })
+                        .collect()
+                })
+                .collect();
+            for (me, o) in outs.iter().enumerate() {
+                assert_eq!(o.len(), r[me].1.recv);
+            }
+            check::<Hooks, i32>(&r, &outs);
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! `gather`: every rank's block to the root, in rank order.
+
+use crate::measure::expected::BenchElement;
+use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use collectives_core::Communicator;
+
+use super::moved;
+
+/// The hooks of `gather`.
+#[derive(Debug)]
+pub struct Hooks;
+
+impl Collective for Hooks {
+    const NAME: &'static str = "gather";
+    const ROOTED: bool = true;
+
+    fn busbw_factor(nranks: usize) -> f64 {
+        super::n_minus_one_over_n(nranks)
+    }
+    /// `count` is the gathered buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
+    fn shape(count: usize, ctx: &Ctx) -> Shape {
+        let per = count / ctx.nranks;
+        let total = per * ctx.nranks;
+        let recv = if ctx.rank == ctx.root { total } else { 0 };
+        Shape {
+            count: total,
+            send: per,
+            recv,
+            counts: Vec::new(),
+        }
+    }
+    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
+        moved(ctx.rank, i)
+    }
+    fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
+        Some(moved(i / shape.send, i % shape.send))
+    }
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        ctx: &Ctx,
+        _: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        let recv = (ctx.rank == ctx.root).then(|| B::buf_mut(recv));
+        Ok(b.comm().gather(B::buf(send), recv, ctx.root)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use collectives_core::ReduceOp;
+
+    #[test]
+    fn sizing_fill_and_check() {
+        for n in 1..5 {
+            let root = n / 2;
+            let r = ranks::<Hooks>(77, n, root, ReduceOp::Sum);
+            let ins = inputs::<Hooks, u64>(&r);
+            let outs: Vec<Vec<u64>> = (0..n)
+                .map(|me| if me == root { ins.concat() } else { Vec::new() })
+                .collect();
+            check::<Hooks, u64>(&r, &outs);
+        }
+    }
+}

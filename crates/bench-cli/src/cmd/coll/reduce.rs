@@ -1,0 +1,75 @@
+//! `reduce`: the reduction of every rank's buffer on the root.
+
+use crate::measure::expected::{expected_value, input_value, BenchElement};
+use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use collectives_core::Communicator;
+
+/// The hooks of `reduce`.
+#[derive(Debug)]
+pub struct Hooks;
+
+impl Collective for Hooks {
+    const NAME: &'static str = "reduce";
+    const REDUCES: bool = true;
+    const ROOTED: bool = true;
+
+    fn busbw_factor(_: usize) -> f64 {
+        1.0
+    }
+    fn shape(count: usize, ctx: &Ctx) -> Shape {
+        let recv = if ctx.rank == ctx.root { count } else { 0 };
+        Shape {
+            count,
+            send: count,
+            recv,
+            counts: Vec::new(),
+        }
+    }
+    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
+        input_value(ctx.op, ctx.rank, ctx.nranks, i)
+    }
+    fn expected<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> Option<T> {
+        (ctx.rank == ctx.root).then(|| expected_value(ctx.op, ctx.nranks, i))
+    }
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        ctx: &Ctx,
+        _: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        let recv = (ctx.rank == ctx.root).then(|| B::buf_mut(recv));
+        Ok(b.comm().reduce(B::buf(send), recv, ctx.op, ctx.root)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use collectives_core::ReduceOp;
+
+    #[test]
+    fn sizing_fill_and_check() {
+        for n in 1..5 {
+            let root = n - 1;
+            let r = ranks::<Hooks>(33, n, root, ReduceOp::Sum);
+            assert!(r
+                .iter()
+                .all(|(c, s)| s.recv == if c.rank == root { 33 } else { 0 }));
+            let ins = inputs::<Hooks, i64>(&r);
+            let sum: Vec<i64> = (0..33).map(|i| ins.iter().map(|x| x[i]).sum()).collect();
+            let outs: Vec<Vec<i64>> = r
+                .iter()
+                .map(|(c, _)| {
+                    if c.rank == root {
+                        sum.clone()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect();
+            check::<Hooks, i64>(&r, &outs);
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! `reducescatter`: block `r` of the reduction of every rank's `n` blocks goes to rank `r`.
+
+use crate::measure::expected::{expected_value, input_value, BenchElement};
+use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use collectives_core::Communicator;
+
+/// The hooks of `reducescatter`.
+#[derive(Debug)]
+pub struct Hooks;
+
+impl Collective for Hooks {
+    const NAME: &'static str = "reducescatter";
+    const REDUCES: bool = true;
+
+    fn busbw_factor(nranks: usize) -> f64 {
+        super::n_minus_one_over_n(nranks)
+    }
+    /// `count` is the send buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
+    fn shape(count: usize, ctx: &Ctx) -> Shape {
+        let per = count / ctx.nranks;
+        Shape {
+            count: per * ctx.nranks,
+            send: per * ctx.nranks,
+            recv: per,
+            counts: Vec::new(),
+        }
+    }
+    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
+        input_value(ctx.op, ctx.rank, ctx.nranks, i)
+    }
+    fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
+        Some(expected_value(
+            ctx.op,
+            ctx.nranks,
+            ctx.rank * shape.recv + i,
+        ))
+    }
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        ctx: &Ctx,
+        _: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        Ok(b.comm()
+            .reduce_scatter(B::buf(send), B::buf_mut(recv), ctx.op)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use collectives_core::ReduceOp;
+
+    #[test]
+    fn sizing_fill_and_check() {
+        for n in 1..5 {
+            let r = ranks::<Hooks>(100, n, 0, ReduceOp::Max);
+            let per = 100 / n;
+            assert_eq!((r[0].1.count, r[0].1.recv), (per * n, per));
+            let ins = inputs::<Hooks, u8>(&r);
+            let outs: Vec<Vec<u8>> = (0..n)
+                .map(|k| {
+                    (0..per)
+                        .map(|i| ins.iter().map(|x| x[k * per + i]).max().unwrap())
+                        .collect()
+                })
+                .collect();
+            check::<Hooks, u8>(&r, &outs);
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! `scatter`: block `r` of the root's buffer to rank `r`.
+
+use crate::measure::expected::BenchElement;
+use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use collectives_core::Communicator;
+
+use super::moved;
+
+/// The hooks of `scatter`.
+#[derive(Debug)]
+pub struct Hooks;
+
+impl Collective for Hooks {
+    const NAME: &'static str = "scatter";
+    const ROOTED: bool = true;
+
+    fn busbw_factor(nranks: usize) -> f64 {
+        super::n_minus_one_over_n(nranks)
+    }
+    /// `count` is the root's buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
+    fn shape(count: usize, ctx: &Ctx) -> Shape {
+        let per = count / ctx.nranks;
+        let total = per * ctx.nranks;
+        let send = if ctx.rank == ctx.root { total } else { 0 };
+        Shape {
+            count: total,
+            send,
+            recv: per,
+            counts: Vec::new(),
+        }
+    }
+    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
+        moved(ctx.rank, i)
+    }
+    fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
+        Some(moved(ctx.root, ctx.rank * shape.recv + i))
+    }
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        ctx: &Ctx,
+        _: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        let send = (ctx.rank == ctx.root).then(|| B::buf(send));
+        Ok(b.comm().scatter(send, B::buf_mut(recv), ctx.root)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use collectives_core::ReduceOp;
+
+    #[test]
+    fn sizing_fill_and_check() {
+        for n in 1..5 {
+            let root = n - 1;
+            let r = ranks::<Hooks>(64, n, root, ReduceOp::Sum);
+            let per = 64 / n;
+            let ins = inputs::<Hooks, num_complex::Complex<f32>>(&r);
+            let outs: Vec<Vec<_>> = (0..n)
+                .map(|me| ins[root][me * per..(me + 1) * per].to_vec())
+                .collect();
+            check::<Hooks, num_complex::Complex<f32>>(&r, &outs);
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! `sendrecv`: every rank sends its buffer to the next rank and receives the previous rank's (a
+//! ring shift), as nccl-tests' `sendrecv` does.
+
+use crate::measure::expected::BenchElement;
+use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use collectives_core::Communicator;
+
+use super::moved;
+
+/// The hooks of `sendrecv`.
+#[derive(Debug)]
+pub struct Hooks;
+
+/// The tag of the shift's messages.
+pub const TAG: i32 = 7;
+
+pub(crate) fn neighbours(ctx: &Ctx) -> (usize, usize) {
+    (
+        (ctx.rank + 1) % ctx.nranks,
+        (ctx.rank + ctx.nranks - 1) % ctx.nranks,
+    )
+}
+
+impl Collective for Hooks {
+    const NAME: &'static str = "sendrecv";
+
+    fn busbw_factor(_: usize) -> f64 {
+        1.0
+    }
+    fn shape(count: usize, _: &Ctx) -> Shape {
+        Shape {
+            count,
+            send: count,
+            recv: count,
+            counts: Vec::new(),
+        }
+    }
+    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
+        moved(ctx.rank, i)
+    }
+    fn expected<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> Option<T> {
+        Some(moved(neighbours(ctx).1, i))
+    }
+    fn run<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        ctx: &Ctx,
+        _: &Shape,
+        send: &B::Owned<T>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        let (next, prev) = neighbours(ctx);
+        Ok(b.comm()
+            .send_recv(B::buf(send), next, B::buf_mut(recv), prev, TAG)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use collectives_core::ReduceOp;
+
+    #[test]
+    fn sizing_fill_and_check() {
+        for n in 1..5 {
+            let r = ranks::<Hooks>(30, n, 0, ReduceOp::Sum);
+            let ins = inputs::<Hooks, half::bf16>(&r);
+            let outs: Vec<Vec<_>> = (0..n).map(|me| ins[(me + n - 1) % n].clone()).collect();
+            check::<Hooks, half::bf16>(&r, &outs);
+        }
+    }
+}
