@@ -9,9 +9,9 @@
 
 mod common;
 
-use bench_cli::measure::backend::Backend;
 use bench_cli::cmd::doctor;
 use bench_cli::cmd::p2p::P2pArgs;
+use bench_cli::measure::backend::Backend;
 use collectives::backend::mpi_cuda::cuda_unavailable;
 use collectives::cuda_aware::{self, decide, CudaAwareness};
 use collectives::Communicator;
@@ -178,8 +178,8 @@ fn engine_collectives(t: &T) {
     use bench_cli::cmd::coll::CollName;
     use bench_cli::measure::dtype::DataType;
     use bench_cli::measure::engine::{Host, Settings};
+    use bench_cli::output::record::Format;
     use bench_cli::output::report::{Columns, Meta, Reporter};
-use bench_cli::output::record::Format;
     use collectives::ReduceOp;
 
     let Some(ctl) = t.ok(t.comm.dup(), "dup") else {

@@ -188,9 +188,9 @@ fn completes_during_compute(t: &T) {
 /// size, finite times, an overlap percentage that is a number >= 0.
 fn collbench_overlap(t: &T) {
     use bench_cli::cmd::coll::CollName;
+    use bench_cli::cmd::overlap::{compute::Compute, run_on, Efficiency, Output, Settings};
     use bench_cli::measure::dtype::DataType;
     use bench_cli::measure::engine::Host;
-    use bench_cli::cmd::overlap::{compute::Compute, run_on, Efficiency, Output, Settings};
     use bench_cli::output::record::Format;
 
     let Some(ctl) = t.ok(t.comm.dup(), "dup") else {
