@@ -75,6 +75,11 @@ impl Settings {
 /// Run collective `K` with elements `T` (`dtype`) and `op` over `counts` (elements per row, as
 /// [`crate::measure::sizes::counts`] gives them) on backend `b`, one row per count.
 ///
+/// Only what touches the buffers is compiled per collective, backend and element type: their
+/// set-up, the call and the check. The warm-up and timed loops ([`time_calls`], per backend) and the
+/// statistics and row ([`summarize`], once) are chosen at run time, once per size: the timed call
+/// itself stays the collective's own, as before.
+///
 /// # Errors
 /// Library errors (the same on every rank for the same arguments).
 pub fn run<K: PersistentForm, B: BenchBackend, T: BenchElement, W: Write>(
@@ -116,20 +121,17 @@ pub fn run<K: PersistentForm, B: BenchBackend, T: BenchElement, W: Write>(
                 (Some(v), false) => b.upload(v),
                 (None, false) => b.upload(&vec![poison; shape.recv]),
             };
-            // Every rank learns whether all could set up their buffers, so that all stop together
-            // when one cannot.
             // Both are always made, also after a failure: a window is registered by every rank.
             let (send, recv) = (b.upload(&input), fresh(T::zeroed()));
             let buffers = send.and_then(|s| Ok((s, recv?)));
-            let mut ok = [i32::from(buffers.is_ok())];
-            b.ctl().all_reduce_in_place(&mut ok[..], ReduceOp::Min)?;
+            let all_ok = agree(b.ctl(), buffers.is_ok())?;
             let (send, mut recv) = buffers.with_context(|| {
                 format!(
                     "setting up buffers of {} and {} elements on rank {}",
                     shape.send, shape.recv, ctx.rank
                 )
             })?;
-            if ok[0] == 0 {
+            if !all_ok {
                 anyhow::bail!(
                     "a rank cannot set up buffers of {} bytes",
                     shape.send.max(shape.recv).saturating_mul(elem)
@@ -170,24 +172,8 @@ pub fn run<K: PersistentForm, B: BenchBackend, T: BenchElement, W: Write>(
                     K::run(b, &ctx, &shape, &send, recv)
                 }
             };
-            for _ in 0..settings.warmup_iters {
-                call(&mut recv)?;
-                if settings.barrier_each {
-                    b.ctl().barrier()?;
-                }
-            }
-            b.ctl().barrier()?;
             let blocking = settings.blocking_at(shape.count * elem);
-            times.push(if settings.barrier_each {
-                let mut t = Vec::with_capacity(settings.iters);
-                for _ in 0..settings.iters.max(1) {
-                    t.extend(b.time_iters(1, blocking, &mut || call(&mut recv))?);
-                    b.ctl().barrier()?;
-                }
-                t
-            } else {
-                b.time_iters(settings.iters, blocking, &mut || call(&mut recv))?
-            });
+            times.push(time_calls(b, &settings, blocking, &mut || call(&mut recv))?);
             if settings.check {
                 // Fresh buffers: the timed calls may have reduced in place many times.
                 let mut out = fresh(poison_value::<T>())?;
@@ -196,57 +182,115 @@ pub fn run<K: PersistentForm, B: BenchBackend, T: BenchElement, W: Write>(
                 wrong.push(count_wrong::<K, T>(&ctx, &shape, &got, rel));
             }
         }
-        let wrong = if settings.check {
-            b.ctl().all_reduce_in_place(&mut wrong[..], ReduceOp::Sum)?;
-            Some(wrong)
-        } else {
-            None
-        };
-        let avg: Vec<f64> = times
-            .iter()
-            .map(|t| t.iter().sum::<f64>() / t.len().max(1) as f64)
-            .collect();
-        let mut spread = timing::over_ranks(b.ctl(), &avg)?;
-        for (s, own) in spread.iter_mut().zip(&avg) {
-            s.avg = match settings.average {
-                0 => *own, // rank 0 prints: its own time
-                2 => s.min,
-                3 => s.max,
-                _ => s.avg,
-            };
-        }
-        // Each iteration's time is the slowest rank's.
-        let mut slowest: Vec<f64> = times.iter().flatten().copied().collect();
-        b.ctl()
-            .all_reduce_in_place(&mut slowest[..], ReduceOp::Max)?;
-        let per_placement: Vec<&[f64]> = slowest.chunks(settings.iters.max(1)).collect();
-        let size = shape.count * elem;
-        let factor = K::busbw_factor(ctx.nranks);
-        let placement = |p: usize| {
-            let time = spread.get(p).copied().unwrap_or(Spread::uniform(0.0));
-            let algbw = timing::algbw(size, time.avg);
-            Placement {
-                time,
-                algbw,
-                busbw: algbw * factor,
-                wrong: wrong.as_ref().and_then(|w| w.get(p).copied()),
-                iter: per_placement.get(p).map(|t| IterStats::of(t)),
-            }
-        };
-        reporter.row(Row {
+        let row = Row {
             backend: b.backend().name(),
             variant: b.variant().name(),
-            size,
+            size: shape.count * elem,
             count: shape.count,
             dtype: dtype.name(),
             redop: if K::REDUCES { op.name() } else { "none" },
             root: if K::ROOTED { settings.root as i64 } else { -1 },
-            oop: placement(0),
-            ip: placement(1),
+            oop: Placement::default(),
+            ip: Placement::default(),
             in_place: K::IN_PLACE,
-        });
+        };
+        let factor = K::busbw_factor(ctx.nranks);
+        reporter.row(summarize(b.ctl(), &settings, &times, wrong, factor, row)?);
     }
     Ok(())
+}
+
+/// Whether every rank could do what this rank says it could (`ok`), so that all stop together
+/// when one cannot.
+///
+/// # Errors
+/// MPI errors of the reduction.
+fn agree(ctl: &MpiComm, ok: bool) -> anyhow::Result<bool> {
+    let mut all = [i32::from(ok)];
+    ctl.all_reduce_in_place(&mut all[..], ReduceOp::Min)?;
+    Ok(all[0] == 1)
+}
+
+/// The warm-up calls, a barrier and the timed calls of `call` on backend `b`: this rank's seconds
+/// per timed call. Under `--osu` a barrier follows every call, outside the timed region.
+///
+/// # Errors
+/// The first error of `call`; MPI errors of the barriers.
+fn time_calls<B: BenchBackend>(
+    b: &B,
+    settings: &Settings,
+    blocking: bool,
+    call: &mut dyn FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<f64>> {
+    for _ in 0..settings.warmup_iters {
+        call()?;
+        if settings.barrier_each {
+            b.ctl().barrier()?;
+        }
+    }
+    b.ctl().barrier()?;
+    if !settings.barrier_each {
+        return b.time_iters(settings.iters, blocking, call);
+    }
+    let mut t = Vec::with_capacity(settings.iters);
+    for _ in 0..settings.iters.max(1) {
+        t.extend(b.time_iters(1, blocking, call)?);
+        b.ctl().barrier()?;
+    }
+    Ok(t)
+}
+
+/// `row` with its placements filled in from this rank's `times` (seconds per iteration, per
+/// placement) and `wrong` elements: the time over ranks as `-a` picks it, the bandwidths with the
+/// collective's bus-bandwidth `factor`, `#wrong` summed over ranks, and per-iteration statistics of
+/// the slowest rank's time.
+///
+/// # Errors
+/// MPI errors of the reductions.
+fn summarize(
+    ctl: &MpiComm,
+    settings: &Settings,
+    times: &[Vec<f64>],
+    mut wrong: Vec<u64>,
+    factor: f64,
+    mut row: Row,
+) -> anyhow::Result<Row> {
+    let wrong = if settings.check {
+        ctl.all_reduce_in_place(&mut wrong[..], ReduceOp::Sum)?;
+        Some(wrong)
+    } else {
+        None
+    };
+    let avg: Vec<f64> = times
+        .iter()
+        .map(|t| t.iter().sum::<f64>() / t.len().max(1) as f64)
+        .collect();
+    let mut spread = timing::over_ranks(ctl, &avg)?;
+    for (s, own) in spread.iter_mut().zip(&avg) {
+        s.avg = match settings.average {
+            0 => *own, // rank 0 prints: its own time
+            2 => s.min,
+            3 => s.max,
+            _ => s.avg,
+        };
+    }
+    // Each iteration's time is the slowest rank's.
+    let mut slowest: Vec<f64> = times.iter().flatten().copied().collect();
+    ctl.all_reduce_in_place(&mut slowest[..], ReduceOp::Max)?;
+    let per_placement: Vec<&[f64]> = slowest.chunks(settings.iters.max(1)).collect();
+    let placement = |p: usize| {
+        let time = spread.get(p).copied().unwrap_or(Spread::uniform(0.0));
+        let algbw = timing::algbw(row.size, time.avg);
+        Placement {
+            time,
+            algbw,
+            busbw: algbw * factor,
+            wrong: wrong.as_ref().and_then(|w| w.get(p).copied()),
+            iter: per_placement.get(p).map(|t| IterStats::of(t)),
+        }
+    };
+    (row.oop, row.ip) = (placement(0), placement(1));
+    Ok(row)
 }
 
 /// A value that no check pattern produces (the inputs are small integers): what an untouched output

@@ -69,7 +69,7 @@ pub fn max_over_ranks(ctl: &MpiComm, v: f64) -> collectives_core::Result<f64> {
 }
 
 /// A time over ranks, in seconds: the average, the fastest and the slowest rank.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Spread {
     /// Average over ranks.
     pub avg: f64,

@@ -310,7 +310,7 @@ impl IterStats {
 }
 
 /// One placement's measurements (out-of-place or in-place). Times are in seconds.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Placement {
     /// Time per call.
     pub time: Spread,
