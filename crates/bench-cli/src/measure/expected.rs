@@ -286,6 +286,15 @@ pub fn poison<T: BenchElement>(buf: &mut [T]) {
     bytemuck::cast_slice_mut::<T, u8>(buf).fill(0xFF);
 }
 
+/// The value a non-reducing collective's rank `rank` holds at element `i` of its input: distinct
+/// between ranks (for fewer than 101 ranks), exact in every element type (|value| < 101).
+pub fn moved<T: BenchElement>(rank: usize, i: usize) -> T {
+    T::from_parts(
+        ((i * 3 + rank * 17 + 1) % 101) as i64,
+        ((i + 2 * rank) % 7) as i64,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

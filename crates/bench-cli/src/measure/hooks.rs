@@ -6,7 +6,8 @@
 use collectives_core::{Buf, BufMut, Communicator, MpiComm, ReduceOp};
 
 use crate::measure::backend::Backend;
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
+use crate::measure::timing;
 use crate::measure::variant::Variant;
 
 /// The buffer type that backend `B`'s communicator reads, for elements `T`.
@@ -37,6 +38,22 @@ pub struct Ctx {
     pub op: ReduceOp,
 }
 
+impl Ctx {
+    /// Whether this rank is the root.
+    pub fn is_root(&self) -> bool {
+        self.rank == self.root
+    }
+
+    /// `full` on the root, 0 elsewhere: a rooted collective's buffer that only the root holds.
+    pub fn on_root(&self, full: usize) -> usize {
+        if self.is_root() {
+            full
+        } else {
+            0
+        }
+    }
+}
+
 /// The buffers of one size on one rank, in elements.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Shape {
@@ -48,6 +65,30 @@ pub struct Shape {
     pub recv: usize,
     /// Per-rank element counts of the uneven (`v`) collectives; empty for the others.
     pub counts: Vec<usize>,
+}
+
+impl Shape {
+    /// `count` elements in both buffers.
+    pub fn flat(count: usize) -> Shape {
+        Shape {
+            count,
+            send: count,
+            recv: count,
+            counts: Vec::new(),
+        }
+    }
+
+    /// `count` rounded down to whole blocks of `nranks`, with `send` blocks in the send buffer and
+    /// `recv` blocks in the receive buffer.
+    pub fn blocks(count: usize, nranks: usize, send: usize, recv: usize) -> Shape {
+        let per = count / nranks;
+        Shape {
+            count: per * nranks,
+            send: per * send,
+            recv: per * recv,
+            counts: Vec::new(),
+        }
+    }
 }
 
 /// How a backend holds buffers and times loops: host memory and the wall clock, or device memory
@@ -145,12 +186,18 @@ pub trait Collective {
     /// Whether it moves data at all (`barrier` does not: one row, size 0).
     const SIZED: bool = true;
 
-    /// `busbw = algbw x factor` for `nranks` ranks.
-    fn busbw_factor(nranks: usize) -> f64;
+    /// `busbw = algbw x factor` for `nranks` ranks; `(n-1)/n` unless the collective says otherwise
+    /// (the collectives that move one block per rank pair).
+    fn busbw_factor(nranks: usize) -> f64 {
+        timing::n_minus_one_over_n(nranks)
+    }
     /// The buffers for about `count` elements (bytes / element size), on this rank.
     fn shape(count: usize, ctx: &Ctx) -> Shape;
-    /// The value at element `i` of this rank's send buffer.
-    fn input<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> T;
+    /// The value at element `i` of this rank's send buffer: [`moved`] unless the collective reduces.
+    fn input<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> T {
+        let _ = shape;
+        moved(ctx.rank, i)
+    }
     /// The value expected at element `i` of this rank's receive buffer (in place: of the one buffer),
     /// computed from [`input`](Self::input) of every rank; `None` where the element is not checked.
     fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T>;

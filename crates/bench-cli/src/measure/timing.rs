@@ -134,6 +134,15 @@ pub fn allreduce_busbw_factor(nranks: usize) -> f64 {
     2.0 * (nranks as f64 - 1.0) / nranks as f64
 }
 
+/// `(n-1)/n`, 0 for no rank.
+pub fn n_minus_one_over_n(nranks: usize) -> f64 {
+    if nranks == 0 {
+        0.0
+    } else {
+        (nranks as f64 - 1.0) / nranks as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,8 @@
 //! `allgather`: every rank gets every rank's block, in rank order.
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
-
-use super::moved;
 
 /// The hooks of `allgather`.
 #[derive(Debug)]
@@ -13,21 +11,9 @@ pub struct Hooks;
 impl Collective for Hooks {
     const NAME: &'static str = "allgather";
 
-    fn busbw_factor(nranks: usize) -> f64 {
-        super::n_minus_one_over_n(nranks)
-    }
     /// `count` is the gathered buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
-        let per = count / ctx.nranks;
-        Shape {
-            count: per * ctx.nranks,
-            send: per,
-            recv: per * ctx.nranks,
-            counts: Vec::new(),
-        }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
+        Shape::blocks(count, ctx.nranks, 1, ctx.nranks)
     }
     fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         Some(moved(i / shape.send, i % shape.send))

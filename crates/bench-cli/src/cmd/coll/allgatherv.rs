@@ -1,11 +1,11 @@
 //! `allgatherv`: every rank gets every rank's block, blocks of uneven length
 //! ([`super::uneven_counts`]).
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-use super::{locate, moved, uneven_counts};
+use super::{locate, uneven};
 
 /// The hooks of `allgatherv`.
 #[derive(Debug)]
@@ -14,22 +14,9 @@ pub struct Hooks;
 impl Collective for Hooks {
     const NAME: &'static str = "allgatherv";
 
-    fn busbw_factor(nranks: usize) -> f64 {
-        super::n_minus_one_over_n(nranks)
-    }
     /// `count` is the gathered buffer, shared unevenly.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
-        let counts = uneven_counts(count, ctx.nranks);
-        let total = counts.iter().sum();
-        Shape {
-            count: total,
-            send: counts[ctx.rank],
-            recv: total,
-            counts,
-        }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
+        uneven(count, ctx, |total, own| (own, total))
     }
     fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         locate(&shape.counts, i).map(|(r, j)| moved(r, j))

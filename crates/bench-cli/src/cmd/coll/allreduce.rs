@@ -19,12 +19,7 @@ impl Collective for Hooks {
         crate::measure::timing::allreduce_busbw_factor(nranks)
     }
     fn shape(count: usize, _: &Ctx) -> Shape {
-        Shape {
-            count,
-            send: count,
-            recv: count,
-            counts: Vec::new(),
-        }
+        Shape::flat(count)
     }
     fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
         input_value(ctx.op, ctx.rank, ctx.nranks, i)

@@ -1,10 +1,8 @@
 //! `alltoall`: block `j` of rank `i` goes to rank `j`, arriving as its block `i`.
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
-
-use super::moved;
 
 /// The hooks of `alltoall`.
 #[derive(Debug)]
@@ -13,21 +11,9 @@ pub struct Hooks;
 impl Collective for Hooks {
     const NAME: &'static str = "alltoall";
 
-    fn busbw_factor(nranks: usize) -> f64 {
-        super::n_minus_one_over_n(nranks)
-    }
     /// `count` is each rank's buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
-        let total = count / ctx.nranks * ctx.nranks;
-        Shape {
-            count: total,
-            send: total,
-            recv: total,
-            counts: Vec::new(),
-        }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
+        Shape::blocks(count, ctx.nranks, ctx.nranks, ctx.nranks)
     }
     fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         let per = shape.recv / ctx.nranks;

@@ -1,10 +1,10 @@
 //! `alltoallv`: rank `i` sends [`c`]`(base, i, j)` elements to rank `j` (uneven, and not symmetric).
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-use super::{locate, moved, offset};
+use super::{locate, offset};
 
 /// The hooks of `alltoallv`.
 #[derive(Debug)]
@@ -23,9 +23,6 @@ pub fn c(base: usize, src: usize, dst: usize) -> usize {
 impl Collective for Hooks {
     const NAME: &'static str = "alltoallv";
 
-    fn busbw_factor(nranks: usize) -> f64 {
-        super::n_minus_one_over_n(nranks)
-    }
     /// `counts` holds the send counts, the receive counts, then `base`; the `count` column is the
     /// average send buffer over ranks (the same on every rank).
     fn shape(count: usize, ctx: &Ctx) -> Shape {
@@ -42,9 +39,6 @@ impl Collective for Hooks {
             recv: recv.iter().sum(),
             counts: [send, recv, vec![b]].concat(),
         }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
     }
     fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         let n = ctx.nranks;

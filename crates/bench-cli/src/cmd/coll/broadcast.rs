@@ -1,11 +1,9 @@
 //! `broadcast`: the root's buffer to every rank. The library's broadcast works on one buffer, so
 //! the one form is reported in the out-of-place columns.
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
-
-use super::moved;
 
 /// The hooks of `broadcast`.
 #[derive(Debug)]
@@ -19,15 +17,7 @@ impl Collective for Hooks {
         1.0
     }
     fn shape(count: usize, _: &Ctx) -> Shape {
-        Shape {
-            count,
-            send: count,
-            recv: count,
-            counts: Vec::new(),
-        }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
+        Shape::flat(count)
     }
     /// Every rank starts with its own input: the root's is what is sent, the others' must be
     /// overwritten.

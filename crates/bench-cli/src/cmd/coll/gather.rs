@@ -1,10 +1,8 @@
 //! `gather`: every rank's block to the root, in rank order.
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
-
-use super::moved;
 
 /// The hooks of `gather`.
 #[derive(Debug)]
@@ -14,23 +12,9 @@ impl Collective for Hooks {
     const NAME: &'static str = "gather";
     const ROOTED: bool = true;
 
-    fn busbw_factor(nranks: usize) -> f64 {
-        super::n_minus_one_over_n(nranks)
-    }
     /// `count` is the gathered buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
-        let per = count / ctx.nranks;
-        let total = per * ctx.nranks;
-        let recv = if ctx.rank == ctx.root { total } else { 0 };
-        Shape {
-            count: total,
-            send: per,
-            recv,
-            counts: Vec::new(),
-        }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
+        Shape::blocks(count, ctx.nranks, 1, ctx.on_root(ctx.nranks))
     }
     fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         Some(moved(i / shape.send, i % shape.send))
@@ -42,7 +26,7 @@ impl Collective for Hooks {
         send: &B::Owned<T>,
         recv: &mut B::Owned<T>,
     ) -> anyhow::Result<()> {
-        let recv = (ctx.rank == ctx.root).then(|| B::buf_mut(recv));
+        let recv = ctx.is_root().then(|| B::buf_mut(recv));
         Ok(b.comm().gather(B::buf(send), recv, ctx.root)?)
     }
 }

@@ -1,10 +1,10 @@
 //! `gatherv`: every rank's block to the root, blocks of uneven length ([`super::uneven_counts`]).
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-use super::{locate, moved, uneven_counts};
+use super::{locate, uneven};
 
 /// The hooks of `gatherv`.
 #[derive(Debug)]
@@ -14,23 +14,9 @@ impl Collective for Hooks {
     const NAME: &'static str = "gatherv";
     const ROOTED: bool = true;
 
-    fn busbw_factor(nranks: usize) -> f64 {
-        super::n_minus_one_over_n(nranks)
-    }
     /// `count` is the gathered buffer, shared unevenly.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
-        let counts = uneven_counts(count, ctx.nranks);
-        let total = counts.iter().sum();
-        let recv = if ctx.rank == ctx.root { total } else { 0 };
-        Shape {
-            count: total,
-            send: counts[ctx.rank],
-            recv,
-            counts,
-        }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
+        uneven(count, ctx, |total, own| (own, ctx.on_root(total)))
     }
     fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         locate(&shape.counts, i).map(|(r, j)| moved(r, j))
@@ -42,7 +28,7 @@ impl Collective for Hooks {
         send: &B::Owned<T>,
         recv: &mut B::Owned<T>,
     ) -> anyhow::Result<()> {
-        let recv = (ctx.rank == ctx.root).then(|| B::buf_mut(recv));
+        let recv = ctx.is_root().then(|| B::buf_mut(recv));
         Ok(b.comm()
             .gather_v(B::buf(send), recv, &shape.counts, ctx.root)?)
     }

@@ -32,7 +32,7 @@
 //! # Check patterns
 //!
 //! Reducing collectives use [`crate::measure::expected`]'s inputs (exact in every type for every operation);
-//! the others put [`moved`]`(rank, i)` at element `i` of rank `rank`: a small integer (or Gaussian
+//! the others put [`crate::measure::expected::moved`]`(rank, i)` at element `i` of rank `rank`: a small integer (or Gaussian
 //! integer) that differs between ranks, so an element from the wrong rank or the wrong place counts as
 //! wrong.
 //!
@@ -68,30 +68,30 @@ pub mod scatter;
 pub mod scatterv;
 pub mod sendrecv;
 
-/// The value a non-reducing collective's rank `rank` holds at element `i` of its input: distinct
-/// between ranks (for fewer than 101 ranks), exact in every element type (|value| < 101).
-pub fn moved<T: BenchElement>(rank: usize, i: usize) -> T {
-    T::from_parts(
-        ((i * 3 + rank * 17 + 1) % 101) as i64,
-        ((i + 2 * rank) % 7) as i64,
-    )
-}
-
-/// `(n-1)/n`, 0 for no rank.
-pub fn n_minus_one_over_n(nranks: usize) -> f64 {
-    if nranks == 0 {
-        0.0
-    } else {
-        (nranks as f64 - 1.0) / nranks as f64
-    }
-}
-
 /// Uneven per-rank counts summing to at most `total`: rank `i` gets a share proportional to `i + 1`.
 pub fn uneven_counts(total: usize, nranks: usize) -> Vec<usize> {
     let weight = nranks * (nranks + 1) / 2;
     (0..nranks)
         .map(|i| total / weight.max(1) * (i + 1))
         .collect()
+}
+
+/// The shape of an uneven collective of about `count` elements ([`uneven_counts`]): `buffers(total,
+/// own)` gives the send and receive buffers' lengths from the sum of the blocks and this rank's block.
+pub fn uneven(
+    count: usize,
+    ctx: &crate::measure::hooks::Ctx,
+    buffers: impl Fn(usize, usize) -> (usize, usize),
+) -> crate::measure::hooks::Shape {
+    let counts = uneven_counts(count, ctx.nranks);
+    let total = counts.iter().sum();
+    let (send, recv) = buffers(total, counts[ctx.rank]);
+    crate::measure::hooks::Shape {
+        count: total,
+        send,
+        recv,
+        counts,
+    }
 }
 
 /// Where block `rank` starts in `counts` laid back to back.
@@ -326,6 +326,7 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::expected::moved;
 
     #[test]
     fn busbw_factors_follow_nccl_tests() {

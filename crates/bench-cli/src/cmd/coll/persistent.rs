@@ -1,5 +1,9 @@
 //! Every collective's persistent form: the library's `*_init` call on the buffers of its blocking
-//! hooks ([`PersistentForm`]).
+//! hooks ([`PersistentForm`]), one line each.
+//!
+//! In each line `c` is the measured communicator, `ctx` where this rank stands, `shape` the buffers'
+//! sizes, `send` and `recv` the buffers as the communicator takes them (`recv` alone in place),
+//! `in_place` the placement and `s` the scope that the plan borrows.
 
 use collectives_core::{Communicator, Scope};
 
@@ -8,175 +12,64 @@ use crate::measure::hooks::{BenchBackend, BufMutOf, Ctx, Shape};
 use crate::measure::persistent::{PersistentForm, Plan};
 
 macro_rules! persistent {
-    ($module:ident, $init:expr, |$b:ident, $ctx:ident, $shape:ident, $send:ident, $recv:ident, $in_place:ident, $s:ident| $body:expr) => {
+    ($($module:ident, $init:expr, $plan:ident,
+       |$c:ident, $ctx:ident, $shape:ident, $send:ident, $recv:ident, $in_place:ident, $s:ident|
+       $body:expr;)*) => {$(
         impl PersistentForm for super::$module::Hooks {
             const INIT: Option<&'static str> = $init;
             #[allow(unused_variables)]
             fn init<'s, B: BenchBackend, T: BenchElement>(
-                $b: &'s B,
+                b: &'s B,
                 $ctx: &Ctx,
                 $shape: &Shape,
-                $send: &'s mut B::Owned<T>,
-                $recv: &'s mut B::Owned<T>,
+                send: &'s mut B::Owned<T>,
+                recv: &'s mut B::Owned<T>,
                 $in_place: bool,
                 $s: &'s Scope<'s, '_>,
             ) -> anyhow::Result<Plan<'s, BufMutOf<'s, B, T>>> {
-                $body
+                let $c = b.comm();
+                let ($send, $recv) = (B::buf_mut(send), B::buf_mut(recv));
+                Ok(Plan::$plan($body?))
             }
         }
-    };
+    )*};
 }
 
-persistent!(
-    allreduce,
-    Some("all_reduce_init"),
-    |b, ctx, shape, send, recv, in_place, s| Ok(Plan::Buffers(if in_place {
-        b.comm()
-            .all_reduce_in_place_init(s, B::buf_mut(recv), ctx.op)?
-    } else {
-        b.comm()
-            .all_reduce_init(s, B::buf_mut(send), B::buf_mut(recv), ctx.op)?
-    }))
-);
-persistent!(
-    allgather,
-    Some("all_gather_init"),
-    |b, ctx, shape, send, recv, in_place, s| Ok(Plan::Buffers(b.comm().all_gather_init(
-        s,
-        B::buf_mut(send),
-        B::buf_mut(recv)
-    )?))
-);
-persistent!(
-    allgatherv,
-    Some("all_gather_v_init"),
-    |b, ctx, shape, send, recv, in_place, s| Ok(Plan::Buffers(b.comm().all_gather_v_init(
-        s,
-        B::buf_mut(send),
-        B::buf_mut(recv),
-        &shape.counts
-    )?))
-);
-persistent!(
-    reducescatter,
-    Some("reduce_scatter_init"),
-    |b, ctx, shape, send, recv, in_place, s| Ok(Plan::Buffers(b.comm().reduce_scatter_init(
-        s,
-        B::buf_mut(send),
-        B::buf_mut(recv),
-        ctx.op
-    )?))
-);
-persistent!(
-    broadcast,
-    Some("broadcast_init"),
-    |b, ctx, shape, send, recv, in_place, s| Ok(Plan::Buffers(b.comm().broadcast_init(
-        s,
-        B::buf_mut(recv),
-        ctx.root
-    )?))
-);
-persistent!(
-    reduce,
-    Some("reduce_init"),
-    |b, ctx, shape, send, recv, in_place, s| {
-        let recv = (ctx.rank == ctx.root).then(|| B::buf_mut(recv));
-        Ok(Plan::Buffers(b.comm().reduce_init(
-            s,
-            B::buf_mut(send),
-            recv,
-            ctx.op,
-            ctx.root,
-        )?))
-    }
-);
-persistent!(
-    alltoall,
-    Some("all_to_all_init"),
-    |b, ctx, shape, send, recv, in_place, s| Ok(Plan::Buffers(b.comm().all_to_all_init(
-        s,
-        B::buf_mut(send),
-        B::buf_mut(recv)
-    )?))
-);
-persistent!(
-    alltoallv,
-    Some("all_to_all_v_init"),
-    |b, ctx, shape, send, recv, in_place, s| {
-        let n = ctx.nranks;
-        let (sc, rc) = (&shape.counts[..n], &shape.counts[n..2 * n]);
-        Ok(Plan::Buffers(b.comm().all_to_all_v_init(
-            s,
-            B::buf_mut(send),
-            sc,
-            B::buf_mut(recv),
-            rc,
-        )?))
-    }
-);
-persistent!(
-    gather,
-    Some("gather_init"),
-    |b, ctx, shape, send, recv, in_place, s| {
-        let recv = (ctx.rank == ctx.root).then(|| B::buf_mut(recv));
-        Ok(Plan::Buffers(b.comm().gather_init(
-            s,
-            B::buf_mut(send),
-            recv,
-            ctx.root,
-        )?))
-    }
-);
-persistent!(
-    gatherv,
-    Some("gather_v_init"),
-    |b, ctx, shape, send, recv, in_place, s| {
-        let recv = (ctx.rank == ctx.root).then(|| B::buf_mut(recv));
-        Ok(Plan::Buffers(b.comm().gather_v_init(
-            s,
-            B::buf_mut(send),
-            recv,
-            &shape.counts,
-            ctx.root,
-        )?))
-    }
-);
-persistent!(
-    scatter,
-    Some("scatter_init"),
-    |b, ctx, shape, send, recv, in_place, s| {
-        let send = (ctx.rank == ctx.root).then(|| B::buf_mut(send));
-        Ok(Plan::Buffers(b.comm().scatter_init(
-            s,
-            send,
-            B::buf_mut(recv),
-            ctx.root,
-        )?))
-    }
-);
-persistent!(
-    scatterv,
-    Some("scatter_v_init"),
-    |b, ctx, shape, send, recv, in_place, s| {
-        let send = (ctx.rank == ctx.root).then(|| B::buf_mut(send));
-        Ok(Plan::Buffers(b.comm().scatter_v_init(
-            s,
-            send,
-            B::buf_mut(recv),
-            &shape.counts,
-            ctx.root,
-        )?))
-    }
-);
-persistent!(
-    sendrecv,
-    None,
-    |b, ctx, shape, send, recv, in_place, s| anyhow::bail!(
-        "sendrecv has no persistent form in the library"
-    )
-);
-persistent!(
-    barrier,
-    Some("barrier_init"),
-    |b, ctx, shape, send, recv, in_place, s| Ok(Plan::Barrier(b.comm().barrier_init(s)?))
-);
+persistent! {
+    allreduce, Some("all_reduce_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        if in_place {
+            c.all_reduce_in_place_init(s, recv, ctx.op)
+        } else {
+            c.all_reduce_init(s, send, recv, ctx.op)
+        };
+    allgather, Some("all_gather_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.all_gather_init(s, send, recv);
+    allgatherv, Some("all_gather_v_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.all_gather_v_init(s, send, recv, &shape.counts);
+    reducescatter, Some("reduce_scatter_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.reduce_scatter_init(s, send, recv, ctx.op);
+    broadcast, Some("broadcast_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.broadcast_init(s, recv, ctx.root);
+    reduce, Some("reduce_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.reduce_init(s, send, ctx.is_root().then_some(recv), ctx.op, ctx.root);
+    alltoall, Some("all_to_all_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.all_to_all_init(s, send, recv);
+    alltoallv, Some("all_to_all_v_init"), Buffers, |c, ctx, shape, send, recv, in_place, s| {
+        let (sc, rc) = shape.counts.split_at(ctx.nranks);
+        c.all_to_all_v_init(s, send, sc, recv, &rc[..ctx.nranks])
+    };
+    gather, Some("gather_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.gather_init(s, send, ctx.is_root().then_some(recv), ctx.root);
+    gatherv, Some("gather_v_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.gather_v_init(s, send, ctx.is_root().then_some(recv), &shape.counts, ctx.root);
+    scatter, Some("scatter_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.scatter_init(s, ctx.is_root().then_some(send), recv, ctx.root);
+    scatterv, Some("scatter_v_init"), Buffers, |c, ctx, shape, send, recv, in_place, s|
+        c.scatter_v_init(s, ctx.is_root().then_some(send), recv, &shape.counts, ctx.root);
+    sendrecv, None, Buffers, |c, ctx, shape, send, recv, in_place, s|
+        Err::<collectives_core::Persistent<'s, _>, _>(anyhow::anyhow!(
+            "sendrecv has no persistent form in the library"
+        ));
+    barrier, Some("barrier_init"), Barrier, |c, ctx, shape, send, recv, in_place, s|
+        c.barrier_init(s);
+}

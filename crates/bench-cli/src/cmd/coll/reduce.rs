@@ -17,19 +17,16 @@ impl Collective for Hooks {
         1.0
     }
     fn shape(count: usize, ctx: &Ctx) -> Shape {
-        let recv = if ctx.rank == ctx.root { count } else { 0 };
         Shape {
-            count,
-            send: count,
-            recv,
-            counts: Vec::new(),
+            recv: ctx.on_root(count),
+            ..Shape::flat(count)
         }
     }
     fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
         input_value(ctx.op, ctx.rank, ctx.nranks, i)
     }
     fn expected<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> Option<T> {
-        (ctx.rank == ctx.root).then(|| expected_value(ctx.op, ctx.nranks, i))
+        ctx.is_root().then(|| expected_value(ctx.op, ctx.nranks, i))
     }
     fn run<B: BenchBackend, T: BenchElement>(
         b: &B,
@@ -38,7 +35,7 @@ impl Collective for Hooks {
         send: &B::Owned<T>,
         recv: &mut B::Owned<T>,
     ) -> anyhow::Result<()> {
-        let recv = (ctx.rank == ctx.root).then(|| B::buf_mut(recv));
+        let recv = ctx.is_root().then(|| B::buf_mut(recv));
         Ok(b.comm().reduce(B::buf(send), recv, ctx.op, ctx.root)?)
     }
 }

@@ -12,18 +12,9 @@ impl Collective for Hooks {
     const NAME: &'static str = "reducescatter";
     const REDUCES: bool = true;
 
-    fn busbw_factor(nranks: usize) -> f64 {
-        super::n_minus_one_over_n(nranks)
-    }
     /// `count` is the send buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
-        let per = count / ctx.nranks;
-        Shape {
-            count: per * ctx.nranks,
-            send: per * ctx.nranks,
-            recv: per,
-            counts: Vec::new(),
-        }
+        Shape::blocks(count, ctx.nranks, ctx.nranks, 1)
     }
     fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
         input_value(ctx.op, ctx.rank, ctx.nranks, i)

@@ -1,10 +1,8 @@
 //! `scatter`: block `r` of the root's buffer to rank `r`.
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
-
-use super::moved;
 
 /// The hooks of `scatter`.
 #[derive(Debug)]
@@ -14,23 +12,9 @@ impl Collective for Hooks {
     const NAME: &'static str = "scatter";
     const ROOTED: bool = true;
 
-    fn busbw_factor(nranks: usize) -> f64 {
-        super::n_minus_one_over_n(nranks)
-    }
     /// `count` is the root's buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
-        let per = count / ctx.nranks;
-        let total = per * ctx.nranks;
-        let send = if ctx.rank == ctx.root { total } else { 0 };
-        Shape {
-            count: total,
-            send,
-            recv: per,
-            counts: Vec::new(),
-        }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
+        Shape::blocks(count, ctx.nranks, ctx.on_root(ctx.nranks), 1)
     }
     fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         Some(moved(ctx.root, ctx.rank * shape.recv + i))
@@ -42,7 +26,7 @@ impl Collective for Hooks {
         send: &B::Owned<T>,
         recv: &mut B::Owned<T>,
     ) -> anyhow::Result<()> {
-        let send = (ctx.rank == ctx.root).then(|| B::buf(send));
+        let send = ctx.is_root().then(|| B::buf(send));
         Ok(b.comm().scatter(send, B::buf_mut(recv), ctx.root)?)
     }
 }

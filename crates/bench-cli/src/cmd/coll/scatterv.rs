@@ -1,11 +1,11 @@
 //! `scatterv`: block `r` of the root's buffer to rank `r`, blocks of uneven length
 //! ([`super::uneven_counts`]).
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-use super::{moved, offset, uneven_counts};
+use super::{offset, uneven};
 
 /// The hooks of `scatterv`.
 #[derive(Debug)]
@@ -15,23 +15,9 @@ impl Collective for Hooks {
     const NAME: &'static str = "scatterv";
     const ROOTED: bool = true;
 
-    fn busbw_factor(nranks: usize) -> f64 {
-        super::n_minus_one_over_n(nranks)
-    }
     /// `count` is the root's buffer, shared unevenly.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
-        let counts = uneven_counts(count, ctx.nranks);
-        let total = counts.iter().sum();
-        let send = if ctx.rank == ctx.root { total } else { 0 };
-        Shape {
-            count: total,
-            send,
-            recv: counts[ctx.rank],
-            counts,
-        }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
+        uneven(count, ctx, |total, own| (ctx.on_root(total), own))
     }
     fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         Some(moved(ctx.root, offset(&shape.counts, ctx.rank) + i))
@@ -43,7 +29,7 @@ impl Collective for Hooks {
         send: &B::Owned<T>,
         recv: &mut B::Owned<T>,
     ) -> anyhow::Result<()> {
-        let send = (ctx.rank == ctx.root).then(|| B::buf(send));
+        let send = ctx.is_root().then(|| B::buf(send));
         Ok(b.comm()
             .scatter_v(send, B::buf_mut(recv), &shape.counts, ctx.root)?)
     }

@@ -1,11 +1,9 @@
 //! `sendrecv`: every rank sends its buffer to the next rank and receives the previous rank's (a
 //! ring shift), as nccl-tests' `sendrecv` does.
 
-use crate::measure::expected::BenchElement;
+use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
 use collectives_core::Communicator;
-
-use super::moved;
 
 /// The hooks of `sendrecv`.
 #[derive(Debug)]
@@ -28,15 +26,7 @@ impl Collective for Hooks {
         1.0
     }
     fn shape(count: usize, _: &Ctx) -> Shape {
-        Shape {
-            count,
-            send: count,
-            recv: count,
-            counts: Vec::new(),
-        }
-    }
-    fn input<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> T {
-        moved(ctx.rank, i)
+        Shape::flat(count)
     }
     fn expected<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> Option<T> {
         Some(moved(neighbours(ctx).1, i))
