@@ -27,7 +27,7 @@ use collectives_core::{
 use crate::measure::backend::Backend;
 use crate::measure::dtype::DataType;
 use crate::measure::expected::{tolerance, BenchElement};
-use crate::measure::hooks::{count_wrong, fill, BenchBackend, Ctx, Step};
+use crate::measure::hooks::{count_wrong, fill, BenchBackend, Bufs, Ctx, Step};
 use crate::measure::persistent::PersistentForm;
 use crate::measure::timing::{self, Spread};
 use crate::measure::variant::Variant;
@@ -165,12 +165,18 @@ pub fn run<K: PersistentForm, B: BenchBackend, T: BenchElement, W: Write>(
                 wrong.extend(m.wrong);
                 continue;
             }
-            let call = |recv: &mut B::Owned<T>| {
-                if in_place {
-                    K::run_in_place(b, &ctx, &shape, recv)
-                } else {
-                    K::run(b, &ctx, &shape, &send, recv)
-                }
+            let call = |recv: &mut B::Owned<T>| match (b.variant(), in_place) {
+                (Variant::Raw, _) => K::run_raw(b, &ctx, (!in_place).then_some(&send), recv),
+                (_, true) => K::run_in_place(b, &ctx, &shape, recv),
+                (_, false) => K::run(
+                    b,
+                    Bufs {
+                        ctx: &ctx,
+                        shape: &shape,
+                        send: B::buf(&send),
+                        recv: B::buf_mut(recv),
+                    },
+                ),
             };
             let blocking = settings.blocking_at(shape.count * elem);
             times.push(time_calls(b, &settings, blocking, &mut || call(&mut recv))?);

@@ -212,13 +212,21 @@ pub trait Collective {
     ///
     /// # Errors
     /// The library's errors.
-    fn run<B: BenchBackend, T: BenchElement>(
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()>;
+    /// The backend's own call on the same handle and buffers (the `raw` variant: the send buffer,
+    /// or none in place), where the collective has one.
+    ///
+    /// # Errors
+    /// The backend's errors; an error where the collective has no raw baseline.
+    fn run_raw<B: BenchBackend, T: BenchElement>(
         b: &B,
         ctx: &Ctx,
-        shape: &Shape,
-        send: &B::Owned<T>,
+        send: Option<&B::Owned<T>>,
         recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()>;
+    ) -> anyhow::Result<()> {
+        let _ = (b, ctx, send, recv);
+        anyhow::bail!("{} has no raw baseline", Self::NAME)
+    }
     /// The in-place call on `buf` (filled as the send buffer), where [`IN_PLACE`](Self::IN_PLACE).
     ///
     /// # Errors
@@ -231,6 +239,28 @@ pub trait Collective {
     ) -> anyhow::Result<()> {
         let _ = (b, ctx, shape, buf);
         anyhow::bail!("{} has no in-place form", Self::NAME)
+    }
+}
+
+/// The buffers of one out-of-place call as the communicator takes them, with where this rank
+/// stands and their sizes: what [`Collective::run`] gets.
+pub struct Bufs<'a, B: BenchBackend, T: BenchElement> {
+    /// Where this rank stands.
+    pub ctx: &'a Ctx,
+    /// The buffers' sizes.
+    pub shape: &'a Shape,
+    /// The send buffer.
+    pub send: &'a BufOf<'a, B, T>,
+    /// The receive buffer.
+    pub recv: &'a mut BufMutOf<'a, B, T>,
+}
+
+impl<B: BenchBackend, T: BenchElement> std::fmt::Debug for Bufs<'_, B, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bufs")
+            .field("ctx", self.ctx)
+            .field("shape", self.shape)
+            .finish_non_exhaustive()
     }
 }
 

@@ -1,7 +1,7 @@
 //! `allgather`: every rank gets every rank's block, in rank order.
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `allgather`.
@@ -18,14 +18,8 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         Some(moved(i / shape.send, i % shape.send))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        _: &Ctx,
-        _: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        Ok(b.comm().all_gather(B::buf(send), B::buf_mut(recv))?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        Ok(b.comm().all_gather(c.send, c.recv)?)
     }
 }
 

@@ -2,7 +2,7 @@
 //! ([`super::uneven_counts`]).
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 use super::{locate, uneven};
@@ -21,15 +21,8 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         locate(&shape.counts, i).map(|(r, j)| moved(r, j))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        _: &Ctx,
-        shape: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        Ok(b.comm()
-            .all_gather_v(B::buf(send), B::buf_mut(recv), &shape.counts)?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        Ok(b.comm().all_gather_v(c.send, c.recv, &c.shape.counts)?)
     }
 }
 

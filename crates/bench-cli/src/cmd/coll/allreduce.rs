@@ -2,8 +2,7 @@
 //! `raw` variant ([`crate::measure::raw`]) calls the backend's own all-reduce instead of the library's.
 
 use crate::measure::expected::{expected_value, input_value, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
-use crate::measure::variant::Variant;
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `allreduce`.
@@ -27,18 +26,8 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> Option<T> {
         Some(expected_value(ctx.op, ctx.nranks, i))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        _: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        if b.variant() == Variant::Raw {
-            return b.raw_all_reduce(Some(send), recv, ctx.op);
-        }
-        Ok(b.comm()
-            .all_reduce(B::buf(send), B::buf_mut(recv), ctx.op)?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        Ok(b.comm().all_reduce(c.send, c.recv, c.ctx.op)?)
     }
     fn run_in_place<B: BenchBackend, T: BenchElement>(
         b: &B,
@@ -46,10 +35,15 @@ impl Collective for Hooks {
         _: &Shape,
         buf: &mut B::Owned<T>,
     ) -> anyhow::Result<()> {
-        if b.variant() == Variant::Raw {
-            return b.raw_all_reduce(None, buf, ctx.op);
-        }
         Ok(b.comm().all_reduce_in_place(B::buf_mut(buf), ctx.op)?)
+    }
+    fn run_raw<B: BenchBackend, T: BenchElement>(
+        b: &B,
+        ctx: &Ctx,
+        send: Option<&B::Owned<T>>,
+        recv: &mut B::Owned<T>,
+    ) -> anyhow::Result<()> {
+        b.raw_all_reduce(send, recv, ctx.op)
     }
 }
 

@@ -1,7 +1,7 @@
 //! `alltoall`: block `j` of rank `i` goes to rank `j`, arriving as its block `i`.
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `alltoall`.
@@ -19,14 +19,8 @@ impl Collective for Hooks {
         let per = shape.recv / ctx.nranks;
         Some(moved(i / per, ctx.rank * per + i % per))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        _: &Ctx,
-        _: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        Ok(b.comm().all_to_all(B::buf(send), B::buf_mut(recv))?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        Ok(b.comm().all_to_all(c.send, c.recv)?)
     }
 }
 

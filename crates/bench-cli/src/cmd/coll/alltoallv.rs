@@ -1,7 +1,7 @@
 //! `alltoallv`: rank `i` sends [`c`]`(base, i, j)` elements to rank `j` (uneven, and not symmetric).
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 use super::{locate, offset};
@@ -48,17 +48,10 @@ impl Collective for Hooks {
         let src_send: Vec<usize> = (0..n).map(|j| c(b, src, j)).collect();
         Some(moved(src, offset(&src_send, ctx.rank) + k))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        shape: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        let n = ctx.nranks;
-        let (sc, rc) = (&shape.counts[..n], &shape.counts[n..2 * n]);
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        let (sc, rc) = c.shape.counts.split_at(c.ctx.nranks);
         Ok(b.comm()
-            .all_to_all_v(B::buf(send), sc, B::buf_mut(recv), rc)?)
+            .all_to_all_v(c.send, sc, c.recv, &rc[..c.ctx.nranks])?)
     }
 }
 

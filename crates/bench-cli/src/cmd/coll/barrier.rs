@@ -1,7 +1,7 @@
 //! `barrier`: no data; one row of size 0 with the time per barrier.
 
 use crate::measure::expected::BenchElement;
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `barrier`.
@@ -24,13 +24,8 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(_: &Ctx, _: &Shape, _: usize) -> Option<T> {
         None
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        _: &Ctx,
-        _: &Shape,
-        _: &B::Owned<T>,
-        _: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        let _ = c;
         Ok(b.comm().barrier()?)
     }
 }

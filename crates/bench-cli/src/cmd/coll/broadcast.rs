@@ -2,7 +2,7 @@
 //! the one form is reported in the out-of-place columns.
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `broadcast`.
@@ -27,14 +27,8 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> Option<T> {
         Some(moved(ctx.root, i))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        _: &Shape,
-        _: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        Ok(b.comm().broadcast(B::buf_mut(recv), ctx.root)?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        Ok(b.comm().broadcast(c.recv, c.ctx.root)?)
     }
 }
 

@@ -1,7 +1,7 @@
 //! `gather`: every rank's block to the root, in rank order.
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `gather`.
@@ -19,15 +19,9 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         Some(moved(i / shape.send, i % shape.send))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        _: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        let recv = ctx.is_root().then(|| B::buf_mut(recv));
-        Ok(b.comm().gather(B::buf(send), recv, ctx.root)?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        let recv = c.ctx.is_root().then_some(c.recv);
+        Ok(b.comm().gather(c.send, recv, c.ctx.root)?)
     }
 }
 

@@ -1,7 +1,7 @@
 //! `gatherv`: every rank's block to the root, blocks of uneven length ([`super::uneven_counts`]).
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 use super::{locate, uneven};
@@ -21,16 +21,10 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(_: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         locate(&shape.counts, i).map(|(r, j)| moved(r, j))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        shape: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        let recv = ctx.is_root().then(|| B::buf_mut(recv));
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        let recv = c.ctx.is_root().then_some(c.recv);
         Ok(b.comm()
-            .gather_v(B::buf(send), recv, &shape.counts, ctx.root)?)
+            .gather_v(c.send, recv, &c.shape.counts, c.ctx.root)?)
     }
 }
 

@@ -1,7 +1,7 @@
 //! `reduce`: the reduction of every rank's buffer on the root.
 
 use crate::measure::expected::{expected_value, input_value, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `reduce`.
@@ -28,15 +28,9 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> Option<T> {
         ctx.is_root().then(|| expected_value(ctx.op, ctx.nranks, i))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        _: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        let recv = ctx.is_root().then(|| B::buf_mut(recv));
-        Ok(b.comm().reduce(B::buf(send), recv, ctx.op, ctx.root)?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        let recv = c.ctx.is_root().then_some(c.recv);
+        Ok(b.comm().reduce(c.send, recv, c.ctx.op, c.ctx.root)?)
     }
 }
 

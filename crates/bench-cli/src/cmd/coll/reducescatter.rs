@@ -1,7 +1,7 @@
 //! `reducescatter`: block `r` of the reduction of every rank's `n` blocks goes to rank `r`.
 
 use crate::measure::expected::{expected_value, input_value, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `reducescatter`.
@@ -26,15 +26,8 @@ impl Collective for Hooks {
             ctx.rank * shape.recv + i,
         ))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        _: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        Ok(b.comm()
-            .reduce_scatter(B::buf(send), B::buf_mut(recv), ctx.op)?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        Ok(b.comm().reduce_scatter(c.send, c.recv, c.ctx.op)?)
     }
 }
 

@@ -1,7 +1,7 @@
 //! `scatter`: block `r` of the root's buffer to rank `r`.
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `scatter`.
@@ -19,15 +19,9 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         Some(moved(ctx.root, ctx.rank * shape.recv + i))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        _: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        let send = ctx.is_root().then(|| B::buf(send));
-        Ok(b.comm().scatter(send, B::buf_mut(recv), ctx.root)?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        let send = c.ctx.is_root().then_some(c.send);
+        Ok(b.comm().scatter(send, c.recv, c.ctx.root)?)
     }
 }
 

@@ -2,7 +2,7 @@
 //! ([`super::uneven_counts`]).
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 use super::{offset, uneven};
@@ -22,16 +22,10 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(ctx: &Ctx, shape: &Shape, i: usize) -> Option<T> {
         Some(moved(ctx.root, offset(&shape.counts, ctx.rank) + i))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        shape: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        let send = ctx.is_root().then(|| B::buf(send));
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        let send = c.ctx.is_root().then_some(c.send);
         Ok(b.comm()
-            .scatter_v(send, B::buf_mut(recv), &shape.counts, ctx.root)?)
+            .scatter_v(send, c.recv, &c.shape.counts, c.ctx.root)?)
     }
 }
 

@@ -2,7 +2,7 @@
 //! ring shift), as nccl-tests' `sendrecv` does.
 
 use crate::measure::expected::{moved, BenchElement};
-use crate::measure::hooks::{BenchBackend, Collective, Ctx, Shape};
+use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
 /// The hooks of `sendrecv`.
@@ -31,16 +31,9 @@ impl Collective for Hooks {
     fn expected<T: BenchElement>(ctx: &Ctx, _: &Shape, i: usize) -> Option<T> {
         Some(moved(neighbours(ctx).1, i))
     }
-    fn run<B: BenchBackend, T: BenchElement>(
-        b: &B,
-        ctx: &Ctx,
-        _: &Shape,
-        send: &B::Owned<T>,
-        recv: &mut B::Owned<T>,
-    ) -> anyhow::Result<()> {
-        let (next, prev) = neighbours(ctx);
-        Ok(b.comm()
-            .send_recv(B::buf(send), next, B::buf_mut(recv), prev, TAG)?)
+    fn run<B: BenchBackend, T: BenchElement>(b: &B, c: Bufs<'_, B, T>) -> anyhow::Result<()> {
+        let (next, prev) = neighbours(c.ctx);
+        Ok(b.comm().send_recv(c.send, next, c.recv, prev, TAG)?)
     }
 }
 
