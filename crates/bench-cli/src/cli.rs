@@ -9,7 +9,7 @@ use collectives_core::{ReduceOp, RegisterMode};
 
 use crate::measure::backend::{self, Backend, BackendChoice, Baseline};
 use crate::measure::dtype::DataType;
-use crate::measure::sizes::{SizeArgs, Step};
+use crate::measure::sizes::{LoopArgs, SizeArgs, Step};
 use crate::output::record::Format;
 use crate::output::report::Columns;
 
@@ -170,17 +170,9 @@ pub struct CollArgs {
     /// Sizes: nccl-tests' -b, -e, -f, -i.
     #[command(flatten)]
     pub sizes: SizeArgs,
-    /// Timed calls per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iters: u32,
-    /// Warm-up calls per size, before the timed ones.
-    #[arg(
-        short = 'w',
-        long = "warmup_iters",
-        visible_alias = "warmup-iters",
-        default_value_t = 5
-    )]
-    pub warmup_iters: u32,
+    /// Timed calls and warm-up calls per size: -n, -w.
+    #[command(flatten)]
+    pub loops: LoopArgs,
     /// Check results (1) or not (0).
     #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub check: u8,
@@ -454,8 +446,8 @@ impl CollArgs {
             backends,
             all_backends: self.backend == BackendChoice::All,
             unavailable,
-            iters: self.iters as usize,
-            warmup_iters: self.warmup_iters as usize,
+            iters: self.loops.iters as usize,
+            warmup_iters: self.loops.warmup_iters as usize,
             check: self.check == 1,
             checked: self.checked == OnOff::On,
             format: if self.osu { Format::Osu } else { self.format },

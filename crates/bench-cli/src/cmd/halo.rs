@@ -54,6 +54,7 @@ use collectives_halo::{
 use datatype_pack::gpu::{GpuOptions, GridCap};
 
 use crate::measure::backend::{self, Backend, BackendChoice};
+use crate::measure::sizes::LoopArgs;
 use crate::measure::timing;
 use crate::output::record::Format;
 use crate::output::record::{Document, Emitter, Machine, Record};
@@ -122,17 +123,9 @@ pub struct HaloArgs {
     /// Backend: nccl (or all).
     #[arg(long, default_value = "nccl")]
     pub backend: BackendChoice,
-    /// Timed exchanges.
-    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iters: u32,
-    /// Warm-up exchanges.
-    #[arg(
-        short = 'w',
-        long = "warmup_iters",
-        visible_alias = "warmup-iters",
-        default_value_t = 5
-    )]
-    pub warmup: u32,
+    /// Timed calls and warm-up calls per size: -n, -w.
+    #[command(flatten)]
+    pub loops: LoopArgs,
     /// Check the ghost cells against the global reference (1) or not (0).
     #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub check: u8,
@@ -427,10 +420,13 @@ fn contiguous_baselines(
     let plan = halo::HaloPlan::new(spec, &grid, rank)?;
     let sends = buffers(comm, &plan.send_bytes_by_peer())?;
     let mut recvs = buffers(comm, &plan.recv_bytes_by_peer())?;
-    let contig_us =
-        timing::events_us(comm, ctl, args.iters as usize, args.warmup as usize, || {
-            contiguous_exchange(comm, &sends, &mut recvs)
-        })?;
+    let contig_us = timing::events_us(
+        comm,
+        ctl,
+        args.loops.iters as usize,
+        args.loops.warmup_iters as usize,
+        || contiguous_exchange(comm, &sends, &mut recvs),
+    )?;
     drop((sends, recvs));
 
     let cells = |b: halo::CellBox| (b.cells() * spec.quantities * 8) as u64;
@@ -448,10 +444,13 @@ fn contiguous_baselines(
         .collect();
     let sends = buffers(comm, &send_sizes)?;
     let mut recvs = buffers(comm, &recv_sizes)?;
-    let contig_dir_us =
-        timing::events_us(comm, ctl, args.iters as usize, args.warmup as usize, || {
-            contiguous_exchange(comm, &sends, &mut recvs)
-        })?;
+    let contig_dir_us = timing::events_us(
+        comm,
+        ctl,
+        args.loops.iters as usize,
+        args.loops.warmup_iters as usize,
+        || contiguous_exchange(comm, &sends, &mut recvs),
+    )?;
     Ok((contig_us, contig_dir_us))
 }
 
@@ -471,13 +470,13 @@ fn nccl_row(
     let mut field = device::alloc_zeros::<f64>(comm.stream(), ex.field_len())?;
 
     // Per-step times: each exchange run step by step, timed with events and drained.
-    for _ in 0..args.warmup {
+    for _ in 0..args.loops.warmup_iters {
         ex.exchange(&mut field)?;
     }
     comm.synchronize()?;
     ctl.barrier()?;
     let mut sum = halo::HaloTimes::default();
-    for _ in 0..args.iters {
+    for _ in 0..args.loops.iters {
         let t = ex.exchange_timed(&mut field)?;
         sum.pack_ms += t.pack_ms;
         sum.local_ms += t.local_ms;
@@ -485,7 +484,7 @@ fn nccl_row(
         sum.unpack_ms += t.unpack_ms;
         sum.pull_ms += t.pull_ms;
     }
-    let per = 1000.0 / f64::from(args.iters);
+    let per = 1000.0 / f64::from(args.loops.iters);
     let pack_us = timing::max_over_ranks(ctl, sum.pack_ms * per)?;
     let local_us = timing::max_over_ranks(ctl, sum.local_ms * per)?;
     let transfer_us = timing::max_over_ranks(ctl, sum.transfer_ms * per)?;
@@ -493,9 +492,13 @@ fn nccl_row(
     let pull_us = timing::max_over_ranks(ctl, sum.pull_ms * per)?;
 
     // Pipelined, back to back.
-    let total_us = timing::events_us(comm, ctl, args.iters as usize, args.warmup as usize, || {
-        Ok(ex.exchange(&mut field)?)
-    })?;
+    let total_us = timing::events_us(
+        comm,
+        ctl,
+        args.loops.iters as usize,
+        args.loops.warmup_iters as usize,
+        || Ok(ex.exchange(&mut field)?),
+    )?;
 
     let wrong = if args.check == 1 {
         Some(check(comm, ctl, &mut ex, &grid, &mut field)?)
@@ -735,8 +738,8 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
             ("radius", serde_json::json!(spec.radius)),
             ("quantities", serde_json::json!(spec.quantities)),
             ("grid", serde_json::json!(grid.dims())),
-            ("iters", serde_json::json!(args.iters)),
-            ("warmup_iters", serde_json::json!(args.warmup)),
+            ("iters", serde_json::json!(args.loops.iters)),
+            ("warmup_iters", serde_json::json!(args.loops.warmup_iters)),
             ("check", serde_json::json!(args.check == 1)),
         ]),
     );
@@ -760,7 +763,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
             spec.radius,
             spec.quantities
         )?;
-        writeln!(out, "#  pack/local/transfer/unpack/pull: CUDA events around each step of one exchange run step by step (stream drained after each; local = direct copies where a rank is its own neighbour; transfer/unpack = neighbours through NCCL; pull = neighbours through CUDA IPC, read from their send buffers into the ghost cells); total: -n pipelined exchanges back to back after -w {}, per exchange (-n {})", args.warmup, args.iters)?;
+        writeln!(out, "#  pack/local/transfer/unpack/pull: CUDA events around each step of one exchange run step by step (stream drained after each; local = direct copies where a rank is its own neighbour; transfer/unpack = neighbours through NCCL; pull = neighbours through CUDA IPC, read from their send buffers into the ghost cells); total: -n pipelined exchanges back to back after -w {}, per exchange (-n {})", args.loops.warmup_iters, args.loops.iters)?;
         writeln!(out, "#  transport: auto = CUDA IPC to neighbours on the same node where both GPUs can, NCCL otherwise; nccl = NCCL only; ipc: neighbour ranks reached through IPC")?;
         writeln!(out, "#  chunks: pipeline depth (every message to another rank cut into this many pieces); grid: the kernels' grid policy (auto, full, or waves); msgs: messages sent per exchange")?;
         writeln!(out, "#  contig: the same bytes in one contiguous buffer per neighbour rank (itself included), one group of send/recv through the same backend; ratio = total / contig")?;
@@ -943,7 +946,10 @@ mod tests {
         let s = w.args.spec(Neighbours::Faces);
         assert_eq!(s.n, [32, 32, 16]);
         assert_eq!(s.dims, Some([1, 2, 1]));
-        assert_eq!((w.args.iters, w.args.warmup, w.args.check), (4, 1, 0));
+        assert_eq!(
+            (w.args.loops.iters, w.args.loops.warmup_iters, w.args.check),
+            (4, 1, 0)
+        );
         assert!(Wrap::try_parse_from(["x", "--dims", "2x2"]).is_err());
         assert!(Wrap::try_parse_from(["x", "--dims", "0x1x1"]).is_err());
         assert!(Wrap::try_parse_from(["x", "-n", "0"]).is_err());

@@ -66,6 +66,23 @@ impl SizeArgs {
     }
 }
 
+/// The loop flags of the benchmarks that time a fixed number of calls per size (nccl-tests' `-n -w`),
+/// declared once and flattened like [`SizeArgs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]
+pub struct LoopArgs {
+    /// Timed calls per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+    /// Warm-up calls per size, before the timed ones.
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        visible_alias = "warmup-iters",
+        default_value_t = 5
+    )]
+    pub warmup_iters: u32,
+}
+
 /// How the sequence of sizes grows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {

@@ -41,7 +41,7 @@ use crate::measure::dtype::{DataType, ElementVisitor};
 use crate::measure::engine::{Device, Host};
 use crate::measure::expected::BenchElement;
 use crate::measure::hooks::{fill, BenchBackend, Ctx};
-use crate::measure::sizes::{self, SizeArgs};
+use crate::measure::sizes::{self, LoopArgs, SizeArgs};
 use crate::measure::variant::Variant;
 use crate::output::record::rounded;
 use crate::output::record::Format;
@@ -84,17 +84,9 @@ pub struct OverlapArgs {
     /// Sizes: -b, -e, -f, -i.
     #[command(flatten)]
     pub sizes: SizeArgs,
-    /// Timed operations per size, for the pure time and for the overlapped time each.
-    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iters: u32,
-    /// Warm-up operations per size.
-    #[arg(
-        short = 'w',
-        long = "warmup_iters",
-        visible_alias = "warmup-iters",
-        default_value_t = 5
-    )]
-    pub warmup_iters: u32,
+    /// Timed calls and warm-up calls per size: -n, -w.
+    #[command(flatten)]
+    pub loops: LoopArgs,
     /// Tests of the operation during the computation (OSU's -t): the computation is cut into this
     /// many parts with a test after each; 0: none.
     #[arg(short = 't', long = "num-tests", default_value_t = 0)]
@@ -182,8 +174,8 @@ impl OverlapArgs {
 
     fn settings(&self) -> Settings {
         Settings {
-            iters: self.iters as usize,
-            warmup_iters: self.warmup_iters as usize,
+            iters: self.loops.iters as usize,
+            warmup_iters: self.loops.warmup_iters as usize,
             tests: self.tests as usize,
             root: self.root,
             efficiency: self.efficiency.then_some(Efficiency {
@@ -685,8 +677,8 @@ impl Output {
             args.datatype.name(),
             args.op.name(),
             args.root,
-            args.iters,
-            args.warmup_iters,
+            args.loops.iters,
+            args.loops.warmup_iters,
             args.tests,
             if args.efficiency {
                 format!(
@@ -703,8 +695,8 @@ impl Output {
             ("minbytes", serde_json::json!(args.sizes.min_bytes)),
             ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
             ("step", serde_json::json!(args.sizes.step().describe())),
-            ("warmup_iters", serde_json::json!(args.warmup_iters)),
-            ("iters", serde_json::json!(args.iters)),
+            ("warmup_iters", serde_json::json!(args.loops.warmup_iters)),
+            ("iters", serde_json::json!(args.loops.iters)),
             ("num_tests", serde_json::json!(args.tests)),
             (
                 "progress",
@@ -725,7 +717,7 @@ impl Output {
             dtype: args.datatype.name(),
             op: args.op.name(),
             root: args.root,
-            iters: args.iters as usize,
+            iters: args.loops.iters as usize,
             settings,
             method: head
                 .lines()
