@@ -26,17 +26,21 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let r = ranks::<Hooks>(101, n, 0, ReduceOp::Sum);
-            assert_eq!((r[0].1.send, r[0].1.recv), (101 / n, 101 / n * n));
-            let ins = inputs::<Hooks, f32>(&r);
-            let all: Vec<f32> = ins.concat();
-            check::<Hooks, f32>(&r, &vec![all; n]);
-        }
+        simulate::<Hooks, f32>(
+            101,
+            1..5,
+            |_| 0,
+            ReduceOp::Sum,
+            |r, ins| {
+                let n = r.len();
+                assert_eq!((r[0].1.send, r[0].1.recv), (101 / n, 101 / n * n));
+                vec![ins.concat(); n]
+            },
+        );
     }
 }

@@ -29,19 +29,22 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let r = ranks::<Hooks>(120, n, 0, ReduceOp::Sum);
-            let ins = inputs::<Hooks, i8>(&r);
-            assert_eq!(ins.iter().map(Vec::len).sum::<usize>(), r[0].1.recv);
-            if n > 1 {
-                assert!(ins[n - 1].len() > ins[0].len());
-            }
-            check::<Hooks, i8>(&r, &vec![ins.concat(); n]);
-        }
+        simulate::<Hooks, i8>(
+            120,
+            1..5,
+            |_| 0,
+            ReduceOp::Sum,
+            |r, ins| {
+                let n = r.len();
+                assert_eq!(ins.iter().map(Vec::len).sum::<usize>(), r[0].1.recv);
+                assert!(n == 1 || ins[n - 1].len() > ins[0].len());
+                vec![ins.concat(); n]
+            },
+        );
     }
 }

@@ -27,23 +27,23 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let r = ranks::<Hooks>(50, n, 0, ReduceOp::Sum);
-            let per = 50 / n;
-            let ins = inputs::<Hooks, f64>(&r);
-            let outs: Vec<Vec<f64>> = (0..n)
-                .map(|me| {
-                    (0..n)
-                        .flat_map(|s| ins[s][me * per..(me + 1) * per].to_vec())
-                        .collect()
-                })
-                .collect();
-            check::<Hooks, f64>(&r, &outs);
-        }
+        simulate::<Hooks, f64>(
+            50,
+            1..5,
+            |_| 0,
+            ReduceOp::Sum,
+            |r, ins| {
+                let (n, per) = (r.len(), 50 / r.len());
+                let block = |s: usize, me: usize| ins[s][me * per..(me + 1) * per].to_vec();
+                (0..n)
+                    .map(|me| (0..n).flat_map(|s| block(s, me)).collect())
+                    .collect()
+            },
+        );
     }
 }

@@ -58,29 +58,28 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let r = ranks::<Hooks>(90, n, 0, ReduceOp::Sum);
-            let ins = inputs::<Hooks, i32>(&r);
-            let outs: Vec<Vec<i32>> = (0..n)
-                .map(|me| {
-                    (0..n)
-                        .flat_map(|s| {
-                            let sc = &r[s].1.counts[..n];
-                            let at = offset(sc, me);
-                            ins[s][at..at + sc[me]].to_vec()
-                        })
-                        .collect()
-                })
-                .collect();
-            for (me, o) in outs.iter().enumerate() {
-                assert_eq!(o.len(), r[me].1.recv);
-            }
-            check::<Hooks, i32>(&r, &outs);
-        }
+        simulate::<Hooks, i32>(
+            90,
+            1..5,
+            |_| 0,
+            ReduceOp::Sum,
+            |r, ins| {
+                let n = r.len();
+                let block = |s: usize, me: usize| {
+                    let sc = &r[s].1.counts[..n];
+                    ins[s][offset(sc, me)..offset(sc, me) + sc[me]].to_vec()
+                };
+                let outs: Vec<Vec<i32>> = (0..n)
+                    .map(|me| (0..n).flat_map(|s| block(s, me)).collect())
+                    .collect();
+                assert!(outs.iter().zip(r).all(|(o, (_, s))| o.len() == s.recv));
+                outs
+            },
+        );
     }
 }

@@ -28,19 +28,27 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let root = n / 2;
-            let r = ranks::<Hooks>(77, n, root, ReduceOp::Sum);
-            let ins = inputs::<Hooks, u64>(&r);
-            let outs: Vec<Vec<u64>> = (0..n)
-                .map(|me| if me == root { ins.concat() } else { Vec::new() })
-                .collect();
-            check::<Hooks, u64>(&r, &outs);
-        }
+        simulate::<Hooks, u64>(
+            77,
+            1..5,
+            |n| n / 2,
+            ReduceOp::Sum,
+            |r, ins| {
+                r.iter()
+                    .map(|(c, _)| {
+                        if c.is_root() {
+                            ins.concat()
+                        } else {
+                            Vec::new()
+                        }
+                    })
+                    .collect()
+            },
+        );
     }
 }

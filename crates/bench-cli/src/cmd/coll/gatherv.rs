@@ -31,18 +31,27 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let r = ranks::<Hooks>(60, n, 0, ReduceOp::Sum);
-            let ins = inputs::<Hooks, half::f16>(&r);
-            let outs: Vec<Vec<half::f16>> = (0..n)
-                .map(|me| if me == 0 { ins.concat() } else { Vec::new() })
-                .collect();
-            check::<Hooks, half::f16>(&r, &outs);
-        }
+        simulate::<Hooks, half::f16>(
+            60,
+            1..5,
+            |_| 0,
+            ReduceOp::Sum,
+            |r, ins| {
+                r.iter()
+                    .map(|(c, _)| {
+                        if c.is_root() {
+                            ins.concat()
+                        } else {
+                            Vec::new()
+                        }
+                    })
+                    .collect()
+            },
+        );
     }
 }

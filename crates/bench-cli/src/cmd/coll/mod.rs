@@ -298,6 +298,22 @@ pub(crate) mod testing {
         ranks.iter().map(|(c, s)| fill::<K, T>(c, s)).collect()
     }
 
+    /// For `nranks` ranks each: the ranks of `count` elements with root `root(n)` and `op`, their
+    /// inputs, and `outputs(ranks, inputs)`, a correct run's output per rank, [`check`]ed.
+    pub fn simulate<K: Collective, T: BenchElement>(
+        count: usize,
+        nranks: std::ops::Range<usize>,
+        root: impl Fn(usize) -> usize,
+        op: ReduceOp,
+        outputs: impl Fn(&[(Ctx, Shape)], &[Vec<T>]) -> Vec<Vec<T>>,
+    ) {
+        for n in nranks {
+            let r = ranks::<K>(count, n, root(n), op);
+            let ins = inputs::<K, T>(&r);
+            check::<K, T>(&r, &outputs(&r, &ins));
+        }
+    }
+
     /// Check `outputs` (one per rank) with the hooks: the wrong count of every rank, and that
     /// corrupting one checked element of each rank that has one makes it wrong.
     pub fn check<K: Collective, T: BenchElement>(ranks: &[(Ctx, Shape)], outputs: &[Vec<T>]) {

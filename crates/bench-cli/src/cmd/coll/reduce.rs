@@ -37,30 +37,23 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let root = n - 1;
-            let r = ranks::<Hooks>(33, n, root, ReduceOp::Sum);
-            assert!(r
-                .iter()
-                .all(|(c, s)| s.recv == if c.rank == root { 33 } else { 0 }));
-            let ins = inputs::<Hooks, i64>(&r);
-            let sum: Vec<i64> = (0..33).map(|i| ins.iter().map(|x| x[i]).sum()).collect();
-            let outs: Vec<Vec<i64>> = r
-                .iter()
-                .map(|(c, _)| {
-                    if c.rank == root {
-                        sum.clone()
-                    } else {
-                        Vec::new()
-                    }
-                })
-                .collect();
-            check::<Hooks, i64>(&r, &outs);
-        }
+        simulate::<Hooks, i64>(
+            33,
+            1..5,
+            |n| n - 1,
+            ReduceOp::Sum,
+            |r, ins| {
+                assert!(r.iter().all(|(c, s)| s.recv == c.on_root(33)));
+                let sum: Vec<i64> = (0..33).map(|i| ins.iter().map(|x| x[i]).sum()).collect();
+                r.iter()
+                    .map(|(c, _)| if c.is_root() { sum.clone() } else { Vec::new() })
+                    .collect()
+            },
+        );
     }
 }

@@ -34,24 +34,24 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let r = ranks::<Hooks>(100, n, 0, ReduceOp::Max);
-            let per = 100 / n;
-            assert_eq!((r[0].1.count, r[0].1.recv), (per * n, per));
-            let ins = inputs::<Hooks, u8>(&r);
-            let outs: Vec<Vec<u8>> = (0..n)
-                .map(|k| {
-                    (0..per)
-                        .map(|i| ins.iter().map(|x| x[k * per + i]).max().unwrap())
-                        .collect()
-                })
-                .collect();
-            check::<Hooks, u8>(&r, &outs);
-        }
+        simulate::<Hooks, u8>(
+            100,
+            1..5,
+            |_| 0,
+            ReduceOp::Max,
+            |r, ins| {
+                let (n, per) = (r.len(), 100 / r.len());
+                assert_eq!((r[0].1.count, r[0].1.recv), (per * n, per));
+                let max = |k: usize, i: usize| ins.iter().map(|x| x[k * per + i]).max().unwrap();
+                (0..n)
+                    .map(|k| (0..per).map(|i| max(k, i)).collect())
+                    .collect()
+            },
+        );
     }
 }

@@ -28,20 +28,22 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let root = n - 1;
-            let r = ranks::<Hooks>(64, n, root, ReduceOp::Sum);
-            let per = 64 / n;
-            let ins = inputs::<Hooks, num_complex::Complex<f32>>(&r);
-            let outs: Vec<Vec<_>> = (0..n)
-                .map(|me| ins[root][me * per..(me + 1) * per].to_vec())
-                .collect();
-            check::<Hooks, num_complex::Complex<f32>>(&r, &outs);
-        }
+        simulate::<Hooks, num_complex::Complex<f32>>(
+            64,
+            1..5,
+            |n| n - 1,
+            ReduceOp::Sum,
+            |r, ins| {
+                let (n, per) = (r.len(), 64 / r.len());
+                (0..n)
+                    .map(|me| ins[n - 1][me * per..(me + 1) * per].to_vec())
+                    .collect()
+            },
+        );
     }
 }

@@ -32,22 +32,23 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let r = ranks::<Hooks>(100, n, 0, ReduceOp::Sum);
-            let ins = inputs::<Hooks, i64>(&r);
-            let counts = &r[0].1.counts;
-            let outs: Vec<Vec<i64>> = (0..n)
-                .map(|me| {
-                    let at = offset(counts, me);
-                    ins[0][at..at + counts[me]].to_vec()
-                })
-                .collect();
-            check::<Hooks, i64>(&r, &outs);
-        }
+        simulate::<Hooks, i64>(
+            100,
+            1..5,
+            |_| 0,
+            ReduceOp::Sum,
+            |r, ins| {
+                let counts = &r[0].1.counts;
+                let block = |me: usize| {
+                    ins[0][offset(counts, me)..offset(counts, me) + counts[me]].to_vec()
+                };
+                (0..r.len()).map(block).collect()
+            },
+        );
     }
 }

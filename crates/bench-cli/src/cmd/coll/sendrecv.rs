@@ -40,16 +40,20 @@ impl Collective for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::{check, inputs, ranks};
+    use crate::cmd::coll::testing::simulate;
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        for n in 1..5 {
-            let r = ranks::<Hooks>(30, n, 0, ReduceOp::Sum);
-            let ins = inputs::<Hooks, half::bf16>(&r);
-            let outs: Vec<Vec<_>> = (0..n).map(|me| ins[(me + n - 1) % n].clone()).collect();
-            check::<Hooks, half::bf16>(&r, &outs);
-        }
+        simulate::<Hooks, half::bf16>(
+            30,
+            1..5,
+            |_| 0,
+            ReduceOp::Sum,
+            |r, ins| {
+                let n = r.len();
+                (0..n).map(|me| ins[(me + n - 1) % n].clone()).collect()
+            },
+        );
     }
 }
