@@ -215,7 +215,7 @@ fn main() {
     }
     let mut c = Criterion::default().configure_from_args();
     for (i, case) in cases.iter_mut().enumerate() {
-        let mut g = c.benchmark_group(format!("{} ({} ranks)", case.group, comm.size()));
+        let mut g = c.benchmark_group(format!("{}, n={}", case.group, comm.size()));
         g.throughput(Throughput::Bytes(case.bytes as u64));
         g.bench_function(format!("{} B", case.bytes), |b| {
             b.iter_custom(|calls| {
