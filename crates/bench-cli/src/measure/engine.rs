@@ -1,10 +1,11 @@
 //! The benchmark engine: buffer set-up, warm-up, the timed loop, validation, statistics over ranks
 //! and iterations, and the output row, written once for every collective and every backend.
 //!
-//! A collective contributes a [`Collective`] (its hooks: how to size, fill, run and check its buffers,
-//! and its bus-bandwidth factor; one file under [`crate::cmd::coll`]); a backend contributes a
-//! [`BenchBackend`] (how to hold a buffer, upload and download it, and how to time a loop). The engine
-//! is generic over both, so adding either needs nothing here.
+//! A collective contributes a [`Collective`](crate::measure::hooks::Collective) (its hooks: how to
+//! size, fill, run and check its buffers, and its bus-bandwidth factor; one file under
+//! [`crate::cmd::coll`]); a backend contributes a [`BenchBackend`] (how to hold a buffer, upload and
+//! download it, and how to time a loop; both in [`crate::measure::hooks`]). The engine is generic
+//! over both, so adding either needs nothing here.
 //!
 //! Per size and placement (out-of-place, then in-place where the collective has that form): the send
 //! buffer is filled with the check pattern, `-w` warm-up calls, a barrier, `-n` timed calls (each
@@ -76,8 +77,8 @@ impl Settings {
 /// [`crate::measure::sizes::counts`] gives them) on backend `b`, one row per count.
 ///
 /// Only what touches the buffers is compiled per collective, backend and element type: their
-/// set-up, the call and the check. The warm-up and timed loops ([`time_calls`], per backend) and the
-/// statistics and row ([`summarize`], once) are chosen at run time, once per size: the timed call
+/// set-up, the call and the check. The warm-up and timed loops (`time_calls`, per backend) and the
+/// statistics and row (`summarize`, once) are chosen at run time, once per size: the timed call
 /// itself stays the collective's own, as before.
 ///
 /// # Errors

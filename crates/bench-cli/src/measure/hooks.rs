@@ -19,9 +19,9 @@ pub type BufMutOf<'b, B, T> = BufMut<'b, <B as BenchBackend>::Comm, T>;
 /// `Wait` in the order its timer needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// [`Plan::start`].
+    /// [`Plan::start`](crate::measure::persistent::Plan::start).
     Start,
-    /// [`Plan::wait`].
+    /// [`Plan::wait`](crate::measure::persistent::Plan::wait).
     Wait,
 }
 
