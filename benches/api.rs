@@ -188,7 +188,7 @@ fn main() {
 
     let nccl = match agreed(&ctl, nccl_unavailable()) {
         Some(why) => {
-            say(format!("nccl all_reduce: skipped: {why}"));
+            say(format!("nccl_all_reduce: skipped: {why}"));
             None
         }
         None => Some(NcclComm::from_mpi(&comm, None).expect("an NCCL communicator")),
@@ -205,7 +205,10 @@ fn main() {
     let pack = pack_case();
     match (agreed(&ctl, pack.as_ref().err().cloned()), pack) {
         (None, Ok(case)) => cases.push(case),
-        (why, _) => say(format!("gpu pack: skipped: {}", why.unwrap_or_default())),
+        (why, _) => say(format!(
+            "gpu_pack_face: skipped: {}",
+            why.unwrap_or_default()
+        )),
     }
 
     let step = Lockstep { ctl: &ctl };
