@@ -306,6 +306,34 @@ fn poison_value<T: BenchElement>() -> T {
     T::from_parts(-77, -77)
 }
 
+/// The accessors every backend of the engine shares: the measured communicator, the control
+/// communicator, which backend (a field, or a constant) and which variant.
+macro_rules! parts {
+    ($comm:ty) => {
+        fn backend(&self) -> Backend {
+            self.backend
+        }
+        parts!(@shared $comm);
+    };
+    ($comm:ty, $backend:expr) => {
+        fn backend(&self) -> Backend {
+            $backend
+        }
+        parts!(@shared $comm);
+    };
+    (@shared $comm:ty) => {
+        fn comm(&self) -> &$comm {
+            self.comm
+        }
+        fn ctl(&self) -> &MpiComm {
+            self.ctl
+        }
+        fn variant(&self) -> Variant {
+            self.variant
+        }
+    };
+}
+
 /// The MPI host backend: `Vec` buffers and the wall clock.
 #[derive(Debug)]
 pub struct Host<'a> {
@@ -320,18 +348,7 @@ pub struct Host<'a> {
 impl BenchBackend for Host<'_> {
     type Comm = MpiComm;
     type Owned<T: BenchElement> = Vec<T>;
-    fn comm(&self) -> &MpiComm {
-        self.comm
-    }
-    fn ctl(&self) -> &MpiComm {
-        self.ctl
-    }
-    fn backend(&self) -> Backend {
-        Backend::Mpi
-    }
-    fn variant(&self) -> Variant {
-        self.variant
-    }
+    parts!(MpiComm, Backend::Mpi);
     fn raw_all_reduce<T: BenchElement>(
         &self,
         send: Option<&Vec<T>>,
@@ -463,18 +480,7 @@ macro_rules! device_backend {
         impl BenchBackend for Device<'_, $comm> {
             type Comm = $comm;
             type Owned<T: BenchElement> = CudaSlice<T>;
-            fn comm(&self) -> &$comm {
-                self.comm
-            }
-            fn ctl(&self) -> &MpiComm {
-                self.ctl
-            }
-            fn backend(&self) -> Backend {
-                self.backend
-            }
-            fn variant(&self) -> Variant {
-                self.variant
-            }
+            parts!($comm);
             fn raw_all_reduce<T: BenchElement>(
                 &self,
                 send: Option<&CudaSlice<T>>,
@@ -580,18 +586,7 @@ impl<T> NcclOwned<'_, T> {
 impl<'a> BenchBackend for Device<'a, NcclComm> {
     type Comm = NcclComm;
     type Owned<T: BenchElement> = NcclOwned<'a, T>;
-    fn comm(&self) -> &NcclComm {
-        self.comm
-    }
-    fn ctl(&self) -> &MpiComm {
-        self.ctl
-    }
-    fn backend(&self) -> Backend {
-        self.backend
-    }
-    fn variant(&self) -> Variant {
-        self.variant
-    }
+    parts!(NcclComm);
     fn raw_all_reduce<T: BenchElement>(
         &self,
         send: Option<&NcclOwned<'a, T>>,
