@@ -91,13 +91,7 @@ pub fn run<K: PersistentForm, B: BenchBackend, T: BenchElement, W: Write>(
     counts: &[usize],
     reporter: &mut Reporter<W>,
 ) -> anyhow::Result<()> {
-    let comm = b.comm();
-    let ctx = Ctx {
-        rank: comm.rank(),
-        nranks: comm.size(),
-        root: settings.root,
-        op,
-    };
+    let ctx = Ctx::of(b.comm(), settings.root, op);
     let counts: &[usize] = if K::SIZED { counts } else { &[0] };
     let rel = tolerance::<T>(b.backend().kind(), op, ctx.nranks);
     let elem = std::mem::size_of::<T>();

@@ -39,6 +39,16 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// Where `comm`'s rank stands, with root `root` and reduce operation `op`.
+    pub fn of<C: Communicator>(comm: &C, root: usize, op: ReduceOp) -> Ctx {
+        Ctx {
+            rank: comm.rank(),
+            nranks: comm.size(),
+            root,
+            op,
+        }
+    }
+
     /// Whether this rank is the root.
     pub fn is_root(&self) -> bool {
         self.rank == self.root

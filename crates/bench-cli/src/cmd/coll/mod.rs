@@ -43,7 +43,7 @@
 
 use std::io::Write;
 
-use collectives_core::{Communicator, ReduceOp};
+use collectives_core::ReduceOp;
 
 use crate::measure::dtype::{DataType, ElementVisitor};
 use crate::measure::engine::{self, Settings};
@@ -243,13 +243,7 @@ impl<K: PersistentForm, B: BenchBackend, W: Write> ElementVisitor for Visit<'_, 
         }
         // Several variants: size by size, each variant in turn, so that all see the machine in the
         // same state; sizes that round to the same buffers run once, as in one engine run.
-        let comm = first.comm();
-        let ctx = crate::measure::hooks::Ctx {
-            rank: comm.rank(),
-            nranks: comm.size(),
-            root: settings.root,
-            op,
-        };
+        let ctx = crate::measure::hooks::Ctx::of(first.comm(), settings.root, op);
         let counts = if K::SIZED { counts } else { vec![0] };
         let mut last = None;
         for c in counts {

@@ -290,13 +290,7 @@ pub fn measure<K: NonBlocking, B: BenchBackend, T: BenchElement>(
     progress: Option<bool>,
     mut emit: impl FnMut(OverlapRow),
 ) -> anyhow::Result<()> {
-    let comm = b.comm();
-    let ctx = Ctx {
-        rank: comm.rank(),
-        nranks: comm.size(),
-        root: settings.root,
-        op,
-    };
+    let ctx = Ctx::of(b.comm(), settings.root, op);
     let counts: &[usize] = if K::SIZED { counts } else { &[0] };
     let elem = std::mem::size_of::<T>();
     let mut last = None;
