@@ -1,7 +1,9 @@
 //! `collbench`: collective benchmarks over the collectives library, run under `mpirun`, with nccl-tests'
 //! flags and columns.
 //!
-//! Three folders by role, each importing only the ones below it in this table:
+//! Three folders by role. [`cmd`] uses the other two; [`measure`] hands its rows to [`output`], whose
+//! writers read the measurement's variant names and time spreads; no file imports one that imports it
+//! back.
 //!
 //! | folder | role | modules |
 //! |---|---|---|
