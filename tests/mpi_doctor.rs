@@ -9,9 +9,9 @@
 
 mod common;
 
-use bench_cli::backend::Backend;
-use bench_cli::doctor;
-use bench_cli::p2p::P2pArgs;
+use bench_cli::cmd::doctor;
+use bench_cli::cmd::p2p::P2pArgs;
+use bench_cli::measure::backend::Backend;
 use collectives::backend::mpi_cuda::cuda_unavailable;
 use collectives::cuda_aware::{self, decide, CudaAwareness};
 use collectives::Communicator;
@@ -141,7 +141,7 @@ fn p2p_on_host(t: &T) {
         Ok(a) => a,
         Err(e) => return t.fail(format!("flags: {e}")),
     };
-    let rows = match bench_cli::p2p::measure_host(t.comm, &args) {
+    let rows = match bench_cli::cmd::p2p::measure_host(t.comm, &args) {
         Ok(rows) => rows,
         Err(e) => return t.fail(format!("p2p on host: {e:#}")),
     };
@@ -175,10 +175,11 @@ fn p2p_on_host(t: &T) {
 /// Every collective on the engine over host MPI, small sizes, with `-c 1`: rows for every size and
 /// no wrong element, for a reduction with a non-zero root and an uneven split included.
 fn engine_collectives(t: &T) {
-    use bench_cli::coll::CollName;
-    use bench_cli::dtype::DataType;
-    use bench_cli::engine::{Host, Settings};
-    use bench_cli::report::{Columns, Format, Meta, Reporter};
+    use bench_cli::cmd::coll::CollName;
+    use bench_cli::measure::dtype::DataType;
+    use bench_cli::measure::engine::{Host, Settings};
+    use bench_cli::output::record::Format;
+    use bench_cli::output::report::{Columns, Meta, Reporter};
     use collectives::ReduceOp;
 
     let Some(ctl) = t.ok(t.comm.dup(), "dup") else {

@@ -187,11 +187,11 @@ fn completes_during_compute(t: &T) {
 /// (where MPI allows it), tests during the computation and the efficiency variant: a row per
 /// size, finite times, an overlap percentage that is a number >= 0.
 fn collbench_overlap(t: &T) {
-    use bench_cli::coll::CollName;
-    use bench_cli::dtype::DataType;
-    use bench_cli::engine::Host;
-    use bench_cli::overlap::{compute::Compute, run_on, Efficiency, Output, Settings};
-    use bench_cli::report::Format;
+    use bench_cli::cmd::coll::CollName;
+    use bench_cli::cmd::overlap::{compute::Compute, run_on, Efficiency, Output, Settings};
+    use bench_cli::measure::dtype::DataType;
+    use bench_cli::measure::engine::Host;
+    use bench_cli::output::record::Format;
 
     let Some(ctl) = t.ok(t.comm.dup(), "dup") else {
         return;
@@ -218,7 +218,7 @@ fn collbench_overlap(t: &T) {
         let b = Host {
             comm: &comm,
             ctl: &ctl,
-            variant: bench_cli::variant::Variant::Library,
+            variant: bench_cli::measure::variant::Variant::Library,
         };
         let mut out = Output::new(false, Format::Table);
         let r = run_on(

@@ -9,15 +9,16 @@ use collectives_core::{
 };
 use mpi::traits::Communicator as _;
 
-use crate::backend::{self, Backend};
 use crate::cli::{AllreduceArgs, Cli, CollArgs, Command, Plan};
-use crate::coll::CollName;
-use crate::comms::{DeviceMpi, DeviceMpiComms, NcclComms};
-use crate::dtype::{DataType, ElementVisitor};
-use crate::expected::BenchElement;
-use crate::record::Machine;
-use crate::report::{self, Format, Meta, Reporter};
-use crate::variant::Variant;
+use crate::cmd::coll::CollName;
+use crate::measure::backend::{self, Backend};
+use crate::measure::comms::{DeviceMpi, DeviceMpiComms, NcclComms};
+use crate::measure::dtype::{DataType, ElementVisitor};
+use crate::measure::expected::BenchElement;
+use crate::measure::variant::Variant;
+use crate::output::record::Format;
+use crate::output::record::Machine;
+use crate::output::report::{Meta, Reporter};
 
 /// This process's rank as the launcher announces it, before MPI is started (Open MPI, PMI, PMIx,
 /// MVAPICH, Slurm); `None` outside a launcher.
@@ -39,7 +40,7 @@ pub fn main() -> ExitCode {
     // The command line is parsed before MPI starts, so that --help works without mpirun; every rank
     // parses the same arguments, and only the launcher's rank 0 prints the message.
     // OSU's flags (`--osu`) are read into ours before clap sees them.
-    let argv = match crate::osu::translate(std::env::args().collect()) {
+    let argv = match crate::output::osu::translate(std::env::args().collect()) {
         Ok(argv) => argv,
         Err(e) => {
             if launcher_rank().unwrap_or(0) == 0 {
@@ -59,7 +60,7 @@ pub fn main() -> ExitCode {
     };
     // `plot` needs no MPI; `pack` runs on one GPU without MPI.
     if let Command::Plot(args) = &cli.command {
-        return match crate::plot::run(args) {
+        return match crate::output::plot::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("collbench: {e:#}");
@@ -68,7 +69,7 @@ pub fn main() -> ExitCode {
         };
     }
     if let Command::Pack(args) = &cli.command {
-        return match crate::pack::run(args) {
+        return match crate::cmd::pack::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("collbench: {e:#}");
@@ -94,11 +95,11 @@ pub fn main() -> ExitCode {
             run_coll(&universe, name, args)
         }
         Command::Allreduce(args) => run_allreduce(&universe, args),
-        Command::Allgatherv(args) => crate::allgatherv::run(&universe, args),
-        Command::P2p(args) => crate::p2p::run(&universe, args),
+        Command::Allgatherv(args) => crate::cmd::allgatherv::run(&universe, args),
+        Command::P2p(args) => crate::cmd::p2p::run(&universe, args),
         Command::Doctor => run_doctor(&universe),
-        Command::Halo(args) => crate::halo::run(&universe, args),
-        Command::Overlap(args) => crate::overlap::run(&universe, args),
+        Command::Halo(args) => crate::cmd::halo::run(&universe, args),
+        Command::Overlap(args) => crate::cmd::overlap::run(&universe, args),
         Command::Pack(_) | Command::Plot(_) => Ok(()), // handled above, before MPI starts
         _ => unreachable!("every engine subcommand is taken by the first arm"),
     };
@@ -183,7 +184,7 @@ pub fn combinations(
 /// Library errors of the agreement.
 pub fn agreed_availability(
     universe: &mpi::environment::Universe,
-    choice: crate::backend::BackendChoice,
+    choice: crate::measure::backend::BackendChoice,
 ) -> anyhow::Result<Vec<(Backend, Option<String>)>> {
     let candidates = choice.candidates();
     let local: Vec<Option<String>> = candidates.iter().map(|b| b.unavailable()).collect();
@@ -208,7 +209,7 @@ pub fn run_allreduce(
     universe: &mpi::environment::Universe,
     args: &AllreduceArgs,
 ) -> anyhow::Result<()> {
-    let availability = agreed_availability(universe, args.backend)?;
+    let availability = agreed_availability(universe, args.coll.backend)?;
     let mut plan = args
         .plan(|b| {
             availability
@@ -218,10 +219,16 @@ pub fn run_allreduce(
         })
         .map_err(anyhow::Error::msg)?;
     plan.columns.iter_stats = true;
-    run_engine(universe, CollName::Allreduce, &plan, 0, 1)
+    run_engine(
+        universe,
+        CollName::Allreduce,
+        &plan,
+        args.coll.root,
+        args.coll.average,
+    )
 }
 
-/// `collbench NAME` for a collective on the engine ([`crate::engine`], [`crate::coll`]): every
+/// `collbench NAME` for a collective on the engine ([`crate::measure::engine`], [`crate::cmd::coll`]): every
 /// backend, type and operation of the flags, one row per size.
 ///
 /// # Errors
@@ -391,7 +398,7 @@ pub fn run_engine(
         None => format!(
             "timing: blocking (each call timed to its completion) up to {} B, back to back above \
              (nccl only; -z 0|1 sets one for all sizes)",
-            crate::engine::BLOCKING_AUTO_MAX
+            crate::measure::engine::BLOCKING_AUTO_MAX
         ),
     });
     let meta = Meta {
@@ -419,7 +426,7 @@ pub fn run_engine(
         .map(|j| sizes * variants(plan, name, j.0).len())
         .sum();
     let mut reporter = Reporter::new(
-        report::output(rank, plan.output.as_deref())?,
+        crate::output::record::output(rank, plan.output.as_deref())?,
         plan.format,
         plan.columns,
         meta,
@@ -427,7 +434,7 @@ pub fn run_engine(
     .with_json(plan.json.clone())
     .with_progress(rows as u64);
     reporter.begin();
-    let settings = crate::engine::Settings {
+    let settings = crate::measure::engine::Settings {
         iters: plan.iters,
         warmup_iters: plan.warmup_iters,
         check: plan.check,
@@ -452,7 +459,7 @@ pub fn run_engine(
                 };
                 let bs: Vec<_> = variants
                     .iter()
-                    .map(|&variant| crate::engine::Host {
+                    .map(|&variant| crate::measure::engine::Host {
                         comm: match (variant, &checked_on) {
                             (Variant::Checked, Some(c)) => c,
                             _ => &main,
@@ -490,7 +497,7 @@ pub fn run_engine(
                 }
                 let bs: Vec<_> = variants
                     .iter()
-                    .map(|&variant| crate::engine::Device {
+                    .map(|&variant| crate::measure::engine::Device {
                         comm: match (variant, &comms.checked_on) {
                             (Variant::Checked, Some(c)) => c,
                             _ => &comms.main,
@@ -531,7 +538,7 @@ pub fn run_engine(
                         let bs: Vec<_> = variants
                             .iter()
                             .filter_map(|&variant| match measured(variant) {
-                                DeviceMpi::Cuda(c) => Some(crate::engine::Device {
+                                DeviceMpi::Cuda(c) => Some(crate::measure::engine::Device {
                                     comm: c,
                                     ctl: &comms.ctl,
                                     backend,
@@ -548,7 +555,7 @@ pub fn run_engine(
                         let bs: Vec<_> = variants
                             .iter()
                             .filter_map(|&variant| match measured(variant) {
-                                DeviceMpi::Staged(c) => Some(crate::engine::Device {
+                                DeviceMpi::Staged(c) => Some(crate::measure::engine::Device {
                                     comm: c,
                                     ctl: &comms.ctl,
                                     backend,
@@ -566,7 +573,7 @@ pub fn run_engine(
             }
         }
     }
-    let summary = crate::fastest::fastest_lines(reporter.rows());
+    let summary = crate::output::summary::fastest_lines(reporter.rows());
     if !summary.is_empty() {
         reporter.section("summary");
         for line in summary {
@@ -587,7 +594,7 @@ pub fn run_engine(
 /// MPI errors.
 pub fn run_doctor(universe: &mpi::environment::Universe) -> anyhow::Result<()> {
     let world = MpiComm::world(universe)?.with_checked(false);
-    if let Some(report) = crate::doctor::doctor(&world)? {
+    if let Some(report) = crate::cmd::doctor::doctor(&world)? {
         print!("{}", report.render());
     }
     Ok(())
@@ -603,7 +610,7 @@ mod tests {
             let mut v = vec!["collbench", "allreduce"];
             v.extend_from_slice(args);
             match Cli::try_parse_from(v).unwrap().command {
-                Command::Allreduce(a) => a.plan(crate::backend::host_only).unwrap(),
+                Command::Allreduce(a) => a.plan(crate::measure::backend::host_only).unwrap(),
                 other => panic!("{other:?}"),
             }
         };

@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use collectives_core::{ReduceOp, RegisterMode};
 
-use crate::backend::{self, Backend, BackendChoice, Baseline};
-use crate::dtype::DataType;
-use crate::report::{Columns, Format};
-use crate::sizes::{self, Step};
+use crate::measure::backend::{self, Backend, BackendChoice, Baseline};
+use crate::measure::dtype::DataType;
+use crate::measure::sizes::{LoopArgs, SizeArgs, Step};
+use crate::output::record::Format;
+use crate::output::report::Columns;
 
 /// Collective benchmarks over the collectives library, with nccl-tests' flags and columns.
 #[derive(Debug, Parser)]
@@ -33,23 +34,23 @@ pub enum Command {
     Allreduce(AllreduceArgs),
     /// Uneven all-gather on NCCL with one rank holding --skew times as much: the library's algorithms
     /// against padding to the largest block and all-gather.
-    Allgatherv(crate::allgatherv::AllgathervArgs),
+    Allgatherv(crate::cmd::allgatherv::AllgathervArgs),
     /// Point-to-point latency and bandwidth between ranks 0 and 1, as osu_latency and osu_bw measure
     /// them, on host or device buffers.
-    P2p(crate::p2p::P2pArgs),
+    P2p(crate::cmd::p2p::P2pArgs),
     /// What this machine and MPI offer: MPI library, CUDA-awareness and how it was decided, NCCL,
     /// the GPUs each rank sees, and which backends will work here. Needs no GPU.
     Doctor,
     /// GPU pack throughput of non-contiguous layouts against copy baselines, and NVRTC compile
     /// times, on one GPU (no MPI needed).
-    Pack(crate::pack::PackArgs),
+    Pack(crate::cmd::pack::PackArgs),
     /// 3-D halo exchange: fused pack, grouped send/recv, fused unpack, timed per step, against
     /// the same bytes sent contiguously through the same backend.
-    Halo(crate::halo::HaloArgs),
+    Halo(crate::cmd::halo::HaloArgs),
     /// Overlap of non-blocking collectives with computation, as OSU's osu_i* benchmarks measure
     /// it (pure communication, overall, compute, overlap %), with the library's progress engine
     /// off and on; every non-blocking collective of the library.
-    Overlap(crate::overlap::OverlapArgs),
+    Overlap(crate::cmd::overlap::OverlapArgs),
     /// All-gather: every rank gets every rank's block (size: the gathered buffer).
     #[command(long_about = coll_about("allgather"))]
     Allgather(CollArgs),
@@ -88,7 +89,7 @@ pub enum Command {
     Barrier(CollArgs),
     /// Redraw the SVG plots of JSON results (`--json` or `--format json`): bandwidth and latency
     /// against size, one plot per collective, one line per backend.
-    Plot(crate::plot::PlotArgs),
+    Plot(crate::output::plot::PlotArgs),
     /// Any collective on the benchmark engine, by name: the same as `collbench NAME`; here
     /// `allgatherv` (whose own subcommand compares NCCL's uneven algorithms with padding) runs the
     /// engine's version, rank i holding a share proportional to i + 1.
@@ -96,7 +97,7 @@ pub enum Command {
     Coll {
         /// The collective.
         #[arg(value_enum)]
-        name: crate::coll::CollName,
+        name: crate::cmd::coll::CollName,
         /// Its flags.
         #[command(flatten)]
         args: CollArgs,
@@ -105,8 +106,8 @@ pub enum Command {
 
 impl Command {
     /// The engine collective this command runs and its flags, for the engine's subcommands.
-    pub fn engine(&self) -> Option<(crate::coll::CollName, &CollArgs)> {
-        use crate::coll::CollName as N;
+    pub fn engine(&self) -> Option<(crate::cmd::coll::CollName, &CollArgs)> {
+        use crate::cmd::coll::CollName as N;
         Some(match self {
             Command::Allgather(a) => (N::Allgather, a),
             Command::Reducescatter(a) => (N::Reducescatter, a),
@@ -128,7 +129,7 @@ impl Command {
 
 /// The long help of an engine collective: what its columns mean.
 fn coll_about(name: &str) -> String {
-    let factor = crate::report::busbw_factor_text(name);
+    let factor = crate::output::report::busbw_factor_text(name);
     let what = if name == "coll" {
         "Any collective on the benchmark engine, by name.".to_string()
     } else {
@@ -166,29 +167,12 @@ broadcast's one form is in place and is reported as out-of-place).
 /// Flags of the engine's collectives (nccl-tests' flags where they exist).
 #[derive(Clone, Debug, Args)]
 pub struct CollArgs {
-    /// Smallest size in bytes (suffixes K, M, G are powers of 1024).
-    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = sizes::parse_size)]
-    pub min_bytes: usize,
-    /// Largest size in bytes.
-    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = sizes::parse_size)]
-    pub max_bytes: usize,
-    /// Multiply the size by this factor from one row to the next [default: 2].
-    #[arg(short = 'f', long = "stepfactor", conflicts_with = "step_bytes")]
-    pub step_factor: Option<usize>,
-    /// Add this many bytes from one row to the next (instead of -f).
-    #[arg(short = 'i', long = "stepbytes", value_parser = sizes::parse_size)]
-    pub step_bytes: Option<usize>,
-    /// Timed calls per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iters: u32,
-    /// Warm-up calls per size, before the timed ones.
-    #[arg(
-        short = 'w',
-        long = "warmup_iters",
-        visible_alias = "warmup-iters",
-        default_value_t = 5
-    )]
-    pub warmup_iters: u32,
+    /// Sizes: nccl-tests' -b, -e, -f, -i.
+    #[command(flatten)]
+    pub sizes: SizeArgs,
+    /// Timed calls and warm-up calls per size: -n, -w.
+    #[command(flatten)]
+    pub loops: LoopArgs,
     /// Check results (1) or not (0).
     #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub check: u8,
@@ -243,54 +227,6 @@ pub struct CollArgs {
     /// NCCL_WIN_COLL_SYMMETRIC, rows of variant `window`), or all. nccl-tests' -R 1 and -R 2.
     #[arg(long, value_delimiter = ',', value_parser = parse_register)]
     pub register: Vec<RegisterChoice>,
-}
-
-impl CollArgs {
-    /// The same run as [`AllreduceArgs`] plans it (sizes, types, operations, backends), for
-    /// collective `name` on `nranks` ranks.
-    ///
-    /// # Errors
-    /// As [`AllreduceArgs::plan`]; a root outside the ranks.
-    pub fn plan(
-        &self,
-        name: crate::coll::CollName,
-        nranks: usize,
-        unavailable: impl Fn(Backend) -> Option<String>,
-    ) -> Result<Plan, String> {
-        if self.root >= nranks.max(1) {
-            return Err(format!("root {} is not a rank of {nranks}", self.root));
-        }
-        let as_allreduce = AllreduceArgs {
-            min_bytes: self.min_bytes,
-            max_bytes: self.max_bytes,
-            step_factor: self.step_factor,
-            step_bytes: self.step_bytes,
-            iters: self.iters,
-            warmup_iters: self.warmup_iters,
-            check: self.check,
-            datatype: self.datatype,
-            op: if name.reduces() {
-                self.op
-            } else {
-                Choice::One(ReduceOp::Sum)
-            },
-            backend: self.backend,
-            format: self.format,
-            checked: self.checked,
-            minmax: self.minmax,
-            osu: self.osu,
-            output: self.output.clone(),
-            json: self.json.clone(),
-            baseline: None,
-            checked_cost: false,
-            blocking: self.blocking,
-            register: self.register.clone(),
-            persistent: self.persistent,
-        };
-        let mut plan = as_allreduce.plan(unavailable)?;
-        plan.columns.iter_stats = true;
-        Ok(plan)
-    }
 }
 
 const ALLREDUCE_ABOUT: &str = "\
@@ -368,64 +304,12 @@ fn parse_op(s: &str) -> Result<Choice<ReduceOp>, String> {
     })
 }
 
-/// `collbench allreduce` flags.
+/// `collbench allreduce` flags: every engine collective's, and the all-reduce's variants.
 #[derive(Debug, Args)]
 pub struct AllreduceArgs {
-    /// Smallest size in bytes (suffixes K, M, G are powers of 1024).
-    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = sizes::parse_size)]
-    pub min_bytes: usize,
-    /// Largest size in bytes.
-    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = sizes::parse_size)]
-    pub max_bytes: usize,
-    /// Multiply the size by this factor from one row to the next [default: 2].
-    #[arg(short = 'f', long = "stepfactor", conflicts_with = "step_bytes")]
-    pub step_factor: Option<usize>,
-    /// Add this many bytes from one row to the next (instead of -f).
-    #[arg(short = 'i', long = "stepbytes", value_parser = sizes::parse_size)]
-    pub step_bytes: Option<usize>,
-    /// Timed calls per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iters: u32,
-    /// Warm-up calls per size, before the timed ones.
-    #[arg(
-        short = 'w',
-        long = "warmup_iters",
-        visible_alias = "warmup-iters",
-        default_value_t = 5
-    )]
-    pub warmup_iters: u32,
-    /// Check results (1) or not (0).
-    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub check: u8,
-    /// Element type: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, complex64,
-    /// complex128, or all.
-    #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = parse_datatype)]
-    pub datatype: Choice<DataType>,
-    /// Reduce operation: sum, prod, min, max, avg, or all.
-    #[arg(short = 'o', long = "op", default_value = "sum", value_parser = parse_op)]
-    pub op: Choice<ReduceOp>,
-    /// Backend: mpi, mpi-staged, cuda-mpi, nccl, or all (every backend available here).
-    #[arg(long, default_value = "mpi", value_parser = |s: &str| s.parse::<BackendChoice>())]
-    pub backend: BackendChoice,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-    /// Checked mode (cross-rank agreement before each call) for the measured calls.
-    #[arg(long, value_enum, default_value_t = OnOff::Off)]
-    pub checked: OnOff,
-    /// Show the min and max over ranks of each time in the table.
-    #[arg(long)]
-    pub minmax: bool,
-    /// OSU micro-benchmarks' conventions: their flags (-m MIN:MAX, -i, -x, -f, -c, -d cuda, -T) and
-    /// their tables (see docs/collbench.md for the flags that mean something else without it).
-    #[arg(long)]
-    pub osu: bool,
-    /// Write the output to this file instead of standard output.
-    #[arg(long, value_name = "PATH")]
-    pub output: Option<PathBuf>,
-    /// Also write the JSON document of the run to this file, whatever --format is.
-    #[arg(long, value_name = "PATH")]
-    pub json: Option<PathBuf>,
+    /// The flags every engine collective takes.
+    #[command(flatten)]
+    pub coll: CollArgs,
     /// Also time the backend's own all-reduce on the same handle and buffers (rows of variant
     /// `raw`), size by size beside the library's.
     #[arg(long, value_enum)]
@@ -434,22 +318,6 @@ pub struct AllreduceArgs {
     /// the library's, and report the difference.
     #[arg(long)]
     pub checked_cost: bool,
-    /// Also time every collective through the library's persistent plan (`*_init` once per size,
-    /// then start + wait per call): rows of variant `persistent` beside the library's, size by
-    /// size. The path is noted (MPIX_*_init on host MPI, a CUDA graph on NCCL, replay elsewhere).
-    /// A long flag only: nccl-tests' CUDA-graph flag -G means graphs in OSU.
-    #[arg(long)]
-    pub persistent: bool,
-    /// nccl-tests' -z: 1 times each call to its completion (one operation, then synchronize),
-    /// 0 launches calls back to back; without -z, blocking up to 64 KiB and back to back above.
-    #[arg(short = 'z', long = "blocking", value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub blocking: Option<u8>,
-    /// NCCL only: the buffers' registration, one variant per mode, size by size (comma-separated):
-    /// none (cudarc's memory, the library's rows), buffer (ncclMemAlloc + ncclCommRegister, rows of
-    /// variant `registered`), window (ncclMemAlloc + ncclCommWindowRegister with
-    /// NCCL_WIN_COLL_SYMMETRIC, rows of variant `window`), or all. nccl-tests' -R 1 and -R 2.
-    #[arg(long, value_delimiter = ',', value_parser = parse_register)]
-    pub register: Vec<RegisterChoice>,
 }
 
 /// An all-reduce run, checked and expanded.
@@ -512,52 +380,87 @@ impl AllreduceArgs {
     /// # Errors
     /// Bad sizes or steps; `--checked-cost` with `--checked on`; a backend not available here.
     pub fn plan(&self, unavailable: impl Fn(Backend) -> Option<String>) -> Result<Plan, String> {
-        let step = match (self.step_factor, self.step_bytes) {
-            (_, Some(b)) => Step::Bytes(b),
-            (f, None) => Step::Factor(f.unwrap_or(2)),
-        };
-        let sizes = sizes::sequence(self.min_bytes, self.max_bytes, step)?;
-        if self.checked_cost && self.checked == OnOff::On {
+        if self.checked_cost && self.coll.checked == OnOff::On {
             return Err(
                 "--checked-cost measures checked mode off against on; leave --checked off"
                     .to_string(),
             );
         }
+        self.coll
+            .expand(self.coll.op, self.baseline, self.checked_cost, unavailable)
+    }
+}
+
+impl CollArgs {
+    /// The same run as [`AllreduceArgs`] plans it (sizes, types, operations, backends), for
+    /// collective `name` on `nranks` ranks.
+    ///
+    /// # Errors
+    /// As [`AllreduceArgs::plan`]; a root outside the ranks.
+    pub fn plan(
+        &self,
+        name: crate::cmd::coll::CollName,
+        nranks: usize,
+        unavailable: impl Fn(Backend) -> Option<String>,
+    ) -> Result<Plan, String> {
+        if self.root >= nranks.max(1) {
+            return Err(format!("root {} is not a rank of {nranks}", self.root));
+        }
+        let op = if name.reduces() {
+            self.op
+        } else {
+            Choice::One(ReduceOp::Sum)
+        };
+        let mut plan = self.expand(op, None, false, unavailable)?;
+        plan.columns.iter_stats = true;
+        Ok(plan)
+    }
+
+    /// The [`Plan`] of these flags with reduce operation `op` and the all-reduce's variants.
+    fn expand(
+        &self,
+        op: Choice<ReduceOp>,
+        baseline: Option<Baseline>,
+        checked_cost: bool,
+        unavailable: impl Fn(Backend) -> Option<String>,
+    ) -> Result<Plan, String> {
+        let step = self.sizes.step();
+        let sizes = self.sizes.sequence()?;
         let (backends, unavailable) = backend::resolve(self.backend, unavailable)?;
         let datatypes = match self.datatype {
             Choice::All => DataType::ALL.to_vec(),
             Choice::One(d) => vec![d],
         };
-        let ops = match self.op {
+        let ops = match op {
             Choice::All => ReduceOp::ALL.to_vec(),
             Choice::One(o) => vec![o],
         };
         Ok(Plan {
             sizes,
-            min_bytes: self.min_bytes,
-            max_bytes: self.max_bytes,
+            min_bytes: self.sizes.min_bytes,
+            max_bytes: self.sizes.max_bytes,
             step,
-            single_pair: matches!((self.datatype, self.op), (Choice::One(_), Choice::One(_))),
+            single_pair: matches!((self.datatype, op), (Choice::One(_), Choice::One(_))),
             datatypes,
             ops,
             backends,
             all_backends: self.backend == BackendChoice::All,
             unavailable,
-            iters: self.iters as usize,
-            warmup_iters: self.warmup_iters as usize,
+            iters: self.loops.iters as usize,
+            warmup_iters: self.loops.warmup_iters as usize,
             check: self.check == 1,
             checked: self.checked == OnOff::On,
             format: if self.osu { Format::Osu } else { self.format },
             columns: Columns {
                 minmax: self.minmax,
                 iter_stats: false,
-                variants: self.baseline.is_some()
-                    || self.checked_cost
+                variants: baseline.is_some()
+                    || checked_cost
                     || self.persistent
                     || register_modes(&self.register) != [RegisterMode::None],
             },
-            baseline: self.baseline == Some(Baseline::Raw),
-            checked_cost: self.checked_cost,
+            baseline: baseline == Some(Baseline::Raw),
+            checked_cost,
             output: self.output.clone(),
             json: self.json.clone(),
             blocking: self.blocking.map(|z| z == 1),
@@ -610,7 +513,7 @@ pub fn register_modes(choices: &[RegisterChoice]) -> Vec<RegisterMode> {
 mod tests {
     use super::*;
 
-    use crate::backend::host_only;
+    use crate::measure::backend::host_only;
 
     fn parse(args: &[&str]) -> Result<AllreduceArgs, clap::Error> {
         let mut v = vec!["collbench", "allreduce"];
@@ -799,7 +702,7 @@ mod tests {
         assert!(help.contains("--persistent"));
     }
 
-    fn parse_coll(args: &[&str]) -> Result<(crate::coll::CollName, CollArgs), clap::Error> {
+    fn parse_coll(args: &[&str]) -> Result<(crate::cmd::coll::CollName, CollArgs), clap::Error> {
         let mut v = vec!["collbench"];
         v.extend_from_slice(args);
         Cli::try_parse_from(v).map(|c| {
@@ -811,7 +714,7 @@ mod tests {
 
     #[test]
     fn every_collective_is_a_subcommand_with_nccl_tests_flags() {
-        use crate::coll::CollName;
+        use crate::cmd::coll::CollName;
         for &name in CollName::ALL {
             let args: Vec<&str> = match name {
                 // Their own subcommands keep their benchmarks; `coll NAME` reaches the engine's.
@@ -892,7 +795,7 @@ mod tests {
 
     #[test]
     fn blocking_flag_follows_nccl_tests() {
-        use crate::engine::{Settings, BLOCKING_AUTO_MAX};
+        use crate::measure::engine::{Settings, BLOCKING_AUTO_MAX};
         assert_eq!(parse(&[]).unwrap().plan(host_only).unwrap().blocking, None);
         assert_eq!(
             parse(&["-z", "1"])
@@ -935,7 +838,7 @@ mod tests {
         // -G is not ours: OSU's -G draws graphs, nccl-tests' -G launches CUDA graphs.
         assert!(parse(&["-G", "1"]).is_err());
         // With OSU's flags too.
-        let argv = crate::osu::translate(
+        let argv = crate::output::osu::translate(
             [
                 "collbench",
                 "allreduce",
@@ -980,8 +883,8 @@ mod tests {
         assert_eq!(
             a.names(),
             [
-                crate::coll::CollName::Allreduce,
-                crate::coll::CollName::Barrier
+                crate::cmd::coll::CollName::Allreduce,
+                crate::cmd::coll::CollName::Barrier
             ]
         );
         assert_eq!((a.tests, a.efficiency), (3, true));
@@ -991,7 +894,7 @@ mod tests {
         let Command::Overlap(a) = c.command else {
             panic!("not overlap")
         };
-        assert_eq!(a.names().len(), crate::coll::CollName::ALL.len());
+        assert_eq!(a.names().len(), crate::cmd::coll::CollName::ALL.len());
         assert!(!a.needs_thread_multiple());
         assert!(Cli::try_parse_from(["collbench", "overlap", "--backend", "cuda-mpi"]).is_err());
     }
