@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaStream, DeviceSlice, LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceSlice, LaunchConfig, PushKernelArg,
 };
 
 use crate::comm::{Communicator, DeviceCommunicator};
@@ -87,6 +87,8 @@ pub struct OneShot {
     /// Device array: every rank's data base, then every rank's flag base.
     table: Option<ipc::DeviceAlloc>,
     failed: ipc::MappedWord,
+    /// The event [`OneShot::synchronize`] records and polls, made once.
+    sync_event: CudaEvent,
     kernels: RefCell<HashMap<(DType, ReduceOp), CudaFunction>>,
     arch: String,
     timeout: Duration,
@@ -233,7 +235,9 @@ impl OneShot {
                 message: format!("cuMemcpyHtoD of the pointer table failed: {rc:?}"),
             });
         }
+        let sync_event = ctx.new_event(None).map_err(|e| Error::cuda(OP, e))?;
         Ok(Offer::Ready(OneShot {
+            sync_event,
             ctx,
             stream: comm.stream().clone(),
             rank,
@@ -413,7 +417,7 @@ impl OneShot {
         if self.refused.get() {
             return Err(self.refusal());
         }
-        let event = self.ctx.new_event(None).map_err(|e| Error::cuda(OP, e))?;
+        let event = &self.sync_event;
         event.record(&self.stream).map_err(|e| Error::cuda(OP, e))?;
         // A margin over the kernel's own deadline, so a peer that never came is reported by the
         // kernel (which leaves the stream clean) rather than by this wait.
