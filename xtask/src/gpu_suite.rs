@@ -7,7 +7,8 @@
 //! 1. every test binary with ignored tests (the ones that need a CUDA device or libnccl) with
 //!    `--ignored` (the others ran in `cargo test` already);
 //! 2. the `nccl_*` multi-rank test binaries under `mpirun -n K`, K = 1..=G (`nccl_halo` on 2 or
-//!    more ranks with `HALO_EXPECT_IPC=1` where every pair of GPUs has peer access);
+//!    more ranks with `HALO_EXPECT_IPC=1`, `nccl_one_shot` with `ONE_SHOT_EXPECT_READY=1`, where
+//!    every pair of GPUs has peer access);
 //! 3. the `cuda_mpi_*` binaries under `mpirun -n K`, K = 1..=G, with
 //!    `COLLECTIVES_EXPECT_CUDA_AWARE=0`, and under the CUDA-aware `mpirun` (`XTASK_CUDA_MPIRUN`)
 //!    with `=1`; then the same two on 2 ranks sharing GPU 0 (`CUDA_VISIBLE_DEVICES=0`);
@@ -54,6 +55,9 @@ pub const CUDA_MPI_TEST_PREFIX: &str = "cuda_mpi_";
 
 /// The halo test, which checks CUDA IPC use on 2 or more ranks when told to.
 pub const HALO_TEST: &str = "nccl_halo";
+
+/// The one-shot all-reduce test, which fails where the path is not offered when told to.
+pub const ONE_SHOT_TEST: &str = "nccl_one_shot";
 
 /// The libtest binary that compute-sanitizer runs.
 pub const SANITIZED_LIBTEST: &str = "gpu_pack";
@@ -280,8 +284,11 @@ pub fn plan(binaries: &[SuiteBinary], m: &Machine) -> Vec<Step> {
     for b in of_kind(BinaryKind::MpiTest) {
         if b.name.starts_with(NCCL_TEST_PREFIX) {
             for k in 1..=m.gpus {
+                // Where every pair of GPUs has peer access, the IPC paths must be taken.
                 let e = if b.name == HALO_TEST && k >= 2 && m.halo_ipc {
                     env(&[("HALO_EXPECT_IPC", "1")])
+                } else if b.name == ONE_SHOT_TEST && m.halo_ipc {
+                    env(&[("ONE_SHOT_EXPECT_READY", "1")])
                 } else {
                     Vec::new()
                 };

@@ -49,6 +49,8 @@ pub mod error;
 mod frontend;
 pub mod memory;
 pub mod netif;
+#[cfg(feature = "cuda")]
+pub mod one_shot;
 pub mod op;
 pub mod persistent;
 pub mod record;

@@ -1,0 +1,453 @@
+//! A one-shot all-reduce between GPUs of one node that reach each other's memory: for the small
+//! messages (a solver's dot products) where NCCL's fixed cost dominates.
+//!
+//! # How it works
+//! At creation ([`OneShot::offer`], collective) every rank allocates one block of device memory
+//! (two data slots of [`OneShot::capacity`] bytes, a flag area and its epoch counters), exports it
+//! with CUDA IPC, and maps every peer's. Each call is one kernel of 16 thread blocks on
+//! the communicator's stream. Block `b` of rank `r`, in its call number `e` (its epoch):
+//!
+//! 1. copies its part of the input into slot `e mod 2` of rank `r`'s memory;
+//! 2. writes `e` into flag `(b, r)` of every rank (`st.release.sys`), then waits until its own
+//!    flags `(b, p)` of every rank `p` reach `e` (`ld.acquire.sys`);
+//! 3. reads part `b` of slot `e mod 2` of every rank, combines them in rank order 0, 1, ... and
+//!    writes its part of the output. Every rank computes the same operations in the same order:
+//!    the results agree bit for bit across ranks.
+//!
+//! # Memory ordering, argued
+//! - *Data before flag.* The copies of step 1 are ordered before the flag store of step 2 by
+//!   `__syncthreads` (a CTA barrier, cumulative) and the store's release semantics at system
+//!   scope; a reader that observes the flag with an acquire load at system scope, followed by a
+//!   CTA barrier, observes the copies (PTX memory model: release -> observe -> acquire forms a
+//!   synchronizes-with edge; barriers extend it to the other threads of both blocks).
+//! - *No stale flag.* Flags only grow (epochs count calls; comparisons are wrap-safe), and a
+//!   block waits for a value equal to or above its own epoch, so a flag left from an earlier call
+//!   (at most `e - 1`) never satisfies call `e`. A peer may already be at `e + 1`: it got there
+//!   only because this block's flag said `e`, and it writes the other slot.
+//! - *No slot reused too early.* Rank `r` writes slot `e mod 2` again at call `e + 2`, after its
+//!   block `b` saw every rank's flag `e + 1`: each rank had started its call `e + 1`, so, the
+//!   calls being kernels in order on one stream, each had finished call `e`, the last reader of
+//!   that slot. This is why the grid never changes (every block's epoch advances every call) and
+//!   why every call runs on the stream this value was made with.
+//! - *A peer that never comes.* The wait gives up after the communicator's deadline (the GPU's
+//!   `%globaltimer`), sets a word of mapped host memory and skips the reduction; the host reports
+//!   [`Error::Timeout`] after the stream completes, and every later call is refused (the epochs of
+//!   the ranks no longer agree).
+//!
+//! # Where it is offered
+//! Only where every rank has a GPU of its own on this node with peer access to every other
+//! rank's GPU, and there are at most [`MAX_RANKS`] ranks: otherwise [`OneShot::offer`]
+//! returns [`Offer::NotOffered`] with the reason, the same on every rank. No NVLink multicast.
+
+mod ipc;
+mod kernel;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceSlice, LaunchConfig, PushKernelArg,
+};
+
+use crate::comm::{Communicator, DeviceCommunicator};
+use crate::deadline::{self, Polled};
+use crate::element::{DType, Element};
+use crate::error::{Error, Result};
+use crate::memory::{DeviceBuffer, DeviceBufferMut};
+use crate::op::ReduceOp;
+
+pub use kernel::MAX_RANKS;
+
+const OP: &str = "one_shot";
+
+/// Bytes of one data slot unless asked otherwise: the largest message the path takes.
+pub const DEFAULT_CAPACITY: usize = 256 << 10;
+
+/// What [`OneShot::offer`] found: the path, or why it is not offered here (the same on every rank).
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Offer {
+    /// The path is ready.
+    Ready(OneShot),
+    /// The path is not offered on this communicator, and why.
+    NotOffered(String),
+}
+
+/// The one-shot all-reduce of one communicator's ranks (see the [module documentation](self)).
+pub struct OneShot {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    rank: usize,
+    size: usize,
+    capacity: usize,
+    local: Option<ipc::DeviceAlloc>,
+    peers: Vec<ipc::Mapping>,
+    /// Device array: every rank's data base, then every rank's flag base.
+    table: Option<ipc::DeviceAlloc>,
+    failed: ipc::MappedWord,
+    /// The event [`OneShot::synchronize`] records and polls, made once.
+    sync_event: CudaEvent,
+    kernels: RefCell<HashMap<(DType, ReduceOp), CudaFunction>>,
+    arch: String,
+    timeout: Duration,
+    refused: Cell<bool>,
+    mpi: crate::MpiComm,
+}
+
+impl std::fmt::Debug for OneShot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OneShot")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("capacity", &self.capacity)
+            .field("arch", &self.arch)
+            .finish_non_exhaustive()
+    }
+}
+
+fn flags_offset(capacity: usize) -> usize {
+    2 * capacity
+}
+
+fn counters_offset(capacity: usize) -> usize {
+    flags_offset(capacity) + kernel::BLOCKS as usize * MAX_RANKS * 4
+}
+
+fn alloc_bytes(capacity: usize) -> usize {
+    counters_offset(capacity) + kernel::BLOCKS as usize * 4
+}
+
+/// Whether every rank of `mpi` says yes.
+fn everyone(mpi: &crate::MpiComm, yes: bool) -> Result<bool> {
+    let mut v = [i32::from(yes)];
+    mpi.all_reduce_in_place(&mut v[..], ReduceOp::Min)?;
+    Ok(v[0] == 1)
+}
+
+impl OneShot {
+    /// Sets up the path for `comm`'s ranks with data slots of `capacity` bytes (the largest
+    /// message it takes; [`DEFAULT_CAPACITY`] is a good start), or says why it is not offered.
+    /// Collective: every rank of `comm` calls it, in the same order as its other collectives.
+    ///
+    /// # Errors
+    /// An MPI error during the agreement, or a CUDA error on this rank while setting up after
+    /// every rank agreed the path is possible.
+    pub fn offer<C: DeviceCommunicator>(comm: &C, capacity: usize) -> Result<Offer> {
+        let timeout = comm.deadline().unwrap_or(Duration::from_secs(300));
+        let mpi = comm.mpi().dup()?.with_timeout(Some(timeout));
+        let ctx = comm.context().clone();
+        let (rank, size) = (mpi.rank(), mpi.size());
+        ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
+
+        // Which GPU each rank holds, and whether this rank's reaches every other.
+        let mine = ipc::uuid_of(ctx.cu_device()).unwrap_or([0, 0]);
+        let mut uuids = vec![0u64; 2 * size];
+        mpi.all_gather(&mine[..], &mut uuids[..])?;
+        let mut local_reason = None;
+        if size > MAX_RANKS {
+            local_reason = Some(format!("{size} ranks (at most {MAX_RANKS})"));
+        }
+        for p in (0..size).filter(|&p| p != rank) {
+            let theirs = [uuids[2 * p], uuids[2 * p + 1]];
+            if local_reason.is_some() {
+                break;
+            }
+            local_reason = match ipc::peer_access(&ctx, theirs) {
+                _ if theirs == mine => Some(format!("ranks {rank} and {p} share a GPU")),
+                None => Some(format!("rank {p}'s GPU is not on rank {rank}'s node")),
+                Some(false) => Some(format!(
+                    "rank {rank}'s GPU has no peer access to rank {p}'s"
+                )),
+                Some(true) => None,
+            };
+        }
+        if !everyone(&mpi, local_reason.is_none())? {
+            return Ok(Offer::NotOffered(local_reason.unwrap_or_else(|| {
+                "another rank's GPU lacks peer access to a peer, or ranks span nodes or share a GPU"
+                    .to_owned()
+            })));
+        }
+
+        // Memory, exported and mapped. Every rank goes on only when every rank could.
+        let dev_attr = |a| ctx.attribute(a).map_err(|e| Error::cuda(OP, e));
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let arch = format!(
+            "compute_{}{}",
+            dev_attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            dev_attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?
+        );
+        let setup = || -> Result<(ipc::DeviceAlloc, [u64; ipc::HANDLE_WORDS], ipc::MappedWord)> {
+            let local = ipc::DeviceAlloc::zeroed(&ctx, alloc_bytes(capacity))?;
+            let words = local.handle_words()?;
+            Ok((local, words, ipc::MappedWord::new(&ctx)?))
+        };
+        let made = setup();
+        let ok = everyone(&mpi, made.is_ok())?;
+        let (local, words, failed) = match (made, ok) {
+            (Ok(m), true) => m,
+            (Err(e), _) => return Err(e),
+            (Ok(_), false) => {
+                return Ok(Offer::NotOffered(
+                    "another rank could not allocate or export its memory".to_owned(),
+                ))
+            }
+        };
+        let mut all_words = vec![0u64; ipc::HANDLE_WORDS * size];
+        mpi.all_gather(&words[..], &mut all_words[..])?;
+        let opened: Result<Vec<(usize, ipc::Mapping)>> = (0..size)
+            .filter(|&p| p != rank)
+            .map(|p| {
+                ipc::Mapping::open(&all_words[p * ipc::HANDLE_WORDS..(p + 1) * ipc::HANDLE_WORDS])
+                    .map(|m| (p, m))
+            })
+            .collect();
+        let ok = everyone(&mpi, opened.is_ok())?;
+        let opened = match (opened, ok) {
+            (Ok(o), true) => o,
+            (Err(e), _) => return Err(e),
+            (Ok(_), false) => {
+                return Ok(Offer::NotOffered(
+                    "another rank could not map a peer's memory".to_owned(),
+                ))
+            }
+        };
+        let mut bases = vec![0u64; size];
+        bases[rank] = local.ptr;
+        for (p, m) in &opened {
+            bases[*p] = m.ptr;
+        }
+        let mut table_host: Vec<u64> = bases.clone();
+        table_host.extend(bases.iter().map(|b| b + flags_offset(capacity) as u64));
+        let table = ipc::DeviceAlloc::zeroed(&ctx, table_host.len() * 8)?;
+        // SAFETY: `table` holds `table_host.len()` u64 words; the copy is synchronous.
+        let rc = unsafe {
+            cudarc::driver::sys::cuMemcpyHtoD_v2(
+                table.ptr,
+                table_host.as_ptr().cast(),
+                table_host.len() * 8,
+            )
+        };
+        if rc != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Cuda {
+                op: OP,
+                message: format!("cuMemcpyHtoD of the pointer table failed: {rc:?}"),
+            });
+        }
+        let sync_event = ctx.new_event(None).map_err(|e| Error::cuda(OP, e))?;
+        Ok(Offer::Ready(OneShot {
+            sync_event,
+            ctx,
+            stream: comm.stream().clone(),
+            rank,
+            size,
+            capacity,
+            local: Some(local),
+            peers: opened.into_iter().map(|(_, m)| m).collect(),
+            table: Some(table),
+            failed,
+            kernels: RefCell::new(HashMap::new()),
+            arch,
+            timeout,
+            refused: Cell::new(false),
+            mpi,
+        }))
+    }
+
+    /// The largest message, in bytes, the path takes.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Whether the path takes `T` with `op` (averages of integers are left to other paths).
+    pub fn offers<T: Element>(&self, op: ReduceOp) -> bool {
+        (T::WIRE.lanes == 1 || matches!(op, ReduceOp::Sum | ReduceOp::Avg))
+            && kernel::source(T::WIRE.dtype, op).is_some()
+    }
+
+    fn function(&self, dtype: DType, op: ReduceOp) -> Result<CudaFunction> {
+        if let Some(f) = self.kernels.borrow().get(&(dtype, op)) {
+            return Ok(f.clone());
+        }
+        let src = kernel::source(dtype, op).ok_or_else(|| Error::InvalidArgument {
+            op: OP,
+            msg: format!("{op:?} of {dtype:?} is not offered"),
+        })?;
+        let opts = cudarc::nvrtc::CompileOptions {
+            options: vec![format!("--gpu-architecture={}", self.arch)],
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| Error::Cuda {
+            op: OP,
+            message: format!("NVRTC: {e}"),
+        })?;
+        let module = self.ctx.load_module(ptx).map_err(|e| Error::cuda(OP, e))?;
+        let f = module
+            .load_function(kernel::NAME)
+            .map_err(|e| Error::cuda(OP, e))?;
+        self.kernels.borrow_mut().insert((dtype, op), f.clone());
+        Ok(f)
+    }
+
+    fn refusal(&self) -> Error {
+        Error::Unusable {
+            op: OP,
+            timed_out: OP,
+            after: self.timeout,
+        }
+    }
+
+    /// Enqueues `recv = op(send of every rank)` on the communicator's stream, like an NCCL call:
+    /// it returns once enqueued; [`OneShot::synchronize`] waits for it. Every rank calls it with
+    /// the same length, type and operation, in the same order as its other one-shot calls.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for buffers of different lengths or larger than
+    /// [`OneShot::capacity`], or a type and operation the path does not offer; [`Error::Unusable`]
+    /// after a timeout; a CUDA error from compiling or launching.
+    pub fn all_reduce<T: Element>(
+        &self,
+        send: &(impl DeviceBuffer<T> + ?Sized),
+        recv: &mut (impl DeviceBufferMut<T> + ?Sized),
+        op: ReduceOp,
+    ) -> Result<()> {
+        let len = DeviceSlice::len(send);
+        if DeviceSlice::len(recv) != len {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                msg: format!("send has {len} elements, recv {}", DeviceSlice::len(recv)),
+            });
+        }
+        let (s, _s) = send.device_ptr(&self.stream);
+        let (r, _r) = recv.device_ptr_mut(&self.stream);
+        // SAFETY: both addresses hold `len` elements of `T`, alive and not touched by other work
+        // until the stream passes this launch (the guards order them on the stream).
+        unsafe { self.launch::<T>(s, r, len, op) }
+    }
+
+    /// [`OneShot::all_reduce`] with the result in `buf`.
+    ///
+    /// # Errors
+    /// As [`OneShot::all_reduce`].
+    pub fn all_reduce_in_place<T: Element>(
+        &self,
+        buf: &mut (impl DeviceBufferMut<T> + ?Sized),
+        op: ReduceOp,
+    ) -> Result<()> {
+        let len = DeviceSlice::len(buf);
+        let (p, _p) = buf.device_ptr_mut(&self.stream);
+        // SAFETY: as in all_reduce; each block reads its part of the input before it writes the
+        // same part of the output, and no other block touches that part.
+        unsafe { self.launch::<T>(p, p, len, op) }
+    }
+
+    /// # Safety
+    /// `send` and `recv` hold `len` elements of `T` each, stay allocated and untouched by other
+    /// work until the stream passes this launch; they may be the same address.
+    unsafe fn launch<T: Element>(
+        &self,
+        send: u64,
+        recv: u64,
+        len: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
+        if self.refused.get() || self.failed.get() != 0 {
+            self.refused.set(true);
+            return Err(self.refusal());
+        }
+        let bytes = len * std::mem::size_of::<T>();
+        if bytes > self.capacity {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                msg: format!(
+                    "{bytes} bytes exceed the one-shot capacity of {}",
+                    self.capacity
+                ),
+            });
+        }
+        if !self.offers::<T>(op) {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                msg: format!("{op:?} of {} is not offered", T::NAME),
+            });
+        }
+        let f = self.function(T::WIRE.dtype, op)?;
+        let n = (len * T::WIRE.lanes) as u64;
+        let slot_elems = (self.capacity / T::WIRE.dtype.size()) as u64;
+        let table = self.table.as_ref().map_or(0, |t| t.ptr);
+        let flags = table + 8 * self.size as u64;
+        let counters =
+            self.local.as_ref().map_or(0, |l| l.ptr) + counters_offset(self.capacity) as u64;
+        let (rank, size) = (self.rank as u32, self.size as u32);
+        let timeout_ns = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
+        let cfg = LaunchConfig {
+            grid_dim: (kernel::BLOCKS, 1, 1),
+            block_dim: (kernel::THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(&send)
+            .arg(&recv)
+            .arg(&n)
+            .arg(&table)
+            .arg(&flags)
+            .arg(&counters)
+            .arg(&rank)
+            .arg(&size)
+            .arg(&slot_elems)
+            .arg(&timeout_ns)
+            .arg(&self.failed.device);
+        // SAFETY: the arguments match the kernel's parameters one for one (two element
+        // pointers, u64 n, two u64 pointer tables, the counters, two u32, two u64, the mapped
+        // word); every address is live: the buffers by this function's contract, the table,
+        // slots, flags and counters owned by `self` (mapped peers' until drop); `n` elements fit
+        // a slot (checked above).
+        unsafe { b.launch(cfg) }.map_err(|e| Error::cuda(OP, e))?;
+        Ok(())
+    }
+
+    /// Waits for every call enqueued so far, under the communicator's deadline, spinning then
+    /// yielding ([`deadline::poll`]).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the stream did not finish in time, or a peer's part did not
+    /// arrive in time (the kernel gave up); [`Error::Unusable`] for every call after that.
+    pub fn synchronize(&self) -> Result<()> {
+        if self.refused.get() {
+            return Err(self.refusal());
+        }
+        let event = &self.sync_event;
+        event.record(&self.stream).map_err(|e| Error::cuda(OP, e))?;
+        // A margin over the kernel's own deadline, so a peer that never came is reported by the
+        // kernel (which leaves the stream clean) rather than by this wait.
+        let limit = self.timeout + Duration::from_millis(200);
+        let polled = deadline::poll(limit, || Ok::<_, Error>(event.is_complete()))?;
+        if polled == Polled::TimedOut || self.failed.get() != 0 {
+            self.refused.set(true);
+            return Err(Error::Timeout {
+                op: OP,
+                after: self.timeout,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for OneShot {
+    fn drop(&mut self) {
+        // Peers may still be reading this rank's slots: free them only once every rank is past
+        // its last call (its stream done, then a barrier); otherwise leak them.
+        let done = !self.refused.get() && self.synchronize().is_ok();
+        let all_done = done && self.mpi.barrier().is_ok();
+        let _ = self.ctx.bind_to_thread();
+        if !all_done {
+            if let Some(l) = self.local.take() {
+                l.leak();
+            }
+            let _ = self.stream.synchronize();
+        }
+        self.peers.clear();
+        self.table.take();
+    }
+}

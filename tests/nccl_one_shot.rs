@@ -1,0 +1,458 @@
+//! The one-shot all-reduce between GPUs (`collectives::one_shot`) against answers computed here
+//! in the kernel's order (rank 0, 1, ...; 16-bit floats summed in `f32` and rounded once), bit for
+//! bit: every offered type and operation, 1 element up to the capacity, odd sizes, in place and
+//! out of place; 10,000 calls back to back on changing data, every result kept; a rank that
+//! never comes (others get `Timeout`, then `Unusable`). One rank per GPU:
+//! `mpirun -n 4 target/release/deps/nccl_one_shot-*`. With `ONE_SHOT_EXPECT_READY=1` a path not
+//! offered is a failure (set where every GPU pair has peer access); without it, the reason is
+//! printed and the correctness cases pass nothing.
+
+#![allow(clippy::useless_vec)] // buffers are vectors, as in the codes that use the library
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use collectives::backend::nccl::cuda_driver_present;
+use collectives::cudarc::driver::CudaSlice;
+use collectives::one_shot::{Offer, OneShot, DEFAULT_CAPACITY};
+use collectives::{device, Communicator, DeviceCommunicator, Element, Error, NcclComm, ReduceOp};
+use common::{case, Case, T};
+use half::{bf16, f16};
+use num_complex::Complex;
+
+/// An element type with its arithmetic as the kernel does it.
+trait Exact: Element + Copy {
+    /// The accumulator (`f32` for 16-bit floats).
+    type Acc: Copy;
+    fn value(rank: usize, i: usize, seed: usize, op: ReduceOp) -> Self;
+    fn load(self) -> Self::Acc;
+    fn store(a: Self::Acc) -> Self;
+    fn combine(a: Self::Acc, b: Self::Acc, op: ReduceOp) -> Self::Acc;
+    fn divide(a: Self::Acc, n: usize) -> Self::Acc;
+}
+
+/// Small values whose products over 4 ranks stay exact and in range.
+fn small(rank: usize, i: usize, seed: usize) -> i64 {
+    ((rank * 7 + i * 13 + seed * 5) % 5) as i64 + 1
+}
+
+macro_rules! exact_int {
+    ($t:ty) => {
+        impl Exact for $t {
+            type Acc = $t;
+            fn value(rank: usize, i: usize, seed: usize, _op: ReduceOp) -> Self {
+                small(rank, i, seed) as $t
+            }
+            fn load(self) -> $t {
+                self
+            }
+            fn store(a: $t) -> Self {
+                a
+            }
+            fn combine(a: $t, b: $t, op: ReduceOp) -> $t {
+                match op {
+                    ReduceOp::Sum => a.wrapping_add(b),
+                    ReduceOp::Prod => a.wrapping_mul(b),
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                    _ => unreachable!("integers are not averaged"),
+                }
+            }
+            fn divide(a: $t, _n: usize) -> $t {
+                a
+            }
+        }
+    };
+}
+exact_int!(i8);
+exact_int!(u8);
+exact_int!(i32);
+exact_int!(u32);
+exact_int!(i64);
+exact_int!(u64);
+
+/// Floats with fractions (so sums round), near 1 for products.
+fn fraction(rank: usize, i: usize, seed: usize, op: ReduceOp) -> f64 {
+    let k = (rank * 31 + i * 17 + seed * 11) % 97;
+    match op {
+        ReduceOp::Prod => 1.0 + k as f64 / 193.0,
+        _ => (k as f64 - 48.0) / 7.0 + 1e-3 * i as f64,
+    }
+}
+
+macro_rules! exact_float {
+    ($t:ty, $acc:ty, $from:expr, $to:expr, $of:expr) => {
+        impl Exact for $t {
+            type Acc = $acc;
+            fn value(rank: usize, i: usize, seed: usize, op: ReduceOp) -> Self {
+                $of(fraction(rank, i, seed, op))
+            }
+            fn load(self) -> $acc {
+                $from(self)
+            }
+            fn store(a: $acc) -> Self {
+                $to(a)
+            }
+            fn combine(a: $acc, b: $acc, op: ReduceOp) -> $acc {
+                match op {
+                    ReduceOp::Sum | ReduceOp::Avg => a + b,
+                    ReduceOp::Prod => a * b,
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                    _ => unreachable!(),
+                }
+            }
+            fn divide(a: $acc, n: usize) -> $acc {
+                a / n as $acc
+            }
+        }
+    };
+}
+exact_float!(f32, f32, |x| x, |a| a, |v: f64| v as f32);
+exact_float!(f64, f64, |x| x, |a| a, |v: f64| v);
+exact_float!(f16, f32, f16::to_f32, f16::from_f32, f16::from_f64);
+exact_float!(bf16, f32, bf16::to_f32, bf16::from_f32, bf16::from_f64);
+
+/// Complex numbers: two lanes of their real type, summed lane by lane.
+macro_rules! exact_complex {
+    ($r:ty) => {
+        impl Exact for Complex<$r> {
+            type Acc = Complex<$r>;
+            fn value(rank: usize, i: usize, seed: usize, op: ReduceOp) -> Self {
+                Complex::new(
+                    fraction(rank, i, seed, op) as $r,
+                    fraction(rank + 5, i, seed + 1, op) as $r,
+                )
+            }
+            fn load(self) -> Self {
+                self
+            }
+            fn store(a: Self) -> Self {
+                a
+            }
+            fn combine(a: Self, b: Self, _op: ReduceOp) -> Self {
+                Complex::new(a.re + b.re, a.im + b.im)
+            }
+            fn divide(a: Self, n: usize) -> Self {
+                Complex::new(a.re / n as $r, a.im / n as $r)
+            }
+        }
+    };
+}
+exact_complex!(f32);
+exact_complex!(f64);
+
+fn input<E: Exact>(rank: usize, len: usize, seed: usize, op: ReduceOp) -> Vec<E> {
+    (0..len).map(|i| E::value(rank, i, seed, op)).collect()
+}
+
+fn expected<E: Exact>(size: usize, len: usize, seed: usize, op: ReduceOp) -> Vec<E> {
+    (0..len)
+        .map(|i| {
+            let mut acc = E::value(0, i, seed, op).load();
+            for r in 1..size {
+                acc = E::combine(acc, E::value(r, i, seed, op).load(), op);
+            }
+            if op == ReduceOp::Avg {
+                acc = E::divide(acc, size);
+            }
+            E::store(acc)
+        })
+        .collect()
+}
+
+fn bits<E: Element>(v: &[E]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+fn same<E: Element>(t: &T, got: &[E], want: &[E], what: &str) {
+    if bits(got) != bits(want) {
+        let first = got
+            .iter()
+            .zip(want)
+            .position(|(g, w)| bytemuck::bytes_of(g) != bytemuck::bytes_of(w));
+        t.fail(format!(
+            "{what}: wrong (first at {first:?}: got {:?}, want {:?}; lengths {} and {})",
+            first.map(|i| got[i]),
+            first.map(|i| want[i]),
+            got.len(),
+            want.len()
+        ));
+    }
+}
+
+/// Every rank says yes.
+fn all(t: &T, yes: bool) -> bool {
+    let mut v = [i32::from(yes)];
+    t.comm
+        .all_reduce_in_place(&mut v[..], ReduceOp::Min)
+        .expect("MPI agrees");
+    v[0] == 1
+}
+
+/// The path on a fresh NCCL communicator with `deadline`, or `None` (reason printed, and a
+/// failure where it must be offered).
+fn with_path(t: &T, deadline: Duration, body: impl FnOnce(&NcclComm, &OneShot)) {
+    let Some(comm) = t.ok(NcclComm::from_mpi(t.comm, None), "NcclComm::from_mpi") else {
+        return;
+    };
+    let comm = comm.with_timeout(deadline);
+    match t.ok(OneShot::offer(&comm, DEFAULT_CAPACITY), "OneShot::offer") {
+        Some(Offer::Ready(path)) => {
+            body(&comm, &path);
+            drop(path);
+        }
+        Some(Offer::NotOffered(why)) => {
+            if t.rank() == 0 {
+                println!("  one-shot not offered: {why}");
+            }
+            if std::env::var("ONE_SHOT_EXPECT_READY").as_deref() == Ok("1") {
+                t.fail(format!("not offered: {why}"));
+            }
+        }
+        None => {}
+    }
+    drop(comm);
+}
+
+/// One type: every offered operation, every size, in place and out of place.
+fn every_case<E: Exact>(t: &T, comm: &NcclComm, path: &OneShot) {
+    let (rank, size) = (comm.rank(), comm.size());
+    let stream = comm.stream();
+    let most = path.capacity() / std::mem::size_of::<E>();
+    let sizes = [
+        1,
+        2,
+        3,
+        7,
+        31,
+        256,
+        1000,
+        4097,
+        65_537.min(most),
+        most - 1,
+        most,
+    ];
+    for op in [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ] {
+        if !path.offers::<E>(op) {
+            continue;
+        }
+        for (seed, &len) in sizes.iter().enumerate() {
+            let what = format!("{} {op:?} of {len}", E::NAME);
+            let host = input::<E>(rank, len, seed, op);
+            let want = expected::<E>(size, len, seed, op);
+            let (Some(send), Some(mut recv)) = (
+                t.ok(device::upload(stream, &host), "upload"),
+                t.ok(device::alloc_zeros::<E>(stream, len), "alloc"),
+            ) else {
+                return;
+            };
+            t.ok(path.all_reduce(&send, &mut recv, op), &what);
+            t.ok(path.synchronize(), &what);
+            let got = t
+                .ok(device::download(stream, &recv), "download")
+                .unwrap_or_default();
+            same(t, &got, &want, &format!("{what}, out of place"));
+            let mut buf = send;
+            t.ok(path.all_reduce_in_place(&mut buf, op), &what);
+            t.ok(path.synchronize(), &what);
+            let got = t
+                .ok(device::download(stream, &buf), "download")
+                .unwrap_or_default();
+            same(t, &got, &want, &format!("{what}, in place"));
+        }
+    }
+}
+
+const BACK_TO_BACK: usize = 10_000;
+
+fn back_to_back(t: &T, comm: &NcclComm, path: &OneShot) {
+    let (rank, size) = (comm.rank(), comm.size());
+    let stream = comm.stream();
+    const LEN: usize = 64;
+    const KINDS: usize = 7;
+    let inputs: Vec<CudaSlice<f32>> = (0..KINDS)
+        .filter_map(|k| {
+            t.ok(
+                device::upload(stream, &input::<f32>(rank, LEN, k, ReduceOp::Sum)),
+                "upload",
+            )
+        })
+        .collect();
+    let Some(mut results) = t.ok(
+        device::alloc_zeros::<f32>(stream, LEN * BACK_TO_BACK),
+        "alloc",
+    ) else {
+        return;
+    };
+    let Some(mut out) = t.ok(device::alloc_zeros::<f32>(stream, LEN), "alloc") else {
+        return;
+    };
+    if inputs.len() != KINDS {
+        return;
+    }
+    let start = Instant::now();
+    for i in 0..BACK_TO_BACK {
+        if path
+            .all_reduce(&inputs[i % KINDS], &mut out, ReduceOp::Sum)
+            .is_err()
+        {
+            t.fail(format!("call {i} failed"));
+            break;
+        }
+        let mut slot = results.slice_mut(i * LEN..(i + 1) * LEN);
+        if let Err(e) = stream.memcpy_dtod(&out, &mut slot) {
+            t.fail(format!("copy {i}: {e}"));
+            break;
+        }
+    }
+    t.ok(path.synchronize(), "back to back");
+    let took = start.elapsed();
+    let got = t
+        .ok(device::download(stream, &results), "download")
+        .unwrap_or_default();
+    let wants: Vec<Vec<f32>> = (0..KINDS)
+        .map(|k| expected::<f32>(size, LEN, k, ReduceOp::Sum))
+        .collect();
+    let wrong = (0..BACK_TO_BACK)
+        .filter(|&i| got.get(i * LEN..(i + 1) * LEN) != Some(&wants[i % KINDS][..]))
+        .count();
+    t.check(wrong == 0, || {
+        format!("{wrong} of {BACK_TO_BACK} back-to-back results wrong")
+    });
+    if rank == 0 {
+        println!(
+            "  {BACK_TO_BACK} calls back to back (each with a copy of its result) in {:.1} ms",
+            took.as_secs_f64() * 1e3
+        );
+    }
+}
+
+/// The last rank skips one call: the others get `Timeout` within their deadline, then
+/// `Unusable`.
+fn a_rank_that_never_comes(t: &T, comm: &NcclComm, path: &OneShot) {
+    let (rank, size) = (comm.rank(), comm.size());
+    let stream = comm.stream();
+    let Some(mut buf) = t.ok(device::upload(stream, &[1.0f32; 8]), "upload") else {
+        return;
+    };
+    if rank == size - 1 {
+        return;
+    }
+    let start = Instant::now();
+    t.ok(path.all_reduce_in_place(&mut buf, ReduceOp::Sum), "enqueue");
+    let r = path.synchronize();
+    let took = start.elapsed();
+    if rank == 0 {
+        println!(
+            "  a rank that never comes: {r:?} after {:.3} s",
+            took.as_secs_f64()
+        );
+    }
+    t.err(r, "a call the last rank skips", |e| {
+        matches!(e, Error::Timeout { .. })
+    });
+    t.check(took < Duration::from_secs(3), || {
+        format!("the timeout took {took:?} for a 1 s deadline")
+    });
+    t.err(
+        path.all_reduce_in_place(&mut buf, ReduceOp::Sum),
+        "a call after the timeout",
+        |e| matches!(e, Error::Unusable { .. }),
+    );
+}
+
+fn main() {
+    if !cuda_driver_present() || collectives::nccl_sys::library().is_err() {
+        println!("nccl_one_shot: needs a CUDA driver and libnccl; skipped");
+        println!("mpi-tests: 0 passed, 0 failed (no GPU)");
+        return;
+    }
+    let long = Duration::from_secs(60);
+    let cases: Vec<Case> = vec![
+        case("one_shot_offered_alike_on_every_rank", move |t| {
+            with_path(t, long, |_, path| {
+                t.check(all(t, true), || "ranks disagree".to_owned());
+                t.check(path.capacity() == DEFAULT_CAPACITY, || {
+                    format!("capacity {}", path.capacity())
+                });
+            })
+        }),
+        case("one_shot_floats", move |t| {
+            with_path(t, long, |c, p| {
+                every_case::<f32>(t, c, p);
+                every_case::<f64>(t, c, p);
+                every_case::<f16>(t, c, p);
+                every_case::<bf16>(t, c, p);
+            })
+        }),
+        case("one_shot_integers", move |t| {
+            with_path(t, long, |c, p| {
+                every_case::<i8>(t, c, p);
+                every_case::<u8>(t, c, p);
+                every_case::<i32>(t, c, p);
+                every_case::<u32>(t, c, p);
+                every_case::<i64>(t, c, p);
+                every_case::<u64>(t, c, p);
+            })
+        }),
+        case("one_shot_complex_as_lanes", move |t| {
+            with_path(t, long, |c, p| {
+                every_case::<Complex<f32>>(t, c, p);
+                every_case::<Complex<f64>>(t, c, p);
+                t.check(!p.offers::<Complex<f32>>(ReduceOp::Prod), || {
+                    "complex products are not lane by lane".to_owned()
+                });
+            })
+        }),
+        case("one_shot_refuses_what_it_cannot_take", move |t| {
+            with_path(t, long, |c, p| {
+                let stream = c.stream();
+                let too_many = p.capacity() / 4 + 1;
+                if let (Some(s), Some(mut r)) = (
+                    t.ok(device::alloc_zeros::<f32>(stream, too_many), "alloc"),
+                    t.ok(device::alloc_zeros::<f32>(stream, too_many), "alloc"),
+                ) {
+                    t.err(
+                        p.all_reduce(&s, &mut r, ReduceOp::Sum),
+                        "over capacity",
+                        |e| matches!(e, Error::InvalidArgument { .. }),
+                    );
+                }
+                if let (Some(s), Some(mut r)) = (
+                    t.ok(device::alloc_zeros::<i32>(stream, 4), "alloc"),
+                    t.ok(device::alloc_zeros::<i32>(stream, 5), "alloc"),
+                ) {
+                    t.err(
+                        p.all_reduce(&s, &mut r, ReduceOp::Sum),
+                        "lengths differ",
+                        |e| matches!(e, Error::InvalidArgument { .. }),
+                    );
+                    let mut same_len = s.clone();
+                    t.err(
+                        p.all_reduce_in_place(&mut same_len, ReduceOp::Avg),
+                        "integer average",
+                        |e| matches!(e, Error::InvalidArgument { .. }),
+                    );
+                }
+            })
+        }),
+        case("one_shot_back_to_back", move |t| {
+            with_path(t, long, |c, p| back_to_back(t, c, p))
+        }),
+        case("one_shot_a_rank_that_never_comes", |t| {
+            with_path(t, Duration::from_secs(1), |c, p| {
+                a_rank_that_never_comes(t, c, p)
+            })
+        })
+        .min_ranks(2),
+    ];
+    common::run(&cases)
+}
