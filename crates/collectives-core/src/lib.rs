@@ -50,6 +50,7 @@ mod frontend;
 pub mod memory;
 pub mod netif;
 pub mod op;
+mod operation;
 pub mod persistent;
 pub mod record;
 pub mod request;

@@ -28,6 +28,7 @@ use crate::error::Result;
 use crate::frontend::{Backend, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
+use crate::operation::OpKind;
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
@@ -158,7 +159,7 @@ impl Backend for MpiCudaComm {
 
     /// Under a deadline the staged path; a non-blocking collective where the MPI's take no device
     /// buffers, through pinned host memory; otherwise device pointers handed to MPI.
-    fn record_path(&self, _op: &'static str, start: Start, _bytes: usize) -> record::Path {
+    fn record_path(&self, _op: OpKind, start: Start, _bytes: usize) -> record::Path {
         if self.staged.is_some() {
             record::Path::staged("staged")
         } else if start == Start::Collective && !self.nbc_on_device {

@@ -14,6 +14,7 @@ use crate::element::Element;
 use crate::error::Result;
 use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
 use crate::op::{BackendKind, ReduceOp};
+use crate::operation::OpKind;
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -84,7 +85,7 @@ impl Backend for MpiComm {
 
     /// Without a deadline MPI's own call on the caller's buffers; under one its non-blocking twin on
     /// copies, polled against the deadline.
-    fn record_path(&self, _op: &'static str, _start: Start, _bytes: usize) -> record::Path {
+    fn record_path(&self, _op: OpKind, _start: Start, _bytes: usize) -> record::Path {
         match self.timeout {
             None => record::Path::NATIVE,
             Some(_) => record::Path::direct("polled"),
@@ -543,7 +544,7 @@ impl Backend for MpiComm {
                 return Ok(Box::new(plan));
             }
         }
-        Ok(replay(self, op, scope, call))
+        Ok(replay(self, scope, call))
     }
 
     fn raw_i_all_reduce<'s, T: Element>(

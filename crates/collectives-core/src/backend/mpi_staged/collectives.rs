@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::frontend::{Backend, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
+use crate::operation::OpKind;
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
@@ -155,7 +156,7 @@ impl Backend for MpiStagedComm {
 
     /// The host backend finishes `Avg` on the host copy, before the copy back.
     /// Every operation goes through pinned host memory.
-    fn record_path(&self, _op: &'static str, _start: Start, _bytes: usize) -> record::Path {
+    fn record_path(&self, _op: OpKind, _start: Start, _bytes: usize) -> record::Path {
         record::Path::staged("staged")
     }
 

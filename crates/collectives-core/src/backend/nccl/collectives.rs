@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
+use crate::operation::OpKind;
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -352,17 +353,20 @@ impl Backend for NcclComm {
     /// NCCL's own collective, except where NCCL has none: grouped sends and receives (gather,
     /// scatter, all-to-all and the v-forms), or grouped broadcasts for an `all_gather_v` where the
     /// uneven algorithm picks them; a non-blocking barrier is an all-reduce of one value.
-    fn record_path(&self, op: &'static str, start: Start, bytes: usize) -> record::Path {
+    fn record_path(&self, op: OpKind, start: Start, bytes: usize) -> record::Path {
         let name = match op {
-            "all_gather_v" => match self.uneven.choose(self.size, bytes) {
+            OpKind::AllGatherV => match self.uneven.choose(self.size, bytes) {
                 UnevenAlgorithm::Broadcasts => "broadcasts",
                 _ => "grouped-p2p",
             },
-            "gather" | "gather_v" | "scatter" | "scatter_v" | "all_to_all" | "all_to_all_v" => {
-                "grouped-p2p"
-            }
-            "barrier" if start != Start::Blocking => "all-reduce",
-            "barrier" => "all-reduce+synchronize",
+            OpKind::Gather
+            | OpKind::GatherV
+            | OpKind::Scatter
+            | OpKind::ScatterV
+            | OpKind::AllToAll
+            | OpKind::AllToAllV => "grouped-p2p",
+            OpKind::Barrier if start != Start::Blocking => "all-reduce",
+            OpKind::Barrier => "all-reduce+synchronize",
             _ => "native",
         };
         record::Path::direct(name)
@@ -749,7 +753,7 @@ impl Backend for NcclComm {
         call: PlanCall<'s, Self, T>,
     ) -> Result<Box<dyn PlanOp + 's>> {
         if self.lib.version() < GRAPHS_FROM {
-            return Ok(replay(self, op, scope, call));
+            return Ok(replay(self, scope, call));
         }
         Ok(Box::new(self.graph_plan(op, &call)?))
     }

@@ -1,0 +1,1395 @@
+//! The front end: every operation of every backend goes through here, once.
+//!
+//! Each public method of [`Communicator`] builds one [`Op`] (the operation as a value: which
+//! collective, its buffers, counts, root and reduce operation) and hands it to one of three ways
+//! of running it: [`run`] (blocking), [`start`] (non-blocking, `i_*`) and [`init`] (a persistent
+//! plan, `*_init`). All three run the same pipeline, each step one `match` over the value (or none):
+//!
+//! 1. the tracing span and the per-call record ([`recorded`]);
+//! 2. the rules ([`check`]): the arguments against the rules table ([`crate::rules`]) with the
+//!    backend's parameters (count limit, tag bound, device), in the same order on every backend;
+//! 3. staging ([`stage`]): what the call must hold before the ranks agree (the staged backends'
+//!    pinned host buffers: a rank that cannot get them fails in the agreement, not alone after);
+//! 4. in checked mode, the agreement with the other ranks ([`Frontend::agree`] on [`call`]);
+//! 5. the backend's raw operation ([`execute`], [`start_op`], or the plan's [`Backend::raw_init`]);
+//! 6. finishing: `Avg` divided by the number of ranks where the backend reduces with a sum.
+//!
+//! [`Backend`] is what a backend implements (`backend.rs`); [`Frontend`] is checked mode's policy
+//! over a backend: every backend is one (agreeing when its checked-mode flag is on), and so is the
+//! wrapper [`Checked`] (always agreeing). Plans: `plan.rs`.
+//!
+//! [`Backend`] and [`Frontend`] are `pub` inside this private module: nothing outside the crate can
+//! name them, so no one else can call a raw operation with unchecked arguments or implement them,
+//! while the blanket implementation of the public [`Communicator`] trait can use them.
+//!
+//! Errors are mapped where they arise: the rules and the agreement return this crate's
+//! [`Error`](crate::Error) values, the raw operations turn their library's codes into them.
+
+mod backend;
+mod plan;
+
+pub use crate::persistent::{BufPtr, PlanOp};
+pub use backend::{Backend, RawBuf, RawBufMut, Start};
+pub(crate) use plan::replay;
+pub use plan::PlanCall;
+
+use crate::checked::{self, Call, Checked};
+use crate::comm::{Communicator, Tag};
+use crate::element::Element;
+use crate::error::Result;
+use crate::memory::{Buffer, Space};
+use crate::op::{BackendKind, ReduceOp};
+use crate::operation::{Name, Op, OpKind};
+use crate::persistent::Persistent;
+use crate::record::{self, Form};
+use crate::request::{Request, Scope};
+use crate::rules::Rules;
+
+/// An operation on the caller's buffers, borrowed for `'s`, with counts arrays borrowed for `'c`:
+/// what a blocking or non-blocking call runs.
+pub type Operation<'s, 'c, B, T> =
+    Op<&'s RawBuf<'s, B, T>, &'s mut RawBufMut<'s, B, T>, &'c [usize]>;
+/// An operation as a persistent plan holds it: its buffers by address, its counts owned (or, to
+/// start a run, borrowed from the plan: `C = &[usize]`).
+pub type Plan<'s, B, T, C = Vec<usize>> =
+    Op<BufPtr<RawBufMut<'s, B, T>>, BufPtr<RawBufMut<'s, B, T>>, C>;
+/// An operation as a `*_init` method receives it: every buffer borrowed mutably for the plan's
+/// life (the caller changes the send buffers between runs).
+type Lent<'s, 'c, B, T> = Op<&'s mut RawBufMut<'s, B, T>, &'s mut RawBufMut<'s, B, T>, &'c [usize]>;
+
+/// Checked mode's policy: which backend a communicator's raw operations go to, and whether (and
+/// how) the ranks agree on each call before it.
+///
+/// Two implementations, and only these: every [`Backend`] is its own front end and agrees when
+/// its checked-mode flag is on (`with_checked`, else `COLLECTIVES_CHECK`, else debug builds), and
+/// [`Checked<F>`] always agrees. [`Communicator`] is implemented once, for every `Frontend`; it
+/// calls the raw operations on [`raw`](Self::raw), so the wrapper delegates none of them.
+pub trait Frontend: Sized {
+    /// The backend whose raw operations make the calls.
+    type Raw: Backend;
+    /// That backend.
+    fn raw(&self) -> &Self::Raw;
+    /// A communicator of this kind around `raw`, a communicator made from this one (`split`,
+    /// `dup`): a checked communicator makes checked ones.
+    fn wrap(raw: Self::Raw) -> Self;
+    /// Whether the ranks agree on each collective before it is made.
+    fn is_checked(&self) -> bool;
+    /// Checked mode's agreement on `call` when [`is_checked`](Self::is_checked), else only the
+    /// local result: see [`checked::agree`] and [`checked::pass`].
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R>;
+}
+
+impl<B: Backend> Frontend for B {
+    type Raw = B;
+
+    fn raw(&self) -> &B {
+        self
+    }
+
+    fn wrap(raw: B) -> B {
+        raw
+    }
+
+    fn is_checked(&self) -> bool {
+        self.transport().checked_by_flag()
+    }
+
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
+        let mpi = self.transport();
+        if mpi.checked_by_flag() {
+            checked::agree(mpi, call, local)
+        } else {
+            checked::pass(mpi, call, local)
+        }
+    }
+}
+
+/// The wrapper agrees on every collective, once: where the communicator it wraps agrees already
+/// (its flag is on, or it is a `Checked` itself), through that one's agreement; else through its
+/// own over the backend's transport. Two layers never make two agreements, so ranks whose layers
+/// differ only in that (a `Checked` around a communicator whose flag differs between ranks) still
+/// make the same calls.
+impl<F: Frontend> Frontend for Checked<F> {
+    type Raw = F::Raw;
+
+    fn raw(&self) -> &F::Raw {
+        self.inner().raw()
+    }
+
+    fn wrap(raw: F::Raw) -> Self {
+        Checked::new(F::wrap(raw))
+    }
+
+    fn is_checked(&self) -> bool {
+        true
+    }
+
+    fn agree<R>(&self, call: Call<'_>, local: Result<R>) -> Result<R> {
+        if self.inner().is_checked() {
+            self.inner().agree(call, local)
+        } else {
+            checked::agree(self.raw().transport(), call, local)
+        }
+    }
+}
+
+/// A backend's buffer type for elements `T`, as the front end `F` names it.
+type Buf<'b, F, T> = RawBuf<'b, <F as Frontend>::Raw, T>;
+/// What front end `F`'s backend writes for elements `T`.
+type BufMut<'b, F, T> = RawBufMut<'b, <F as Frontend>::Raw, T>;
+/// What a call of front end `F` holds from before the agreement until its raw operation.
+type Staging<'c, F, T> = <<F as Frontend>::Raw as Backend>::Staging<'c, T>;
+
+/// A writable buffer, to read: a plan's send buffer (a plan borrows its send buffers mutably, as
+/// the caller changes them between runs).
+fn read_of<'a, 's, B: Backend, T: Element>(buf: &'a RawBufMut<'s, B, T>) -> &'a RawBuf<'s, B, T> {
+    <B::Memory as Space>::read(buf)
+}
+
+/// The lengths of an operation's buffers on this rank, read one then written one (`None`:
+/// absent here): what staging takes, and (in bytes) the record's size.
+fn lens<B: Backend, T: Element>(op: &Operation<'_, '_, B, T>) -> [Option<usize>; 2] {
+    op.lens(|b| Buffer::<T>::len(&**b), |b| Buffer::<T>::len(&**b))
+}
+
+/// The largest of a call's buffers on this rank (`None`: absent here), in bytes.
+fn bytes_of<T: Element>(lens: [Option<usize>; 2]) -> usize {
+    let most = lens.iter().flatten().copied().max().unwrap_or(0);
+    most.saturating_mul(std::mem::size_of::<T>())
+}
+
+/// How a call of `name` starts, which decides whether a backend stages it through host memory.
+fn start_of(name: Name) -> Start {
+    match name.form {
+        Form::Blocking => Start::Blocking,
+        _ if !name.kind.is_collective() => Start::PointToPoint,
+        _ => Start::Collective,
+    }
+}
+
+/// The reduce operation the backend runs for `red` (if the operation reduces), and whether `Avg`
+/// is finished by dividing afterwards.
+fn reduction<B: Backend>(b: &B, red: Option<ReduceOp>) -> (ReduceOp, bool) {
+    match red {
+        Some(ReduceOp::Avg) if !b.native_avg() => (ReduceOp::Sum, true),
+        Some(red) => (red, false),
+        None => (ReduceOp::Sum, false),
+    }
+}
+
+/// Step 1: enter the tracing span named after the method, open the per-call record
+/// ([`crate::record`]; when recording is off, one relaxed atomic load: `bytes` and the backend's
+/// stream are read only when on), run `body` on `op`, close the record with the backend's path.
+#[inline]
+fn recorded<F: Frontend, O, R>(
+    f: &F,
+    name: Name,
+    op: O,
+    bytes: impl FnOnce(&O) -> usize,
+    body: impl FnOnce(O) -> Result<R>,
+) -> Result<R> {
+    let _span = name.span().entered();
+    let b = f.raw();
+    let span = record::Span::open(|| bytes(&op), || b.record_stream());
+    let result = body(op);
+    span.close(
+        result.is_ok(),
+        name.as_str(),
+        name.form,
+        b.kind(),
+        |bytes| b.record_path(name.kind, start_of(name), bytes),
+    );
+    result
+}
+
+/// Step 2, the rules: check `op` against this rank's rules, drop the root-only buffers a rank
+/// other than the root passed, and return the count the backend gets (elements per rank or per
+/// block; for `send_recv`, the count sent; 0 where counts arrays say it).
+fn check<B: Backend, T: Element>(
+    rules: &Rules,
+    name: &'static str,
+    op: &mut Operation<'_, '_, B, T>,
+) -> Result<usize> {
+    match op {
+        Op::Barrier => Ok(0),
+        Op::Broadcast { buf, root } => rules.broadcast::<T, _>(name, &**buf, *root),
+        Op::Reduce {
+            send,
+            recv,
+            op,
+            root,
+        } => {
+            let (n, kept) = rules.reduce::<T, _, _, _>(name, *send, recv.take(), *op, *root)?;
+            *recv = kept;
+            Ok(n)
+        }
+        Op::AllReduce { send, recv, op } => rules.all_reduce::<T, _, _>(name, *send, &**recv, *op),
+        Op::AllReduceInPlace { buf, op } => rules.all_reduce_in_place::<T, _>(name, &**buf, *op),
+        Op::AllGather { send, recv } => rules.all_gather::<T, _, _>(name, *send, &**recv),
+        Op::AllGatherV { send, recv, counts } => rules
+            .all_gather_v::<T, _, _>(name, *send, &**recv, counts)
+            .map(|()| 0),
+        Op::Gather { send, recv, root } => {
+            let (n, kept) = rules.gather::<T, _, _, _>(name, *send, recv.take(), *root)?;
+            *recv = kept;
+            Ok(n)
+        }
+        Op::GatherV {
+            send,
+            recv,
+            counts,
+            root,
+        } => {
+            *recv = rules.gather_v::<T, _, _, _>(name, *send, recv.take(), counts, *root)?;
+            Ok(0)
+        }
+        Op::Scatter { send, recv, root } => {
+            let (n, kept) = rules.scatter::<T, _, _, _>(name, send.take(), &**recv, *root)?;
+            *send = kept;
+            Ok(n)
+        }
+        Op::ScatterV {
+            send,
+            recv,
+            counts,
+            root,
+        } => {
+            *send = rules.scatter_v::<T, _, _, _>(name, send.take(), &**recv, counts, *root)?;
+            Ok(0)
+        }
+        Op::ReduceScatter { send, recv, op } => {
+            rules.reduce_scatter::<T, _, _>(name, *send, &**recv, *op)
+        }
+        Op::AllToAll { send, recv } => rules.all_to_all::<T, _, _>(name, *send, &**recv),
+        Op::AllToAllV {
+            send,
+            send_counts,
+            recv,
+            recv_counts,
+        } => rules
+            .all_to_all_v::<T, _, _>(name, *send, send_counts, &**recv, recv_counts)
+            .map(|()| 0),
+        Op::Send { buf, dest, tag } => rules.point::<T, _>(name, "destination", *buf, *dest, *tag),
+        Op::Recv { buf, source, tag } => rules.point::<T, _>(name, "source", &**buf, *source, *tag),
+        Op::SendRecv {
+            send,
+            dest,
+            recv,
+            source,
+            tag,
+        } => rules
+            .send_recv::<T, _, _>(name, *send, *dest, &**recv, *source, *tag)
+            .map(|(sent, _)| sent),
+    }
+}
+
+/// Step 3, staging: the backend's hold on what a call of buffers `lens` needs (none for a call
+/// without buffers).
+fn stage<B: Backend, T: Element>(
+    b: &B,
+    name: Name,
+    lens: [Option<usize>; 2],
+) -> Result<B::Staging<'_, T>> {
+    if lens == [None, None] {
+        return Ok(Default::default());
+    }
+    b.stage::<T>(name.as_str(), start_of(name), lens)
+}
+
+/// Step 4's record: what the ranks agree on in checked mode.
+fn call<'a, B: Backend, T: Element>(op: &'a Operation<'_, '_, B, T>) -> Call<'a> {
+    let len = |b: &&RawBuf<'_, B, T>| Buffer::<T>::len(&**b);
+    let len_mut = |b: &&mut RawBufMut<'_, B, T>| Buffer::<T>::len(&**b);
+    let call = Call::new(op.kind());
+    let on = call.element::<T>();
+    match op {
+        Op::Barrier | Op::Send { .. } | Op::Recv { .. } | Op::SendRecv { .. } => call,
+        Op::Broadcast { buf, root } => on.root(*root).count(len_mut(buf)),
+        Op::Reduce { send, op, root, .. } => on.reduce(*op).root(*root).count(len(send)),
+        Op::AllReduce { send, op, .. } => on.reduce(*op).count(len(send)),
+        Op::AllReduceInPlace { buf, op } => on.reduce(*op).count(len_mut(buf)),
+        Op::AllGather { send, .. } | Op::AllToAll { send, .. } => on.count(len(send)),
+        Op::AllGatherV { counts, .. } => on.counts(counts),
+        Op::Gather { send, root, .. } => on.root(*root).count(len(send)),
+        Op::GatherV { counts, root, .. } | Op::ScatterV { counts, root, .. } => {
+            on.root(*root).counts(counts)
+        }
+        Op::Scatter { recv, root, .. } => on.root(*root).count(len_mut(recv)),
+        Op::ReduceScatter { recv, op, .. } => on.reduce(*op).count(len_mut(recv)),
+        Op::AllToAllV {
+            send_counts,
+            recv_counts,
+            ..
+        } => on.all_to_all(send_counts, recv_counts),
+    }
+}
+
+/// Steps 2 to 4 on `op`, the same for every form: rules, staging, agreement (collectives only:
+/// point-to-point calls have no common call to agree on). The count and the staging.
+fn prepare<'f, F: Frontend, T: Element>(
+    f: &'f F,
+    name: Name,
+    op: &mut Operation<'_, '_, F::Raw, T>,
+) -> Result<(usize, Staging<'f, F, T>)> {
+    let b = f.raw();
+    let local = check::<F::Raw, T>(&b.rules(), name.as_str(), op)
+        .and_then(|n| Ok((n, stage::<F::Raw, T>(b, name, lens::<F::Raw, T>(op))?)));
+    if name.kind.is_collective() {
+        f.agree(call::<F::Raw, T>(op), local)
+    } else {
+        local
+    }
+}
+
+/// Step 5 and 6 of a blocking call: the backend's raw operation, then `Avg`'s division where
+/// the backend summed.
+fn execute<B: Backend, T: Element>(
+    b: &B,
+    name: &'static str,
+    op: Operation<'_, '_, B, T>,
+    n: usize,
+    staging: B::Staging<'_, T>,
+) -> Result<()> {
+    let (red, divide) = reduction(b, op.reduce_op());
+    let finish = |buf: &mut RawBufMut<'_, B, T>| match divide {
+        true => b.divide(name, buf),
+        false => Ok(()),
+    };
+    match op {
+        Op::Barrier => b.raw_barrier(name),
+        Op::Broadcast { buf, root } => b.raw_broadcast(name, buf, root, n, staging),
+        Op::Reduce {
+            send,
+            mut recv,
+            root,
+            ..
+        } => {
+            b.raw_reduce(name, send, recv.as_deref_mut(), red, root, n, staging)?;
+            recv.map_or(Ok(()), finish)
+        }
+        Op::AllReduce { send, recv, .. } => {
+            b.raw_all_reduce(name, Some(send), recv, red, n, staging)?;
+            finish(recv)
+        }
+        Op::AllReduceInPlace { buf, .. } => {
+            b.raw_all_reduce(name, None, buf, red, n, staging)?;
+            finish(buf)
+        }
+        Op::AllGather { send, recv } => b.raw_all_gather(name, send, recv, n, staging),
+        Op::AllGatherV { send, recv, counts } => {
+            b.raw_all_gather_v(name, send, recv, counts, staging)
+        }
+        Op::Gather { send, recv, root } => b.raw_gather(name, send, recv, root, n, staging),
+        Op::GatherV {
+            send,
+            recv,
+            counts,
+            root,
+        } => b.raw_gather_v(name, send, recv, counts, root, staging),
+        Op::Scatter { send, recv, root } => b.raw_scatter(name, send, recv, root, n, staging),
+        Op::ScatterV {
+            send,
+            recv,
+            counts,
+            root,
+        } => b.raw_scatter_v(name, send, recv, counts, root, staging),
+        Op::ReduceScatter { send, recv, .. } => {
+            b.raw_reduce_scatter(name, send, recv, red, n, staging)?;
+            finish(recv)
+        }
+        Op::AllToAll { send, recv } => b.raw_all_to_all(name, send, recv, n, staging),
+        Op::AllToAllV {
+            send,
+            send_counts,
+            recv,
+            recv_counts,
+        } => b.raw_all_to_all_v(name, send, send_counts, recv, recv_counts, staging),
+        Op::Send { buf, dest, tag } => b.raw_send(name, buf, dest, tag, n, staging),
+        Op::Recv { buf, source, tag } => b.raw_recv(name, buf, source, tag, n, staging),
+        Op::SendRecv {
+            send,
+            dest,
+            recv,
+            source,
+            tag,
+        } => {
+            let counts = (n, Buffer::<T>::len(&*recv));
+            b.raw_send_recv(name, send, dest, recv, source, tag, counts, staging)
+        }
+    }
+}
+
+/// Step 5 of a non-blocking call or of one run of a replayed plan: the backend's non-blocking raw
+/// operation, registered in `scope`; the request finishes `Avg` at completion.
+pub(super) fn start_op<'s, B: Backend, T: Element>(
+    b: &'s B,
+    name: Name,
+    scope: &'s Scope<'s, '_>,
+    op: Operation<'s, '_, B, T>,
+    n: usize,
+    staging: B::Staging<'s, T>,
+) -> Result<Request<'s>> {
+    let (red, average) = reduction(b, op.reduce_op());
+    let (name, s) = (name.as_str(), scope);
+    match op {
+        Op::Barrier => b.raw_i_barrier(name, s),
+        Op::Broadcast { buf, root } => b.raw_i_broadcast(name, s, buf, root, n, staging),
+        Op::Reduce {
+            send, recv, root, ..
+        } => b.raw_i_reduce(name, s, send, recv, red, average, root, n, staging),
+        Op::AllReduce { send, recv, .. } => {
+            b.raw_i_all_reduce(name, s, send, recv, red, average, n, staging)
+        }
+        Op::AllReduceInPlace { buf, .. } => {
+            b.raw_i_all_reduce_in_place(name, s, buf, red, average, n, staging)
+        }
+        Op::AllGather { send, recv } => b.raw_i_all_gather(name, s, send, recv, n, staging),
+        Op::AllGatherV { send, recv, counts } => {
+            b.raw_i_all_gather_v(name, s, send, recv, counts, staging)
+        }
+        Op::Gather { send, recv, root } => b.raw_i_gather(name, s, send, recv, root, n, staging),
+        Op::GatherV {
+            send,
+            recv,
+            counts,
+            root,
+        } => b.raw_i_gather_v(name, s, send, recv, counts, root, staging),
+        Op::Scatter { send, recv, root } => b.raw_i_scatter(name, s, send, recv, root, n, staging),
+        Op::ScatterV {
+            send,
+            recv,
+            counts,
+            root,
+        } => b.raw_i_scatter_v(name, s, send, recv, counts, root, staging),
+        Op::ReduceScatter { send, recv, .. } => {
+            b.raw_i_reduce_scatter(name, s, send, recv, red, average, n, staging)
+        }
+        Op::AllToAll { send, recv } => b.raw_i_all_to_all(name, s, send, recv, n, staging),
+        Op::AllToAllV {
+            send,
+            send_counts,
+            recv,
+            recv_counts,
+        } => b.raw_i_all_to_all_v(name, s, send, send_counts, recv, recv_counts, staging),
+        Op::Send { buf, dest, tag } => b.raw_i_send(name, s, buf, dest, tag, n, staging),
+        Op::Recv { buf, source, tag } => b.raw_i_recv(name, s, buf, source, tag, n, staging),
+        Op::SendRecv {
+            send,
+            dest,
+            recv,
+            source,
+            tag,
+        } => {
+            let counts = (n, Buffer::<T>::len(&*recv));
+            b.raw_i_send_recv(name, s, send, dest, recv, source, tag, counts, staging)
+        }
+    }
+}
+
+/// Run `op` as a blocking call.
+fn run<F: Frontend, T: Element>(f: &F, op: Operation<'_, '_, F::Raw, T>) -> Result<()> {
+    let name = Name::new(op.kind(), Form::Blocking);
+    let bytes = |op: &Operation<'_, '_, F::Raw, T>| bytes_of::<T>(lens::<F::Raw, T>(op));
+    recorded(f, name, op, bytes, |mut op| {
+        let (n, staging) = prepare(f, name, &mut op)?;
+        execute(f.raw(), name.as_str(), op, n, staging)
+    })
+}
+
+/// Start `op` as a non-blocking call whose request lives in `scope`.
+fn start<'s, F: Frontend, T: Element>(
+    f: &'s F,
+    scope: &'s Scope<'s, '_>,
+    op: Operation<'s, '_, F::Raw, T>,
+) -> Result<Request<'s>> {
+    let name = Name::new(op.kind(), Form::NonBlocking);
+    let bytes = |op: &Operation<'s, '_, F::Raw, T>| bytes_of::<T>(lens::<F::Raw, T>(op));
+    recorded(f, name, op, bytes, |mut op| {
+        let (n, staging) = prepare(f, name, &mut op)?;
+        start_op(f.raw(), name, scope, op, n, staging)
+    })
+}
+
+/// Make the persistent plan of `op`: the rules, staging and agreement once, then the backend's
+/// plan ([`Backend::raw_init`]; by default the replay of the non-blocking call), handed to `scope`
+/// with the buffers the caller may reach between runs.
+fn init<'s, F: Frontend, T: Element>(
+    f: &'s F,
+    scope: &'s Scope<'s, '_>,
+    op: Lent<'s, '_, F::Raw, T>,
+) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+    let name = Name::new(op.kind(), Form::Init);
+    let bytes = |op: &Lent<'s, '_, F::Raw, T>| {
+        bytes_of::<T>(op.lens(|b| Buffer::<T>::len(&**b), |b| Buffer::<T>::len(&**b)))
+    };
+    recorded(f, name, op, bytes, |op| {
+        let b = f.raw();
+        let plan: Plan<'s, F::Raw, T> = op.map(BufPtr::new, BufPtr::new, <[usize]>::to_vec);
+        // SAFETY: the plan borrows every buffer for 's and nothing runs on them yet; the
+        // references live only for the checks below.
+        let mut view =
+            unsafe { plan::lend::<F::Raw, T>(plan.by_ref().map(|p| *p, |p| *p, |c| &c[..])) };
+        let (n, _) = prepare(f, name, &mut view)?;
+        let kept = lens::<F::Raw, T>(&view);
+        let plan = plan.retain(kept);
+        let [send, recv] = plan.slots();
+        let (red, average) = reduction(b, plan.reduce_op());
+        let bytes = bytes_of::<T>(kept);
+        let made = b.raw_init(name.as_str(), scope, PlanCall::new(plan, n, red, average));
+        let made =
+            made.and_then(|raw| crate::persistent::test_hook::refuse(name.as_str()).map(|()| raw));
+        // In checked mode, agree on the outcome of the library's own init (`MPIX_*_init`, a graph
+        // capture): a rank whose library refused the plan returns its error and the others
+        // `PeerInvalid` naming it, instead of their `start` waiting for a rank that has no plan.
+        let raw = f.agree(Call::new(name.kind), made)?;
+        let rec = record::enabled().then(|| record::PlanRecord {
+            backend: b.kind(),
+            bytes,
+            staged: b.record_path(name.kind, Start::Collective, bytes).staged,
+            stream: b.record_stream(),
+        });
+        Ok(Persistent::new(scope, name.as_str(), raw, send, recv, rec))
+    })
+}
+
+impl<F: Frontend> Communicator for F {
+    type Memory = <F::Raw as Backend>::Memory;
+
+    fn backend(&self) -> BackendKind {
+        self.raw().kind()
+    }
+
+    fn rank(&self) -> usize {
+        self.raw().ranks().0
+    }
+
+    fn size(&self) -> usize {
+        self.raw().ranks().1
+    }
+
+    fn checked(&self) -> bool {
+        self.is_checked()
+    }
+
+    fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
+        let name = Name::new(OpKind::Split, Form::Blocking);
+        recorded(
+            self,
+            name,
+            (),
+            |()| 0,
+            |()| {
+                let local = Rules::color(name.as_str(), color);
+                let color = self.agree(Call::new(OpKind::Split), local)?;
+                Ok(self
+                    .raw()
+                    .raw_split(name.as_str(), color, key)?
+                    .map(F::wrap))
+            },
+        )
+    }
+
+    fn dup(&self) -> Result<Self> {
+        let name = Name::new(OpKind::Dup, Form::Blocking);
+        recorded(
+            self,
+            name,
+            (),
+            |()| 0,
+            |()| {
+                self.agree(Call::new(OpKind::Dup), Ok(()))?;
+                self.raw().raw_dup(name.as_str()).map(F::wrap)
+            },
+        )
+    }
+
+    fn barrier(&self) -> Result<()> {
+        run::<F, u8>(self, Op::Barrier)
+    }
+
+    fn broadcast<T: Element>(&self, buf: &mut BufMut<F, T>, root: usize) -> Result<()> {
+        run(
+            self,
+            Op::Broadcast {
+                buf: keep_mut::<F, T>(buf),
+                root,
+            },
+        )
+    }
+
+    fn reduce<T: Element>(
+        &self,
+        send: &Buf<F, T>,
+        recv: Option<&mut BufMut<F, T>>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        run(
+            self,
+            Op::Reduce {
+                send: keep::<F, T>(send),
+                recv: recv.map(keep_mut::<F, T>),
+                op,
+                root,
+            },
+        )
+    }
+
+    fn all_reduce<T: Element>(
+        &self,
+        send: &Buf<F, T>,
+        recv: &mut BufMut<F, T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        run(
+            self,
+            Op::AllReduce {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+                op,
+            },
+        )
+    }
+
+    fn all_reduce_in_place<T: Element>(&self, buf: &mut BufMut<F, T>, op: ReduceOp) -> Result<()> {
+        run(
+            self,
+            Op::AllReduceInPlace {
+                buf: keep_mut::<F, T>(buf),
+                op,
+            },
+        )
+    }
+
+    fn all_gather<T: Element>(&self, send: &Buf<F, T>, recv: &mut BufMut<F, T>) -> Result<()> {
+        run(
+            self,
+            Op::AllGather {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+            },
+        )
+    }
+
+    fn all_gather_v<T: Element>(
+        &self,
+        send: &Buf<F, T>,
+        recv: &mut BufMut<F, T>,
+        counts: &[usize],
+    ) -> Result<()> {
+        run(
+            self,
+            Op::AllGatherV {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+                counts,
+            },
+        )
+    }
+
+    fn gather<T: Element>(
+        &self,
+        send: &Buf<F, T>,
+        recv: Option<&mut BufMut<F, T>>,
+        root: usize,
+    ) -> Result<()> {
+        run(
+            self,
+            Op::Gather {
+                send: keep::<F, T>(send),
+                recv: recv.map(keep_mut::<F, T>),
+                root,
+            },
+        )
+    }
+
+    fn gather_v<T: Element>(
+        &self,
+        send: &Buf<F, T>,
+        recv: Option<&mut BufMut<F, T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        run(
+            self,
+            Op::GatherV {
+                send: keep::<F, T>(send),
+                recv: recv.map(keep_mut::<F, T>),
+                counts,
+                root,
+            },
+        )
+    }
+
+    fn scatter<T: Element>(
+        &self,
+        send: Option<&Buf<F, T>>,
+        recv: &mut BufMut<F, T>,
+        root: usize,
+    ) -> Result<()> {
+        run(
+            self,
+            Op::Scatter {
+                send: send.map(keep::<F, T>),
+                recv: keep_mut::<F, T>(recv),
+                root,
+            },
+        )
+    }
+
+    fn scatter_v<T: Element>(
+        &self,
+        send: Option<&Buf<F, T>>,
+        recv: &mut BufMut<F, T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        run(
+            self,
+            Op::ScatterV {
+                send: send.map(keep::<F, T>),
+                recv: keep_mut::<F, T>(recv),
+                counts,
+                root,
+            },
+        )
+    }
+
+    fn reduce_scatter<T: Element>(
+        &self,
+        send: &Buf<F, T>,
+        recv: &mut BufMut<F, T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        run(
+            self,
+            Op::ReduceScatter {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+                op,
+            },
+        )
+    }
+
+    fn all_to_all<T: Element>(&self, send: &Buf<F, T>, recv: &mut BufMut<F, T>) -> Result<()> {
+        run(
+            self,
+            Op::AllToAll {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+            },
+        )
+    }
+
+    fn all_to_all_v<T: Element>(
+        &self,
+        send: &Buf<F, T>,
+        send_counts: &[usize],
+        recv: &mut BufMut<F, T>,
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        run(
+            self,
+            Op::AllToAllV {
+                send: keep::<F, T>(send),
+                send_counts,
+                recv: keep_mut::<F, T>(recv),
+                recv_counts,
+            },
+        )
+    }
+
+    fn send<T: Element>(&self, buf: &Buf<F, T>, dest: usize, tag: Tag) -> Result<()> {
+        run(
+            self,
+            Op::Send {
+                buf: keep::<F, T>(buf),
+                dest,
+                tag,
+            },
+        )
+    }
+
+    fn recv<T: Element>(&self, buf: &mut BufMut<F, T>, source: usize, tag: Tag) -> Result<()> {
+        run(
+            self,
+            Op::Recv {
+                buf: keep_mut::<F, T>(buf),
+                source,
+                tag,
+            },
+        )
+    }
+
+    fn send_recv<T: Element>(
+        &self,
+        send: &Buf<F, T>,
+        dest: usize,
+        recv: &mut BufMut<F, T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<()> {
+        run(
+            self,
+            Op::SendRecv {
+                send: keep::<F, T>(send),
+                dest,
+                recv: keep_mut::<F, T>(recv),
+                source,
+                tag,
+            },
+        )
+    }
+
+    fn i_all_reduce<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
+        op: ReduceOp,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::AllReduce {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+                op,
+            },
+        )
+    }
+
+    fn i_broadcast<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut BufMut<F, T>,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::Broadcast {
+                buf: keep_mut::<F, T>(buf),
+                root,
+            },
+        )
+    }
+
+    fn i_all_gather<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::AllGather {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+            },
+        )
+    }
+
+    fn i_barrier<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>> {
+        start::<F, u8>(self, scope, Op::Barrier)
+    }
+
+    fn i_reduce<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        recv: Option<&'s mut BufMut<F, T>>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::Reduce {
+                send: keep::<F, T>(send),
+                recv: recv.map(keep_mut::<F, T>),
+                op,
+                root,
+            },
+        )
+    }
+
+    fn i_all_reduce_in_place<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut BufMut<F, T>,
+        op: ReduceOp,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::AllReduceInPlace {
+                buf: keep_mut::<F, T>(buf),
+                op,
+            },
+        )
+    }
+
+    fn i_reduce_scatter<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
+        op: ReduceOp,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::ReduceScatter {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+                op,
+            },
+        )
+    }
+
+    fn i_all_to_all<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::AllToAll {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+            },
+        )
+    }
+
+    fn i_all_to_all_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        send_counts: &[usize],
+        recv: &'s mut BufMut<F, T>,
+        recv_counts: &[usize],
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::AllToAllV {
+                send: keep::<F, T>(send),
+                send_counts,
+                recv: keep_mut::<F, T>(recv),
+                recv_counts,
+            },
+        )
+    }
+
+    fn i_all_gather_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        recv: &'s mut BufMut<F, T>,
+        counts: &[usize],
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::AllGatherV {
+                send: keep::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+                counts,
+            },
+        )
+    }
+
+    fn i_gather<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        recv: Option<&'s mut BufMut<F, T>>,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::Gather {
+                send: keep::<F, T>(send),
+                recv: recv.map(keep_mut::<F, T>),
+                root,
+            },
+        )
+    }
+
+    fn i_gather_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        recv: Option<&'s mut BufMut<F, T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::GatherV {
+                send: keep::<F, T>(send),
+                recv: recv.map(keep_mut::<F, T>),
+                counts,
+                root,
+            },
+        )
+    }
+
+    fn i_scatter<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s Buf<F, T>>,
+        recv: &'s mut BufMut<F, T>,
+        root: usize,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::Scatter {
+                send: send.map(keep::<F, T>),
+                recv: keep_mut::<F, T>(recv),
+                root,
+            },
+        )
+    }
+
+    fn i_scatter_v<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s Buf<F, T>>,
+        recv: &'s mut BufMut<F, T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::ScatterV {
+                send: send.map(keep::<F, T>),
+                recv: keep_mut::<F, T>(recv),
+                counts,
+                root,
+            },
+        )
+    }
+
+    fn i_send_recv<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s Buf<F, T>,
+        dest: usize,
+        recv: &'s mut BufMut<F, T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::SendRecv {
+                send: keep::<F, T>(send),
+                dest,
+                recv: keep_mut::<F, T>(recv),
+                source,
+                tag,
+            },
+        )
+    }
+
+    fn i_send<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s Buf<F, T>,
+        dest: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::Send {
+                buf: keep::<F, T>(buf),
+                dest,
+                tag,
+            },
+        )
+    }
+
+    fn i_recv<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut BufMut<F, T>,
+        source: usize,
+        tag: Tag,
+    ) -> Result<Request<'s>> {
+        start(
+            self,
+            scope,
+            Op::Recv {
+                buf: keep_mut::<F, T>(buf),
+                source,
+                tag,
+            },
+        )
+    }
+
+    fn barrier_init<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Persistent<'s>> {
+        init::<F, u8>(self, scope, Op::Barrier).map(Persistent::bufferless)
+    }
+
+    fn broadcast_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut BufMut<F, T>,
+        root: usize,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::Broadcast {
+                buf: keep_mut::<F, T>(buf),
+                root,
+            },
+        )
+    }
+
+    fn reduce_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut BufMut<F, T>,
+        recv: Option<&'s mut BufMut<F, T>>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::Reduce {
+                send: keep_mut::<F, T>(send),
+                recv: recv.map(keep_mut::<F, T>),
+                op,
+                root,
+            },
+        )
+    }
+
+    fn all_reduce_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
+        op: ReduceOp,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::AllReduce {
+                send: keep_mut::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+                op,
+            },
+        )
+    }
+
+    fn all_reduce_in_place_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut BufMut<F, T>,
+        op: ReduceOp,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::AllReduceInPlace {
+                buf: keep_mut::<F, T>(buf),
+                op,
+            },
+        )
+    }
+
+    fn all_gather_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::AllGather {
+                send: keep_mut::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+            },
+        )
+    }
+
+    fn all_gather_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
+        counts: &[usize],
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::AllGatherV {
+                send: keep_mut::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+                counts,
+            },
+        )
+    }
+
+    fn gather_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut BufMut<F, T>,
+        recv: Option<&'s mut BufMut<F, T>>,
+        root: usize,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::Gather {
+                send: keep_mut::<F, T>(send),
+                recv: recv.map(keep_mut::<F, T>),
+                root,
+            },
+        )
+    }
+
+    fn gather_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut BufMut<F, T>,
+        recv: Option<&'s mut BufMut<F, T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::GatherV {
+                send: keep_mut::<F, T>(send),
+                recv: recv.map(keep_mut::<F, T>),
+                counts,
+                root,
+            },
+        )
+    }
+
+    fn scatter_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s mut BufMut<F, T>>,
+        recv: &'s mut BufMut<F, T>,
+        root: usize,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::Scatter {
+                send: send.map(keep_mut::<F, T>),
+                recv: keep_mut::<F, T>(recv),
+                root,
+            },
+        )
+    }
+
+    fn scatter_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: Option<&'s mut BufMut<F, T>>,
+        recv: &'s mut BufMut<F, T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::ScatterV {
+                send: send.map(keep_mut::<F, T>),
+                recv: keep_mut::<F, T>(recv),
+                counts,
+                root,
+            },
+        )
+    }
+
+    fn reduce_scatter_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
+        op: ReduceOp,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::ReduceScatter {
+                send: keep_mut::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+                op,
+            },
+        )
+    }
+
+    fn all_to_all_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut BufMut<F, T>,
+        recv: &'s mut BufMut<F, T>,
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::AllToAll {
+                send: keep_mut::<F, T>(send),
+                recv: keep_mut::<F, T>(recv),
+            },
+        )
+    }
+
+    fn all_to_all_v_init<'s, T: Element>(
+        &'s self,
+        scope: &'s Scope<'s, '_>,
+        send: &'s mut BufMut<F, T>,
+        send_counts: &[usize],
+        recv: &'s mut BufMut<F, T>,
+        recv_counts: &[usize],
+    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+        init(
+            self,
+            scope,
+            Op::AllToAllV {
+                send: keep_mut::<F, T>(send),
+                send_counts,
+                recv: keep_mut::<F, T>(recv),
+                recv_counts,
+            },
+        )
+    }
+}
+
+/// A buffer borrowed for `'s` as one of lifetime `'s` (what requests and plans keep).
+fn keep<'s, 'b, F: Frontend, T: Element>(buf: &'s Buf<'b, F, T>) -> &'s Buf<'s, F, T>
+where
+    Buf<'b, F, T>: 's,
+{
+    <<F::Raw as Backend>::Memory as Space>::shorten(buf)
+}
+
+/// A writable buffer borrowed for `'s` as one of lifetime `'s`.
+fn keep_mut<'s, 'b, F: Frontend, T: Element>(
+    buf: &'s mut BufMut<'b, F, T>,
+) -> &'s mut BufMut<'s, F, T>
+where
+    BufMut<'b, F, T>: 's,
+{
+    <<F::Raw as Backend>::Memory as Space>::shorten_mut(buf)
+}
