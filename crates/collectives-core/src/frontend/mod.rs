@@ -552,6 +552,82 @@ fn init<'s, F: Frontend, T: Element>(
     })
 }
 
+/// The type of an argument of role `$role` in a method of form `$form` (`b` blocking, `nb`
+/// non-blocking, `init` persistent): `read`, `write` (a buffer read or written), `read_opt`,
+/// `write_opt` (one present on the root only), `counts`, or the argument's own type.
+macro_rules! arg {
+    (b, read) => { &Buf<F, T> };
+    (b, write) => { &mut BufMut<F, T> };
+    (b, read_opt) => { Option<&Buf<F, T>> };
+    (b, write_opt) => { Option<&mut BufMut<F, T>> };
+    (nb, read) => { &'s Buf<F, T> };
+    (nb, write) => { &'s mut BufMut<F, T> };
+    (nb, read_opt) => { Option<&'s Buf<F, T>> };
+    (nb, write_opt) => { Option<&'s mut BufMut<F, T>> };
+    (init, read) => { &'s mut BufMut<F, T> };
+    (init, write) => { &'s mut BufMut<F, T> };
+    (init, read_opt) => { Option<&'s mut BufMut<F, T>> };
+    (init, write_opt) => { Option<&'s mut BufMut<F, T>> };
+    ($form:ident, counts) => { &[usize] };
+    ($form:ident, $ty:ty) => { $ty };
+}
+
+/// An argument `$x` of role `$role` as the operation value holds it: buffers borrowed for one
+/// lifetime (see [`keep`]), the rest as given.
+macro_rules! lend {
+    (init, read, $x:ident) => {
+        keep_mut::<F, T>($x)
+    };
+    (init, read_opt, $x:ident) => {
+        $x.map(keep_mut::<F, T>)
+    };
+    ($form:ident, read, $x:ident) => {
+        keep::<F, T>($x)
+    };
+    ($form:ident, read_opt, $x:ident) => {
+        $x.map(keep::<F, T>)
+    };
+    ($form:ident, write, $x:ident) => {
+        keep_mut::<F, T>($x)
+    };
+    ($form:ident, write_opt, $x:ident) => {
+        $x.map(keep_mut::<F, T>)
+    };
+    ($form:ident, $role:tt, $x:ident) => {
+        $x
+    };
+}
+
+/// The methods of one operation, each a constructor of its [`Op`] handed to [`run`], [`start`] or
+/// [`init`]: `Kind: blocking, non_blocking, persistent (argument: role, ...)`, the arguments in
+/// the trait's order (`_` where the operation has no persistent form).
+macro_rules! methods {
+    ($kind:ident: $b:ident, $nb:ident, _ ($($arg:ident: $role:tt),*)) => {
+        fn $b<T: Element>(&self, $($arg: arg!(b, $role)),*) -> Result<()> {
+            run(self, Op::$kind { $($arg: lend!(b, $role, $arg)),* })
+        }
+
+        fn $nb<'s, T: Element>(
+            &'s self,
+            scope: &'s Scope<'s, '_>,
+            $($arg: arg!(nb, $role)),*
+        ) -> Result<Request<'s>> {
+            start(self, scope, Op::$kind { $($arg: lend!(nb, $role, $arg)),* })
+        }
+    };
+    ($kind:ident: $b:ident, $nb:ident, $init:ident ($($arg:ident: $role:tt),*)) => {
+        methods!($kind: $b, $nb, _ ($($arg: $role),*));
+
+        fn $init<'s, T: Element>(
+            &'s self,
+            scope: &'s Scope<'s, '_>,
+            $($arg: arg!(init, $role)),*
+        ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
+            init(self, scope, Op::$kind { $($arg: lend!(init, $role, $arg)),* })
+        }
+    };
+}
+
 impl<F: Frontend> Communicator for F {
     type Memory = <F::Raw as Backend>::Memory;
 
@@ -570,6 +646,35 @@ impl<F: Frontend> Communicator for F {
     fn checked(&self) -> bool {
         self.is_checked()
     }
+
+    fn barrier(&self) -> Result<()> {
+        run::<F, u8>(self, Op::Barrier)
+    }
+
+    fn i_barrier<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>> {
+        start::<F, u8>(self, scope, Op::Barrier)
+    }
+
+    fn barrier_init<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Persistent<'s>> {
+        init::<F, u8>(self, scope, Op::Barrier).map(Persistent::bufferless)
+    }
+
+    methods!(Broadcast: broadcast, i_broadcast, broadcast_init (buf: write, root: usize));
+    methods!(Reduce: reduce, i_reduce, reduce_init (send: read, recv: write_opt, op: ReduceOp, root: usize));
+    methods!(AllReduce: all_reduce, i_all_reduce, all_reduce_init (send: read, recv: write, op: ReduceOp));
+    methods!(AllReduceInPlace: all_reduce_in_place, i_all_reduce_in_place, all_reduce_in_place_init (buf: write, op: ReduceOp));
+    methods!(AllGather: all_gather, i_all_gather, all_gather_init (send: read, recv: write));
+    methods!(AllGatherV: all_gather_v, i_all_gather_v, all_gather_v_init (send: read, recv: write, counts: counts));
+    methods!(Gather: gather, i_gather, gather_init (send: read, recv: write_opt, root: usize));
+    methods!(GatherV: gather_v, i_gather_v, gather_v_init (send: read, recv: write_opt, counts: counts, root: usize));
+    methods!(Scatter: scatter, i_scatter, scatter_init (send: read_opt, recv: write, root: usize));
+    methods!(ScatterV: scatter_v, i_scatter_v, scatter_v_init (send: read_opt, recv: write, counts: counts, root: usize));
+    methods!(ReduceScatter: reduce_scatter, i_reduce_scatter, reduce_scatter_init (send: read, recv: write, op: ReduceOp));
+    methods!(AllToAll: all_to_all, i_all_to_all, all_to_all_init (send: read, recv: write));
+    methods!(AllToAllV: all_to_all_v, i_all_to_all_v, all_to_all_v_init (send: read, send_counts: counts, recv: write, recv_counts: counts));
+    methods!(Send: send, i_send, _ (buf: read, dest: usize, tag: Tag));
+    methods!(Recv: recv, i_recv, _ (buf: write, source: usize, tag: Tag));
+    methods!(SendRecv: send_recv, i_send_recv, _ (send: read, dest: usize, recv: write, source: usize, tag: Tag));
 
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
         let name = Name::new(OpKind::Split, Form::Blocking);
@@ -599,778 +704,6 @@ impl<F: Frontend> Communicator for F {
             |()| {
                 self.agree(Call::new(OpKind::Dup), Ok(()))?;
                 self.raw().raw_dup(name.as_str()).map(F::wrap)
-            },
-        )
-    }
-
-    fn barrier(&self) -> Result<()> {
-        run::<F, u8>(self, Op::Barrier)
-    }
-
-    fn broadcast<T: Element>(&self, buf: &mut BufMut<F, T>, root: usize) -> Result<()> {
-        run(
-            self,
-            Op::Broadcast {
-                buf: keep_mut::<F, T>(buf),
-                root,
-            },
-        )
-    }
-
-    fn reduce<T: Element>(
-        &self,
-        send: &Buf<F, T>,
-        recv: Option<&mut BufMut<F, T>>,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<()> {
-        run(
-            self,
-            Op::Reduce {
-                send: keep::<F, T>(send),
-                recv: recv.map(keep_mut::<F, T>),
-                op,
-                root,
-            },
-        )
-    }
-
-    fn all_reduce<T: Element>(
-        &self,
-        send: &Buf<F, T>,
-        recv: &mut BufMut<F, T>,
-        op: ReduceOp,
-    ) -> Result<()> {
-        run(
-            self,
-            Op::AllReduce {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-                op,
-            },
-        )
-    }
-
-    fn all_reduce_in_place<T: Element>(&self, buf: &mut BufMut<F, T>, op: ReduceOp) -> Result<()> {
-        run(
-            self,
-            Op::AllReduceInPlace {
-                buf: keep_mut::<F, T>(buf),
-                op,
-            },
-        )
-    }
-
-    fn all_gather<T: Element>(&self, send: &Buf<F, T>, recv: &mut BufMut<F, T>) -> Result<()> {
-        run(
-            self,
-            Op::AllGather {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-            },
-        )
-    }
-
-    fn all_gather_v<T: Element>(
-        &self,
-        send: &Buf<F, T>,
-        recv: &mut BufMut<F, T>,
-        counts: &[usize],
-    ) -> Result<()> {
-        run(
-            self,
-            Op::AllGatherV {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-                counts,
-            },
-        )
-    }
-
-    fn gather<T: Element>(
-        &self,
-        send: &Buf<F, T>,
-        recv: Option<&mut BufMut<F, T>>,
-        root: usize,
-    ) -> Result<()> {
-        run(
-            self,
-            Op::Gather {
-                send: keep::<F, T>(send),
-                recv: recv.map(keep_mut::<F, T>),
-                root,
-            },
-        )
-    }
-
-    fn gather_v<T: Element>(
-        &self,
-        send: &Buf<F, T>,
-        recv: Option<&mut BufMut<F, T>>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<()> {
-        run(
-            self,
-            Op::GatherV {
-                send: keep::<F, T>(send),
-                recv: recv.map(keep_mut::<F, T>),
-                counts,
-                root,
-            },
-        )
-    }
-
-    fn scatter<T: Element>(
-        &self,
-        send: Option<&Buf<F, T>>,
-        recv: &mut BufMut<F, T>,
-        root: usize,
-    ) -> Result<()> {
-        run(
-            self,
-            Op::Scatter {
-                send: send.map(keep::<F, T>),
-                recv: keep_mut::<F, T>(recv),
-                root,
-            },
-        )
-    }
-
-    fn scatter_v<T: Element>(
-        &self,
-        send: Option<&Buf<F, T>>,
-        recv: &mut BufMut<F, T>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<()> {
-        run(
-            self,
-            Op::ScatterV {
-                send: send.map(keep::<F, T>),
-                recv: keep_mut::<F, T>(recv),
-                counts,
-                root,
-            },
-        )
-    }
-
-    fn reduce_scatter<T: Element>(
-        &self,
-        send: &Buf<F, T>,
-        recv: &mut BufMut<F, T>,
-        op: ReduceOp,
-    ) -> Result<()> {
-        run(
-            self,
-            Op::ReduceScatter {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-                op,
-            },
-        )
-    }
-
-    fn all_to_all<T: Element>(&self, send: &Buf<F, T>, recv: &mut BufMut<F, T>) -> Result<()> {
-        run(
-            self,
-            Op::AllToAll {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-            },
-        )
-    }
-
-    fn all_to_all_v<T: Element>(
-        &self,
-        send: &Buf<F, T>,
-        send_counts: &[usize],
-        recv: &mut BufMut<F, T>,
-        recv_counts: &[usize],
-    ) -> Result<()> {
-        run(
-            self,
-            Op::AllToAllV {
-                send: keep::<F, T>(send),
-                send_counts,
-                recv: keep_mut::<F, T>(recv),
-                recv_counts,
-            },
-        )
-    }
-
-    fn send<T: Element>(&self, buf: &Buf<F, T>, dest: usize, tag: Tag) -> Result<()> {
-        run(
-            self,
-            Op::Send {
-                buf: keep::<F, T>(buf),
-                dest,
-                tag,
-            },
-        )
-    }
-
-    fn recv<T: Element>(&self, buf: &mut BufMut<F, T>, source: usize, tag: Tag) -> Result<()> {
-        run(
-            self,
-            Op::Recv {
-                buf: keep_mut::<F, T>(buf),
-                source,
-                tag,
-            },
-        )
-    }
-
-    fn send_recv<T: Element>(
-        &self,
-        send: &Buf<F, T>,
-        dest: usize,
-        recv: &mut BufMut<F, T>,
-        source: usize,
-        tag: Tag,
-    ) -> Result<()> {
-        run(
-            self,
-            Op::SendRecv {
-                send: keep::<F, T>(send),
-                dest,
-                recv: keep_mut::<F, T>(recv),
-                source,
-                tag,
-            },
-        )
-    }
-
-    fn i_all_reduce<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        recv: &'s mut BufMut<F, T>,
-        op: ReduceOp,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::AllReduce {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-                op,
-            },
-        )
-    }
-
-    fn i_broadcast<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut BufMut<F, T>,
-        root: usize,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::Broadcast {
-                buf: keep_mut::<F, T>(buf),
-                root,
-            },
-        )
-    }
-
-    fn i_all_gather<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        recv: &'s mut BufMut<F, T>,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::AllGather {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-            },
-        )
-    }
-
-    fn i_barrier<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Request<'s>> {
-        start::<F, u8>(self, scope, Op::Barrier)
-    }
-
-    fn i_reduce<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        recv: Option<&'s mut BufMut<F, T>>,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::Reduce {
-                send: keep::<F, T>(send),
-                recv: recv.map(keep_mut::<F, T>),
-                op,
-                root,
-            },
-        )
-    }
-
-    fn i_all_reduce_in_place<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut BufMut<F, T>,
-        op: ReduceOp,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::AllReduceInPlace {
-                buf: keep_mut::<F, T>(buf),
-                op,
-            },
-        )
-    }
-
-    fn i_reduce_scatter<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        recv: &'s mut BufMut<F, T>,
-        op: ReduceOp,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::ReduceScatter {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-                op,
-            },
-        )
-    }
-
-    fn i_all_to_all<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        recv: &'s mut BufMut<F, T>,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::AllToAll {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-            },
-        )
-    }
-
-    fn i_all_to_all_v<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        send_counts: &[usize],
-        recv: &'s mut BufMut<F, T>,
-        recv_counts: &[usize],
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::AllToAllV {
-                send: keep::<F, T>(send),
-                send_counts,
-                recv: keep_mut::<F, T>(recv),
-                recv_counts,
-            },
-        )
-    }
-
-    fn i_all_gather_v<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        recv: &'s mut BufMut<F, T>,
-        counts: &[usize],
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::AllGatherV {
-                send: keep::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-                counts,
-            },
-        )
-    }
-
-    fn i_gather<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        recv: Option<&'s mut BufMut<F, T>>,
-        root: usize,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::Gather {
-                send: keep::<F, T>(send),
-                recv: recv.map(keep_mut::<F, T>),
-                root,
-            },
-        )
-    }
-
-    fn i_gather_v<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        recv: Option<&'s mut BufMut<F, T>>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::GatherV {
-                send: keep::<F, T>(send),
-                recv: recv.map(keep_mut::<F, T>),
-                counts,
-                root,
-            },
-        )
-    }
-
-    fn i_scatter<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s Buf<F, T>>,
-        recv: &'s mut BufMut<F, T>,
-        root: usize,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::Scatter {
-                send: send.map(keep::<F, T>),
-                recv: keep_mut::<F, T>(recv),
-                root,
-            },
-        )
-    }
-
-    fn i_scatter_v<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s Buf<F, T>>,
-        recv: &'s mut BufMut<F, T>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::ScatterV {
-                send: send.map(keep::<F, T>),
-                recv: keep_mut::<F, T>(recv),
-                counts,
-                root,
-            },
-        )
-    }
-
-    fn i_send_recv<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Buf<F, T>,
-        dest: usize,
-        recv: &'s mut BufMut<F, T>,
-        source: usize,
-        tag: Tag,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::SendRecv {
-                send: keep::<F, T>(send),
-                dest,
-                recv: keep_mut::<F, T>(recv),
-                source,
-                tag,
-            },
-        )
-    }
-
-    fn i_send<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s Buf<F, T>,
-        dest: usize,
-        tag: Tag,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::Send {
-                buf: keep::<F, T>(buf),
-                dest,
-                tag,
-            },
-        )
-    }
-
-    fn i_recv<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut BufMut<F, T>,
-        source: usize,
-        tag: Tag,
-    ) -> Result<Request<'s>> {
-        start(
-            self,
-            scope,
-            Op::Recv {
-                buf: keep_mut::<F, T>(buf),
-                source,
-                tag,
-            },
-        )
-    }
-
-    fn barrier_init<'s>(&'s self, scope: &'s Scope<'s, '_>) -> Result<Persistent<'s>> {
-        init::<F, u8>(self, scope, Op::Barrier).map(Persistent::bufferless)
-    }
-
-    fn broadcast_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut BufMut<F, T>,
-        root: usize,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::Broadcast {
-                buf: keep_mut::<F, T>(buf),
-                root,
-            },
-        )
-    }
-
-    fn reduce_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s mut BufMut<F, T>,
-        recv: Option<&'s mut BufMut<F, T>>,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::Reduce {
-                send: keep_mut::<F, T>(send),
-                recv: recv.map(keep_mut::<F, T>),
-                op,
-                root,
-            },
-        )
-    }
-
-    fn all_reduce_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s mut BufMut<F, T>,
-        recv: &'s mut BufMut<F, T>,
-        op: ReduceOp,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::AllReduce {
-                send: keep_mut::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-                op,
-            },
-        )
-    }
-
-    fn all_reduce_in_place_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut BufMut<F, T>,
-        op: ReduceOp,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::AllReduceInPlace {
-                buf: keep_mut::<F, T>(buf),
-                op,
-            },
-        )
-    }
-
-    fn all_gather_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s mut BufMut<F, T>,
-        recv: &'s mut BufMut<F, T>,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::AllGather {
-                send: keep_mut::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-            },
-        )
-    }
-
-    fn all_gather_v_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s mut BufMut<F, T>,
-        recv: &'s mut BufMut<F, T>,
-        counts: &[usize],
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::AllGatherV {
-                send: keep_mut::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-                counts,
-            },
-        )
-    }
-
-    fn gather_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s mut BufMut<F, T>,
-        recv: Option<&'s mut BufMut<F, T>>,
-        root: usize,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::Gather {
-                send: keep_mut::<F, T>(send),
-                recv: recv.map(keep_mut::<F, T>),
-                root,
-            },
-        )
-    }
-
-    fn gather_v_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s mut BufMut<F, T>,
-        recv: Option<&'s mut BufMut<F, T>>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::GatherV {
-                send: keep_mut::<F, T>(send),
-                recv: recv.map(keep_mut::<F, T>),
-                counts,
-                root,
-            },
-        )
-    }
-
-    fn scatter_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut BufMut<F, T>>,
-        recv: &'s mut BufMut<F, T>,
-        root: usize,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::Scatter {
-                send: send.map(keep_mut::<F, T>),
-                recv: keep_mut::<F, T>(recv),
-                root,
-            },
-        )
-    }
-
-    fn scatter_v_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s mut BufMut<F, T>>,
-        recv: &'s mut BufMut<F, T>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::ScatterV {
-                send: send.map(keep_mut::<F, T>),
-                recv: keep_mut::<F, T>(recv),
-                counts,
-                root,
-            },
-        )
-    }
-
-    fn reduce_scatter_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s mut BufMut<F, T>,
-        recv: &'s mut BufMut<F, T>,
-        op: ReduceOp,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::ReduceScatter {
-                send: keep_mut::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-                op,
-            },
-        )
-    }
-
-    fn all_to_all_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s mut BufMut<F, T>,
-        recv: &'s mut BufMut<F, T>,
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::AllToAll {
-                send: keep_mut::<F, T>(send),
-                recv: keep_mut::<F, T>(recv),
-            },
-        )
-    }
-
-    fn all_to_all_v_init<'s, T: Element>(
-        &'s self,
-        scope: &'s Scope<'s, '_>,
-        send: &'s mut BufMut<F, T>,
-        send_counts: &[usize],
-        recv: &'s mut BufMut<F, T>,
-        recv_counts: &[usize],
-    ) -> Result<Persistent<'s, BufMut<'s, F, T>>> {
-        init(
-            self,
-            scope,
-            Op::AllToAllV {
-                send: keep_mut::<F, T>(send),
-                send_counts,
-                recv: keep_mut::<F, T>(recv),
-                recv_counts,
             },
         )
     }
