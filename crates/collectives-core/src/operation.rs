@@ -496,6 +496,28 @@ impl<R, W, C> Op<R, W, C> {
         }
     }
 
+    /// The reduce operation, to change it, if this operation reduces.
+    pub fn reduce_op_mut(&mut self) -> Option<&mut ReduceOp> {
+        match self {
+            Op::Reduce { op, .. }
+            | Op::AllReduce { op, .. }
+            | Op::AllReduceInPlace { op, .. }
+            | Op::ReduceScatter { op, .. } => Some(op),
+            _ => None,
+        }
+    }
+
+    /// The buffer that holds a reduction's result on this rank (`None`: none here, or the
+    /// operation does not reduce).
+    pub fn result_mut(&mut self) -> Option<&mut W> {
+        match self {
+            Op::Reduce { recv, .. } => recv.as_mut(),
+            Op::AllReduce { recv, .. } | Op::ReduceScatter { recv, .. } => Some(recv),
+            Op::AllReduceInPlace { buf, .. } => Some(buf),
+            _ => None,
+        }
+    }
+
     /// The lengths of the buffers on this rank (`None`: absent here), measured by `len_r` and
     /// `len_w`, in the order the backends stage them: the one buffer of a call that has one, else
     /// the send buffer then the receive buffer. What staging takes and the record's size.

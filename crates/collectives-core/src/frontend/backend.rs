@@ -2,12 +2,12 @@
 //! needs of it.
 
 use super::plan::{replay, PlanCall};
-use crate::comm::Tag;
+use super::Operation;
 use crate::element::Element;
 use crate::error::Result;
 use crate::memory::Space;
-use crate::op::{BackendKind, ReduceOp};
-use crate::operation::OpKind;
+use crate::op::BackendKind;
+use crate::operation::{Name, OpKind};
 use crate::persistent::PlanOp;
 use crate::record;
 use crate::request::{Request, Scope};
@@ -87,359 +87,36 @@ pub trait Backend: Sized {
         Ok(Default::default())
     }
 
-    /// `barrier`.
-    fn raw_barrier(&self, op: &'static str) -> Result<()>;
-    /// `broadcast` of `n` elements.
-    fn raw_broadcast<T: Element>(
+    /// Run `op` to completion: a blocking call. Its arguments passed the rules on this rank (and,
+    /// in checked mode, the agreement of every rank), so nothing here checks them again; its
+    /// reduce operation is the one to run (`Sum` for an `Avg` the backend does not reduce
+    /// natively: the front end divides afterwards). `n` is the count the rules returned, in
+    /// elements (per rank or per block; for `send_recv`, the count sent; 0 where counts arrays
+    /// give the counts). `name` is the method called, for errors.
+    fn run<T: Element>(
         &self,
-        op: &'static str,
-        buf: &mut RawBufMut<Self, T>,
-        root: usize,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
         n: usize,
         staging: Self::Staging<'_, T>,
     ) -> Result<()>;
-    /// `reduce` of `n` elements; `recv` is there on the root only.
+    /// Start `op` as [`run`](Self::run) would run it, its request registered in `scope`: a
+    /// non-blocking call, or one run of a replayed plan. `average`: divide by the number of ranks
+    /// when it completes (only where [`native_avg`](Self::native_avg) is false).
     #[allow(clippy::too_many_arguments)]
-    fn raw_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: &RawBuf<Self, T>,
-        recv: Option<&mut RawBufMut<Self, T>>,
-        red: ReduceOp,
-        root: usize,
+    fn start<'s, T: Element>(
+        &'s self,
+        name: Name,
+        scope: &'s Scope<'s, '_>,
+        op: Operation<'s, '_, Self, T>,
         n: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `all_reduce` of `n` elements, in place on `recv` when `send` is `None`.
-    fn raw_all_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&RawBuf<Self, T>>,
-        recv: &mut RawBufMut<Self, T>,
-        red: ReduceOp,
-        n: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `all_gather` of blocks of `n` elements.
-    fn raw_all_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &RawBuf<Self, T>,
-        recv: &mut RawBufMut<Self, T>,
-        n: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `all_gather_v`.
-    fn raw_all_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &RawBuf<Self, T>,
-        recv: &mut RawBufMut<Self, T>,
-        counts: &[usize],
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `gather` of blocks of `n` elements; `recv` is there on the root only.
-    fn raw_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &RawBuf<Self, T>,
-        recv: Option<&mut RawBufMut<Self, T>>,
-        root: usize,
-        n: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `gather_v`; `recv` is there on the root only.
-    fn raw_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &RawBuf<Self, T>,
-        recv: Option<&mut RawBufMut<Self, T>>,
-        counts: &[usize],
-        root: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `scatter` of blocks of `n` elements; `send` is there on the root only.
-    fn raw_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&RawBuf<Self, T>>,
-        recv: &mut RawBufMut<Self, T>,
-        root: usize,
-        n: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `scatter_v`; `send` is there on the root only.
-    fn raw_scatter_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&RawBuf<Self, T>>,
-        recv: &mut RawBufMut<Self, T>,
-        counts: &[usize],
-        root: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `reduce_scatter` into blocks of `n` elements.
-    fn raw_reduce_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: &RawBuf<Self, T>,
-        recv: &mut RawBufMut<Self, T>,
-        red: ReduceOp,
-        n: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `all_to_all` of blocks of `n` elements.
-    fn raw_all_to_all<T: Element>(
-        &self,
-        op: &'static str,
-        send: &RawBuf<Self, T>,
-        recv: &mut RawBufMut<Self, T>,
-        n: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `all_to_all_v`.
-    fn raw_all_to_all_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &RawBuf<Self, T>,
-        send_counts: &[usize],
-        recv: &mut RawBufMut<Self, T>,
-        recv_counts: &[usize],
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `send` of `n` elements.
-    fn raw_send<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &RawBuf<Self, T>,
-        dest: usize,
-        tag: Tag,
-        n: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `recv` of exactly `n` elements.
-    fn raw_recv<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut RawBufMut<Self, T>,
-        source: usize,
-        tag: Tag,
-        n: usize,
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
-    /// `send_recv` of `counts = (sent, received)` elements.
-    #[allow(clippy::too_many_arguments)]
-    fn raw_send_recv<T: Element>(
-        &self,
-        op: &'static str,
-        send: &RawBuf<Self, T>,
-        dest: usize,
-        recv: &mut RawBufMut<Self, T>,
-        source: usize,
-        tag: Tag,
-        counts: (usize, usize),
-        staging: Self::Staging<'_, T>,
-    ) -> Result<()>;
+        average: bool,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
     /// `split` with a color that fits MPI's (`None`: join none).
     fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>>;
     /// `dup`.
     fn raw_dup(&self, op: &'static str) -> Result<Self>;
-    /// Start an `all_reduce` of `n` elements; `average`: divide by the number of ranks on completion.
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_all_reduce<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        recv: &'s mut RawBufMut<'s, Self, T>,
-        red: ReduceOp,
-        average: bool,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `broadcast` of `n` elements.
-    fn raw_i_broadcast<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut RawBufMut<'s, Self, T>,
-        root: usize,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start an `all_gather` of blocks of `n` elements.
-    fn raw_i_all_gather<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        recv: &'s mut RawBufMut<'s, Self, T>,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `send` of `n` elements.
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_send<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s RawBuf<'s, Self, T>,
-        dest: usize,
-        tag: Tag,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `recv` of exactly `n` elements.
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_recv<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut RawBufMut<'s, Self, T>,
-        source: usize,
-        tag: Tag,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `barrier`.
-    fn raw_i_barrier<'s>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-    ) -> Result<Request<'s>>;
-    /// Start a `reduce` of `n` elements (`recv` on the root only); `average`: divide on completion.
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_reduce<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        recv: Option<&'s mut RawBufMut<'s, Self, T>>,
-        red: ReduceOp,
-        average: bool,
-        root: usize,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start an in-place `all_reduce` of `n` elements; `average`: divide on completion.
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_all_reduce_in_place<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut RawBufMut<'s, Self, T>,
-        red: ReduceOp,
-        average: bool,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `reduce_scatter` into blocks of `n` elements; `average`: divide on completion.
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_reduce_scatter<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        recv: &'s mut RawBufMut<'s, Self, T>,
-        red: ReduceOp,
-        average: bool,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start an `all_to_all` of blocks of `n` elements.
-    fn raw_i_all_to_all<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        recv: &'s mut RawBufMut<'s, Self, T>,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start an `all_to_all_v`.
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_all_to_all_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        send_counts: &[usize],
-        recv: &'s mut RawBufMut<'s, Self, T>,
-        recv_counts: &[usize],
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start an `all_gather_v`.
-    fn raw_i_all_gather_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        recv: &'s mut RawBufMut<'s, Self, T>,
-        counts: &[usize],
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `gather` of blocks of `n` elements (`recv` on the root only).
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_gather<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        recv: Option<&'s mut RawBufMut<'s, Self, T>>,
-        root: usize,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `gather_v` (`recv` on the root only).
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_gather_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        recv: Option<&'s mut RawBufMut<'s, Self, T>>,
-        counts: &[usize],
-        root: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `scatter` of blocks of `n` elements (`send` on the root only).
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_scatter<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s RawBuf<'s, Self, T>>,
-        recv: &'s mut RawBufMut<'s, Self, T>,
-        root: usize,
-        n: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `scatter_v` (`send` on the root only).
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_scatter_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s RawBuf<'s, Self, T>>,
-        recv: &'s mut RawBufMut<'s, Self, T>,
-        counts: &[usize],
-        root: usize,
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
-    /// Start a `send_recv` of `counts = (sent, received)` elements.
-    #[allow(clippy::too_many_arguments)]
-    fn raw_i_send_recv<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s RawBuf<'s, Self, T>,
-        dest: usize,
-        recv: &'s mut RawBufMut<'s, Self, T>,
-        source: usize,
-        tag: Tag,
-        counts: (usize, usize),
-        staging: Self::Staging<'s, T>,
-    ) -> Result<Request<'s>>;
 
     /// Make the persistent plan of `call` (checked, and agreed in checked mode), whose runs
     /// complete before `'s` ends. By default each start issues the non-blocking raw operation

@@ -341,149 +341,46 @@ fn prepare<'f, F: Frontend, T: Element>(
     }
 }
 
-/// Step 5 and 6 of a blocking call: the backend's raw operation, then `Avg`'s division where
-/// the backend summed.
+/// Steps 5 and 6 of a blocking call: the backend runs the operation, then `Avg` is divided
+/// where the backend summed.
 fn execute<B: Backend, T: Element>(
     b: &B,
-    name: &'static str,
-    op: Operation<'_, '_, B, T>,
+    name: Name,
+    mut op: Operation<'_, '_, B, T>,
     n: usize,
     staging: B::Staging<'_, T>,
 ) -> Result<()> {
-    let (red, divide) = reduction(b, op.reduce_op());
-    let finish = |buf: &mut RawBufMut<'_, B, T>| match divide {
-        true => b.divide(name, buf),
-        false => Ok(()),
-    };
-    match op {
-        Op::Barrier => b.raw_barrier(name),
-        Op::Broadcast { buf, root } => b.raw_broadcast(name, buf, root, n, staging),
-        Op::Reduce {
-            send,
-            mut recv,
-            root,
-            ..
-        } => {
-            b.raw_reduce(name, send, recv.as_deref_mut(), red, root, n, staging)?;
-            recv.map_or(Ok(()), finish)
-        }
-        Op::AllReduce { send, recv, .. } => {
-            b.raw_all_reduce(name, Some(send), recv, red, n, staging)?;
-            finish(recv)
-        }
-        Op::AllReduceInPlace { buf, .. } => {
-            b.raw_all_reduce(name, None, buf, red, n, staging)?;
-            finish(buf)
-        }
-        Op::AllGather { send, recv } => b.raw_all_gather(name, send, recv, n, staging),
-        Op::AllGatherV { send, recv, counts } => {
-            b.raw_all_gather_v(name, send, recv, counts, staging)
-        }
-        Op::Gather { send, recv, root } => b.raw_gather(name, send, recv, root, n, staging),
-        Op::GatherV {
-            send,
-            recv,
-            counts,
-            root,
-        } => b.raw_gather_v(name, send, recv, counts, root, staging),
-        Op::Scatter { send, recv, root } => b.raw_scatter(name, send, recv, root, n, staging),
-        Op::ScatterV {
-            send,
-            recv,
-            counts,
-            root,
-        } => b.raw_scatter_v(name, send, recv, counts, root, staging),
-        Op::ReduceScatter { send, recv, .. } => {
-            b.raw_reduce_scatter(name, send, recv, red, n, staging)?;
-            finish(recv)
-        }
-        Op::AllToAll { send, recv } => b.raw_all_to_all(name, send, recv, n, staging),
-        Op::AllToAllV {
-            send,
-            send_counts,
-            recv,
-            recv_counts,
-        } => b.raw_all_to_all_v(name, send, send_counts, recv, recv_counts, staging),
-        Op::Send { buf, dest, tag } => b.raw_send(name, buf, dest, tag, n, staging),
-        Op::Recv { buf, source, tag } => b.raw_recv(name, buf, source, tag, n, staging),
-        Op::SendRecv {
-            send,
-            dest,
-            recv,
-            source,
-            tag,
-        } => {
-            let counts = (n, Buffer::<T>::len(&*recv));
-            b.raw_send_recv(name, send, dest, recv, source, tag, counts, staging)
-        }
+    let divide = to_run(b, &mut op);
+    b.run(name, &mut op, n, staging)?;
+    match op.result_mut() {
+        Some(buf) if divide => b.divide(name.as_str(), buf),
+        _ => Ok(()),
     }
 }
 
-/// Step 5 of a non-blocking call or of one run of a replayed plan: the backend's non-blocking raw
-/// operation, registered in `scope`; the request finishes `Avg` at completion.
+/// Step 5 of a non-blocking call or of one run of a replayed plan: the backend starts the
+/// operation in `scope`; the request finishes `Avg` at completion.
 pub(super) fn start_op<'s, B: Backend, T: Element>(
     b: &'s B,
     name: Name,
     scope: &'s Scope<'s, '_>,
-    op: Operation<'s, '_, B, T>,
+    mut op: Operation<'s, '_, B, T>,
     n: usize,
     staging: B::Staging<'s, T>,
 ) -> Result<Request<'s>> {
-    let (red, average) = reduction(b, op.reduce_op());
-    let (name, s) = (name.as_str(), scope);
-    match op {
-        Op::Barrier => b.raw_i_barrier(name, s),
-        Op::Broadcast { buf, root } => b.raw_i_broadcast(name, s, buf, root, n, staging),
-        Op::Reduce {
-            send, recv, root, ..
-        } => b.raw_i_reduce(name, s, send, recv, red, average, root, n, staging),
-        Op::AllReduce { send, recv, .. } => {
-            b.raw_i_all_reduce(name, s, send, recv, red, average, n, staging)
-        }
-        Op::AllReduceInPlace { buf, .. } => {
-            b.raw_i_all_reduce_in_place(name, s, buf, red, average, n, staging)
-        }
-        Op::AllGather { send, recv } => b.raw_i_all_gather(name, s, send, recv, n, staging),
-        Op::AllGatherV { send, recv, counts } => {
-            b.raw_i_all_gather_v(name, s, send, recv, counts, staging)
-        }
-        Op::Gather { send, recv, root } => b.raw_i_gather(name, s, send, recv, root, n, staging),
-        Op::GatherV {
-            send,
-            recv,
-            counts,
-            root,
-        } => b.raw_i_gather_v(name, s, send, recv, counts, root, staging),
-        Op::Scatter { send, recv, root } => b.raw_i_scatter(name, s, send, recv, root, n, staging),
-        Op::ScatterV {
-            send,
-            recv,
-            counts,
-            root,
-        } => b.raw_i_scatter_v(name, s, send, recv, counts, root, staging),
-        Op::ReduceScatter { send, recv, .. } => {
-            b.raw_i_reduce_scatter(name, s, send, recv, red, average, n, staging)
-        }
-        Op::AllToAll { send, recv } => b.raw_i_all_to_all(name, s, send, recv, n, staging),
-        Op::AllToAllV {
-            send,
-            send_counts,
-            recv,
-            recv_counts,
-        } => b.raw_i_all_to_all_v(name, s, send, send_counts, recv, recv_counts, staging),
-        Op::Send { buf, dest, tag } => b.raw_i_send(name, s, buf, dest, tag, n, staging),
-        Op::Recv { buf, source, tag } => b.raw_i_recv(name, s, buf, source, tag, n, staging),
-        Op::SendRecv {
-            send,
-            dest,
-            recv,
-            source,
-            tag,
-        } => {
-            let counts = (n, Buffer::<T>::len(&*recv));
-            b.raw_i_send_recv(name, s, send, dest, recv, source, tag, counts, staging)
-        }
-    }
+    let average = to_run(b, &mut op);
+    b.start(name, scope, op, n, average, staging)
+}
+
+/// Give `op` the reduce operation the backend runs (`Sum` for an `Avg` it does not reduce
+/// natively); whether the result is then divided by the number of ranks.
+fn to_run<R, W, C, B: Backend>(b: &B, op: &mut Op<R, W, C>) -> bool {
+    let Some(red) = op.reduce_op_mut() else {
+        return false;
+    };
+    let (run, divide) = reduction(b, Some(*red));
+    *red = run;
+    divide
 }
 
 /// Run `op` as a blocking call.
@@ -492,7 +389,7 @@ fn run<F: Frontend, T: Element>(f: &F, op: Operation<'_, '_, F::Raw, T>) -> Resu
     let bytes = |op: &Operation<'_, '_, F::Raw, T>| bytes_of::<T>(lens::<F::Raw, T>(op));
     recorded(f, name, op, bytes, |mut op| {
         let (n, staging) = prepare(f, name, &mut op)?;
-        execute(f.raw(), name.as_str(), op, n, staging)
+        execute(f.raw(), name, op, n, staging)
     })
 }
 

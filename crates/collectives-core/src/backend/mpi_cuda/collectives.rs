@@ -25,10 +25,11 @@ use crate::backend::mpi_host::request::{MpiPending, Region};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
+use crate::frontend::Operation;
 use crate::frontend::{Backend, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
-use crate::operation::OpKind;
+use crate::operation::{Name, Op, OpKind};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
@@ -196,26 +197,190 @@ impl Backend for MpiCudaComm {
         Ok([None, None])
     }
 
-    fn raw_barrier(&self, op: &'static str) -> Result<()> {
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
+        self.sync(op)?;
+        self.mpi
+            .raw_split(op, color, key)?
+            .map(|m| self.derived(m))
+            .transpose()
+    }
+
+    fn raw_dup(&self, op: &'static str) -> Result<Self> {
+        self.sync(op)?;
+        self.derived(self.mpi.raw_dup(op)?)
+    }
+
+    fn run<T: Element>(
+        &self,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
+        n: usize,
+        staging: Leases<'_, T>,
+    ) -> Result<()> {
         if let Some(staged) = &self.staged {
-            return staged.raw_barrier(op);
+            return staged.run(name, op, n, staging);
         }
+        let s = name.as_str();
+        match op {
+            Op::Barrier => self.raw_barrier(s),
+            Op::Broadcast { buf, root } => self.raw_broadcast(s, &mut **buf, *root, n),
+            Op::Reduce {
+                send,
+                recv,
+                op: red,
+                root,
+            } => self.raw_reduce(s, *send, recv.as_deref_mut(), *red, *root, n),
+            Op::AllReduce {
+                send,
+                recv,
+                op: red,
+            } => self.raw_all_reduce(s, Some(*send), &mut **recv, *red, n),
+            Op::AllReduceInPlace { buf, op: red } => {
+                self.raw_all_reduce(s, None, &mut **buf, *red, n)
+            }
+            Op::AllGather { send, recv } => self.raw_all_gather(s, *send, &mut **recv, n),
+            Op::AllGatherV { send, recv, counts } => {
+                self.raw_all_gather_v(s, *send, &mut **recv, counts)
+            }
+            Op::Gather { send, recv, root } => {
+                self.raw_gather(s, *send, recv.as_deref_mut(), *root, n)
+            }
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_gather_v(s, *send, recv.as_deref_mut(), counts, *root),
+            Op::Scatter { send, recv, root } => self.raw_scatter(s, *send, &mut **recv, *root, n),
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_scatter_v(s, *send, &mut **recv, counts, *root),
+            Op::ReduceScatter {
+                send,
+                recv,
+                op: red,
+            } => self.raw_reduce_scatter(s, *send, &mut **recv, *red, n),
+            Op::AllToAll { send, recv } => self.raw_all_to_all(s, *send, &mut **recv, n),
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => self.raw_all_to_all_v(s, *send, send_counts, &mut **recv, recv_counts),
+            Op::Send { buf, dest, tag } => self.raw_send(s, *buf, *dest, *tag, n),
+            Op::Recv { buf, source, tag } => self.raw_recv(s, &mut **buf, *source, *tag, n),
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+            } => {
+                let counts = (n, recv.len());
+                self.raw_send_recv(s, *send, *dest, &mut **recv, *source, *tag, counts)
+            }
+        }
+    }
+
+    fn start<'s, T: Element>(
+        &'s self,
+        name: Name,
+        scope: &'s Scope<'s, '_>,
+        op: Operation<'s, '_, Self, T>,
+        n: usize,
+        average: bool,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.start(name, scope, op, n, average, staging);
+        }
+        let (s, sc) = (name.as_str(), scope);
+        match op {
+            Op::Barrier => self.raw_i_barrier(s, sc),
+            Op::Broadcast { buf, root } => self.raw_i_broadcast(s, sc, buf, root, n, staging),
+            Op::Reduce {
+                send,
+                recv,
+                op: red,
+                root,
+            } => self.raw_i_reduce(s, sc, send, recv, red, average, root, n, staging),
+            Op::AllReduce {
+                send,
+                recv,
+                op: red,
+            } => self.raw_i_all_reduce(s, sc, send, recv, red, average, n, staging),
+            Op::AllReduceInPlace { buf, op: red } => {
+                self.raw_i_all_reduce_in_place(s, sc, buf, red, average, n, staging)
+            }
+            Op::AllGather { send, recv } => self.raw_i_all_gather(s, sc, send, recv, n, staging),
+            Op::AllGatherV { send, recv, counts } => {
+                self.raw_i_all_gather_v(s, sc, send, recv, counts, staging)
+            }
+            Op::Gather { send, recv, root } => {
+                self.raw_i_gather(s, sc, send, recv, root, n, staging)
+            }
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_i_gather_v(s, sc, send, recv, counts, root, staging),
+            Op::Scatter { send, recv, root } => {
+                self.raw_i_scatter(s, sc, send, recv, root, n, staging)
+            }
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_i_scatter_v(s, sc, send, recv, counts, root, staging),
+            Op::ReduceScatter {
+                send,
+                recv,
+                op: red,
+            } => self.raw_i_reduce_scatter(s, sc, send, recv, red, average, n, staging),
+            Op::AllToAll { send, recv } => self.raw_i_all_to_all(s, sc, send, recv, n, staging),
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => self.raw_i_all_to_all_v(s, sc, send, send_counts, recv, recv_counts, staging),
+            Op::Send { buf, dest, tag } => self.raw_i_send(s, sc, buf, dest, tag, n),
+            Op::Recv { buf, source, tag } => self.raw_i_recv(s, sc, buf, source, tag, n),
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+            } => {
+                let counts = (n, recv.len());
+                self.raw_i_send_recv(s, sc, send, dest, recv, source, tag, counts, staging)
+            }
+        }
+    }
+}
+
+/// Each operation of `run` and `start`, with its fields as arguments.
+#[allow(clippy::too_many_arguments)]
+impl MpiCudaComm {
+    pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
         self.sync(op)?;
         // SAFETY: a valid communicator.
         host::check(op, unsafe { ffi::MPI_Barrier(self.mpi.as_raw()) })
     }
 
-    fn raw_broadcast<T: Element>(
+    pub(super) fn raw_broadcast<T: Element>(
         &self,
         op: &'static str,
         buf: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_broadcast(op, buf, root, n, staging);
-        }
         let n = host::int(n);
         self.foreign(op, &[buf.stream()])?;
         let (p, _g) = dptr_mut(buf, &self.stream);
@@ -233,7 +398,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_reduce<T: Element>(
+    pub(super) fn raw_reduce<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -241,11 +406,7 @@ impl Backend for MpiCudaComm {
         red: ReduceOp,
         root: usize,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_reduce(op, send, recv, red, root, n, staging);
-        }
         let n = host::int(n);
         let mut streams = vec![send.stream()];
         let recv_stream = recv.as_ref().map(|r| r.stream().clone());
@@ -270,18 +431,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_reduce<T: Element>(
+    pub(super) fn raw_all_reduce<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
         recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_reduce(op, send, recv, red, n, staging);
-        }
         let n = host::int(n);
         let mut streams = vec![recv.stream().clone()];
         streams.extend(send.map(|s| s.stream().clone()));
@@ -308,17 +465,13 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_gather<T: Element>(
+    pub(super) fn raw_all_gather<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_gather(op, send, recv, n, staging);
-        }
         let n = host::int(n);
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let dt = host::datatype::<T>();
@@ -331,17 +484,13 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_gather_v<T: Element>(
+    pub(super) fn raw_all_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         counts: &[usize],
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_gather_v(op, send, recv, counts, staging);
-        }
         let (c, d) = host::packed(counts);
         let rank = self.mpi.rank();
         self.foreign(op, &[send.stream(), recv.stream()])?;
@@ -365,18 +514,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_gather<T: Element>(
+    pub(super) fn raw_gather<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: Option<&mut DevMut<'_, T>>,
         root: usize,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_gather(op, send, recv, root, n, staging);
-        }
         let n = host::int(n);
         let recv_stream = recv.as_ref().map(|r| r.stream().clone());
         let mut streams = vec![send.stream()];
@@ -394,18 +539,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_gather_v<T: Element>(
+    pub(super) fn raw_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: Option<&mut DevMut<'_, T>>,
         counts: &[usize],
         root: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_gather_v(op, send, recv, counts, root, staging);
-        }
         let (c, d) = host::packed(counts);
         let rank = self.mpi.rank();
         let recv_stream = recv.as_ref().map(|r| r.stream().clone());
@@ -434,18 +575,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_scatter<T: Element>(
+    pub(super) fn raw_scatter<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
         recv: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_scatter(op, send, recv, root, n, staging);
-        }
         let n = host::int(n);
         let mut streams = vec![recv.stream()];
         streams.extend(send.map(|s| s.stream()));
@@ -462,18 +599,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_scatter_v<T: Element>(
+    pub(super) fn raw_scatter_v<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
         recv: &mut DevMut<'_, T>,
         counts: &[usize],
         root: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_scatter_v(op, send, recv, counts, root, staging);
-        }
         let (c, d) = host::packed(counts);
         let rank = self.mpi.rank();
         let mut streams = vec![recv.stream()];
@@ -501,18 +634,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_reduce_scatter<T: Element>(
+    pub(super) fn raw_reduce_scatter<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_reduce_scatter(op, send, recv, red, n, staging);
-        }
         let n = host::int(n);
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let (s, _s) = dptr(send, &self.stream);
@@ -532,17 +661,13 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_to_all<T: Element>(
+    pub(super) fn raw_all_to_all<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_to_all(op, send, recv, n, staging);
-        }
         let n = host::int(n);
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let dt = host::datatype::<T>();
@@ -555,18 +680,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_to_all_v<T: Element>(
+    pub(super) fn raw_all_to_all_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         send_counts: &[usize],
         recv: &mut DevMut<'_, T>,
         recv_counts: &[usize],
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_to_all_v(op, send, send_counts, recv, recv_counts, staging);
-        }
         let ((sc, sd), (rc, rd)) = (host::packed(send_counts), host::packed(recv_counts));
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let dt = host::datatype::<T>();
@@ -590,18 +711,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_send<T: Element>(
+    pub(super) fn raw_send<T: Element>(
         &self,
         op: &'static str,
         buf: &Dev<'_, T>,
         dest: usize,
         tag: Tag,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_send(op, buf, dest, tag, n, staging);
-        }
         let (n, dest) = (host::int(n), host::int(dest));
         self.foreign(op, &[buf.stream()])?;
         let (p, _g) = dptr(buf, &self.stream);
@@ -613,18 +730,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_recv<T: Element>(
+    pub(super) fn raw_recv<T: Element>(
         &self,
         op: &'static str,
         buf: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_recv(op, buf, source, tag, n, staging);
-        }
         let (n, source) = (host::int(n), host::int(source));
         self.foreign(op, &[buf.stream()])?;
         let expected = buf.len();
@@ -640,7 +753,7 @@ impl Backend for MpiCudaComm {
         host::received(op, &status, dt, expected)
     }
 
-    fn raw_send_recv<T: Element>(
+    pub(super) fn raw_send_recv<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -649,11 +762,7 @@ impl Backend for MpiCudaComm {
         source: usize,
         tag: Tag,
         (sn, rn): (usize, usize),
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_send_recv(op, send, dest, recv, source, tag, (sn, rn), staging);
-        }
         let [dest, source, sn, rn] = [dest, source, sn, rn].map(host::int);
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let expected = recv.len();
@@ -685,20 +794,7 @@ impl Backend for MpiCudaComm {
         host::received(op, &status, dt, expected)
     }
 
-    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
-        self.sync(op)?;
-        self.mpi
-            .raw_split(op, color, key)?
-            .map(|m| self.derived(m))
-            .transpose()
-    }
-
-    fn raw_dup(&self, op: &'static str) -> Result<Self> {
-        self.sync(op)?;
-        self.derived(self.mpi.raw_dup(op)?)
-    }
-
-    fn raw_i_all_reduce<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -709,9 +805,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_reduce(op, scope, send, recv, red, average, n, staging);
-        }
         let n = host::int(n);
         if let [Some(mut hs), hr] = staging {
             let mut hr = pinned(op, hr)?;
@@ -766,7 +859,7 @@ impl Backend for MpiCudaComm {
         Ok(self.register(scope, MpiPending::<T>::new(request, op), average))
     }
 
-    fn raw_i_broadcast<'s, T: Element>(
+    pub(super) fn raw_i_broadcast<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -775,9 +868,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_broadcast(op, scope, buf, root, n, staging);
-        }
         let n = host::int(n);
         if let [Some(mut h), _] = staging {
             let is_root = self.mpi.rank() == root;
@@ -829,7 +919,7 @@ impl Backend for MpiCudaComm {
         Ok(self.register(scope, MpiPending::<T>::new(request, op), None))
     }
 
-    fn raw_i_all_gather<'s, T: Element>(
+    pub(super) fn raw_i_all_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -838,9 +928,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_gather(op, scope, send, recv, n, staging);
-        }
         let n = host::int(n);
         let dt = host::datatype::<T>();
         if let [Some(mut hs), hr] = staging {
@@ -883,7 +970,7 @@ impl Backend for MpiCudaComm {
         Ok(self.register(scope, MpiPending::<T>::new(request, op), None))
     }
 
-    fn raw_i_send<'s, T: Element>(
+    pub(super) fn raw_i_send<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -891,11 +978,7 @@ impl Backend for MpiCudaComm {
         dest: usize,
         tag: Tag,
         n: usize,
-        staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_send(op, scope, buf, dest, tag, n, staging);
-        }
         let (n, dest) = (host::int(n), host::int(dest));
         self.foreign(op, &[buf.stream()])?;
         // SAFETY: an MPI_Request handle may start as any value; MPI_Isend overwrites it.
@@ -918,7 +1001,7 @@ impl Backend for MpiCudaComm {
         Ok(self.register(scope, MpiPending::<T>::new(request, op), None))
     }
 
-    fn raw_i_recv<'s, T: Element>(
+    pub(super) fn raw_i_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -926,11 +1009,7 @@ impl Backend for MpiCudaComm {
         source: usize,
         tag: Tag,
         n: usize,
-        staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_recv(op, scope, buf, source, tag, n, staging);
-        }
         let (n, source) = (host::int(n), host::int(source));
         self.foreign(op, &[buf.stream()])?;
         let expected = buf.len();
@@ -958,18 +1037,15 @@ impl Backend for MpiCudaComm {
         ))
     }
 
-    fn raw_i_barrier<'s>(
+    pub(super) fn raw_i_barrier<'s>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_barrier(op, scope);
-        }
         Ok(scope.register(Box::new(self.through_host().barrier(op)?)))
     }
 
-    fn raw_i_reduce<'s, T: Element>(
+    pub(super) fn raw_i_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -981,9 +1057,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_reduce(op, scope, send, recv, red, average, root, n, staging);
-        }
         self.start_nbc(op, scope, Some(send), recv, staging, average, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -991,7 +1064,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_all_reduce_in_place<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1001,9 +1074,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_reduce_in_place(op, scope, buf, red, average, n, staging);
-        }
         self.start_nbc_in_place(op, scope, buf, staging, average, |b| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1011,7 +1081,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_reduce_scatter<'s, T: Element>(
+    pub(super) fn raw_i_reduce_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1022,9 +1092,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_reduce_scatter(op, scope, send, recv, red, average, n, staging);
-        }
         self.start_nbc(
             op,
             scope,
@@ -1040,7 +1107,7 @@ impl Backend for MpiCudaComm {
         )
     }
 
-    fn raw_i_all_to_all<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1049,9 +1116,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_to_all(op, scope, send, recv, n, staging);
-        }
         self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1059,7 +1123,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_all_to_all_v<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1069,17 +1133,6 @@ impl Backend for MpiCudaComm {
         recv_counts: &[usize],
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_to_all_v(
-                op,
-                scope,
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-                staging,
-            );
-        }
         self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1090,7 +1143,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_all_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_all_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1099,9 +1152,6 @@ impl Backend for MpiCudaComm {
         counts: &[usize],
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_gather_v(op, scope, send, recv, counts, staging);
-        }
         self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1109,7 +1159,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_gather<'s, T: Element>(
+    pub(super) fn raw_i_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1119,9 +1169,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_gather(op, scope, send, recv, root, n, staging);
-        }
         self.start_nbc(op, scope, Some(send), recv, staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1129,7 +1176,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1139,9 +1186,6 @@ impl Backend for MpiCudaComm {
         root: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_gather_v(op, scope, send, recv, counts, root, staging);
-        }
         self.start_nbc(op, scope, Some(send), recv, staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1149,7 +1193,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_scatter<'s, T: Element>(
+    pub(super) fn raw_i_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1159,9 +1203,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_scatter(op, scope, send, recv, root, n, staging);
-        }
         self.start_nbc(op, scope, send, Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1169,7 +1210,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_scatter_v<'s, T: Element>(
+    pub(super) fn raw_i_scatter_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1179,9 +1220,6 @@ impl Backend for MpiCudaComm {
         root: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_scatter_v(op, scope, send, recv, counts, root, staging);
-        }
         self.start_nbc(op, scope, send, Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1189,7 +1227,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_send_recv<'s, T: Element>(
+    pub(super) fn raw_i_send_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1201,19 +1239,6 @@ impl Backend for MpiCudaComm {
         (sn, rn): (usize, usize),
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_send_recv(
-                op,
-                scope,
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-                (sn, rn),
-                staging,
-            );
-        }
         self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.

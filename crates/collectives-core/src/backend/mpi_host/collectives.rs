@@ -12,9 +12,10 @@ use super::request::{Form, MpiPending, Region};
 use crate::comm::Tag;
 use crate::element::Element;
 use crate::error::Result;
+use crate::frontend::Operation;
 use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
 use crate::op::{BackendKind, ReduceOp};
-use crate::operation::OpKind;
+use crate::operation::{Name, Op, OpKind};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -102,412 +103,6 @@ impl Backend for MpiComm {
         Ok(())
     }
 
-    fn raw_barrier(&self, op: &'static str) -> Result<()> {
-        // SAFETY: a barrier takes no buffer; both forms on this communicator.
-        unsafe {
-            self.run(op, [], |_, form| {
-                either!(form, MPI_Barrier / MPI_Ibarrier(self.raw))
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_broadcast<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut [T],
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt) = (raw::int(n), raw::datatype::<T>());
-        // SAFETY: `buf` holds `n` elements of `T`, described by its datatype; root checked in range.
-        unsafe {
-            self.run(op, [Region::in_out(buf)], |p, form| {
-                either!(
-                    form,
-                    MPI_Bcast / MPI_Ibcast(p[0], n, dt, root as c_int, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: Option<&mut [T]>,
-        red: ReduceOp,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
-        let regions = [Region::send(send), Region::recv_opt(recv)];
-        // SAFETY: `send` holds `n` elements; on the root `recv` holds `n` too (checked), elsewhere MPI
-        // ignores the (null) receive buffer; root in range; the datatype describes `T`.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                either!(
-                    form,
-                    MPI_Reduce / MPI_Ireduce(p[0], p[1], n, dt, mop, root as c_int, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_all_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&[T]>,
-        recv: &mut [T],
-        red: ReduceOp,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
-        match send {
-            // SAFETY: both buffers hold `n` elements of `T` (checked), described by its datatype;
-            // `run` returns before the borrows end.
-            Some(send) => unsafe {
-                self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
-                    either!(
-                        form,
-                        MPI_Allreduce / MPI_Iallreduce(p[0], p[1], n, dt, mop, self.raw)
-                    )
-                })
-            },
-            // SAFETY: `recv` holds `n` elements of `T`; MPI_IN_PLACE (from the MPI's own header)
-            // makes MPI read and write `recv` (or its copy) only.
-            None => unsafe {
-                let place = raw::in_place();
-                self.run(op, [Region::in_out(recv)], |p, form| {
-                    either!(
-                        form,
-                        MPI_Allreduce / MPI_Iallreduce(place, p[0], n, dt, mop, self.raw)
-                    )
-                })
-            },
-        }
-        .map(drop)
-    }
-
-    fn raw_all_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: &mut [T],
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt) = (raw::int(n), raw::datatype::<T>());
-        // SAFETY: `send` holds `n` and `recv` holds `size * n` elements of `T` (checked).
-        unsafe {
-            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
-                either!(
-                    form,
-                    MPI_Allgather / MPI_Iallgather(p[0], n, dt, p[1], n, dt, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_all_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: &mut [T],
-        counts: &[usize],
-        (): (),
-    ) -> Result<()> {
-        let (c, d) = raw::packed(counts);
-        let dt = raw::datatype::<T>();
-        let mine = c[self.rank];
-        let regions = [
-            Region::send(send),
-            Region::recv(recv),
-            Region::send(&c),
-            Region::send(&d),
-        ];
-        // SAFETY: `send` holds counts[rank] elements and `recv` the sum of counts, laid out at the packed
-        // displacements `d` (all checked, all within int range); `p[2]`, `p[3]` are `c` and `d`.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
-                either!(
-                    form,
-                    MPI_Allgatherv / MPI_Iallgatherv(p[0], mine, dt, p[1], c, d, dt, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: Option<&mut [T]>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
-        // SAFETY: `send` holds `n` elements; on the root `recv` holds `size * n` (checked); MPI ignores
-        // the (null) receive buffer elsewhere.
-        unsafe {
-            self.run(
-                op,
-                [Region::send(send), Region::recv_opt(recv)],
-                |p, form| {
-                    either!(
-                        form,
-                        MPI_Gather / MPI_Igather(p[0], n, dt, p[1], n, dt, root, self.raw)
-                    )
-                },
-            )
-        }
-        .map(drop)
-    }
-
-    fn raw_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: Option<&mut [T]>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<()> {
-        let (c, d) = raw::packed(counts);
-        let dt = raw::datatype::<T>();
-        let (mine, root) = (c[self.rank], root as c_int);
-        let regions = [
-            Region::send(send),
-            Region::recv_opt(recv),
-            Region::send(&c),
-            Region::send(&d),
-        ];
-        // SAFETY: `send` holds counts[rank] elements; on the root `recv` holds the sum of counts at the
-        // packed displacements (checked); elsewhere MPI ignores the receive arguments.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
-                either!(
-                    form,
-                    MPI_Gatherv / MPI_Igatherv(p[0], mine, dt, p[1], c, d, dt, root, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&[T]>,
-        recv: &mut [T],
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
-        // SAFETY: `recv` holds `n` elements; on the root `send` holds `size * n` (checked); MPI ignores
-        // the (null) send buffer elsewhere.
-        unsafe {
-            self.run(
-                op,
-                [Region::send_opt(send), Region::recv(recv)],
-                |p, form| {
-                    either!(
-                        form,
-                        MPI_Scatter / MPI_Iscatter(p[0], n, dt, p[1], n, dt, root, self.raw)
-                    )
-                },
-            )
-        }
-        .map(drop)
-    }
-
-    fn raw_scatter_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&[T]>,
-        recv: &mut [T],
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<()> {
-        let (c, d) = raw::packed(counts);
-        let dt = raw::datatype::<T>();
-        let (mine, root) = (c[self.rank], root as c_int);
-        let regions = [
-            Region::send_opt(send),
-            Region::recv(recv),
-            Region::send(&c),
-            Region::send(&d),
-        ];
-        // SAFETY: `recv` holds counts[rank] elements; on the root `send` holds the sum of counts at the
-        // packed displacements (checked); elsewhere MPI ignores the send arguments.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
-                either!(
-                    form,
-                    MPI_Scatterv / MPI_Iscatterv(p[0], c, d, dt, p[1], mine, dt, root, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_reduce_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: &mut [T],
-        red: ReduceOp,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
-        // SAFETY: `send` holds `size * n` and `recv` holds `n` elements of `T` (checked).
-        unsafe {
-            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
-                either!(
-                    form,
-                    MPI_Reduce_scatter_block
-                        / MPI_Ireduce_scatter_block(p[0], p[1], n, dt, mop, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_all_to_all<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: &mut [T],
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt) = (raw::int(n), raw::datatype::<T>());
-        // SAFETY: both buffers hold `size` blocks of `n` elements of `T` (checked).
-        unsafe {
-            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
-                either!(
-                    form,
-                    MPI_Alltoall / MPI_Ialltoall(p[0], n, dt, p[1], n, dt, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_all_to_all_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        send_counts: &[usize],
-        recv: &mut [T],
-        recv_counts: &[usize],
-        (): (),
-    ) -> Result<()> {
-        let ((sc, sd), (rc, rd)) = (raw::packed(send_counts), raw::packed(recv_counts));
-        let dt = raw::datatype::<T>();
-        let regions = [
-            Region::send(send),
-            Region::recv(recv),
-            Region::send(&sc),
-            Region::send(&sd),
-            Region::send(&rc),
-            Region::send(&rd),
-        ];
-        // SAFETY: `send` and `recv` hold the sums of their counts at packed displacements (checked);
-        // `p[2..6]` are the four arrays.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                let [sc, sd, rc, rd] = [p[2], p[3], p[4], p[5]].map(|a| a.cast::<c_int>());
-                either!(
-                    form,
-                    MPI_Alltoallv / MPI_Ialltoallv(p[0], sc, sd, dt, p[1], rc, rd, dt, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_send<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &[T],
-        dest: usize,
-        tag: Tag,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, dest) = (raw::int(n), raw::datatype::<T>(), dest as c_int);
-        // SAFETY: `buf` holds `n` elements of `T`; destination and tag checked in range.
-        unsafe {
-            self.run(op, [Region::send(buf)], |p, form| {
-                either!(form, MPI_Send / MPI_Isend(p[0], n, dt, dest, tag, self.raw))
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_recv<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut [T],
-        source: usize,
-        tag: Tag,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, source) = (raw::int(n), raw::datatype::<T>(), source as c_int);
-        let len = buf.len();
-        // SAFETY: `buf` has room for `n` elements of `T` (a longer message is MPI_ERR_TRUNCATE, not an
-        // overflow); the status is a valid out-pointer.
-        let status = unsafe {
-            self.run(op, [Region::recv(buf)], |p, form| match form {
-                Form::Blocking(status) => ffi::MPI_Recv(p[0], n, dt, source, tag, self.raw, status),
-                Form::Start(r) => ffi::MPI_Irecv(p[0], n, dt, source, tag, self.raw, r),
-            })
-        }?;
-        raw::received(op, &status, dt, len)
-    }
-
-    fn raw_send_recv<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        dest: usize,
-        recv: &mut [T],
-        source: usize,
-        tag: Tag,
-        (sn, rn): (usize, usize),
-        (): (),
-    ) -> Result<()> {
-        let (sn, rn, dt) = (raw::int(sn), raw::int(rn), raw::datatype::<T>());
-        let (dest, source) = (dest as c_int, source as c_int);
-        // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements of `T`; ranks and tag checked.
-        let status = unsafe {
-            self.exchange(
-                op,
-                (Region::send(send), sn, dest),
-                (Region::recv(&mut *recv), rn, source),
-                dt,
-                tag,
-            )
-        }?;
-        raw::received(op, &status, dt, recv.len())
-    }
-
     fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
         self.ensure_usable(op)?;
         let c = color.unwrap_or_else(raw::undefined);
@@ -547,7 +142,546 @@ impl Backend for MpiComm {
         Ok(replay(self, scope, call))
     }
 
-    fn raw_i_all_reduce<'s, T: Element>(
+    fn run<T: Element>(
+        &self,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        let s = name.as_str();
+        match op {
+            Op::Barrier => self.raw_barrier(s),
+            Op::Broadcast { buf, root } => self.raw_broadcast(s, buf, *root, n),
+            Op::Reduce {
+                send,
+                recv,
+                op: red,
+                root,
+            } => self.raw_reduce(s, send, recv.as_deref_mut(), *red, *root, n),
+            Op::AllReduce {
+                send,
+                recv,
+                op: red,
+            } => self.raw_all_reduce(s, Some(*send), recv, *red, n),
+            Op::AllReduceInPlace { buf, op: red } => {
+                self.raw_all_reduce(s, None, buf, *red, n)
+            }
+            Op::AllGather { send, recv } => self.raw_all_gather(s, send, recv, n),
+            Op::AllGatherV { send, recv, counts } => {
+                self.raw_all_gather_v(s, send, recv, counts)
+            }
+            Op::Gather { send, recv, root } => {
+                self.raw_gather(s, send, recv.as_deref_mut(), *root, n)
+            }
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_gather_v(s, send, recv.as_deref_mut(), counts, *root),
+            Op::Scatter { send, recv, root } => self.raw_scatter(s, *send, recv, *root, n),
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_scatter_v(s, *send, recv, counts, *root),
+            Op::ReduceScatter {
+                send,
+                recv,
+                op: red,
+            } => self.raw_reduce_scatter(s, send, recv, *red, n),
+            Op::AllToAll { send, recv } => self.raw_all_to_all(s, send, recv, n),
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => self.raw_all_to_all_v(s, send, send_counts, recv, recv_counts),
+            Op::Send { buf, dest, tag } => self.raw_send(s, buf, *dest, *tag, n),
+            Op::Recv { buf, source, tag } => self.raw_recv(s, buf, *source, *tag, n),
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+            } => {
+                let counts = (n, recv.len());
+                self.raw_send_recv(s, send, *dest, recv, *source, *tag, counts)
+            }
+        }
+    }
+
+    fn start<'s, T: Element>(
+        &'s self,
+        name: Name,
+        scope: &'s Scope<'s, '_>,
+        op: Operation<'s, '_, Self, T>,
+        n: usize,
+        average: bool,
+        (): (),
+    ) -> Result<Request<'s>> {
+        let (s, sc) = (name.as_str(), scope);
+        match op {
+            Op::Barrier => self.raw_i_barrier(s, sc),
+            Op::Broadcast { buf, root } => self.raw_i_broadcast(s, sc, buf, root, n),
+            Op::Reduce {
+                send,
+                recv,
+                op: red,
+                root,
+            } => self.raw_i_reduce(s, sc, send, recv, red, average, root, n),
+            Op::AllReduce {
+                send,
+                recv,
+                op: red,
+            } => self.raw_i_all_reduce(s, sc, send, recv, red, average, n),
+            Op::AllReduceInPlace { buf, op: red } => {
+                self.raw_i_all_reduce_in_place(s, sc, buf, red, average, n)
+            }
+            Op::AllGather { send, recv } => self.raw_i_all_gather(s, sc, send, recv, n),
+            Op::AllGatherV { send, recv, counts } => {
+                self.raw_i_all_gather_v(s, sc, send, recv, counts)
+            }
+            Op::Gather { send, recv, root } => self.raw_i_gather(s, sc, send, recv, root, n),
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_i_gather_v(s, sc, send, recv, counts, root),
+            Op::Scatter { send, recv, root } => self.raw_i_scatter(s, sc, send, recv, root, n),
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_i_scatter_v(s, sc, send, recv, counts, root),
+            Op::ReduceScatter {
+                send,
+                recv,
+                op: red,
+            } => self.raw_i_reduce_scatter(s, sc, send, recv, red, average, n),
+            Op::AllToAll { send, recv } => self.raw_i_all_to_all(s, sc, send, recv, n),
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => self.raw_i_all_to_all_v(s, sc, send, send_counts, recv, recv_counts),
+            Op::Send { buf, dest, tag } => self.raw_i_send(s, sc, buf, dest, tag, n),
+            Op::Recv { buf, source, tag } => self.raw_i_recv(s, sc, buf, source, tag, n),
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+            } => {
+                let counts = (n, recv.len());
+                self.raw_i_send_recv(s, sc, send, dest, recv, source, tag, counts)
+            }
+        }
+    }
+}
+
+/// Each operation of `run` and `start`, with its fields as arguments.
+#[allow(clippy::too_many_arguments)]
+impl MpiComm {
+    pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
+        // SAFETY: a barrier takes no buffer; both forms on this communicator.
+        unsafe {
+            self.run(op, [], |_, form| {
+                either!(form, MPI_Barrier / MPI_Ibarrier(self.raw))
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_broadcast<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut [T],
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
+        // SAFETY: `buf` holds `n` elements of `T`, described by its datatype; root checked in range.
+        unsafe {
+            self.run(op, [Region::in_out(buf)], |p, form| {
+                either!(
+                    form,
+                    MPI_Bcast / MPI_Ibcast(p[0], n, dt, root as c_int, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_reduce<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        red: ReduceOp,
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
+        let regions = [Region::send(send), Region::recv_opt(recv)];
+        // SAFETY: `send` holds `n` elements; on the root `recv` holds `n` too (checked), elsewhere MPI
+        // ignores the (null) receive buffer; root in range; the datatype describes `T`.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                either!(
+                    form,
+                    MPI_Reduce / MPI_Ireduce(p[0], p[1], n, dt, mop, root as c_int, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_reduce<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
+        match send {
+            // SAFETY: both buffers hold `n` elements of `T` (checked), described by its datatype;
+            // `run` returns before the borrows end.
+            Some(send) => unsafe {
+                self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
+                    either!(
+                        form,
+                        MPI_Allreduce / MPI_Iallreduce(p[0], p[1], n, dt, mop, self.raw)
+                    )
+                })
+            },
+            // SAFETY: `recv` holds `n` elements of `T`; MPI_IN_PLACE (from the MPI's own header)
+            // makes MPI read and write `recv` (or its copy) only.
+            None => unsafe {
+                let place = raw::in_place();
+                self.run(op, [Region::in_out(recv)], |p, form| {
+                    either!(
+                        form,
+                        MPI_Allreduce / MPI_Iallreduce(place, p[0], n, dt, mop, self.raw)
+                    )
+                })
+            },
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
+        // SAFETY: `send` holds `n` and `recv` holds `size * n` elements of `T` (checked).
+        unsafe {
+            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Allgather / MPI_Iallgather(p[0], n, dt, p[1], n, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+    ) -> Result<()> {
+        let (c, d) = raw::packed(counts);
+        let dt = raw::datatype::<T>();
+        let mine = c[self.rank];
+        let regions = [
+            Region::send(send),
+            Region::recv(recv),
+            Region::send(&c),
+            Region::send(&d),
+        ];
+        // SAFETY: `send` holds counts[rank] elements and `recv` the sum of counts, laid out at the packed
+        // displacements `d` (all checked, all within int range); `p[2]`, `p[3]` are `c` and `d`.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Allgatherv / MPI_Iallgatherv(p[0], mine, dt, p[1], c, d, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
+        // SAFETY: `send` holds `n` elements; on the root `recv` holds `size * n` (checked); MPI ignores
+        // the (null) receive buffer elsewhere.
+        unsafe {
+            self.run(
+                op,
+                [Region::send(send), Region::recv_opt(recv)],
+                |p, form| {
+                    either!(
+                        form,
+                        MPI_Gather / MPI_Igather(p[0], n, dt, p[1], n, dt, root, self.raw)
+                    )
+                },
+            )
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let (c, d) = raw::packed(counts);
+        let dt = raw::datatype::<T>();
+        let (mine, root) = (c[self.rank], root as c_int);
+        let regions = [
+            Region::send(send),
+            Region::recv_opt(recv),
+            Region::send(&c),
+            Region::send(&d),
+        ];
+        // SAFETY: `send` holds counts[rank] elements; on the root `recv` holds the sum of counts at the
+        // packed displacements (checked); elsewhere MPI ignores the receive arguments.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Gatherv / MPI_Igatherv(p[0], mine, dt, p[1], c, d, dt, root, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
+        // SAFETY: `recv` holds `n` elements; on the root `send` holds `size * n` (checked); MPI ignores
+        // the (null) send buffer elsewhere.
+        unsafe {
+            self.run(
+                op,
+                [Region::send_opt(send), Region::recv(recv)],
+                |p, form| {
+                    either!(
+                        form,
+                        MPI_Scatter / MPI_Iscatter(p[0], n, dt, p[1], n, dt, root, self.raw)
+                    )
+                },
+            )
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_scatter_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let (c, d) = raw::packed(counts);
+        let dt = raw::datatype::<T>();
+        let (mine, root) = (c[self.rank], root as c_int);
+        let regions = [
+            Region::send_opt(send),
+            Region::recv(recv),
+            Region::send(&c),
+            Region::send(&d),
+        ];
+        // SAFETY: `recv` holds counts[rank] elements; on the root `send` holds the sum of counts at the
+        // packed displacements (checked); elsewhere MPI ignores the send arguments.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Scatterv / MPI_Iscatterv(p[0], c, d, dt, p[1], mine, dt, root, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_reduce_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
+        // SAFETY: `send` holds `size * n` and `recv` holds `n` elements of `T` (checked).
+        unsafe {
+            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Reduce_scatter_block
+                        / MPI_Ireduce_scatter_block(p[0], p[1], n, dt, mop, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_to_all<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
+        // SAFETY: both buffers hold `size` blocks of `n` elements of `T` (checked).
+        unsafe {
+            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Alltoall / MPI_Ialltoall(p[0], n, dt, p[1], n, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_to_all_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        let ((sc, sd), (rc, rd)) = (raw::packed(send_counts), raw::packed(recv_counts));
+        let dt = raw::datatype::<T>();
+        let regions = [
+            Region::send(send),
+            Region::recv(recv),
+            Region::send(&sc),
+            Region::send(&sd),
+            Region::send(&rc),
+            Region::send(&rd),
+        ];
+        // SAFETY: `send` and `recv` hold the sums of their counts at packed displacements (checked);
+        // `p[2..6]` are the four arrays.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                let [sc, sd, rc, rd] = [p[2], p[3], p[4], p[5]].map(|a| a.cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Alltoallv / MPI_Ialltoallv(p[0], sc, sd, dt, p[1], rc, rd, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_send<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &[T],
+        dest: usize,
+        tag: Tag,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, dest) = (raw::int(n), raw::datatype::<T>(), dest as c_int);
+        // SAFETY: `buf` holds `n` elements of `T`; destination and tag checked in range.
+        unsafe {
+            self.run(op, [Region::send(buf)], |p, form| {
+                either!(form, MPI_Send / MPI_Isend(p[0], n, dt, dest, tag, self.raw))
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_recv<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut [T],
+        source: usize,
+        tag: Tag,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, source) = (raw::int(n), raw::datatype::<T>(), source as c_int);
+        let len = buf.len();
+        // SAFETY: `buf` has room for `n` elements of `T` (a longer message is MPI_ERR_TRUNCATE, not an
+        // overflow); the status is a valid out-pointer.
+        let status = unsafe {
+            self.run(op, [Region::recv(buf)], |p, form| match form {
+                Form::Blocking(status) => ffi::MPI_Recv(p[0], n, dt, source, tag, self.raw, status),
+                Form::Start(r) => ffi::MPI_Irecv(p[0], n, dt, source, tag, self.raw, r),
+            })
+        }?;
+        raw::received(op, &status, dt, len)
+    }
+
+    pub(super) fn raw_send_recv<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        dest: usize,
+        recv: &mut [T],
+        source: usize,
+        tag: Tag,
+        (sn, rn): (usize, usize),
+    ) -> Result<()> {
+        let (sn, rn, dt) = (raw::int(sn), raw::int(rn), raw::datatype::<T>());
+        let (dest, source) = (dest as c_int, source as c_int);
+        // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements of `T`; ranks and tag checked.
+        let status = unsafe {
+            self.exchange(
+                op,
+                (Region::send(send), sn, dest),
+                (Region::recv(&mut *recv), rn, source),
+                dt,
+                tag,
+            )
+        }?;
+        raw::received(op, &status, dt, recv.len())
+    }
+
+    pub(super) fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -556,7 +690,6 @@ impl Backend for MpiComm {
         red: ReduceOp,
         average: bool,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
         // SAFETY: both buffers hold `n` elements of `T` and stay borrowed for 's, and the scope completes
@@ -572,14 +705,13 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending.average(finish, recv, self.size))))
     }
 
-    fn raw_i_broadcast<'s, T: Element>(
+    pub(super) fn raw_i_broadcast<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut [T],
         root: usize,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt) = (raw::int(n), raw::datatype::<T>());
         // SAFETY: `buf` holds `n` elements and stays borrowed for 's; the scope completes the request
@@ -592,14 +724,13 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_gather<'s, T: Element>(
+    pub(super) fn raw_i_all_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s [T],
         recv: &'s mut [T],
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt) = (raw::int(n), raw::datatype::<T>());
         // SAFETY: `send` holds `n` and `recv` `size * n` elements, borrowed for 's; the scope completes the
@@ -612,7 +743,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_send<'s, T: Element>(
+    pub(super) fn raw_i_send<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -620,7 +751,6 @@ impl Backend for MpiComm {
         dest: usize,
         tag: Tag,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt, dest) = (raw::int(n), raw::datatype::<T>(), dest as c_int);
         // SAFETY: `buf` holds `n` elements, borrowed for 's; the scope completes the request before 's ends.
@@ -632,7 +762,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_recv<'s, T: Element>(
+    pub(super) fn raw_i_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -640,7 +770,6 @@ impl Backend for MpiComm {
         source: usize,
         tag: Tag,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt, source) = (raw::int(n), raw::datatype::<T>(), source as c_int);
         let len = buf.len();
@@ -654,7 +783,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending.expect(len))))
     }
 
-    fn raw_i_barrier<'s>(
+    pub(super) fn raw_i_barrier<'s>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -662,7 +791,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(self.start_barrier(op)?)))
     }
 
-    fn raw_i_reduce<'s, T: Element>(
+    pub(super) fn raw_i_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -672,7 +801,6 @@ impl Backend for MpiComm {
         average: bool,
         root: usize,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let regions = (Region::send(send), Region::recv_opt(recv.as_deref_mut()));
         // SAFETY: `send` holds `n` elements and on the root `recv` too (checked), both borrowed
@@ -685,7 +813,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_reduce_in_place<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -693,7 +821,6 @@ impl Backend for MpiComm {
         red: ReduceOp,
         average: bool,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `buf` holds `n` elements, borrowed for 's; the scope completes the request
         // before 's ends.
@@ -703,7 +830,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending.average(finish, buf, self.size))))
     }
 
-    fn raw_i_reduce_scatter<'s, T: Element>(
+    pub(super) fn raw_i_reduce_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -712,7 +839,6 @@ impl Backend for MpiComm {
         red: ReduceOp,
         average: bool,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let regions = (Region::send(send), Region::recv(&mut *recv));
         // SAFETY: `send` holds `size * n` and `recv` `n` elements (checked), borrowed for 's; the
@@ -722,14 +848,13 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending.average(finish, recv, self.size))))
     }
 
-    fn raw_i_all_to_all<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s [T],
         recv: &'s mut [T],
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: both buffers hold `size` blocks of `n` elements (checked), borrowed for 's; the
         // scope completes the request before 's ends.
@@ -738,7 +863,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_to_all_v<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -746,7 +871,6 @@ impl Backend for MpiComm {
         send_counts: &[usize],
         recv: &'s mut [T],
         recv_counts: &[usize],
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: both buffers hold the sums of their counts (checked), borrowed for 's; the scope
         // completes the request before 's ends.
@@ -762,14 +886,13 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_all_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s [T],
         recv: &'s mut [T],
         counts: &[usize],
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `send` holds counts[rank] and `recv` the sum of counts (checked), borrowed for
         // 's; the scope completes the request before 's ends.
@@ -779,7 +902,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_gather<'s, T: Element>(
+    pub(super) fn raw_i_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -787,7 +910,6 @@ impl Backend for MpiComm {
         recv: Option<&'s mut [T]>,
         root: usize,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `send` holds `n` and on the root `recv` `size * n` elements (checked), borrowed
         // for 's; the scope completes the request before 's ends.
@@ -797,7 +919,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -805,7 +927,6 @@ impl Backend for MpiComm {
         recv: Option<&'s mut [T]>,
         counts: &[usize],
         root: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `send` holds counts[rank] and on the root `recv` the sum of counts (checked),
         // borrowed for 's; the scope completes the request before 's ends.
@@ -815,7 +936,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_scatter<'s, T: Element>(
+    pub(super) fn raw_i_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -823,7 +944,6 @@ impl Backend for MpiComm {
         recv: &'s mut [T],
         root: usize,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `recv` holds `n` and on the root `send` `size * n` elements (checked), borrowed
         // for 's; the scope completes the request before 's ends.
@@ -833,7 +953,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_scatter_v<'s, T: Element>(
+    pub(super) fn raw_i_scatter_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -841,7 +961,6 @@ impl Backend for MpiComm {
         recv: &'s mut [T],
         counts: &[usize],
         root: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `recv` holds counts[rank] and on the root `send` the sum of counts (checked),
         // borrowed for 's; the scope completes the request before 's ends.
@@ -851,7 +970,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_send_recv<'s, T: Element>(
+    pub(super) fn raw_i_send_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -861,7 +980,6 @@ impl Backend for MpiComm {
         source: usize,
         tag: Tag,
         (sn, rn): (usize, usize),
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements, borrowed for 's; ranks
         // and tag checked; the scope completes the request before 's ends.

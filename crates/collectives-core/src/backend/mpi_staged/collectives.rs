@@ -24,10 +24,11 @@ use crate::backend::mpi_host::request::Region;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::frontend::Operation;
 use crate::frontend::{Backend, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
-use crate::operation::OpKind;
+use crate::operation::{Name, Op, OpKind};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
@@ -174,12 +175,181 @@ impl Backend for MpiStagedComm {
         cuda_common::pin(&self.pool, op, lens)
     }
 
-    fn raw_barrier(&self, op: &'static str) -> Result<()> {
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
+        self.sync(op)?;
+        match self.mpi.raw_split(op, color, key)? {
+            Some(m) => self.derived(m).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn raw_dup(&self, op: &'static str) -> Result<Self> {
+        self.sync(op)?;
+        self.derived(self.mpi.raw_dup(op)?)
+    }
+
+    fn run<T: Element>(
+        &self,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
+        n: usize,
+        staging: Leases<'_, T>,
+    ) -> Result<()> {
+        let s = name.as_str();
+        match op {
+            Op::Barrier => self.raw_barrier(s),
+            Op::Broadcast { buf, root } => self.raw_broadcast(s, &mut **buf, *root, n, staging),
+            Op::Reduce {
+                send,
+                recv,
+                op: red,
+                root,
+            } => self.raw_reduce(s, *send, recv.as_deref_mut(), *red, *root, n, staging),
+            Op::AllReduce {
+                send,
+                recv,
+                op: red,
+            } => self.raw_all_reduce(s, Some(*send), &mut **recv, *red, n, staging),
+            Op::AllReduceInPlace { buf, op: red } => {
+                self.raw_all_reduce(s, None, &mut **buf, *red, n, staging)
+            }
+            Op::AllGather { send, recv } => self.raw_all_gather(s, *send, &mut **recv, n, staging),
+            Op::AllGatherV { send, recv, counts } => {
+                self.raw_all_gather_v(s, *send, &mut **recv, counts, staging)
+            }
+            Op::Gather { send, recv, root } => {
+                self.raw_gather(s, *send, recv.as_deref_mut(), *root, n, staging)
+            }
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_gather_v(s, *send, recv.as_deref_mut(), counts, *root, staging),
+            Op::Scatter { send, recv, root } => {
+                self.raw_scatter(s, *send, &mut **recv, *root, n, staging)
+            }
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_scatter_v(s, *send, &mut **recv, counts, *root, staging),
+            Op::ReduceScatter {
+                send,
+                recv,
+                op: red,
+            } => self.raw_reduce_scatter(s, *send, &mut **recv, *red, n, staging),
+            Op::AllToAll { send, recv } => self.raw_all_to_all(s, *send, &mut **recv, n, staging),
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => self.raw_all_to_all_v(s, *send, send_counts, &mut **recv, recv_counts, staging),
+            Op::Send { buf, dest, tag } => self.raw_send(s, *buf, *dest, *tag, n, staging),
+            Op::Recv { buf, source, tag } => {
+                self.raw_recv(s, &mut **buf, *source, *tag, n, staging)
+            }
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+            } => {
+                let counts = (n, recv.len());
+                self.raw_send_recv(s, *send, *dest, &mut **recv, *source, *tag, counts, staging)
+            }
+        }
+    }
+
+    fn start<'s, T: Element>(
+        &'s self,
+        name: Name,
+        scope: &'s Scope<'s, '_>,
+        op: Operation<'s, '_, Self, T>,
+        n: usize,
+        average: bool,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        let (s, sc) = (name.as_str(), scope);
+        match op {
+            Op::Barrier => self.raw_i_barrier(s, sc),
+            Op::Broadcast { buf, root } => self.raw_i_broadcast(s, sc, buf, root, n, staging),
+            Op::Reduce {
+                send,
+                recv,
+                op: red,
+                root,
+            } => self.raw_i_reduce(s, sc, send, recv, red, average, root, n, staging),
+            Op::AllReduce {
+                send,
+                recv,
+                op: red,
+            } => self.raw_i_all_reduce(s, sc, send, recv, red, n, staging),
+            Op::AllReduceInPlace { buf, op: red } => {
+                self.raw_i_all_reduce_in_place(s, sc, buf, red, average, n, staging)
+            }
+            Op::AllGather { send, recv } => self.raw_i_all_gather(s, sc, send, recv, n, staging),
+            Op::AllGatherV { send, recv, counts } => {
+                self.raw_i_all_gather_v(s, sc, send, recv, counts, staging)
+            }
+            Op::Gather { send, recv, root } => {
+                self.raw_i_gather(s, sc, send, recv, root, n, staging)
+            }
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_i_gather_v(s, sc, send, recv, counts, root, staging),
+            Op::Scatter { send, recv, root } => {
+                self.raw_i_scatter(s, sc, send, recv, root, n, staging)
+            }
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_i_scatter_v(s, sc, send, recv, counts, root, staging),
+            Op::ReduceScatter {
+                send,
+                recv,
+                op: red,
+            } => self.raw_i_reduce_scatter(s, sc, send, recv, red, average, n, staging),
+            Op::AllToAll { send, recv } => self.raw_i_all_to_all(s, sc, send, recv, n, staging),
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => self.raw_i_all_to_all_v(s, sc, send, send_counts, recv, recv_counts, staging),
+            Op::Send { buf, dest, tag } => self.raw_i_send(s, sc, buf, dest, tag, n, staging),
+            Op::Recv { buf, source, tag } => self.raw_i_recv(s, sc, buf, source, tag, n, staging),
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+            } => {
+                let counts = (n, recv.len());
+                self.raw_i_send_recv(s, sc, send, dest, recv, source, tag, counts, staging)
+            }
+        }
+    }
+}
+
+/// Each operation of `run` and `start`, with its fields as arguments.
+#[allow(clippy::too_many_arguments)]
+impl MpiStagedComm {
+    pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
         self.sync(op)?;
         self.host.barrier()
     }
 
-    fn raw_broadcast<T: Element>(
+    pub(super) fn raw_broadcast<T: Element>(
         &self,
         op: &'static str,
         buf: &mut DevMut<'_, T>,
@@ -199,7 +369,7 @@ impl Backend for MpiStagedComm {
         Ok(())
     }
 
-    fn raw_reduce<T: Element>(
+    pub(super) fn raw_reduce<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -222,7 +392,7 @@ impl Backend for MpiStagedComm {
         }
     }
 
-    fn raw_all_reduce<T: Element>(
+    pub(super) fn raw_all_reduce<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
@@ -240,7 +410,7 @@ impl Backend for MpiStagedComm {
         }
     }
 
-    fn raw_all_gather<T: Element>(
+    pub(super) fn raw_all_gather<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -254,7 +424,7 @@ impl Backend for MpiStagedComm {
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_all_gather_v<T: Element>(
+    pub(super) fn raw_all_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -268,7 +438,7 @@ impl Backend for MpiStagedComm {
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_gather<T: Element>(
+    pub(super) fn raw_gather<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -289,7 +459,7 @@ impl Backend for MpiStagedComm {
         }
     }
 
-    fn raw_gather_v<T: Element>(
+    pub(super) fn raw_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -311,7 +481,7 @@ impl Backend for MpiStagedComm {
         }
     }
 
-    fn raw_scatter<T: Element>(
+    pub(super) fn raw_scatter<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
@@ -332,7 +502,7 @@ impl Backend for MpiStagedComm {
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_scatter_v<T: Element>(
+    pub(super) fn raw_scatter_v<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
@@ -354,7 +524,7 @@ impl Backend for MpiStagedComm {
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_reduce_scatter<T: Element>(
+    pub(super) fn raw_reduce_scatter<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -369,7 +539,7 @@ impl Backend for MpiStagedComm {
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_all_to_all<T: Element>(
+    pub(super) fn raw_all_to_all<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -383,7 +553,7 @@ impl Backend for MpiStagedComm {
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_all_to_all_v<T: Element>(
+    pub(super) fn raw_all_to_all_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -399,7 +569,7 @@ impl Backend for MpiStagedComm {
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_send<T: Element>(
+    pub(super) fn raw_send<T: Element>(
         &self,
         op: &'static str,
         buf: &Dev<'_, T>,
@@ -414,7 +584,7 @@ impl Backend for MpiStagedComm {
         self.host.send(h.host(), dest, tag)
     }
 
-    fn raw_recv<T: Element>(
+    pub(super) fn raw_recv<T: Element>(
         &self,
         op: &'static str,
         buf: &mut DevMut<'_, T>,
@@ -428,7 +598,7 @@ impl Backend for MpiStagedComm {
         self.stage_out(op, h.host(), buf)
     }
 
-    fn raw_send_recv<T: Element>(
+    pub(super) fn raw_send_recv<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -447,27 +617,13 @@ impl Backend for MpiStagedComm {
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
-        self.sync(op)?;
-        match self.mpi.raw_split(op, color, key)? {
-            Some(m) => self.derived(m).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    fn raw_dup(&self, op: &'static str) -> Result<Self> {
-        self.sync(op)?;
-        self.derived(self.mpi.raw_dup(op)?)
-    }
-
-    fn raw_i_all_reduce<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s Dev<'s, T>,
         recv: &'s mut DevMut<'s, T>,
         red: ReduceOp,
-        _average: bool,
         n: usize,
         [hs, hr]: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -493,7 +649,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_broadcast<'s, T: Element>(
+    pub(super) fn raw_i_broadcast<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -529,7 +685,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_all_gather<'s, T: Element>(
+    pub(super) fn raw_i_all_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -559,7 +715,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_send<'s, T: Element>(
+    pub(super) fn raw_i_send<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -589,7 +745,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_recv<'s, T: Element>(
+    pub(super) fn raw_i_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -621,7 +777,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_barrier<'s>(
+    pub(super) fn raw_i_barrier<'s>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -629,7 +785,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(self.through_host().barrier(op)?)))
     }
 
-    fn raw_i_reduce<'s, T: Element>(
+    pub(super) fn raw_i_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -652,7 +808,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_reduce_in_place<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -673,7 +829,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_reduce_scatter<'s, T: Element>(
+    pub(super) fn raw_i_reduce_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -695,7 +851,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_to_all<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -719,7 +875,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_to_all_v<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -747,7 +903,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_all_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -771,7 +927,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_gather<'s, T: Element>(
+    pub(super) fn raw_i_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -791,7 +947,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -811,7 +967,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_scatter<'s, T: Element>(
+    pub(super) fn raw_i_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -831,7 +987,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_scatter_v<'s, T: Element>(
+    pub(super) fn raw_i_scatter_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -851,7 +1007,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_send_recv<'s, T: Element>(
+    pub(super) fn raw_i_send_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,

@@ -21,10 +21,11 @@ use super::request::NcclPending;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::frontend::Operation;
 use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
-use crate::operation::OpKind;
+use crate::operation::{Name, Op, OpKind};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -382,304 +383,6 @@ impl Backend for NcclComm {
         true
     }
 
-    fn raw_barrier(&self, op: &'static str) -> Result<()> {
-        let mut one = self
-            .stream
-            .alloc_zeros::<f32>(1)
-            .map_err(|e| Error::cuda(op, e))?;
-        self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
-        self.wait_for_stream(op)
-    }
-
-    fn raw_broadcast<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut DevMut<'_, T>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))
-    }
-
-    fn raw_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: Option<&mut DevMut<'_, T>>,
-        red: ReduceOp,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let n = raw::wire::<T>(n);
-        if n == 0 {
-            return Ok(());
-        }
-        self.ensure_live(op)?;
-        let f = sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable)?;
-        let (s, _s) = send.device_ptr(&self.stream);
-        let r = recv.map(|b| b.device_ptr_mut(&self.stream));
-        let dst = r.as_ref().map_or(s, |(p, _)| *p);
-        // SAFETY: `send` holds `n` wire values; on the root `recv` does too (checked); elsewhere NCCL
-        // ignores the receive pointer (we pass `send`'s, never written).
-        let rc = unsafe {
-            f(
-                cptr(s),
-                mptr(dst),
-                n,
-                raw::datatype::<T>(),
-                raw::redop(red),
-                root as c_int,
-                self.raw,
-                self.raw_stream(),
-            )
-        };
-        self.settle(op, rc)
-    }
-
-    fn raw_all_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: &mut DevMut<'_, T>,
-        red: ReduceOp,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        self.enqueue_all_reduce(op, send, recv, red, raw::wire::<T>(n))
-    }
-
-    fn raw_all_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))
-    }
-
-    /// Grouped broadcasts or grouped sends and receives, whichever the uneven algorithm picks.
-    fn raw_all_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        counts: &[usize],
-        (): (),
-    ) -> Result<()> {
-        let total: usize = counts.iter().sum();
-        match self
-            .uneven
-            .choose(self.size, total.saturating_mul(std::mem::size_of::<T>()))
-        {
-            UnevenAlgorithm::Broadcasts => self.enqueue_broadcasts(op, send, recv, counts),
-            _ => {
-                let mine = counts[self.rank];
-                let sends: Vec<Part> = (0..self.size)
-                    .map(|peer| Part {
-                        offset: 0,
-                        len: mine,
-                        peer,
-                    })
-                    .collect();
-                self.exchange(op, Some(send), &sends, Some(recv), &packed(counts))
-            }
-        }
-    }
-
-    fn raw_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: Option<&mut DevMut<'_, T>>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let counts = vec![n; self.size];
-        self.raw_gather_v(op, send, recv, &counts, root, ())
-    }
-
-    fn raw_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: Option<&mut DevMut<'_, T>>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<()> {
-        let sends = [Part {
-            offset: 0,
-            len: send.len(),
-            peer: root,
-        }];
-        let recvs = if self.rank == root {
-            packed(counts)
-        } else {
-            Vec::new()
-        };
-        self.exchange(op, Some(send), &sends, recv, &recvs)
-    }
-
-    fn raw_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: &mut DevMut<'_, T>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let counts = vec![n; self.size];
-        self.raw_scatter_v(op, send, recv, &counts, root, ())
-    }
-
-    fn raw_scatter_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: &mut DevMut<'_, T>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<()> {
-        let sends = if self.rank == root {
-            packed(counts)
-        } else {
-            Vec::new()
-        };
-        let recvs = [Part {
-            offset: 0,
-            len: recv.len(),
-            peer: root,
-        }];
-        self.exchange(op, send, &sends, Some(recv), &recvs)
-    }
-
-    fn raw_reduce_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        red: ReduceOp,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let n = raw::wire::<T>(n);
-        if n == 0 {
-            return Ok(());
-        }
-        self.ensure_live(op)?;
-        let f = sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable)?;
-        let (s, _s) = send.device_ptr(&self.stream);
-        let (r, _r) = recv.device_ptr_mut(&self.stream);
-        // SAFETY: `send` holds `size * n` and `recv` `n` wire values on this device (checked).
-        let rc = unsafe {
-            f(
-                cptr(s),
-                mptr(r),
-                n,
-                raw::datatype::<T>(),
-                raw::redop(red),
-                self.raw,
-                self.raw_stream(),
-            )
-        };
-        self.settle(op, rc)
-    }
-
-    fn raw_all_to_all<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        _: usize,
-        (): (),
-    ) -> Result<()> {
-        let parts = packed(&vec![send.len() / self.size.max(1); self.size]);
-        self.exchange(op, Some(send), &parts, Some(recv), &parts)
-    }
-
-    fn raw_all_to_all_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        send_counts: &[usize],
-        recv: &mut DevMut<'_, T>,
-        recv_counts: &[usize],
-        (): (),
-    ) -> Result<()> {
-        self.exchange(
-            op,
-            Some(send),
-            &packed(send_counts),
-            Some(recv),
-            &packed(recv_counts),
-        )
-    }
-
-    fn raw_send<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &Dev<'_, T>,
-        dest: usize,
-        _: Tag,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let part = Part {
-            offset: 0,
-            len: n,
-            peer: dest,
-        };
-        self.exchange(op, Some(buf), &[part], None, &[])
-    }
-
-    fn raw_recv<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut DevMut<'_, T>,
-        source: usize,
-        _: Tag,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let part = Part {
-            offset: 0,
-            len: n,
-            peer: source,
-        };
-        self.exchange::<T>(op, None, &[], Some(buf), &[part])
-    }
-
-    fn raw_send_recv<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        dest: usize,
-        recv: &mut DevMut<'_, T>,
-        source: usize,
-        _: Tag,
-        (sn, rn): (usize, usize),
-        (): (),
-    ) -> Result<()> {
-        let sends = [Part {
-            offset: 0,
-            len: sn,
-            peer: dest,
-        }];
-        let recvs = [Part {
-            offset: 0,
-            len: rn,
-            peer: source,
-        }];
-        self.exchange(op, Some(send), &sends, Some(recv), &recvs)
-    }
-
     fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
         let mpi = self.mpi.raw_split(op, color, key)?;
         let c = color.unwrap_or(sys::NCCL_SPLIT_NOCOLOR);
@@ -758,77 +461,389 @@ impl Backend for NcclComm {
         Ok(Box::new(self.graph_plan(op, &call)?))
     }
 
-    fn raw_i_all_reduce<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
-        red: ReduceOp,
-        _average: bool,
+    fn run<T: Element>(
+        &self,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
         n: usize,
         (): (),
-    ) -> Result<Request<'s>> {
-        self.enqueue_all_reduce(op, Some(send), recv, red, raw::wire::<T>(n))?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        let s = name.as_str();
+        match op {
+            Op::Barrier => self.raw_barrier(s),
+            Op::Broadcast { buf, root } => self.raw_broadcast(s, &mut **buf, *root, n),
+            Op::Reduce {
+                send,
+                recv,
+                op: red,
+                root,
+            } => self.raw_reduce(s, *send, recv.as_deref_mut(), *red, *root, n),
+            Op::AllReduce {
+                send,
+                recv,
+                op: red,
+            } => self.raw_all_reduce(s, Some(*send), &mut **recv, *red, n),
+            Op::AllReduceInPlace { buf, op: red } => {
+                self.raw_all_reduce(s, None, &mut **buf, *red, n)
+            }
+            Op::AllGather { send, recv } => self.raw_all_gather(s, *send, &mut **recv, n),
+            Op::AllGatherV { send, recv, counts } => {
+                self.raw_all_gather_v(s, *send, &mut **recv, counts)
+            }
+            Op::Gather { send, recv, root } => {
+                self.raw_gather(s, *send, recv.as_deref_mut(), *root, n)
+            }
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_gather_v(s, *send, recv.as_deref_mut(), counts, *root),
+            Op::Scatter { send, recv, root } => self.raw_scatter(s, *send, &mut **recv, *root, n),
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.raw_scatter_v(s, *send, &mut **recv, counts, *root),
+            Op::ReduceScatter {
+                send,
+                recv,
+                op: red,
+            } => self.raw_reduce_scatter(s, *send, &mut **recv, *red, n),
+            Op::AllToAll { send, recv } => self.raw_all_to_all(s, *send, &mut **recv, n),
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => self.raw_all_to_all_v(s, *send, send_counts, &mut **recv, recv_counts),
+            Op::Send { buf, dest, tag } => self.raw_send(s, *buf, *dest, *tag, n),
+            Op::Recv { buf, source, tag } => self.raw_recv(s, &mut **buf, *source, *tag, n),
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+            } => {
+                let counts = (n, recv.len());
+                self.raw_send_recv(s, *send, *dest, &mut **recv, *source, *tag, counts)
+            }
+        }
     }
 
-    fn raw_i_broadcast<'s, T: Element>(
+    fn start<'s, T: Element>(
         &'s self,
-        op: &'static str,
+        name: Name,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut DevMut<'s, T>,
+        op: Operation<'s, '_, Self, T>,
+        n: usize,
+        average: bool,
+        (): (),
+    ) -> Result<Request<'s>> {
+        debug_assert!(
+            !average,
+            "NCCL averages natively: nothing to divide at completion"
+        );
+        if let Op::Barrier = op {
+            return self.raw_i_barrier(name.as_str(), scope);
+        }
+        // Stream-ordered: the non-blocking form is the blocking enqueue, then an event after it.
+        let mut op = op;
+        self.run(name, &mut op, n, ())?;
+        self.track(scope, name.as_str())
+    }
+}
+
+/// Each operation of `run` and `start`, with its fields as arguments.
+#[allow(clippy::too_many_arguments)]
+impl NcclComm {
+    pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
+        let mut one = self
+            .stream
+            .alloc_zeros::<f32>(1)
+            .map_err(|e| Error::cuda(op, e))?;
+        self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
+        self.wait_for_stream(op)
+    }
+
+    pub(super) fn raw_broadcast<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))
     }
 
-    fn raw_i_all_gather<'s, T: Element>(
-        &'s self,
+    pub(super) fn raw_reduce<T: Element>(
+        &self,
         op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
+        red: ReduceOp,
+        root: usize,
         n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        let n = raw::wire::<T>(n);
+        if n == 0 {
+            return Ok(());
+        }
+        self.ensure_live(op)?;
+        let f = sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable)?;
+        let (s, _s) = send.device_ptr(&self.stream);
+        let r = recv.map(|b| b.device_ptr_mut(&self.stream));
+        let dst = r.as_ref().map_or(s, |(p, _)| *p);
+        // SAFETY: `send` holds `n` wire values; on the root `recv` does too (checked); elsewhere NCCL
+        // ignores the receive pointer (we pass `send`'s, never written).
+        let rc = unsafe {
+            f(
+                cptr(s),
+                mptr(dst),
+                n,
+                raw::datatype::<T>(),
+                raw::redop(red),
+                root as c_int,
+                self.raw,
+                self.raw_stream(),
+            )
+        };
+        self.settle(op, rc)
     }
 
-    fn raw_i_send<'s, T: Element>(
-        &'s self,
+    pub(super) fn raw_all_reduce<T: Element>(
+        &self,
         op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s Dev<'s, T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<()> {
+        self.enqueue_all_reduce(op, send, recv, red, raw::wire::<T>(n))
+    }
+
+    pub(super) fn raw_all_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
+        n: usize,
+    ) -> Result<()> {
+        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))
+    }
+
+    /// Grouped broadcasts or grouped sends and receives, whichever the uneven algorithm picks.
+    pub(super) fn raw_all_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
+        counts: &[usize],
+    ) -> Result<()> {
+        let total: usize = counts.iter().sum();
+        match self
+            .uneven
+            .choose(self.size, total.saturating_mul(std::mem::size_of::<T>()))
+        {
+            UnevenAlgorithm::Broadcasts => self.enqueue_broadcasts(op, send, recv, counts),
+            _ => {
+                let mine = counts[self.rank];
+                let sends: Vec<Part> = (0..self.size)
+                    .map(|peer| Part {
+                        offset: 0,
+                        len: mine,
+                        peer,
+                    })
+                    .collect();
+                self.exchange(op, Some(send), &sends, Some(recv), &packed(counts))
+            }
+        }
+    }
+
+    pub(super) fn raw_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let counts = vec![n; self.size];
+        self.raw_gather_v(op, send, recv, &counts, root)
+    }
+
+    pub(super) fn raw_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let sends = [Part {
+            offset: 0,
+            len: send.len(),
+            peer: root,
+        }];
+        let recvs = if self.rank == root {
+            packed(counts)
+        } else {
+            Vec::new()
+        };
+        self.exchange(op, Some(send), &sends, recv, &recvs)
+    }
+
+    pub(super) fn raw_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let counts = vec![n; self.size];
+        self.raw_scatter_v(op, send, recv, &counts, root)
+    }
+
+    pub(super) fn raw_scatter_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let sends = if self.rank == root {
+            packed(counts)
+        } else {
+            Vec::new()
+        };
+        let recvs = [Part {
+            offset: 0,
+            len: recv.len(),
+            peer: root,
+        }];
+        self.exchange(op, send, &sends, Some(recv), &recvs)
+    }
+
+    pub(super) fn raw_reduce_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<()> {
+        let n = raw::wire::<T>(n);
+        if n == 0 {
+            return Ok(());
+        }
+        self.ensure_live(op)?;
+        let f = sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable)?;
+        let (s, _s) = send.device_ptr(&self.stream);
+        let (r, _r) = recv.device_ptr_mut(&self.stream);
+        // SAFETY: `send` holds `size * n` and `recv` `n` wire values on this device (checked).
+        let rc = unsafe {
+            f(
+                cptr(s),
+                mptr(r),
+                n,
+                raw::datatype::<T>(),
+                raw::redop(red),
+                self.raw,
+                self.raw_stream(),
+            )
+        };
+        self.settle(op, rc)
+    }
+
+    pub(super) fn raw_all_to_all<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
+        _: usize,
+    ) -> Result<()> {
+        let parts = packed(&vec![send.len() / self.size.max(1); self.size]);
+        self.exchange(op, Some(send), &parts, Some(recv), &parts)
+    }
+
+    pub(super) fn raw_all_to_all_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        send_counts: &[usize],
+        recv: &mut DevMut<'_, T>,
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        self.exchange(
+            op,
+            Some(send),
+            &packed(send_counts),
+            Some(recv),
+            &packed(recv_counts),
+        )
+    }
+
+    pub(super) fn raw_send<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &Dev<'_, T>,
         dest: usize,
-        tag: Tag,
+        _: Tag,
         n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_send(op, buf, dest, tag, n, ())?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        let part = Part {
+            offset: 0,
+            len: n,
+            peer: dest,
+        };
+        self.exchange(op, Some(buf), &[part], None, &[])
     }
 
-    fn raw_i_recv<'s, T: Element>(
-        &'s self,
+    pub(super) fn raw_recv<T: Element>(
+        &self,
         op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut DevMut<'s, T>,
+        buf: &mut DevMut<'_, T>,
         source: usize,
-        tag: Tag,
+        _: Tag,
         n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_recv(op, buf, source, tag, n, ())?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        let part = Part {
+            offset: 0,
+            len: n,
+            peer: source,
+        };
+        self.exchange::<T>(op, None, &[], Some(buf), &[part])
+    }
+
+    pub(super) fn raw_send_recv<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        dest: usize,
+        recv: &mut DevMut<'_, T>,
+        source: usize,
+        _: Tag,
+        (sn, rn): (usize, usize),
+    ) -> Result<()> {
+        let sends = [Part {
+            offset: 0,
+            len: sn,
+            peer: dest,
+        }];
+        let recvs = [Part {
+            offset: 0,
+            len: rn,
+            peer: source,
+        }];
+        self.exchange(op, Some(send), &sends, Some(recv), &recvs)
     }
 
     /// An all-reduce of one value, enqueued; the request completes once every rank's is done.
-    fn raw_i_barrier<'s>(
+    pub(super) fn raw_i_barrier<'s>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -839,163 +854,5 @@ impl Backend for NcclComm {
             .map_err(|e| Error::cuda(op, e))?;
         self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
         self.track_keeping(scope, op, Some(one))
-    }
-
-    fn raw_i_reduce<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: Option<&'s mut DevMut<'s, T>>,
-        red: ReduceOp,
-        _average: bool,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_reduce(op, send, recv, red, root, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_all_reduce_in_place<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut DevMut<'s, T>,
-        red: ReduceOp,
-        _average: bool,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.enqueue_all_reduce(op, None, buf, red, raw::wire::<T>(n))?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_reduce_scatter<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
-        red: ReduceOp,
-        _average: bool,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_reduce_scatter(op, send, recv, red, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_all_to_all<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_all_to_all(op, send, recv, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_all_to_all_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        send_counts: &[usize],
-        recv: &'s mut DevMut<'s, T>,
-        recv_counts: &[usize],
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_all_to_all_v(op, send, send_counts, recv, recv_counts, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_all_gather_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
-        counts: &[usize],
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_all_gather_v(op, send, recv, counts, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_gather<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: Option<&'s mut DevMut<'s, T>>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_gather(op, send, recv, root, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_gather_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: Option<&'s mut DevMut<'s, T>>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_gather_v(op, send, recv, counts, root, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_scatter<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s Dev<'s, T>>,
-        recv: &'s mut DevMut<'s, T>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_scatter(op, send, recv, root, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_scatter_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s Dev<'s, T>>,
-        recv: &'s mut DevMut<'s, T>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_scatter_v(op, send, recv, counts, root, ())?;
-        self.track(scope, op)
-    }
-
-    /// The grouped send and receive of the blocking form, enqueued.
-    fn raw_i_send_recv<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        dest: usize,
-        recv: &'s mut DevMut<'s, T>,
-        source: usize,
-        tag: Tag,
-        counts: (usize, usize),
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_send_recv(op, send, dest, recv, source, tag, counts, ())?;
-        self.track(scope, op)
     }
 }
