@@ -105,38 +105,6 @@ impl<C: Communicator> Checked<C> {
     }
 }
 
-/// The stream, device, MPI communicator and deadline of the wrapped communicator; `with_stream`
-/// keeps the wrapper.
-#[cfg(feature = "cuda")]
-impl<C> crate::comm::DeviceCommunicator for Checked<C>
-where
-    C: crate::comm::DeviceCommunicator + crate::frontend::Frontend,
-{
-    fn stream(&self) -> &std::sync::Arc<cudarc::driver::CudaStream> {
-        self.inner.stream()
-    }
-
-    fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
-        self.inner.context()
-    }
-
-    fn mpi(&self) -> &crate::MpiComm {
-        self.inner.mpi()
-    }
-
-    fn deadline(&self) -> Option<std::time::Duration> {
-        self.inner.deadline()
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        self.inner.synchronize()
-    }
-
-    fn with_stream(self, stream: std::sync::Arc<cudarc::driver::CudaStream>) -> Result<Self> {
-        self.inner.with_stream(stream).map(Checked::new)
-    }
-}
-
 /// Checked mode's agreement on `call` over `mpi` (the communicator's transport): one all-gather
 /// of every rank's [`Call::record`] (and, for `all_to_all_v`, a second of the counts), then the
 /// same verdict on every rank: this rank's own error first (`local`), else a peer's rejection or

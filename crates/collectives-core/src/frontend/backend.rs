@@ -1,13 +1,14 @@
 //! What a backend implements: raw, already-checked operations and the few facts the front end
 //! needs of it.
 
-use super::plan::{replay, PlanCall};
 use super::Operation;
 use crate::element::Element;
 use crate::error::Result;
 use crate::memory::Space;
 use crate::op::BackendKind;
+use crate::op::ReduceOp;
 use crate::operation::{Name, OpKind};
+use crate::persistent::BufPtr;
 use crate::persistent::PlanOp;
 use crate::record;
 use crate::request::{Request, Scope};
@@ -119,14 +120,94 @@ pub trait Backend: Sized {
     fn raw_dup(&self, op: &'static str) -> Result<Self>;
 
     /// Make the persistent plan of `call` (checked, and agreed in checked mode), whose runs
-    /// complete before `'s` ends. By default each start issues the non-blocking raw operation
-    /// ([`replay`]); backends override this where they have a persistent form.
+    /// complete before `'s` ends: the backend's persistent form where it has one, else the front
+    /// end's replay of [`start`](Self::start) at each run (`frontend::replay`). `name` is the
+    /// method called, for errors.
     fn raw_init<'s, T: Element>(
         &'s self,
-        _op: &'static str,
+        name: &'static str,
         scope: &'s Scope<'s, '_>,
         call: PlanCall<'s, Self, T>,
-    ) -> Result<Box<dyn PlanOp + 's>> {
-        Ok(replay(self, scope, call))
-    }
+    ) -> Result<Box<dyn PlanOp + 's>>;
+}
+
+/// A persistent collective as a backend gets it: checked counts, and the buffers the plan borrows
+/// for its life. `red` is the operation the backend runs (`Sum` for an `Avg` it does not do
+/// natively) and `average` whether each completion divides by the number of ranks.
+#[allow(missing_docs)] // the fields are the collectives' arguments, as in the raw operations
+pub enum PlanCall<'s, B: Backend, T: Element> {
+    Barrier,
+    Broadcast {
+        buf: BufPtr<RawBufMut<'s, B, T>>,
+        root: usize,
+        n: usize,
+    },
+    Reduce {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        red: ReduceOp,
+        average: bool,
+        root: usize,
+        n: usize,
+    },
+    /// In place on `recv` when `send` is `None`.
+    AllReduce {
+        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+    },
+    AllGather {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        n: usize,
+    },
+    AllGatherV {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        counts: Vec<usize>,
+    },
+    Gather {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        root: usize,
+        n: usize,
+    },
+    GatherV {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        counts: Vec<usize>,
+        root: usize,
+    },
+    Scatter {
+        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        root: usize,
+        n: usize,
+    },
+    ScatterV {
+        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        counts: Vec<usize>,
+        root: usize,
+    },
+    ReduceScatter {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+    },
+    AllToAll {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        n: usize,
+    },
+    AllToAllV {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        send_counts: Vec<usize>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        recv_counts: Vec<usize>,
+    },
 }

@@ -29,9 +29,8 @@ mod backend;
 mod plan;
 
 pub use crate::persistent::{BufPtr, PlanOp};
-pub use backend::{Backend, RawBuf, RawBufMut, Start};
+pub use backend::{Backend, PlanCall, RawBuf, RawBufMut, Start};
 pub(crate) use plan::replay;
-pub use plan::PlanCall;
 
 use crate::checked::{self, Call, Checked};
 use crate::comm::{Communicator, Tag};
@@ -130,6 +129,38 @@ impl<F: Frontend> Frontend for Checked<F> {
         } else {
             checked::agree(self.raw().transport(), call, local)
         }
+    }
+}
+
+/// The stream, device, MPI communicator and deadline of the wrapped communicator; `with_stream`
+/// keeps the wrapper.
+#[cfg(feature = "cuda")]
+impl<C> crate::comm::DeviceCommunicator for Checked<C>
+where
+    C: crate::comm::DeviceCommunicator + Frontend,
+{
+    fn stream(&self) -> &std::sync::Arc<cudarc::driver::CudaStream> {
+        self.inner().stream()
+    }
+
+    fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
+        self.inner().context()
+    }
+
+    fn mpi(&self) -> &crate::MpiComm {
+        self.inner().mpi()
+    }
+
+    fn deadline(&self) -> Option<std::time::Duration> {
+        self.inner().deadline()
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.inner().synchronize()
+    }
+
+    fn with_stream(self, stream: std::sync::Arc<cudarc::driver::CudaStream>) -> Result<Self> {
+        self.into_inner().with_stream(stream).map(Checked::new)
     }
 }
 

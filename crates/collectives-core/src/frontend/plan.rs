@@ -1,95 +1,14 @@
 //! Persistent plans as the front end makes them: the checked call a backend's plan is made of
 //! ([`PlanCall`]), and the default plan, which replays the non-blocking operation at each start.
 
-use super::backend::{Backend, RawBufMut};
+use super::backend::{Backend, PlanCall};
 use super::{read_of, start_op, Operation, Plan};
 use crate::element::Element;
 use crate::error::Result;
 use crate::op::ReduceOp;
 use crate::operation::{Name, Op};
-use crate::persistent::{BufPtr, PlanOp, PlanPath};
+use crate::persistent::{PlanOp, PlanPath};
 use crate::request::{Pending, Scope};
-
-/// A persistent collective as a backend gets it: checked counts, and the buffers the plan borrows
-/// for its life. `red` is the operation the backend runs (`Sum` for an `Avg` it does not do
-/// natively) and `average` whether each completion divides by the number of ranks.
-#[allow(missing_docs)] // the fields are the collectives' arguments, as in the raw operations
-pub enum PlanCall<'s, B: Backend, T: Element> {
-    Barrier,
-    Broadcast {
-        buf: BufPtr<RawBufMut<'s, B, T>>,
-        root: usize,
-        n: usize,
-    },
-    Reduce {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        red: ReduceOp,
-        average: bool,
-        root: usize,
-        n: usize,
-    },
-    /// In place on `recv` when `send` is `None`.
-    AllReduce {
-        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        red: ReduceOp,
-        average: bool,
-        n: usize,
-    },
-    AllGather {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        n: usize,
-    },
-    AllGatherV {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        counts: Vec<usize>,
-    },
-    Gather {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        root: usize,
-        n: usize,
-    },
-    GatherV {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        counts: Vec<usize>,
-        root: usize,
-    },
-    Scatter {
-        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        root: usize,
-        n: usize,
-    },
-    ScatterV {
-        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        counts: Vec<usize>,
-        root: usize,
-    },
-    ReduceScatter {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        red: ReduceOp,
-        average: bool,
-        n: usize,
-    },
-    AllToAll {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        n: usize,
-    },
-    AllToAllV {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        send_counts: Vec<usize>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        recv_counts: Vec<usize>,
-    },
-}
 
 impl<B: Backend, T: Element> std::fmt::Debug for PlanCall<'_, B, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

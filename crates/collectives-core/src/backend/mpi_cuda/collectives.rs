@@ -25,8 +25,8 @@ use crate::backend::mpi_host::request::{MpiPending, Region};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
-use crate::frontend::Operation;
-use crate::frontend::{Backend, Start};
+
+use crate::frontend::{replay, Backend, Operation, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 use crate::operation::{Name, Op, OpKind};
@@ -208,6 +208,16 @@ impl Backend for MpiCudaComm {
     fn raw_dup(&self, op: &'static str) -> Result<Self> {
         self.sync(op)?;
         self.derived(self.mpi.raw_dup(op)?)
+    }
+
+    /// No persistent form of its own: each run of a plan replays `start`.
+    fn raw_init<'s, T: Element>(
+        &'s self,
+        _: &'static str,
+        scope: &'s Scope<'s, '_>,
+        call: PlanCall<'s, Self, T>,
+    ) -> Result<Box<dyn PlanOp + 's>> {
+        Ok(replay(self, scope, call))
     }
 
     fn run<T: Element>(

@@ -164,13 +164,9 @@ impl Backend for MpiComm {
                 recv,
                 op: red,
             } => self.raw_all_reduce(s, Some(*send), recv, *red, n),
-            Op::AllReduceInPlace { buf, op: red } => {
-                self.raw_all_reduce(s, None, buf, *red, n)
-            }
+            Op::AllReduceInPlace { buf, op: red } => self.raw_all_reduce(s, None, buf, *red, n),
             Op::AllGather { send, recv } => self.raw_all_gather(s, send, recv, n),
-            Op::AllGatherV { send, recv, counts } => {
-                self.raw_all_gather_v(s, send, recv, counts)
-            }
+            Op::AllGatherV { send, recv, counts } => self.raw_all_gather_v(s, send, recv, counts),
             Op::Gather { send, recv, root } => {
                 self.raw_gather(s, send, recv.as_deref_mut(), *root, n)
             }
