@@ -374,7 +374,7 @@ fn prepare<'f, F: Frontend, T: Element>(
 
 /// Steps 5 and 6 of a blocking call: the backend runs the operation, then `Avg` is divided
 /// where the backend summed.
-fn execute<B: Backend, T: Element>(
+pub(crate) fn execute<B: Backend, T: Element>(
     b: &B,
     name: Name,
     mut op: Operation<'_, '_, B, T>,

@@ -25,11 +25,13 @@ use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
 
-use crate::frontend::{replay, Backend, Operation, PlanCall, PlanOp, Start};
+use crate::backend::mpi_host::MpiComm;
+use crate::frontend::{self, replay, Backend, Operation, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 use crate::operation::{Name, Op, OpKind};
 use crate::record;
+use crate::record::Form;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
 use crate::transport::Transport;
@@ -120,18 +122,36 @@ impl MpiStagedComm {
             events[k].synchronize().map_err(|e| Error::cuda(op, e))?;
             let r = ranges[k].clone();
             match &send {
-                Some((_, lease)) => self.host.all_reduce(
-                    &lease.host()[r.clone()],
-                    &mut out.host_mut()[r.clone()],
-                    red,
-                )?,
-                None => self
-                    .host
-                    .all_reduce_in_place(&mut out.host_mut()[r.clone()], red)?,
+                Some((_, lease)) => {
+                    let send = &lease.host()[r.clone()];
+                    let recv = &mut out.host_mut()[r.clone()];
+                    self.on_host(
+                        Op::AllReduce {
+                            send,
+                            recv,
+                            op: red,
+                        },
+                        r.len(),
+                    )?
+                }
+                None => {
+                    let buf = &mut out.host_mut()[r.clone()];
+                    self.on_host(Op::AllReduceInPlace { buf, op: red }, r.len())?
+                }
             }
             cuda_common::upload(op, &self.stream, &out.host()[r.clone()], recv, r)?;
         }
         self.sync(op)
+    }
+}
+
+impl MpiStagedComm {
+    /// Run `op` on the host communicator, on pinned host buffers that hold what the device buffers
+    /// hold: the call was checked (and agreed) as the device call, so only the host backend's run
+    /// of it and the finishing of `Avg` remain, and the call is recorded once, as this backend's.
+    fn on_host<T: Element>(&self, op: Operation<'_, '_, MpiComm, T>, n: usize) -> Result<()> {
+        let name = Name::new(op.kind(), Form::Blocking);
+        frontend::execute(&self.host, name, op, n, ())
     }
 }
 
@@ -356,7 +376,7 @@ impl Backend for MpiStagedComm {
 impl MpiStagedComm {
     pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
         self.sync(op)?;
-        self.host.barrier()
+        self.on_host::<u8>(Op::Barrier, 0)
     }
 
     pub(super) fn raw_broadcast<T: Element>(
@@ -364,7 +384,7 @@ impl MpiStagedComm {
         op: &'static str,
         buf: &mut DevMut<'_, T>,
         root: usize,
-        _: usize,
+        n: usize,
         [h, _]: Leases<'_, T>,
     ) -> Result<()> {
         let mut h = pinned(op, h)?;
@@ -372,7 +392,13 @@ impl MpiStagedComm {
         if is_root {
             self.stage_in(op, buf, h.host_mut())?;
         }
-        self.host.broadcast(h.host_mut(), root)?;
+        self.on_host(
+            Op::Broadcast {
+                buf: h.host_mut(),
+                root,
+            },
+            n,
+        )?;
         if !is_root {
             self.stage_out(op, h.host(), buf)?;
         }
@@ -386,7 +412,7 @@ impl MpiStagedComm {
         recv: Option<&mut DevMut<'_, T>>,
         red: ReduceOp,
         root: usize,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let mut hs = pinned(op, hs)?;
@@ -394,11 +420,27 @@ impl MpiStagedComm {
         match recv {
             Some(recv) => {
                 let mut hr = pinned(op, hr)?;
-                self.host
-                    .reduce(hs.host(), Some(hr.host_mut()), red, root)?;
+                let on_root = Some(hr.host_mut());
+                self.on_host(
+                    Op::Reduce {
+                        send: hs.host(),
+                        recv: on_root,
+                        op: red,
+                        root,
+                    },
+                    n,
+                )?;
                 self.stage_out(op, hr.host(), recv)
             }
-            None => self.host.reduce(hs.host(), None, red, root),
+            None => self.on_host(
+                Op::Reduce {
+                    send: hs.host(),
+                    recv: None,
+                    op: red,
+                    root,
+                },
+                n,
+            ),
         }
     }
 
@@ -425,12 +467,18 @@ impl MpiStagedComm {
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host.all_gather(hs.host(), hr.host_mut())?;
+        self.on_host(
+            Op::AllGather {
+                send: hs.host(),
+                recv: hr.host_mut(),
+            },
+            n,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
@@ -444,7 +492,14 @@ impl MpiStagedComm {
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host.all_gather_v(hs.host(), hr.host_mut(), counts)?;
+        self.on_host(
+            Op::AllGatherV {
+                send: hs.host(),
+                recv: hr.host_mut(),
+                counts,
+            },
+            0,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
@@ -454,7 +509,7 @@ impl MpiStagedComm {
         send: &Dev<'_, T>,
         recv: Option<&mut DevMut<'_, T>>,
         root: usize,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let mut hs = pinned(op, hs)?;
@@ -462,10 +517,24 @@ impl MpiStagedComm {
         match recv {
             Some(recv) => {
                 let mut hr = pinned(op, hr)?;
-                self.host.gather(hs.host(), Some(hr.host_mut()), root)?;
+                self.on_host(
+                    Op::Gather {
+                        send: hs.host(),
+                        recv: Some(hr.host_mut()),
+                        root,
+                    },
+                    n,
+                )?;
                 self.stage_out(op, hr.host(), recv)
             }
-            None => self.host.gather(hs.host(), None, root),
+            None => self.on_host(
+                Op::Gather {
+                    send: hs.host(),
+                    recv: None,
+                    root,
+                },
+                n,
+            ),
         }
     }
 
@@ -483,11 +552,27 @@ impl MpiStagedComm {
         match recv {
             Some(recv) => {
                 let mut hr = pinned(op, hr)?;
-                self.host
-                    .gather_v(hs.host(), Some(hr.host_mut()), counts, root)?;
+                let on_root = Some(hr.host_mut());
+                self.on_host(
+                    Op::GatherV {
+                        send: hs.host(),
+                        recv: on_root,
+                        counts,
+                        root,
+                    },
+                    0,
+                )?;
                 self.stage_out(op, hr.host(), recv)
             }
-            None => self.host.gather_v(hs.host(), None, counts, root),
+            None => self.on_host(
+                Op::GatherV {
+                    send: hs.host(),
+                    recv: None,
+                    counts,
+                    root,
+                },
+                0,
+            ),
         }
     }
 
@@ -497,7 +582,7 @@ impl MpiStagedComm {
         send: Option<&Dev<'_, T>>,
         recv: &mut DevMut<'_, T>,
         root: usize,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let mut hr = pinned(op, hr)?;
@@ -505,9 +590,23 @@ impl MpiStagedComm {
             Some(send) => {
                 let mut hs = pinned(op, hs)?;
                 self.stage_in(op, send, hs.host_mut())?;
-                self.host.scatter(Some(hs.host()), hr.host_mut(), root)?;
+                self.on_host(
+                    Op::Scatter {
+                        send: Some(hs.host()),
+                        recv: hr.host_mut(),
+                        root,
+                    },
+                    n,
+                )?;
             }
-            None => self.host.scatter(None, hr.host_mut(), root)?,
+            None => self.on_host(
+                Op::Scatter {
+                    send: None,
+                    recv: hr.host_mut(),
+                    root,
+                },
+                n,
+            )?,
         }
         self.stage_out(op, hr.host(), recv)
     }
@@ -526,10 +625,26 @@ impl MpiStagedComm {
             Some(send) => {
                 let mut hs = pinned(op, hs)?;
                 self.stage_in(op, send, hs.host_mut())?;
-                self.host
-                    .scatter_v(Some(hs.host()), hr.host_mut(), counts, root)?;
+                let send = Some(hs.host());
+                self.on_host(
+                    Op::ScatterV {
+                        send,
+                        recv: hr.host_mut(),
+                        counts,
+                        root,
+                    },
+                    0,
+                )?;
             }
-            None => self.host.scatter_v(None, hr.host_mut(), counts, root)?,
+            None => self.on_host(
+                Op::ScatterV {
+                    send: None,
+                    recv: hr.host_mut(),
+                    counts,
+                    root,
+                },
+                0,
+            )?,
         }
         self.stage_out(op, hr.host(), recv)
     }
@@ -540,12 +655,19 @@ impl MpiStagedComm {
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         red: ReduceOp,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host.reduce_scatter(hs.host(), hr.host_mut(), red)?;
+        self.on_host(
+            Op::ReduceScatter {
+                send: hs.host(),
+                recv: hr.host_mut(),
+                op: red,
+            },
+            n,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
@@ -554,12 +676,18 @@ impl MpiStagedComm {
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host.all_to_all(hs.host(), hr.host_mut())?;
+        self.on_host(
+            Op::AllToAll {
+                send: hs.host(),
+                recv: hr.host_mut(),
+            },
+            n,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
@@ -574,8 +702,16 @@ impl MpiStagedComm {
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host
-            .all_to_all_v(hs.host(), send_counts, hr.host_mut(), recv_counts)?;
+        let (hsend, hrecv) = (hs.host(), hr.host_mut());
+        self.on_host(
+            Op::AllToAllV {
+                send: hsend,
+                send_counts,
+                recv: hrecv,
+                recv_counts,
+            },
+            0,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
@@ -585,13 +721,20 @@ impl MpiStagedComm {
         buf: &Dev<'_, T>,
         dest: usize,
         tag: Tag,
-        _: usize,
+        n: usize,
         [h, _]: Leases<'_, T>,
     ) -> Result<()> {
         let mut h = pinned(op, h)?;
         self.mpi.ensure_usable(op)?;
         self.stage_in(op, buf, h.host_mut())?;
-        self.host.send(h.host(), dest, tag)
+        self.on_host(
+            Op::Send {
+                buf: h.host(),
+                dest,
+                tag,
+            },
+            n,
+        )
     }
 
     pub(super) fn raw_recv<T: Element>(
@@ -600,11 +743,18 @@ impl MpiStagedComm {
         buf: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
-        _: usize,
+        n: usize,
         [h, _]: Leases<'_, T>,
     ) -> Result<()> {
         let mut h = pinned(op, h)?;
-        self.host.recv(h.host_mut(), source, tag)?;
+        self.on_host(
+            Op::Recv {
+                buf: h.host_mut(),
+                source,
+                tag,
+            },
+            n,
+        )?;
         self.stage_out(op, h.host(), buf)
     }
 
@@ -616,14 +766,23 @@ impl MpiStagedComm {
         recv: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
-        _: (usize, usize),
+        (sn, _): (usize, usize),
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.mpi.ensure_usable(op)?;
         self.stage_in(op, send, hs.host_mut())?;
-        self.host
-            .send_recv(hs.host(), dest, hr.host_mut(), source, tag)?;
+        let (hsend, hrecv) = (hs.host(), hr.host_mut());
+        self.on_host(
+            Op::SendRecv {
+                send: hsend,
+                dest,
+                recv: hrecv,
+                source,
+                tag,
+            },
+            sn,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
