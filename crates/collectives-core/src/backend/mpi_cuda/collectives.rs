@@ -26,10 +26,10 @@ use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
 
-use crate::frontend::{replay, Backend, Operation, PlanCall, PlanOp, Start};
+use crate::frontend::{replay, run_each, start_each, Backend, Operation, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
-use crate::operation::{Name, Op, OpKind};
+use crate::operation::{Name, OpKind};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
@@ -230,69 +230,7 @@ impl Backend for MpiCudaComm {
         if let Some(staged) = &self.staged {
             return staged.run(name, op, n, staging);
         }
-        let s = name.as_str();
-        match op {
-            Op::Barrier => self.raw_barrier(s),
-            Op::Broadcast { buf, root } => self.raw_broadcast(s, &mut **buf, *root, n),
-            Op::Reduce {
-                send,
-                recv,
-                op: red,
-                root,
-            } => self.raw_reduce(s, *send, recv.as_deref_mut(), *red, *root, n),
-            Op::AllReduce {
-                send,
-                recv,
-                op: red,
-            } => self.raw_all_reduce(s, Some(*send), &mut **recv, *red, n),
-            Op::AllReduceInPlace { buf, op: red } => {
-                self.raw_all_reduce(s, None, &mut **buf, *red, n)
-            }
-            Op::AllGather { send, recv } => self.raw_all_gather(s, *send, &mut **recv, n),
-            Op::AllGatherV { send, recv, counts } => {
-                self.raw_all_gather_v(s, *send, &mut **recv, counts)
-            }
-            Op::Gather { send, recv, root } => {
-                self.raw_gather(s, *send, recv.as_deref_mut(), *root, n)
-            }
-            Op::GatherV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_gather_v(s, *send, recv.as_deref_mut(), counts, *root),
-            Op::Scatter { send, recv, root } => self.raw_scatter(s, *send, &mut **recv, *root, n),
-            Op::ScatterV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_scatter_v(s, *send, &mut **recv, counts, *root),
-            Op::ReduceScatter {
-                send,
-                recv,
-                op: red,
-            } => self.raw_reduce_scatter(s, *send, &mut **recv, *red, n),
-            Op::AllToAll { send, recv } => self.raw_all_to_all(s, *send, &mut **recv, n),
-            Op::AllToAllV {
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-            } => self.raw_all_to_all_v(s, *send, send_counts, &mut **recv, recv_counts),
-            Op::Send { buf, dest, tag } => self.raw_send(s, *buf, *dest, *tag, n),
-            Op::Recv { buf, source, tag } => self.raw_recv(s, &mut **buf, *source, *tag, n),
-            Op::SendRecv {
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-            } => {
-                let counts = (n, recv.len());
-                self.raw_send_recv(s, *send, *dest, &mut **recv, *source, *tag, counts)
-            }
-        }
+        run_each!(self, name, op, n)
     }
 
     fn start<'s, T: Element>(
@@ -307,71 +245,7 @@ impl Backend for MpiCudaComm {
         if let Some(staged) = &self.staged {
             return staged.start(name, scope, op, n, average, staging);
         }
-        let (s, sc) = (name.as_str(), scope);
-        match op {
-            Op::Barrier => self.raw_i_barrier(s, sc),
-            Op::Broadcast { buf, root } => self.raw_i_broadcast(s, sc, buf, root, n, staging),
-            Op::Reduce {
-                send,
-                recv,
-                op: red,
-                root,
-            } => self.raw_i_reduce(s, sc, send, recv, red, average, root, n, staging),
-            Op::AllReduce {
-                send,
-                recv,
-                op: red,
-            } => self.raw_i_all_reduce(s, sc, send, recv, red, average, n, staging),
-            Op::AllReduceInPlace { buf, op: red } => {
-                self.raw_i_all_reduce_in_place(s, sc, buf, red, average, n, staging)
-            }
-            Op::AllGather { send, recv } => self.raw_i_all_gather(s, sc, send, recv, n, staging),
-            Op::AllGatherV { send, recv, counts } => {
-                self.raw_i_all_gather_v(s, sc, send, recv, counts, staging)
-            }
-            Op::Gather { send, recv, root } => {
-                self.raw_i_gather(s, sc, send, recv, root, n, staging)
-            }
-            Op::GatherV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_i_gather_v(s, sc, send, recv, counts, root, staging),
-            Op::Scatter { send, recv, root } => {
-                self.raw_i_scatter(s, sc, send, recv, root, n, staging)
-            }
-            Op::ScatterV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_i_scatter_v(s, sc, send, recv, counts, root, staging),
-            Op::ReduceScatter {
-                send,
-                recv,
-                op: red,
-            } => self.raw_i_reduce_scatter(s, sc, send, recv, red, average, n, staging),
-            Op::AllToAll { send, recv } => self.raw_i_all_to_all(s, sc, send, recv, n, staging),
-            Op::AllToAllV {
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-            } => self.raw_i_all_to_all_v(s, sc, send, send_counts, recv, recv_counts, staging),
-            Op::Send { buf, dest, tag } => self.raw_i_send(s, sc, buf, dest, tag, n),
-            Op::Recv { buf, source, tag } => self.raw_i_recv(s, sc, buf, source, tag, n),
-            Op::SendRecv {
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-            } => {
-                let counts = (n, recv.len());
-                self.raw_i_send_recv(s, sc, send, dest, recv, source, tag, counts, staging)
-            }
-        }
+        start_each!(self, name, scope, op, n, average, staging)
     }
 }
 
@@ -988,7 +862,10 @@ impl MpiCudaComm {
         dest: usize,
         tag: Tag,
         n: usize,
+        staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
+        // Point-to-point operations take device addresses: no pinned buffers are leased for them.
+        debug_assert!(staging.iter().all(Option::is_none));
         let (n, dest) = (host::int(n), host::int(dest));
         self.foreign(op, &[buf.stream()])?;
         // SAFETY: an MPI_Request handle may start as any value; MPI_Isend overwrites it.
@@ -1019,7 +896,10 @@ impl MpiCudaComm {
         source: usize,
         tag: Tag,
         n: usize,
+        staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
+        // Point-to-point operations take device addresses: no pinned buffers are leased for them.
+        debug_assert!(staging.iter().all(Option::is_none));
         let (n, source) = (host::int(n), host::int(source));
         self.foreign(op, &[buf.stream()])?;
         let expected = buf.len();

@@ -13,9 +13,9 @@ use crate::comm::Tag;
 use crate::element::Element;
 use crate::error::Result;
 use crate::frontend::Operation;
-use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
+use crate::frontend::{replay, run_each, start_each, Backend, PlanCall, PlanOp, Start};
 use crate::op::{BackendKind, ReduceOp};
-use crate::operation::{Name, Op, OpKind};
+use crate::operation::{Name, OpKind};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -149,65 +149,7 @@ impl Backend for MpiComm {
         n: usize,
         (): (),
     ) -> Result<()> {
-        let s = name.as_str();
-        match op {
-            Op::Barrier => self.raw_barrier(s),
-            Op::Broadcast { buf, root } => self.raw_broadcast(s, buf, *root, n),
-            Op::Reduce {
-                send,
-                recv,
-                op: red,
-                root,
-            } => self.raw_reduce(s, send, recv.as_deref_mut(), *red, *root, n),
-            Op::AllReduce {
-                send,
-                recv,
-                op: red,
-            } => self.raw_all_reduce(s, Some(*send), recv, *red, n),
-            Op::AllReduceInPlace { buf, op: red } => self.raw_all_reduce(s, None, buf, *red, n),
-            Op::AllGather { send, recv } => self.raw_all_gather(s, send, recv, n),
-            Op::AllGatherV { send, recv, counts } => self.raw_all_gather_v(s, send, recv, counts),
-            Op::Gather { send, recv, root } => {
-                self.raw_gather(s, send, recv.as_deref_mut(), *root, n)
-            }
-            Op::GatherV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_gather_v(s, send, recv.as_deref_mut(), counts, *root),
-            Op::Scatter { send, recv, root } => self.raw_scatter(s, *send, recv, *root, n),
-            Op::ScatterV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_scatter_v(s, *send, recv, counts, *root),
-            Op::ReduceScatter {
-                send,
-                recv,
-                op: red,
-            } => self.raw_reduce_scatter(s, send, recv, *red, n),
-            Op::AllToAll { send, recv } => self.raw_all_to_all(s, send, recv, n),
-            Op::AllToAllV {
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-            } => self.raw_all_to_all_v(s, send, send_counts, recv, recv_counts),
-            Op::Send { buf, dest, tag } => self.raw_send(s, buf, *dest, *tag, n),
-            Op::Recv { buf, source, tag } => self.raw_recv(s, buf, *source, *tag, n),
-            Op::SendRecv {
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-            } => {
-                let counts = (n, recv.len());
-                self.raw_send_recv(s, send, *dest, recv, *source, *tag, counts)
-            }
-        }
+        run_each!(self, name, op, n)
     }
 
     fn start<'s, T: Element>(
@@ -219,67 +161,7 @@ impl Backend for MpiComm {
         average: bool,
         (): (),
     ) -> Result<Request<'s>> {
-        let (s, sc) = (name.as_str(), scope);
-        match op {
-            Op::Barrier => self.raw_i_barrier(s, sc),
-            Op::Broadcast { buf, root } => self.raw_i_broadcast(s, sc, buf, root, n),
-            Op::Reduce {
-                send,
-                recv,
-                op: red,
-                root,
-            } => self.raw_i_reduce(s, sc, send, recv, red, average, root, n),
-            Op::AllReduce {
-                send,
-                recv,
-                op: red,
-            } => self.raw_i_all_reduce(s, sc, send, recv, red, average, n),
-            Op::AllReduceInPlace { buf, op: red } => {
-                self.raw_i_all_reduce_in_place(s, sc, buf, red, average, n)
-            }
-            Op::AllGather { send, recv } => self.raw_i_all_gather(s, sc, send, recv, n),
-            Op::AllGatherV { send, recv, counts } => {
-                self.raw_i_all_gather_v(s, sc, send, recv, counts)
-            }
-            Op::Gather { send, recv, root } => self.raw_i_gather(s, sc, send, recv, root, n),
-            Op::GatherV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_i_gather_v(s, sc, send, recv, counts, root),
-            Op::Scatter { send, recv, root } => self.raw_i_scatter(s, sc, send, recv, root, n),
-            Op::ScatterV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_i_scatter_v(s, sc, send, recv, counts, root),
-            Op::ReduceScatter {
-                send,
-                recv,
-                op: red,
-            } => self.raw_i_reduce_scatter(s, sc, send, recv, red, average, n),
-            Op::AllToAll { send, recv } => self.raw_i_all_to_all(s, sc, send, recv, n),
-            Op::AllToAllV {
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-            } => self.raw_i_all_to_all_v(s, sc, send, send_counts, recv, recv_counts),
-            Op::Send { buf, dest, tag } => self.raw_i_send(s, sc, buf, dest, tag, n),
-            Op::Recv { buf, source, tag } => self.raw_i_recv(s, sc, buf, source, tag, n),
-            Op::SendRecv {
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-            } => {
-                let counts = (n, recv.len());
-                self.raw_i_send_recv(s, sc, send, dest, recv, source, tag, counts)
-            }
-        }
+        start_each!(self, name, scope, op, n, average)
     }
 }
 

@@ -26,7 +26,9 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 
 use crate::backend::mpi_host::MpiComm;
-use crate::frontend::{self, replay, Backend, Operation, PlanCall, PlanOp, Start};
+use crate::frontend::{
+    self, replay, run_each, start_each, Backend, Operation, PlanCall, PlanOp, Start,
+};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 use crate::operation::{Name, Op, OpKind};
@@ -225,73 +227,7 @@ impl Backend for MpiStagedComm {
         n: usize,
         staging: Leases<'_, T>,
     ) -> Result<()> {
-        let s = name.as_str();
-        match op {
-            Op::Barrier => self.raw_barrier(s),
-            Op::Broadcast { buf, root } => self.raw_broadcast(s, &mut **buf, *root, n, staging),
-            Op::Reduce {
-                send,
-                recv,
-                op: red,
-                root,
-            } => self.raw_reduce(s, *send, recv.as_deref_mut(), *red, *root, n, staging),
-            Op::AllReduce {
-                send,
-                recv,
-                op: red,
-            } => self.raw_all_reduce(s, Some(*send), &mut **recv, *red, n, staging),
-            Op::AllReduceInPlace { buf, op: red } => {
-                self.raw_all_reduce(s, None, &mut **buf, *red, n, staging)
-            }
-            Op::AllGather { send, recv } => self.raw_all_gather(s, *send, &mut **recv, n, staging),
-            Op::AllGatherV { send, recv, counts } => {
-                self.raw_all_gather_v(s, *send, &mut **recv, counts, staging)
-            }
-            Op::Gather { send, recv, root } => {
-                self.raw_gather(s, *send, recv.as_deref_mut(), *root, n, staging)
-            }
-            Op::GatherV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_gather_v(s, *send, recv.as_deref_mut(), counts, *root, staging),
-            Op::Scatter { send, recv, root } => {
-                self.raw_scatter(s, *send, &mut **recv, *root, n, staging)
-            }
-            Op::ScatterV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_scatter_v(s, *send, &mut **recv, counts, *root, staging),
-            Op::ReduceScatter {
-                send,
-                recv,
-                op: red,
-            } => self.raw_reduce_scatter(s, *send, &mut **recv, *red, n, staging),
-            Op::AllToAll { send, recv } => self.raw_all_to_all(s, *send, &mut **recv, n, staging),
-            Op::AllToAllV {
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-            } => self.raw_all_to_all_v(s, *send, send_counts, &mut **recv, recv_counts, staging),
-            Op::Send { buf, dest, tag } => self.raw_send(s, *buf, *dest, *tag, n, staging),
-            Op::Recv { buf, source, tag } => {
-                self.raw_recv(s, &mut **buf, *source, *tag, n, staging)
-            }
-            Op::SendRecv {
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-            } => {
-                let counts = (n, recv.len());
-                self.raw_send_recv(s, *send, *dest, &mut **recv, *source, *tag, counts, staging)
-            }
-        }
+        run_each!(self, name, op, n, staging)
     }
 
     fn start<'s, T: Element>(
@@ -303,71 +239,7 @@ impl Backend for MpiStagedComm {
         average: bool,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        let (s, sc) = (name.as_str(), scope);
-        match op {
-            Op::Barrier => self.raw_i_barrier(s, sc),
-            Op::Broadcast { buf, root } => self.raw_i_broadcast(s, sc, buf, root, n, staging),
-            Op::Reduce {
-                send,
-                recv,
-                op: red,
-                root,
-            } => self.raw_i_reduce(s, sc, send, recv, red, average, root, n, staging),
-            Op::AllReduce {
-                send,
-                recv,
-                op: red,
-            } => self.raw_i_all_reduce(s, sc, send, recv, red, n, staging),
-            Op::AllReduceInPlace { buf, op: red } => {
-                self.raw_i_all_reduce_in_place(s, sc, buf, red, average, n, staging)
-            }
-            Op::AllGather { send, recv } => self.raw_i_all_gather(s, sc, send, recv, n, staging),
-            Op::AllGatherV { send, recv, counts } => {
-                self.raw_i_all_gather_v(s, sc, send, recv, counts, staging)
-            }
-            Op::Gather { send, recv, root } => {
-                self.raw_i_gather(s, sc, send, recv, root, n, staging)
-            }
-            Op::GatherV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_i_gather_v(s, sc, send, recv, counts, root, staging),
-            Op::Scatter { send, recv, root } => {
-                self.raw_i_scatter(s, sc, send, recv, root, n, staging)
-            }
-            Op::ScatterV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_i_scatter_v(s, sc, send, recv, counts, root, staging),
-            Op::ReduceScatter {
-                send,
-                recv,
-                op: red,
-            } => self.raw_i_reduce_scatter(s, sc, send, recv, red, average, n, staging),
-            Op::AllToAll { send, recv } => self.raw_i_all_to_all(s, sc, send, recv, n, staging),
-            Op::AllToAllV {
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-            } => self.raw_i_all_to_all_v(s, sc, send, send_counts, recv, recv_counts, staging),
-            Op::Send { buf, dest, tag } => self.raw_i_send(s, sc, buf, dest, tag, n, staging),
-            Op::Recv { buf, source, tag } => self.raw_i_recv(s, sc, buf, source, tag, n, staging),
-            Op::SendRecv {
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-            } => {
-                let counts = (n, recv.len());
-                self.raw_i_send_recv(s, sc, send, dest, recv, source, tag, counts, staging)
-            }
-        }
+        start_each!(self, name, scope, op, n, average, staging)
     }
 }
 
@@ -793,6 +665,7 @@ impl MpiStagedComm {
         send: &'s Dev<'s, T>,
         recv: &'s mut DevMut<'s, T>,
         red: ReduceOp,
+        average: bool,
         n: usize,
         [hs, hr]: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -809,7 +682,11 @@ impl MpiStagedComm {
                 |p, r| ffi::MPI_Iallreduce(p[0], p[1], n, dt, mop, comm, r),
             )
         }?
-        .average(red, hr.host_mut(), self.mpi.size());
+        .average(
+            if average { ReduceOp::Avg } else { red },
+            hr.host_mut(),
+            self.mpi.size(),
+        );
         Ok(scope.register(Box::new(StagedPending {
             inner,
             stream: &self.stream,

@@ -22,7 +22,7 @@ use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::frontend::Operation;
-use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
+use crate::frontend::{replay, run_each, Backend, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 use crate::operation::{Name, Op, OpKind};
@@ -468,69 +468,7 @@ impl Backend for NcclComm {
         n: usize,
         (): (),
     ) -> Result<()> {
-        let s = name.as_str();
-        match op {
-            Op::Barrier => self.raw_barrier(s),
-            Op::Broadcast { buf, root } => self.raw_broadcast(s, &mut **buf, *root, n),
-            Op::Reduce {
-                send,
-                recv,
-                op: red,
-                root,
-            } => self.raw_reduce(s, *send, recv.as_deref_mut(), *red, *root, n),
-            Op::AllReduce {
-                send,
-                recv,
-                op: red,
-            } => self.raw_all_reduce(s, Some(*send), &mut **recv, *red, n),
-            Op::AllReduceInPlace { buf, op: red } => {
-                self.raw_all_reduce(s, None, &mut **buf, *red, n)
-            }
-            Op::AllGather { send, recv } => self.raw_all_gather(s, *send, &mut **recv, n),
-            Op::AllGatherV { send, recv, counts } => {
-                self.raw_all_gather_v(s, *send, &mut **recv, counts)
-            }
-            Op::Gather { send, recv, root } => {
-                self.raw_gather(s, *send, recv.as_deref_mut(), *root, n)
-            }
-            Op::GatherV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_gather_v(s, *send, recv.as_deref_mut(), counts, *root),
-            Op::Scatter { send, recv, root } => self.raw_scatter(s, *send, &mut **recv, *root, n),
-            Op::ScatterV {
-                send,
-                recv,
-                counts,
-                root,
-            } => self.raw_scatter_v(s, *send, &mut **recv, counts, *root),
-            Op::ReduceScatter {
-                send,
-                recv,
-                op: red,
-            } => self.raw_reduce_scatter(s, *send, &mut **recv, *red, n),
-            Op::AllToAll { send, recv } => self.raw_all_to_all(s, *send, &mut **recv, n),
-            Op::AllToAllV {
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-            } => self.raw_all_to_all_v(s, *send, send_counts, &mut **recv, recv_counts),
-            Op::Send { buf, dest, tag } => self.raw_send(s, *buf, *dest, *tag, n),
-            Op::Recv { buf, source, tag } => self.raw_recv(s, &mut **buf, *source, *tag, n),
-            Op::SendRecv {
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-            } => {
-                let counts = (n, recv.len());
-                self.raw_send_recv(s, *send, *dest, &mut **recv, *source, *tag, counts)
-            }
-        }
+        run_each!(self, name, op, n)
     }
 
     fn start<'s, T: Element>(
