@@ -67,7 +67,7 @@ pub use backend::mpi_host::{MpiComm, ProgressOptions, ProgressStats};
 #[cfg(feature = "cuda")]
 pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]
-pub use backend::nccl::{NcclBuffer, NcclComm, RegisterMode, Registration};
+pub use backend::nccl::{ExchangePart, NcclBuffer, NcclComm, RegisterMode, Registration};
 pub use checked::Checked;
 #[cfg(feature = "cuda")]
 pub use comm::DeviceCommunicator;

@@ -63,6 +63,95 @@ fn packed(counts: &[usize]) -> Vec<Part> {
         .collect()
 }
 
+/// One part of a grouped exchange ([`NcclComm::exchange_bytes`]): `len` bytes at byte `offset`
+/// of a buffer, sent to or received from `peer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExchangePart {
+    /// The other rank.
+    pub peer: usize,
+    /// Where the part starts in its buffer, in bytes.
+    pub offset: usize,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+impl NcclComm {
+    /// Enqueue on `stream`, as one NCCL group, a send of every part of `sends` (from the device
+    /// buffer at address `send`) and then a receive of every part of `recvs` (into the device
+    /// buffer at address `recv`), in the order given; nothing at all when both are empty. Each
+    /// part's bytes go as NCCL's `ncclUint8`. This is what a halo exchange, or any neighbourhood
+    /// exchange of parts of one packed buffer, needs from NCCL without its bindings.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when the loaded NCCL lacks `ncclSend`/`ncclRecv`;
+    /// [`Error::Nccl`] (named `op`) from a send or receive, or from the group's end.
+    ///
+    /// # Safety
+    /// Every part lies inside its buffer (`offset + len` bytes from the address at most); the
+    /// buffers stay valid, and nothing else writes the parts (or, for receives, reads them), until
+    /// the work enqueued on `stream` completes; `stream` is a stream of the communicator's
+    /// context, ordered after whatever produced the sent bytes; every peer is a rank of the
+    /// communicator and posts, in a group of its own, the matching receive or send of the same
+    /// length.
+    pub unsafe fn exchange_bytes(
+        &self,
+        op: &'static str,
+        stream: &cudarc::driver::CudaStream,
+        send: u64,
+        sends: impl IntoIterator<Item = ExchangePart>,
+        recv: u64,
+        recvs: impl IntoIterator<Item = ExchangePart>,
+    ) -> Result<()> {
+        let send_fn = sys::nccl_fn!(self.lib, ncclSend)?;
+        let recv_fn = sys::nccl_fn!(self.lib, ncclRecv)?;
+        let raw_stream = stream.cu_stream() as sys::cudaStream_t;
+        let mut sends = sends.into_iter().peekable();
+        let mut recvs = recvs.into_iter().peekable();
+        if sends.peek().is_none() && recvs.peek().is_none() {
+            return Ok(());
+        }
+        let group = self.group()?;
+        for p in sends {
+            // SAFETY: the part lies inside the send buffer, the peer is a rank of the
+            // communicator and the stream one of its context (the caller's promise); the
+            // communicator is borrowed for the whole call.
+            let rc = unsafe {
+                send_fn(
+                    (send + p.offset as u64) as usize as *const c_void,
+                    p.len,
+                    sys::ncclUint8,
+                    p.peer as c_int,
+                    self.raw,
+                    raw_stream,
+                )
+            };
+            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
+                drop(group);
+                return Err(self.error(op, rc));
+            }
+        }
+        for p in recvs {
+            // SAFETY: as above, inside the receive buffer; the peer posts a send of the same
+            // length (the caller's promise).
+            let rc = unsafe {
+                recv_fn(
+                    (recv + p.offset as u64) as usize as *mut c_void,
+                    p.len,
+                    sys::ncclUint8,
+                    p.peer as c_int,
+                    self.raw,
+                    raw_stream,
+                )
+            };
+            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
+                drop(group);
+                return Err(self.error(op, rc));
+            }
+        }
+        group.end()
+    }
+}
+
 impl NcclComm {
     /// The stream the raw operations enqueue on: the communicator's, or the capture stream while a
     /// persistent plan is being captured.
