@@ -105,38 +105,6 @@ impl<C: Communicator> Checked<C> {
     }
 }
 
-/// The stream, device, MPI communicator and deadline of the wrapped communicator; `with_stream`
-/// keeps the wrapper.
-#[cfg(feature = "cuda")]
-impl<C> crate::comm::DeviceCommunicator for Checked<C>
-where
-    C: crate::comm::DeviceCommunicator + crate::frontend::Frontend,
-{
-    fn stream(&self) -> &std::sync::Arc<cudarc::driver::CudaStream> {
-        self.inner.stream()
-    }
-
-    fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
-        self.inner.context()
-    }
-
-    fn mpi(&self) -> &crate::MpiComm {
-        self.inner.mpi()
-    }
-
-    fn deadline(&self) -> Option<std::time::Duration> {
-        self.inner.deadline()
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        self.inner.synchronize()
-    }
-
-    fn with_stream(self, stream: std::sync::Arc<cudarc::driver::CudaStream>) -> Result<Self> {
-        self.inner.with_stream(stream).map(Checked::new)
-    }
-}
-
 /// Checked mode's agreement on `call` over `mpi` (the communicator's transport): one all-gather
 /// of every rank's [`Call::record`] (and, for `all_to_all_v`, a second of the counts), then the
 /// same verdict on every rank: this rank's own error first (`local`), else a peer's rejection or
@@ -197,82 +165,15 @@ fn parse_env(value: Option<&str>) -> Option<bool> {
     }
 }
 
-/// The collective being called.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(missing_docs)]
-#[non_exhaustive]
-pub enum OpKind {
-    Barrier,
-    Broadcast,
-    Reduce,
-    AllReduce,
-    AllReduceInPlace,
-    AllGather,
-    AllGatherV,
-    Gather,
-    GatherV,
-    Scatter,
-    ScatterV,
-    ReduceScatter,
-    AllToAll,
-    AllToAllV,
-    Split,
-    Dup,
-}
+pub use crate::operation::OpKind;
 
-impl OpKind {
-    const ALL: [OpKind; 16] = [
-        OpKind::Barrier,
-        OpKind::Broadcast,
-        OpKind::Reduce,
-        OpKind::AllReduce,
-        OpKind::AllReduceInPlace,
-        OpKind::AllGather,
-        OpKind::AllGatherV,
-        OpKind::Gather,
-        OpKind::GatherV,
-        OpKind::Scatter,
-        OpKind::ScatterV,
-        OpKind::ReduceScatter,
-        OpKind::AllToAll,
-        OpKind::AllToAllV,
-        OpKind::Split,
-        OpKind::Dup,
-    ];
-
-    /// The operation's name, as the trait method is called.
-    pub const fn name(self) -> &'static str {
-        match self {
-            OpKind::Barrier => "barrier",
-            OpKind::Broadcast => "broadcast",
-            OpKind::Reduce => "reduce",
-            OpKind::AllReduce => "all_reduce",
-            OpKind::AllReduceInPlace => "all_reduce_in_place",
-            OpKind::AllGather => "all_gather",
-            OpKind::AllGatherV => "all_gather_v",
-            OpKind::Gather => "gather",
-            OpKind::GatherV => "gather_v",
-            OpKind::Scatter => "scatter",
-            OpKind::ScatterV => "scatter_v",
-            OpKind::ReduceScatter => "reduce_scatter",
-            OpKind::AllToAll => "all_to_all",
-            OpKind::AllToAllV => "all_to_all_v",
-            OpKind::Split => "split",
-            OpKind::Dup => "dup",
-        }
-    }
-
-    fn code(self) -> i64 {
-        self as i64
-    }
-
-    fn name_of_code(code: i64) -> String {
-        OpKind::ALL
-            .iter()
-            .find(|k| k.code() == code)
-            .map(|k| k.name().to_string())
-            .unwrap_or_else(|| format!("operation code {code}"))
-    }
+/// The name of the operation whose code is `code` in an agreement record.
+fn name_of_code(code: i64) -> String {
+    OpKind::ALL
+        .iter()
+        .find(|k| k.code() == code)
+        .map(|k| k.name().to_string())
+        .unwrap_or_else(|| format!("operation code {code}"))
 }
 
 /// What one rank is about to call, as far as the ranks must agree on it.
@@ -411,7 +312,7 @@ pub fn verdict(op: &'static str, table: &[i64]) -> Result<()> {
         }
         let show = |v: i64| -> String {
             match field {
-                0 => OpKind::name_of_code(v),
+                0 => name_of_code(v),
                 1 if v < 0 => "none".into(),
                 1 => type_name_of_code(v),
                 2 => ReduceOp::from_code(v).map_or_else(|| "none".into(), |o| o.name().into()),

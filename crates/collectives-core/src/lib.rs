@@ -52,6 +52,7 @@ pub mod netif;
 #[cfg(feature = "cuda")]
 pub mod one_shot;
 pub mod op;
+mod operation;
 pub mod persistent;
 pub mod record;
 pub mod request;
@@ -68,7 +69,7 @@ pub use backend::mpi_host::{MpiComm, ProgressOptions, ProgressStats};
 #[cfg(feature = "cuda")]
 pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]
-pub use backend::nccl::{NcclBuffer, NcclComm, RegisterMode, Registration};
+pub use backend::nccl::{ExchangePart, NcclBuffer, NcclComm, RegisterMode, Registration};
 pub use checked::Checked;
 #[cfg(feature = "cuda")]
 pub use comm::DeviceCommunicator;

@@ -42,10 +42,10 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::rc::Rc;
 
 use crate::error::{Error, Result};
-use crate::frontend::{BufPtr, PlanOp};
 use crate::record::{PlanRecord, Span};
 use crate::request::{Pending, Request, Scope};
 
@@ -189,6 +189,17 @@ impl<'s, X: ?Sized> Persistent<'s, X> {
             slot: Some(slot),
             send,
             recv,
+            _buffers: PhantomData,
+        }
+    }
+
+    /// The same plan with no buffer to hand out (one that has none: `barrier_init`).
+    pub(crate) fn bufferless(mut self) -> Persistent<'s> {
+        Persistent {
+            state: self.state.clone(),
+            slot: self.slot.take(),
+            send: None,
+            recv: None,
             _buffers: PhantomData,
         }
     }
@@ -366,5 +377,68 @@ pub mod test_hook {
             });
         }
         Ok(())
+    }
+}
+
+/// A plan as a backend implements it: issue one run, complete it.
+///
+/// The front end calls [`start`](Self::start) only while no run is in flight, and
+/// [`wait`](Self::wait)/[`test`](Self::test) only while one is; it tracks which.
+pub trait PlanOp {
+    /// Issue one run on the plan's buffers.
+    fn start(&mut self) -> Result<()>;
+    /// Block until the run in flight is complete, finishing step (the division of `Avg`) included.
+    fn wait(&mut self) -> Result<()>;
+    /// Whether the run in flight is complete (finishing step done when it says so), without blocking.
+    fn test(&mut self) -> Result<bool>;
+    /// How the plan runs.
+    fn path(&self) -> PlanPath;
+}
+
+/// A buffer a plan borrows for `'s`, by address, so that it can be handed out again for each run
+/// and to the caller between runs.
+pub struct BufPtr<X: ?Sized>(NonNull<X>);
+
+impl<X: ?Sized> std::fmt::Debug for BufPtr<X> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BufPtr({:p})", self.0)
+    }
+}
+
+impl<X: ?Sized> Clone for BufPtr<X> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<X: ?Sized> Copy for BufPtr<X> {}
+
+impl<X: ?Sized> BufPtr<X> {
+    /// A buffer the plan borrows mutably for its life (a send buffer is only read by the runs, but
+    /// the caller changes it between them).
+    pub fn new(buf: &mut X) -> Self {
+        BufPtr(NonNull::from(buf))
+    }
+
+    /// The buffer, to read.
+    ///
+    /// # Safety
+    /// The buffer is still borrowed by the plan (`'a` does not outlast that borrow), and nothing
+    /// writes it while the reference lives.
+    pub unsafe fn get<'a>(self) -> &'a X {
+        // SAFETY: the caller's promise; the pointer came from a reference.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// The buffer, to write.
+    ///
+    /// # Safety
+    /// The buffer is still borrowed by the plan (`'a` does
+    /// not outlast that borrow), and nothing else reads or writes it while the reference lives.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn get_mut<'a>(self) -> &'a mut X {
+        let mut p = self.0;
+        // SAFETY: the caller's promise; the pointer came from a mutable reference.
+        unsafe { p.as_mut() }
     }
 }

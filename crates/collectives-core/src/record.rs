@@ -725,12 +725,6 @@ impl PlanRecord {
     }
 }
 
-/// The plain name of an operation: `all_reduce` for `i_all_reduce` and `all_reduce_init`.
-pub(crate) fn base(op: &'static str) -> &'static str {
-    let op = op.strip_prefix("i_").unwrap_or(op);
-    op.strip_suffix("_init").unwrap_or(op)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -846,13 +840,6 @@ mod tests {
             assert!(row.contains(cell), "{cell:?} in {row:?}");
         }
         assert!(render(None, &[]).contains("(no call recorded)"));
-    }
-
-    #[test]
-    fn base_names() {
-        assert_eq!(base("i_all_reduce"), "all_reduce");
-        assert_eq!(base("all_reduce_init"), "all_reduce");
-        assert_eq!(base("all_gather_v"), "all_gather_v");
     }
 
     #[test]

@@ -1,16 +1,14 @@
 //! [`HaloExchange`]: the exchange on the NCCL backend.
 
-use std::ffi::{c_int, c_void};
 use std::fmt;
 use std::sync::Arc;
 
 use collectives_core::{
-    check, Communicator, DeviceCommunicator, Error, NcclComm, ReduceOp, Result,
+    check, Communicator, DeviceCommunicator, Error, ExchangePart, NcclComm, ReduceOp, Result,
 };
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use datatype_pack::gpu::{FusedCopier, FusedPacker, GpuOptions, GridCap};
-use nccl_sys as sys;
 
 use crate::error::pack_error;
 use crate::grid::ProcessGrid;
@@ -658,64 +656,28 @@ impl<'c> HaloExchange<'c> {
     }
 
     /// Enqueue the sends and receives of chunk `k` on `stream`: one NCCL group holding one send
-    /// and one receive per neighbour rank.
+    /// and one receive per neighbour rank ([`NcclComm::exchange_bytes`]).
     fn transfer_chunk(&self, stream: &CudaStream, k: usize) -> Result<()> {
         const OP_X: &str = "halo_transfer";
         let _span = tracing::trace_span!("halo_transfer", chunk = k).entered();
-        let comm = self.comm;
-        let lib = comm.library();
-        let send_fn = sys::nccl_fn!(lib, ncclSend)?;
-        let recv_fn = sys::nccl_fn!(lib, ncclRecv)?;
-        let raw_stream = stream.cu_stream() as sys::cudaStream_t;
-        let (sp, rp) = (self.send_ptr, self.recv_ptr);
         let nccl = |m: &&Message| m.chunk == k && !self.links.is_ipc(m.peer);
-        let mut sends = self.plan.sends().iter().filter(nccl).peekable();
-        let mut recvs = self.plan.recvs().iter().filter(nccl).peekable();
-        if sends.peek().is_none() && recvs.peek().is_none() {
-            return Ok(());
+        let part = |m: &Message| ExchangePart {
+            peer: m.peer,
+            offset: m.offset as usize,
+            len: m.bytes as usize,
+        };
+        let sends = self.plan.sends().iter().filter(nccl).map(part);
+        let recvs = self.plan.recvs().iter().filter(nccl).map(part);
+        // SAFETY: every message's bytes lie inside its buffer (the plan sized both to the end of
+        // the last region); the peers are ranks of the communicator (the process grid holds
+        // exactly its ranks); `stream` is a stream of the communicator's context, ordered after
+        // the pack of the chunk; the buffers live as long as the exchange and its work; the
+        // sender and the receiver of a message derive it from the same spec, agreed at
+        // creation, so each send meets a receive of the same length in the same chunk.
+        unsafe {
+            self.comm
+                .exchange_bytes(OP_X, stream, self.send_ptr, sends, self.recv_ptr, recvs)
         }
-        let group = comm.group()?;
-        for m in sends {
-            // SAFETY: the message's bytes lie inside the send buffer (the plan sized it to the
-            // end of the last region); the peer is a rank of the communicator (the process grid
-            // holds exactly its ranks); the call is enqueued on the communicator's stream inside
-            // a group on a stream of the communicator's context, ordered after the pack of the
-            // chunk, and the communicator is borrowed for the whole call.
-            let rc = unsafe {
-                send_fn(
-                    (sp + m.offset) as usize as *const c_void,
-                    m.bytes as usize,
-                    sys::ncclUint8,
-                    m.peer as c_int,
-                    comm.as_raw(),
-                    raw_stream,
-                )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(comm.error(OP_X, rc));
-            }
-        }
-        for m in recvs {
-            // SAFETY: as above, inside the receive buffer; the sender posts a message of the same
-            // length in the same chunk (both sides derive it from the same spec, agreed at
-            // creation).
-            let rc = unsafe {
-                recv_fn(
-                    (rp + m.offset) as usize as *mut c_void,
-                    m.bytes as usize,
-                    sys::ncclUint8,
-                    m.peer as c_int,
-                    comm.as_raw(),
-                    raw_stream,
-                )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(comm.error(OP_X, rc));
-            }
-        }
-        group.end()
     }
 
     /// The exchange step by step on the communicator's stream, timed: CUDA events around every

@@ -25,9 +25,11 @@ use crate::backend::mpi_host::request::{MpiPending, Region};
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::Result;
-use crate::frontend::{Backend, Start};
+
+use crate::frontend::{replay, run_each, start_each, Backend, Operation, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
+use crate::operation::{Name, OpKind};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
@@ -158,7 +160,7 @@ impl Backend for MpiCudaComm {
 
     /// Under a deadline the staged path; a non-blocking collective where the MPI's take no device
     /// buffers, through pinned host memory; otherwise device pointers handed to MPI.
-    fn record_path(&self, _op: &'static str, start: Start, _bytes: usize) -> record::Path {
+    fn record_path(&self, _op: OpKind, start: Start, _bytes: usize) -> record::Path {
         if self.staged.is_some() {
             record::Path::staged("staged")
         } else if start == Start::Collective && !self.nbc_on_device {
@@ -195,26 +197,74 @@ impl Backend for MpiCudaComm {
         Ok([None, None])
     }
 
-    fn raw_barrier(&self, op: &'static str) -> Result<()> {
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
+        self.sync(op)?;
+        self.mpi
+            .raw_split(op, color, key)?
+            .map(|m| self.derived(m))
+            .transpose()
+    }
+
+    fn raw_dup(&self, op: &'static str) -> Result<Self> {
+        self.sync(op)?;
+        self.derived(self.mpi.raw_dup(op)?)
+    }
+
+    /// No persistent form of its own: each run of a plan replays `start`.
+    fn raw_init<'s, T: Element>(
+        &'s self,
+        _: &'static str,
+        scope: &'s Scope<'s, '_>,
+        call: PlanCall<'s, Self, T>,
+    ) -> Result<Box<dyn PlanOp + 's>> {
+        Ok(replay(self, scope, call))
+    }
+
+    fn run<T: Element>(
+        &self,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
+        n: usize,
+        staging: Leases<'_, T>,
+    ) -> Result<()> {
         if let Some(staged) = &self.staged {
-            return staged.raw_barrier(op);
+            return staged.run(name, op, n, staging);
         }
+        run_each!(self, name, op, n)
+    }
+
+    fn start<'s, T: Element>(
+        &'s self,
+        name: Name,
+        scope: &'s Scope<'s, '_>,
+        op: Operation<'s, '_, Self, T>,
+        n: usize,
+        average: bool,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        if let Some(staged) = &self.staged {
+            return staged.start(name, scope, op, n, average, staging);
+        }
+        start_each!(self, name, scope, op, n, average, staging)
+    }
+}
+
+/// Each operation of `run` and `start`, with its fields as arguments.
+#[allow(clippy::too_many_arguments)]
+impl MpiCudaComm {
+    pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
         self.sync(op)?;
         // SAFETY: a valid communicator.
         host::check(op, unsafe { ffi::MPI_Barrier(self.mpi.as_raw()) })
     }
 
-    fn raw_broadcast<T: Element>(
+    pub(super) fn raw_broadcast<T: Element>(
         &self,
         op: &'static str,
         buf: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_broadcast(op, buf, root, n, staging);
-        }
         let n = host::int(n);
         self.foreign(op, &[buf.stream()])?;
         let (p, _g) = dptr_mut(buf, &self.stream);
@@ -232,7 +282,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_reduce<T: Element>(
+    pub(super) fn raw_reduce<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -240,11 +290,7 @@ impl Backend for MpiCudaComm {
         red: ReduceOp,
         root: usize,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_reduce(op, send, recv, red, root, n, staging);
-        }
         let n = host::int(n);
         let mut streams = vec![send.stream()];
         let recv_stream = recv.as_ref().map(|r| r.stream().clone());
@@ -269,18 +315,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_reduce<T: Element>(
+    pub(super) fn raw_all_reduce<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
         recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_reduce(op, send, recv, red, n, staging);
-        }
         let n = host::int(n);
         let mut streams = vec![recv.stream().clone()];
         streams.extend(send.map(|s| s.stream().clone()));
@@ -307,17 +349,13 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_gather<T: Element>(
+    pub(super) fn raw_all_gather<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_gather(op, send, recv, n, staging);
-        }
         let n = host::int(n);
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let dt = host::datatype::<T>();
@@ -330,17 +368,13 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_gather_v<T: Element>(
+    pub(super) fn raw_all_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         counts: &[usize],
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_gather_v(op, send, recv, counts, staging);
-        }
         let (c, d) = host::packed(counts);
         let rank = self.mpi.rank();
         self.foreign(op, &[send.stream(), recv.stream()])?;
@@ -364,18 +398,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_gather<T: Element>(
+    pub(super) fn raw_gather<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: Option<&mut DevMut<'_, T>>,
         root: usize,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_gather(op, send, recv, root, n, staging);
-        }
         let n = host::int(n);
         let recv_stream = recv.as_ref().map(|r| r.stream().clone());
         let mut streams = vec![send.stream()];
@@ -393,18 +423,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_gather_v<T: Element>(
+    pub(super) fn raw_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: Option<&mut DevMut<'_, T>>,
         counts: &[usize],
         root: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_gather_v(op, send, recv, counts, root, staging);
-        }
         let (c, d) = host::packed(counts);
         let rank = self.mpi.rank();
         let recv_stream = recv.as_ref().map(|r| r.stream().clone());
@@ -433,18 +459,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_scatter<T: Element>(
+    pub(super) fn raw_scatter<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
         recv: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_scatter(op, send, recv, root, n, staging);
-        }
         let n = host::int(n);
         let mut streams = vec![recv.stream()];
         streams.extend(send.map(|s| s.stream()));
@@ -461,18 +483,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_scatter_v<T: Element>(
+    pub(super) fn raw_scatter_v<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
         recv: &mut DevMut<'_, T>,
         counts: &[usize],
         root: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_scatter_v(op, send, recv, counts, root, staging);
-        }
         let (c, d) = host::packed(counts);
         let rank = self.mpi.rank();
         let mut streams = vec![recv.stream()];
@@ -500,18 +518,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_reduce_scatter<T: Element>(
+    pub(super) fn raw_reduce_scatter<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         red: ReduceOp,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_reduce_scatter(op, send, recv, red, n, staging);
-        }
         let n = host::int(n);
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let (s, _s) = dptr(send, &self.stream);
@@ -531,17 +545,13 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_to_all<T: Element>(
+    pub(super) fn raw_all_to_all<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_to_all(op, send, recv, n, staging);
-        }
         let n = host::int(n);
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let dt = host::datatype::<T>();
@@ -554,18 +564,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_all_to_all_v<T: Element>(
+    pub(super) fn raw_all_to_all_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         send_counts: &[usize],
         recv: &mut DevMut<'_, T>,
         recv_counts: &[usize],
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_all_to_all_v(op, send, send_counts, recv, recv_counts, staging);
-        }
         let ((sc, sd), (rc, rd)) = (host::packed(send_counts), host::packed(recv_counts));
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let dt = host::datatype::<T>();
@@ -589,18 +595,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_send<T: Element>(
+    pub(super) fn raw_send<T: Element>(
         &self,
         op: &'static str,
         buf: &Dev<'_, T>,
         dest: usize,
         tag: Tag,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_send(op, buf, dest, tag, n, staging);
-        }
         let (n, dest) = (host::int(n), host::int(dest));
         self.foreign(op, &[buf.stream()])?;
         let (p, _g) = dptr(buf, &self.stream);
@@ -612,18 +614,14 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_recv<T: Element>(
+    pub(super) fn raw_recv<T: Element>(
         &self,
         op: &'static str,
         buf: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
         n: usize,
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_recv(op, buf, source, tag, n, staging);
-        }
         let (n, source) = (host::int(n), host::int(source));
         self.foreign(op, &[buf.stream()])?;
         let expected = buf.len();
@@ -639,7 +637,7 @@ impl Backend for MpiCudaComm {
         host::received(op, &status, dt, expected)
     }
 
-    fn raw_send_recv<T: Element>(
+    pub(super) fn raw_send_recv<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -648,11 +646,7 @@ impl Backend for MpiCudaComm {
         source: usize,
         tag: Tag,
         (sn, rn): (usize, usize),
-        staging: Leases<'_, T>,
     ) -> Result<()> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_send_recv(op, send, dest, recv, source, tag, (sn, rn), staging);
-        }
         let [dest, source, sn, rn] = [dest, source, sn, rn].map(host::int);
         self.foreign(op, &[send.stream(), recv.stream()])?;
         let expected = recv.len();
@@ -684,20 +678,7 @@ impl Backend for MpiCudaComm {
         host::received(op, &status, dt, expected)
     }
 
-    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
-        self.sync(op)?;
-        self.mpi
-            .raw_split(op, color, key)?
-            .map(|m| self.derived(m))
-            .transpose()
-    }
-
-    fn raw_dup(&self, op: &'static str) -> Result<Self> {
-        self.sync(op)?;
-        self.derived(self.mpi.raw_dup(op)?)
-    }
-
-    fn raw_i_all_reduce<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -708,9 +689,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_reduce(op, scope, send, recv, red, average, n, staging);
-        }
         let n = host::int(n);
         if let [Some(mut hs), hr] = staging {
             let mut hr = pinned(op, hr)?;
@@ -765,7 +743,7 @@ impl Backend for MpiCudaComm {
         Ok(self.register(scope, MpiPending::<T>::new(request, op), average))
     }
 
-    fn raw_i_broadcast<'s, T: Element>(
+    pub(super) fn raw_i_broadcast<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -774,9 +752,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_broadcast(op, scope, buf, root, n, staging);
-        }
         let n = host::int(n);
         if let [Some(mut h), _] = staging {
             let is_root = self.mpi.rank() == root;
@@ -828,7 +803,7 @@ impl Backend for MpiCudaComm {
         Ok(self.register(scope, MpiPending::<T>::new(request, op), None))
     }
 
-    fn raw_i_all_gather<'s, T: Element>(
+    pub(super) fn raw_i_all_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -837,9 +812,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_gather(op, scope, send, recv, n, staging);
-        }
         let n = host::int(n);
         let dt = host::datatype::<T>();
         if let [Some(mut hs), hr] = staging {
@@ -882,7 +854,7 @@ impl Backend for MpiCudaComm {
         Ok(self.register(scope, MpiPending::<T>::new(request, op), None))
     }
 
-    fn raw_i_send<'s, T: Element>(
+    pub(super) fn raw_i_send<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -892,9 +864,8 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_send(op, scope, buf, dest, tag, n, staging);
-        }
+        // Point-to-point operations take device addresses: no pinned buffers are leased for them.
+        debug_assert!(staging.iter().all(Option::is_none));
         let (n, dest) = (host::int(n), host::int(dest));
         self.foreign(op, &[buf.stream()])?;
         // SAFETY: an MPI_Request handle may start as any value; MPI_Isend overwrites it.
@@ -917,7 +888,7 @@ impl Backend for MpiCudaComm {
         Ok(self.register(scope, MpiPending::<T>::new(request, op), None))
     }
 
-    fn raw_i_recv<'s, T: Element>(
+    pub(super) fn raw_i_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -927,9 +898,8 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_recv(op, scope, buf, source, tag, n, staging);
-        }
+        // Point-to-point operations take device addresses: no pinned buffers are leased for them.
+        debug_assert!(staging.iter().all(Option::is_none));
         let (n, source) = (host::int(n), host::int(source));
         self.foreign(op, &[buf.stream()])?;
         let expected = buf.len();
@@ -957,18 +927,15 @@ impl Backend for MpiCudaComm {
         ))
     }
 
-    fn raw_i_barrier<'s>(
+    pub(super) fn raw_i_barrier<'s>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_barrier(op, scope);
-        }
         Ok(scope.register(Box::new(self.through_host().barrier(op)?)))
     }
 
-    fn raw_i_reduce<'s, T: Element>(
+    pub(super) fn raw_i_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -980,9 +947,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_reduce(op, scope, send, recv, red, average, root, n, staging);
-        }
         self.start_nbc(op, scope, Some(send), recv, staging, average, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -990,7 +954,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_all_reduce_in_place<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1000,9 +964,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_reduce_in_place(op, scope, buf, red, average, n, staging);
-        }
         self.start_nbc_in_place(op, scope, buf, staging, average, |b| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1010,7 +971,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_reduce_scatter<'s, T: Element>(
+    pub(super) fn raw_i_reduce_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1021,9 +982,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_reduce_scatter(op, scope, send, recv, red, average, n, staging);
-        }
         self.start_nbc(
             op,
             scope,
@@ -1039,7 +997,7 @@ impl Backend for MpiCudaComm {
         )
     }
 
-    fn raw_i_all_to_all<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1048,9 +1006,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_to_all(op, scope, send, recv, n, staging);
-        }
         self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1058,7 +1013,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_all_to_all_v<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1068,17 +1023,6 @@ impl Backend for MpiCudaComm {
         recv_counts: &[usize],
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_to_all_v(
-                op,
-                scope,
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-                staging,
-            );
-        }
         self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1089,7 +1033,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_all_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_all_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1098,9 +1042,6 @@ impl Backend for MpiCudaComm {
         counts: &[usize],
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_all_gather_v(op, scope, send, recv, counts, staging);
-        }
         self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1108,7 +1049,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_gather<'s, T: Element>(
+    pub(super) fn raw_i_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1118,9 +1059,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_gather(op, scope, send, recv, root, n, staging);
-        }
         self.start_nbc(op, scope, Some(send), recv, staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1128,7 +1066,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1138,9 +1076,6 @@ impl Backend for MpiCudaComm {
         root: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_gather_v(op, scope, send, recv, counts, root, staging);
-        }
         self.start_nbc(op, scope, Some(send), recv, staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1148,7 +1083,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_scatter<'s, T: Element>(
+    pub(super) fn raw_i_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1158,9 +1093,6 @@ impl Backend for MpiCudaComm {
         n: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_scatter(op, scope, send, recv, root, n, staging);
-        }
         self.start_nbc(op, scope, send, Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1168,7 +1100,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_scatter_v<'s, T: Element>(
+    pub(super) fn raw_i_scatter_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1178,9 +1110,6 @@ impl Backend for MpiCudaComm {
         root: usize,
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_scatter_v(op, scope, send, recv, counts, root, staging);
-        }
         self.start_nbc(op, scope, send, Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.
@@ -1188,7 +1117,7 @@ impl Backend for MpiCudaComm {
         })
     }
 
-    fn raw_i_send_recv<'s, T: Element>(
+    pub(super) fn raw_i_send_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -1200,19 +1129,6 @@ impl Backend for MpiCudaComm {
         (sn, rn): (usize, usize),
         staging: Leases<'s, T>,
     ) -> Result<Request<'s>> {
-        if let Some(staged) = &self.staged {
-            return staged.raw_i_send_recv(
-                op,
-                scope,
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-                (sn, rn),
-                staging,
-            );
-        }
         self.start_nbc(op, scope, Some(send), Some(recv), staging, false, |s, r| {
             // SAFETY: the regions are pinned host buffers or device addresses (a CUDA-aware MPI, no
             // deadline) sized for the checked counts, valid until the operation completes.

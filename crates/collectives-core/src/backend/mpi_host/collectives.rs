@@ -12,8 +12,10 @@ use super::request::{Form, MpiPending, Region};
 use crate::comm::Tag;
 use crate::element::Element;
 use crate::error::Result;
-use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
+use crate::frontend::Operation;
+use crate::frontend::{replay, run_each, start_each, Backend, PlanCall, PlanOp, Start};
 use crate::op::{BackendKind, ReduceOp};
+use crate::operation::{Name, OpKind};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -84,7 +86,7 @@ impl Backend for MpiComm {
 
     /// Without a deadline MPI's own call on the caller's buffers; under one its non-blocking twin on
     /// copies, polled against the deadline.
-    fn record_path(&self, _op: &'static str, _start: Start, _bytes: usize) -> record::Path {
+    fn record_path(&self, _op: OpKind, _start: Start, _bytes: usize) -> record::Path {
         match self.timeout {
             None => record::Path::NATIVE,
             Some(_) => record::Path::direct("polled"),
@@ -99,412 +101,6 @@ impl Backend for MpiComm {
     fn divide<T: Element>(&self, _op: &'static str, buf: &mut [T]) -> Result<()> {
         raw::finish_avg(ReduceOp::Avg, buf, self.size);
         Ok(())
-    }
-
-    fn raw_barrier(&self, op: &'static str) -> Result<()> {
-        // SAFETY: a barrier takes no buffer; both forms on this communicator.
-        unsafe {
-            self.run(op, [], |_, form| {
-                either!(form, MPI_Barrier / MPI_Ibarrier(self.raw))
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_broadcast<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut [T],
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt) = (raw::int(n), raw::datatype::<T>());
-        // SAFETY: `buf` holds `n` elements of `T`, described by its datatype; root checked in range.
-        unsafe {
-            self.run(op, [Region::in_out(buf)], |p, form| {
-                either!(
-                    form,
-                    MPI_Bcast / MPI_Ibcast(p[0], n, dt, root as c_int, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: Option<&mut [T]>,
-        red: ReduceOp,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
-        let regions = [Region::send(send), Region::recv_opt(recv)];
-        // SAFETY: `send` holds `n` elements; on the root `recv` holds `n` too (checked), elsewhere MPI
-        // ignores the (null) receive buffer; root in range; the datatype describes `T`.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                either!(
-                    form,
-                    MPI_Reduce / MPI_Ireduce(p[0], p[1], n, dt, mop, root as c_int, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_all_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&[T]>,
-        recv: &mut [T],
-        red: ReduceOp,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
-        match send {
-            // SAFETY: both buffers hold `n` elements of `T` (checked), described by its datatype;
-            // `run` returns before the borrows end.
-            Some(send) => unsafe {
-                self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
-                    either!(
-                        form,
-                        MPI_Allreduce / MPI_Iallreduce(p[0], p[1], n, dt, mop, self.raw)
-                    )
-                })
-            },
-            // SAFETY: `recv` holds `n` elements of `T`; MPI_IN_PLACE (from the MPI's own header)
-            // makes MPI read and write `recv` (or its copy) only.
-            None => unsafe {
-                let place = raw::in_place();
-                self.run(op, [Region::in_out(recv)], |p, form| {
-                    either!(
-                        form,
-                        MPI_Allreduce / MPI_Iallreduce(place, p[0], n, dt, mop, self.raw)
-                    )
-                })
-            },
-        }
-        .map(drop)
-    }
-
-    fn raw_all_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: &mut [T],
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt) = (raw::int(n), raw::datatype::<T>());
-        // SAFETY: `send` holds `n` and `recv` holds `size * n` elements of `T` (checked).
-        unsafe {
-            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
-                either!(
-                    form,
-                    MPI_Allgather / MPI_Iallgather(p[0], n, dt, p[1], n, dt, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_all_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: &mut [T],
-        counts: &[usize],
-        (): (),
-    ) -> Result<()> {
-        let (c, d) = raw::packed(counts);
-        let dt = raw::datatype::<T>();
-        let mine = c[self.rank];
-        let regions = [
-            Region::send(send),
-            Region::recv(recv),
-            Region::send(&c),
-            Region::send(&d),
-        ];
-        // SAFETY: `send` holds counts[rank] elements and `recv` the sum of counts, laid out at the packed
-        // displacements `d` (all checked, all within int range); `p[2]`, `p[3]` are `c` and `d`.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
-                either!(
-                    form,
-                    MPI_Allgatherv / MPI_Iallgatherv(p[0], mine, dt, p[1], c, d, dt, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: Option<&mut [T]>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
-        // SAFETY: `send` holds `n` elements; on the root `recv` holds `size * n` (checked); MPI ignores
-        // the (null) receive buffer elsewhere.
-        unsafe {
-            self.run(
-                op,
-                [Region::send(send), Region::recv_opt(recv)],
-                |p, form| {
-                    either!(
-                        form,
-                        MPI_Gather / MPI_Igather(p[0], n, dt, p[1], n, dt, root, self.raw)
-                    )
-                },
-            )
-        }
-        .map(drop)
-    }
-
-    fn raw_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: Option<&mut [T]>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<()> {
-        let (c, d) = raw::packed(counts);
-        let dt = raw::datatype::<T>();
-        let (mine, root) = (c[self.rank], root as c_int);
-        let regions = [
-            Region::send(send),
-            Region::recv_opt(recv),
-            Region::send(&c),
-            Region::send(&d),
-        ];
-        // SAFETY: `send` holds counts[rank] elements; on the root `recv` holds the sum of counts at the
-        // packed displacements (checked); elsewhere MPI ignores the receive arguments.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
-                either!(
-                    form,
-                    MPI_Gatherv / MPI_Igatherv(p[0], mine, dt, p[1], c, d, dt, root, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&[T]>,
-        recv: &mut [T],
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
-        // SAFETY: `recv` holds `n` elements; on the root `send` holds `size * n` (checked); MPI ignores
-        // the (null) send buffer elsewhere.
-        unsafe {
-            self.run(
-                op,
-                [Region::send_opt(send), Region::recv(recv)],
-                |p, form| {
-                    either!(
-                        form,
-                        MPI_Scatter / MPI_Iscatter(p[0], n, dt, p[1], n, dt, root, self.raw)
-                    )
-                },
-            )
-        }
-        .map(drop)
-    }
-
-    fn raw_scatter_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&[T]>,
-        recv: &mut [T],
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<()> {
-        let (c, d) = raw::packed(counts);
-        let dt = raw::datatype::<T>();
-        let (mine, root) = (c[self.rank], root as c_int);
-        let regions = [
-            Region::send_opt(send),
-            Region::recv(recv),
-            Region::send(&c),
-            Region::send(&d),
-        ];
-        // SAFETY: `recv` holds counts[rank] elements; on the root `send` holds the sum of counts at the
-        // packed displacements (checked); elsewhere MPI ignores the send arguments.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
-                either!(
-                    form,
-                    MPI_Scatterv / MPI_Iscatterv(p[0], c, d, dt, p[1], mine, dt, root, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_reduce_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: &mut [T],
-        red: ReduceOp,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
-        // SAFETY: `send` holds `size * n` and `recv` holds `n` elements of `T` (checked).
-        unsafe {
-            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
-                either!(
-                    form,
-                    MPI_Reduce_scatter_block
-                        / MPI_Ireduce_scatter_block(p[0], p[1], n, dt, mop, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_all_to_all<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        recv: &mut [T],
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt) = (raw::int(n), raw::datatype::<T>());
-        // SAFETY: both buffers hold `size` blocks of `n` elements of `T` (checked).
-        unsafe {
-            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
-                either!(
-                    form,
-                    MPI_Alltoall / MPI_Ialltoall(p[0], n, dt, p[1], n, dt, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_all_to_all_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        send_counts: &[usize],
-        recv: &mut [T],
-        recv_counts: &[usize],
-        (): (),
-    ) -> Result<()> {
-        let ((sc, sd), (rc, rd)) = (raw::packed(send_counts), raw::packed(recv_counts));
-        let dt = raw::datatype::<T>();
-        let regions = [
-            Region::send(send),
-            Region::recv(recv),
-            Region::send(&sc),
-            Region::send(&sd),
-            Region::send(&rc),
-            Region::send(&rd),
-        ];
-        // SAFETY: `send` and `recv` hold the sums of their counts at packed displacements (checked);
-        // `p[2..6]` are the four arrays.
-        unsafe {
-            self.run(op, regions, |p, form| {
-                let [sc, sd, rc, rd] = [p[2], p[3], p[4], p[5]].map(|a| a.cast::<c_int>());
-                either!(
-                    form,
-                    MPI_Alltoallv / MPI_Ialltoallv(p[0], sc, sd, dt, p[1], rc, rd, dt, self.raw)
-                )
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_send<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &[T],
-        dest: usize,
-        tag: Tag,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, dest) = (raw::int(n), raw::datatype::<T>(), dest as c_int);
-        // SAFETY: `buf` holds `n` elements of `T`; destination and tag checked in range.
-        unsafe {
-            self.run(op, [Region::send(buf)], |p, form| {
-                either!(form, MPI_Send / MPI_Isend(p[0], n, dt, dest, tag, self.raw))
-            })
-        }
-        .map(drop)
-    }
-
-    fn raw_recv<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut [T],
-        source: usize,
-        tag: Tag,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let (n, dt, source) = (raw::int(n), raw::datatype::<T>(), source as c_int);
-        let len = buf.len();
-        // SAFETY: `buf` has room for `n` elements of `T` (a longer message is MPI_ERR_TRUNCATE, not an
-        // overflow); the status is a valid out-pointer.
-        let status = unsafe {
-            self.run(op, [Region::recv(buf)], |p, form| match form {
-                Form::Blocking(status) => ffi::MPI_Recv(p[0], n, dt, source, tag, self.raw, status),
-                Form::Start(r) => ffi::MPI_Irecv(p[0], n, dt, source, tag, self.raw, r),
-            })
-        }?;
-        raw::received(op, &status, dt, len)
-    }
-
-    fn raw_send_recv<T: Element>(
-        &self,
-        op: &'static str,
-        send: &[T],
-        dest: usize,
-        recv: &mut [T],
-        source: usize,
-        tag: Tag,
-        (sn, rn): (usize, usize),
-        (): (),
-    ) -> Result<()> {
-        let (sn, rn, dt) = (raw::int(sn), raw::int(rn), raw::datatype::<T>());
-        let (dest, source) = (dest as c_int, source as c_int);
-        // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements of `T`; ranks and tag checked.
-        let status = unsafe {
-            self.exchange(
-                op,
-                (Region::send(send), sn, dest),
-                (Region::recv(&mut *recv), rn, source),
-                dt,
-                tag,
-            )
-        }?;
-        raw::received(op, &status, dt, recv.len())
     }
 
     fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
@@ -543,10 +139,427 @@ impl Backend for MpiComm {
                 return Ok(Box::new(plan));
             }
         }
-        Ok(replay(self, op, scope, call))
+        Ok(replay(self, scope, call))
     }
 
-    fn raw_i_all_reduce<'s, T: Element>(
+    fn run<T: Element>(
+        &self,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
+        n: usize,
+        (): (),
+    ) -> Result<()> {
+        run_each!(self, name, op, n)
+    }
+
+    fn start<'s, T: Element>(
+        &'s self,
+        name: Name,
+        scope: &'s Scope<'s, '_>,
+        op: Operation<'s, '_, Self, T>,
+        n: usize,
+        average: bool,
+        (): (),
+    ) -> Result<Request<'s>> {
+        start_each!(self, name, scope, op, n, average)
+    }
+}
+
+/// Each operation of `run` and `start`, with its fields as arguments.
+#[allow(clippy::too_many_arguments)]
+impl MpiComm {
+    pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
+        // SAFETY: a barrier takes no buffer; both forms on this communicator.
+        unsafe {
+            self.run(op, [], |_, form| {
+                either!(form, MPI_Barrier / MPI_Ibarrier(self.raw))
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_broadcast<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut [T],
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
+        // SAFETY: `buf` holds `n` elements of `T`, described by its datatype; root checked in range.
+        unsafe {
+            self.run(op, [Region::in_out(buf)], |p, form| {
+                either!(
+                    form,
+                    MPI_Bcast / MPI_Ibcast(p[0], n, dt, root as c_int, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_reduce<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        red: ReduceOp,
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
+        let regions = [Region::send(send), Region::recv_opt(recv)];
+        // SAFETY: `send` holds `n` elements; on the root `recv` holds `n` too (checked), elsewhere MPI
+        // ignores the (null) receive buffer; root in range; the datatype describes `T`.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                either!(
+                    form,
+                    MPI_Reduce / MPI_Ireduce(p[0], p[1], n, dt, mop, root as c_int, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_reduce<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
+        match send {
+            // SAFETY: both buffers hold `n` elements of `T` (checked), described by its datatype;
+            // `run` returns before the borrows end.
+            Some(send) => unsafe {
+                self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
+                    either!(
+                        form,
+                        MPI_Allreduce / MPI_Iallreduce(p[0], p[1], n, dt, mop, self.raw)
+                    )
+                })
+            },
+            // SAFETY: `recv` holds `n` elements of `T`; MPI_IN_PLACE (from the MPI's own header)
+            // makes MPI read and write `recv` (or its copy) only.
+            None => unsafe {
+                let place = raw::in_place();
+                self.run(op, [Region::in_out(recv)], |p, form| {
+                    either!(
+                        form,
+                        MPI_Allreduce / MPI_Iallreduce(place, p[0], n, dt, mop, self.raw)
+                    )
+                })
+            },
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
+        // SAFETY: `send` holds `n` and `recv` holds `size * n` elements of `T` (checked).
+        unsafe {
+            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Allgather / MPI_Iallgather(p[0], n, dt, p[1], n, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+    ) -> Result<()> {
+        let (c, d) = raw::packed(counts);
+        let dt = raw::datatype::<T>();
+        let mine = c[self.rank];
+        let regions = [
+            Region::send(send),
+            Region::recv(recv),
+            Region::send(&c),
+            Region::send(&d),
+        ];
+        // SAFETY: `send` holds counts[rank] elements and `recv` the sum of counts, laid out at the packed
+        // displacements `d` (all checked, all within int range); `p[2]`, `p[3]` are `c` and `d`.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Allgatherv / MPI_Iallgatherv(p[0], mine, dt, p[1], c, d, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
+        // SAFETY: `send` holds `n` elements; on the root `recv` holds `size * n` (checked); MPI ignores
+        // the (null) receive buffer elsewhere.
+        unsafe {
+            self.run(
+                op,
+                [Region::send(send), Region::recv_opt(recv)],
+                |p, form| {
+                    either!(
+                        form,
+                        MPI_Gather / MPI_Igather(p[0], n, dt, p[1], n, dt, root, self.raw)
+                    )
+                },
+            )
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let (c, d) = raw::packed(counts);
+        let dt = raw::datatype::<T>();
+        let (mine, root) = (c[self.rank], root as c_int);
+        let regions = [
+            Region::send(send),
+            Region::recv_opt(recv),
+            Region::send(&c),
+            Region::send(&d),
+        ];
+        // SAFETY: `send` holds counts[rank] elements; on the root `recv` holds the sum of counts at the
+        // packed displacements (checked); elsewhere MPI ignores the receive arguments.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Gatherv / MPI_Igatherv(p[0], mine, dt, p[1], c, d, dt, root, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, root) = (raw::int(n), raw::datatype::<T>(), root as c_int);
+        // SAFETY: `recv` holds `n` elements; on the root `send` holds `size * n` (checked); MPI ignores
+        // the (null) send buffer elsewhere.
+        unsafe {
+            self.run(
+                op,
+                [Region::send_opt(send), Region::recv(recv)],
+                |p, form| {
+                    either!(
+                        form,
+                        MPI_Scatter / MPI_Iscatter(p[0], n, dt, p[1], n, dt, root, self.raw)
+                    )
+                },
+            )
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_scatter_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let (c, d) = raw::packed(counts);
+        let dt = raw::datatype::<T>();
+        let (mine, root) = (c[self.rank], root as c_int);
+        let regions = [
+            Region::send_opt(send),
+            Region::recv(recv),
+            Region::send(&c),
+            Region::send(&d),
+        ];
+        // SAFETY: `recv` holds counts[rank] elements; on the root `send` holds the sum of counts at the
+        // packed displacements (checked); elsewhere MPI ignores the send arguments.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Scatterv / MPI_Iscatterv(p[0], c, d, dt, p[1], mine, dt, root, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_reduce_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
+        // SAFETY: `send` holds `size * n` and `recv` holds `n` elements of `T` (checked).
+        unsafe {
+            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Reduce_scatter_block
+                        / MPI_Ireduce_scatter_block(p[0], p[1], n, dt, mop, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_to_all<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        recv: &mut [T],
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt) = (raw::int(n), raw::datatype::<T>());
+        // SAFETY: both buffers hold `size` blocks of `n` elements of `T` (checked).
+        unsafe {
+            self.run(op, [Region::send(send), Region::recv(recv)], |p, form| {
+                either!(
+                    form,
+                    MPI_Alltoall / MPI_Ialltoall(p[0], n, dt, p[1], n, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_all_to_all_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        let ((sc, sd), (rc, rd)) = (raw::packed(send_counts), raw::packed(recv_counts));
+        let dt = raw::datatype::<T>();
+        let regions = [
+            Region::send(send),
+            Region::recv(recv),
+            Region::send(&sc),
+            Region::send(&sd),
+            Region::send(&rc),
+            Region::send(&rd),
+        ];
+        // SAFETY: `send` and `recv` hold the sums of their counts at packed displacements (checked);
+        // `p[2..6]` are the four arrays.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                let [sc, sd, rc, rd] = [p[2], p[3], p[4], p[5]].map(|a| a.cast::<c_int>());
+                either!(
+                    form,
+                    MPI_Alltoallv / MPI_Ialltoallv(p[0], sc, sd, dt, p[1], rc, rd, dt, self.raw)
+                )
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_send<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &[T],
+        dest: usize,
+        tag: Tag,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, dest) = (raw::int(n), raw::datatype::<T>(), dest as c_int);
+        // SAFETY: `buf` holds `n` elements of `T`; destination and tag checked in range.
+        unsafe {
+            self.run(op, [Region::send(buf)], |p, form| {
+                either!(form, MPI_Send / MPI_Isend(p[0], n, dt, dest, tag, self.raw))
+            })
+        }
+        .map(drop)
+    }
+
+    pub(super) fn raw_recv<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut [T],
+        source: usize,
+        tag: Tag,
+        n: usize,
+    ) -> Result<()> {
+        let (n, dt, source) = (raw::int(n), raw::datatype::<T>(), source as c_int);
+        let len = buf.len();
+        // SAFETY: `buf` has room for `n` elements of `T` (a longer message is MPI_ERR_TRUNCATE, not an
+        // overflow); the status is a valid out-pointer.
+        let status = unsafe {
+            self.run(op, [Region::recv(buf)], |p, form| match form {
+                Form::Blocking(status) => ffi::MPI_Recv(p[0], n, dt, source, tag, self.raw, status),
+                Form::Start(r) => ffi::MPI_Irecv(p[0], n, dt, source, tag, self.raw, r),
+            })
+        }?;
+        raw::received(op, &status, dt, len)
+    }
+
+    pub(super) fn raw_send_recv<T: Element>(
+        &self,
+        op: &'static str,
+        send: &[T],
+        dest: usize,
+        recv: &mut [T],
+        source: usize,
+        tag: Tag,
+        (sn, rn): (usize, usize),
+    ) -> Result<()> {
+        let (sn, rn, dt) = (raw::int(sn), raw::int(rn), raw::datatype::<T>());
+        let (dest, source) = (dest as c_int, source as c_int);
+        // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements of `T`; ranks and tag checked.
+        let status = unsafe {
+            self.exchange(
+                op,
+                (Region::send(send), sn, dest),
+                (Region::recv(&mut *recv), rn, source),
+                dt,
+                tag,
+            )
+        }?;
+        raw::received(op, &status, dt, recv.len())
+    }
+
+    pub(super) fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -555,7 +568,6 @@ impl Backend for MpiComm {
         red: ReduceOp,
         average: bool,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt, mop) = (raw::int(n), raw::datatype::<T>(), raw::op(red));
         // SAFETY: both buffers hold `n` elements of `T` and stay borrowed for 's, and the scope completes
@@ -571,14 +583,13 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending.average(finish, recv, self.size))))
     }
 
-    fn raw_i_broadcast<'s, T: Element>(
+    pub(super) fn raw_i_broadcast<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         buf: &'s mut [T],
         root: usize,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt) = (raw::int(n), raw::datatype::<T>());
         // SAFETY: `buf` holds `n` elements and stays borrowed for 's; the scope completes the request
@@ -591,14 +602,13 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_gather<'s, T: Element>(
+    pub(super) fn raw_i_all_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s [T],
         recv: &'s mut [T],
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt) = (raw::int(n), raw::datatype::<T>());
         // SAFETY: `send` holds `n` and `recv` `size * n` elements, borrowed for 's; the scope completes the
@@ -611,7 +621,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_send<'s, T: Element>(
+    pub(super) fn raw_i_send<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -619,7 +629,6 @@ impl Backend for MpiComm {
         dest: usize,
         tag: Tag,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt, dest) = (raw::int(n), raw::datatype::<T>(), dest as c_int);
         // SAFETY: `buf` holds `n` elements, borrowed for 's; the scope completes the request before 's ends.
@@ -631,7 +640,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_recv<'s, T: Element>(
+    pub(super) fn raw_i_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -639,7 +648,6 @@ impl Backend for MpiComm {
         source: usize,
         tag: Tag,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let (n, dt, source) = (raw::int(n), raw::datatype::<T>(), source as c_int);
         let len = buf.len();
@@ -653,7 +661,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending.expect(len))))
     }
 
-    fn raw_i_barrier<'s>(
+    pub(super) fn raw_i_barrier<'s>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -661,7 +669,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(self.start_barrier(op)?)))
     }
 
-    fn raw_i_reduce<'s, T: Element>(
+    pub(super) fn raw_i_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -671,7 +679,6 @@ impl Backend for MpiComm {
         average: bool,
         root: usize,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let regions = (Region::send(send), Region::recv_opt(recv.as_deref_mut()));
         // SAFETY: `send` holds `n` elements and on the root `recv` too (checked), both borrowed
@@ -684,7 +691,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_reduce_in_place<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -692,7 +699,6 @@ impl Backend for MpiComm {
         red: ReduceOp,
         average: bool,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `buf` holds `n` elements, borrowed for 's; the scope completes the request
         // before 's ends.
@@ -702,7 +708,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending.average(finish, buf, self.size))))
     }
 
-    fn raw_i_reduce_scatter<'s, T: Element>(
+    pub(super) fn raw_i_reduce_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -711,7 +717,6 @@ impl Backend for MpiComm {
         red: ReduceOp,
         average: bool,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         let regions = (Region::send(send), Region::recv(&mut *recv));
         // SAFETY: `send` holds `size * n` and `recv` `n` elements (checked), borrowed for 's; the
@@ -721,14 +726,13 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending.average(finish, recv, self.size))))
     }
 
-    fn raw_i_all_to_all<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s [T],
         recv: &'s mut [T],
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: both buffers hold `size` blocks of `n` elements (checked), borrowed for 's; the
         // scope completes the request before 's ends.
@@ -737,7 +741,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_to_all_v<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -745,7 +749,6 @@ impl Backend for MpiComm {
         send_counts: &[usize],
         recv: &'s mut [T],
         recv_counts: &[usize],
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: both buffers hold the sums of their counts (checked), borrowed for 's; the scope
         // completes the request before 's ends.
@@ -761,14 +764,13 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_all_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s [T],
         recv: &'s mut [T],
         counts: &[usize],
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `send` holds counts[rank] and `recv` the sum of counts (checked), borrowed for
         // 's; the scope completes the request before 's ends.
@@ -778,7 +780,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_gather<'s, T: Element>(
+    pub(super) fn raw_i_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -786,7 +788,6 @@ impl Backend for MpiComm {
         recv: Option<&'s mut [T]>,
         root: usize,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `send` holds `n` and on the root `recv` `size * n` elements (checked), borrowed
         // for 's; the scope completes the request before 's ends.
@@ -796,7 +797,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -804,7 +805,6 @@ impl Backend for MpiComm {
         recv: Option<&'s mut [T]>,
         counts: &[usize],
         root: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `send` holds counts[rank] and on the root `recv` the sum of counts (checked),
         // borrowed for 's; the scope completes the request before 's ends.
@@ -814,7 +814,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_scatter<'s, T: Element>(
+    pub(super) fn raw_i_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -822,7 +822,6 @@ impl Backend for MpiComm {
         recv: &'s mut [T],
         root: usize,
         n: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `recv` holds `n` and on the root `send` `size * n` elements (checked), borrowed
         // for 's; the scope completes the request before 's ends.
@@ -832,7 +831,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_scatter_v<'s, T: Element>(
+    pub(super) fn raw_i_scatter_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -840,7 +839,6 @@ impl Backend for MpiComm {
         recv: &'s mut [T],
         counts: &[usize],
         root: usize,
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `recv` holds counts[rank] and on the root `send` the sum of counts (checked),
         // borrowed for 's; the scope completes the request before 's ends.
@@ -850,7 +848,7 @@ impl Backend for MpiComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_send_recv<'s, T: Element>(
+    pub(super) fn raw_i_send_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -860,7 +858,6 @@ impl Backend for MpiComm {
         source: usize,
         tag: Tag,
         (sn, rn): (usize, usize),
-        (): (),
     ) -> Result<Request<'s>> {
         // SAFETY: `send` holds `sn` and `recv` has room for `rn` elements, borrowed for 's; ranks
         // and tag checked; the scope completes the request before 's ends.

@@ -24,10 +24,16 @@ use crate::backend::mpi_host::request::Region;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::frontend::{Backend, Start};
+
+use crate::backend::mpi_host::MpiComm;
+use crate::frontend::{
+    self, replay, run_each, start_each, Backend, Operation, PlanCall, PlanOp, Start,
+};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
+use crate::operation::{Name, Op, OpKind};
 use crate::record;
+use crate::record::Form;
 use crate::request::{Request, Scope};
 use crate::rules::Rules;
 use crate::transport::Transport;
@@ -118,18 +124,36 @@ impl MpiStagedComm {
             events[k].synchronize().map_err(|e| Error::cuda(op, e))?;
             let r = ranges[k].clone();
             match &send {
-                Some((_, lease)) => self.host.all_reduce(
-                    &lease.host()[r.clone()],
-                    &mut out.host_mut()[r.clone()],
-                    red,
-                )?,
-                None => self
-                    .host
-                    .all_reduce_in_place(&mut out.host_mut()[r.clone()], red)?,
+                Some((_, lease)) => {
+                    let send = &lease.host()[r.clone()];
+                    let recv = &mut out.host_mut()[r.clone()];
+                    self.on_host(
+                        Op::AllReduce {
+                            send,
+                            recv,
+                            op: red,
+                        },
+                        r.len(),
+                    )?
+                }
+                None => {
+                    let buf = &mut out.host_mut()[r.clone()];
+                    self.on_host(Op::AllReduceInPlace { buf, op: red }, r.len())?
+                }
             }
             cuda_common::upload(op, &self.stream, &out.host()[r.clone()], recv, r)?;
         }
         self.sync(op)
+    }
+}
+
+impl MpiStagedComm {
+    /// Run `op` on the host communicator, on pinned host buffers that hold what the device buffers
+    /// hold: the call was checked (and agreed) as the device call, so only the host backend's run
+    /// of it and the finishing of `Avg` remain, and the call is recorded once, as this backend's.
+    fn on_host<T: Element>(&self, op: Operation<'_, '_, MpiComm, T>, n: usize) -> Result<()> {
+        let name = Name::new(op.kind(), Form::Blocking);
+        frontend::execute(&self.host, name, op, n, ())
     }
 }
 
@@ -155,7 +179,7 @@ impl Backend for MpiStagedComm {
 
     /// The host backend finishes `Avg` on the host copy, before the copy back.
     /// Every operation goes through pinned host memory.
-    fn record_path(&self, _op: &'static str, _start: Start, _bytes: usize) -> record::Path {
+    fn record_path(&self, _op: OpKind, _start: Start, _bytes: usize) -> record::Path {
         record::Path::staged("staged")
     }
 
@@ -173,17 +197,66 @@ impl Backend for MpiStagedComm {
         cuda_common::pin(&self.pool, op, lens)
     }
 
-    fn raw_barrier(&self, op: &'static str) -> Result<()> {
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
         self.sync(op)?;
-        self.host.barrier()
+        match self.mpi.raw_split(op, color, key)? {
+            Some(m) => self.derived(m).map(Some),
+            None => Ok(None),
+        }
     }
 
-    fn raw_broadcast<T: Element>(
+    fn raw_dup(&self, op: &'static str) -> Result<Self> {
+        self.sync(op)?;
+        self.derived(self.mpi.raw_dup(op)?)
+    }
+
+    /// No persistent form of its own: each run of a plan replays `start`.
+    fn raw_init<'s, T: Element>(
+        &'s self,
+        _: &'static str,
+        scope: &'s Scope<'s, '_>,
+        call: PlanCall<'s, Self, T>,
+    ) -> Result<Box<dyn PlanOp + 's>> {
+        Ok(replay(self, scope, call))
+    }
+
+    fn run<T: Element>(
+        &self,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
+        n: usize,
+        staging: Leases<'_, T>,
+    ) -> Result<()> {
+        run_each!(self, name, op, n, staging)
+    }
+
+    fn start<'s, T: Element>(
+        &'s self,
+        name: Name,
+        scope: &'s Scope<'s, '_>,
+        op: Operation<'s, '_, Self, T>,
+        n: usize,
+        average: bool,
+        staging: Leases<'s, T>,
+    ) -> Result<Request<'s>> {
+        start_each!(self, name, scope, op, n, average, staging)
+    }
+}
+
+/// Each operation of `run` and `start`, with its fields as arguments.
+#[allow(clippy::too_many_arguments)]
+impl MpiStagedComm {
+    pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
+        self.sync(op)?;
+        self.on_host::<u8>(Op::Barrier, 0)
+    }
+
+    pub(super) fn raw_broadcast<T: Element>(
         &self,
         op: &'static str,
         buf: &mut DevMut<'_, T>,
         root: usize,
-        _: usize,
+        n: usize,
         [h, _]: Leases<'_, T>,
     ) -> Result<()> {
         let mut h = pinned(op, h)?;
@@ -191,21 +264,27 @@ impl Backend for MpiStagedComm {
         if is_root {
             self.stage_in(op, buf, h.host_mut())?;
         }
-        self.host.broadcast(h.host_mut(), root)?;
+        self.on_host(
+            Op::Broadcast {
+                buf: h.host_mut(),
+                root,
+            },
+            n,
+        )?;
         if !is_root {
             self.stage_out(op, h.host(), buf)?;
         }
         Ok(())
     }
 
-    fn raw_reduce<T: Element>(
+    pub(super) fn raw_reduce<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: Option<&mut DevMut<'_, T>>,
         red: ReduceOp,
         root: usize,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let mut hs = pinned(op, hs)?;
@@ -213,15 +292,31 @@ impl Backend for MpiStagedComm {
         match recv {
             Some(recv) => {
                 let mut hr = pinned(op, hr)?;
-                self.host
-                    .reduce(hs.host(), Some(hr.host_mut()), red, root)?;
+                let on_root = Some(hr.host_mut());
+                self.on_host(
+                    Op::Reduce {
+                        send: hs.host(),
+                        recv: on_root,
+                        op: red,
+                        root,
+                    },
+                    n,
+                )?;
                 self.stage_out(op, hr.host(), recv)
             }
-            None => self.host.reduce(hs.host(), None, red, root),
+            None => self.on_host(
+                Op::Reduce {
+                    send: hs.host(),
+                    recv: None,
+                    op: red,
+                    root,
+                },
+                n,
+            ),
         }
     }
 
-    fn raw_all_reduce<T: Element>(
+    pub(super) fn raw_all_reduce<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
@@ -239,21 +334,27 @@ impl Backend for MpiStagedComm {
         }
     }
 
-    fn raw_all_gather<T: Element>(
+    pub(super) fn raw_all_gather<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host.all_gather(hs.host(), hr.host_mut())?;
+        self.on_host(
+            Op::AllGather {
+                send: hs.host(),
+                recv: hr.host_mut(),
+            },
+            n,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_all_gather_v<T: Element>(
+    pub(super) fn raw_all_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -263,17 +364,24 @@ impl Backend for MpiStagedComm {
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host.all_gather_v(hs.host(), hr.host_mut(), counts)?;
+        self.on_host(
+            Op::AllGatherV {
+                send: hs.host(),
+                recv: hr.host_mut(),
+                counts,
+            },
+            0,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_gather<T: Element>(
+    pub(super) fn raw_gather<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: Option<&mut DevMut<'_, T>>,
         root: usize,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let mut hs = pinned(op, hs)?;
@@ -281,14 +389,28 @@ impl Backend for MpiStagedComm {
         match recv {
             Some(recv) => {
                 let mut hr = pinned(op, hr)?;
-                self.host.gather(hs.host(), Some(hr.host_mut()), root)?;
+                self.on_host(
+                    Op::Gather {
+                        send: hs.host(),
+                        recv: Some(hr.host_mut()),
+                        root,
+                    },
+                    n,
+                )?;
                 self.stage_out(op, hr.host(), recv)
             }
-            None => self.host.gather(hs.host(), None, root),
+            None => self.on_host(
+                Op::Gather {
+                    send: hs.host(),
+                    recv: None,
+                    root,
+                },
+                n,
+            ),
         }
     }
 
-    fn raw_gather_v<T: Element>(
+    pub(super) fn raw_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -302,21 +424,37 @@ impl Backend for MpiStagedComm {
         match recv {
             Some(recv) => {
                 let mut hr = pinned(op, hr)?;
-                self.host
-                    .gather_v(hs.host(), Some(hr.host_mut()), counts, root)?;
+                let on_root = Some(hr.host_mut());
+                self.on_host(
+                    Op::GatherV {
+                        send: hs.host(),
+                        recv: on_root,
+                        counts,
+                        root,
+                    },
+                    0,
+                )?;
                 self.stage_out(op, hr.host(), recv)
             }
-            None => self.host.gather_v(hs.host(), None, counts, root),
+            None => self.on_host(
+                Op::GatherV {
+                    send: hs.host(),
+                    recv: None,
+                    counts,
+                    root,
+                },
+                0,
+            ),
         }
     }
 
-    fn raw_scatter<T: Element>(
+    pub(super) fn raw_scatter<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
         recv: &mut DevMut<'_, T>,
         root: usize,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let mut hr = pinned(op, hr)?;
@@ -324,14 +462,28 @@ impl Backend for MpiStagedComm {
             Some(send) => {
                 let mut hs = pinned(op, hs)?;
                 self.stage_in(op, send, hs.host_mut())?;
-                self.host.scatter(Some(hs.host()), hr.host_mut(), root)?;
+                self.on_host(
+                    Op::Scatter {
+                        send: Some(hs.host()),
+                        recv: hr.host_mut(),
+                        root,
+                    },
+                    n,
+                )?;
             }
-            None => self.host.scatter(None, hr.host_mut(), root)?,
+            None => self.on_host(
+                Op::Scatter {
+                    send: None,
+                    recv: hr.host_mut(),
+                    root,
+                },
+                n,
+            )?,
         }
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_scatter_v<T: Element>(
+    pub(super) fn raw_scatter_v<T: Element>(
         &self,
         op: &'static str,
         send: Option<&Dev<'_, T>>,
@@ -345,44 +497,73 @@ impl Backend for MpiStagedComm {
             Some(send) => {
                 let mut hs = pinned(op, hs)?;
                 self.stage_in(op, send, hs.host_mut())?;
-                self.host
-                    .scatter_v(Some(hs.host()), hr.host_mut(), counts, root)?;
+                let send = Some(hs.host());
+                self.on_host(
+                    Op::ScatterV {
+                        send,
+                        recv: hr.host_mut(),
+                        counts,
+                        root,
+                    },
+                    0,
+                )?;
             }
-            None => self.host.scatter_v(None, hr.host_mut(), counts, root)?,
+            None => self.on_host(
+                Op::ScatterV {
+                    send: None,
+                    recv: hr.host_mut(),
+                    counts,
+                    root,
+                },
+                0,
+            )?,
         }
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_reduce_scatter<T: Element>(
+    pub(super) fn raw_reduce_scatter<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
         red: ReduceOp,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host.reduce_scatter(hs.host(), hr.host_mut(), red)?;
+        self.on_host(
+            Op::ReduceScatter {
+                send: hs.host(),
+                recv: hr.host_mut(),
+                op: red,
+            },
+            n,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_all_to_all<T: Element>(
+    pub(super) fn raw_all_to_all<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
         recv: &mut DevMut<'_, T>,
-        _: usize,
+        n: usize,
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host.all_to_all(hs.host(), hr.host_mut())?;
+        self.on_host(
+            Op::AllToAll {
+                send: hs.host(),
+                recv: hr.host_mut(),
+            },
+            n,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_all_to_all_v<T: Element>(
+    pub(super) fn raw_all_to_all_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -393,41 +574,63 @@ impl Backend for MpiStagedComm {
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.stage_in(op, send, hs.host_mut())?;
-        self.host
-            .all_to_all_v(hs.host(), send_counts, hr.host_mut(), recv_counts)?;
+        let (hsend, hrecv) = (hs.host(), hr.host_mut());
+        self.on_host(
+            Op::AllToAllV {
+                send: hsend,
+                send_counts,
+                recv: hrecv,
+                recv_counts,
+            },
+            0,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_send<T: Element>(
+    pub(super) fn raw_send<T: Element>(
         &self,
         op: &'static str,
         buf: &Dev<'_, T>,
         dest: usize,
         tag: Tag,
-        _: usize,
+        n: usize,
         [h, _]: Leases<'_, T>,
     ) -> Result<()> {
         let mut h = pinned(op, h)?;
         self.mpi.ensure_usable(op)?;
         self.stage_in(op, buf, h.host_mut())?;
-        self.host.send(h.host(), dest, tag)
+        self.on_host(
+            Op::Send {
+                buf: h.host(),
+                dest,
+                tag,
+            },
+            n,
+        )
     }
 
-    fn raw_recv<T: Element>(
+    pub(super) fn raw_recv<T: Element>(
         &self,
         op: &'static str,
         buf: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
-        _: usize,
+        n: usize,
         [h, _]: Leases<'_, T>,
     ) -> Result<()> {
         let mut h = pinned(op, h)?;
-        self.host.recv(h.host_mut(), source, tag)?;
+        self.on_host(
+            Op::Recv {
+                buf: h.host_mut(),
+                source,
+                tag,
+            },
+            n,
+        )?;
         self.stage_out(op, h.host(), buf)
     }
 
-    fn raw_send_recv<T: Element>(
+    pub(super) fn raw_send_recv<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -435,38 +638,34 @@ impl Backend for MpiStagedComm {
         recv: &mut DevMut<'_, T>,
         source: usize,
         tag: Tag,
-        _: (usize, usize),
+        (sn, _): (usize, usize),
         [hs, hr]: Leases<'_, T>,
     ) -> Result<()> {
         let (mut hs, mut hr) = (pinned(op, hs)?, pinned(op, hr)?);
         self.mpi.ensure_usable(op)?;
         self.stage_in(op, send, hs.host_mut())?;
-        self.host
-            .send_recv(hs.host(), dest, hr.host_mut(), source, tag)?;
+        let (hsend, hrecv) = (hs.host(), hr.host_mut());
+        self.on_host(
+            Op::SendRecv {
+                send: hsend,
+                dest,
+                recv: hrecv,
+                source,
+                tag,
+            },
+            sn,
+        )?;
         self.stage_out(op, hr.host(), recv)
     }
 
-    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
-        self.sync(op)?;
-        match self.mpi.raw_split(op, color, key)? {
-            Some(m) => self.derived(m).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    fn raw_dup(&self, op: &'static str) -> Result<Self> {
-        self.sync(op)?;
-        self.derived(self.mpi.raw_dup(op)?)
-    }
-
-    fn raw_i_all_reduce<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
         send: &'s Dev<'s, T>,
         recv: &'s mut DevMut<'s, T>,
         red: ReduceOp,
-        _average: bool,
+        average: bool,
         n: usize,
         [hs, hr]: Leases<'s, T>,
     ) -> Result<Request<'s>> {
@@ -483,7 +682,11 @@ impl Backend for MpiStagedComm {
                 |p, r| ffi::MPI_Iallreduce(p[0], p[1], n, dt, mop, comm, r),
             )
         }?
-        .average(red, hr.host_mut(), self.mpi.size());
+        .average(
+            if average { ReduceOp::Avg } else { red },
+            hr.host_mut(),
+            self.mpi.size(),
+        );
         Ok(scope.register(Box::new(StagedPending {
             inner,
             stream: &self.stream,
@@ -492,7 +695,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_broadcast<'s, T: Element>(
+    pub(super) fn raw_i_broadcast<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -528,7 +731,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_all_gather<'s, T: Element>(
+    pub(super) fn raw_i_all_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -558,7 +761,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_send<'s, T: Element>(
+    pub(super) fn raw_i_send<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -588,7 +791,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_recv<'s, T: Element>(
+    pub(super) fn raw_i_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -620,7 +823,7 @@ impl Backend for MpiStagedComm {
         })))
     }
 
-    fn raw_i_barrier<'s>(
+    pub(super) fn raw_i_barrier<'s>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -628,7 +831,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(self.through_host().barrier(op)?)))
     }
 
-    fn raw_i_reduce<'s, T: Element>(
+    pub(super) fn raw_i_reduce<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -651,7 +854,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_reduce_in_place<'s, T: Element>(
+    pub(super) fn raw_i_all_reduce_in_place<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -672,7 +875,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_reduce_scatter<'s, T: Element>(
+    pub(super) fn raw_i_reduce_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -694,7 +897,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_to_all<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -718,7 +921,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_to_all_v<'s, T: Element>(
+    pub(super) fn raw_i_all_to_all_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -746,7 +949,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_all_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_all_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -770,7 +973,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_gather<'s, T: Element>(
+    pub(super) fn raw_i_gather<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -790,7 +993,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_gather_v<'s, T: Element>(
+    pub(super) fn raw_i_gather_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -810,7 +1013,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_scatter<'s, T: Element>(
+    pub(super) fn raw_i_scatter<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -830,7 +1033,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_scatter_v<'s, T: Element>(
+    pub(super) fn raw_i_scatter_v<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -850,7 +1053,7 @@ impl Backend for MpiStagedComm {
         Ok(scope.register(Box::new(pending)))
     }
 
-    fn raw_i_send_recv<'s, T: Element>(
+    pub(super) fn raw_i_send_recv<'s, T: Element>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,

@@ -21,9 +21,11 @@ use super::request::NcclPending;
 use crate::comm::{Communicator, Tag};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
+use crate::frontend::Operation;
+use crate::frontend::{replay, run_each, Backend, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
+use crate::operation::{Name, Op, OpKind};
 use crate::record;
 use crate::request::{Request, Scope};
 use crate::rules::{CountLimit, Rules};
@@ -59,6 +61,95 @@ fn packed(counts: &[usize]) -> Vec<Part> {
             p
         })
         .collect()
+}
+
+/// One part of a grouped exchange ([`NcclComm::exchange_bytes`]): `len` bytes at byte `offset`
+/// of a buffer, sent to or received from `peer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExchangePart {
+    /// The other rank.
+    pub peer: usize,
+    /// Where the part starts in its buffer, in bytes.
+    pub offset: usize,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+impl NcclComm {
+    /// Enqueue on `stream`, as one NCCL group, a send of every part of `sends` (from the device
+    /// buffer at address `send`) and then a receive of every part of `recvs` (into the device
+    /// buffer at address `recv`), in the order given; nothing at all when both are empty. Each
+    /// part's bytes go as NCCL's `ncclUint8`. This is what a halo exchange, or any neighbourhood
+    /// exchange of parts of one packed buffer, needs from NCCL without its bindings.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when the loaded NCCL lacks `ncclSend`/`ncclRecv`;
+    /// [`Error::Nccl`] (named `op`) from a send or receive, or from the group's end.
+    ///
+    /// # Safety
+    /// Every part lies inside its buffer (`offset + len` bytes from the address at most); the
+    /// buffers stay valid, and nothing else writes the parts (or, for receives, reads them), until
+    /// the work enqueued on `stream` completes; `stream` is a stream of the communicator's
+    /// context, ordered after whatever produced the sent bytes; every peer is a rank of the
+    /// communicator and posts, in a group of its own, the matching receive or send of the same
+    /// length.
+    pub unsafe fn exchange_bytes(
+        &self,
+        op: &'static str,
+        stream: &cudarc::driver::CudaStream,
+        send: u64,
+        sends: impl IntoIterator<Item = ExchangePart>,
+        recv: u64,
+        recvs: impl IntoIterator<Item = ExchangePart>,
+    ) -> Result<()> {
+        let send_fn = sys::nccl_fn!(self.lib, ncclSend)?;
+        let recv_fn = sys::nccl_fn!(self.lib, ncclRecv)?;
+        let raw_stream = stream.cu_stream() as sys::cudaStream_t;
+        let mut sends = sends.into_iter().peekable();
+        let mut recvs = recvs.into_iter().peekable();
+        if sends.peek().is_none() && recvs.peek().is_none() {
+            return Ok(());
+        }
+        let group = self.group()?;
+        for p in sends {
+            // SAFETY: the part lies inside the send buffer, the peer is a rank of the
+            // communicator and the stream one of its context (the caller's promise); the
+            // communicator is borrowed for the whole call.
+            let rc = unsafe {
+                send_fn(
+                    (send + p.offset as u64) as usize as *const c_void,
+                    p.len,
+                    sys::ncclUint8,
+                    p.peer as c_int,
+                    self.raw,
+                    raw_stream,
+                )
+            };
+            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
+                drop(group);
+                return Err(self.error(op, rc));
+            }
+        }
+        for p in recvs {
+            // SAFETY: as above, inside the receive buffer; the peer posts a send of the same
+            // length (the caller's promise).
+            let rc = unsafe {
+                recv_fn(
+                    (recv + p.offset as u64) as usize as *mut c_void,
+                    p.len,
+                    sys::ncclUint8,
+                    p.peer as c_int,
+                    self.raw,
+                    raw_stream,
+                )
+            };
+            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
+                drop(group);
+                return Err(self.error(op, rc));
+            }
+        }
+        group.end()
+    }
 }
 
 impl NcclComm {
@@ -352,17 +443,20 @@ impl Backend for NcclComm {
     /// NCCL's own collective, except where NCCL has none: grouped sends and receives (gather,
     /// scatter, all-to-all and the v-forms), or grouped broadcasts for an `all_gather_v` where the
     /// uneven algorithm picks them; a non-blocking barrier is an all-reduce of one value.
-    fn record_path(&self, op: &'static str, start: Start, bytes: usize) -> record::Path {
+    fn record_path(&self, op: OpKind, start: Start, bytes: usize) -> record::Path {
         let name = match op {
-            "all_gather_v" => match self.uneven.choose(self.size, bytes) {
+            OpKind::AllGatherV => match self.uneven.choose(self.size, bytes) {
                 UnevenAlgorithm::Broadcasts => "broadcasts",
                 _ => "grouped-p2p",
             },
-            "gather" | "gather_v" | "scatter" | "scatter_v" | "all_to_all" | "all_to_all_v" => {
-                "grouped-p2p"
-            }
-            "barrier" if start != Start::Blocking => "all-reduce",
-            "barrier" => "all-reduce+synchronize",
+            OpKind::Gather
+            | OpKind::GatherV
+            | OpKind::Scatter
+            | OpKind::ScatterV
+            | OpKind::AllToAll
+            | OpKind::AllToAllV => "grouped-p2p",
+            OpKind::Barrier if start != Start::Blocking => "all-reduce",
+            OpKind::Barrier => "all-reduce+synchronize",
             _ => "native",
         };
         record::Path::direct(name)
@@ -376,304 +470,6 @@ impl Backend for NcclComm {
     /// NCCL averages itself (`ncclAvg`).
     fn native_avg(&self) -> bool {
         true
-    }
-
-    fn raw_barrier(&self, op: &'static str) -> Result<()> {
-        let mut one = self
-            .stream
-            .alloc_zeros::<f32>(1)
-            .map_err(|e| Error::cuda(op, e))?;
-        self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
-        self.wait_for_stream(op)
-    }
-
-    fn raw_broadcast<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut DevMut<'_, T>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))
-    }
-
-    fn raw_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: Option<&mut DevMut<'_, T>>,
-        red: ReduceOp,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let n = raw::wire::<T>(n);
-        if n == 0 {
-            return Ok(());
-        }
-        self.ensure_live(op)?;
-        let f = sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable)?;
-        let (s, _s) = send.device_ptr(&self.stream);
-        let r = recv.map(|b| b.device_ptr_mut(&self.stream));
-        let dst = r.as_ref().map_or(s, |(p, _)| *p);
-        // SAFETY: `send` holds `n` wire values; on the root `recv` does too (checked); elsewhere NCCL
-        // ignores the receive pointer (we pass `send`'s, never written).
-        let rc = unsafe {
-            f(
-                cptr(s),
-                mptr(dst),
-                n,
-                raw::datatype::<T>(),
-                raw::redop(red),
-                root as c_int,
-                self.raw,
-                self.raw_stream(),
-            )
-        };
-        self.settle(op, rc)
-    }
-
-    fn raw_all_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: &mut DevMut<'_, T>,
-        red: ReduceOp,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        self.enqueue_all_reduce(op, send, recv, red, raw::wire::<T>(n))
-    }
-
-    fn raw_all_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))
-    }
-
-    /// Grouped broadcasts or grouped sends and receives, whichever the uneven algorithm picks.
-    fn raw_all_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        counts: &[usize],
-        (): (),
-    ) -> Result<()> {
-        let total: usize = counts.iter().sum();
-        match self
-            .uneven
-            .choose(self.size, total.saturating_mul(std::mem::size_of::<T>()))
-        {
-            UnevenAlgorithm::Broadcasts => self.enqueue_broadcasts(op, send, recv, counts),
-            _ => {
-                let mine = counts[self.rank];
-                let sends: Vec<Part> = (0..self.size)
-                    .map(|peer| Part {
-                        offset: 0,
-                        len: mine,
-                        peer,
-                    })
-                    .collect();
-                self.exchange(op, Some(send), &sends, Some(recv), &packed(counts))
-            }
-        }
-    }
-
-    fn raw_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: Option<&mut DevMut<'_, T>>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let counts = vec![n; self.size];
-        self.raw_gather_v(op, send, recv, &counts, root, ())
-    }
-
-    fn raw_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: Option<&mut DevMut<'_, T>>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<()> {
-        let sends = [Part {
-            offset: 0,
-            len: send.len(),
-            peer: root,
-        }];
-        let recvs = if self.rank == root {
-            packed(counts)
-        } else {
-            Vec::new()
-        };
-        self.exchange(op, Some(send), &sends, recv, &recvs)
-    }
-
-    fn raw_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: &mut DevMut<'_, T>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let counts = vec![n; self.size];
-        self.raw_scatter_v(op, send, recv, &counts, root, ())
-    }
-
-    fn raw_scatter_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: &mut DevMut<'_, T>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<()> {
-        let sends = if self.rank == root {
-            packed(counts)
-        } else {
-            Vec::new()
-        };
-        let recvs = [Part {
-            offset: 0,
-            len: recv.len(),
-            peer: root,
-        }];
-        self.exchange(op, send, &sends, Some(recv), &recvs)
-    }
-
-    fn raw_reduce_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        red: ReduceOp,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let n = raw::wire::<T>(n);
-        if n == 0 {
-            return Ok(());
-        }
-        self.ensure_live(op)?;
-        let f = sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable)?;
-        let (s, _s) = send.device_ptr(&self.stream);
-        let (r, _r) = recv.device_ptr_mut(&self.stream);
-        // SAFETY: `send` holds `size * n` and `recv` `n` wire values on this device (checked).
-        let rc = unsafe {
-            f(
-                cptr(s),
-                mptr(r),
-                n,
-                raw::datatype::<T>(),
-                raw::redop(red),
-                self.raw,
-                self.raw_stream(),
-            )
-        };
-        self.settle(op, rc)
-    }
-
-    fn raw_all_to_all<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        _: usize,
-        (): (),
-    ) -> Result<()> {
-        let parts = packed(&vec![send.len() / self.size.max(1); self.size]);
-        self.exchange(op, Some(send), &parts, Some(recv), &parts)
-    }
-
-    fn raw_all_to_all_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        send_counts: &[usize],
-        recv: &mut DevMut<'_, T>,
-        recv_counts: &[usize],
-        (): (),
-    ) -> Result<()> {
-        self.exchange(
-            op,
-            Some(send),
-            &packed(send_counts),
-            Some(recv),
-            &packed(recv_counts),
-        )
-    }
-
-    fn raw_send<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &Dev<'_, T>,
-        dest: usize,
-        _: Tag,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let part = Part {
-            offset: 0,
-            len: n,
-            peer: dest,
-        };
-        self.exchange(op, Some(buf), &[part], None, &[])
-    }
-
-    fn raw_recv<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut DevMut<'_, T>,
-        source: usize,
-        _: Tag,
-        n: usize,
-        (): (),
-    ) -> Result<()> {
-        let part = Part {
-            offset: 0,
-            len: n,
-            peer: source,
-        };
-        self.exchange::<T>(op, None, &[], Some(buf), &[part])
-    }
-
-    fn raw_send_recv<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        dest: usize,
-        recv: &mut DevMut<'_, T>,
-        source: usize,
-        _: Tag,
-        (sn, rn): (usize, usize),
-        (): (),
-    ) -> Result<()> {
-        let sends = [Part {
-            offset: 0,
-            len: sn,
-            peer: dest,
-        }];
-        let recvs = [Part {
-            offset: 0,
-            len: rn,
-            peer: source,
-        }];
-        self.exchange(op, Some(send), &sends, Some(recv), &recvs)
     }
 
     fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>> {
@@ -749,82 +545,332 @@ impl Backend for NcclComm {
         call: PlanCall<'s, Self, T>,
     ) -> Result<Box<dyn PlanOp + 's>> {
         if self.lib.version() < GRAPHS_FROM {
-            return Ok(replay(self, op, scope, call));
+            return Ok(replay(self, scope, call));
         }
         Ok(Box::new(self.graph_plan(op, &call)?))
     }
 
-    fn raw_i_all_reduce<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
-        red: ReduceOp,
-        _average: bool,
+    fn run<T: Element>(
+        &self,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
         n: usize,
         (): (),
-    ) -> Result<Request<'s>> {
-        self.enqueue_all_reduce(op, Some(send), recv, red, raw::wire::<T>(n))?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        run_each!(self, name, op, n)
     }
 
-    fn raw_i_broadcast<'s, T: Element>(
+    fn start<'s, T: Element>(
         &'s self,
-        op: &'static str,
+        name: Name,
         scope: &'s Scope<'s, '_>,
-        buf: &'s mut DevMut<'s, T>,
+        op: Operation<'s, '_, Self, T>,
+        n: usize,
+        average: bool,
+        (): (),
+    ) -> Result<Request<'s>> {
+        debug_assert!(
+            !average,
+            "NCCL averages natively: nothing to divide at completion"
+        );
+        if let Op::Barrier = op {
+            return self.raw_i_barrier(name.as_str(), scope);
+        }
+        // Stream-ordered: the non-blocking form is the blocking enqueue, then an event after it.
+        let mut op = op;
+        self.run(name, &mut op, n, ())?;
+        self.track(scope, name.as_str())
+    }
+}
+
+/// Each operation of `run` and `start`, with its fields as arguments.
+#[allow(clippy::too_many_arguments)]
+impl NcclComm {
+    pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
+        let mut one = self
+            .stream
+            .alloc_zeros::<f32>(1)
+            .map_err(|e| Error::cuda(op, e))?;
+        self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
+        self.wait_for_stream(op)
+    }
+
+    pub(super) fn raw_broadcast<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut DevMut<'_, T>,
         root: usize,
         n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))
     }
 
-    fn raw_i_all_gather<'s, T: Element>(
-        &'s self,
+    pub(super) fn raw_reduce<T: Element>(
+        &self,
         op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
+        red: ReduceOp,
+        root: usize,
         n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        let n = raw::wire::<T>(n);
+        if n == 0 {
+            return Ok(());
+        }
+        self.ensure_live(op)?;
+        let f = sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable)?;
+        let (s, _s) = send.device_ptr(&self.stream);
+        let r = recv.map(|b| b.device_ptr_mut(&self.stream));
+        let dst = r.as_ref().map_or(s, |(p, _)| *p);
+        // SAFETY: `send` holds `n` wire values; on the root `recv` does too (checked); elsewhere NCCL
+        // ignores the receive pointer (we pass `send`'s, never written).
+        let rc = unsafe {
+            f(
+                cptr(s),
+                mptr(dst),
+                n,
+                raw::datatype::<T>(),
+                raw::redop(red),
+                root as c_int,
+                self.raw,
+                self.raw_stream(),
+            )
+        };
+        self.settle(op, rc)
     }
 
-    fn raw_i_send<'s, T: Element>(
-        &'s self,
+    pub(super) fn raw_all_reduce<T: Element>(
+        &self,
         op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s Dev<'s, T>,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<()> {
+        self.enqueue_all_reduce(op, send, recv, red, raw::wire::<T>(n))
+    }
+
+    pub(super) fn raw_all_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
+        n: usize,
+    ) -> Result<()> {
+        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))
+    }
+
+    /// Grouped broadcasts or grouped sends and receives, whichever the uneven algorithm picks.
+    pub(super) fn raw_all_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
+        counts: &[usize],
+    ) -> Result<()> {
+        let total: usize = counts.iter().sum();
+        match self
+            .uneven
+            .choose(self.size, total.saturating_mul(std::mem::size_of::<T>()))
+        {
+            UnevenAlgorithm::Broadcasts => self.enqueue_broadcasts(op, send, recv, counts),
+            _ => {
+                let mine = counts[self.rank];
+                let sends: Vec<Part> = (0..self.size)
+                    .map(|peer| Part {
+                        offset: 0,
+                        len: mine,
+                        peer,
+                    })
+                    .collect();
+                self.exchange(op, Some(send), &sends, Some(recv), &packed(counts))
+            }
+        }
+    }
+
+    pub(super) fn raw_gather<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let counts = vec![n; self.size];
+        self.raw_gather_v(op, send, recv, &counts, root)
+    }
+
+    pub(super) fn raw_gather_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: Option<&mut DevMut<'_, T>>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let sends = [Part {
+            offset: 0,
+            len: send.len(),
+            peer: root,
+        }];
+        let recvs = if self.rank == root {
+            packed(counts)
+        } else {
+            Vec::new()
+        };
+        self.exchange(op, Some(send), &sends, recv, &recvs)
+    }
+
+    pub(super) fn raw_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
+        root: usize,
+        n: usize,
+    ) -> Result<()> {
+        let counts = vec![n; self.size];
+        self.raw_scatter_v(op, send, recv, &counts, root)
+    }
+
+    pub(super) fn raw_scatter_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: Option<&Dev<'_, T>>,
+        recv: &mut DevMut<'_, T>,
+        counts: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let sends = if self.rank == root {
+            packed(counts)
+        } else {
+            Vec::new()
+        };
+        let recvs = [Part {
+            offset: 0,
+            len: recv.len(),
+            peer: root,
+        }];
+        self.exchange(op, send, &sends, Some(recv), &recvs)
+    }
+
+    pub(super) fn raw_reduce_scatter<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
+        red: ReduceOp,
+        n: usize,
+    ) -> Result<()> {
+        let n = raw::wire::<T>(n);
+        if n == 0 {
+            return Ok(());
+        }
+        self.ensure_live(op)?;
+        let f = sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable)?;
+        let (s, _s) = send.device_ptr(&self.stream);
+        let (r, _r) = recv.device_ptr_mut(&self.stream);
+        // SAFETY: `send` holds `size * n` and `recv` `n` wire values on this device (checked).
+        let rc = unsafe {
+            f(
+                cptr(s),
+                mptr(r),
+                n,
+                raw::datatype::<T>(),
+                raw::redop(red),
+                self.raw,
+                self.raw_stream(),
+            )
+        };
+        self.settle(op, rc)
+    }
+
+    pub(super) fn raw_all_to_all<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        recv: &mut DevMut<'_, T>,
+        _: usize,
+    ) -> Result<()> {
+        let parts = packed(&vec![send.len() / self.size.max(1); self.size]);
+        self.exchange(op, Some(send), &parts, Some(recv), &parts)
+    }
+
+    pub(super) fn raw_all_to_all_v<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        send_counts: &[usize],
+        recv: &mut DevMut<'_, T>,
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        self.exchange(
+            op,
+            Some(send),
+            &packed(send_counts),
+            Some(recv),
+            &packed(recv_counts),
+        )
+    }
+
+    pub(super) fn raw_send<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &Dev<'_, T>,
         dest: usize,
-        tag: Tag,
+        _: Tag,
         n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_send(op, buf, dest, tag, n, ())?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        let part = Part {
+            offset: 0,
+            len: n,
+            peer: dest,
+        };
+        self.exchange(op, Some(buf), &[part], None, &[])
     }
 
-    fn raw_i_recv<'s, T: Element>(
-        &'s self,
+    pub(super) fn raw_recv<T: Element>(
+        &self,
         op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut DevMut<'s, T>,
+        buf: &mut DevMut<'_, T>,
         source: usize,
-        tag: Tag,
+        _: Tag,
         n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_recv(op, buf, source, tag, n, ())?;
-        self.track(scope, op)
+    ) -> Result<()> {
+        let part = Part {
+            offset: 0,
+            len: n,
+            peer: source,
+        };
+        self.exchange::<T>(op, None, &[], Some(buf), &[part])
+    }
+
+    pub(super) fn raw_send_recv<T: Element>(
+        &self,
+        op: &'static str,
+        send: &Dev<'_, T>,
+        dest: usize,
+        recv: &mut DevMut<'_, T>,
+        source: usize,
+        _: Tag,
+        (sn, rn): (usize, usize),
+    ) -> Result<()> {
+        let sends = [Part {
+            offset: 0,
+            len: sn,
+            peer: dest,
+        }];
+        let recvs = [Part {
+            offset: 0,
+            len: rn,
+            peer: source,
+        }];
+        self.exchange(op, Some(send), &sends, Some(recv), &recvs)
     }
 
     /// An all-reduce of one value, enqueued; the request completes once every rank's is done.
-    fn raw_i_barrier<'s>(
+    pub(super) fn raw_i_barrier<'s>(
         &'s self,
         op: &'static str,
         scope: &'s Scope<'s, '_>,
@@ -835,163 +881,5 @@ impl Backend for NcclComm {
             .map_err(|e| Error::cuda(op, e))?;
         self.enqueue_all_reduce(op, None, &mut one, ReduceOp::Sum, 1)?;
         self.track_keeping(scope, op, Some(one))
-    }
-
-    fn raw_i_reduce<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: Option<&'s mut DevMut<'s, T>>,
-        red: ReduceOp,
-        _average: bool,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_reduce(op, send, recv, red, root, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_all_reduce_in_place<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        buf: &'s mut DevMut<'s, T>,
-        red: ReduceOp,
-        _average: bool,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.enqueue_all_reduce(op, None, buf, red, raw::wire::<T>(n))?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_reduce_scatter<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
-        red: ReduceOp,
-        _average: bool,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_reduce_scatter(op, send, recv, red, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_all_to_all<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_all_to_all(op, send, recv, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_all_to_all_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        send_counts: &[usize],
-        recv: &'s mut DevMut<'s, T>,
-        recv_counts: &[usize],
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_all_to_all_v(op, send, send_counts, recv, recv_counts, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_all_gather_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: &'s mut DevMut<'s, T>,
-        counts: &[usize],
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_all_gather_v(op, send, recv, counts, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_gather<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: Option<&'s mut DevMut<'s, T>>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_gather(op, send, recv, root, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_gather_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        recv: Option<&'s mut DevMut<'s, T>>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_gather_v(op, send, recv, counts, root, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_scatter<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s Dev<'s, T>>,
-        recv: &'s mut DevMut<'s, T>,
-        root: usize,
-        n: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_scatter(op, send, recv, root, n, ())?;
-        self.track(scope, op)
-    }
-
-    fn raw_i_scatter_v<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: Option<&'s Dev<'s, T>>,
-        recv: &'s mut DevMut<'s, T>,
-        counts: &[usize],
-        root: usize,
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_scatter_v(op, send, recv, counts, root, ())?;
-        self.track(scope, op)
-    }
-
-    /// The grouped send and receive of the blocking form, enqueued.
-    fn raw_i_send_recv<'s, T: Element>(
-        &'s self,
-        op: &'static str,
-        scope: &'s Scope<'s, '_>,
-        send: &'s Dev<'s, T>,
-        dest: usize,
-        recv: &'s mut DevMut<'s, T>,
-        source: usize,
-        tag: Tag,
-        counts: (usize, usize),
-        (): (),
-    ) -> Result<Request<'s>> {
-        self.raw_send_recv(op, send, dest, recv, source, tag, counts, ())?;
-        self.track(scope, op)
     }
 }

@@ -191,7 +191,6 @@ impl NcclComm {
         call: &PlanCall<'s, Self, T>,
         scratch: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
-        use crate::frontend::Backend;
         // SAFETY: (every `get`/`get_mut`) the plan borrows the buffers mutably for its life and
         // nothing else uses them during the capture; the references end with this call (NCCL keeps
         // the addresses in the graph, used at each launch, while the plan still borrows them).
@@ -202,7 +201,7 @@ impl NcclComm {
                     None => Ok(()),
                 },
                 PlanCall::Broadcast { buf, root, n } => {
-                    self.raw_broadcast(op, buf.get_mut(), *root, *n, ())
+                    self.raw_broadcast(op, buf.get_mut(), *root, *n)
                 }
                 PlanCall::Reduce {
                     send,
@@ -213,19 +212,19 @@ impl NcclComm {
                     ..
                 } => {
                     let recv = recv.map(|r| r.get_mut());
-                    self.raw_reduce(op, send.get(), recv, *red, *root, *n, ())
+                    self.raw_reduce(op, send.get(), recv, *red, *root, *n)
                 }
                 PlanCall::AllReduce {
                     send, recv, red, n, ..
                 } => {
                     let send = send.map(|s| -> &Dev<'_, T> { s.get() });
-                    self.raw_all_reduce(op, send, recv.get_mut(), *red, *n, ())
+                    self.raw_all_reduce(op, send, recv.get_mut(), *red, *n)
                 }
                 PlanCall::AllGather { send, recv, n } => {
-                    self.raw_all_gather(op, send.get(), recv.get_mut(), *n, ())
+                    self.raw_all_gather(op, send.get(), recv.get_mut(), *n)
                 }
                 PlanCall::AllGatherV { send, recv, counts } => {
-                    self.raw_all_gather_v(op, send.get(), recv.get_mut(), counts, ())
+                    self.raw_all_gather_v(op, send.get(), recv.get_mut(), counts)
                 }
                 PlanCall::Gather {
                     send,
@@ -234,7 +233,7 @@ impl NcclComm {
                     n,
                 } => {
                     let recv = recv.map(|r| r.get_mut());
-                    self.raw_gather(op, send.get(), recv, *root, *n, ())
+                    self.raw_gather(op, send.get(), recv, *root, *n)
                 }
                 PlanCall::GatherV {
                     send,
@@ -243,7 +242,7 @@ impl NcclComm {
                     root,
                 } => {
                     let recv = recv.map(|r| r.get_mut());
-                    self.raw_gather_v(op, send.get(), recv, counts, *root, ())
+                    self.raw_gather_v(op, send.get(), recv, counts, *root)
                 }
                 PlanCall::Scatter {
                     send,
@@ -252,7 +251,7 @@ impl NcclComm {
                     n,
                 } => {
                     let send = send.map(|s| -> &Dev<'_, T> { s.get() });
-                    self.raw_scatter(op, send, recv.get_mut(), *root, *n, ())
+                    self.raw_scatter(op, send, recv.get_mut(), *root, *n)
                 }
                 PlanCall::ScatterV {
                     send,
@@ -261,27 +260,22 @@ impl NcclComm {
                     root,
                 } => {
                     let send = send.map(|s| -> &Dev<'_, T> { s.get() });
-                    self.raw_scatter_v(op, send, recv.get_mut(), counts, *root, ())
+                    self.raw_scatter_v(op, send, recv.get_mut(), counts, *root)
                 }
                 PlanCall::ReduceScatter {
                     send, recv, red, n, ..
-                } => self.raw_reduce_scatter(op, send.get(), recv.get_mut(), *red, *n, ()),
+                } => self.raw_reduce_scatter(op, send.get(), recv.get_mut(), *red, *n),
                 PlanCall::AllToAll { send, recv, n } => {
-                    self.raw_all_to_all(op, send.get(), recv.get_mut(), *n, ())
+                    self.raw_all_to_all(op, send.get(), recv.get_mut(), *n)
                 }
                 PlanCall::AllToAllV {
                     send,
                     send_counts,
                     recv,
                     recv_counts,
-                } => self.raw_all_to_all_v(
-                    op,
-                    send.get(),
-                    send_counts,
-                    recv.get_mut(),
-                    recv_counts,
-                    (),
-                ),
+                } => {
+                    self.raw_all_to_all_v(op, send.get(), send_counts, recv.get_mut(), recv_counts)
+                }
             }
         }
     }

@@ -1,0 +1,360 @@
+//! What a backend implements: raw, already-checked operations and the few facts the front end
+//! needs of it.
+
+use super::Operation;
+use crate::element::Element;
+use crate::error::Result;
+use crate::memory::Space;
+use crate::op::BackendKind;
+use crate::op::ReduceOp;
+use crate::operation::{Name, OpKind};
+use crate::persistent::BufPtr;
+use crate::persistent::PlanOp;
+use crate::record;
+use crate::request::{Request, Scope};
+use crate::rules::Rules;
+use crate::transport::Transport;
+
+/// How an operation is started, which decides whether a backend stages it through host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// A blocking operation.
+    Blocking,
+    /// A non-blocking collective.
+    Collective,
+    /// A non-blocking send or receive.
+    PointToPoint,
+}
+
+/// What backend `B` reads for elements `T`.
+pub type RawBuf<'b, B, T> = <<B as Backend>::Memory as Space>::Buf<'b, T>;
+/// What backend `B` writes for elements `T`.
+pub type RawBufMut<'b, B, T> = <<B as Backend>::Memory as Space>::BufMut<'b, T>;
+
+/// A backend: raw, already-checked operations and what the front end needs to know of it.
+///
+/// Each raw operation is called only after the rules for its operation passed on this rank (and, in
+/// checked mode, on every rank): buffer lengths fit the collective, ranks and tags are in range, the
+/// reduce operation is valid for the element on this backend, counts fit the backend's limit and
+/// buffers are on the communicator's device. `op` is the operation's name for errors. Counts `n`
+/// are in elements, as the rules returned them.
+pub trait Backend: Sized {
+    /// Where this backend's buffers live; [`RawBuf<Self, T>`](RawBuf) is its buffer type.
+    type Memory: Space;
+    /// What a call holds from before the agreement until its raw operation (or its completion):
+    /// pinned host buffers where the backend stages through host memory, else nothing.
+    type Staging<'c, T: Element>: Default
+    where
+        Self: 'c;
+
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// This rank and the number of ranks.
+    fn ranks(&self) -> (usize, usize);
+    /// The rules' parameters for this communicator.
+    fn rules(&self) -> Rules;
+    /// The MPI communicator over the same ranks that checked mode's agreement goes through (the
+    /// communicator itself on host MPI); its checked-mode flag (`with_checked`,
+    /// `COLLECTIVES_CHECK`) says whether this backend, unwrapped, agrees.
+    fn transport(&self) -> &dyn Transport;
+    /// Whether the backend reduces `Avg` itself; otherwise the front end sums and calls
+    /// [`divide`](Self::divide).
+    fn native_avg(&self) -> bool;
+    /// Divide every element of `buf` by the number of ranks (the second half of `Avg`); called
+    /// only where [`native_avg`](Self::native_avg) is false.
+    fn divide<T: Element>(&self, _op: &'static str, _buf: &mut RawBufMut<Self, T>) -> Result<()> {
+        Ok(())
+    }
+    /// What the per-call record ([`crate::record`]) says of a call of `op` (in any form) started
+    /// as `start`, whose largest buffer on this rank holds `bytes` bytes: the path (algorithm)
+    /// the backend takes. By default the library's own operation on the caller's buffers
+    /// ([`record::Path::NATIVE`]).
+    fn record_path(&self, _op: OpKind, _start: Start, _bytes: usize) -> record::Path {
+        record::Path::NATIVE
+    }
+    /// The stream on which the per-call record times this backend's calls with CUDA events:
+    /// backends whose operations only enqueue work on a stream. By default none.
+    fn record_stream(&self) -> record::Stream {
+        None
+    }
+    /// Take the host buffers a call of `start` needs for buffers of `lens` elements (`None`: the
+    /// buffer is absent on this rank); by default none.
+    fn stage<T: Element>(
+        &self,
+        _op: &'static str,
+        _start: Start,
+        _lens: [Option<usize>; 2],
+    ) -> Result<Self::Staging<'_, T>> {
+        Ok(Default::default())
+    }
+
+    /// Run `op` to completion: a blocking call. Its arguments passed the rules on this rank (and,
+    /// in checked mode, the agreement of every rank), so nothing here checks them again; its
+    /// reduce operation is the one to run (`Sum` for an `Avg` the backend does not reduce
+    /// natively: the front end divides afterwards). `n` is the count the rules returned, in
+    /// elements (per rank or per block; for `send_recv`, the count sent; 0 where counts arrays
+    /// give the counts). `name` is the method called, for errors.
+    fn run<T: Element>(
+        &self,
+        name: Name,
+        op: &mut Operation<'_, '_, Self, T>,
+        n: usize,
+        staging: Self::Staging<'_, T>,
+    ) -> Result<()>;
+    /// Start `op` as [`run`](Self::run) would run it, its request registered in `scope`: a
+    /// non-blocking call, or one run of a replayed plan. `average`: divide by the number of ranks
+    /// when it completes (only where [`native_avg`](Self::native_avg) is false).
+    #[allow(clippy::too_many_arguments)]
+    fn start<'s, T: Element>(
+        &'s self,
+        name: Name,
+        scope: &'s Scope<'s, '_>,
+        op: Operation<'s, '_, Self, T>,
+        n: usize,
+        average: bool,
+        staging: Self::Staging<'s, T>,
+    ) -> Result<Request<'s>>;
+    /// `split` with a color that fits MPI's (`None`: join none).
+    fn raw_split(&self, op: &'static str, color: Option<i32>, key: i32) -> Result<Option<Self>>;
+    /// `dup`.
+    fn raw_dup(&self, op: &'static str) -> Result<Self>;
+
+    /// Make the persistent plan of `call` (checked, and agreed in checked mode), whose runs
+    /// complete before `'s` ends: the backend's persistent form where it has one, else the front
+    /// end's replay of [`start`](Self::start) at each run (`frontend::replay`). `name` is the
+    /// method called, for errors.
+    fn raw_init<'s, T: Element>(
+        &'s self,
+        name: &'static str,
+        scope: &'s Scope<'s, '_>,
+        call: PlanCall<'s, Self, T>,
+    ) -> Result<Box<dyn PlanOp + 's>>;
+}
+
+/// A persistent collective as a backend gets it: checked counts, and the buffers the plan borrows
+/// for its life. `red` is the operation the backend runs (`Sum` for an `Avg` it does not do
+/// natively) and `average` whether each completion divides by the number of ranks.
+#[allow(missing_docs)] // the fields are the collectives' arguments, as in the raw operations
+pub enum PlanCall<'s, B: Backend, T: Element> {
+    Barrier,
+    Broadcast {
+        buf: BufPtr<RawBufMut<'s, B, T>>,
+        root: usize,
+        n: usize,
+    },
+    Reduce {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        red: ReduceOp,
+        average: bool,
+        root: usize,
+        n: usize,
+    },
+    /// In place on `recv` when `send` is `None`.
+    AllReduce {
+        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+    },
+    AllGather {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        n: usize,
+    },
+    AllGatherV {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        counts: Vec<usize>,
+    },
+    Gather {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        root: usize,
+        n: usize,
+    },
+    GatherV {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        counts: Vec<usize>,
+        root: usize,
+    },
+    Scatter {
+        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        root: usize,
+        n: usize,
+    },
+    ScatterV {
+        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        counts: Vec<usize>,
+        root: usize,
+    },
+    ReduceScatter {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        red: ReduceOp,
+        average: bool,
+        n: usize,
+    },
+    AllToAll {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        n: usize,
+    },
+    AllToAllV {
+        send: BufPtr<RawBufMut<'s, B, T>>,
+        send_counts: Vec<usize>,
+        recv: BufPtr<RawBufMut<'s, B, T>>,
+        recv_counts: Vec<usize>,
+    },
+}
+
+/// A backend's [`run`](Backend::run) as one call of its own library code per operation,
+/// `raw_<operation>(name, fields..., n)`, for backends whose library code takes the operation's
+/// fields as arguments: `run_each!(self, name, op, n)`, or `run_each!(self, name, op, n,
+/// staging)` to hand each its staging too.
+macro_rules! run_each {
+    ($b:expr, $name:ident, $op:ident, $n:ident $(, $st:ident)?) => {{
+        use $crate::operation::Op;
+        let s = $name.as_str();
+        match $op {
+            Op::Barrier => $b.raw_barrier(s),
+            Op::Broadcast { buf, root } => $b.raw_broadcast(s, &mut **buf, *root, $n $(, $st)?),
+            Op::Reduce {
+                send,
+                recv,
+                op,
+                root,
+            } => $b.raw_reduce(s, *send, recv.as_deref_mut(), *op, *root, $n $(, $st)?),
+            Op::AllReduce { send, recv, op } => {
+                $b.raw_all_reduce(s, Some(*send), &mut **recv, *op, $n $(, $st)?)
+            }
+            Op::AllReduceInPlace { buf, op } => {
+                $b.raw_all_reduce(s, None, &mut **buf, *op, $n $(, $st)?)
+            }
+            Op::AllGather { send, recv } => $b.raw_all_gather(s, *send, &mut **recv, $n $(, $st)?),
+            Op::AllGatherV { send, recv, counts } => {
+                $b.raw_all_gather_v(s, *send, &mut **recv, counts $(, $st)?)
+            }
+            Op::Gather { send, recv, root } => {
+                $b.raw_gather(s, *send, recv.as_deref_mut(), *root, $n $(, $st)?)
+            }
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => $b.raw_gather_v(s, *send, recv.as_deref_mut(), counts, *root $(, $st)?),
+            Op::Scatter { send, recv, root } => {
+                $b.raw_scatter(s, *send, &mut **recv, *root, $n $(, $st)?)
+            }
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => $b.raw_scatter_v(s, *send, &mut **recv, counts, *root $(, $st)?),
+            Op::ReduceScatter { send, recv, op } => {
+                $b.raw_reduce_scatter(s, *send, &mut **recv, *op, $n $(, $st)?)
+            }
+            Op::AllToAll { send, recv } => $b.raw_all_to_all(s, *send, &mut **recv, $n $(, $st)?),
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => $b.raw_all_to_all_v(s, *send, send_counts, &mut **recv, recv_counts $(, $st)?),
+            Op::Send { buf, dest, tag } => $b.raw_send(s, *buf, *dest, *tag, $n $(, $st)?),
+            Op::Recv { buf, source, tag } => {
+                $b.raw_recv(s, &mut **buf, *source, *tag, $n $(, $st)?)
+            }
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+            } => {
+                let counts = ($n, recv.len());
+                $b.raw_send_recv(s, *send, *dest, &mut **recv, *source, *tag, counts $(, $st)?)
+            }
+        }
+    }};
+}
+pub(crate) use run_each;
+
+/// A backend's [`start`](Backend::start) as one call of its own library code per operation,
+/// `raw_i_<operation>(name, scope, fields..., average, n)` (as [`run_each`]): `start_each!(self,
+/// name, scope, op, n, average)`, or with `, staging` to hand each its staging too.
+macro_rules! start_each {
+    ($b:expr, $name:ident, $scope:ident, $op:ident, $n:ident, $avg:ident $(, $st:ident)?) => {{
+        use $crate::operation::Op;
+        let (s, sc) = ($name.as_str(), $scope);
+        match $op {
+            Op::Barrier => $b.raw_i_barrier(s, sc),
+            Op::Broadcast { buf, root } => $b.raw_i_broadcast(s, sc, buf, root, $n $(, $st)?),
+            Op::Reduce {
+                send,
+                recv,
+                op,
+                root,
+            } => $b.raw_i_reduce(s, sc, send, recv, op, $avg, root, $n $(, $st)?),
+            Op::AllReduce { send, recv, op } => {
+                $b.raw_i_all_reduce(s, sc, send, recv, op, $avg, $n $(, $st)?)
+            }
+            Op::AllReduceInPlace { buf, op } => {
+                $b.raw_i_all_reduce_in_place(s, sc, buf, op, $avg, $n $(, $st)?)
+            }
+            Op::AllGather { send, recv } => $b.raw_i_all_gather(s, sc, send, recv, $n $(, $st)?),
+            Op::AllGatherV { send, recv, counts } => {
+                $b.raw_i_all_gather_v(s, sc, send, recv, counts $(, $st)?)
+            }
+            Op::Gather { send, recv, root } => {
+                $b.raw_i_gather(s, sc, send, recv, root, $n $(, $st)?)
+            }
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => $b.raw_i_gather_v(s, sc, send, recv, counts, root $(, $st)?),
+            Op::Scatter { send, recv, root } => {
+                $b.raw_i_scatter(s, sc, send, recv, root, $n $(, $st)?)
+            }
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => $b.raw_i_scatter_v(s, sc, send, recv, counts, root $(, $st)?),
+            Op::ReduceScatter { send, recv, op } => {
+                $b.raw_i_reduce_scatter(s, sc, send, recv, op, $avg, $n $(, $st)?)
+            }
+            Op::AllToAll { send, recv } => $b.raw_i_all_to_all(s, sc, send, recv, $n $(, $st)?),
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => $b.raw_i_all_to_all_v(s, sc, send, send_counts, recv, recv_counts $(, $st)?),
+            Op::Send { buf, dest, tag } => $b.raw_i_send(s, sc, buf, dest, tag, $n $(, $st)?),
+            Op::Recv { buf, source, tag } => {
+                $b.raw_i_recv(s, sc, buf, source, tag, $n $(, $st)?)
+            }
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                tag,
+            } => {
+                let counts = ($n, recv.len());
+                $b.raw_i_send_recv(s, sc, send, dest, recv, source, tag, counts $(, $st)?)
+            }
+        }
+    }};
+}
+pub(crate) use start_each;
