@@ -42,7 +42,10 @@ pub struct Config {
 }
 
 fn flag(v: Option<String>) -> bool {
-    matches!(v.as_deref().map(str::trim), Some("1" | "yes" | "true" | "on"))
+    matches!(
+        v.as_deref().map(str::trim),
+        Some("1" | "yes" | "true" | "on")
+    )
 }
 
 impl Config {
@@ -52,7 +55,9 @@ impl Config {
         let method = get("COLLECTIVES_INTERPOSE_METHOD").and_then(|v| {
             let m = Method::parse(&v);
             if m.is_none() && !v.trim().is_empty() {
-                problems.push(format!("COLLECTIVES_INTERPOSE_METHOD={v} is not device, one-shot or staged"));
+                problems.push(format!(
+                    "COLLECTIVES_INTERPOSE_METHOD={v} is not device, one-shot or staged"
+                ));
             }
             m
         });
@@ -62,22 +67,41 @@ impl Config {
                 problems.push(format!("COLLECTIVES_INTERPOSE_COSTS: ignored `{bad}`"));
             }
         }
-        let cuda_aware = match get("COLLECTIVES_INTERPOSE_CUDA_AWARE").as_deref().map(str::trim) {
+        let cuda_aware = match get("COLLECTIVES_INTERPOSE_CUDA_AWARE")
+            .as_deref()
+            .map(str::trim)
+        {
             Some("1") => Some(true),
             Some("0") => Some(false),
             None | Some("") => None,
             Some(other) => {
-                problems.push(format!("COLLECTIVES_INTERPOSE_CUDA_AWARE={other} is not 0 or 1"));
+                problems.push(format!(
+                    "COLLECTIVES_INTERPOSE_CUDA_AWARE={other} is not 0 or 1"
+                ));
                 None
             }
         };
-        let host_pack = match get("COLLECTIVES_INTERPOSE_HOST_PACK").as_deref().map(str::trim) {
-            Some("1") => HostPack { send: true, recv: true },
-            Some("send") => HostPack { send: true, recv: false },
-            Some("recv") => HostPack { send: false, recv: true },
+        let host_pack = match get("COLLECTIVES_INTERPOSE_HOST_PACK")
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("1") => HostPack {
+                send: true,
+                recv: true,
+            },
+            Some("send") => HostPack {
+                send: true,
+                recv: false,
+            },
+            Some("recv") => HostPack {
+                send: false,
+                recv: true,
+            },
             None | Some("" | "0") => HostPack::default(),
             Some(other) => {
-                problems.push(format!("COLLECTIVES_INTERPOSE_HOST_PACK={other} is not 1, send or recv"));
+                problems.push(format!(
+                    "COLLECTIVES_INTERPOSE_HOST_PACK={other} is not 1, send or recv"
+                ));
                 HostPack::default()
             }
         };
@@ -104,8 +128,10 @@ mod tests {
     use super::*;
 
     fn from(pairs: &[(&str, &str)]) -> Config {
-        let pairs: Vec<(String, String)> =
-            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         Config::from_lookup(|k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
     }
 
@@ -125,7 +151,13 @@ mod tests {
         assert!(c.log);
         assert_eq!(c.method, Some(Method::Staged));
         assert_eq!(c.cuda_aware, Some(false));
-        assert_eq!(c.host_pack, HostPack { send: false, recv: true });
+        assert_eq!(
+            c.host_pack,
+            HostPack {
+                send: false,
+                recv: true
+            }
+        );
         assert_eq!(c.costs.dma_us, 3.0);
         assert!(c.problems.is_empty());
     }

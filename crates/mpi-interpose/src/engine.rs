@@ -313,14 +313,21 @@ impl Engine {
     ///
     /// # Errors
     /// The allocation is too short for the layout, or a CUDA/NVRTC failure.
-    pub unsafe fn pack(&self, plan: &StridedBlock, buf: *const c_void, method: Method) -> Result<Staging> {
+    pub unsafe fn pack(
+        &self,
+        plan: &StridedBlock,
+        buf: *const c_void,
+        method: Method,
+    ) -> Result<Staging> {
         self.check_span(plan)?;
         let n = usize_of(plan.packed_size())?;
         match self {
             Engine::Cpu => {
                 let mut out = vec![0u8; n];
                 // SAFETY: the caller's contract: the layout's bytes are readable from `buf`.
-                let src = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), usize_of(plan.extent_end())?) };
+                let src = unsafe {
+                    std::slice::from_raw_parts(buf.cast::<u8>(), usize_of(plan.extent_end())?)
+                };
                 cpu::pack(plan, src, &mut out)?;
                 Ok(Staging::Cpu(out))
             }
@@ -375,11 +382,9 @@ impl Engine {
                 let staging = match method {
                     Method::Device => Staging::Device(g.clone(), Some(g.device_alloc(n)?)),
                     Method::OneShot => Staging::Host(g.clone(), Some(g.host_alloc(n)?)),
-                    Method::Staged => Staging::Both(
-                        g.clone(),
-                        Some(g.device_alloc(n)?),
-                        Some(g.host_alloc(n)?),
-                    ),
+                    Method::Staged => {
+                        Staging::Both(g.clone(), Some(g.device_alloc(n)?), Some(g.host_alloc(n)?))
+                    }
                 };
                 let src = match &staging {
                     Staging::Device(_, Some(a)) | Staging::Both(_, Some(a), _) => a.ptr,
@@ -403,7 +408,12 @@ impl Engine {
     ///
     /// # Errors
     /// As [`Engine::pack`].
-    pub unsafe fn unpack(&self, plan: &StridedBlock, staging: &mut Staging, buf: *mut c_void) -> Result<()> {
+    pub unsafe fn unpack(
+        &self,
+        plan: &StridedBlock,
+        staging: &mut Staging,
+        buf: *mut c_void,
+    ) -> Result<()> {
         self.check_span(plan)?;
         let n = usize_of(plan.packed_size())?;
         if n == 0 {
@@ -412,7 +422,9 @@ impl Engine {
         match (self, staging) {
             (Engine::Cpu, Staging::Cpu(v)) => {
                 // SAFETY: the caller's contract: the layout's bytes are writable at `buf`.
-                let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), usize_of(plan.extent_end())?) };
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(buf.cast::<u8>(), usize_of(plan.extent_end())?)
+                };
                 cpu::unpack(plan, &v[..n.min(v.len())], dst)?;
                 Ok(())
             }
@@ -476,7 +488,13 @@ impl Engine {
                 // SAFETY: the caller's contract.
                 let mut staging = unsafe { self.pack(plan, buf, Method::OneShot) }?;
                 // SAFETY: `out` is writable for at least `n` bytes, the staging holds `n`.
-                unsafe { std::ptr::copy_nonoverlapping(staging.mpi_ptr().cast::<u8>(), out.cast::<u8>(), n) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        staging.mpi_ptr().cast::<u8>(),
+                        out.cast::<u8>(),
+                        n,
+                    )
+                };
                 Ok(())
             }
             Engine::Gpu(g, _) => {

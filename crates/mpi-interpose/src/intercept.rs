@@ -190,7 +190,10 @@ pub unsafe extern "C" fn MPI_Unpack(
         // SAFETY: MPI's contract for the output triple; `input` has `left` readable bytes.
         match unsafe { engine.unpack_from(&plan, input, left, outbuf) } {
             Ok(()) => {
-                log!("MPI_Unpack: {n} bytes unpacked into a {}", engine.describe());
+                log!(
+                    "MPI_Unpack: {n} bytes unpacked into a {}",
+                    engine.describe()
+                );
                 Some(n)
             }
             Err(e) => {
@@ -228,7 +231,9 @@ pub unsafe extern "C" fn MPI_Send(
     // SAFETY: MPI's contract for the send triple.
     match guarded(|| unsafe { prepare_send("MPI_Send", buf, count, datatype) }) {
         // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
-        Some((mut s, n)) => unsafe { ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm) },
+        Some((mut s, n)) => unsafe {
+            ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm)
+        },
         // SAFETY: the caller's contract.
         None => unsafe { ffi::PMPI_Send(buf, count, datatype, dest, tag, comm) },
     }
@@ -252,9 +257,8 @@ pub unsafe extern "C" fn MPI_Isend(
     match guarded(|| unsafe { prepare_send("MPI_Isend", buf, count, datatype) }) {
         Some((mut s, n)) => {
             // SAFETY: the staging is kept in the request table until the request completes.
-            let rc = unsafe {
-                ffi::PMPI_Isend(s.mpi_ptr(), n, bytes_type(), dest, tag, comm, request)
-            };
+            let rc =
+                unsafe { ffi::PMPI_Isend(s.mpi_ptr(), n, bytes_type(), dest, tag, comm, request) };
             if rc == 0 {
                 // SAFETY: the real MPI wrote the new request's handle.
                 remember(key(unsafe { *request }), Pending::Send(s));
@@ -286,9 +290,23 @@ pub unsafe extern "C" fn MPI_Recv(
         return unsafe { ffi::PMPI_Recv(buf, count, datatype, source, tag, comm, status) };
     };
     let mut own = blank_status();
-    let st = if status == status_ignore() { &mut own as *mut MPI_Status } else { status };
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
     // SAFETY: the staging holds `r.bytes` bytes; `st` is a valid status.
-    let rc = unsafe { ffi::PMPI_Recv(r.staging.mpi_ptr(), r.bytes, bytes_type(), source, tag, comm, st) };
+    let rc = unsafe {
+        ffi::PMPI_Recv(
+            r.staging.mpi_ptr(),
+            r.bytes,
+            bytes_type(),
+            source,
+            tag,
+            comm,
+            st,
+        )
+    };
     if rc != 0 {
         return rc;
     }
@@ -317,7 +335,15 @@ pub unsafe extern "C" fn MPI_Irecv(
     };
     // SAFETY: the staging is kept in the request table until the request completes.
     let rc = unsafe {
-        ffi::PMPI_Irecv(r.staging.mpi_ptr(), r.bytes, bytes_type(), source, tag, comm, request)
+        ffi::PMPI_Irecv(
+            r.staging.mpi_ptr(),
+            r.bytes,
+            bytes_type(),
+            source,
+            tag,
+            comm,
+            request,
+        )
     };
     if rc == 0 {
         // SAFETY: the real MPI wrote the new request's handle.
@@ -346,9 +372,11 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     status: *mut MPI_Status,
 ) -> c_int {
     // SAFETY: MPI's contract for the send triple.
-    let mut send = guarded(|| unsafe { prepare_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
+    let mut send =
+        guarded(|| unsafe { prepare_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
     // SAFETY: MPI's contract for the receive triple.
-    let mut recv = guarded(|| unsafe { prepare_recv("MPI_Sendrecv", recvbuf, recvcount, recvtype) });
+    let mut recv =
+        guarded(|| unsafe { prepare_recv("MPI_Sendrecv", recvbuf, recvcount, recvtype) });
     if send.is_none() && recv.is_none() {
         // SAFETY: the caller's contract.
         return unsafe {
@@ -367,11 +395,17 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         None => (recvbuf, recvcount, recvtype),
     };
     let mut own = blank_status();
-    let st = if status == status_ignore() { &mut own as *mut MPI_Status } else { status };
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
     // SAFETY: each side is the caller's triple or a staging buffer of the stated bytes, alive
     // until the blocking call returns.
     let rc = unsafe {
-        ffi::PMPI_Sendrecv(sb, sc, st_, dest, sendtag, rb, rcount, rt, source, recvtag, comm, st)
+        ffi::PMPI_Sendrecv(
+            sb, sc, st_, dest, sendtag, rb, rcount, rt, source, recvtag, comm, st,
+        )
     };
     drop(send);
     match recv {
@@ -421,7 +455,10 @@ unsafe fn keys(reqs: *const MPI_Request, n: c_int) -> Vec<u64> {
         return Vec::new();
     }
     // SAFETY: the caller's contract.
-    unsafe { std::slice::from_raw_parts(reqs, n) }.iter().map(|&r| key(r)).collect()
+    unsafe { std::slice::from_raw_parts(reqs, n) }
+        .iter()
+        .map(|&r| key(r))
+        .collect()
 }
 
 /// `MPI_Wait`: a receive of the interposer is unpacked when it completes.
@@ -437,7 +474,11 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_St
         return unsafe { ffi::PMPI_Wait(request, status) };
     }
     let mut own = blank_status();
-    let st = if status == status_ignore() { &mut own as *mut MPI_Status } else { status };
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
     // SAFETY: the caller's contract, with a valid status.
     let rc = unsafe { ffi::PMPI_Wait(request, st) };
     // SAFETY: as above.
@@ -463,7 +504,11 @@ pub unsafe extern "C" fn MPI_Test(
         return unsafe { ffi::PMPI_Test(request, flag, status) };
     }
     let mut own = blank_status();
-    let st = if status == status_ignore() { &mut own as *mut MPI_Status } else { status };
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
     // SAFETY: the caller's contract, with a valid status.
     let rc = unsafe { ffi::PMPI_Test(request, flag, st) };
     // SAFETY: as above.
@@ -553,7 +598,11 @@ pub unsafe extern "C" fn MPI_Waitany(
         return unsafe { ffi::PMPI_Waitany(count, array_of_requests, index, status) };
     }
     let mut own = blank_status();
-    let st = if status == status_ignore() { &mut own as *mut MPI_Status } else { status };
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
     // SAFETY: the caller's contract, with a valid status.
     let rc = unsafe { ffi::PMPI_Waitany(count, array_of_requests, index, st) };
     // SAFETY: as above.
@@ -587,7 +636,11 @@ pub unsafe extern "C" fn MPI_Testany(
         return unsafe { ffi::PMPI_Testany(count, array_of_requests, index, flag, status) };
     }
     let mut own = blank_status();
-    let st = if status == status_ignore() { &mut own as *mut MPI_Status } else { status };
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
     // SAFETY: the caller's contract, with a valid status.
     let rc = unsafe { ffi::PMPI_Testany(count, array_of_requests, index, flag, st) };
     // SAFETY: as above.
@@ -612,7 +665,13 @@ unsafe fn some(
     outcount: *mut c_int,
     indices: *mut c_int,
     statuses_in: *mut MPI_Status,
-    call: unsafe extern "C" fn(c_int, *mut MPI_Request, *mut c_int, *mut c_int, *mut MPI_Status) -> c_int,
+    call: unsafe extern "C" fn(
+        c_int,
+        *mut MPI_Request,
+        *mut c_int,
+        *mut c_int,
+        *mut MPI_Status,
+    ) -> c_int,
 ) -> c_int {
     // SAFETY: the caller passes `incount` requests.
     let before = unsafe { keys(reqs, incount) };
@@ -655,7 +714,14 @@ pub unsafe extern "C" fn MPI_Waitsome(
 ) -> c_int {
     // SAFETY: the caller's contract.
     unsafe {
-        some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses, ffi::PMPI_Waitsome)
+        some(
+            incount,
+            array_of_requests,
+            outcount,
+            array_of_indices,
+            array_of_statuses,
+            ffi::PMPI_Waitsome,
+        )
     }
 }
 
@@ -673,7 +739,14 @@ pub unsafe extern "C" fn MPI_Testsome(
 ) -> c_int {
     // SAFETY: the caller's contract.
     unsafe {
-        some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses, ffi::PMPI_Testsome)
+        some(
+            incount,
+            array_of_requests,
+            outcount,
+            array_of_indices,
+            array_of_statuses,
+            ffi::PMPI_Testsome,
+        )
     }
 }
 

@@ -27,7 +27,9 @@ pub fn device_buffer(ptr: *const std::ffi::c_void) -> Option<DeviceBuffer> {
     if ptr.is_null() || datatype_pack::gpu::driver_available().is_err() {
         return None;
     }
-    catch_unwind(AssertUnwindSafe(|| query(ptr as u64))).ok().flatten()
+    catch_unwind(AssertUnwindSafe(|| query(ptr as u64)))
+        .ok()
+        .flatten()
 }
 
 fn query(p: u64) -> Option<DeviceBuffer> {

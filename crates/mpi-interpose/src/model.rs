@@ -273,7 +273,10 @@ mod tests {
         }
         // Smaller blocks never pack faster.
         assert!(c.pack_us(shape(1 << 20, 1)) > c.pack_us(shape(1 << 20, 64)));
-        assert_eq!(c.pack_us(shape(1 << 20, 64)), c.pack_us(shape(1 << 20, 4096)));
+        assert_eq!(
+            c.pack_us(shape(1 << 20, 64)),
+            c.pack_us(shape(1 << 20, 4096))
+        );
     }
 
     #[test]

@@ -145,7 +145,10 @@ unsafe fn plan_for(
         return None;
     };
     if c_int::try_from(plan.packed_size()).is_err() {
-        log!("{op}: {} packed bytes exceed MPI's int count, passes through", plan.packed_size());
+        log!(
+            "{op}: {} packed bytes exceed MPI's int count, passes through",
+            plan.packed_size()
+        );
         return None;
     }
     Some((layout, plan, dev))
@@ -168,7 +171,11 @@ fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
         shape.block_len,
         model::describe(&weighed),
         if aware { "" } else { "not " },
-        if cfg.method.is_some() { "; method forced" } else { "" },
+        if cfg.method.is_some() {
+            "; method forced"
+        } else {
+            ""
+        },
     );
     m
 }
@@ -197,7 +204,11 @@ pub unsafe fn prepare_send(
     // SAFETY: the caller's contract; `engine` was made for this buffer.
     match unsafe { engine.pack(&plan, buf, method) } {
         Ok(s) => {
-            log!("{op}: packed {} bytes from a {}", plan.packed_size(), engine.describe());
+            log!(
+                "{op}: packed {} bytes from a {}",
+                plan.packed_size(),
+                engine.describe()
+            );
             Some((s, c_int::try_from(plan.packed_size()).ok()?))
         }
         Err(e) => {
@@ -276,7 +287,11 @@ pub unsafe fn finish_recv(mut r: Receive, status: *const ffi::MPI_Status) -> c_i
         unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut got) };
         let got = u64::try_from(got).unwrap_or(0);
         let elem = r.layout.element_size();
-        let n = if elem == 0 { 0 } else { (got / elem).min(r.count) };
+        let n = if elem == 0 {
+            0
+        } else {
+            (got / elem).min(r.count)
+        };
         if got % elem.max(1) != 0 {
             log!("{op}: {got} bytes are not whole elements of {elem}; unpacking {n} whole");
         }
@@ -293,7 +308,11 @@ pub unsafe fn finish_recv(mut r: Receive, status: *const ffi::MPI_Status) -> c_i
         // and `plan` is no larger; the buffer is the caller's receive buffer.
         match unsafe { r.engine.unpack(&plan, &mut r.staging, r.buf) } {
             Ok(()) => {
-                log!("{op}: unpacked {} bytes into a {}", plan.packed_size(), r.engine.describe());
+                log!(
+                    "{op}: unpacked {} bytes into a {}",
+                    plan.packed_size(),
+                    r.engine.describe()
+                );
                 Some(0)
             }
             Err(e) => {

@@ -194,7 +194,11 @@ mod tests {
     use datatype_pack::construct::vector;
 
     fn sig(size: i64, extent: i64) -> Signature {
-        Signature { size, lb: 0, extent }
+        Signature {
+            size,
+            lb: 0,
+            extent,
+        }
     }
 
     #[test]
