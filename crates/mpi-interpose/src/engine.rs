@@ -74,11 +74,11 @@ impl Gpu {
             return Ok(gpu.clone());
         }
         let ctx = dgpu::context(ordinal)?;
-        let stream = ctx.new_stream().map_err(|e| Error::Cuda {
-            op: "Gpu::get",
-            call: "cuStreamCreate",
-            message: format!("{e:?}"),
-        })?;
+        // The legacy default stream: a pack runs after everything the program queued on its
+        // own blocking streams (a copy into the send buffer that `cudaMemcpy` returned from
+        // before its DMA ended, say), and an unpack ends before anything queued after the
+        // receive; MPI's semantics for a buffer handed to a call, kept on device memory.
+        let stream = ctx.default_stream();
         let gpu = Arc::new(Gpu {
             ordinal,
             ctx,

@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn host_memory_is_host() {
-        let v = vec![0u8; 64];
+        let v = [0u8; 64];
         assert_eq!(device_buffer(v.as_ptr().cast()), None);
         assert_eq!(device_buffer(std::ptr::null()), None);
     }

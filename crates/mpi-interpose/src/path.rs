@@ -287,11 +287,7 @@ pub unsafe fn finish_recv(mut r: Receive, status: *const ffi::MPI_Status) -> c_i
         unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut got) };
         let got = u64::try_from(got).unwrap_or(0);
         let elem = r.layout.element_size();
-        let n = if elem == 0 {
-            0
-        } else {
-            (got / elem).min(r.count)
-        };
+        let n = got.checked_div(elem).unwrap_or(0).min(r.count);
         if got % elem.max(1) != 0 {
             log!("{op}: {got} bytes are not whole elements of {elem}; unpacking {n} whole");
         }

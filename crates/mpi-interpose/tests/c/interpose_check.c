@@ -244,7 +244,8 @@ static void pack_check(const char *name, int test, MPI_Datatype a, int na, MPI_D
     MPI_Pack(db, nb, b, out, total, &pos, MPI_COMM_WORLD);
     download(got, out, (size_t)pos, out_dev);
     ok &= pos == wpos && memcmp(got, want, (size_t)wpos) == 0;
-    sum ^= fnv(got, (size_t)pos);
+    /* The sum is of the host-buffer round (both builds have it); device rounds are checked. */
+    if (out_dev == 0) sum ^= fnv(got, (size_t)pos);
     /* Unpack back over buffers holding another pattern. */
     uint8_t *ia = malloc(abytes + 1), *ib = malloc(bbytes + 1), *wa = malloc(abytes + 1),
             *wb = malloc(bbytes + 1), *ga = malloc(abytes + 1), *gb = malloc(bbytes + 1);
@@ -263,7 +264,7 @@ static void pack_check(const char *name, int test, MPI_Datatype a, int na, MPI_D
     download(ga, da, abytes, dev());
     download(gb, db, bbytes, dev());
     ok &= gpos == up && memcmp(ga, wa, abytes) == 0 && memcmp(gb, wb, bbytes) == 0;
-    sum ^= fnv(ga, abytes) * 3 ^ fnv(gb, bbytes) * 5;
+    if (out_dev == 0) sum ^= fnv(ga, abytes) * 3 ^ fnv(gb, bbytes) * 5;
     free(ia); free(ib); free(wa); free(wb); free(ga); free(gb);
     dev_free(out, out_dev);
   }
