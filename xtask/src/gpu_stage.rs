@@ -176,10 +176,9 @@ fn stage_interposer(root: &Path, dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(&sources)
         .map_err(|e| format!("cannot create {}: {e}", sources.display()))?;
     let from = root.join(interpose::SOURCES);
-    copy(
-        &from.join(interpose::CHECK_SOURCE),
-        &sources.join(interpose::CHECK_SOURCE),
-    )?;
+    for source in [interpose::CHECK_SOURCE, interpose::BENCH_SOURCE] {
+        copy(&from.join(source), &sources.join(source))?;
+    }
     let script = dir.join(interpose::RUN_SCRIPT);
     write(&script, &interpose::render_run_script())?;
     set_mode(&script, 0o755)

@@ -31,6 +31,9 @@ pub const SOURCES: &str = "crates/mpi-interpose/tests/c";
 /// The check program's source file.
 pub const CHECK_SOURCE: &str = "interpose_check.c";
 
+/// The benchmark program's source file.
+pub const BENCH_SOURCE: &str = "interpose_bench.c";
+
 /// The staged script that runs the device flavour.
 pub const RUN_SCRIPT: &str = "run-interpose.sh";
 
@@ -448,6 +451,70 @@ fn host_tally(root: &Path, ranks: &[u32], as_root: bool) -> Tally {
         limit: mpirun::timeout(),
     };
     tally.absorb(run_all(&host_runs(), &setup, ranks));
+    tally.absorb(with_the_rust_library(root, &setup));
+    tally
+}
+
+/// A Rust test binary of this workspace (rsmpi, libmpi, datatype-pack's own decoder) that
+/// also builds, commits, decodes and frees datatypes, under `LD_PRELOAD` on 2 ranks: as it is,
+/// and with the host byte path. Its own checks must pass: the library and the program share one
+/// process without a symbol conflict.
+pub const RUST_PROGRAM: &str = "mpi_datatype_decode";
+
+fn with_the_rust_library(root: &Path, s: &Setup) -> Tally {
+    let mut tally = Tally::default();
+    let jobs = jobs();
+    let built = crate::artifacts::build(
+        &cargo(),
+        root,
+        &[
+            "-p",
+            crate::binaries::ROOT_PACKAGE,
+            "--test",
+            RUST_PROGRAM,
+            "-j",
+            &jobs,
+        ],
+    );
+    let exe = match built {
+        Ok(b) => b
+            .into_iter()
+            .find(|a| a.name == RUST_PROGRAM)
+            .map(|a| a.executable),
+        Err(e) => {
+            tally.fail(1, format!("build of {RUST_PROGRAM}: {e}"));
+            return tally;
+        }
+    };
+    let Some(exe) = exe else {
+        tally.fail(1, format!("cargo built no {RUST_PROGRAM}"));
+        return tally;
+    };
+    for host_pack in ["0", "1"] {
+        let mut l = Launch::new(&exe, &[], 2, s.as_root, true);
+        l.options.push("-x".to_owned());
+        l.options
+            .push(format!("LD_PRELOAD={}", s.library.display()));
+        l.export("COLLECTIVES_INTERPOSE_HOST_PACK", host_pack);
+        l.export("COLLECTIVES_FUZZ_TYPES", "200");
+        let what = format!("{RUST_PROGRAM} n=2 under LD_PRELOAD, host byte path {host_pack}");
+        println!("== {what}: {} ==", l.shell_line());
+        match exec::run_tee(l.command(), Some(s.limit), false) {
+            Ok(o) => {
+                let counted = mpirun::count_mpi_test(
+                    &what,
+                    parse_mpi_tests(&o.output),
+                    o.success(),
+                    &o.describe(),
+                );
+                if counted.failed > 0 {
+                    print!("{}", o.output);
+                }
+                tally.absorb(counted);
+            }
+            Err(e) => tally.fail(1, format!("{what}: cannot start mpirun: {e}")),
+        }
+    }
     tally
 }
 
@@ -460,6 +527,8 @@ pub struct Options {
     pub device: bool,
     /// Rank counts.
     pub ranks: Vec<u32>,
+    /// The benchmark instead of the checks (device flavour, 2 ranks).
+    pub bench: bool,
 }
 
 /// Parses the arguments after `interpose`.
@@ -471,6 +540,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         staged: None,
         device: false,
         ranks: Vec::new(),
+        bench: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -481,6 +551,10 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
                 ))
             }
             "--device" => o.device = true,
+            "--bench" => {
+                o.bench = true;
+                o.device = true;
+            }
             "--ranks" => {
                 let list = it.next().ok_or("--ranks needs a list such as 2,4")?;
                 for p in list.split(',').filter(|p| !p.is_empty()) {
@@ -575,6 +649,23 @@ fn device_tally(o: &Options, as_root: bool) -> Tally {
     if cuda_mpirun.is_none() {
         println!("no CUDA-aware mpirun (XTASK_CUDA_MPIRUN): its runs are left out");
     }
+    if o.bench {
+        let exe = build.join("interpose_bench");
+        if let Err(e) = compile(&sources.join(BENCH_SOURCE), &exe, Some(&cuda_home())) {
+            tally.fail(1, e);
+            return tally;
+        }
+        let s = Setup {
+            library,
+            host_exe: exe.clone(),
+            device_exe: Some(exe),
+            cuda_mpirun,
+            as_root,
+            limit: mpirun::timeout(),
+        };
+        tally.absorb(bench(&s));
+        return tally;
+    }
     let setup = Setup {
         library,
         host_exe,
@@ -588,6 +679,104 @@ fn device_tally(o: &Options, as_root: bool) -> Tally {
     tally
 }
 
+/// The benchmark's runs: under the CUDA-aware `mpirun` plain and preloaded, under `mpirun`
+/// (not CUDA-aware) preloaded; each `bench` line's median, side by side.
+pub fn bench_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
+    let mut v = Vec::new();
+    if cuda_aware_mpirun {
+        v.push(new_run("CUDA-aware MPI", true, false, true));
+        v.push(new_run("CUDA-aware MPI + interposer", true, true, true));
+    }
+    v.push(new_run("MPI + interposer", true, true, false).arg("--host-mpi"));
+    v
+}
+
+/// `bench KIND NAME BYTES MEDIAN_US N` lines: `((kind, name, bytes), median)`.
+pub fn bench_lines(output: &str) -> Vec<((String, String, u64), f64)> {
+    output
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() != 6 || w[0] != "bench" {
+                return None;
+            }
+            Some((
+                (w[1].to_owned(), w[2].to_owned(), w[3].parse().ok()?),
+                w[4].parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The markdown table of the runs' medians, one column per run, and the speed-up of the
+/// second column over the first where both are there.
+pub fn bench_table(labels: &[String], results: &[Vec<((String, String, u64), f64)>]) -> String {
+    let mut keys: Vec<(String, String, u64)> = Vec::new();
+    for r in results {
+        for (k, _) in r {
+            if !keys.contains(k) {
+                keys.push(k.clone());
+            }
+        }
+    }
+    let mut t = format!(
+        "| call | object | bytes | {} | speed-up |\n",
+        labels.join(" (us) | ") + " (us)"
+    );
+    t.push_str(&format!(
+        "|---|---|---:|{}---:|\n",
+        "---:|".repeat(labels.len())
+    ));
+    for k in &keys {
+        let cols: Vec<Option<f64>> = results
+            .iter()
+            .map(|r| r.iter().find(|(rk, _)| rk == k).map(|(_, v)| *v))
+            .collect();
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|c| c.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}")))
+            .collect();
+        let speedup = match (
+            cols.first().copied().flatten(),
+            cols.get(1).copied().flatten(),
+        ) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.1}x", a / b),
+            _ => "-".to_owned(),
+        };
+        t.push_str(&format!(
+            "| {} | {} | {} | {} | {speedup} |\n",
+            k.0,
+            k.1,
+            k.2,
+            cells.join(" | ")
+        ));
+    }
+    t
+}
+
+fn bench(s: &Setup) -> Tally {
+    let mut tally = Tally::default();
+    let runs = bench_runs(s.cuda_mpirun.is_some());
+    let mut labels = Vec::new();
+    let mut results = Vec::new();
+    for r in &runs {
+        let Some(l) = launch(r, s, 2) else { continue };
+        let what = format!("interpose_bench n=2, {}", r.label);
+        println!("== {what}: {} ==", l.shell_line());
+        match exec::run_tee(l.command(), Some(s.limit), true) {
+            Ok(o) if o.success() => {
+                tally.pass(1);
+                labels.push(r.label.clone());
+                results.push(bench_lines(&o.output));
+            }
+            Ok(o) => tally.fail(1, format!("{what}: {}", o.describe())),
+            Err(e) => tally.fail(1, format!("{what}: cannot start mpirun: {e}")),
+        }
+    }
+    print!("{}", bench_table(&labels, &results));
+    tally
+}
+
 /// The text of `run-interpose.sh`, staged beside `run-all.sh`.
 pub fn render_run_script() -> String {
     r#"#!/usr/bin/env bash
@@ -597,6 +786,7 @@ pub fn render_run_script() -> String {
 # LD_PRELOAD=lib/libcollectives_interpose.so, results compared byte for byte.
 #   bash .gpu-box/run-interpose.sh                 2 ranks
 #   bash .gpu-box/run-interpose.sh --ranks 2,4     2 and 4 ranks
+#   bash .gpu-box/run-interpose.sh --bench         the benchmark (2 ranks), plain and preloaded
 # The last line is `N passed, M failed`.
 set -u
 here="${BASH_SOURCE[0]}"
@@ -699,6 +889,27 @@ mod tests {
         assert!(parse_args(&strings(&["--ranks", "0"])).is_err());
         assert!(parse_args(&strings(&["--bogus"])).is_err());
         assert!(parse_args(&strings(&["--staged"])).is_err());
+    }
+
+    #[test]
+    fn bench_table_side_by_side() {
+        let a = bench_lines("bench MPI_Pack 2d-block-1 262144 7000.5 8\nbench MPI_Sendrecv face-x 512 100.0 3\nnoise\n");
+        let b = bench_lines("bench MPI_Pack 2d-block-1 262144 10.0 99\n");
+        assert_eq!(a.len(), 2);
+        let t = bench_table(&["plain".to_owned(), "preloaded".to_owned()], &[a, b]);
+        assert!(
+            t.contains("| MPI_Pack | 2d-block-1 | 262144 | 7000.5 | 10.0 | 700.0x |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| MPI_Sendrecv | face-x | 512 | 100.0 | - | - |"),
+            "{t}"
+        );
+        assert!(t.starts_with("| call | object | bytes | plain (us) | preloaded (us) | speed-up |"));
+        assert_eq!(bench_runs(false).len(), 1);
+        assert_eq!(bench_runs(true).len(), 3);
+        let o = parse_args(&strings(&["--bench"])).unwrap();
+        assert!(o.bench && o.device);
     }
 
     #[test]
