@@ -691,8 +691,11 @@ pub fn bench_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
     v
 }
 
-/// `bench KIND NAME BYTES MEDIAN_US N` lines: `((kind, name, bytes), median)`.
-pub fn bench_lines(output: &str) -> Vec<((String, String, u64), f64)> {
+/// One benchmark result: `((call, object, bytes), median in microseconds)`.
+pub type BenchRow = ((String, String, u64), f64);
+
+/// `bench KIND NAME BYTES MEDIAN_US N` lines as [`BenchRow`]s.
+pub fn bench_lines(output: &str) -> Vec<BenchRow> {
     output
         .lines()
         .filter_map(|l| {
@@ -710,7 +713,7 @@ pub fn bench_lines(output: &str) -> Vec<((String, String, u64), f64)> {
 
 /// The markdown table of the runs' medians, one column per run, and the speed-up of the
 /// second column over the first where both are there.
-pub fn bench_table(labels: &[String], results: &[Vec<((String, String, u64), f64)>]) -> String {
+pub fn bench_table(labels: &[String], results: &[Vec<BenchRow>]) -> String {
     let mut keys: Vec<(String, String, u64)> = Vec::new();
     for r in results {
         for (k, _) in r {
