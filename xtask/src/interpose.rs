@@ -603,6 +603,28 @@ pub fn run(args: &[String]) -> ExitCode {
     }
 }
 
+/// The device flavour as a summary step of the GPU suite: staged in `staged` (`.gpu-box`), or
+/// built here.
+pub fn device_step(staged: Option<&Path>, ranks: &[u32], as_root: bool) -> Step {
+    let o = Options {
+        staged: staged.map(Path::to_path_buf),
+        device: true,
+        ranks: ranks.to_vec(),
+        bench: false,
+    };
+    Step {
+        label: format!(
+            "interposer: C program on device buffers, plain and under LD_PRELOAD (n={})",
+            ranks
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        tally: Some(device_tally(&o, as_root)),
+    }
+}
+
 fn device_tally(o: &Options, as_root: bool) -> Tally {
     let mut tally = Tally::default();
     let (library, sources, build) = match &o.staged {

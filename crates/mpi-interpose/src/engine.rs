@@ -198,6 +198,31 @@ impl Gpu {
     }
 }
 
+/// At `MPI_Type_commit`: when the calling thread has a current CUDA context (the program uses
+/// the GPU already), compile the kernels of one element of `plan` for that device now rather
+/// than at the first message. Best effort: `None` when there is nothing to do or it failed.
+pub fn precompile(plan: &StridedBlock) -> Option<usize> {
+    dgpu::driver_available().ok()?;
+    let ordinal = std::panic::catch_unwind(|| {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; asking for the current context initializes nothing.
+        let rc = unsafe { sys::cuCtxGetCurrent(&mut ctx) };
+        if rc != sys::CUresult::CUDA_SUCCESS || ctx.is_null() {
+            return None;
+        }
+        let mut dev: sys::CUdevice = 0;
+        // SAFETY: a context is current; a valid out-pointer.
+        let rc = unsafe { sys::cuCtxGetDevice(&mut dev) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        usize::try_from(dev).ok()
+    })
+    .ok()??;
+    Gpu::get(ordinal).ok()?.packer(plan).ok()?;
+    Some(ordinal)
+}
+
 /// A buffer the real MPI sends from or receives into; given back to its pool when dropped.
 #[derive(Debug)]
 pub enum Staging {
@@ -273,11 +298,25 @@ impl Engine {
     /// The engine for a buffer on `dev` (or on the host, with `None`).
     ///
     /// # Errors
-    /// The GPU's context cannot be made.
+    /// The GPU's context cannot be made, or the buffer belongs to another context than the
+    /// device's primary one (where packers and staging live).
     pub fn for_buffer(dev: Option<DeviceBuffer>) -> Result<Engine> {
         match dev {
             None => Ok(Engine::Cpu),
-            Some(d) => Ok(Engine::Gpu(Gpu::get(d.ordinal)?, d)),
+            Some(d) => {
+                let gpu = Gpu::get(d.ordinal)?;
+                let primary = gpu.ctx.cu_ctx() as usize;
+                if d.context != 0 && d.context != primary {
+                    return Err(Error::Unsupported {
+                        op: "engine",
+                        message: format!(
+                            "the buffer belongs to a CUDA context other than device {}'s primary one",
+                            d.ordinal
+                        ),
+                    });
+                }
+                Ok(Engine::Gpu(gpu, d))
+            }
         }
     }
 

@@ -20,6 +20,9 @@ pub struct DeviceBuffer {
     pub ptr: u64,
     /// Bytes from the pointer to the end of its allocation.
     pub len: u64,
+    /// The context the allocation belongs to (`CU_POINTER_ATTRIBUTE_CONTEXT`), 0 when the
+    /// driver names none (stream-ordered and virtual-memory allocations).
+    pub context: usize,
 }
 
 /// The device allocation `ptr` points into, or `None` for host memory (or anything not certain).
@@ -71,6 +74,18 @@ fn query(p: u64) -> Option<DeviceBuffer> {
     if rc != ok {
         return None;
     }
+    let mut context: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: this attribute is a `CUcontext` written into a valid out-pointer.
+    let rc = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut context as *mut sys::CUcontext).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
+            p,
+        )
+    };
+    if rc != ok {
+        context = std::ptr::null_mut();
+    }
     let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
     // SAFETY: two valid out-pointers; the driver fills them for an address it allocated.
     let rc = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, p) };
@@ -82,6 +97,7 @@ fn query(p: u64) -> Option<DeviceBuffer> {
         ordinal: usize::try_from(ordinal).ok()?,
         ptr: p,
         len: end - p,
+        context: context as usize,
     })
 }
 

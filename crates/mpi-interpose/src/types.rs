@@ -136,8 +136,14 @@ pub unsafe fn on_commit(dt: ffi::MPI_Datatype) -> String {
     let k = key(dt);
     match (decoded, sig) {
         (Ok(one), Some(signature)) => {
-            let text = format!("decoded: {} bytes per element", signature.size);
-            lock(cache()).insert(k, Arc::new(Layout::new(one, signature)));
+            let mut text = format!("decoded: {} bytes per element", signature.size);
+            let layout = Arc::new(Layout::new(one, signature));
+            lock(cache()).insert(k, layout.clone());
+            if let Some(plan) = layout.plan(1) {
+                if let Some(dev) = crate::engine::precompile(&plan) {
+                    text.push_str(&format!("; kernels compiled for device {dev}"));
+                }
+            }
             text
         }
         (Err(e), _) => {
