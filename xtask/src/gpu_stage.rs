@@ -13,7 +13,7 @@
 //! | `run-all.sh` | `bash .gpu-box/run-all.sh` there runs the suite and ends with `N passed, M failed` |
 //! | `lib/libcollectives_interpose.so` | the MPI interposer (release), stripped |
 //! | `interpose/` | its C check program, compiled there with `mpicc` |
-//! | `run-interpose.sh` | `bash .gpu-box/run-interpose.sh` there runs the interposer's device checks ([`interpose`](crate::interpose)) |
+//! | `run-interpose.sh` | `bash .gpu-box/run-interpose.sh` there runs the interposer's device checks ([`interpose`]) |
 //! | `env.sh`, `ompi-cuda-*.tar.xz`, `peers/` | from the GPU kit directory, when there is one |
 //!
 //! The GPU kit is a directory holding `env.sh` (the GPU machine's settings; it unpacks the

@@ -17,7 +17,7 @@
 //! 6. with `compute-sanitizer`: `memcheck`, `racecheck` and `synccheck` over `gpu_pack` and over
 //!    `nccl_collectives` on 1 rank;
 //! 7. the MPI interposer's C checks on device buffers (`xtask interpose --device`, see
-//!    [`interpose`](crate::interpose)) on 2 ranks, and 4 with 4 GPUs: one summary line of its own.
+//!    [`crate::interpose`]) on 2 ranks, and 4 with 4 GPUs: one summary line of its own.
 //!
 //! Counting: a libtest binary by its `test result:` lines, a multi-rank binary by its
 //! `mpi-tests:` line, an example or a `collbench` check by its exit status, a sanitizer run as one
@@ -886,7 +886,7 @@ pub fn local_steps(root: &Path, as_root: bool, options: &Options) -> Vec<summary
     steps
 }
 
-/// The MPI interposer's device checks ([`interpose`](crate::interpose)), after the plan's steps:
+/// The MPI interposer's device checks ([`crate::interpose`]), after the plan's steps:
 /// 2 ranks (sharing GPU 0 on a machine with one), and 4 where there are 4 GPUs. Left out by
 /// `--only` unless a text of it is in `interpose`, and by `--dry-run` (which prints it).
 fn interposer_step(

@@ -5,7 +5,7 @@
 //! | `COLLECTIVES_INTERPOSE_LOG` | `1` | one line on stderr per decision (which calls take the interposer's path, by which method, and why others pass through) |
 //! | `COLLECTIVES_INTERPOSE_DISABLE` | `1` | every call passes straight through to the real MPI |
 //! | `COLLECTIVES_INTERPOSE_METHOD` | `device`, `one-shot`, `staged` | force a method where it is open (device only with a CUDA-aware MPI) |
-//! | `COLLECTIVES_INTERPOSE_COSTS` | `name=value,...` | replace entries of the cost model's table ([`Costs`](crate::model::Costs) field names) |
+//! | `COLLECTIVES_INTERPOSE_COSTS` | `name=value,...` | replace entries of the cost model's table ([`Costs`] field names) |
 //! | `COLLECTIVES_INTERPOSE_CUDA_AWARE` | `0`, `1` | override the detection of a CUDA-aware MPI (`MPIX_Query_cuda_support`) |
 //! | `COLLECTIVES_INTERPOSE_HOST_PACK` | `1`, `send`, `recv` | testing: host buffers of decoded types also take the interposer's byte path (packed by the CPU reference), for sends and receives, sends only or receives only |
 
