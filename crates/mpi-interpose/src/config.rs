@@ -6,6 +6,7 @@
 //! | `COLLECTIVES_INTERPOSE_DISABLE` | `1` | every call passes straight through to the real MPI |
 //! | `COLLECTIVES_INTERPOSE_METHOD` | `device`, `one-shot`, `staged` | force a method where it is open (device only with a CUDA-aware MPI) |
 //! | `COLLECTIVES_INTERPOSE_COSTS` | `name=value,...` | replace entries of the cost model's table ([`Costs`] field names) |
+//! | `COLLECTIVES_INTERPOSE_CALIBRATE` | `1` | measure the GPU's entries of the table (launch, pack, mapped writes, DMA) once per device at its first message; `COLLECTIVES_INTERPOSE_COSTS` still has the last word |
 //! | `COLLECTIVES_INTERPOSE_CUDA_AWARE` | `0`, `1` | override the detection of a CUDA-aware MPI (`MPIX_Query_cuda_support`) |
 //! | `COLLECTIVES_INTERPOSE_HOST_PACK` | `1`, `send`, `recv` | testing: host buffers of decoded types also take the interposer's byte path (packed by the CPU reference), for sends and receives, sends only or receives only |
 
@@ -33,6 +34,10 @@ pub struct Config {
     pub method: Option<Method>,
     /// The cost table.
     pub costs: Costs,
+    /// `COLLECTIVES_INTERPOSE_COSTS` as given, applied again after a calibration.
+    pub costs_spec: Option<String>,
+    /// Measure the GPU's costs at first use.
+    pub calibrate: bool,
     /// An override of the CUDA-awareness detection.
     pub cuda_aware: Option<bool>,
     /// The host testing mode.
@@ -62,8 +67,9 @@ impl Config {
             m
         });
         let mut costs = Costs::default();
-        if let Some(spec) = get("COLLECTIVES_INTERPOSE_COSTS") {
-            for bad in costs.apply(&spec) {
+        let costs_spec = get("COLLECTIVES_INTERPOSE_COSTS");
+        if let Some(spec) = &costs_spec {
+            for bad in costs.apply(spec) {
                 problems.push(format!("COLLECTIVES_INTERPOSE_COSTS: ignored `{bad}`"));
             }
         }
@@ -110,6 +116,8 @@ impl Config {
             disabled: flag(get("COLLECTIVES_INTERPOSE_DISABLE")),
             method,
             costs,
+            costs_spec,
+            calibrate: flag(get("COLLECTIVES_INTERPOSE_CALIBRATE")),
             cuda_aware,
             host_pack,
             problems,

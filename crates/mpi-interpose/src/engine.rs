@@ -6,14 +6,17 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use datatype_pack::construct::vector;
 use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
 use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream};
 use datatype_pack::gpu::{self as dgpu, Packer};
 use datatype_pack::{cpu, StridedBlock};
 
+use crate::config;
 use crate::error::{cuda, Error, Result};
+use crate::log::log;
 use crate::memory::DeviceBuffer;
-use crate::model::Method;
+use crate::model::{Costs, Measured, Method};
 use crate::types::lock;
 
 /// Idle staging buffers kept per GPU and kind, for reuse.
@@ -28,6 +31,7 @@ pub struct Gpu {
     packers: Mutex<HashMap<StridedBlock, Arc<Packer>>>,
     device_pool: Mutex<Vec<DeviceAlloc>>,
     host_pool: Mutex<Vec<HostAlloc>>,
+    costs: OnceLock<Costs>,
 }
 
 /// A device allocation of the staging pool.
@@ -86,6 +90,7 @@ impl Gpu {
             packers: Mutex::new(HashMap::new()),
             device_pool: Mutex::new(Vec::new()),
             host_pool: Mutex::new(Vec::new()),
+            costs: OnceLock::new(),
         });
         g.insert(ordinal, gpu.clone());
         Ok(gpu)
@@ -94,6 +99,78 @@ impl Gpu {
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// The cost table for messages on this GPU: the settings' table, or, with
+    /// `COLLECTIVES_INTERPOSE_CALIBRATE=1`, its GPU entries measured here once (then
+    /// `COLLECTIVES_INTERPOSE_COSTS` again on top).
+    pub fn costs(&self) -> Costs {
+        *self.costs.get_or_init(|| {
+            let cfg = config::get();
+            if !cfg.calibrate {
+                return cfg.costs;
+            }
+            match self.measure() {
+                Ok(m) => {
+                    let mut c = cfg.costs.calibrated(m);
+                    if let Some(spec) = &cfg.costs_spec {
+                        c.apply(spec);
+                    }
+                    log!("device {}: calibrated: {m:?} -> {c:?}", self.ordinal);
+                    c
+                }
+                Err(e) => {
+                    log!(
+                        "device {}: calibration failed, the table stays: {e}",
+                        self.ordinal
+                    );
+                    cfg.costs
+                }
+            }
+        })
+    }
+
+    /// Times a tiny and a 4 MiB pack (1 KiB blocks) between device buffers and into mapped
+    /// host memory, and a tiny and a 4 MiB DMA copy to pinned host memory; best of 3 each.
+    fn measure(&self) -> Result<Measured> {
+        const BYTES: u64 = 4 << 20;
+        let big = StridedBlock::from_type(&vector(4096, 1, 2, 1024)?)?;
+        let tiny = StridedBlock::from_type(&vector(2, 1, 2, 8)?)?;
+        let src = self.device_alloc(usize_of(big.extent_end())?)?;
+        let dev = self.device_alloc(usize_of(BYTES)?)?;
+        let host = self.host_alloc(usize_of(BYTES)?)?;
+        let result = (|| {
+            let (pb, pt) = (self.packer(&big)?, self.packer(&tiny)?);
+            let best = |f: &dyn Fn() -> Result<()>| -> Result<f64> {
+                f()?; // warm-up
+                let mut t = f64::INFINITY;
+                for _ in 0..3 {
+                    let start = std::time::Instant::now();
+                    f()?;
+                    t = t.min(start.elapsed().as_secs_f64() * 1e6);
+                }
+                Ok(t)
+            };
+            let pack = |p: &Packer, dst: u64, dst_len: usize| -> Result<()> {
+                // SAFETY: `src` and `dst` are this GPU's staging allocations (device, or mapped
+                // host by its device address), of the lengths given, used by nothing else
+                // until the stream is synchronized here.
+                unsafe { p.pack_raw(&self.stream, src.ptr, src.len, dst, dst_len) }?;
+                self.sync()
+            };
+            Ok(Measured {
+                bytes: BYTES,
+                tiny_pack_us: best(&|| pack(&pt, dev.ptr, dev.len))?,
+                pack_us: best(&|| pack(&pb, dev.ptr, dev.len))?,
+                mapped_us: best(&|| pack(&pb, host.dev, host.len))?,
+                tiny_dma_us: best(&|| self.memcpy(host.host as u64, dev.ptr, 16))?,
+                dma_us: best(&|| self.memcpy(host.host as u64, dev.ptr, BYTES as usize))?,
+            })
+        })();
+        self.give_back_device(src);
+        self.give_back_device(dev);
+        self.give_back_host(host);
+        result
     }
 
     fn bind(&self) -> Result<()> {
@@ -317,6 +394,15 @@ impl Engine {
                 }
                 Ok(Engine::Gpu(gpu, d))
             }
+        }
+    }
+
+    /// The cost table for this buffer's messages ([`Gpu::costs`]; the settings' table for host
+    /// buffers).
+    pub fn costs(&self) -> Costs {
+        match self {
+            Engine::Cpu => config::get().costs,
+            Engine::Gpu(g, _) => g.costs(),
         }
     }
 

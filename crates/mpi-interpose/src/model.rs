@@ -202,6 +202,51 @@ impl Costs {
     }
 }
 
+/// What a calibration measured on one GPU (`COLLECTIVES_INTERPOSE_CALIBRATE=1`), each the best of
+/// a few runs, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    /// Bytes of the large transfers.
+    pub bytes: u64,
+    /// A pack of a few bytes, launch and synchronization.
+    pub tiny_pack_us: f64,
+    /// A pack of `bytes` in 1 KiB blocks between device buffers.
+    pub pack_us: f64,
+    /// The same pack into mapped pinned host memory.
+    pub mapped_us: f64,
+    /// A DMA copy of a few bytes to pinned host memory.
+    pub tiny_dma_us: f64,
+    /// A DMA copy of `bytes` to pinned host memory.
+    pub dma_us: f64,
+}
+
+impl Costs {
+    /// `self` with the entries `m` measured replaced (the MPI's entries stay). A measurement
+    /// that is not positive and finite leaves its entry as it was.
+    pub fn calibrated(mut self, m: Measured) -> Costs {
+        let gbps = |us: f64, fixed: f64| {
+            let t = us - fixed;
+            (t.is_finite() && t > 0.0).then(|| m.bytes as f64 / (t * 1000.0))
+        };
+        if m.tiny_pack_us.is_finite() && m.tiny_pack_us > 0.0 {
+            self.launch_us = m.tiny_pack_us;
+        }
+        if let Some(g) = gbps(m.pack_us, m.tiny_pack_us) {
+            self.pack_gbps = g;
+        }
+        if let Some(g) = gbps(m.mapped_us, m.tiny_pack_us) {
+            self.mapped_gbps = g;
+        }
+        if m.tiny_dma_us.is_finite() && m.tiny_dma_us > 0.0 {
+            self.dma_us = m.tiny_dma_us;
+        }
+        if let Some(g) = gbps(m.dma_us, m.tiny_dma_us) {
+            self.dma_gbps = g;
+        }
+        self
+    }
+}
+
 /// The method for one message: `forced` when it is open, else the model's choice.
 pub fn decide(
     costs: &Costs,
@@ -277,6 +322,34 @@ mod tests {
             c.pack_us(shape(1 << 20, 64)),
             c.pack_us(shape(1 << 20, 4096))
         );
+    }
+
+    #[test]
+    fn calibration_replaces_what_it_measured() {
+        let base = Costs::default();
+        let m = Measured {
+            bytes: 4_000_000,
+            tiny_pack_us: 5.0,
+            pack_us: 9.0,
+            mapped_us: 405.0,
+            tiny_dma_us: 4.0,
+            dma_us: 204.0,
+        };
+        let c = base.calibrated(m);
+        assert_eq!(c.launch_us, 5.0);
+        assert!((c.pack_gbps - 1000.0).abs() < 1e-9);
+        assert!((c.mapped_gbps - 10.0).abs() < 1e-9);
+        assert_eq!(c.dma_us, 4.0);
+        assert!((c.dma_gbps - 20.0).abs() < 1e-9);
+        assert_eq!(c.host_mpi_gbps, base.host_mpi_gbps);
+        // A large transfer no slower than the tiny one tells nothing: the entry stays.
+        let odd = base.calibrated(Measured {
+            pack_us: 4.0,
+            mapped_us: f64::NAN,
+            ..m
+        });
+        assert_eq!(odd.pack_gbps, base.pack_gbps);
+        assert_eq!(odd.mapped_gbps, base.mapped_gbps);
     }
 
     #[test]

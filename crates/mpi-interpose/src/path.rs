@@ -164,7 +164,7 @@ fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
         bytes: plan.packed_size(),
         block_len: plan.block_len(),
     };
-    let (m, weighed) = model::decide(&cfg.costs, cfg.method, shape, aware);
+    let (m, weighed) = model::decide(&engine.costs(), cfg.method, shape, aware);
     log!(
         "{op}: {} packed bytes in blocks of {} B: {m} (estimates: {}; MPI {}CUDA-aware{})",
         shape.bytes,
