@@ -317,7 +317,45 @@ pub enum Staging {
 // from any thread.
 unsafe impl Send for Staging {}
 
+fn lost() -> Error {
+    Error::Unsupported {
+        op: "staging",
+        message: "a staging buffer of another engine, or given back".to_owned(),
+    }
+}
+
 impl Staging {
+    /// A staging buffer of `n` bytes on `g` for `method`, from its pools.
+    ///
+    /// # Errors
+    /// An allocation fails (what was allocated goes back to the pool).
+    fn new(g: &Arc<Gpu>, method: Method, n: usize) -> Result<Staging> {
+        Ok(match method {
+            Method::Device => Staging::Device(g.clone(), Some(g.device_alloc(n)?)),
+            Method::OneShot => Staging::Host(g.clone(), Some(g.host_alloc(n)?)),
+            Method::Staged => {
+                // Owned by the staging from here, so that a failure below gives it back.
+                let mut s = Staging::Both(g.clone(), Some(g.device_alloc(n)?), None);
+                if let Staging::Both(_, _, h) = &mut s {
+                    *h = Some(g.host_alloc(n)?);
+                }
+                s
+            }
+        })
+    }
+
+    /// The address kernels read or write the packed bytes at, and its length: the device
+    /// buffer, or the mapped host buffer's device address.
+    fn kernel_side(&self) -> Option<(u64, usize)> {
+        match self {
+            Staging::Device(_, Some(a)) | Staging::Both(_, Some(a), Some(_)) => {
+                Some((a.ptr, a.len))
+            }
+            Staging::Host(_, Some(h)) => Some((h.dev, h.len)),
+            _ => None,
+        }
+    }
+
     /// The address the real MPI uses.
     pub fn mpi_ptr(&mut self) -> *mut c_void {
         match self {
@@ -459,34 +497,21 @@ impl Engine {
             Engine::Gpu(g, d) => {
                 let packer = g.packer(plan)?;
                 let src_len = usize_of(d.len)?;
-                match method {
-                    Method::Device | Method::Staged => {
-                        let dev = g.device_alloc(n)?;
-                        // SAFETY: `d.ptr` is a device address of this GPU with `d.len` bytes to
-                        // its allocation's end (asked of the driver), `dev` a fresh staging
-                        // allocation of at least `n`; nothing else uses either until the
-                        // stream is synchronized below.
-                        unsafe { packer.pack_raw(&g.stream, d.ptr, src_len, dev.ptr, dev.len) }?;
-                        if method == Method::Device {
-                            g.sync()?;
-                            return Ok(Staging::Device(g.clone(), Some(dev)));
-                        }
-                        let host = g.host_alloc(n)?;
-                        let staging = Staging::Both(g.clone(), Some(dev), Some(host));
-                        if let Staging::Both(_, Some(dev), Some(host)) = &staging {
-                            g.memcpy(host.host as u64, dev.ptr, n)?;
-                        }
-                        Ok(staging)
+                let staging = Staging::new(g, method, n)?;
+                let (dst, dst_len) = staging.kernel_side().ok_or_else(lost)?;
+                // SAFETY: `d.ptr` is a device address of this GPU with `d.len` bytes to its
+                // allocation's end (asked of the driver); `dst` is the staging's device (or
+                // mapped host) address with `dst_len` bytes, fresh from the pool; nothing else
+                // uses either until the stream is synchronized below.
+                unsafe { packer.pack_raw(&g.stream, d.ptr, src_len, dst, dst_len) }?;
+                match &staging {
+                    // The copy to the host synchronizes the stream.
+                    Staging::Both(_, Some(dev), Some(host)) => {
+                        g.memcpy(host.host as u64, dev.ptr, n)?;
                     }
-                    Method::OneShot => {
-                        let host = g.host_alloc(n)?;
-                        // SAFETY: as above, with the mapped host buffer's device address as
-                        // the destination.
-                        unsafe { packer.pack_raw(&g.stream, d.ptr, src_len, host.dev, host.len) }?;
-                        g.sync()?;
-                        Ok(Staging::Host(g.clone(), Some(host)))
-                    }
+                    _ => g.sync()?,
                 }
+                Ok(staging)
             }
         }
     }
@@ -504,18 +529,8 @@ impl Engine {
             Engine::Cpu => Ok(Staging::Cpu(vec![0u8; n])),
             Engine::Gpu(g, d) => {
                 let packer = g.packer(plan)?;
-                let staging = match method {
-                    Method::Device => Staging::Device(g.clone(), Some(g.device_alloc(n)?)),
-                    Method::OneShot => Staging::Host(g.clone(), Some(g.host_alloc(n)?)),
-                    Method::Staged => {
-                        Staging::Both(g.clone(), Some(g.device_alloc(n)?), Some(g.host_alloc(n)?))
-                    }
-                };
-                let src = match &staging {
-                    Staging::Device(_, Some(a)) | Staging::Both(_, Some(a), _) => a.ptr,
-                    Staging::Host(_, Some(h)) => h.dev,
-                    _ => 0,
-                };
+                let staging = Staging::new(g, method, n)?;
+                let (src, _) = staging.kernel_side().ok_or_else(lost)?;
                 packer.prepare(plan.word_size(src, d.ptr))?;
                 Ok(staging)
             }
@@ -554,20 +569,10 @@ impl Engine {
                 Ok(())
             }
             (Engine::Gpu(g, d), staging) => {
-                let src = match staging {
-                    Staging::Device(_, Some(a)) => a.ptr,
-                    Staging::Host(_, Some(h)) => h.dev,
-                    Staging::Both(_, Some(a), Some(h)) => {
-                        g.memcpy(a.ptr, h.host as u64, n)?;
-                        a.ptr
-                    }
-                    _ => {
-                        return Err(Error::Unsupported {
-                            op: "unpack",
-                            message: "staging buffer of another engine".to_owned(),
-                        })
-                    }
-                };
+                if let Staging::Both(_, Some(a), Some(h)) = staging {
+                    g.memcpy(a.ptr, h.host as u64, n)?;
+                }
+                let (src, _) = staging.kernel_side().ok_or_else(lost)?;
                 if plan.is_contiguous() {
                     return g.memcpy(d.ptr + plan.start(), src, n);
                 }
