@@ -275,6 +275,44 @@ static void pack_check(const char *name, int test, MPI_Datatype a, int na, MPI_D
   free(ha); free(hb); free(want); free(got);
 }
 
+/* MPI_Request_free on a started send (the receive completes it), and MPI_Cancel of a receive
+ * nothing matches (its buffer must stay as it was). */
+static void free_and_cancel(MPI_Datatype t, int test) {
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  size_t bytes = span(t, 1);
+  uint8_t *hs = malloc(bytes), *hr = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes);
+  fill(hs, bytes, rank, test);
+  fill(hr, bytes, 1000 + rank, test);
+  void *s = dev_alloc(bytes, dev()), *r = dev_alloc(bytes, dev());
+  upload(s, hs, bytes, dev());
+  upload(r, hr, bytes, dev());
+  MPI_Request rq, sq;
+  MPI_Irecv(r, 1, t, prev, 300 + test, MPI_COMM_WORLD, &rq);
+  MPI_Isend(s, 1, t, next, 300 + test, MPI_COMM_WORLD, &sq);
+  MPI_Request_free(&sq);
+  MPI_Status st;
+  MPI_Wait(&rq, &st);
+  int ok = sq == MPI_REQUEST_NULL;
+  download(got, r, bytes, dev());
+  expect(want, hr, bytes, prev, test, t, 1, t, 1);
+  ok &= memcmp(got, want, bytes) == 0;
+  MPI_Barrier(MPI_COMM_WORLD); /* every freed send has been received */
+  report("request-free-of-a-send", ok, fnv(got, bytes));
+
+  upload(r, hr, bytes, dev());
+  MPI_Irecv(r, 1, t, prev, 999, MPI_COMM_WORLD, &rq);
+  MPI_Cancel(&rq);
+  MPI_Wait(&rq, &st);
+  int cancelled = 0;
+  MPI_Test_cancelled(&st, &cancelled);
+  download(got, r, bytes, dev());
+  ok = cancelled && memcmp(got, hr, bytes) == 0;
+  report("cancelled-receive", ok, fnv(got, bytes));
+  dev_free(s, dev());
+  dev_free(r, dev());
+  free(hs); free(hr); free(want); free(got);
+}
+
 /* A 3-D halo exchange of subarray faces: x neighbours along the ring, y and z periodic onto
  * this rank; every face and ghost plane a MPI_Type_create_subarray of the whole block. */
 static void halo(const char *name, int test, int use_sendrecv) {
@@ -463,6 +501,7 @@ int main(int argc, char **argv) {
     pack_check("pack-resized-then-blocks", 12 * 16 + 2, resized, 3, blocks, 2);
     MPI_Type_free(&yface);
   }
+  free_and_cancel(column, 14 * 16);
   /* The 3-D halo exchange of subarray faces. */
   halo("halo-3d-isend-irecv-waitall", 13 * 16, 0);
   halo("halo-3d-sendrecv", 13 * 16 + 1, 1);
