@@ -824,12 +824,18 @@ here="${BASH_SOURCE[0]}"
 case "$here" in */*) here="${here%/*}" ;; *) here=. ;; esac
 box="$(cd "$here" && pwd)"
 [ -e "$box/bin/xtask" ] || { [ -e "$box/bin/xtask.xz" ] && xz -dk "$box/bin/xtask.xz"; }
-if [ -f "$box/env.sh" ]; then
-  # shellcheck source=/dev/null
-  source "$box/env.sh"
-fi
-if [ -z "${XTASK_CUDA_MPIRUN:-}" ] && [ -x /opt/ompi-cuda/bin/mpirun ]; then
-  export XTASK_CUDA_MPIRUN=/opt/ompi-cuda/bin/mpirun
+# As run-all.sh: the GPU machine's settings (env.sh unpacks the CUDA-aware Open MPI once) only
+# where there is a GPU to run on.
+if "$box/bin/xtask" gpu-suite --detect >/dev/null 2>&1; then
+  if [ -f "$box/env.sh" ]; then
+    # shellcheck source=/dev/null
+    source "$box/env.sh"
+  fi
+  if [ -z "${XTASK_CUDA_MPIRUN:-}" ] && [ -x /opt/ompi-cuda/bin/mpirun ]; then
+    export XTASK_CUDA_MPIRUN=/opt/ompi-cuda/bin/mpirun
+  fi
+else
+  echo "run-interpose.sh: no GPU here; the device checks need one" >&2
 fi
 exec "$box/bin/xtask" interpose --staged "$box" --device "$@"
 "#
@@ -948,5 +954,8 @@ mod tests {
         let s = render_run_script();
         assert!(s.contains("interpose --staged \"$box\" --device \"$@\""));
         assert!(s.starts_with("#!/usr/bin/env bash"));
+        // env.sh (which installs the CUDA-aware MPI) only where a GPU is found.
+        let detect = s.find("gpu-suite --detect").unwrap();
+        assert!(detect < s.find("source \"$box/env.sh\"").unwrap());
     }
 }
