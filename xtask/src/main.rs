@@ -86,6 +86,8 @@ subcommands:
                             6. compute-sanitizer memcheck, racecheck, synccheck over gpu_pack
                                and nccl_collectives on 1 rank (a run passes with the program
                                and \"ERROR SUMMARY: 0 errors\")
+                            7. the MPI interposer's C checks on device buffers (interpose
+                               --device) on 2 ranks, and 4 with 4 GPUs
       --staged DIR          run the binaries DIR/suite.json lists (what run-all.sh does)
       --dry-run             print the steps' commands, run nothing
       --only TEXT           only the steps whose command contains TEXT (repeatable)
