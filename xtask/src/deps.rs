@@ -77,9 +77,11 @@ pub const PROGRAMS: &[Program] = &[
     program("mpicc",        Apt("libopenmpi-dev"),                Required, "every build (mpi-sys)"),
     program("mpirun",       Apt("openmpi-bin"),                   Required, "test, bench, fuzz, gpu-suite"),
     program("strip",        Apt("binutils"),                      Required, "gpu-stage"),
+    program("nm",           Apt("binutils"),                      Required, "test (the interposer's exports)"),
     program("xz",           Apt("xz-utils"),                      Required, "gpu-stage, run-all.sh"),
     program("nvidia-smi",   Elsewhere("the NVIDIA driver"),       Optional, "GPU suite (detection, peer access)"),
     program("compute-sanitizer", Elsewhere("the CUDA toolkit"),   Optional, "GPU suite (sanitizer runs)"),
+    program("nvcc",         Elsewhere("the CUDA toolkit"),        Optional, "interpose --device (where CUDA is)"),
     program("debootstrap",  Apt("debootstrap"),                   Optional, "fresh"),
     program("python3",      Apt("python3"),                       Optional, "python"),
     Program {

@@ -11,6 +11,9 @@
 //! | `tests/` | the test binaries the GPU suite runs, under their hashed names, stripped too |
 //! | `suite.json` | the suite's binaries: name, kind, path ([`gpu_suite::manifest_json`]) |
 //! | `run-all.sh` | `bash .gpu-box/run-all.sh` there runs the suite and ends with `N passed, M failed` |
+//! | `lib/libcollectives_interpose.so` | the MPI interposer (release), stripped |
+//! | `interpose/` | its C check program, compiled there with `mpicc` |
+//! | `run-interpose.sh` | `bash .gpu-box/run-interpose.sh` there runs the interposer's device checks ([`interpose`]) |
 //! | `env.sh`, `ompi-cuda-*.tar.xz`, `peers/` | from the GPU kit directory, when there is one |
 //!
 //! The GPU kit is a directory holding `env.sh` (the GPU machine's settings; it unpacks the
@@ -27,7 +30,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use crate::artifacts::{self, Artifact};
 use crate::gpu_suite::{self, BinaryKind, SuiteBinary, MANIFEST};
-use crate::{cargo, host, jobs, workspace_root};
+use crate::{cargo, host, interpose, jobs, workspace_root};
 
 /// The staging directory, at the workspace root.
 pub const STAGE_DIR: &str = ".gpu-box";
@@ -134,6 +137,7 @@ fn stage(root: &Path) -> Result<(), String> {
     }
     strip_all(&copied);
     compress_large(&copied)?;
+    stage_interposer(root, &dir)?;
 
     match find_kit(root, std::env::var_os(KIT_VAR).as_deref())? {
         Some(kit) => copy_kit(&kit, &dir)?,
@@ -158,6 +162,26 @@ fn stage(root: &Path) -> Result<(), String> {
         println!("  {:<8} {:<24} {}", b.kind.as_str(), b.name, rel.display());
     }
     report_size(&dir, budget_mib())
+}
+
+/// The interposer's library (a release build), its C sources and `run-interpose.sh`.
+fn stage_interposer(root: &Path, dir: &Path) -> Result<(), String> {
+    let library = interpose::release_library(root)?;
+    let lib = dir.join("lib");
+    std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
+    let to = lib.join(interpose::LIBRARY);
+    copy(&library, &to)?;
+    strip_all(std::slice::from_ref(&to));
+    let sources = dir.join("interpose");
+    std::fs::create_dir_all(&sources)
+        .map_err(|e| format!("cannot create {}: {e}", sources.display()))?;
+    let from = root.join(interpose::SOURCES);
+    for source in [interpose::CHECK_SOURCE, interpose::BENCH_SOURCE] {
+        copy(&from.join(source), &sources.join(source))?;
+    }
+    let script = dir.join(interpose::RUN_SCRIPT);
+    write(&script, &interpose::render_run_script())?;
+    set_mode(&script, 0o755)
 }
 
 fn is_xtask(a: &Artifact) -> bool {

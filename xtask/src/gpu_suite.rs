@@ -16,7 +16,9 @@
 //! 5. `collbench p2p` with its byte check on 2 ranks sharing GPU 0: `mpi-staged` under `mpirun`,
 //!    `cuda-mpi` and `mpi-staged` under the CUDA-aware `mpirun`;
 //! 6. with `compute-sanitizer`: `memcheck`, `racecheck` and `synccheck` over `gpu_pack` and over
-//!    `nccl_collectives` on 1 rank.
+//!    `nccl_collectives` on 1 rank;
+//! 7. the MPI interposer's C checks on device buffers (`xtask interpose --device`, see
+//!    [`crate::interpose`]) on 2 ranks, and 4 with 4 GPUs: one summary line of its own.
 //!
 //! Counting: a libtest binary by its `test result:` lines, a multi-rank binary by its
 //! `mpi-tests:` line, an example or a `collbench` check by its exit status, a sanitizer run as one
@@ -886,7 +888,45 @@ pub fn local_steps(root: &Path, as_root: bool, options: &Options) -> Vec<summary
     let (mut binaries, candidates) = classify(&built, &root.join("Cargo.toml"));
     let (libtest, mut problems) = with_ignored_tests(&candidates);
     binaries.extend(libtest);
-    run_suite(&binaries, &gpus, as_root, options, &mut problems)
+    let mut steps = run_suite(&binaries, &gpus, as_root, options, &mut problems);
+    steps.extend(interposer_step(None, &gpus, as_root, options));
+    steps
+}
+
+/// The MPI interposer's device checks ([`crate::interpose`]), after the plan's steps:
+/// 2 ranks (sharing GPU 0 on a machine with one), and 4 where there are 4 GPUs. Left out by
+/// `--only` unless a text of it is in `interpose`, and by `--dry-run` (which prints it).
+fn interposer_step(
+    staged: Option<&Path>,
+    gpus: &Gpus,
+    as_root: bool,
+    options: &Options,
+) -> Option<summary::Step> {
+    let chosen = options.only.is_empty()
+        || options
+            .only
+            .iter()
+            .any(|o| "interpose_check".contains(o.as_str()));
+    if !chosen {
+        return None;
+    }
+    let mut ranks = vec![2];
+    if gpus.count() >= 4 {
+        ranks.push(4);
+    }
+    if options.dry_run {
+        println!(
+            "xtask interpose --device --ranks {}{}",
+            ranks
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            staged.map_or_else(String::new, |d| format!(" --staged {}", d.display()))
+        );
+        return None;
+    }
+    Some(crate::interpose::device_step(staged, &ranks, as_root))
 }
 
 /// Plans and runs the suite for `binaries`; `problems` found so far become a failing step.
@@ -969,7 +1009,11 @@ pub fn staged_steps(dir: &Path, as_root: bool, options: &Options) -> Vec<summary
         .into_iter()
         .filter(|b| host::is_executable(&b.path))
         .collect();
-    run_suite(&present, &gpus, as_root, options, &mut problems)
+    let mut steps = run_suite(&present, &gpus, as_root, options, &mut problems);
+    if dir.join("lib").join(crate::interpose::LIBRARY).is_file() {
+        steps.extend(interposer_step(Some(dir), &gpus, as_root, options));
+    }
+    steps
 }
 
 /// `xtask gpu-suite [--staged DIR] [--dry-run] [--only TEXT]... [--skip-sanitizer] [--detect]`.

@@ -3,11 +3,12 @@
 //! | subcommand | what it does                                                            |
 //! |------------|-------------------------------------------------------------------------|
 //! | `deps`     | checks every program of `deps::PROGRAMS`, Open MPI's headers and libclang; installs what is missing with apt as root |
-//! | `test`     | `deps`, then `cargo test` and `cargo doc` (warnings are errors), then examples and `mpi_*` tests under `mpirun -n 1..4`, then the Python module's tests, the same on two namespace nodes (4 ranks) and under a one-machine Slurm, then the GPU suite where a GPU is present, then the README's set-up in a fresh Debian root |
+//! | `test`     | `deps`, then `cargo test` and `cargo doc` (warnings are errors), then examples and `mpi_*` tests under `mpirun -n 1..4`, then the interposer's C checks, then the Python module's tests, the same on two namespace nodes (4 ranks) and under a one-machine Slurm, then the GPU suite where a GPU is present, then the README's set-up in a fresh Debian root |
 //! | `bench`    | `deps`, then every collective on every backend here under `mpirun -n 2`: tables, JSON, SVG plots in `results/` |
 //! | `gpu-stage` | release build of the GPU suite into `.gpu-box/`, with `run-all.sh` for a GPU machine without Rust |
 //! | `gpu-suite` | only the GPU suite: built here, or `--staged DIR` as `run-all.sh` runs it |
 //! | `fresh`    | the README's set-up, word for word, as root and as a user with sudo, in minimal Debian roots made by debootstrap |
+//! | `interpose` | the MPI interposer's C checks, plain and under `LD_PRELOAD`: host buffers here, `--device` on a GPU machine (`--staged DIR` as `run-interpose.sh` runs them) |
 //! | `fuzz`     | `deps`, then the long fuzz runs: a million layouts against the oracle, ten thousand MPI datatypes against `MPI_Pack` |
 //! | `nccl-bindings` | regenerates (or `--check`s) nccl-sys's bindings from a pinned `nccl.h` |
 //! | `help`     | prints the usage                                                        |
@@ -28,6 +29,7 @@ mod gpu;
 mod gpu_stage;
 mod gpu_suite;
 mod host;
+mod interpose;
 mod mpirun;
 mod nccl_bindings;
 mod netns;
@@ -84,6 +86,8 @@ subcommands:
                             6. compute-sanitizer memcheck, racecheck, synccheck over gpu_pack
                                and nccl_collectives on 1 rank (a run passes with the program
                                and \"ERROR SUMMARY: 0 errors\")
+                            7. the MPI interposer's C checks on device buffers (interpose
+                               --device) on 2 ranks, and 4 with 4 GPUs
       --staged DIR          run the binaries DIR/suite.json lists (what run-all.sh does)
       --dry-run             print the steps' commands, run nothing
       --only TEXT           only the steps whose command contains TEXT (repeatable)
@@ -106,6 +110,14 @@ subcommands:
       --seed S              seed of both generators (decimal or 0x hex; default: each
                             fuzzer's fixed seed)
       --ranks K             ranks the datatypes are shared out on (default 2)
+  interpose [options]       the MPI interposer (crates/mpi-interpose): its C check program
+                            built with mpicc, run under mpirun plain and with
+                            LD_PRELOAD=libcollectives_interpose.so, results compared
+                            (cargo xtask test runs the host flavour at its --ranks)
+      --device              device buffers (a -DUSE_CUDA build) under mpirun and the
+                            CUDA-aware XTASK_CUDA_MPIRUN, against the plain host build
+      --staged DIR          the library and sources staged in DIR (run-interpose.sh)
+      --ranks LIST          rank counts (default 1,2,3,4; 2 with --device)
   nccl-bindings --header H [--check]  regenerate nccl-sys's bindings from nccl.h H (or compare)
   help                      print this text
 
@@ -146,6 +158,7 @@ fn main() -> ExitCode {
         "gpu-suite" => gpu_suite::run(&rest),
         "fresh" => fresh::run(&rest),
         "fuzz" => fuzz::run(&rest),
+        "interpose" => interpose::run(&rest),
         "nccl-bindings" => nccl_bindings::run(&rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");

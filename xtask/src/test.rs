@@ -1,6 +1,7 @@
 //! `cargo xtask test`: system dependencies, `cargo test` over the workspace, then every example
 //! and every `tests/mpi_*` binary of the root package under `mpirun -n K` for each rank count K,
-//! then the Python module's pytest suite (`python`), then the same across two network-namespace
+//! then the MPI interposer's C checks plain and under `LD_PRELOAD` (`interpose`), then the
+//! Python module's pytest suite (`python`), then the same across two network-namespace
 //! nodes (`netns`) and under a one-machine Slurm (`slurm`), then, where a GPU is present, the GPU
 //! suite (`gpu_suite`), then the README's set-up in a fresh Debian root (`fresh`), ending with one
 //! `N passed, M failed` line.
@@ -14,7 +15,8 @@ use crate::binaries::{select, ROOT_PACKAGE};
 use crate::mpirun::{self, Kind};
 use crate::summary::{self, Step, Tally};
 use crate::{
-    cargo, deps, exec, fresh, gpu_suite, host, jobs, netns, python, results, slurm, workspace_root,
+    cargo, deps, exec, fresh, gpu_suite, host, interpose, jobs, netns, python, results, slurm,
+    workspace_root,
 };
 
 /// Rank counts used when `--ranks` is not given.
@@ -150,6 +152,7 @@ pub fn run(args: &[String]) -> ExitCode {
         label: format!("mpirun collbench (n={ranks_label})"),
         tally: Some(collbench_runs(&root, &options.ranks, as_root)),
     });
+    steps.push(interpose::host_step(&root, &options.ranks, as_root));
     steps.push(python::step(&root, &options.ranks, &ranks_label, as_root));
     if options.skip_nodes {
         println!("two-node stage skipped (--skip-nodes)");

@@ -1,0 +1,185 @@
+//! The interposer's settings, read once from the environment.
+//!
+//! | variable | values | effect |
+//! |---|---|---|
+//! | `COLLECTIVES_INTERPOSE_LOG` | `1` | one line on stderr per decision (which calls take the interposer's path, by which method, and why others pass through) |
+//! | `COLLECTIVES_INTERPOSE_DISABLE` | `1` | every call passes straight through to the real MPI |
+//! | `COLLECTIVES_INTERPOSE_METHOD` | `device`, `one-shot`, `staged` | force a method where it is open (device only with a CUDA-aware MPI) |
+//! | `COLLECTIVES_INTERPOSE_COSTS` | `name=value,...` | replace entries of the cost model's table ([`Costs`] field names) |
+//! | `COLLECTIVES_INTERPOSE_CALIBRATE` | `1` | measure the GPU's entries of the table (launch, pack, mapped writes, DMA) once per device at its first message; `COLLECTIVES_INTERPOSE_COSTS` still has the last word |
+//! | `COLLECTIVES_INTERPOSE_CUDA_AWARE` | `0`, `1` | override the detection of a CUDA-aware MPI (`MPIX_Query_cuda_support`) |
+//! | `COLLECTIVES_INTERPOSE_HOST_PACK` | `1`, `send`, `recv` | testing: host buffers of decoded types also take the interposer's byte path (packed by the CPU reference), for sends and receives, sends only or receives only |
+
+use std::sync::OnceLock;
+
+use crate::model::{Costs, Method};
+
+/// Which host-buffer operations take the byte path in the testing mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostPack {
+    /// Sends (and `MPI_Pack`).
+    pub send: bool,
+    /// Receives (and `MPI_Unpack`).
+    pub recv: bool,
+}
+
+/// The settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Log decisions to stderr.
+    pub log: bool,
+    /// Pass everything through.
+    pub disabled: bool,
+    /// A forced method.
+    pub method: Option<Method>,
+    /// The cost table.
+    pub costs: Costs,
+    /// `COLLECTIVES_INTERPOSE_COSTS` as given, applied again after a calibration.
+    pub costs_spec: Option<String>,
+    /// Measure the GPU's costs at first use.
+    pub calibrate: bool,
+    /// An override of the CUDA-awareness detection.
+    pub cuda_aware: Option<bool>,
+    /// The host testing mode.
+    pub host_pack: HostPack,
+    /// Settings that could not be read, to report once.
+    pub problems: Vec<String>,
+}
+
+fn flag(v: Option<String>) -> bool {
+    matches!(
+        v.as_deref().map(str::trim),
+        Some("1" | "yes" | "true" | "on")
+    )
+}
+
+impl Config {
+    /// The settings from a variable lookup (the environment, or a table in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
+        let mut problems = Vec::new();
+        let method = get("COLLECTIVES_INTERPOSE_METHOD").and_then(|v| {
+            let m = Method::parse(&v);
+            if m.is_none() && !v.trim().is_empty() {
+                problems.push(format!(
+                    "COLLECTIVES_INTERPOSE_METHOD={v} is not device, one-shot or staged"
+                ));
+            }
+            m
+        });
+        let mut costs = Costs::default();
+        let costs_spec = get("COLLECTIVES_INTERPOSE_COSTS");
+        if let Some(spec) = &costs_spec {
+            for bad in costs.apply(spec) {
+                problems.push(format!("COLLECTIVES_INTERPOSE_COSTS: ignored `{bad}`"));
+            }
+        }
+        let cuda_aware = match get("COLLECTIVES_INTERPOSE_CUDA_AWARE")
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("1") => Some(true),
+            Some("0") => Some(false),
+            None | Some("") => None,
+            Some(other) => {
+                problems.push(format!(
+                    "COLLECTIVES_INTERPOSE_CUDA_AWARE={other} is not 0 or 1"
+                ));
+                None
+            }
+        };
+        let host_pack = match get("COLLECTIVES_INTERPOSE_HOST_PACK")
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("1") => HostPack {
+                send: true,
+                recv: true,
+            },
+            Some("send") => HostPack {
+                send: true,
+                recv: false,
+            },
+            Some("recv") => HostPack {
+                send: false,
+                recv: true,
+            },
+            None | Some("" | "0") => HostPack::default(),
+            Some(other) => {
+                problems.push(format!(
+                    "COLLECTIVES_INTERPOSE_HOST_PACK={other} is not 1, send or recv"
+                ));
+                HostPack::default()
+            }
+        };
+        Config {
+            log: flag(get("COLLECTIVES_INTERPOSE_LOG")),
+            disabled: flag(get("COLLECTIVES_INTERPOSE_DISABLE")),
+            method,
+            costs,
+            costs_spec,
+            calibrate: flag(get("COLLECTIVES_INTERPOSE_CALIBRATE")),
+            cuda_aware,
+            host_pack,
+            problems,
+        }
+    }
+}
+
+/// The process's settings, read on first use.
+pub fn get() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| Config::from_lookup(|k| std::env::var(k).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(pairs: &[(&str, &str)]) -> Config {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::from_lookup(|k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults_and_values() {
+        let c = from(&[]);
+        assert!(!c.log && !c.disabled && c.method.is_none() && c.cuda_aware.is_none());
+        assert_eq!(c.host_pack, HostPack::default());
+        assert!(c.problems.is_empty());
+        let c = from(&[
+            ("COLLECTIVES_INTERPOSE_LOG", "1"),
+            ("COLLECTIVES_INTERPOSE_METHOD", "staged"),
+            ("COLLECTIVES_INTERPOSE_CUDA_AWARE", "0"),
+            ("COLLECTIVES_INTERPOSE_HOST_PACK", "recv"),
+            ("COLLECTIVES_INTERPOSE_COSTS", "dma_us=3"),
+        ]);
+        assert!(c.log);
+        assert_eq!(c.method, Some(Method::Staged));
+        assert_eq!(c.cuda_aware, Some(false));
+        assert_eq!(
+            c.host_pack,
+            HostPack {
+                send: false,
+                recv: true
+            }
+        );
+        assert_eq!(c.costs.dma_us, 3.0);
+        assert!(c.problems.is_empty());
+    }
+
+    #[test]
+    fn bad_values_are_reported_and_ignored() {
+        let c = from(&[
+            ("COLLECTIVES_INTERPOSE_METHOD", "fast"),
+            ("COLLECTIVES_INTERPOSE_CUDA_AWARE", "maybe"),
+            ("COLLECTIVES_INTERPOSE_HOST_PACK", "both"),
+            ("COLLECTIVES_INTERPOSE_COSTS", "x=1"),
+        ]);
+        assert!(c.method.is_none() && c.cuda_aware.is_none());
+        assert_eq!(c.host_pack, HostPack::default());
+        assert_eq!(c.problems.len(), 4);
+    }
+}

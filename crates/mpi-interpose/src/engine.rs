@@ -1,0 +1,678 @@
+//! Packing and unpacking for the interposer's byte path: the GPU (generated kernels on a
+//! device buffer) and the CPU reference (host buffers, in the testing mode), with the staging
+//! buffers the real MPI sends from and receives into.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use datatype_pack::construct::vector;
+use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
+use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream};
+use datatype_pack::gpu::{self as dgpu, Packer};
+use datatype_pack::{cpu, StridedBlock};
+
+use crate::config;
+use crate::error::{cuda, Error, Result};
+use crate::log::log;
+use crate::memory::DeviceBuffer;
+use crate::model::{Costs, Measured, Method};
+use crate::types::lock;
+
+/// Idle staging buffers kept per GPU and kind, for reuse.
+const POOL_KEEP: usize = 16;
+
+/// One GPU's context, stream, packers and staging pools.
+#[derive(Debug)]
+pub struct Gpu {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    packers: Mutex<HashMap<StridedBlock, Arc<Packer>>>,
+    device_pool: Mutex<Vec<DeviceAlloc>>,
+    host_pool: Mutex<Vec<HostAlloc>>,
+    costs: OnceLock<Costs>,
+}
+
+/// A device allocation of the staging pool.
+#[derive(Debug)]
+pub(crate) struct DeviceAlloc {
+    ptr: CUdeviceptr,
+    len: usize,
+}
+
+/// A mapped pinned host allocation of the staging pool: its host address and the device
+/// address kernels reach it by.
+#[derive(Debug)]
+pub(crate) struct HostAlloc {
+    host: *mut c_void,
+    dev: CUdeviceptr,
+    len: usize,
+}
+
+// SAFETY: the allocation is owned by the pool or by one `Staging` at a time; the pointer is
+// only an address, valid from any thread of the process.
+unsafe impl Send for HostAlloc {}
+
+fn take<T>(pool: &Mutex<Vec<T>>, len: usize, size: impl Fn(&T) -> usize) -> Option<T> {
+    let mut p = lock(pool);
+    let best = p
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| size(a) >= len)
+        .min_by_key(|(_, a)| size(a))
+        .map(|(i, _)| i)?;
+    Some(p.swap_remove(best))
+}
+
+impl Gpu {
+    /// The GPU of device `ordinal`, made on first use.
+    ///
+    /// # Errors
+    /// The driver cannot open the context or a stream.
+    pub fn get(ordinal: usize) -> Result<Arc<Gpu>> {
+        static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+        let gpus = GPUS.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut g = lock(gpus);
+        if let Some(gpu) = g.get(&ordinal) {
+            return Ok(gpu.clone());
+        }
+        let ctx = dgpu::context(ordinal)?;
+        // The legacy default stream: a pack runs after everything the program queued on its
+        // own blocking streams (a copy into the send buffer that `cudaMemcpy` returned from
+        // before its DMA ended, say), and an unpack ends before anything queued after the
+        // receive; MPI's semantics for a buffer handed to a call, kept on device memory.
+        let stream = ctx.default_stream();
+        let gpu = Arc::new(Gpu {
+            ordinal,
+            ctx,
+            stream,
+            packers: Mutex::new(HashMap::new()),
+            device_pool: Mutex::new(Vec::new()),
+            host_pool: Mutex::new(Vec::new()),
+            costs: OnceLock::new(),
+        });
+        g.insert(ordinal, gpu.clone());
+        Ok(gpu)
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The cost table for messages on this GPU: the settings' table, or, with
+    /// `COLLECTIVES_INTERPOSE_CALIBRATE=1`, its GPU entries measured here once (then
+    /// `COLLECTIVES_INTERPOSE_COSTS` again on top).
+    pub fn costs(&self) -> Costs {
+        *self.costs.get_or_init(|| {
+            let cfg = config::get();
+            if !cfg.calibrate {
+                return cfg.costs;
+            }
+            match self.measure() {
+                Ok(m) => {
+                    let mut c = cfg.costs.calibrated(m);
+                    if let Some(spec) = &cfg.costs_spec {
+                        c.apply(spec);
+                    }
+                    log!("device {}: calibrated: {m:?} -> {c:?}", self.ordinal);
+                    c
+                }
+                Err(e) => {
+                    log!(
+                        "device {}: calibration failed, the table stays: {e}",
+                        self.ordinal
+                    );
+                    cfg.costs
+                }
+            }
+        })
+    }
+
+    /// Times a tiny and a 4 MiB pack (1 KiB blocks) between device buffers and into mapped
+    /// host memory, and a tiny and a 4 MiB DMA copy to pinned host memory; best of 3 each.
+    fn measure(&self) -> Result<Measured> {
+        const BYTES: u64 = 4 << 20;
+        let big = StridedBlock::from_type(&vector(4096, 1, 2, 1024)?)?;
+        let tiny = StridedBlock::from_type(&vector(2, 1, 2, 8)?)?;
+        let src = self.device_alloc(usize_of(big.extent_end())?)?;
+        let dev = self.device_alloc(usize_of(BYTES)?)?;
+        let host = self.host_alloc(usize_of(BYTES)?)?;
+        let result = (|| {
+            let (pb, pt) = (self.packer(&big)?, self.packer(&tiny)?);
+            let best = |f: &dyn Fn() -> Result<()>| -> Result<f64> {
+                f()?; // warm-up
+                let mut t = f64::INFINITY;
+                for _ in 0..3 {
+                    let start = std::time::Instant::now();
+                    f()?;
+                    t = t.min(start.elapsed().as_secs_f64() * 1e6);
+                }
+                Ok(t)
+            };
+            let pack = |p: &Packer, dst: u64, dst_len: usize| -> Result<()> {
+                // SAFETY: `src` and `dst` are this GPU's staging allocations (device, or mapped
+                // host by its device address), of the lengths given, used by nothing else
+                // until the stream is synchronized here.
+                unsafe { p.pack_raw(&self.stream, src.ptr, src.len, dst, dst_len) }?;
+                self.sync()
+            };
+            Ok(Measured {
+                bytes: BYTES,
+                tiny_pack_us: best(&|| pack(&pt, dev.ptr, dev.len))?,
+                pack_us: best(&|| pack(&pb, dev.ptr, dev.len))?,
+                mapped_us: best(&|| pack(&pb, host.dev, host.len))?,
+                tiny_dma_us: best(&|| self.memcpy(host.host as u64, dev.ptr, 16))?,
+                dma_us: best(&|| self.memcpy(host.host as u64, dev.ptr, BYTES as usize))?,
+            })
+        })();
+        self.give_back_device(src);
+        self.give_back_device(dev);
+        self.give_back_host(host);
+        result
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(|e| Error::Cuda {
+            op: "bind",
+            call: "cuCtxSetCurrent",
+            message: format!("{e:?}"),
+        })
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| Error::Cuda {
+            op: "sync",
+            call: "cuStreamSynchronize",
+            message: format!("{e:?}"),
+        })
+    }
+
+    /// The packer of `plan` (compiled on first use, kept).
+    ///
+    /// # Errors
+    /// NVRTC or the driver fail.
+    pub fn packer(&self, plan: &StridedBlock) -> Result<Arc<Packer>> {
+        if let Some(p) = lock(&self.packers).get(plan) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(Packer::new(&self.ctx, plan)?);
+        lock(&self.packers).insert(plan.clone(), p.clone());
+        Ok(p)
+    }
+
+    fn device_alloc(&self, len: usize) -> Result<DeviceAlloc> {
+        if let Some(a) = take(&self.device_pool, len, |a| a.len) {
+            return Ok(a);
+        }
+        self.bind()?;
+        let len = len.max(256);
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: the context is current; `ptr` is a valid out-pointer.
+        cuda("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, len) })?;
+        Ok(DeviceAlloc { ptr, len })
+    }
+
+    fn host_alloc(&self, len: usize) -> Result<HostAlloc> {
+        if let Some(a) = take(&self.host_pool, len, |a| a.len) {
+            return Ok(a);
+        }
+        self.bind()?;
+        let len = len.max(256);
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the context is current; `host` is a valid out-pointer.
+        cuda("cuMemHostAlloc", unsafe {
+            sys::cuMemHostAlloc(
+                &mut host,
+                len,
+                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+            )
+        })?;
+        let mut dev: CUdeviceptr = 0;
+        // SAFETY: `host` was just allocated mapped; `dev` is a valid out-pointer.
+        let rc = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) };
+        if let Err(e) = cuda("cuMemHostGetDevicePointer", rc) {
+            // SAFETY: `host` came from cuMemHostAlloc and is not used elsewhere.
+            unsafe { sys::cuMemFreeHost(host) };
+            return Err(e);
+        }
+        Ok(HostAlloc { host, dev, len })
+    }
+
+    fn give_back_device(&self, a: DeviceAlloc) {
+        let mut p = lock(&self.device_pool);
+        if p.len() < POOL_KEEP {
+            p.push(a);
+        } else if self.bind().is_ok() {
+            // SAFETY: `a` came from cuMemAlloc, and its last use (on our stream) was synchronized.
+            unsafe { sys::cuMemFree_v2(a.ptr) };
+        }
+    }
+
+    fn give_back_host(&self, a: HostAlloc) {
+        let mut p = lock(&self.host_pool);
+        if p.len() < POOL_KEEP {
+            p.push(a);
+        } else if self.bind().is_ok() {
+            // SAFETY: `a` came from cuMemHostAlloc and nothing uses it any more.
+            unsafe { sys::cuMemFreeHost(a.host) };
+        }
+    }
+
+    fn memcpy(&self, dst: u64, src: u64, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: both addresses are the starts of at least `len` bytes (checked by the
+        // callers), in this context or in host memory under unified addressing; the copy is
+        // ordered on our stream and synchronized before either buffer is used again.
+        cuda("cuMemcpyAsync", unsafe {
+            sys::cuMemcpyAsync(dst, src, len, self.stream.cu_stream())
+        })?;
+        self.sync()
+    }
+}
+
+/// At `MPI_Type_commit`: when the calling thread has a current CUDA context (the program uses
+/// the GPU already), compile the kernels of one element of `plan` for that device now rather
+/// than at the first message. Best effort: `None` when there is nothing to do or it failed.
+pub fn precompile(plan: &StridedBlock) -> Option<usize> {
+    dgpu::driver_available().ok()?;
+    let ordinal = std::panic::catch_unwind(|| {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; asking for the current context initializes nothing.
+        let rc = unsafe { sys::cuCtxGetCurrent(&mut ctx) };
+        if rc != sys::CUresult::CUDA_SUCCESS || ctx.is_null() {
+            return None;
+        }
+        let mut dev: sys::CUdevice = 0;
+        // SAFETY: a context is current; a valid out-pointer.
+        let rc = unsafe { sys::cuCtxGetDevice(&mut dev) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        usize::try_from(dev).ok()
+    })
+    .ok()??;
+    Gpu::get(ordinal).ok()?.packer(plan).ok()?;
+    Some(ordinal)
+}
+
+/// A buffer the real MPI sends from or receives into; given back to its pool when dropped.
+#[derive(Debug)]
+pub enum Staging {
+    /// Host memory of the CPU path.
+    Cpu(Vec<u8>),
+    /// Device memory (the device method).
+    Device(Arc<Gpu>, Option<DeviceAlloc>),
+    /// Mapped pinned host memory (one-shot).
+    Host(Arc<Gpu>, Option<HostAlloc>),
+    /// Device memory and pinned host memory (staged).
+    Both(Arc<Gpu>, Option<DeviceAlloc>, Option<HostAlloc>),
+}
+
+// SAFETY: a staging buffer is owned by one request or call at a time; its addresses are valid
+// from any thread.
+unsafe impl Send for Staging {}
+
+fn lost() -> Error {
+    Error::Unsupported {
+        op: "staging",
+        message: "a staging buffer of another engine, or given back".to_owned(),
+    }
+}
+
+impl Staging {
+    /// A staging buffer of `n` bytes on `g` for `method`, from its pools.
+    ///
+    /// # Errors
+    /// An allocation fails (what was allocated goes back to the pool).
+    fn new(g: &Arc<Gpu>, method: Method, n: usize) -> Result<Staging> {
+        Ok(match method {
+            Method::Device => Staging::Device(g.clone(), Some(g.device_alloc(n)?)),
+            Method::OneShot => Staging::Host(g.clone(), Some(g.host_alloc(n)?)),
+            Method::Staged => {
+                // Owned by the staging from here, so that a failure below gives it back.
+                let mut s = Staging::Both(g.clone(), Some(g.device_alloc(n)?), None);
+                if let Staging::Both(_, _, h) = &mut s {
+                    *h = Some(g.host_alloc(n)?);
+                }
+                s
+            }
+        })
+    }
+
+    /// The address kernels read or write the packed bytes at, and its length: the device
+    /// buffer, or the mapped host buffer's device address.
+    fn kernel_side(&self) -> Option<(u64, usize)> {
+        match self {
+            Staging::Device(_, Some(a)) | Staging::Both(_, Some(a), Some(_)) => {
+                Some((a.ptr, a.len))
+            }
+            Staging::Host(_, Some(h)) => Some((h.dev, h.len)),
+            _ => None,
+        }
+    }
+
+    /// The address the real MPI uses.
+    pub fn mpi_ptr(&mut self) -> *mut c_void {
+        match self {
+            Staging::Cpu(v) => v.as_mut_ptr().cast(),
+            Staging::Device(_, Some(d)) => d.ptr as *mut c_void,
+            Staging::Host(_, Some(h)) | Staging::Both(_, _, Some(h)) => h.host,
+            _ => std::ptr::null_mut(),
+        }
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        match self {
+            Staging::Cpu(_) => {}
+            Staging::Device(g, d) => {
+                if let Some(d) = d.take() {
+                    g.give_back_device(d);
+                }
+            }
+            Staging::Host(g, h) => {
+                if let Some(h) = h.take() {
+                    g.give_back_host(h);
+                }
+            }
+            Staging::Both(g, d, h) => {
+                if let Some(d) = d.take() {
+                    g.give_back_device(d);
+                }
+                if let Some(h) = h.take() {
+                    g.give_back_host(h);
+                }
+            }
+        }
+    }
+}
+
+/// Who packs a buffer.
+#[derive(Debug, Clone)]
+pub enum Engine {
+    /// The CPU reference, on a host buffer (testing mode).
+    Cpu,
+    /// Generated kernels on a device buffer.
+    Gpu(Arc<Gpu>, DeviceBuffer),
+}
+
+fn usize_of(v: u64) -> Result<usize> {
+    usize::try_from(v).map_err(|_| Error::Unsupported {
+        op: "engine",
+        message: format!("{v} bytes do not fit usize"),
+    })
+}
+
+impl Engine {
+    /// The engine for a buffer on `dev` (or on the host, with `None`).
+    ///
+    /// # Errors
+    /// The GPU's context cannot be made, or the buffer belongs to another context than the
+    /// device's primary one (where packers and staging live).
+    pub fn for_buffer(dev: Option<DeviceBuffer>) -> Result<Engine> {
+        match dev {
+            None => Ok(Engine::Cpu),
+            Some(d) => {
+                let gpu = Gpu::get(d.ordinal)?;
+                let primary = gpu.ctx.cu_ctx() as usize;
+                if d.context != 0 && d.context != primary {
+                    return Err(Error::Unsupported {
+                        op: "engine",
+                        message: format!(
+                            "the buffer belongs to a CUDA context other than device {}'s primary one",
+                            d.ordinal
+                        ),
+                    });
+                }
+                Ok(Engine::Gpu(gpu, d))
+            }
+        }
+    }
+
+    /// The cost table for this buffer's messages ([`Gpu::costs`]; the settings' table for host
+    /// buffers).
+    pub fn costs(&self) -> Costs {
+        match self {
+            Engine::Cpu => config::get().costs,
+            Engine::Gpu(g, _) => g.costs(),
+        }
+    }
+
+    /// A short name for the log.
+    pub fn describe(&self) -> String {
+        match self {
+            Engine::Cpu => "host buffer, CPU reference packer".to_owned(),
+            Engine::Gpu(g, _) => format!("device {} buffer", g.ordinal()),
+        }
+    }
+
+    fn check_span(&self, plan: &StridedBlock) -> Result<()> {
+        if let Engine::Gpu(_, d) = self {
+            if plan.extent_end() > d.len {
+                return Err(Error::Unsupported {
+                    op: "engine",
+                    message: format!(
+                        "the layout reaches {} bytes past the address, the allocation ends {} bytes after it",
+                        plan.extent_end(),
+                        d.len
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Packs `plan` from the buffer at `buf` into a new staging buffer for `method`.
+    ///
+    /// # Safety
+    /// `buf` with `plan` describes memory the caller may read (MPI's contract for a send
+    /// buffer); for the GPU engine `buf` is the device buffer the engine was made for.
+    ///
+    /// # Errors
+    /// The allocation is too short for the layout, or a CUDA/NVRTC failure.
+    pub unsafe fn pack(
+        &self,
+        plan: &StridedBlock,
+        buf: *const c_void,
+        method: Method,
+    ) -> Result<Staging> {
+        self.check_span(plan)?;
+        let n = usize_of(plan.packed_size())?;
+        match self {
+            Engine::Cpu => {
+                let mut out = vec![0u8; n];
+                // SAFETY: the caller's contract: the layout's bytes are readable from `buf`.
+                let src = unsafe {
+                    std::slice::from_raw_parts(buf.cast::<u8>(), usize_of(plan.extent_end())?)
+                };
+                cpu::pack(plan, src, &mut out)?;
+                Ok(Staging::Cpu(out))
+            }
+            Engine::Gpu(g, d) => {
+                let packer = g.packer(plan)?;
+                let src_len = usize_of(d.len)?;
+                let staging = Staging::new(g, method, n)?;
+                let (dst, dst_len) = staging.kernel_side().ok_or_else(lost)?;
+                // SAFETY: `d.ptr` is a device address of this GPU with `d.len` bytes to its
+                // allocation's end (asked of the driver); `dst` is the staging's device (or
+                // mapped host) address with `dst_len` bytes, fresh from the pool; nothing else
+                // uses either until the stream is synchronized below.
+                unsafe { packer.pack_raw(&g.stream, d.ptr, src_len, dst, dst_len) }?;
+                match &staging {
+                    // The copy to the host synchronizes the stream.
+                    Staging::Both(_, Some(dev), Some(host)) => {
+                        g.memcpy(host.host as u64, dev.ptr, n)?;
+                    }
+                    _ => g.sync()?,
+                }
+                Ok(staging)
+            }
+        }
+    }
+
+    /// A staging buffer of `plan.packed_size()` bytes to receive into by `method`, with the
+    /// packer for `plan` compiled ahead (so that a compile error passes the receive through
+    /// before anything is posted).
+    ///
+    /// # Errors
+    /// As [`Engine::pack`].
+    pub fn receive_buffer(&self, plan: &StridedBlock, method: Method) -> Result<Staging> {
+        self.check_span(plan)?;
+        let n = usize_of(plan.packed_size())?;
+        match self {
+            Engine::Cpu => Ok(Staging::Cpu(vec![0u8; n])),
+            Engine::Gpu(g, d) => {
+                let packer = g.packer(plan)?;
+                let staging = Staging::new(g, method, n)?;
+                let (src, _) = staging.kernel_side().ok_or_else(lost)?;
+                packer.prepare(plan.word_size(src, d.ptr))?;
+                Ok(staging)
+            }
+        }
+    }
+
+    /// Unpacks the first `plan.packed_size()` bytes of `staging` into the buffer at `buf`.
+    /// A contiguous `plan` (a short message's whole elements) is one copy.
+    ///
+    /// # Safety
+    /// `buf` with `plan` describes memory the caller may write (MPI's contract for a receive
+    /// buffer); for the GPU engine `buf` is the device buffer the engine was made for;
+    /// `staging` came from [`Engine::receive_buffer`] of this engine with a plan at least as
+    /// large, and holds the received bytes.
+    ///
+    /// # Errors
+    /// As [`Engine::pack`].
+    pub unsafe fn unpack(
+        &self,
+        plan: &StridedBlock,
+        staging: &mut Staging,
+        buf: *mut c_void,
+    ) -> Result<()> {
+        self.check_span(plan)?;
+        let n = usize_of(plan.packed_size())?;
+        if n == 0 {
+            return Ok(());
+        }
+        match (self, staging) {
+            (Engine::Cpu, Staging::Cpu(v)) => {
+                // SAFETY: the caller's contract: the layout's bytes are writable at `buf`.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(buf.cast::<u8>(), usize_of(plan.extent_end())?)
+                };
+                cpu::unpack(plan, &v[..n.min(v.len())], dst)?;
+                Ok(())
+            }
+            (Engine::Gpu(g, d), staging) => {
+                if let Staging::Both(_, Some(a), Some(h)) = staging {
+                    g.memcpy(a.ptr, h.host as u64, n)?;
+                }
+                let (src, _) = staging.kernel_side().ok_or_else(lost)?;
+                if plan.is_contiguous() {
+                    return g.memcpy(d.ptr + plan.start(), src, n);
+                }
+                let packer = g.packer(plan)?;
+                // SAFETY: `src` holds at least `n` received bytes (the caller's contract), `d`
+                // is this GPU's device buffer with `d.len` bytes to its allocation's end;
+                // nothing else uses either until the stream is synchronized below.
+                unsafe { packer.unpack_raw(&g.stream, src, n, d.ptr, usize_of(d.len)?) }?;
+                g.sync()
+            }
+            (Engine::Cpu, _) => Err(Error::Unsupported {
+                op: "unpack",
+                message: "staging buffer of another engine".to_owned(),
+            }),
+        }
+    }
+
+    /// `MPI_Pack`'s work: packs `plan` from `buf` to `out` (`out_len` bytes there), device or
+    /// host memory.
+    ///
+    /// # Safety
+    /// As [`Engine::pack`] for `buf`; `out` is writable for `out_len` bytes.
+    ///
+    /// # Errors
+    /// `out_len` is short, or as [`Engine::pack`].
+    pub unsafe fn pack_to(
+        &self,
+        plan: &StridedBlock,
+        buf: *const c_void,
+        out: *mut c_void,
+        out_len: u64,
+    ) -> Result<()> {
+        let n = plan.packed_size();
+        if out_len < n {
+            return Err(Error::Unsupported {
+                op: "MPI_Pack",
+                message: format!("{n} packed bytes do not fit the {out_len} left"),
+            });
+        }
+        let n = usize_of(n)?;
+        match self {
+            Engine::Cpu => {
+                // SAFETY: the caller's contract.
+                let mut staging = unsafe { self.pack(plan, buf, Method::OneShot) }?;
+                // SAFETY: `out` is writable for at least `n` bytes, the staging holds `n`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        staging.mpi_ptr().cast::<u8>(),
+                        out.cast::<u8>(),
+                        n,
+                    )
+                };
+                Ok(())
+            }
+            Engine::Gpu(g, _) => {
+                // SAFETY: the caller's contract.
+                let mut staging = unsafe { self.pack(plan, buf, Method::Device) }?;
+                g.memcpy(out as u64, staging.mpi_ptr() as u64, n)
+            }
+        }
+    }
+
+    /// `MPI_Unpack`'s work: unpacks `plan` into `buf` from `input` (`in_len` bytes there),
+    /// device or host memory.
+    ///
+    /// # Safety
+    /// As [`Engine::unpack`] for `buf`; `input` is readable for `in_len` bytes.
+    ///
+    /// # Errors
+    /// `in_len` is short, or as [`Engine::unpack`].
+    pub unsafe fn unpack_from(
+        &self,
+        plan: &StridedBlock,
+        input: *const c_void,
+        in_len: u64,
+        buf: *mut c_void,
+    ) -> Result<()> {
+        let n = plan.packed_size();
+        if in_len < n {
+            return Err(Error::Unsupported {
+                op: "MPI_Unpack",
+                message: format!("{n} packed bytes are more than the {in_len} left"),
+            });
+        }
+        let n = usize_of(n)?;
+        let mut staging = self.receive_buffer(plan, Method::Device)?;
+        match (self, &mut staging) {
+            (Engine::Cpu, Staging::Cpu(v)) => {
+                // SAFETY: `input` is readable for at least `n` bytes; `v` holds `n`.
+                unsafe { std::ptr::copy_nonoverlapping(input.cast::<u8>(), v.as_mut_ptr(), n) };
+            }
+            (Engine::Gpu(g, _), Staging::Device(_, Some(a))) => g.memcpy(a.ptr, input as u64, n)?,
+            _ => {
+                return Err(Error::Unsupported {
+                    op: "MPI_Unpack",
+                    message: "unexpected staging".to_owned(),
+                })
+            }
+        }
+        // SAFETY: the caller's contract; the staging holds the packed bytes.
+        unsafe { self.unpack(plan, &mut staging, buf) }
+    }
+}

@@ -1,0 +1,787 @@
+//! The MPI symbols the library defines. Each one either takes the call on the interposer's path
+//! or hands it, unchanged, to the real MPI through its profiling interface (`PMPI_*`).
+//!
+//! Every function here has the C prototype of `mpi.h`; its safety contract is MPI's own for
+//! that call (valid handles, buffers as large as the arguments say, MPI initialized).
+#![allow(non_snake_case)]
+
+use std::ffi::{c_int, c_void};
+
+use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
+
+use crate::config;
+use crate::engine::Engine;
+use crate::handle::key;
+use crate::log::log;
+use crate::memory;
+use crate::path::{
+    any_ours, blank_status, bytes_type, finish_recv, forget, guarded, prepare_recv, prepare_send,
+    remember, take_completed, Pending,
+};
+use crate::table::status_slot_of_some;
+use crate::types;
+
+fn status_ignore() -> *mut MPI_Status {
+    // SAFETY: reading an immutable constant of the rsmpi shim.
+    unsafe { ffi::RSMPI_STATUS_IGNORE }
+}
+
+fn statuses_ignore() -> *mut MPI_Status {
+    // SAFETY: reading an immutable constant of the rsmpi shim.
+    unsafe { ffi::RSMPI_STATUSES_IGNORE }
+}
+
+fn null_request() -> u64 {
+    // SAFETY: reading an immutable constant of the rsmpi shim.
+    key(unsafe { ffi::RSMPI_REQUEST_NULL })
+}
+
+/// `MPI_Type_commit`: commits through the real MPI, then decodes the type into the cache.
+///
+/// # Safety
+/// MPI's contract for `MPI_Type_commit`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: the caller's contract.
+    let rc = unsafe { ffi::PMPI_Type_commit(datatype) };
+    if rc == 0 && !datatype.is_null() && !config::get().disabled {
+        // SAFETY: the handle was just committed by the real MPI.
+        let dt = unsafe { *datatype };
+        let _ = guarded(|| {
+            // SAFETY: MPI is initialized (the commit succeeded) and `dt` is live.
+            let what = unsafe { types::on_commit(dt) };
+            log!("MPI_Type_commit: {what}");
+            Some(())
+        });
+    }
+    rc
+}
+
+/// `MPI_Type_free`: drops the cache entry, then frees through the real MPI.
+///
+/// # Safety
+/// MPI's contract for `MPI_Type_free`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
+    if !datatype.is_null() {
+        // SAFETY: the caller passes a valid pointer to a handle.
+        let dt = unsafe { *datatype };
+        let _ = guarded(|| Some(types::on_free(dt)));
+    }
+    // SAFETY: the caller's contract.
+    unsafe { ffi::PMPI_Type_free(datatype) }
+}
+
+/// `MPI_Pack_size`: the real MPI's bound, which holds for the interposer's packing too (it
+/// packs exactly the bytes `MPI_Pack` packs, in the same order).
+///
+/// # Safety
+/// MPI's contract for `MPI_Pack_size`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Pack_size(
+    incount: c_int,
+    datatype: MPI_Datatype,
+    comm: MPI_Comm,
+    size: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { ffi::PMPI_Pack_size(incount, datatype, comm, size) }
+}
+
+/// `MPI_Pack`: device input buffers of decoded types are packed on the GPU.
+///
+/// # Safety
+/// MPI's contract for `MPI_Pack`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Pack(
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: c_int,
+    position: *mut c_int,
+    comm: MPI_Comm,
+) -> c_int {
+    let done = guarded(|| {
+        let cfg = config::get();
+        if cfg.disabled || position.is_null() || outbuf.is_null() || incount <= 0 {
+            return None;
+        }
+        // SAFETY: the caller passes a valid position.
+        let pos = unsafe { *position };
+        let left = u64::try_from(outsize.checked_sub(pos)?).ok()?;
+        // SAFETY: MPI's contract: a live datatype.
+        let layout = unsafe { types::lookup(datatype) }?;
+        let dev = memory::device_buffer(inbuf);
+        if dev.is_none() && !cfg.host_pack.send {
+            return None;
+        }
+        let plan = layout.plan(u64::try_from(incount).ok()?)?;
+        let n = c_int::try_from(plan.packed_size()).ok()?;
+        // SAFETY: `pos` is within `outsize` (left is not negative).
+        let out = unsafe { outbuf.cast::<u8>().add(usize::try_from(pos).ok()?) }.cast::<c_void>();
+        let left = match memory::device_buffer(out) {
+            Some(d) => left.min(d.len),
+            None => left,
+        };
+        let engine = Engine::for_buffer(dev).ok()?;
+        // SAFETY: MPI's contract for the input triple; `out` has `left` writable bytes.
+        match unsafe { engine.pack_to(&plan, inbuf, out, left) } {
+            Ok(()) => {
+                log!("MPI_Pack: {n} bytes packed from a {}", engine.describe());
+                Some(n)
+            }
+            Err(e) => {
+                log!("MPI_Pack: passes through: {e}");
+                None
+            }
+        }
+    });
+    match done {
+        Some(n) => {
+            // SAFETY: `position` was read above; MPI_Pack advances it by the bytes packed.
+            unsafe { *position += n };
+            0
+        }
+        // SAFETY: the caller's contract.
+        None => unsafe {
+            ffi::PMPI_Pack(inbuf, incount, datatype, outbuf, outsize, position, comm)
+        },
+    }
+}
+
+/// `MPI_Unpack`: device output buffers of decoded types are unpacked on the GPU.
+///
+/// # Safety
+/// MPI's contract for `MPI_Unpack`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Unpack(
+    inbuf: *const c_void,
+    insize: c_int,
+    position: *mut c_int,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> c_int {
+    let done = guarded(|| {
+        let cfg = config::get();
+        if cfg.disabled || position.is_null() || inbuf.is_null() || outcount <= 0 {
+            return None;
+        }
+        // SAFETY: the caller passes a valid position.
+        let pos = unsafe { *position };
+        let left = u64::try_from(insize.checked_sub(pos)?).ok()?;
+        // SAFETY: MPI's contract: a live datatype.
+        let layout = unsafe { types::lookup(datatype) }?;
+        let dev = memory::device_buffer(outbuf);
+        if dev.is_none() && !cfg.host_pack.recv {
+            return None;
+        }
+        let plan = layout.plan(u64::try_from(outcount).ok()?)?;
+        let n = c_int::try_from(plan.packed_size()).ok()?;
+        // SAFETY: `pos` is within `insize`.
+        let input = unsafe { inbuf.cast::<u8>().add(usize::try_from(pos).ok()?) }.cast::<c_void>();
+        let left = match memory::device_buffer(input) {
+            Some(d) => left.min(d.len),
+            None => left,
+        };
+        let engine = Engine::for_buffer(dev).ok()?;
+        // SAFETY: MPI's contract for the output triple; `input` has `left` readable bytes.
+        match unsafe { engine.unpack_from(&plan, input, left, outbuf) } {
+            Ok(()) => {
+                log!(
+                    "MPI_Unpack: {n} bytes unpacked into a {}",
+                    engine.describe()
+                );
+                Some(n)
+            }
+            Err(e) => {
+                log!("MPI_Unpack: passes through: {e}");
+                None
+            }
+        }
+    });
+    match done {
+        Some(n) => {
+            // SAFETY: as in MPI_Pack.
+            unsafe { *position += n };
+            0
+        }
+        // SAFETY: the caller's contract.
+        None => unsafe {
+            ffi::PMPI_Unpack(inbuf, insize, position, outbuf, outcount, datatype, comm)
+        },
+    }
+}
+
+/// `MPI_Send`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Send`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Send(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> c_int {
+    // SAFETY: MPI's contract for the send triple.
+    match guarded(|| unsafe { prepare_send("MPI_Send", buf, count, datatype) }) {
+        // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
+        Some((mut s, n)) => unsafe {
+            ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm)
+        },
+        // SAFETY: the caller's contract.
+        None => unsafe { ffi::PMPI_Send(buf, count, datatype, dest, tag, comm) },
+    }
+}
+
+/// `MPI_Isend`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Isend`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Isend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: MPI's contract for the send triple.
+    match guarded(|| unsafe { prepare_send("MPI_Isend", buf, count, datatype) }) {
+        Some((mut s, n)) => {
+            // SAFETY: the staging is kept in the request table until the request completes.
+            let rc =
+                unsafe { ffi::PMPI_Isend(s.mpi_ptr(), n, bytes_type(), dest, tag, comm, request) };
+            if rc == 0 {
+                // SAFETY: the real MPI wrote the new request's handle.
+                remember(key(unsafe { *request }), Pending::Send(s));
+            }
+            rc
+        }
+        // SAFETY: the caller's contract.
+        None => unsafe { ffi::PMPI_Isend(buf, count, datatype, dest, tag, comm, request) },
+    }
+}
+
+/// `MPI_Recv`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Recv`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract for the receive triple.
+    let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Recv", buf, count, datatype) }) else {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Recv(buf, count, datatype, source, tag, comm, status) };
+    };
+    let mut own = blank_status();
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
+    // SAFETY: the staging holds `r.bytes` bytes; `st` is a valid status.
+    let rc = unsafe {
+        ffi::PMPI_Recv(
+            r.staging.mpi_ptr(),
+            r.bytes,
+            bytes_type(),
+            source,
+            tag,
+            comm,
+            st,
+        )
+    };
+    if rc != 0 {
+        return rc;
+    }
+    // SAFETY: the receive completed with status `st`; the buffer is the caller's.
+    unsafe { finish_recv(r, st) }
+}
+
+/// `MPI_Irecv`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Irecv`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: MPI's contract for the receive triple.
+    let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Irecv", buf, count, datatype) }) else {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Irecv(buf, count, datatype, source, tag, comm, request) };
+    };
+    // SAFETY: the staging is kept in the request table until the request completes.
+    let rc = unsafe {
+        ffi::PMPI_Irecv(
+            r.staging.mpi_ptr(),
+            r.bytes,
+            bytes_type(),
+            source,
+            tag,
+            comm,
+            request,
+        )
+    };
+    if rc == 0 {
+        // SAFETY: the real MPI wrote the new request's handle.
+        remember(key(unsafe { *request }), Pending::Recv(r));
+    }
+    rc
+}
+
+/// `MPI_Sendrecv`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Sendrecv`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Sendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract for the send triple.
+    let mut send =
+        guarded(|| unsafe { prepare_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
+    // SAFETY: MPI's contract for the receive triple.
+    let mut recv =
+        guarded(|| unsafe { prepare_recv("MPI_Sendrecv", recvbuf, recvcount, recvtype) });
+    if send.is_none() && recv.is_none() {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            ffi::PMPI_Sendrecv(
+                sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+                recvtag, comm, status,
+            )
+        };
+    }
+    let (sb, sc, st_) = match &mut send {
+        Some((s, n)) => (s.mpi_ptr().cast_const(), *n, bytes_type()),
+        None => (sendbuf, sendcount, sendtype),
+    };
+    let (rb, rcount, rt) = match &mut recv {
+        Some(r) => (r.staging.mpi_ptr(), r.bytes, bytes_type()),
+        None => (recvbuf, recvcount, recvtype),
+    };
+    let mut own = blank_status();
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
+    // SAFETY: each side is the caller's triple or a staging buffer of the stated bytes, alive
+    // until the blocking call returns.
+    let rc = unsafe {
+        ffi::PMPI_Sendrecv(
+            sb, sc, st_, dest, sendtag, rb, rcount, rt, source, recvtag, comm, st,
+        )
+    };
+    drop(send);
+    match recv {
+        // SAFETY: the receive completed with status `st`.
+        Some(r) if rc == 0 => unsafe { finish_recv(r, st) },
+        _ => rc,
+    }
+}
+
+/// Completes the interposer's requests among `before` that the call set to null; `status_of(i)`
+/// is the status of array slot `i`. Returns the first unpack error, or `rc`.
+///
+/// # Safety
+/// MPI initialized; the statuses are those the real MPI just wrote.
+unsafe fn complete(
+    rc: c_int,
+    before: &[u64],
+    after: &[u64],
+    status_of: impl Fn(usize) -> Option<*const MPI_Status>,
+) -> c_int {
+    let mut out = rc;
+    for (i, work) in take_completed(before, after, null_request()) {
+        match work {
+            Pending::Send(s) => drop(s),
+            Pending::Recv(r) => {
+                let blank = blank_status();
+                let st = status_of(i).unwrap_or(&blank as *const MPI_Status);
+                // SAFETY: the request completed with this status (or, where MPI gave none, a
+                // zeroed one, which reads as nothing received).
+                let code = unsafe { finish_recv(r, st) };
+                if code != 0 && out == 0 {
+                    out = code;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The handles of `n` requests at `reqs`.
+///
+/// # Safety
+/// `reqs` points at `n` handles (or `n` is 0).
+unsafe fn keys(reqs: *const MPI_Request, n: c_int) -> Vec<u64> {
+    let n = usize::try_from(n).unwrap_or(0);
+    if reqs.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(reqs, n) }
+        .iter()
+        .map(|&r| key(r))
+        .collect()
+}
+
+/// `MPI_Wait`: a receive of the interposer is unpacked when it completes.
+///
+/// # Safety
+/// MPI's contract for `MPI_Wait`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller passes one request.
+    let before = unsafe { keys(request, 1) };
+    if !any_ours(&before) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Wait(request, status) };
+    }
+    let mut own = blank_status();
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
+    // SAFETY: the caller's contract, with a valid status.
+    let rc = unsafe { ffi::PMPI_Wait(request, st) };
+    // SAFETY: as above.
+    let after = unsafe { keys(request, 1) };
+    // SAFETY: the status the real MPI just wrote.
+    unsafe { complete(rc, &before, &after, |_| Some(st.cast_const())) }
+}
+
+/// `MPI_Test`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Test`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Test(
+    request: *mut MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the caller passes one request.
+    let before = unsafe { keys(request, 1) };
+    if !any_ours(&before) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Test(request, flag, status) };
+    }
+    let mut own = blank_status();
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
+    // SAFETY: the caller's contract, with a valid status.
+    let rc = unsafe { ffi::PMPI_Test(request, flag, st) };
+    // SAFETY: as above.
+    let after = unsafe { keys(request, 1) };
+    // SAFETY: the status the real MPI just wrote.
+    unsafe { complete(rc, &before, &after, |_| Some(st.cast_const())) }
+}
+
+/// Statuses the real MPI writes for `n` requests: the caller's array, or an own one.
+fn statuses(user: *mut MPI_Status, n: c_int, own: &mut Vec<MPI_Status>) -> *mut MPI_Status {
+    if user == statuses_ignore() || user.is_null() {
+        *own = (0..n.max(1)).map(|_| blank_status()).collect();
+        own.as_mut_ptr()
+    } else {
+        user
+    }
+}
+
+/// `MPI_Waitall`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Waitall`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitall(
+    count: c_int,
+    array_of_requests: *mut MPI_Request,
+    array_of_statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the caller passes `count` requests.
+    let before = unsafe { keys(array_of_requests, count) };
+    if !any_ours(&before) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Waitall(count, array_of_requests, array_of_statuses) };
+    }
+    let mut own = Vec::new();
+    let st = statuses(array_of_statuses, count, &mut own);
+    // SAFETY: the caller's contract, with room for `count` statuses.
+    let rc = unsafe { ffi::PMPI_Waitall(count, array_of_requests, st) };
+    // SAFETY: as above.
+    let after = unsafe { keys(array_of_requests, count) };
+    // SAFETY: slot `i`'s status is `st[i]`, just written.
+    unsafe { complete(rc, &before, &after, |i| Some(st.add(i).cast_const())) }
+}
+
+/// `MPI_Testall`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Testall`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testall(
+    count: c_int,
+    array_of_requests: *mut MPI_Request,
+    flag: *mut c_int,
+    array_of_statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the caller passes `count` requests.
+    let before = unsafe { keys(array_of_requests, count) };
+    if !any_ours(&before) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Testall(count, array_of_requests, flag, array_of_statuses) };
+    }
+    let mut own = Vec::new();
+    let st = statuses(array_of_statuses, count, &mut own);
+    // SAFETY: the caller's contract, with room for `count` statuses.
+    let rc = unsafe { ffi::PMPI_Testall(count, array_of_requests, flag, st) };
+    // SAFETY: as above.
+    let after = unsafe { keys(array_of_requests, count) };
+    // SAFETY: slot `i`'s status is `st[i]`, just written.
+    unsafe { complete(rc, &before, &after, |i| Some(st.add(i).cast_const())) }
+}
+
+/// `MPI_Waitany`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Waitany`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitany(
+    count: c_int,
+    array_of_requests: *mut MPI_Request,
+    index: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the caller passes `count` requests.
+    let before = unsafe { keys(array_of_requests, count) };
+    if !any_ours(&before) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Waitany(count, array_of_requests, index, status) };
+    }
+    let mut own = blank_status();
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
+    // SAFETY: the caller's contract, with a valid status.
+    let rc = unsafe { ffi::PMPI_Waitany(count, array_of_requests, index, st) };
+    // SAFETY: as above.
+    let after = unsafe { keys(array_of_requests, count) };
+    // SAFETY: `index` was written by the real MPI.
+    let done = unsafe { *index };
+    // SAFETY: the status of the completed slot `done`, just written.
+    unsafe {
+        complete(rc, &before, &after, |i| {
+            (usize::try_from(done).ok() == Some(i)).then_some(st.cast_const())
+        })
+    }
+}
+
+/// `MPI_Testany`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Testany`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testany(
+    count: c_int,
+    array_of_requests: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the caller passes `count` requests.
+    let before = unsafe { keys(array_of_requests, count) };
+    if !any_ours(&before) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Testany(count, array_of_requests, index, flag, status) };
+    }
+    let mut own = blank_status();
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
+    // SAFETY: the caller's contract, with a valid status.
+    let rc = unsafe { ffi::PMPI_Testany(count, array_of_requests, index, flag, st) };
+    // SAFETY: as above.
+    let after = unsafe { keys(array_of_requests, count) };
+    // SAFETY: `index` was written by the real MPI.
+    let done = unsafe { *index };
+    // SAFETY: the status of the completed slot `done`, just written.
+    unsafe {
+        complete(rc, &before, &after, |i| {
+            (usize::try_from(done).ok() == Some(i)).then_some(st.cast_const())
+        })
+    }
+}
+
+/// The shared body of `MPI_Waitsome` and `MPI_Testsome`.
+///
+/// # Safety
+/// MPI's contract for those calls; `call` is the real one.
+unsafe fn some(
+    incount: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses_in: *mut MPI_Status,
+    call: unsafe extern "C" fn(
+        c_int,
+        *mut MPI_Request,
+        *mut c_int,
+        *mut c_int,
+        *mut MPI_Status,
+    ) -> c_int,
+) -> c_int {
+    // SAFETY: the caller passes `incount` requests.
+    let before = unsafe { keys(reqs, incount) };
+    if !any_ours(&before) {
+        // SAFETY: the caller's contract.
+        return unsafe { call(incount, reqs, outcount, indices, statuses_in) };
+    }
+    let mut own = Vec::new();
+    let st = statuses(statuses_in, incount, &mut own);
+    // SAFETY: the caller's contract, with room for `incount` statuses.
+    let rc = unsafe { call(incount, reqs, outcount, indices, st) };
+    // SAFETY: as above.
+    let after = unsafe { keys(reqs, incount) };
+    // SAFETY: written by the real MPI.
+    let out = unsafe { *outcount };
+    let idx: Vec<c_int> = match usize::try_from(out) {
+        // SAFETY: the real MPI wrote `out` indices.
+        Ok(n) if !indices.is_null() => unsafe { std::slice::from_raw_parts(indices, n) }.to_vec(),
+        _ => Vec::new(),
+    };
+    // SAFETY: slot `i`'s status is at its position among the indices, just written.
+    unsafe {
+        complete(rc, &before, &after, |i| {
+            status_slot_of_some(&idx, out, i).map(|j| st.add(j).cast_const())
+        })
+    }
+}
+
+/// `MPI_Waitsome`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Waitsome`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitsome(
+    incount: c_int,
+    array_of_requests: *mut MPI_Request,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        some(
+            incount,
+            array_of_requests,
+            outcount,
+            array_of_indices,
+            array_of_statuses,
+            ffi::PMPI_Waitsome,
+        )
+    }
+}
+
+/// `MPI_Testsome`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Testsome`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testsome(
+    incount: c_int,
+    array_of_requests: *mut MPI_Request,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        some(
+            incount,
+            array_of_requests,
+            outcount,
+            array_of_indices,
+            array_of_statuses,
+            ffi::PMPI_Testsome,
+        )
+    }
+}
+
+/// `MPI_Request_free`: a send of the interposer keeps its staging for good (the real MPI may
+/// still read it); a receive of the interposer is waited for and unpacked first, since nothing
+/// else would ever unpack it.
+///
+/// # Safety
+/// MPI's contract for `MPI_Request_free`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller passes one request.
+    let before = unsafe { keys(request, 1) };
+    if !any_ours(&before) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Request_free(request) };
+    }
+    match forget(before[0]) {
+        Some(Pending::Send(s)) => {
+            std::mem::forget(s);
+            // SAFETY: the caller's contract.
+            unsafe { ffi::PMPI_Request_free(request) }
+        }
+        Some(Pending::Recv(r)) => {
+            let mut st = blank_status();
+            // SAFETY: the caller's request, completed here instead of freed.
+            let rc = unsafe { ffi::PMPI_Wait(request, &mut st) };
+            if rc != 0 {
+                std::mem::forget(r);
+                return rc;
+            }
+            // SAFETY: the receive completed with `st`.
+            unsafe { finish_recv(r, &st) }
+        }
+        // SAFETY: the caller's contract.
+        None => unsafe { ffi::PMPI_Request_free(request) },
+    }
+}

@@ -1,0 +1,55 @@
+//! An MPI interposer: unmodified MPI programs get derived datatypes on GPU buffers packed by
+//! generated kernels, by putting `libcollectives_interpose.so` in front of the system MPI
+//! (`LD_PRELOAD`, or first in the link order). See `docs/interpose.md`.
+//!
+//! | layer | module | what it does |
+//! |---|---|---|
+//! | symbols | `intercept` | `MPI_Type_commit`/`_free`, `MPI_Pack`/`_Unpack`/`_Pack_size`, `MPI_Send`/`_Recv`/`_Isend`/`_Irecv`/`_Sendrecv`, the waits and tests, `MPI_Request_free`: the interposer's path or `PMPI_*` |
+//! | path | `path` | whether a call is taken, its staging, pending work of requests, the unpack on completion |
+//! | datatypes | [`types`] | committed datatypes decoded into the IR (datatype-pack's `mpi_decode`), cached per handle, plans per count |
+//! | requests | [`table`] | outstanding requests of the interposer; completion told by `MPI_REQUEST_NULL` |
+//! | model | [`model`] | device, one-shot or staged, by estimated cost |
+//! | memory | [`memory`] | device or host, asked of the CUDA driver loaded at run time |
+//! | engines | `engine` | GPU packers and staging pools; the CPU reference for the testing mode |
+//! | settings | [`config`] | the `COLLECTIVES_INTERPOSE_*` variables |
+//!
+//! Anything the interposer does not take, and any failure before the real MPI has the
+//! message, goes to the real MPI unchanged: results never change, only speed.
+#![deny(missing_docs)]
+
+pub mod config;
+mod engine;
+pub mod error;
+pub mod handle;
+mod intercept;
+mod log;
+pub mod memory;
+pub mod model;
+mod path;
+pub mod table;
+pub mod types;
+
+pub use error::{Error, Result};
+
+/// The MPI functions the library defines, in the order of `docs/interpose.md`.
+pub const INTERCEPTED: [&str; 19] = [
+    "MPI_Type_commit",
+    "MPI_Type_free",
+    "MPI_Pack",
+    "MPI_Unpack",
+    "MPI_Pack_size",
+    "MPI_Send",
+    "MPI_Recv",
+    "MPI_Isend",
+    "MPI_Irecv",
+    "MPI_Sendrecv",
+    "MPI_Wait",
+    "MPI_Test",
+    "MPI_Waitall",
+    "MPI_Testall",
+    "MPI_Waitany",
+    "MPI_Testany",
+    "MPI_Waitsome",
+    "MPI_Testsome",
+    "MPI_Request_free",
+];

@@ -1,0 +1,41 @@
+//! The verbose log (`COLLECTIVES_INTERPOSE_LOG=1`): one line per decision on stderr, prefixed
+//! with the rank in `MPI_COMM_WORLD`.
+
+use std::ffi::c_int;
+
+use mpi::ffi;
+
+/// The rank in `MPI_COMM_WORLD`, or -1 outside `MPI_Init`..`MPI_Finalize`.
+pub fn world_rank() -> c_int {
+    let (mut init, mut fin): (c_int, c_int) = (0, 0);
+    // SAFETY: both may be called at any time, with valid out-pointers.
+    unsafe {
+        ffi::PMPI_Initialized(&mut init);
+        ffi::PMPI_Finalized(&mut fin);
+    }
+    if init == 0 || fin != 0 {
+        return -1;
+    }
+    let mut rank: c_int = -1;
+    // SAFETY: MPI is initialized and not finalized; `RSMPI_COMM_WORLD` is the world
+    // communicator's handle; `rank` is a valid out-pointer.
+    unsafe { ffi::PMPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank) };
+    rank
+}
+
+/// Writes one line of the log when it is on.
+pub fn line(text: std::fmt::Arguments<'_>) {
+    if crate::config::get().log {
+        eprintln!("[collectives-interpose r{}] {text}", world_rank());
+    }
+}
+
+/// `log!("...", args)`: one line of the verbose log.
+macro_rules! log {
+    ($($t:tt)*) => {
+        if $crate::config::get().log {
+            $crate::log::line(format_args!($($t)*));
+        }
+    };
+}
+pub(crate) use log;

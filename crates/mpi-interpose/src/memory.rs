@@ -1,0 +1,114 @@
+//! Where a buffer lives, asked of the CUDA driver loaded at run time.
+//!
+//! A buffer is device memory only when the driver says so for certain: `libcuda` opens, the
+//! process has initialized CUDA (otherwise it cannot hold device memory, and the query says
+//! `CUDA_ERROR_NOT_INITIALIZED` without initializing anything), the pointer's memory type is
+//! device, it is not managed memory (which the real MPI can read from the host), and its
+//! allocation's range is known. Anything else, including a panic in the bindings, is host: the
+//! call passes through.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use datatype_pack::gpu::cudarc::driver::sys;
+
+/// A device allocation a pointer falls in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceBuffer {
+    /// The device's ordinal.
+    pub ordinal: usize,
+    /// The pointer.
+    pub ptr: u64,
+    /// Bytes from the pointer to the end of its allocation.
+    pub len: u64,
+    /// The context the allocation belongs to (`CU_POINTER_ATTRIBUTE_CONTEXT`), 0 when the
+    /// driver names none (stream-ordered and virtual-memory allocations).
+    pub context: usize,
+}
+
+/// The device allocation `ptr` points into, or `None` for host memory (or anything not certain).
+pub fn device_buffer(ptr: *const std::ffi::c_void) -> Option<DeviceBuffer> {
+    if ptr.is_null() || datatype_pack::gpu::driver_available().is_err() {
+        return None;
+    }
+    catch_unwind(AssertUnwindSafe(|| query(ptr as u64)))
+        .ok()
+        .flatten()
+}
+
+fn query(p: u64) -> Option<DeviceBuffer> {
+    let ok = sys::CUresult::CUDA_SUCCESS;
+    let mut memtype: u32 = 0;
+    // SAFETY: the driver writes one `unsigned int` (CUmemorytype) for this attribute into a
+    // valid out-pointer; any address may be asked about.
+    let rc = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut memtype as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            p,
+        )
+    };
+    if rc != ok || memtype != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+        return None;
+    }
+    let mut managed: u32 = 0;
+    // SAFETY: this attribute is a `bool`-like `unsigned int` written into a valid out-pointer.
+    let rc = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut managed as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            p,
+        )
+    };
+    if rc != ok || managed != 0 {
+        return None;
+    }
+    let mut ordinal: i32 = -1;
+    // SAFETY: this attribute is an `int` written into a valid out-pointer.
+    let rc = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            p,
+        )
+    };
+    if rc != ok {
+        return None;
+    }
+    let mut context: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: this attribute is a `CUcontext` written into a valid out-pointer.
+    let rc = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut context as *mut sys::CUcontext).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
+            p,
+        )
+    };
+    if rc != ok {
+        context = std::ptr::null_mut();
+    }
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    // SAFETY: two valid out-pointers; the driver fills them for an address it allocated.
+    let rc = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, p) };
+    if rc != ok || p < base {
+        return None;
+    }
+    let end = base.checked_add(size as u64)?;
+    Some(DeviceBuffer {
+        ordinal: usize::try_from(ordinal).ok()?,
+        ptr: p,
+        len: end - p,
+        context: context as usize,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_memory_is_host() {
+        let v = [0u8; 64];
+        assert_eq!(device_buffer(v.as_ptr().cast()), None);
+        assert_eq!(device_buffer(std::ptr::null()), None);
+    }
+}

@@ -1,0 +1,321 @@
+//! The interposer's path for one call: whether it takes the call, the staging it packs or
+//! receives into, the pending work of non-blocking requests, and the unpack on completion.
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use datatype_pack::StridedBlock;
+use mpi::ffi;
+
+use crate::config;
+use crate::engine::{Engine, Staging};
+use crate::log::log;
+use crate::memory;
+use crate::model::{self, Method, Shape};
+use crate::table::RequestTable;
+use crate::types::{self, lock, Layout};
+
+/// Runs `f`, turning a panic into `None` (pass through): nothing unwinds into the caller's C.
+pub fn guarded<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(None)
+}
+
+/// Whether the real MPI takes device buffers: `COLLECTIVES_INTERPOSE_CUDA_AWARE`, else Open
+/// MPI's `MPIX_Query_cuda_support()` when the MPI library has it, else no.
+pub fn cuda_aware() -> bool {
+    static AWARE: OnceLock<bool> = OnceLock::new();
+    *AWARE.get_or_init(|| {
+        if let Some(v) = config::get().cuda_aware {
+            return v;
+        }
+        extern "C" {
+            fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
+        }
+        // SAFETY: `dlsym` with RTLD_DEFAULT (a null handle on glibc) and a NUL-terminated name
+        // only looks the symbol up.
+        let f = unsafe { dlsym(std::ptr::null_mut(), c"MPIX_Query_cuda_support".as_ptr()) };
+        if f.is_null() {
+            return false;
+        }
+        // SAFETY: Open MPI's `int MPIX_Query_cuda_support(void)` (mpi-ext.h), found by name in
+        // the process; it takes nothing and may be called at any time.
+        let query: extern "C" fn() -> c_int = unsafe { std::mem::transmute(f) };
+        query() == 1
+    })
+}
+
+/// The bytes of a packed message as the real MPI sees them.
+pub fn bytes_type() -> ffi::MPI_Datatype {
+    // SAFETY: reading an immutable handle constant of the rsmpi shim.
+    unsafe { ffi::RSMPI_UINT8_T }
+}
+
+/// A receive's target, kept until its bytes arrived.
+#[derive(Debug)]
+pub struct Receive {
+    engine: Engine,
+    layout: Arc<Layout>,
+    count: u64,
+    plan: StridedBlock,
+    buf: *mut c_void,
+    /// The buffer the real MPI receives into.
+    pub staging: Staging,
+    /// Its size in bytes, as MPI's count.
+    pub bytes: c_int,
+    op: &'static str,
+}
+
+// SAFETY: the user's buffer address is only used by the thread that completes the request;
+// MPI's rules keep the buffer alive and untouched until then.
+unsafe impl Send for Receive {}
+
+/// Work pending on a request of the interposer.
+#[derive(Debug)]
+pub enum Pending {
+    /// A send: its staging must outlive the request.
+    Send(Staging),
+    /// A receive: unpack when it completes.
+    Recv(Receive),
+}
+
+fn table() -> &'static Mutex<RequestTable<Pending>> {
+    static T: OnceLock<Mutex<RequestTable<Pending>>> = OnceLock::new();
+    T.get_or_init(|| Mutex::new(RequestTable::default()))
+}
+
+/// Outstanding requests, read without the lock on every wait and test.
+static OUTSTANDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Records the pending work of a request the real MPI just started.
+pub fn remember(request: u64, work: Pending) {
+    let stale = lock(table()).insert(request, work);
+    if stale.is_none() {
+        OUTSTANDING.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Whether any of `handles` is the interposer's.
+pub fn any_ours(handles: &[u64]) -> bool {
+    OUTSTANDING.load(Ordering::SeqCst) > 0 && lock(table()).any(handles)
+}
+
+/// Takes the completed requests of the interposer among `before`/`after`.
+pub fn take_completed(before: &[u64], after: &[u64], null: u64) -> Vec<(usize, Pending)> {
+    let done = lock(table()).take_completed(before, after, null);
+    OUTSTANDING.fetch_sub(done.len(), Ordering::SeqCst);
+    done
+}
+
+/// Removes one request's entry (`MPI_Request_free`).
+pub fn forget(request: u64) -> Option<Pending> {
+    let p = lock(table()).remove(request);
+    if p.is_some() {
+        OUTSTANDING.fetch_sub(1, Ordering::SeqCst);
+    }
+    p
+}
+
+/// The layout and plan of `(buf, count, dt)` when the interposer takes it for `engine`, and
+/// where the buffer is.
+///
+/// # Safety
+/// MPI initialized; `dt` a datatype handle the caller passed to MPI.
+unsafe fn plan_for(
+    op: &'static str,
+    buf: *const c_void,
+    count: c_int,
+    dt: ffi::MPI_Datatype,
+    host_pack: bool,
+) -> Option<(Arc<Layout>, StridedBlock, Option<memory::DeviceBuffer>)> {
+    let cfg = config::get();
+    if cfg.disabled || count <= 0 || buf.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    let layout = unsafe { types::lookup(dt) }?;
+    let dev = memory::device_buffer(buf);
+    if dev.is_none() && !host_pack {
+        return None;
+    }
+    let count = u64::try_from(count).ok()?;
+    let Some(plan) = layout.plan(count) else {
+        log!("{op}: {count} element(s) of a decoded datatype: contiguous or not lowerable, passes through");
+        return None;
+    };
+    if c_int::try_from(plan.packed_size()).is_err() {
+        log!(
+            "{op}: {} packed bytes exceed MPI's int count, passes through",
+            plan.packed_size()
+        );
+        return None;
+    }
+    Some((layout, plan, dev))
+}
+
+fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
+    if let Engine::Cpu = engine {
+        return Method::OneShot;
+    }
+    let cfg = config::get();
+    let aware = cuda_aware();
+    let shape = Shape {
+        bytes: plan.packed_size(),
+        block_len: plan.block_len(),
+    };
+    let (m, weighed) = model::decide(&engine.costs(), cfg.method, shape, aware);
+    log!(
+        "{op}: {} packed bytes in blocks of {} B: {m} (estimates: {}; MPI {}CUDA-aware{})",
+        shape.bytes,
+        shape.block_len,
+        model::describe(&weighed),
+        if aware { "" } else { "not " },
+        if cfg.method.is_some() {
+            "; method forced"
+        } else {
+            ""
+        },
+    );
+    m
+}
+
+/// A send's staging and its byte count, or `None` to pass the call through.
+///
+/// # Safety
+/// MPI initialized; the arguments are the caller's send triple (readable, as MPI requires).
+pub unsafe fn prepare_send(
+    op: &'static str,
+    buf: *const c_void,
+    count: c_int,
+    dt: ffi::MPI_Datatype,
+) -> Option<(Staging, c_int)> {
+    let host_pack = config::get().host_pack.send;
+    // SAFETY: the caller's contract.
+    let (_, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
+    let engine = match Engine::for_buffer(dev) {
+        Ok(e) => e,
+        Err(e) => {
+            log!("{op}: passes through: {e}");
+            return None;
+        }
+    };
+    let method = method_for(op, &engine, &plan);
+    // SAFETY: the caller's contract; `engine` was made for this buffer.
+    match unsafe { engine.pack(&plan, buf, method) } {
+        Ok(s) => {
+            log!(
+                "{op}: packed {} bytes from a {}",
+                plan.packed_size(),
+                engine.describe()
+            );
+            Some((s, c_int::try_from(plan.packed_size()).ok()?))
+        }
+        Err(e) => {
+            log!("{op}: passes through: {e}");
+            None
+        }
+    }
+}
+
+/// A receive's staging and target, or `None` to pass the call through.
+///
+/// # Safety
+/// MPI initialized; the arguments are the caller's receive triple (writable, as MPI requires).
+pub unsafe fn prepare_recv(
+    op: &'static str,
+    buf: *mut c_void,
+    count: c_int,
+    dt: ffi::MPI_Datatype,
+) -> Option<Receive> {
+    let host_pack = config::get().host_pack.recv;
+    // SAFETY: the caller's contract.
+    let (layout, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
+    let engine = match Engine::for_buffer(dev) {
+        Ok(e) => e,
+        Err(e) => {
+            log!("{op}: passes through: {e}");
+            return None;
+        }
+    };
+    let method = method_for(op, &engine, &plan);
+    match engine.receive_buffer(&plan, method) {
+        Ok(staging) => Some(Receive {
+            bytes: c_int::try_from(plan.packed_size()).ok()?,
+            engine,
+            layout,
+            count: u64::try_from(count).ok()?,
+            plan,
+            buf,
+            staging,
+            op,
+        }),
+        Err(e) => {
+            log!("{op}: passes through: {e}");
+            None
+        }
+    }
+}
+
+/// A zeroed status for the calls whose caller ignores theirs.
+pub fn blank_status() -> ffi::MPI_Status {
+    // SAFETY: MPI_Status is a plain C struct of integers, for which all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// The code for an unpack that failed after its bytes arrived.
+pub const ERR_INTERN: c_int = ffi::MPI_ERR_INTERN as c_int;
+
+/// Unpacks a completed receive by `status` (which says how many bytes came, and whether the
+/// receive was cancelled). Returns MPI's code for the completion.
+///
+/// # Safety
+/// MPI initialized; `status` is the completed receive's status; the receive's buffer is still
+/// the caller's, as MPI requires until completion.
+pub unsafe fn finish_recv(mut r: Receive, status: *const ffi::MPI_Status) -> c_int {
+    let op = r.op;
+    let result = guarded(|| {
+        let mut cancelled: c_int = 0;
+        // SAFETY: `status` is a completed request's status.
+        unsafe { ffi::PMPI_Test_cancelled(status, &mut cancelled) };
+        if cancelled != 0 {
+            log!("{op}: cancelled, nothing to unpack");
+            return Some(0);
+        }
+        let mut got: c_int = 0;
+        // SAFETY: as above; counted in bytes.
+        unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut got) };
+        let got = u64::try_from(got).unwrap_or(0);
+        let elem = r.layout.element_size();
+        let n = got.checked_div(elem).unwrap_or(0).min(r.count);
+        if got % elem.max(1) != 0 {
+            log!("{op}: {got} bytes are not whole elements of {elem}; unpacking {n} whole");
+        }
+        let plan = if n == r.count {
+            Some(r.plan.clone())
+        } else {
+            r.layout.raw_plan(n)
+        };
+        let Some(plan) = plan else {
+            log!("{op}: no plan for {n} element(s) received");
+            return Some(ERR_INTERN);
+        };
+        // SAFETY: the staging came from `receive_buffer` of this engine with the full plan,
+        // and `plan` is no larger; the buffer is the caller's receive buffer.
+        match unsafe { r.engine.unpack(&plan, &mut r.staging, r.buf) } {
+            Ok(()) => {
+                log!(
+                    "{op}: unpacked {} bytes into a {}",
+                    plan.packed_size(),
+                    r.engine.describe()
+                );
+                Some(0)
+            }
+            Err(e) => {
+                log!("{op}: unpack failed after the bytes arrived: {e}");
+                Some(ERR_INTERN)
+            }
+        }
+    });
+    result.unwrap_or(ERR_INTERN)
+}
