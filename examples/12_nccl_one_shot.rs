@@ -39,7 +39,9 @@ fn time(mut call: impl FnMut(), mut wait: impl FnMut()) -> (f64, f64, f64) {
 fn main() -> Result<(), collectives::Error> {
     let universe = mpi::initialize().expect("MPI initializes once");
     let world = MpiComm::world(&universe)?;
-    let comm = NcclComm::from_mpi(&world, None)?;
+    // NCCL's own all-reduce on one side (the communicator's one-shot path off), the path itself,
+    // called directly, on the other.
+    let comm = NcclComm::from_mpi(&world, None)?.without_one_shot();
     let (rank, size) = (comm.rank(), comm.size());
     let stream = comm.stream().clone();
     let path = match OneShot::offer(&comm, DEFAULT_CAPACITY)? {

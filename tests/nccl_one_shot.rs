@@ -369,6 +369,86 @@ fn a_rank_that_never_comes(t: &T, comm: &NcclComm, path: &OneShot) {
     );
 }
 
+/// Through the library's own `all_reduce`: sizes on both sides of the byte limit, out of place
+/// and in place, and the exact mean of `f64` (sum, then one division) where the path takes it.
+fn inside_all_reduce(t: &T) {
+    let Some(comm) = t.ok(NcclComm::from_mpi(t.comm, None), "NcclComm::from_mpi") else {
+        return;
+    };
+    let (rank, size) = (comm.rank(), comm.size());
+    let limit = comm.one_shot_max_bytes();
+    if rank == 0 {
+        println!(
+            "  library all_reduce: one-shot up to {limit} B ({})",
+            comm.one_shot_refusal().unwrap_or("offered")
+        );
+    }
+    if std::env::var("ONE_SHOT_EXPECT_READY").as_deref() == Ok("1")
+        && std::env::var(collectives::backend::nccl::one_shot::MAX_BYTES_ENV).is_err()
+    {
+        t.eq(
+            &limit,
+            &collectives::backend::nccl::one_shot::DEFAULT_MAX_BYTES,
+            "the default limit, offered",
+        );
+    }
+    let stream = comm.stream();
+    let around = [
+        1,
+        2,
+        3,
+        1000,
+        (limit / 4).max(4) - 1,
+        (limit / 4).max(4),
+        (limit / 4).max(4) + 1,
+    ];
+    for (seed, &len) in around.iter().enumerate() {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg] {
+            let what = format!("library all_reduce {op:?} of {len} f64");
+            let host = input::<f64>(rank, len, seed, op);
+            let want = expected::<f64>(size, len, seed, op);
+            let (Some(send), Some(mut recv)) = (
+                t.ok(device::upload(stream, &host), "upload"),
+                t.ok(device::alloc_zeros::<f64>(stream, len), "alloc"),
+            ) else {
+                return;
+            };
+            t.ok(comm.all_reduce(&send, &mut recv, op), &what);
+            t.ok(comm.synchronize(), &what);
+            let got = t
+                .ok(device::download(stream, &recv), "download")
+                .unwrap_or_default();
+            // Above the limit NCCL reduces, in its own order and, for the mean, natively: the
+            // answer is then compared within rounding.
+            if len * 8 <= limit || op == ReduceOp::Max {
+                same(t, &got, &want, &what);
+            } else {
+                let close = got.len() == want.len()
+                    && got
+                        .iter()
+                        .zip(&want)
+                        .all(|(g, w)| (g - w).abs() <= 1e-12 * w.abs().max(1.0));
+                t.check(close, || {
+                    format!("{what}: not within rounding of the host's")
+                });
+            }
+            let mut buf = send;
+            t.ok(comm.all_reduce_in_place(&mut buf, op), &what);
+            t.ok(comm.synchronize(), &what);
+            let again = t
+                .ok(device::download(stream, &buf), "download")
+                .unwrap_or_default();
+            if len * 8 <= limit {
+                t.check(again == got, || {
+                    format!("{what}: in place differs from out of place")
+                });
+            }
+        }
+    }
+    t.ok(comm.barrier(), "barrier");
+    t.ok(comm.finalize(), "finalize");
+}
+
 fn main() {
     if !cuda_driver_present() || collectives::nccl_sys::library().is_err() {
         println!("nccl_one_shot: needs a CUDA driver and libnccl; skipped");
@@ -444,6 +524,7 @@ fn main() {
                 }
             })
         }),
+        case("one_shot_inside_the_library_all_reduce", inside_all_reduce),
         case("one_shot_back_to_back", move |t| {
             with_path(t, long, |c, p| back_to_back(t, c, p))
         }),

@@ -38,13 +38,16 @@
 //! Only where every rank has a GPU of its own on this node with peer access to every other
 //! rank's GPU, and there are at most [`MAX_RANKS`] ranks: otherwise [`OneShot::offer`]
 //! returns [`Offer::NotOffered`] with the reason, the same on every rank. No NVLink multicast.
+//!
+//! An [`NcclComm`](crate::NcclComm) sets the path up when it is made and takes it for its small
+//! all-reduces (see [`crate::backend::nccl::one_shot`]); it can also be called directly.
 
 mod ipc;
 mod kernel;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use cudarc::driver::{
@@ -89,9 +92,8 @@ pub struct OneShot {
     failed: ipc::MappedWord,
     /// The event [`OneShot::synchronize`] records and polls, made once.
     sync_event: CudaEvent,
-    kernels: RefCell<HashMap<(DType, ReduceOp), CudaFunction>>,
     arch: String,
-    timeout: Duration,
+    timeout: Cell<Duration>,
     refused: Cell<bool>,
     mpi: crate::MpiComm,
 }
@@ -117,6 +119,13 @@ fn counters_offset(capacity: usize) -> usize {
 
 fn alloc_bytes(capacity: usize) -> usize {
     counters_offset(capacity) + kernel::BLOCKS as usize * 4
+}
+
+fn poisoned() -> Error {
+    Error::Cuda {
+        op: OP,
+        message: "the kernel cache's lock was poisoned by a panic".to_owned(),
+    }
 }
 
 /// Whether every rank of `mpi` says yes.
@@ -247,9 +256,8 @@ impl OneShot {
             peers: opened.into_iter().map(|(_, m)| m).collect(),
             table: Some(table),
             failed,
-            kernels: RefCell::new(HashMap::new()),
             arch,
-            timeout,
+            timeout: Cell::new(timeout),
             refused: Cell::new(false),
             mpi,
         }))
@@ -260,14 +268,43 @@ impl OneShot {
         self.capacity
     }
 
+    /// The stream every call runs on (the communicator's when the path was made).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Change the deadline of the kernel's wait for its peers and of [`OneShot::synchronize`],
+    /// for calls enqueued from now on (a communicator's `with_timeout` passes its own here).
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.timeout.set(timeout);
+    }
+
+    /// Whether a kernel gave up waiting for a peer: the ranks' epochs no longer agree, and every
+    /// later call is refused. Read after the stream passed the calls in question.
+    pub fn has_failed(&self) -> bool {
+        self.failed.get() != 0
+    }
+
+    /// Refuse every later call, and free nothing a peer may still read when dropped: for the
+    /// owner of a communicator that timed out or was aborted elsewhere.
+    pub fn refuse(&self) {
+        self.refused.set(true);
+    }
+
     /// Whether the path takes `T` with `op` (averages of integers are left to other paths).
     pub fn offers<T: Element>(&self, op: ReduceOp) -> bool {
         (T::WIRE.lanes == 1 || matches!(op, ReduceOp::Sum | ReduceOp::Avg))
             && kernel::source(T::WIRE.dtype, op).is_some()
     }
 
+    /// The kernel for `dtype` and `op` on this GPU: compiled once per process and device (every
+    /// communicator on the device shares it), at its first use.
     fn function(&self, dtype: DType, op: ReduceOp) -> Result<CudaFunction> {
-        if let Some(f) = self.kernels.borrow().get(&(dtype, op)) {
+        type Cache = Mutex<HashMap<(usize, DType, ReduceOp), CudaFunction>>;
+        static KERNELS: OnceLock<Cache> = OnceLock::new();
+        let key = (self.ctx.ordinal(), dtype, op);
+        let cache = KERNELS.get_or_init(Default::default);
+        if let Some(f) = cache.lock().map_err(|_| poisoned())?.get(&key) {
             return Ok(f.clone());
         }
         let src = kernel::source(dtype, op).ok_or_else(|| Error::InvalidArgument {
@@ -286,7 +323,7 @@ impl OneShot {
         let f = module
             .load_function(kernel::NAME)
             .map_err(|e| Error::cuda(OP, e))?;
-        self.kernels.borrow_mut().insert((dtype, op), f.clone());
+        cache.lock().map_err(|_| poisoned())?.insert(key, f.clone());
         Ok(f)
     }
 
@@ -294,7 +331,7 @@ impl OneShot {
         Error::Unusable {
             op: OP,
             timed_out: OP,
-            after: self.timeout,
+            after: self.timeout.get(),
         }
     }
 
@@ -342,10 +379,16 @@ impl OneShot {
         unsafe { self.launch::<T>(p, p, len, op) }
     }
 
+    /// [`OneShot::all_reduce`] on device addresses, for a backend that has already taken them
+    /// from its buffers (on [`OneShot::stream`]).
+    ///
     /// # Safety
     /// `send` and `recv` hold `len` elements of `T` each, stay allocated and untouched by other
     /// work until the stream passes this launch; they may be the same address.
-    unsafe fn launch<T: Element>(
+    ///
+    /// # Errors
+    /// As [`OneShot::all_reduce`].
+    pub unsafe fn launch<T: Element>(
         &self,
         send: u64,
         recv: u64,
@@ -380,7 +423,7 @@ impl OneShot {
         let counters =
             self.local.as_ref().map_or(0, |l| l.ptr) + counters_offset(self.capacity) as u64;
         let (rank, size) = (self.rank as u32, self.size as u32);
-        let timeout_ns = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
+        let timeout_ns = u64::try_from(self.timeout.get().as_nanos()).unwrap_or(u64::MAX);
         let cfg = LaunchConfig {
             grid_dim: (kernel::BLOCKS, 1, 1),
             block_dim: (kernel::THREADS, 1, 1),
@@ -421,13 +464,13 @@ impl OneShot {
         event.record(&self.stream).map_err(|e| Error::cuda(OP, e))?;
         // A margin over the kernel's own deadline, so a peer that never came is reported by the
         // kernel (which leaves the stream clean) rather than by this wait.
-        let limit = self.timeout + Duration::from_millis(200);
+        let limit = self.timeout.get() + Duration::from_millis(200);
         let polled = deadline::poll(limit, || Ok::<_, Error>(event.is_complete()))?;
         if polled == Polled::TimedOut || self.failed.get() != 0 {
             self.refused.set(true);
             return Err(Error::Timeout {
                 op: OP,
-                after: self.timeout,
+                after: self.timeout.get(),
             });
         }
         Ok(())

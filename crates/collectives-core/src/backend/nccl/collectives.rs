@@ -274,10 +274,18 @@ impl NcclComm {
             return Ok(());
         }
         self.ensure_live(op)?;
-        let f = sys::nccl_fn!(self.lib, ncclAllReduce).map_err(raw::unavailable)?;
         let s = send.map(|b| b.device_ptr(&self.stream));
         let (r, _r) = recv.device_ptr_mut(&self.stream);
         let src = s.as_ref().map_or(r, |(p, _)| *p);
+        if let Some(path) = self.one_shot_for::<T>(n, red) {
+            self.one_shot.last.set("one-shot");
+            // SAFETY: both buffers hold `n` wire values (`n / lanes` elements) of `T` on this
+            // communicator's device, which is the path's stream; the guards keep them ordered on
+            // it until the launch has run; `src == r` is the in-place form, which the path takes.
+            return unsafe { path.launch::<T>(src, r, n / T::WIRE.lanes, red) };
+        }
+        self.one_shot.last.set("native");
+        let f = sys::nccl_fn!(self.lib, ncclAllReduce).map_err(raw::unavailable)?;
         // SAFETY: both buffers hold `n` wire values of the datatype on this communicator's device
         // (checked); `src == dst` is NCCL's in-place form; enqueued on this communicator's stream.
         let rc = unsafe {
@@ -457,6 +465,7 @@ impl Backend for NcclComm {
             | OpKind::AllToAllV => "grouped-p2p",
             OpKind::Barrier if start != Start::Blocking => "all-reduce",
             OpKind::Barrier => "all-reduce+synchronize",
+            OpKind::AllReduce | OpKind::AllReduceInPlace => self.one_shot.last.get(),
             _ => "native",
         };
         record::Path::direct(name)
@@ -508,6 +517,7 @@ impl Backend for NcclComm {
             sync_event,
             aborting: std::cell::RefCell::new(None),
             uneven: self.uneven,
+            one_shot: super::one_shot::OneShotSlot::off("not set up yet"),
         };
         // NCCL and MPI order the new ranks by (key, old rank) alike; check rather than assume.
         let f = sys::nccl_fn!(self.lib, ncclCommUserRank).map_err(raw::unavailable)?;
@@ -526,7 +536,9 @@ impl Backend for NcclComm {
                 ),
             ));
         }
+        let mut comm = comm;
         comm.connect_peers(op)?;
+        comm.set_up_one_shot()?;
         Ok(Some(comm))
     }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 use nccl_sys as sys;
 
+use super::one_shot::OneShotSlot;
 use super::raw;
 use crate::backend::cuda_common::{self, cuda_driver_present, node_local};
 use crate::backend::mpi_host::MpiComm;
@@ -93,6 +94,8 @@ pub struct NcclComm {
     /// The thread running `ncclCommAbort` after a timeout, joined on drop.
     pub(super) aborting: RefCell<Option<std::thread::JoinHandle<()>>>,
     pub(super) uneven: UnevenAlgorithm,
+    /// The one-shot all-reduce between NVLink peers, where offered ([`super::one_shot`]).
+    pub(super) one_shot: OneShotSlot,
 }
 
 /// How `all_gather_v` moves its blocks. Both ways use no device memory beyond the two buffers.
@@ -228,6 +231,7 @@ impl NcclComm {
             sync_event,
             aborting: RefCell::new(None),
             uneven: UnevenAlgorithm::Auto,
+            one_shot: OneShotSlot::off("not set up yet"),
         };
         // Initialization is the bootstrap: its NCCL errors say which interface and what to set.
         made.settle_async(OP, rc)
@@ -259,6 +263,7 @@ impl NcclComm {
         }
         made.init_parent = std::mem::replace(&mut made.raw, child);
         made.connect_peers(OP)?;
+        made.set_up_one_shot()?;
         Ok(made)
     }
 
@@ -379,6 +384,7 @@ impl NcclComm {
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self.mpi.set_timeout(Some(timeout));
+        self.one_shot.set_timeout(timeout);
         self
     }
 
@@ -419,8 +425,10 @@ impl NcclComm {
             Ok::<bool, Error>(false)
         })?;
         match polled {
-            Polled::Done => Ok(()),
-            Polled::TimedOut => {
+            // A one-shot kernel that gave up waiting for a peer leaves its stream complete: the
+            // timeout is its.
+            Polled::Done if !self.one_shot.failed() => Ok(()),
+            Polled::Done | Polled::TimedOut => {
                 let timeout = self.mpi.refuse(op, self.timeout);
                 self.abort_nccl();
                 Err(timeout)
@@ -648,6 +656,10 @@ impl Drop for NcclComm {
             } else {
                 self.abort_nccl();
             }
+        }
+        if self.aborted.get() {
+            // Peers may still read this rank's one-shot slots: they are not freed.
+            self.one_shot.refuse();
         }
         self.join_abort();
     }

@@ -27,6 +27,7 @@
 
 mod collectives;
 mod comm;
+pub mod one_shot;
 mod persistent;
 mod raw;
 mod register;
