@@ -76,6 +76,7 @@ typedef unsigned long long u64;
 typedef {elem} ELEM;
 typedef {acc} ACC;
 #define MAX_RANKS {MAX_RANKS}
+#define BLOCKS {BLOCKS}
 
 __device__ __forceinline__ float h2f(unsigned short h) {{
   float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
@@ -128,14 +129,22 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {NAME}(
     u32* theirs = (u32*)flags[threadIdx.x] + b * MAX_RANKS + rank;
     asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(theirs), "r"(epoch) : "memory");
     const u32* ours = (const u32*)flags[rank] + b * MAX_RANKS + threadIdx.x;
+    // Set (by any rank's kernel) once a kernel gave up: no later call may complete on any rank,
+    // so a late rank fails too instead of finishing against peers that left.
+    const u32* abandoned = (const u32*)flags[rank] + BLOCKS * MAX_RANKS;
     const u64 start = now_ns();
     for (;;) {{
-      u32 seen;
+      u32 seen, gone;
       asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(seen) : "l"(ours) : "memory");
       if ((int)(seen - epoch) >= 0) break;
-      if (now_ns() - start > timeout_ns) {{
+      asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(gone) : "l"(abandoned) : "memory");
+      if (gone != 0u || now_ns() - start > timeout_ns) {{
         s_failed = 1;
         asm volatile("st.relaxed.sys.global.u32 [%0], %1;" :: "l"(failed), "r"(1u) : "memory");
+        for (u32 p = 0; p < nranks; ++p) {{
+          u32* theirs_gone = (u32*)flags[p] + BLOCKS * MAX_RANKS;
+          asm volatile("st.relaxed.sys.global.u32 [%0], %1;" :: "l"(theirs_gone), "r"(1u) : "memory");
+        }}
         break;
       }}
     }}

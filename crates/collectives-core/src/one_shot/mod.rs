@@ -32,7 +32,13 @@
 //! - *A peer that never comes.* The wait gives up after the communicator's deadline (the GPU's
 //!   `%globaltimer`), sets a word of mapped host memory and skips the reduction; the host reports
 //!   [`Error::Timeout`] after the stream completes, and every later call is refused (the epochs of
-//!   the ranks no longer agree).
+//!   the ranks no longer agree). The kernel that gives up also sets an *abandoned* word on every
+//!   rank, which every wait checks: a rank that comes late fails as well instead of completing
+//!   against peers that left (whose communicators are aborted), so no rank is left believing all
+//!   went well.
+//! - *Teardown.* A rank frees its memory when dropped only after a barrier of every rank (with the
+//!   deadline) proves no peer still reads it; after a timeout, or once MPI is finalized, it leaves
+//!   the memory allocated instead.
 //!
 //! # Where it is offered
 //! Only where every rank has a GPU of its own on this node with peer access to every other
@@ -113,8 +119,10 @@ fn flags_offset(capacity: usize) -> usize {
     2 * capacity
 }
 
+/// The flags, then one word a kernel that gave up sets on every rank, then the counters (16-byte
+/// aligned).
 fn counters_offset(capacity: usize) -> usize {
-    flags_offset(capacity) + kernel::BLOCKS as usize * MAX_RANKS * 4
+    flags_offset(capacity) + (kernel::BLOCKS as usize * MAX_RANKS + 1) * 4 + 12
 }
 
 fn alloc_bytes(capacity: usize) -> usize {
@@ -481,7 +489,8 @@ impl Drop for OneShot {
     fn drop(&mut self) {
         // Peers may still be reading this rank's slots: free them only once every rank is past
         // its last call (its stream done, then a barrier); otherwise leak them.
-        let done = !self.refused.get() && self.synchronize().is_ok();
+        let done =
+            !self.refused.get() && !mpi::environment::is_finalized() && self.synchronize().is_ok();
         let all_done = done && self.mpi.barrier().is_ok();
         let _ = self.ctx.bind_to_thread();
         if !all_done {

@@ -1,9 +1,9 @@
 //! Which all-reduces of an NCCL communicator take the one-shot path ([`crate::one_shot`]) instead
-//! of NCCL: those of at most [`NcclComm::one_shot_max_bytes`] bytes (by default
-//! [`DEFAULT_MAX_BYTES`], or `COLLECTIVES_ONE_SHOT_MAX_BYTES`; 0 turns the path off) of a type and
-//! reduce operation it offers, on the stream the path was made on, while no persistent plan
-//! captures a CUDA graph. Barriers, which are all-reduces of one value, take it too. The path is
-//! set up when the communicator is (collective, like the creation), where it is offered; the
+//! of NCCL: those of at most `COLLECTIVES_ONE_SHOT_MAX_BYTES` bytes ([`MAX_BYTES_ENV`]; unset or
+//! 0: none, the default for now; [`MEASURED_MAX_BYTES`] is the crossover measured on H100) of a
+//! type and reduce operation it offers, on the stream the path was made on, while no persistent
+//! plan captures a CUDA graph. Barriers, which are all-reduces of one value, take it too. The path
+//! is set up when the communicator is (collective, like the creation), where it is offered; the
 //! per-call record names the path a call took (`one-shot` or `native`).
 
 use std::cell::Cell;
@@ -15,11 +15,17 @@ use crate::error::Result;
 use crate::one_shot::{Offer, OneShot};
 use crate::op::ReduceOp;
 
-/// The largest all-reduce, in bytes, that takes the one-shot path by default: on 2 and 4 H100
-/// it beat NCCL up to 32 KiB and lost at 256 KiB (docs/PERFORMANCE.md).
-pub const DEFAULT_MAX_BYTES: usize = 32 << 10;
+/// The largest all-reduce, in bytes, for which the one-shot path beat NCCL on 2 and 4 H100: up
+/// to 32 KiB, and it lost at 256 KiB (docs/PERFORMANCE.md). The value to give [`MAX_BYTES_ENV`].
+pub const MEASURED_MAX_BYTES: usize = 32 << 10;
 
-/// The environment variable that overrides [`DEFAULT_MAX_BYTES`] (bytes; 0: off).
+/// The largest all-reduce, in bytes, that takes the path when [`MAX_BYTES_ENV`] is not set: none
+/// yet. The path is opt-in until the whole GPU suite has run with it chosen (its handling of a
+/// rank that comes after the others gave up, and of teardown, changed after the last such run).
+pub const DEFAULT_MAX_BYTES: usize = 0;
+
+/// The environment variable that sets the byte limit (bytes; 0: off), read when a communicator is
+/// made.
 pub const MAX_BYTES_ENV: &str = "COLLECTIVES_ONE_SHOT_MAX_BYTES";
 
 /// The path of one communicator, as set up at its creation.
