@@ -4,13 +4,8 @@ use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-/// The hooks of `allgather`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "allgather";
-
+hooks! {
+    "allgather",
     /// `count` is the gathered buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
         Shape::blocks(count, ctx.nranks, 1, ctx.nranks)

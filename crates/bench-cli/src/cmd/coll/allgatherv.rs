@@ -7,13 +7,8 @@ use collectives_core::Communicator;
 
 use super::{locate, uneven};
 
-/// The hooks of `allgatherv`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "allgatherv";
-
+hooks! {
+    "allgatherv",
     /// `count` is the gathered buffer, shared unevenly.
     fn shape(count: usize, ctx: &Ctx) -> Shape {
         uneven(count, ctx, |total, own| (own, total))

@@ -5,12 +5,8 @@ use crate::measure::expected::{expected_value, input_value, BenchElement};
 use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-/// The hooks of `allreduce`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "allreduce";
+hooks! {
+    "allreduce",
     const REDUCES: bool = true;
     const IN_PLACE: bool = true;
 

@@ -6,10 +6,6 @@ use collectives_core::Communicator;
 
 use super::{locate, offset};
 
-/// The hooks of `alltoallv`.
-#[derive(Debug)]
-pub struct Hooks;
-
 /// `base` of a row of about `count` elements per rank over `nranks`.
 pub fn base(count: usize, nranks: usize) -> usize {
     count / (3 * nranks)
@@ -20,9 +16,8 @@ pub fn c(base: usize, src: usize, dst: usize) -> usize {
     base * (1 + (src + 2 * dst) % 3)
 }
 
-impl Collective for Hooks {
-    const NAME: &'static str = "alltoallv";
-
+hooks! {
+    "alltoallv",
     /// `counts` holds the send counts, the receive counts, then `base`; the `count` column is the
     /// average send buffer over ranks (the same on every rank).
     fn shape(count: usize, ctx: &Ctx) -> Shape {

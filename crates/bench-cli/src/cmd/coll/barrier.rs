@@ -4,12 +4,8 @@ use crate::measure::expected::BenchElement;
 use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-/// The hooks of `barrier`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "barrier";
+hooks! {
+    "barrier",
     const SIZED: bool = false;
 
     fn busbw_factor(_: usize) -> f64 {

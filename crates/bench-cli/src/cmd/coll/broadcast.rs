@@ -5,12 +5,8 @@ use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-/// The hooks of `broadcast`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "broadcast";
+hooks! {
+    "broadcast",
     const ROOTED: bool = true;
 
     fn busbw_factor(_: usize) -> f64 {

@@ -4,12 +4,8 @@ use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-/// The hooks of `gather`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "gather";
+hooks! {
+    "gather",
     const ROOTED: bool = true;
 
     /// `count` is the gathered buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.

@@ -6,12 +6,8 @@ use collectives_core::Communicator;
 
 use super::{locate, uneven};
 
-/// The hooks of `gatherv`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "gatherv";
+hooks! {
+    "gatherv",
     const ROOTED: bool = true;
 
     /// `count` is the gathered buffer, shared unevenly.

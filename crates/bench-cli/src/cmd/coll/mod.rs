@@ -52,6 +52,24 @@ use crate::measure::hooks::{BenchBackend, Collective};
 use crate::measure::persistent::PersistentForm;
 use crate::output::report::Reporter;
 
+/// One collective's `Hooks`: `hooks! { "name", items }` declares the unit type `Hooks` (debug-printable,
+/// documented as the hooks of `name`) and implements [`Collective`] for it with `NAME` = `"name"`
+/// and the given items (constants and hook functions, as in a trait impl). `Collective` must be
+/// in scope where it is called.
+macro_rules! hooks {
+    ($name:literal, $($item:tt)*) => {
+        #[doc = concat!("The hooks of `", $name, "`.")]
+        #[derive(Debug)]
+        pub struct Hooks;
+
+        impl Collective for Hooks {
+            const NAME: &'static str = $name;
+
+            $($item)*
+        }
+    };
+}
+
 pub mod allgather;
 pub mod allgatherv;
 pub mod allreduce;

@@ -4,12 +4,8 @@ use crate::measure::expected::{expected_value, input_value, BenchElement};
 use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-/// The hooks of `reduce`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "reduce";
+hooks! {
+    "reduce",
     const REDUCES: bool = true;
     const ROOTED: bool = true;
 

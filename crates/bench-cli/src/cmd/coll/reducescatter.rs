@@ -4,12 +4,8 @@ use crate::measure::expected::{expected_value, input_value, BenchElement};
 use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-/// The hooks of `reducescatter`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "reducescatter";
+hooks! {
+    "reducescatter",
     const REDUCES: bool = true;
 
     /// `count` is the send buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.

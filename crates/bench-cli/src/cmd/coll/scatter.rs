@@ -4,12 +4,8 @@ use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-/// The hooks of `scatter`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "scatter";
+hooks! {
+    "scatter",
     const ROOTED: bool = true;
 
     /// `count` is the root's buffer (`n` blocks), as in nccl-tests; rounded down to whole blocks.

@@ -7,12 +7,8 @@ use collectives_core::Communicator;
 
 use super::{offset, uneven};
 
-/// The hooks of `scatterv`.
-#[derive(Debug)]
-pub struct Hooks;
-
-impl Collective for Hooks {
-    const NAME: &'static str = "scatterv";
+hooks! {
+    "scatterv",
     const ROOTED: bool = true;
 
     /// `count` is the root's buffer, shared unevenly.

@@ -5,10 +5,6 @@ use crate::measure::expected::{moved, BenchElement};
 use crate::measure::hooks::{BenchBackend, Bufs, Collective, Ctx, Shape};
 use collectives_core::Communicator;
 
-/// The hooks of `sendrecv`.
-#[derive(Debug)]
-pub struct Hooks;
-
 /// The tag of the shift's messages.
 pub const TAG: i32 = 7;
 
@@ -19,9 +15,8 @@ pub(crate) fn neighbours(ctx: &Ctx) -> (usize, usize) {
     )
 }
 
-impl Collective for Hooks {
-    const NAME: &'static str = "sendrecv";
-
+hooks! {
+    "sendrecv",
     fn busbw_factor(_: usize) -> f64 {
         1.0
     }
