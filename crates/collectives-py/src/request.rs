@@ -14,7 +14,6 @@ use collectives_core::{scope, Pending, Result, Scope};
 use pyo3::prelude::*;
 
 use crate::buffer::HostBuf;
-use crate::comm::Communicator;
 use crate::errors::IntoPyResult;
 use crate::mpi_env;
 
@@ -62,8 +61,8 @@ pub struct Request {
     buffers: Vec<HostBuf>,
     /// What `wait` returns.
     result: Option<Py<PyAny>>,
-    /// The communicator the operation borrows.
-    _comm: Py<Communicator>,
+    /// The communicator the operation borrows (a `Communicator`), kept alive; never read.
+    _comm: Py<PyAny>,
 }
 
 impl std::fmt::Debug for Request {
@@ -76,18 +75,19 @@ impl std::fmt::Debug for Request {
 }
 
 impl Request {
-    /// A request for `pending` (none: already complete) over `buffers` of `comm`.
-    pub fn new(
+    /// A request for `pending` (none: already complete) over `buffers` of `comm`, the
+    /// communicator the operation borrows.
+    pub fn new<C>(
         pending: Option<Detached>,
         buffers: Vec<HostBuf>,
         result: Option<Py<PyAny>>,
-        comm: Py<Communicator>,
+        comm: Py<C>,
     ) -> Request {
         let mut r = Request {
             pending,
             buffers,
             result,
-            _comm: comm,
+            _comm: comm.into_any(),
         };
         if r.pending.is_none() {
             r.buffers.clear();
