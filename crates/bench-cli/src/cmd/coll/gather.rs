@@ -24,27 +24,11 @@ hooks! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::coll::testing::simulate;
+    use crate::cmd::coll::testing::{gathered, simulate};
     use collectives_core::ReduceOp;
 
     #[test]
     fn sizing_fill_and_check() {
-        simulate::<Hooks, u64>(
-            77,
-            1..5,
-            |n| n / 2,
-            ReduceOp::Sum,
-            |r, ins| {
-                r.iter()
-                    .map(|(c, _)| {
-                        if c.is_root() {
-                            ins.concat()
-                        } else {
-                            Vec::new()
-                        }
-                    })
-                    .collect()
-            },
-        );
+        simulate::<Hooks, u64>(77, 1..5, |n| n / 2, ReduceOp::Sum, gathered);
     }
 }

@@ -326,6 +326,21 @@ pub(crate) mod testing {
         }
     }
 
+    /// A correct gather's output per rank: every rank's input in rank order on the root, nothing
+    /// elsewhere (for [`simulate`]).
+    pub fn gathered<T: BenchElement>(ranks: &[(Ctx, Shape)], inputs: &[Vec<T>]) -> Vec<Vec<T>> {
+        ranks
+            .iter()
+            .map(|(c, _)| {
+                if c.is_root() {
+                    inputs.concat()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect()
+    }
+
     /// Check `outputs` (one per rank) with the hooks: the wrong count of every rank, and that
     /// corrupting one checked element of each rank that has one makes it wrong.
     pub fn check<K: Collective, T: BenchElement>(ranks: &[(Ctx, Shape)], outputs: &[Vec<T>]) {
