@@ -180,28 +180,12 @@ fn registration_lines(rows: &[Row]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::timing::Spread;
-    use crate::output::record::Placement;
+    use crate::output::record::tests::row_us;
 
     fn row(variant: Variant, size: usize, us: f64) -> Row {
-        let p = Placement {
-            time: Spread::uniform(us * 1e-6),
-            algbw: 0.0,
-            busbw: 0.0,
-            wrong: Some(0),
-            iter: None,
-        };
         Row {
-            backend: "mpi",
             variant: variant.name(),
-            size,
-            count: size / 4,
-            dtype: "float",
-            redop: "sum",
-            root: -1,
-            oop: p,
-            ip: p,
-            in_place: true,
+            ..row_us(size, us)
         }
     }
 

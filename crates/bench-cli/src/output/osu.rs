@@ -321,6 +321,7 @@ pub fn p2p_row(
 mod tests {
     use super::*;
     use crate::measure::timing::Spread;
+    use crate::output::record::tests::row_us;
     use crate::output::record::Placement;
 
     fn argv(s: &str) -> Vec<String> {
@@ -362,22 +363,15 @@ mod tests {
                 min: 1.21e-6,
                 max: 1.35e-6,
             },
-            algbw: 0.0,
-            busbw: 0.0,
             wrong,
-            iter: None,
+            ..Placement::default()
         };
         Row {
-            backend: "mpi",
-            variant: "library",
-            size,
             count: size,
             dtype: "int8",
-            redop: "sum",
-            root: -1,
             oop: p,
             ip: p,
-            in_place: true,
+            ..row_us(size, us)
         }
     }
 

@@ -542,6 +542,32 @@ impl Document {
 pub(crate) mod tests {
     use super::*;
 
+    /// `us` microseconds on every rank, nothing wrong, no bandwidths.
+    pub fn placement_us(us: f64) -> Placement {
+        Placement {
+            time: Spread::uniform(us * 1e-6),
+            wrong: Some(0),
+            ..Placement::default()
+        }
+    }
+
+    /// A row of `mpi`'s `library` all-reduce of `size` bytes of `float` (`size / 4` elements),
+    /// taking `us` microseconds in both placements ([`placement_us`]).
+    pub fn row_us(size: usize, us: f64) -> Row {
+        Row {
+            backend: "mpi",
+            variant: "library",
+            size,
+            count: size / 4,
+            dtype: "float",
+            redop: "sum",
+            root: -1,
+            oop: placement_us(us),
+            ip: placement_us(us),
+            in_place: true,
+        }
+    }
+
     /// A record with every optional field set.
     pub fn record() -> Record {
         Record {

@@ -81,28 +81,13 @@ pub fn fastest_lines(rows: &[Row]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::timing::Spread;
-    use crate::output::record::Placement;
+    use crate::output::record::tests::{placement_us, row_us};
 
     fn row(backend: &'static str, size: usize, oop_us: f64, ip_us: f64) -> Row {
-        let p = |us: f64| Placement {
-            time: Spread::uniform(us * 1e-6),
-            algbw: 0.0,
-            busbw: 0.0,
-            wrong: Some(0),
-            iter: None,
-        };
         Row {
             backend,
-            variant: "library",
-            size,
-            count: size / 4,
-            dtype: "float",
-            redop: "sum",
-            root: -1,
-            oop: p(oop_us),
-            ip: p(ip_us),
-            in_place: true,
+            ip: placement_us(ip_us),
+            ..row_us(size, oop_us)
         }
     }
 
