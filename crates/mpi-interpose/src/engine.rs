@@ -17,7 +17,7 @@ use crate::error::{cuda, Error, Result};
 use crate::log::log;
 use crate::memory::DeviceBuffer;
 use crate::model::{Costs, Measured, Method};
-use crate::types::lock;
+use crate::sync::lock;
 
 /// Idle staging buffers kept per GPU and kind, for reuse.
 const POOL_KEEP: usize = 16;

@@ -26,6 +26,7 @@ mod log;
 pub mod memory;
 pub mod model;
 mod path;
+pub mod sync;
 pub mod table;
 pub mod types;
 

@@ -14,8 +14,9 @@ use crate::engine::{Engine, Staging};
 use crate::log::log;
 use crate::memory;
 use crate::model::{self, Method, Shape};
+use crate::sync::lock;
 use crate::table::RequestTable;
-use crate::types::{self, lock, Layout};
+use crate::types::{self, Layout};
 
 /// Runs `f`, turning a panic into `None` (pass through): nothing unwinds into the caller's C.
 pub fn guarded<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {

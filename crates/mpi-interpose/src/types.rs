@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datatype_pack::{mpi_decode, StridedBlock, Type};
 use mpi::ffi;
@@ -97,11 +97,7 @@ impl Layout {
     }
 }
 
-/// A mutex guard even if another thread panicked while holding it (the maps stay consistent:
-/// every update is one insert or remove).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub use crate::sync::lock;
 
 fn cache() -> &'static Mutex<HashMap<u64, Arc<Layout>>> {
     static CACHE: OnceLock<Mutex<HashMap<u64, Arc<Layout>>>> = OnceLock::new();
