@@ -87,6 +87,30 @@ impl Rules {
         }
     }
 
+    /// The buffers of a gather or scatter: this rank's own (`mine`, with its name) placed, and the
+    /// root's (`theirs`, with its name and the root) given on the root only, of `expected`
+    /// elements (`because` says why), and placed.
+    fn rooted<T: Element, M: Buffer<T> + ?Sized, W: Buffer<T> + ?Sized, R: Deref<Target = W>>(
+        &self,
+        op: &'static str,
+        (mine_name, mine): (&str, &M),
+        (theirs_name, theirs, root): (&str, Option<R>, usize),
+        expected: usize,
+        because: &str,
+    ) -> Result<Option<R>> {
+        self.placed(op, mine_name, mine)?;
+        let theirs = check::at_root(
+            op,
+            theirs_name,
+            self.rank == root,
+            theirs,
+            expected,
+            because,
+        )?;
+        self.placed_opt(op, theirs_name, theirs.as_deref())?;
+        Ok(theirs)
+    }
+
     fn placed_opt<T: Element, B: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
@@ -238,16 +262,13 @@ impl Rules {
         root: usize,
     ) -> Result<(usize, Option<R>)> {
         self.root(op, root)?;
-        self.placed(op, "send", send)?;
-        let recv = check::at_root(
+        let recv = self.rooted(
             op,
-            "recv",
-            self.rank == root,
-            recv,
+            ("send", send),
+            ("recv", recv, root),
             self.size.saturating_mul(send.len()),
             &format!("{} ranks x {} elements", self.size, send.len()),
         )?;
-        self.placed_opt(op, "recv", recv.as_deref())?;
         if let Some(r) = &recv {
             self.count::<T>(op, r.len())?;
         }
@@ -270,16 +291,13 @@ impl Rules {
     ) -> Result<Option<R>> {
         self.root(op, root)?;
         let total = check::v_counts(op, "send", send.len(), counts, self.rank, self.size)?;
-        self.placed(op, "send", send)?;
-        let recv = check::at_root(
+        let recv = self.rooted(
             op,
-            "recv",
-            self.rank == root,
-            recv,
+            ("send", send),
+            ("recv", recv, root),
             total,
             "the sum of counts",
         )?;
-        self.placed_opt(op, "recv", recv.as_deref())?;
         self.counts_displs::<T>(op, counts)?;
         Ok(recv)
     }
@@ -298,16 +316,13 @@ impl Rules {
         root: usize,
     ) -> Result<(usize, Option<S>)> {
         self.root(op, root)?;
-        self.placed(op, "recv", recv)?;
-        let send = check::at_root(
+        let send = self.rooted(
             op,
-            "send",
-            self.rank == root,
-            send,
+            ("recv", recv),
+            ("send", send, root),
             self.size.saturating_mul(recv.len()),
             &format!("{} ranks x {} elements", self.size, recv.len()),
         )?;
-        self.placed_opt(op, "send", send.as_deref())?;
         if let Some(s) = &send {
             self.count::<T>(op, s.len())?;
         }
@@ -330,16 +345,13 @@ impl Rules {
     ) -> Result<Option<S>> {
         self.root(op, root)?;
         let total = check::v_counts(op, "recv", recv.len(), counts, self.rank, self.size)?;
-        self.placed(op, "recv", recv)?;
-        let send = check::at_root(
+        let send = self.rooted(
             op,
-            "send",
-            self.rank == root,
-            send,
+            ("recv", recv),
+            ("send", send, root),
             total,
             "the sum of counts",
         )?;
-        self.placed_opt(op, "send", send.as_deref())?;
         self.counts_displs::<T>(op, counts)?;
         Ok(send)
     }

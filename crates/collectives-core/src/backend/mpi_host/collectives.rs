@@ -4,7 +4,7 @@
 //! turns the return code into a `Result`.
 
 use mpi::ffi;
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 use super::comm::MpiComm;
 use super::raw::{self, either};
@@ -284,27 +284,18 @@ impl MpiComm {
         recv: &mut [T],
         counts: &[usize],
     ) -> Result<()> {
-        let (c, d) = raw::packed(counts);
         let dt = raw::datatype::<T>();
-        let mine = c[self.rank];
-        let regions = [
-            Region::send(send),
-            Region::recv(recv),
-            Region::send(&c),
-            Region::send(&d),
-        ];
+        let regions = [Region::send(send), Region::recv(recv)];
         // SAFETY: `send` holds counts[rank] elements and `recv` the sum of counts, laid out at the packed
-        // displacements `d` (all checked, all within int range); `p[2]`, `p[3]` are `c` and `d`.
+        // displacements `d` (all checked, all within int range).
         unsafe {
-            self.run(op, regions, |p, form| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+            self.run_v(op, regions, counts, |p, Packed { mine, c, d }, form| {
                 either!(
                     form,
                     MPI_Allgatherv / MPI_Iallgatherv(p[0], mine, dt, p[1], c, d, dt, self.raw)
                 )
             })
         }
-        .map(drop)
     }
 
     pub(super) fn raw_gather<T: Element>(
@@ -341,27 +332,18 @@ impl MpiComm {
         counts: &[usize],
         root: usize,
     ) -> Result<()> {
-        let (c, d) = raw::packed(counts);
-        let dt = raw::datatype::<T>();
-        let (mine, root) = (c[self.rank], root as c_int);
-        let regions = [
-            Region::send(send),
-            Region::recv_opt(recv),
-            Region::send(&c),
-            Region::send(&d),
-        ];
+        let (dt, root) = (raw::datatype::<T>(), root as c_int);
+        let regions = [Region::send(send), Region::recv_opt(recv)];
         // SAFETY: `send` holds counts[rank] elements; on the root `recv` holds the sum of counts at the
         // packed displacements (checked); elsewhere MPI ignores the receive arguments.
         unsafe {
-            self.run(op, regions, |p, form| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+            self.run_v(op, regions, counts, |p, Packed { mine, c, d }, form| {
                 either!(
                     form,
                     MPI_Gatherv / MPI_Igatherv(p[0], mine, dt, p[1], c, d, dt, root, self.raw)
                 )
             })
         }
-        .map(drop)
     }
 
     pub(super) fn raw_scatter<T: Element>(
@@ -398,27 +380,18 @@ impl MpiComm {
         counts: &[usize],
         root: usize,
     ) -> Result<()> {
-        let (c, d) = raw::packed(counts);
-        let dt = raw::datatype::<T>();
-        let (mine, root) = (c[self.rank], root as c_int);
-        let regions = [
-            Region::send_opt(send),
-            Region::recv(recv),
-            Region::send(&c),
-            Region::send(&d),
-        ];
+        let (dt, root) = (raw::datatype::<T>(), root as c_int);
+        let regions = [Region::send_opt(send), Region::recv(recv)];
         // SAFETY: `recv` holds counts[rank] elements; on the root `send` holds the sum of counts at the
         // packed displacements (checked); elsewhere MPI ignores the send arguments.
         unsafe {
-            self.run(op, regions, |p, form| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+            self.run_v(op, regions, counts, |p, Packed { mine, c, d }, form| {
                 either!(
                     form,
                     MPI_Scatterv / MPI_Iscatterv(p[0], c, d, dt, p[1], mine, dt, root, self.raw)
                 )
             })
         }
-        .map(drop)
     }
 
     pub(super) fn raw_reduce_scatter<T: Element>(
@@ -1011,18 +984,13 @@ impl MpiComm {
         recv: Region<'_>,
         counts: &[usize],
     ) -> Result<MpiPending<'s, T>> {
-        let (c, d) = raw::packed(counts);
-        let (dt, mine) = (raw::datatype::<T>(), c[self.rank]);
-        let regions = [send, recv, Region::send(&c), Region::send(&d)];
-        // SAFETY: the function's contract; `p[2]`, `p[3]` are the arrays, which travel with the
-        // operation.
-        let pending = unsafe {
-            self.start::<T, 4>(op, regions, |p, r| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+        let dt = raw::datatype::<T>();
+        // SAFETY: the function's contract.
+        unsafe {
+            self.start_v(op, [send, recv], counts, |p, Packed { mine, c, d }, r| {
                 ffi::MPI_Iallgatherv(p[0], mine, dt, p[1], c, d, dt, self.raw, r)
             })
-        }?;
-        Ok(pending.holding(vec![c, d]))
+        }
     }
 
     /// `MPI_Igather` of blocks of `n` elements (`recv` absent off the root).
@@ -1052,17 +1020,13 @@ impl MpiComm {
         counts: &[usize],
         root: usize,
     ) -> Result<MpiPending<'s, T>> {
-        let (c, d) = raw::packed(counts);
-        let (dt, mine, root) = (raw::datatype::<T>(), c[self.rank], root as c_int);
-        let regions = [send, recv, Region::send(&c), Region::send(&d)];
-        // SAFETY: the function's contract; the arrays travel with the operation.
-        let pending = unsafe {
-            self.start::<T, 4>(op, regions, |p, r| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+        let (dt, root) = (raw::datatype::<T>(), root as c_int);
+        // SAFETY: the function's contract.
+        unsafe {
+            self.start_v(op, [send, recv], counts, |p, Packed { mine, c, d }, r| {
                 ffi::MPI_Igatherv(p[0], mine, dt, p[1], c, d, dt, root, self.raw, r)
             })
-        }?;
-        Ok(pending.holding(vec![c, d]))
+        }
     }
 
     /// `MPI_Iscatter` of blocks of `n` elements (`send` absent off the root).
@@ -1092,17 +1056,13 @@ impl MpiComm {
         counts: &[usize],
         root: usize,
     ) -> Result<MpiPending<'s, T>> {
-        let (c, d) = raw::packed(counts);
-        let (dt, mine, root) = (raw::datatype::<T>(), c[self.rank], root as c_int);
-        let regions = [send, recv, Region::send(&c), Region::send(&d)];
-        // SAFETY: the function's contract; the arrays travel with the operation.
-        let pending = unsafe {
-            self.start::<T, 4>(op, regions, |p, r| {
-                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+        let (dt, root) = (raw::datatype::<T>(), root as c_int);
+        // SAFETY: the function's contract.
+        unsafe {
+            self.start_v(op, [send, recv], counts, |p, Packed { mine, c, d }, r| {
                 ffi::MPI_Iscatterv(p[0], c, d, dt, p[1], mine, dt, root, self.raw, r)
             })
-        }?;
-        Ok(pending.holding(vec![c, d]))
+        }
     }
 
     /// `MPI_Irecv` into `recv` and `MPI_Isend` of `send`, completed together; the receive's
@@ -1127,5 +1087,76 @@ impl MpiComm {
             )
         }?;
         Ok(pending.expect(rn))
+    }
+}
+
+/// What a `*v` collective with one count per rank passes to MPI besides its buffers: this rank's
+/// count, and the counts and packed displacements of every rank (`c_int` arrays that MPI reads).
+struct Packed {
+    /// This rank's count.
+    mine: c_int,
+    /// Every rank's count.
+    c: *mut c_int,
+    /// Every rank's packed displacement.
+    d: *mut c_int,
+}
+
+/// The `*v` collectives' common part: `counts` packed into the arrays of [`Packed`], which go to
+/// MPI as two more regions after the send and receive buffers.
+impl MpiComm {
+    /// [`MpiComm::run`] of a `*v` collective: `call` gets the addresses of the send and receive
+    /// buffers, [`Packed`] and the form.
+    ///
+    /// # Safety
+    /// As [`MpiComm::run`], for `call` and the two regions; `counts` holds one count a rank, the
+    /// rules checked against MPI's `int`.
+    unsafe fn run_v(
+        &self,
+        op: &'static str,
+        regions: [Region<'_>; 2],
+        counts: &[usize],
+        call: impl FnOnce([*mut c_void; 2], Packed, Form<'_>) -> c_int,
+    ) -> Result<()> {
+        let (c, d) = raw::packed(counts);
+        let mine = c[self.rank];
+        let [send, recv] = regions;
+        let regions = [send, recv, Region::send(&c), Region::send(&d)];
+        // SAFETY: the function's contract; `p[2]`, `p[3]` are `c` and `d`, which outlive the call.
+        unsafe {
+            self.run(op, regions, |p, form| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                call([p[0], p[1]], Packed { mine, c, d }, form)
+            })
+        }
+        .map(drop)
+    }
+
+    /// [`MpiComm::start`] of a `*v` collective: `call` gets the addresses of the send and receive
+    /// buffers, [`Packed`] and the request; the arrays travel with the operation, since MPI reads
+    /// them until it completes.
+    ///
+    /// # Safety
+    /// As [`MpiComm::start`], for `call` and the two regions; `counts` holds one count a rank,
+    /// the rules checked against MPI's `int`.
+    unsafe fn start_v<'s, T: Element>(
+        &self,
+        op: &'static str,
+        regions: [Region<'_>; 2],
+        counts: &[usize],
+        call: impl FnOnce([*mut c_void; 2], Packed, &mut ffi::MPI_Request) -> c_int,
+    ) -> Result<MpiPending<'s, T>> {
+        let (c, d) = raw::packed(counts);
+        let mine = c[self.rank];
+        let [send, recv] = regions;
+        let regions = [send, recv, Region::send(&c), Region::send(&d)];
+        // SAFETY: the function's contract; `p[2]`, `p[3]` are `c` and `d`, which travel with the
+        // operation.
+        let pending = unsafe {
+            self.start::<T, 4>(op, regions, |p, r| {
+                let (c, d) = (p[2].cast::<c_int>(), p[3].cast::<c_int>());
+                call([p[0], p[1]], Packed { mine, c, d }, r)
+            })
+        }?;
+        Ok(pending.holding(vec![c, d]))
     }
 }

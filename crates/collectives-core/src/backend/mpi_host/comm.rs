@@ -88,6 +88,9 @@ impl fmt::Debug for MpiComm {
     }
 }
 
+/// The copies a start under a deadline runs on, with the deadline.
+type Deadline = Option<(Staging, Duration)>;
+
 impl MpiComm {
     /// A communicator over all ranks (a duplicate of `MPI_COMM_WORLD`). The universe proves MPI is
     /// initialized.
@@ -453,20 +456,39 @@ impl MpiComm {
         regions: [Region<'_>; N],
         call: impl FnOnce([*mut c_void; N], &mut ffi::MPI_Request) -> c_int,
     ) -> Result<MpiPending<'s, T>> {
+        let (deadline, p) = self.staged(op, regions)?;
+        let mut request = new_request();
+        raw::check(op, call(p, &mut request))?;
+        Ok(self.pending(request, op, deadline))
+    }
+
+    /// What every start begins with: the health check, then the addresses MPI gets for `regions`
+    /// (the regions themselves without a deadline, copies under one) and, under a deadline, the
+    /// copies with it, for the pending operation to wait on.
+    fn staged<const N: usize>(
+        &self,
+        op: &'static str,
+        regions: [Region<'_>; N],
+    ) -> Result<(Deadline, [*mut c_void; N])> {
         self.health.check(op)?;
-        let (deadline, p) = match self.timeout {
+        Ok(match self.timeout {
             None => (None, regions.map(Region::direct)),
             Some(timeout) => {
                 let (staging, p) = Staging::new(regions);
                 (Some((staging, timeout)), p)
             }
-        };
-        let mut request = new_request();
-        raw::check(op, call(p, &mut request))?;
-        Ok(
-            MpiPending::with_deadline(request, op, deadline, self.health.clone())
-                .tracked(self.ticket()),
-        )
+        })
+    }
+
+    /// The pending operation of `request`, started under `deadline` (see [`staged`](Self::staged))
+    /// and tracked by this communicator.
+    fn pending<'s, T: Element>(
+        &self,
+        request: ffi::MPI_Request,
+        op: &'static str,
+        deadline: Deadline,
+    ) -> MpiPending<'s, T> {
+        MpiPending::with_deadline(request, op, deadline, self.health.clone()).tracked(self.ticket())
     }
 
     /// Start a receive into `recv` and a send of `send` as one pending operation (MPI 3.1 has no
@@ -488,15 +510,7 @@ impl MpiComm {
         dt: ffi::MPI_Datatype,
         tag: c_int,
     ) -> Result<MpiPending<'s, T>> {
-        self.health.check(op)?;
-        let regions = [send, recv];
-        let (deadline, p) = match self.timeout {
-            None => (None, regions.map(Region::direct)),
-            Some(timeout) => {
-                let (staging, p) = Staging::new(regions);
-                (Some((staging, timeout)), p)
-            }
-        };
+        let (deadline, p) = self.staged(op, [send, recv])?;
         let mut rreq = new_request();
         // SAFETY: `p[1]` has room for `rn` elements of `dt` (the caller's promise, or its copy).
         raw::check(op, unsafe {
@@ -516,8 +530,7 @@ impl MpiComm {
             }
             return Err(raw::error(op, rc));
         }
-        let mut pending = MpiPending::with_deadline(rreq, op, deadline, self.health.clone())
-            .tracked(self.ticket());
+        let mut pending = self.pending(rreq, op, deadline);
         pending.requests.push(sreq);
         Ok(pending)
     }

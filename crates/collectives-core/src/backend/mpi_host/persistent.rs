@@ -37,6 +37,21 @@ type RootedBlocksInit =
 /// reduce operation (with MPI 4's `MPI_Info` and request).
 type ReductionInit =
     unsafe extern "C" fn(Send, Recv, c_int, Dt, ffi::MPI_Op, Comm, Info, Req) -> c_int;
+/// The prototype of `MPI_Allgatherv_init`: this rank's count, and every rank's count and
+/// displacement to receive (with MPI 4's `MPI_Info` and request).
+type AllgathervInit =
+    unsafe extern "C" fn(Send, c_int, Dt, Recv, Ints, Ints, Dt, Comm, Info, Req) -> c_int;
+/// The prototype of `MPI_Gatherv_init`: as [`AllgathervInit`], with a root.
+type GathervInit =
+    unsafe extern "C" fn(Send, c_int, Dt, Recv, Ints, Ints, Dt, c_int, Comm, Info, Req) -> c_int;
+/// The prototype of `MPI_Scatterv_init`: every rank's count and displacement to send, this rank's
+/// count to receive, a root (with MPI 4's `MPI_Info` and request).
+type ScattervInit =
+    unsafe extern "C" fn(Send, Ints, Ints, Dt, Recv, c_int, Dt, c_int, Comm, Info, Req) -> c_int;
+/// The prototype of `MPI_Alltoallv_init`: every rank's count and displacement each way (with
+/// MPI 4's `MPI_Info` and request).
+type AlltoallvInit =
+    unsafe extern "C" fn(Send, Ints, Ints, Dt, Recv, Ints, Ints, Dt, Comm, Info, Req) -> c_int;
 
 /// The first of `MPI_<name>` and `MPIX_<name>` this process exports, as a function of type `F`,
 /// with the name found.
@@ -190,6 +205,15 @@ impl MpiComm {
         };
         let opt_send = |p: &Option<BufPtr<[T]>>| p.as_ref().map_or(std::ptr::null_mut(), send_of);
         let opt_recv = |p: &Option<BufPtr<[T]>>| p.as_ref().map_or(std::ptr::null_mut(), recv_of);
+        // A counts array packed into MPI's counts and displacements, kept in the plan (MPI reads
+        // them at each start): this rank's count and the addresses of the two arrays, which do
+        // not move when the arrays do.
+        let mut packed = |counts: &[usize]| {
+            let (c, d) = raw::packed(counts);
+            let found = (c[self.rank], c.as_ptr(), d.as_ptr());
+            arrays.extend([c, d]);
+            found
+        };
         macro_rules! find {
             ($name:literal, $ty:ty) => {{
                 // SAFETY: the prototype of the MPI-4 function, which Open MPI's MPIX_ one shares.
@@ -294,26 +318,14 @@ impl MpiComm {
                 (unsafe { f(s, n, dt, r, n, dt, comm, info, req) }, name)
             }
             PlanCall::AllGatherV { send, recv, counts } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    c_int,
-                    Dt,
-                    Recv,
-                    Ints,
-                    Ints,
-                    Dt,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Allgatherv_init", F);
-                let (c, d) = raw::packed(counts);
-                let mine = c[self.rank];
+                let (f, name) = find!("Allgatherv_init", AllgathervInit);
+                let (mine, c, d) = packed(counts);
                 let (s, r) = (send_of(send), recv_of(recv));
                 // SAFETY: see above; the arrays live as long as the request (kept in the plan).
-                let rc = unsafe { f(s, mine, dt, r, c.as_ptr(), d.as_ptr(), dt, comm, info, req) };
-                arrays = vec![c, d];
-                (rc, name)
+                (
+                    unsafe { f(s, mine, dt, r, c, d, dt, comm, info, req) },
+                    name,
+                )
             }
             PlanCall::Gather {
                 send,
@@ -336,42 +348,14 @@ impl MpiComm {
                 counts,
                 root,
             } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    c_int,
-                    Dt,
-                    Recv,
-                    Ints,
-                    Ints,
-                    Dt,
-                    c_int,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Gatherv_init", F);
-                let (c, d) = raw::packed(counts);
-                let mine = c[self.rank];
-                let (s, r) = (send_of(send), opt_recv(recv));
-                let root = *root as c_int;
+                let (f, name) = find!("Gatherv_init", GathervInit);
+                let (mine, c, d) = packed(counts);
+                let (s, r, root) = (send_of(send), opt_recv(recv), *root as c_int);
                 // SAFETY: see above; the arrays live as long as the request.
-                let rc = unsafe {
-                    f(
-                        s,
-                        mine,
-                        dt,
-                        r,
-                        c.as_ptr(),
-                        d.as_ptr(),
-                        dt,
-                        root,
-                        comm,
-                        info,
-                        req,
-                    )
-                };
-                arrays = vec![c, d];
-                (rc, name)
+                (
+                    unsafe { f(s, mine, dt, r, c, d, dt, root, comm, info, req) },
+                    name,
+                )
             }
             PlanCall::Scatter {
                 send,
@@ -394,42 +378,14 @@ impl MpiComm {
                 counts,
                 root,
             } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    Ints,
-                    Ints,
-                    Dt,
-                    Recv,
-                    c_int,
-                    Dt,
-                    c_int,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Scatterv_init", F);
-                let (c, d) = raw::packed(counts);
-                let mine = c[self.rank];
-                let (s, r) = (opt_send(send), recv_of(recv));
-                let root = *root as c_int;
+                let (f, name) = find!("Scatterv_init", ScattervInit);
+                let (mine, c, d) = packed(counts);
+                let (s, r, root) = (opt_send(send), recv_of(recv), *root as c_int);
                 // SAFETY: see above; the arrays live as long as the request.
-                let rc = unsafe {
-                    f(
-                        s,
-                        c.as_ptr(),
-                        d.as_ptr(),
-                        dt,
-                        r,
-                        mine,
-                        dt,
-                        root,
-                        comm,
-                        info,
-                        req,
-                    )
-                };
-                arrays = vec![c, d];
-                (rc, name)
+                (
+                    unsafe { f(s, c, d, dt, r, mine, dt, root, comm, info, req) },
+                    name,
+                )
             }
             PlanCall::ReduceScatter {
                 send,
@@ -462,40 +418,14 @@ impl MpiComm {
                 recv,
                 recv_counts,
             } => {
-                type F = unsafe extern "C" fn(
-                    Send,
-                    Ints,
-                    Ints,
-                    Dt,
-                    Recv,
-                    Ints,
-                    Ints,
-                    Dt,
-                    Comm,
-                    Info,
-                    Req,
-                ) -> c_int;
-                let (f, name) = find!("Alltoallv_init", F);
-                let ((sc, sd), (rc_, rd)) = (raw::packed(send_counts), raw::packed(recv_counts));
+                let (f, name) = find!("Alltoallv_init", AlltoallvInit);
+                let ((_, sc, sd), (_, rc, rd)) = (packed(send_counts), packed(recv_counts));
                 let (s, r) = (send_of(send), recv_of(recv));
                 // SAFETY: see above; the arrays live as long as the request.
-                let rc = unsafe {
-                    f(
-                        s,
-                        sc.as_ptr(),
-                        sd.as_ptr(),
-                        dt,
-                        r,
-                        rc_.as_ptr(),
-                        rd.as_ptr(),
-                        dt,
-                        comm,
-                        info,
-                        req,
-                    )
-                };
-                arrays = vec![sc, sd, rc_, rd];
-                (rc, name)
+                (
+                    unsafe { f(s, sc, sd, dt, r, rc, rd, dt, comm, info, req) },
+                    name,
+                )
             }
         };
         raw::check(op, rc)?;
