@@ -149,8 +149,9 @@ impl OneShot {
     /// Collective: every rank of `comm` calls it, in the same order as its other collectives.
     ///
     /// # Errors
-    /// An MPI error during the agreement, or a CUDA error on this rank while setting up after
-    /// every rank agreed the path is possible.
+    /// An MPI error during the agreements, or a CUDA error copying the pointer table after every
+    /// rank made and mapped its memory. A rank that cannot allocate, export or map memory makes
+    /// the path [`Offer::NotOffered`] on every rank, with its error as the reason.
     pub fn offer<C: DeviceCommunicator>(comm: &C, capacity: usize) -> Result<Offer> {
         let timeout = comm.deadline().unwrap_or(Duration::from_secs(300));
         let mpi = comm.mpi().dup()?.with_timeout(Some(timeout));
@@ -204,7 +205,9 @@ impl OneShot {
         let ok = everyone(&mpi, made.is_ok())?;
         let (local, words, failed) = match (made, ok) {
             (Ok(m), true) => m,
-            (Err(e), _) => return Err(e),
+            // Every rank takes the same branch: the one that failed says why, the others that
+            // another rank could not (an error on one rank only would leave the others going on).
+            (Err(e), _) => return Ok(Offer::NotOffered(format!("rank {rank}: {e}"))),
             (Ok(_), false) => {
                 return Ok(Offer::NotOffered(
                     "another rank could not allocate or export its memory".to_owned(),
@@ -223,7 +226,7 @@ impl OneShot {
         let ok = everyone(&mpi, opened.is_ok())?;
         let opened = match (opened, ok) {
             (Ok(o), true) => o,
-            (Err(e), _) => return Err(e),
+            (Err(e), _) => return Ok(Offer::NotOffered(format!("rank {rank}: {e}"))),
             (Ok(_), false) => {
                 return Ok(Offer::NotOffered(
                     "another rank could not map a peer's memory".to_owned(),
