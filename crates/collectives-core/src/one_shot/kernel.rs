@@ -130,14 +130,18 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {NAME}(
     asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(theirs), "r"(epoch) : "memory");
     const u32* ours = (const u32*)flags[rank] + b * MAX_RANKS + threadIdx.x;
     // Set (by any rank's kernel) once a kernel gave up: no later call may complete on any rank,
-    // so a late rank fails too instead of finishing against peers that left.
+    // so a late rank fails too instead of finishing against peers that left. Read before the
+    // flag on every round: a rank that comes after the others gave up finds their flags of this
+    // epoch already there (they were written before the others waited), and must not take them.
     const u32* abandoned = (const u32*)flags[rank] + BLOCKS * MAX_RANKS;
     const u64 start = now_ns();
     for (;;) {{
       u32 seen, gone;
-      asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(seen) : "l"(ours) : "memory");
-      if ((int)(seen - epoch) >= 0) break;
       asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(gone) : "l"(abandoned) : "memory");
+      if (gone == 0u) {{
+        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(seen) : "l"(ours) : "memory");
+        if ((int)(seen - epoch) >= 0) break;
+      }}
       if (gone != 0u || now_ns() - start > timeout_ns) {{
         s_failed = 1;
         asm volatile("st.relaxed.sys.global.u32 [%0], %1;" :: "l"(failed), "r"(1u) : "memory");

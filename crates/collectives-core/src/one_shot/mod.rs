@@ -33,9 +33,12 @@
 //!   `%globaltimer`), sets a word of mapped host memory and skips the reduction; the host reports
 //!   [`Error::Timeout`] after the stream completes, and every later call is refused (the epochs of
 //!   the ranks no longer agree). The kernel that gives up also sets an *abandoned* word on every
-//!   rank, which every wait checks: a rank that comes late fails as well instead of completing
-//!   against peers that left (whose communicators are aborted), so no rank is left believing all
-//!   went well.
+//!   rank, which every wait reads before each look at the peers' flags: a rank that comes late
+//!   finds their flags of its epoch already set (written before they waited), and fails as well
+//!   instead of completing against peers that left (whose communicators are aborted), so no rank
+//!   is left believing all went well. One window stays: a rank that passes its wait in the
+//!   moment a peer's deadline runs out completes while that peer fails; the peer's communicator
+//!   is then aborted and this rank's next call (or its teardown barrier) times out.
 //! - *Teardown.* A rank frees its memory when dropped only after a barrier of every rank (with the
 //!   deadline) proves no peer still reads it; after a timeout, or once MPI is finalized, it leaves
 //!   the memory allocated instead.
