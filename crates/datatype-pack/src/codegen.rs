@@ -157,6 +157,39 @@ fn hash_plan(h: &mut Fnv64, plan: &StridedBlock, word_size: u32) {
         h.u64(n).u64(s);
     }
     h.u64(u64::from(word_size));
+    // Only plans with a reversed dimension hash their directions, so that the names (and the
+    // cached images) of forward plans stay what they were.
+    if plan.has_reversed() {
+        h.bytes(b"reversed");
+        for &r in plan.reversed() {
+            h.u64(u64::from(r));
+        }
+    }
+}
+
+/// The signed stride of dimension `k` of `plan` as a 64-bit CUDA constant expression: `Sull`
+/// forward, `(0ull - Sull)` (its two's complement) reversed; `0ull` for a dimension the plan
+/// lacks. Offsets summed from the origin with these wrap to the exact offsets.
+fn stride_lit(plan: &StridedBlock, k: usize) -> String {
+    match (plan.strides().get(k), plan.reversed().get(k)) {
+        (Some(&s), Some(true)) => format!("(0ull - {s}ull)"),
+        (Some(&s), _) => format!("{s}ull"),
+        (None, _) => "0ull".to_string(),
+    }
+}
+
+/// ` , reversed [..]` for a plan with a reversed dimension, for the comments of the source;
+/// nothing for a forward plan (whose source stays as it was).
+fn reversed_note(plan: &StridedBlock) -> String {
+    if plan.has_reversed() {
+        format!(
+            ", reversed {:?} (origin {})",
+            plan.reversed(),
+            plan.origin()
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// The hash that names the kernels of `plan` launched as `shape`: it covers the plan, the word
@@ -277,11 +310,12 @@ pub fn generate_with_limits(
     prelude(&mut src);
     let _ = writeln!(
         src,
-        "// plan: start {}, block length {} bytes, counts {:?}, strides {:?}; {}-byte words",
+        "// plan: start {}, block length {} bytes, counts {:?}, strides {:?}{}; {}-byte words",
         plan.start(),
         plan.block_len(),
         plan.counts(),
         plan.strides(),
+        reversed_note(plan),
         word_size
     );
     let _ = writeln!(
@@ -379,7 +413,7 @@ fn region_body(
     let wt = word_type(shape.word_size()).unwrap_or("unsigned char");
     let [ex, ey, ez] = shape.extents();
     let [bx, by, bz] = shape.block();
-    let s = |k: usize| plan.strides().get(k).copied().unwrap_or(0);
+    let s = |k: usize| stride_lit(plan, k);
     let _ = writeln!(
         src,
         "static __device__ __forceinline__ void {name}(\n\
@@ -396,10 +430,11 @@ fn region_body(
         src,
         "    constexpr dtp_u64 W = {w}ull, BL = {bl}ull, START = {start}ull;\n\
          \x20   constexpr dtp_u64 EX = {ex}ull, EY = {ey}ull, EZ = {ez}ull;\n\
-         \x20   constexpr dtp_u64 S0 = {s0}ull, S1 = {s1}ull;\n\
+         \x20   constexpr dtp_u64 S0 = {s0}, S1 = {s1};\n\
          \x20   constexpr dtp_u64 BX = {bx}ull, BY = {by}ull, BZ = {bz}ull;",
         bl = plan.block_len(),
-        start = plan.start(),
+        // The first packed block (the plan's start unless a dimension is reversed).
+        start = plan.origin(),
         s0 = s(0),
         s1 = s(1),
     );
@@ -429,11 +464,11 @@ fn region_body(
             for (k, &n) in outer.iter().enumerate() {
                 let stride = s(k + 2);
                 if k + 1 == outer.len() {
-                    let _ = writeln!(src, "            so += rest * {stride}ull;");
+                    let _ = writeln!(src, "            so += rest * {stride};");
                 } else {
                     let _ = writeln!(
                         src,
-                        "            so += (rest % {n}ull) * {stride}ull; rest /= {n}ull;"
+                        "            so += (rest % {n}ull) * {stride}; rest /= {n}ull;"
                     );
                 }
             }
@@ -548,7 +583,9 @@ fn copy_words(src: &mut String, indent: &str, in_is_strided: bool, pairs: &[(Str
 /// Emits `static __device__ dtp_u64 NAME(dtp_u64 i)`: the strided byte offset of packed word `i`
 /// of `plan` in words of `w` bytes (the flat contract of [`LaunchShape`]).
 fn flat_offset(src: &mut String, name: &str, plan: &StridedBlock, w: u32) {
-    let start = plan.start();
+    // The first packed block: the plan's start unless a dimension is reversed (a contiguous
+    // plan never is).
+    let start = plan.origin();
     let _ = writeln!(
         src,
         "// The strided offset of packed word i.\n\
@@ -568,11 +605,12 @@ fn flat_offset(src: &mut String, name: &str, plan: &StridedBlock, w: u32) {
          \x20   dtp_u64 off = {start}ull + (i % {words}ull) * {w}ull;"
     );
     let last = plan.ndims() - 1;
-    for (k, (&n, &s)) in plan.counts().iter().zip(plan.strides()).enumerate() {
+    for (k, &n) in plan.counts().iter().enumerate() {
+        let s = stride_lit(plan, k);
         if k == last {
-            let _ = writeln!(src, "    off += b * {s}ull;");
+            let _ = writeln!(src, "    off += b * {s};");
         } else {
-            let _ = writeln!(src, "    off += (b % {n}ull) * {s}ull; b /= {n}ull;");
+            let _ = writeln!(src, "    off += (b % {n}ull) * {s}; b /= {n}ull;");
         }
     }
     src.push_str("    return off;\n}\n\n");
@@ -771,12 +809,13 @@ pub fn generate_fused(
         }
         let _ = writeln!(
             src,
-            "// region {i}: plan start {}, block length {}, counts {:?}, strides {:?}; packed at {}; \
-             {} words of {} bytes, flat over thread blocks {:?}",
+            "// region {i}: plan start {}, block length {}, counts {:?}, strides {:?}{}; packed at \
+             {}; {} words of {} bytes, flat over thread blocks {:?}",
             r.plan().start(),
             r.plan().block_len(),
             r.plan().counts(),
             r.plan().strides(),
+            reversed_note(r.plan()),
             r.packed_offset(),
             shape.extents()[0],
             shape.word_size(),
@@ -1026,12 +1065,13 @@ pub fn generate_fused_copy(
         let _ = writeln!(
             src,
             "// region {i}: source start {}, destination start {}, block length {}, counts {:?}, \
-             strides {:?}; {} words of {} bytes, flat over thread blocks {:?}",
+             strides {:?}{}; {} words of {} bytes, flat over thread blocks {:?}",
             r.src().start(),
             r.dst_start(),
             r.src().block_len(),
             r.src().counts(),
             r.src().strides(),
+            reversed_note(r.src()),
             shape.extents()[0],
             shape.word_size(),
             part.spans[i],
@@ -1113,6 +1153,50 @@ mod tests {
         let k = generate(&plan(), 16).unwrap();
         assert!(k.source().contains("typedef dtp_w16 word;"));
         assert!(k.source().contains("EX = 1ull"));
+    }
+
+    #[test]
+    fn reversed_dimensions_step_down_from_the_origin() {
+        // plan() with its first and third dimensions reversed: the first packed block is the
+        // highest of both, and their strides are baked in as two's complements.
+        let p = plan();
+        let r = StridedBlock::with_reversed(
+            p.start(),
+            p.block_len(),
+            p.counts().to_vec(),
+            p.strides().to_vec(),
+            vec![true, false, true],
+        )
+        .unwrap();
+        let origin = 32 + 69_999 * 512 + 4 * (1u64 << 30);
+        assert_eq!(r.origin(), origin);
+        let k = generate(&r, 8).unwrap();
+        let s = k.source();
+        for needle in [
+            format!("START = {origin}ull"),
+            "S0 = (0ull - 512ull), S1 = 35840000ull".to_string(),
+            "rest * (0ull - 1073741824ull)".to_string(),
+            "reversed [true, false, true]".to_string(),
+        ] {
+            assert!(s.contains(&needle), "{needle} missing from\n{s}");
+        }
+        // Another plan, so other names; the forward plan's source does not mention directions.
+        let f = generate(&p, 8).unwrap();
+        assert_ne!(k.pack_name(), f.pack_name());
+        assert!(!f.source().contains("reversed") && !f.source().contains("0ull - "));
+        // Flat: the digits of the block index times the signed strides.
+        let flat =
+            StridedBlock::with_reversed(8, 8, vec![4, 3], vec![16, 64], vec![true, true]).unwrap();
+        let k = generate(&flat, 8).unwrap();
+        assert!(k.shape().is_flat());
+        let s = k.source();
+        for needle in [
+            "dtp_u64 off = 184ull + (i % 1ull) * 8ull;",
+            "off += (b % 4ull) * (0ull - 16ull); b /= 4ull;",
+            "off += b * (0ull - 64ull);",
+        ] {
+            assert!(s.contains(needle), "{needle} missing from\n{s}");
+        }
     }
 
     #[test]
@@ -1424,6 +1508,17 @@ mod tests {
             StridedBlock::new(8_200, 16, vec![4, 3, 2, 2], vec![32, 160, 500, 1_100]).unwrap(),
             StridedBlock::new(12_000, 1_000, vec![], vec![]).unwrap(),
             StridedBlock::new(13_002, 2, vec![50], vec![6]).unwrap(),
+            // Negative strides: the inner dimension descending, then the outer one.
+            StridedBlock::with_reversed(14_000, 8, vec![5, 3], vec![16, 100], vec![true, false])
+                .unwrap(),
+            StridedBlock::with_reversed(
+                14_400,
+                4,
+                vec![3, 2, 2],
+                vec![8, 40, 96],
+                vec![false, true, true],
+            )
+            .unwrap(),
         ]
     }
 
@@ -1507,7 +1602,9 @@ mod tests {
     #[test]
     fn fused_flat_copy_contract_matches_the_cpu_reference() {
         // Each region copied 20,000 bytes up (some destinations less aligned than sources).
-        let shift = [20_000u64, 20_004, 20_001, 20_000, 20_008, 20_002, 20_000];
+        let shift = [
+            20_000u64, 20_004, 20_001, 20_000, 20_008, 20_002, 20_000, 20_008, 20_004,
+        ];
         let regions: Vec<CopyRegion> = flat_test_plans()
             .into_iter()
             .zip(shift)

@@ -199,7 +199,8 @@ pub fn subarray(
 ///
 /// An empty `shape` is a 0-dimensional view of one element; a zero-length dimension gives the
 /// empty layout. Negative strides are described faithfully (the layout then reaches bytes
-/// before the first element); the plan layer refuses them, see [`crate::plan`].
+/// before the first element, so displace it by the view's offset in its allocation before
+/// planning it); plans carry them as reversed dimensions, see [`crate::plan`].
 ///
 /// # Errors
 /// * [`Error::InvalidArgument`] if `elem_size` is 0;

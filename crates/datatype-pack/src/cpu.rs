@@ -7,7 +7,8 @@
 //!
 //! [`pack_naive`] and [`unpack_naive`] walk the un-canonicalized tree node by node, with their
 //! own bounds computation. They share no code with the canonical passes or plans, which makes
-//! them the independent side of the property tests. They also handle negative strides.
+//! them the independent side of the property tests. Both paths handle negative strides (the
+//! planned one through reversed plan dimensions, see [`crate::plan`]).
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -95,14 +96,15 @@ pub(crate) fn for_each_block(plan: &StridedBlock, mut f: impl FnMut(usize, usize
         return;
     }
     let counts = plan.counts();
-    let strides = plan.strides();
+    let steps: Vec<u64> = (0..counts.len()).map(|k| plan.step(k)).collect();
     let block = plan.block_len();
     let nd = counts.len();
     let mut idx = vec![0u64; nd];
     // Offsets are tracked with wrapping arithmetic: the odometer below may step one stride past a
-    // dimension's end (possibly far, for a count-1 dimension) before stepping back. The value
-    // used for each block is exact, and below the checked extent end.
-    let mut off = plan.start();
+    // dimension's end (possibly far, for a count-1 dimension) before stepping back, and a
+    // reversed dimension steps by the two's complement of its stride. The value used for each
+    // block is exact, and inside the checked extent.
+    let mut off = plan.origin();
     let mut packed = 0u64;
     loop {
         f(off as usize, packed as usize);
@@ -113,11 +115,11 @@ pub(crate) fn for_each_block(plan: &StridedBlock, mut f: impl FnMut(usize, usize
                 return;
             }
             idx[k] += 1;
-            off = off.wrapping_add(strides[k]);
+            off = off.wrapping_add(steps[k]);
             if idx[k] < counts[k] {
                 break;
             }
-            off = off.wrapping_sub(strides[k].wrapping_mul(counts[k]));
+            off = off.wrapping_sub(steps[k].wrapping_mul(counts[k]));
             idx[k] = 0;
             k += 1;
         }
@@ -131,8 +133,9 @@ pub(crate) fn for_each_block(plan: &StridedBlock, mut f: impl FnMut(usize, usize
 /// Checked before any byte is written:
 /// * [`Error::OutOfBounds`] if the layout touches bytes outside `src`;
 /// * [`Error::BufferTooSmall`] if `dst` is shorter than the packed size;
-/// * for a [`Type`], the errors of [`StridedBlock::from_type`] (a negative stride is
-///   [`Error::Unsupported`]: use [`pack_naive`]).
+/// * for a [`Type`], the errors of [`StridedBlock::from_type`] (a layout that starts before
+///   the buffer is [`Error::OutOfBounds`] first). Negative strides are packed in the layout's
+///   order, as `MPI_Pack` packs them.
 pub fn pack<L: Layout + ?Sized>(layout: &L, src: &[u8], dst: &mut [u8]) -> Result<u64> {
     const OP: &str = "pack";
     check_span(OP, Buffer::Source, layout.byte_span()?, src.len())?;
@@ -362,16 +365,62 @@ mod tests {
     }
 
     #[test]
-    fn naive_handles_negative_strides_and_plan_refuses_them() {
+    fn negative_strides_pack_in_layout_order() {
         // Reverse the 4 two-byte elements of an 8-byte buffer.
         let t = Type::stream(4, -2, Type::dense(2)).with_offset(6);
         let src = bytes(8);
         let mut dst = vec![0u8; 8];
         pack_naive(&t, &src, &mut dst).unwrap();
         assert_eq!(dst, [6, 7, 4, 5, 2, 3, 0, 1]);
+        let mut planned = vec![0u8; 8];
+        pack(&t, &src, &mut planned).unwrap();
+        assert_eq!(planned, dst);
+        let mut back = vec![0u8; 8];
+        unpack(&t, &dst, &mut back).unwrap();
+        assert_eq!(back, src);
+    }
+
+    #[test]
+    fn negative_stride_vector_packs_as_mpi_pack() {
+        // MPI_Type_vector(3, 2, -4, 2-byte element) at a buffer address 16 bytes in: block 0
+        // (bytes 16..20) first, then block 1 at 8..12, then block 2 at 0..4 (MPI_Pack order).
+        let t = vector(3, 2, -4, 2).unwrap().displaced(16).unwrap();
+        let src = bytes(24);
+        let mut dst = vec![0u8; 12];
+        assert_eq!(pack(&t, &src, &mut dst).unwrap(), 12);
+        assert_eq!(dst, [16, 17, 18, 19, 8, 9, 10, 11, 0, 1, 2, 3]);
+        let mut naive = vec![0u8; 12];
+        pack_naive(&t, &src, &mut naive).unwrap();
+        assert_eq!(naive, dst);
+        // Nested: an hvector of 2 descending vectors, themselves descending.
+        let inner = vector(3, 1, -2, 4).unwrap(); // bytes 0, -8, -16 (4 each)
+        let t = crate::construct::hvector(2, 1, -40, inner)
+            .unwrap()
+            .displaced(60)
+            .unwrap();
+        let src = bytes(64);
+        let mut planned = vec![0u8; 24];
+        let mut naive = vec![0u8; 24];
+        pack(&t, &src, &mut planned).unwrap();
+        pack_naive(&t, &src, &mut naive).unwrap();
+        assert_eq!(planned, naive);
+        assert_eq!(&planned[..4], &[60, 61, 62, 63]);
+        assert_eq!(&planned[12..16], &[20, 21, 22, 23]);
+        // Unpacking scatters back to the same places and nothing else.
+        let mut ghost = vec![0xEEu8; 64];
+        unpack(&t, &planned, &mut ghost).unwrap();
+        let mut want = vec![0xEEu8; 64];
+        unpack_naive(&t, &planned, &mut want).unwrap();
+        assert_eq!(ghost, want);
+        // Before the buffer: the bounds are checked on the true range.
+        let t = vector(3, 2, -4, 2).unwrap();
         assert!(matches!(
             pack(&t, &src, &mut dst),
-            Err(Error::Unsupported { .. })
+            Err(Error::OutOfBounds {
+                first: -16,
+                end: 4,
+                ..
+            })
         ));
     }
 

@@ -73,8 +73,9 @@ pub enum Error {
         message: String,
     },
 
-    /// The layout is valid but this part of the crate does not handle it (for example a negative
-    /// stride reaching a [`StridedBlock`](crate::plan::StridedBlock)).
+    /// The layout is valid but this part of the crate does not handle it (for example a layout
+    /// that starts before its base reaching a [`StridedBlock`](crate::plan::StridedBlock), or an
+    /// irregular MPI combiner reaching the decoder).
     #[error("{op}: unsupported: {message}")]
     Unsupported {
         /// The operation that refused the layout.

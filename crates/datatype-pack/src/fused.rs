@@ -234,9 +234,13 @@ pub struct CopyRegion {
     dst_start: u64,
 }
 
-/// Whether two plans select blocks of the same length on the same lattice (starts aside).
+/// Whether two plans select blocks of the same length on the same lattice, in the same order
+/// (starts aside).
 fn same_shape(a: &StridedBlock, b: &StridedBlock) -> bool {
-    a.block_len() == b.block_len() && a.counts() == b.counts() && a.strides() == b.strides()
+    a.block_len() == b.block_len()
+        && a.counts() == b.counts()
+        && a.strides() == b.strides()
+        && a.reversed() == b.reversed()
 }
 
 impl CopyRegion {
@@ -259,13 +263,15 @@ impl CopyRegion {
                 "CopyRegion::between",
                 format!(
                     "source and destination differ in shape: block length {} vs {}, counts {:?} \
-                     vs {:?}, strides {:?} vs {:?}",
+                     vs {:?}, strides {:?} vs {:?}, reversed {:?} vs {:?}",
                     src.block_len(),
                     dst.block_len(),
                     src.counts(),
                     dst.counts(),
                     src.strides(),
-                    dst.strides()
+                    dst.strides(),
+                    src.reversed(),
+                    dst.reversed()
                 ),
             ));
         }
@@ -283,17 +289,18 @@ impl CopyRegion {
         self.dst_start
     }
 
-    /// The plan written in the destination buffer: the source's shape at
-    /// [`dst_start`](Self::dst_start) (the empty plan for an empty source).
+    /// The plan written in the destination buffer: the source's shape (directions included)
+    /// at [`dst_start`](Self::dst_start) (the empty plan for an empty source).
     ///
     /// # Errors
     /// [`Error::Overflow`] if the destination's extent end does not fit a `u64`.
     pub fn dst_plan(&self) -> Result<StridedBlock> {
-        StridedBlock::new(
+        StridedBlock::with_reversed(
             self.dst_start,
             self.src.block_len(),
             self.src.counts().to_vec(),
             self.src.strides().to_vec(),
+            self.src.reversed().to_vec(),
         )
     }
 

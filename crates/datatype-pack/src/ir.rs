@@ -12,9 +12,11 @@
 //! `Stream` has exactly one child, so every `Type` is a chain: zero or more streams (outermost
 //! first) over one dense block.
 //!
-//! Offsets and strides are signed (`i64`) so that views with negative strides can be described.
-//! The naive packer ([`crate::cpu::pack_naive`]) handles them; a
-//! [`StridedBlock`](crate::plan::StridedBlock) does not (see [`crate::plan`]).
+//! Offsets and strides are signed (`i64`) so that views and MPI vectors with negative strides
+//! can be described: a stream with a negative stride packs its copies from the highest address
+//! down, copy 0 first, as `MPI_Pack` packs a vector with a negative stride. Every packer handles
+//! them; a [`StridedBlock`](crate::plan::StridedBlock) carries them as reversed dimensions (see
+//! [`crate::plan`]).
 
 use std::fmt;
 use std::ops::Range;

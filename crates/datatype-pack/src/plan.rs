@@ -10,11 +10,24 @@
 //! The block with multi-index `(i0, i1, ..)` lands at packed byte `b * block_len`, where
 //! `b = i0 + counts[0] * (i1 + counts[1] * (i2 + ..))` is its linear block index.
 //!
-//! Plans are unsigned: a plan's start and strides are `u64`. A layout whose canonical form still
-//! has a negative stride (a reversed array view, say), or that starts before its base, is
-//! refused with [`Error::Unsupported`]; the naive packer ([`crate::cpu::pack_naive`]) handles
-//! such layouts. Keeping plans unsigned keeps every kernel index computation unsigned and the
-//! bounds check a single comparison (`extent_end <= len`).
+//! Negative strides are carried as *reversed* dimensions: a plan's start and strides are
+//! unsigned, `start` is the lowest byte any block touches, and a reversed dimension `k`
+//! visits its copies from the highest address down, so that the block with multi-index
+//! `(i0, i1, ..)` sits at
+//!
+//! ```text
+//! start + sum over k of (reversed[k] ? counts[k] - 1 - ik : ik) * strides[k]
+//! ```
+//!
+//! That is the signed layout `origin + sum ik * (reversed[k] ? -strides[k] : strides[k])`, with
+//! [`origin`](StridedBlock::origin) the offset of the first packed block: a vector with a
+//! negative stride (`MPI_Type_vector(3, 1, -2, ..)`) packs block 0 first, at the highest
+//! address, as `MPI_Pack` does. Keeping start and strides unsigned keeps the bounds check a
+//! single comparison (`extent_end <= len`); kernels form offsets from the origin with the
+//! signed strides in wrapping 64-bit arithmetic, whose results are the exact offsets. A layout
+//! that starts before its base (its lowest byte at a negative offset) is still refused with
+//! [`Error::Unsupported`]: move it ([`Type::displaced`]) so that it starts at or after byte 0
+//! of the buffer it is applied to.
 //!
 //! [`StridedBlock::word_size`] chooses how many bytes a packer may move at once, and
 //! [`LaunchShape`] maps a plan onto a CUDA-like grid without exceeding any grid dimension.
@@ -35,27 +48,54 @@ pub struct StridedBlock {
     block_len: u64,
     counts: Vec<u64>,
     strides: Vec<u64>,
+    /// Per dimension, whether it runs from the highest address down; `false` wherever the
+    /// count is at most 1 or the stride 0 (where the direction changes nothing).
+    reversed: Vec<bool>,
     packed_size: u64,
     extent_end: u64,
 }
 
 impl StridedBlock {
     /// Builds a plan from its parts. `counts` and `strides` are per stream dimension, innermost
-    /// first. A plan that selects no byte (a zero `block_len` or a zero count) is normalized to
+    /// first; every dimension runs forward (see [`StridedBlock::with_reversed`]). A plan that
+    /// selects no byte (a zero `block_len` or a zero count) is normalized to
     /// [`StridedBlock::empty`].
     ///
     /// # Errors
     /// [`Error::DimensionMismatch`] if `counts` and `strides` differ in length;
     /// [`Error::Overflow`] if the packed size or the extent end does not fit a `u64`.
     pub fn new(start: u64, block_len: u64, counts: Vec<u64>, strides: Vec<u64>) -> Result<Self> {
+        let reversed = vec![false; counts.len()];
+        Self::with_reversed(start, block_len, counts, strides, reversed)
+    }
+
+    /// Builds a plan whose dimensions may run backwards: dimension `k` with `reversed[k]` set
+    /// packs its copies from the highest address down (a negative stride of `-strides[k]`),
+    /// see the [module docs](self). `start` is the lowest byte the plan touches, whatever the
+    /// directions, so the bytes touched are `start..extent_end` as for a forward plan. A
+    /// direction where the count is at most 1 or the stride 0 changes nothing and is
+    /// normalized to forward; a plan that selects no byte to [`StridedBlock::empty`].
+    ///
+    /// # Errors
+    /// [`Error::DimensionMismatch`] if `strides` or `reversed` differ in length from `counts`;
+    /// [`Error::Overflow`] if the packed size or the extent end does not fit a `u64`.
+    pub fn with_reversed(
+        start: u64,
+        block_len: u64,
+        counts: Vec<u64>,
+        strides: Vec<u64>,
+        reversed: Vec<bool>,
+    ) -> Result<Self> {
         const OP: &str = "StridedBlock::new";
-        if counts.len() != strides.len() {
-            return Err(Error::DimensionMismatch {
-                op: OP,
-                what: "strides",
-                expected: counts.len(),
-                found: strides.len(),
-            });
+        for (what, len) in [("strides", strides.len()), ("reversed", reversed.len())] {
+            if len != counts.len() {
+                return Err(Error::DimensionMismatch {
+                    op: OP,
+                    what,
+                    expected: counts.len(),
+                    found: len,
+                });
+            }
         }
         if block_len == 0 || counts.contains(&0) {
             return Ok(Self::empty());
@@ -73,11 +113,17 @@ impl StridedBlock {
                 .and_then(|span| end.checked_add(span))
                 .ok_or_else(|| overflow(OP, "extent end exceeds u64"))?;
         }
+        let reversed = reversed
+            .iter()
+            .zip(counts.iter().zip(&strides))
+            .map(|(&r, (&n, &s))| r && n > 1 && s != 0)
+            .collect();
         Ok(Self {
             start,
             block_len,
             counts,
             strides,
+            reversed,
             packed_size,
             extent_end: end,
         })
@@ -90,6 +136,7 @@ impl StridedBlock {
             block_len: 0,
             counts: Vec::new(),
             strides: Vec::new(),
+            reversed: Vec::new(),
             packed_size: 0,
             extent_end: 0,
         }
@@ -114,40 +161,51 @@ impl StridedBlock {
         Self::lower(&canonicalize(sort_by_stride(canonicalize(t.clone()))))
     }
 
-    /// Lowers `t` as it is, one plan dimension per stream level (no canonicalization).
+    /// Lowers `t` as it is, one plan dimension per stream level (no canonicalization). A level
+    /// with a negative stride becomes a reversed dimension (see the [module docs](self)).
     ///
     /// # Errors
-    /// * [`Error::Unsupported`] if a stream level has a negative stride, or the layout starts
-    ///   before its base (the sum of its offsets is negative);
+    /// * [`Error::Unsupported`] if the layout starts before its base (its lowest byte lies at
+    ///   a negative offset);
     /// * [`Error::Overflow`] if the packed size or the extent end does not fit a `u64`.
     pub fn lower(t: &Type) -> Result<Self> {
         const OP: &str = "StridedBlock::lower";
         if t.is_empty() {
             return Ok(Self::empty());
         }
-        let start = t.total_offset()?;
-        let start = u64::try_from(start).map_err(|_| Error::Unsupported {
-            op: OP,
-            message: format!(
-                "the layout starts {} bytes before its base; a plan starts at or after it",
-                start.unsigned_abs()
-            ),
-        })?;
+        // The first packed byte, then down to the lowest one along every reversed level.
+        let mut low = i128::from(t.total_offset()?);
         let chain = t.chain();
         let block_len = chain.dense_extent;
-        let mut counts = Vec::with_capacity(chain.streams.len());
-        let mut strides = Vec::with_capacity(chain.streams.len());
+        let n = chain.streams.len();
+        let (mut counts, mut strides, mut reversed) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
         for &Level { stride, count, .. } in chain.streams.iter().rev() {
-            let stride = u64::try_from(stride).map_err(|_| Error::Unsupported {
-                op: OP,
-                message: format!(
-                    "negative stride {stride} (count {count}); plans have non-negative strides"
-                ),
-            })?;
+            if stride < 0 {
+                low += i128::from(count - 1) * i128::from(stride);
+            }
             counts.push(count);
-            strides.push(stride);
+            strides.push(stride.unsigned_abs());
+            reversed.push(stride < 0);
         }
-        Self::new(start, block_len, counts, strides).map_err(|e| match e {
+        let start = u64::try_from(low).map_err(|_| {
+            if low < 0 {
+                Error::Unsupported {
+                    op: OP,
+                    message: format!(
+                        "the layout starts {} bytes before its base; a plan starts at or after \
+                         it (displace the layout first)",
+                        low.unsigned_abs()
+                    ),
+                }
+            } else {
+                overflow(OP, format!("start {low} exceeds u64"))
+            }
+        })?;
+        Self::with_reversed(start, block_len, counts, strides, reversed).map_err(|e| match e {
             Error::Overflow { message, .. } => Error::Overflow { op: OP, message },
             other => other,
         })
@@ -171,6 +229,45 @@ impl StridedBlock {
     /// Byte stride of each stream dimension, innermost first.
     pub fn strides(&self) -> &[u64] {
         &self.strides
+    }
+
+    /// Per stream dimension, innermost first, whether it packs its copies from the highest
+    /// address down (a negative stride in the layout). Always `false` where the count is at
+    /// most 1 or the stride 0.
+    pub fn reversed(&self) -> &[bool] {
+        &self.reversed
+    }
+
+    /// Whether any dimension runs backwards ([`reversed`](Self::reversed)).
+    pub fn has_reversed(&self) -> bool {
+        self.reversed.contains(&true)
+    }
+
+    /// Byte offset of the first packed block (multi-index `(0, 0, ..)`) from the buffer's start:
+    /// [`start`](Self::start) for a forward plan, the highest copy of every reversed dimension
+    /// otherwise.
+    pub fn origin(&self) -> u64 {
+        // Cannot overflow: the sum is below the extent end.
+        self.start
+            + self
+                .counts
+                .iter()
+                .zip(&self.strides)
+                .zip(&self.reversed)
+                .filter(|(_, &r)| r)
+                .map(|((&n, &s), _)| (n - 1) * s)
+                .sum::<u64>()
+    }
+
+    /// The stride of dimension `k` as a step in wrapping 64-bit arithmetic: `strides[k]`
+    /// forward, its two's complement (`-strides[k]` modulo 2^64) reversed. Offsets formed as
+    /// `origin + sum ik * step(k)` with wrapping operations are the exact offsets.
+    pub(crate) fn step(&self, k: usize) -> u64 {
+        if self.reversed[k] {
+            self.strides[k].wrapping_neg()
+        } else {
+            self.strides[k]
+        }
     }
 
     /// Number of stream dimensions.
@@ -207,10 +304,14 @@ impl StridedBlock {
     /// Whether the plan's bytes are one contiguous run, in packing order, from [`start`]: every
     /// dimension with a count above 1 has the stride of the whole span below it (`block_len`
     /// times the counts of the dimensions inside it). Packed byte `p` is then strided byte
-    /// `start + p`. A plan without dimensions is contiguous; so is the empty plan.
+    /// `start + p`. A plan without dimensions is contiguous; so is the empty plan. A plan with
+    /// a reversed dimension ([`reversed`](Self::reversed)) is not.
     ///
     /// [`start`]: StridedBlock::start
     pub fn is_contiguous(&self) -> bool {
+        if self.has_reversed() {
+            return false;
+        }
         let mut span = self.block_len;
         for (&n, &s) in self.counts.iter().zip(&self.strides) {
             if n > 1 && s != span {
@@ -229,7 +330,8 @@ impl StridedBlock {
     /// 0 for "aligned enough".
     ///
     /// It is the largest power of two, at most 16, that divides the GCD of the block length, the
-    /// start offset, every stride (of dimensions with count > 1) and both addresses. Every byte
+    /// start offset, every stride (of dimensions with count > 1) and both addresses (the origin
+    /// of a plan with reversed dimensions is the start plus multiples of strides). Every byte
     /// offset a packer forms, strided (`start + sum ik * strides[k] + x * W`) or packed
     /// (`b * block_len + x * W`), is then a multiple of `W` from an address aligned to `W`.
     /// A word size taken from the block length alone breaks as soon as the start offset or a
@@ -331,7 +433,7 @@ pub fn flat_threads(plan: &StridedBlock, word_size: u32) -> u32 {
 ///     for y = blockIdx.y*blockDim.y + threadIdx.y; y < extents[1]; y += gridDim.y*blockDim.y
 ///       for x = blockIdx.x*blockDim.x + threadIdx.x; x < extents[0]; x += gridDim.x*blockDim.x
 ///         b       = y + extents[1] * (z + extents[2] * (i2 + counts[2] * (i3 + ..)))
-///         strided = start + x*W + y*strides[0] + z*strides[1] + i2*strides[2] + ..
+///         strided = origin + x*W + y*steps[0] + z*steps[1] + i2*steps[2] + ..
 ///         packed  = b*block_len + x*W
 ///         copy W bytes strided -> packed (pack) or packed -> strided (unpack)
 /// ```
@@ -343,12 +445,15 @@ pub fn flat_threads(plan: &StridedBlock, word_size: u32) -> u32 {
 /// ```text
 /// for i = blockIdx.x*blockDim.x + threadIdx.x; i < extents[0]; i += gridDim.x*blockDim.x
 ///   x = i % words_per_block,  b = i / words_per_block,  (i0, i1, ..) = digits of b in counts
-///   strided = start + x*W + i0*strides[0] + i1*strides[1] + ..   // = start + i*W if contiguous
+///   strided = origin + x*W + i0*steps[0] + i1*steps[1] + ..   // = start + i*W if contiguous
 ///   packed  = i*W
 ///   copy W bytes strided -> packed (pack) or packed -> strided (unpack)
 /// ```
 ///
-/// Indices and offsets need 64-bit arithmetic. An empty plan gives a shape with
+/// `origin` is [`StridedBlock::origin`] and `steps[k]` the signed stride of dimension `k`
+/// (`-strides[k]` where [reversed](StridedBlock::reversed)), summed in wrapping 64-bit
+/// arithmetic: the result is the exact offset. Indices and offsets need 64-bit arithmetic. An
+/// empty plan gives a shape with
 /// [`is_noop`](Self::is_noop) true and a zero grid: launch nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LaunchShape {
@@ -630,13 +735,14 @@ pub(crate) fn flat_word_offset(p: &StridedBlock, w: u64, i: u64) -> u64 {
     }
     let wpb = p.block_len() / w;
     let (x, mut rest) = (i % wpb, i / wpb);
-    let mut off = p.start() + x * w;
+    let mut off = p.origin() + x * w;
     let k_last = p.ndims() - 1;
-    for (k, (&c, &s)) in p.counts().iter().zip(p.strides()).enumerate() {
+    for (k, &c) in p.counts().iter().enumerate() {
+        let s = p.step(k);
         if k == k_last {
-            off += rest * s;
+            off = off.wrapping_add(rest.wrapping_mul(s));
         } else {
-            off += (rest % c) * s;
+            off = off.wrapping_add((rest % c).wrapping_mul(s));
             rest /= c;
         }
     }
@@ -685,20 +791,74 @@ mod tests {
     }
 
     #[test]
-    fn lower_refuses_negative_strides_and_starts() {
+    fn lower_reverses_negative_strides_and_refuses_negative_starts() {
+        // Block 0 at byte 64, block 1 at 56, block 2 at 48: start 48, origin 64.
         let t = Type::stream(3, -8, Type::dense(8)).with_offset(64);
+        let p = StridedBlock::from_type(&t).unwrap();
+        assert_eq!(
+            p,
+            StridedBlock::with_reversed(48, 8, vec![3], vec![8], vec![true]).unwrap()
+        );
+        assert_eq!((p.start(), p.origin(), p.extent_end()), (48, 64, 72));
+        assert!(p.has_reversed() && !p.is_contiguous());
+        // Starting before the base is still refused, forward or reversed.
+        let t = Type::stream(3, 8, Type::dense(4)).with_offset(-8);
         assert!(matches!(
             StridedBlock::from_type(&t),
             Err(Error::Unsupported { .. })
         ));
-        let t = Type::stream(3, 8, Type::dense(4)).with_offset(-8);
+        let t = Type::stream(3, -8, Type::dense(8)).with_offset(8);
         assert!(matches!(
             StridedBlock::from_type(&t),
             Err(Error::Unsupported { .. })
         ));
         // A unit stream with a negative stride disappears in canonical form.
         let t = Type::stream(1, -8, Type::dense(4));
-        assert!(StridedBlock::from_type(&t).is_ok());
+        assert_eq!(
+            StridedBlock::from_type(&t).unwrap(),
+            StridedBlock::new(0, 4, vec![], vec![]).unwrap()
+        );
+        // Nested: rows descending, elements within a row ascending then descending levels.
+        let t = Type::stream(2, -100, Type::stream(3, 8, Type::dense(4))).with_offset(200);
+        let p = StridedBlock::from_type(&t).unwrap();
+        assert_eq!(p.counts(), &[3, 2]);
+        assert_eq!(p.strides(), &[8, 100]);
+        assert_eq!(p.reversed(), &[false, true]);
+        assert_eq!((p.start(), p.origin()), (100, 200));
+    }
+
+    #[test]
+    fn reversed_directions_normalize() {
+        // A direction on a count-1 or stride-0 dimension changes nothing.
+        let a = StridedBlock::with_reversed(4, 2, vec![1, 3, 2], vec![8, 0, 16], vec![true; 3]);
+        let b = StridedBlock::with_reversed(
+            4,
+            2,
+            vec![1, 3, 2],
+            vec![8, 0, 16],
+            vec![false, false, true],
+        );
+        assert_eq!(a.unwrap(), b.unwrap());
+        assert!(matches!(
+            StridedBlock::with_reversed(0, 4, vec![3], vec![8], vec![]),
+            Err(Error::DimensionMismatch {
+                what: "reversed",
+                ..
+            })
+        ));
+        // A reversed contiguous run is not contiguous in packing order.
+        let p = StridedBlock::with_reversed(0, 4, vec![4], vec![4], vec![true]).unwrap();
+        assert!(!p.is_contiguous());
+        assert_eq!(p.origin(), 12);
+        assert_eq!(p.word_size(0, 0), 4);
+        let mut dst = vec![0u8; 16];
+        let src: Vec<u8> = (0..16).collect();
+        crate::cpu::pack(&p, &src, &mut dst).unwrap();
+        assert_eq!(dst, [12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3]);
+        // The word size sees the origin's alignment through the start and strides.
+        let p = StridedBlock::with_reversed(4, 8, vec![3], vec![12], vec![true]).unwrap();
+        assert_eq!(p.origin(), 28);
+        assert_eq!(p.word_size(0, 0), 4);
     }
 
     #[test]
@@ -828,7 +988,7 @@ mod tests {
                 let mut rest = o;
                 let mut off_outer = 0;
                 for (k, &n) in l.outer_counts().iter().enumerate() {
-                    off_outer += (rest % n) * p.strides()[k + 2];
+                    off_outer = ((rest % n).wrapping_mul(p.step(k + 2))).wrapping_add(off_outer);
                     rest /= n;
                 }
                 let mut z = biz * bz + tiz;
@@ -838,9 +998,12 @@ mod tests {
                         let mut x = bix * bx + tix;
                         while x < ex {
                             let b = y + ey * (z + ez * o);
-                            let s0 = p.strides().first().copied().unwrap_or(0);
-                            let s1 = p.strides().get(1).copied().unwrap_or(0);
-                            let strided = p.start() + x * w + y * s0 + z * s1 + off_outer;
+                            let s0 = if p.ndims() > 0 { p.step(0) } else { 0 };
+                            let s1 = if p.ndims() > 1 { p.step(1) } else { 0 };
+                            let strided = (p.origin() + x * w)
+                                .wrapping_add(y.wrapping_mul(s0))
+                                .wrapping_add(z.wrapping_mul(s1))
+                                .wrapping_add(off_outer);
                             let packed = b * p.block_len() + x * w;
                             let (s, d) = (strided as usize, packed as usize);
                             dst[d..d + w as usize].copy_from_slice(&src[s..s + w as usize]);
@@ -1109,20 +1272,21 @@ mod tests {
     }
 
     /// A random plan: up to 5 dimensions, strides at least as large as the span below them
-    /// (so blocks do not overlap) plus some slack, all multiples of `unit`.
+    /// (so blocks do not overlap) plus some slack, all multiples of `unit`; about one
+    /// dimension in four reversed (a negative stride).
     fn random_plan(max_count: u64) -> impl proptest::strategy::Strategy<Value = StridedBlock> {
         use proptest::prelude::*;
         (
             proptest::sample::select(&[1u64, 2, 4, 8, 16][..]),
             1u64..6,
             0u64..4,
-            proptest::collection::vec((1..=max_count, 0u64..3), 0..=5),
+            proptest::collection::vec((1..=max_count, 0u64..3, 0u8..4), 0..=5),
         )
             .prop_map(|(unit, words, start, dims)| {
                 let block = unit * words;
                 let mut span = block;
-                let (mut counts, mut strides) = (Vec::new(), Vec::new());
-                for (n, slack) in dims {
+                let (mut counts, mut strides, mut reversed) = (Vec::new(), Vec::new(), Vec::new());
+                for (n, slack, rev) in dims {
                     let stride = span + slack * unit;
                     match stride.checked_mul(n) {
                         Some(next) if next < 1 << 60 => span = next,
@@ -1130,8 +1294,9 @@ mod tests {
                     }
                     counts.push(n);
                     strides.push(stride);
+                    reversed.push(rev == 0);
                 }
-                StridedBlock::new(start * unit, block, counts, strides).unwrap()
+                StridedBlock::with_reversed(start * unit, block, counts, strides, reversed).unwrap()
             })
     }
 

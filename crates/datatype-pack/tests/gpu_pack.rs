@@ -31,12 +31,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use datatype_pack::construct::{subarray, Order};
+use datatype_pack::construct::{from_strides, hvector, subarray, vector, Order};
 use datatype_pack::fused::CopyRegion;
 use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream, DevicePtr};
 use datatype_pack::gpu::{self, FusedCopier, FusedPacker, GpuOptions, GridCap, Packer};
 use datatype_pack::plan::{flat_threads, FLAT_THREADS};
-use datatype_pack::{cpu, fused, Buffer, Error, LaunchShape, StridedBlock};
+use datatype_pack::{cpu, fused, Buffer, Error, LaunchShape, StridedBlock, Type};
 
 const POOL: usize = 1200;
 const CHUNKS: usize = 12;
@@ -2172,4 +2172,221 @@ fn fused_prepare_compiles_the_variant_a_launch_uses() {
         );
     }
     stream.synchronize().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Negative strides: plans with reversed dimensions, packed in the layout's (MPI_Pack's) order.
+
+/// Layouts with negative strides, each displaced so that it starts at byte 0 or later: MPI
+/// vectors and hvectors with negative strides, nests of them, reversed array views, and random
+/// plans with reversed dimensions (1-D to 4-D, every word size, unaligned starts, beyond 65,535
+/// in y and z). Each comes with the independent oracle's packed bytes' source, the tree walk of
+/// [`cpu::pack_naive`], where it is a type.
+fn negative_cases() -> Vec<(String, Option<Type>, StridedBlock)> {
+    let mut out = Vec::new();
+    let mut typed = |name: &str, t: Type| {
+        let lo = t.byte_range().unwrap().map_or(0, |r| r.start);
+        let placed = t
+            .displaced((-lo) as i64 + 3 * (out.len() as i64 % 2))
+            .unwrap();
+        let plan = StridedBlock::from_type(&placed).unwrap();
+        assert!(plan.has_reversed(), "{name}: {plan:?}");
+        out.push((name.to_string(), Some(placed), plan));
+    };
+    typed("vector(1000, 1, -2) f64", vector(1000, 1, -2, 8).unwrap());
+    typed("vector(300, 3, -5) f32", vector(300, 3, -5, 4).unwrap());
+    typed("vector(70000, 1, -3) u8", vector(70_000, 1, -3, 1).unwrap());
+    typed("vector(9, 2, -7) 12-byte", vector(9, 2, -7, 12).unwrap());
+    typed(
+        "hvector(64, 2, -1000) of vector(5, 1, 6) f64",
+        hvector(64, 2, -1000, vector(5, 1, 6, 8).unwrap()).unwrap(),
+    );
+    typed(
+        "hvector(40, 1, 4096) of vector(100, 1, -4) i32",
+        hvector(40, 1, 4096, vector(100, 1, -4, 4).unwrap()).unwrap(),
+    );
+    typed(
+        "hvector(30, 1, -50000) of hvector(3, 1, -9000) of vector(200, 1, -2) f64",
+        hvector(
+            30,
+            1,
+            -50_000,
+            hvector(3, 1, -9_000, vector(200, 1, -2, 8).unwrap()).unwrap(),
+        )
+        .unwrap(),
+    );
+    typed(
+        "reversed 2-D view [::-1, ::2] of 64 x 64 f64",
+        from_strides(&[64, 32], &[-64, 2], 8).unwrap(),
+    );
+    typed(
+        "reversed 3-D view [:, ::-1, :] of 20 x 30 x 17 u16",
+        from_strides(&[20, 30, 17], &[30 * 17, -17, 1], 2).unwrap(),
+    );
+    let mut rng = Rng(0x0ee9_a71e_57d1);
+    let mut i = 0usize;
+    while out.len() < 120 {
+        let unit = [1u64, 2, 4, 8, 16][i % 5];
+        let ndims = 1 + i % 4;
+        let big = (i % 11 == 0).then(|| rng.below(ndims as u64) as usize);
+        i += 1;
+        let Some(p) = random_plan(&mut rng, unit, ndims, big) else {
+            continue;
+        };
+        let reversed: Vec<bool> = (0..p.ndims()).map(|_| rng.below(2) == 0).collect();
+        let r = StridedBlock::with_reversed(
+            p.start(),
+            p.block_len(),
+            p.counts().to_vec(),
+            p.strides().to_vec(),
+            reversed,
+        )
+        .unwrap();
+        if r.has_reversed() {
+            out.push((format!("random reversed plan {i}"), None, r));
+        }
+    }
+    out
+}
+
+/// The negative-stride layouts as pool cases, views at odd offsets now and then.
+fn negative_pool() -> Vec<(String, Option<Type>, Case)> {
+    negative_cases()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, t, plan))| {
+            let case = Case {
+                index: 20_000 + i,
+                plan,
+                strided_off: [0, 1, 8, 3][i % 4],
+                packed_off: [0, 4, 2, 16, 1][i % 5],
+                tail: [0, 7][i % 2],
+            };
+            (name, t, case)
+        })
+        .collect()
+}
+
+/// On the host: every negative-stride case's plan packs what the tree walk of its type packs
+/// (the oracle the GPU results are compared with through `cpu::pack`), block 0 first.
+#[test]
+fn negative_stride_cases_pack_in_layout_order() {
+    let cases = negative_pool();
+    assert!(cases.len() >= 100);
+    assert!(cases
+        .iter()
+        .any(|(_, _, c)| c.plan.counts().iter().any(|&n| n > 65_535)));
+    for (name, t, c) in &cases {
+        let src = pattern(c.plan.extent_end() as usize, c.index as u64);
+        let mut planned = vec![0u8; c.plan.packed_size() as usize];
+        cpu::pack(&c.plan, &src, &mut planned).unwrap();
+        let origin = c.plan.origin() as usize;
+        let first = c.plan.block_len() as usize;
+        assert_eq!(planned[..first], src[origin..origin + first], "{name}");
+        if let Some(t) = t {
+            let mut naive = vec![0u8; planned.len()];
+            cpu::pack_naive(t, &src, &mut naive).unwrap();
+            assert!(planned == naive, "{name}: {}", first_diff(&planned, &naive));
+        }
+    }
+}
+
+/// `Packer` (safe and raw entry points, every launch option of the pool) on layouts with
+/// negative strides: pack and unpack equal the CPU reference byte for byte, bytes outside the
+/// layout untouched.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn negative_strides_pack_on_the_gpu_as_mpi_pack() {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    let cases = negative_pool();
+    warm(
+        "negative strides",
+        cases.iter().map(|(_, _, c)| pool_case_job(c)).collect(),
+    );
+    let t0 = Instant::now();
+    let mut failures = Vec::new();
+    for (name, _, c) in &cases {
+        if let Err(e) = run_case(&ctx, &stream, c) {
+            failures.push(format!("{name}: {e}"));
+        }
+        if let Err(e) = run_raw_case(&ctx, &stream, c) {
+            failures.push(format!("{name} (raw): {e}"));
+        }
+    }
+    ran("negative strides", t0);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `FusedPacker` and `FusedCopier` with regions that have reversed dimensions beside forward
+/// ones: one launch packs, unpacks and copies what the CPU references do.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn negative_strides_in_fused_launches() {
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    let opts = GpuOptions::default();
+    // Regions side by side in one strided buffer: each case's plan moved past the previous.
+    let mut plans = Vec::new();
+    let mut at = 0u64;
+    for (_, _, p) in negative_cases().into_iter().take(12) {
+        if p.packed_size() > 1 << 20 {
+            continue;
+        }
+        let moved = StridedBlock::with_reversed(
+            at + p.start() % 16,
+            p.block_len(),
+            p.counts().to_vec(),
+            p.strides().to_vec(),
+            p.reversed().to_vec(),
+        )
+        .unwrap();
+        at = moved.extent_end().next_multiple_of(16);
+        plans.push(moved);
+        plans.push(StridedBlock::new(at, 24, vec![10], vec![40]).unwrap());
+        at += 400;
+    }
+    let extent = at as usize;
+    let packer = FusedPacker::with_regions(&ctx, fused::layout(&plans).unwrap(), &opts).unwrap();
+    let host = pattern(extent, 4242);
+    let d_src = stream.clone_htod(&host).unwrap();
+    let packed = packer.packed_size() as usize;
+    let mut d_packed = stream.clone_htod(&vec![0xA5u8; packed]).unwrap();
+    packer.pack(&stream, &d_src, &mut d_packed).unwrap();
+    let got = stream.clone_dtoh(&d_packed).unwrap();
+    let mut want = vec![0xA5u8; packed];
+    fused::pack(packer.regions(), &host, &mut want).unwrap();
+    assert!(got == want, "fused pack: {}", first_diff(&got, &want));
+    let mut d_back = stream.clone_htod(&vec![0x5Au8; extent]).unwrap();
+    packer.unpack(&stream, &d_packed, &mut d_back).unwrap();
+    let got = stream.clone_dtoh(&d_back).unwrap();
+    let mut want = vec![0x5Au8; extent];
+    fused::unpack(packer.regions(), &fused_want(&packer, &host), &mut want).unwrap();
+    assert!(got == want, "fused unpack: {}", first_diff(&got, &want));
+
+    // Copies: each region to the same shape in a second buffer, 8 bytes further on.
+    let regions: Vec<CopyRegion> = plans
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| CopyRegion::new(p.clone(), p.start() + 8))
+        .collect();
+    let copier = FusedCopier::new(&ctx, regions.clone(), &opts).unwrap();
+    let dst_len = copier.dst_extent_end() as usize;
+    let mut d_dst = stream.clone_htod(&vec![0xEEu8; dst_len]).unwrap();
+    copier.copy(&stream, &d_src, &mut d_dst).unwrap();
+    let got = stream.clone_dtoh(&d_dst).unwrap();
+    let mut want = vec![0xEEu8; dst_len];
+    fused::copy(&regions, &host, &mut want).unwrap();
+    assert!(got == want, "fused copy: {}", first_diff(&got, &want));
+    println!(
+        "negative strides: {} fused regions packed, unpacked and copied as the CPU references",
+        plans.len()
+    );
+}
+
+/// The packed buffer a fused pack of `host` makes, on the CPU.
+fn fused_want(packer: &FusedPacker, host: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; packer.packed_size() as usize];
+    fused::pack(packer.regions(), host, &mut out).unwrap();
+    out
 }

@@ -1,5 +1,7 @@
 //! Random nested layouts: the canonical plan packs exactly what the naive tree walk packs,
-//! unpack inverts pack, and layouts that reach outside their buffers are refused.
+//! unpack inverts pack, and layouts that reach outside their buffers are refused. Vectors,
+//! views and hvectors take negative strides as well as positive ones: their plans have reversed
+//! dimensions and must pack in the layout's order (MPI_Pack's) all the same.
 
 use datatype_pack::canonical::{canonicalize, is_canonical};
 use datatype_pack::construct::{contiguous, from_strides, hvector, subarray, vector, Order};
@@ -106,7 +108,7 @@ fn subarray_recipe() -> impl Strategy<Value = Recipe> {
 fn leaf() -> impl Strategy<Value = Recipe> {
     prop_oneof![
         (elem(), count(6)).prop_map(|(elem, count)| Recipe::Contiguous { elem, count }),
-        (count(5), count(4), 0i64..8, elem()).prop_map(|(count, blocklen, stride, elem)| {
+        (count(5), count(4), -8i64..8, elem()).prop_map(|(count, blocklen, stride, elem)| {
             Recipe::Vector {
                 count,
                 blocklen,
@@ -116,7 +118,7 @@ fn leaf() -> impl Strategy<Value = Recipe> {
         }),
         subarray_recipe(),
         (
-            proptest::collection::vec((count(4).prop_map(|n| n as usize), 0isize..10), 0..=3),
+            proptest::collection::vec((count(4).prop_map(|n| n as usize), -10isize..10), 0..=3),
             1usize..=8
         )
             .prop_map(|(dims, elem)| Recipe::View {
@@ -135,7 +137,7 @@ fn recipe() -> impl Strategy<Value = Recipe> {
 fn nested() -> impl Strategy<Value = Recipe> {
     leaf().prop_recursive(3, 16, 1, |inner| {
         prop_oneof![
-            (count(4), 1u64..3, 0i64..160, inner.clone()).prop_map(
+            (count(4), 1u64..3, -160i64..160, inner.clone()).prop_map(
                 |(count, blocklen, stride, child)| Recipe::Hvector {
                     count,
                     blocklen,

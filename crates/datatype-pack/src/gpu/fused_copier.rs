@@ -12,8 +12,8 @@ use crate::error::Result;
 use crate::fused::{self, CopyRegion, CopySpans};
 
 use super::driver::guard;
-use super::fused_launch::{FusedLaunch, FusedVariant};
-use super::launch::{check_addresses, check_buffers, Device};
+use super::fused_launch::fused_kernels;
+use super::launch::{Call, Device, Kernels, Launcher};
 use super::options::GpuOptions;
 
 /// Copies many [`CopyRegion`]s strided to strided in one launch: each region's source plan
@@ -31,7 +31,8 @@ use super::options::GpuOptions;
 ///
 /// [`copy_in_place`]: FusedCopier::copy_in_place
 pub struct FusedCopier {
-    fused: FusedLaunch<1>,
+    /// The kernel sets of the regions, one per list of word sizes.
+    launcher: Launcher<Vec<u32>, 1>,
     regions: Vec<CopyRegion>,
     spans: CopySpans,
     bytes: u64,
@@ -41,7 +42,7 @@ impl fmt::Debug for FusedCopier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FusedCopier")
             .field("regions", &self.regions)
-            .field("arch", &self.fused.dev.arch)
+            .field("arch", &self.launcher.dev.arch)
             .finish()
     }
 }
@@ -62,7 +63,7 @@ impl FusedCopier {
         let spans = fused::copy_spans(OP, &regions)?;
         guard(OP, || {
             let c = Self {
-                fused: FusedLaunch::new(Device::new(OP, ctx, options)?),
+                launcher: Launcher::new(Device::new(OP, ctx, options)?),
                 bytes: regions.iter().map(CopyRegion::bytes).sum(),
                 spans,
                 regions,
@@ -101,7 +102,7 @@ impl FusedCopier {
 
     /// The context the copier launches in.
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.fused.dev.ctx
+        &self.launcher.dev.ctx
     }
 
     /// The word size of each region for a source buffer at `src_addr` and a destination buffer
@@ -125,7 +126,7 @@ impl FusedCopier {
     /// As [`FusedCopier::new`].
     pub fn launch_dims(&self) -> Result<(u32, u32)> {
         let v = self.variant("FusedCopier::launch_dims", &self.words(256, 256))?;
-        Ok((v.grid, v.block))
+        Ok((v.grid[0], v.block[0]))
     }
 
     /// Compiles and loads the kernel for the word sizes `words` (one per region, as
@@ -146,12 +147,12 @@ impl FusedCopier {
     /// The word-size lists (one word size per region) whose kernels are compiled and loaded,
     /// in ascending order.
     pub fn compiled_words(&self) -> Vec<Vec<u32>> {
-        self.fused.compiled_words()
+        self.launcher.compiled()
     }
 
-    fn variant(&self, op: &'static str, words: &[u32]) -> Result<Arc<FusedVariant<1>>> {
+    fn variant(&self, op: &'static str, words: &[u32]) -> Result<Arc<Kernels<1>>> {
         let plans = self.regions.iter().map(CopyRegion::src);
-        self.fused.variant(op, plans, words, |budget, limits| {
+        fused_kernels(&self.launcher, op, plans, words, |budget, limits| {
             codegen::generate_fused_copy(&self.regions, words, budget, limits)
         })
     }
@@ -171,18 +172,7 @@ impl FusedCopier {
         dst: &mut impl DevicePtrMut<U>,
     ) -> Result<()> {
         const OP: &str = "FusedCopier::copy";
-        guard(OP, || {
-            check_buffers(OP, &self.fused.dev, stream, src, dst)?;
-            self.spans.check(OP, src.num_bytes(), dst.num_bytes())?;
-            if self.bytes == 0 {
-                return Ok(());
-            }
-            let (sp, _read) = src.device_ptr(stream);
-            let (dp, _write) = dst.device_ptr_mut(stream);
-            // SAFETY: as in `Packer::run`: context and lengths checked, cudarc's guards order
-            // the launch against other uses of the buffers.
-            unsafe { self.launch(OP, stream, sp, dp) }
-        })
+        self.call(OP, |c| self.launcher.run(OP, stream, src, dst, c))
     }
 
     /// Copies every region within `buf` (source and destination), in one launch on `stream`.
@@ -197,26 +187,7 @@ impl FusedCopier {
         buf: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
         const OP: &str = "FusedCopier::copy_in_place";
-        guard(OP, || {
-            self.fused
-                .dev
-                .check_context(OP, "stream", stream.context())?;
-            self.fused
-                .dev
-                .check_context(OP, "buffer", buf.stream().context())?;
-            let len = buf.num_bytes();
-            self.spans.check(OP, len, len)?;
-            if self.bytes == 0 {
-                return Ok(());
-            }
-            let (p, _write) = buf.device_ptr_mut(stream);
-            // SAFETY: the buffer and the stream belong to the copier's context and the buffer's
-            // length was checked against both sides; cudarc's write guard orders the launch
-            // against other uses of the buffer. The launch's own reads and writes of the buffer
-            // meet only where regions overlap, which leaves those bytes with undefined contents
-            // and touches nothing outside the buffer.
-            unsafe { self.launch(OP, stream, p, p) }
-        })
+        self.call(OP, |c| self.launcher.run_in_place(OP, stream, buf, c))
     }
 
     /// Copies like [`FusedCopier::copy`], from the buffer at device address `src` (`src_len`
@@ -247,36 +218,25 @@ impl FusedCopier {
         dst_len: usize,
     ) -> Result<()> {
         const OP: &str = "FusedCopier::copy_raw";
-        guard(OP, || {
-            self.fused
-                .dev
-                .check_context(OP, "stream", stream.context())?;
-            self.spans.check(OP, src_len, dst_len)?;
-            if self.bytes == 0 {
-                return Ok(());
+        self.call(OP, |c| {
+            // SAFETY: the caller's contract is `Launcher::run_raw`'s; the two ranges may be one
+            // buffer, which the copy kernels allow (overlapping bytes get no defined value).
+            unsafe {
+                self.launcher
+                    .run_raw(OP, stream, (src, src_len), (dst, dst_len), c)
             }
-            check_addresses(OP, src, dst)?;
-            // SAFETY: the lengths were checked against both sides; the rest is the caller's
-            // contract.
-            unsafe { self.launch(OP, stream, src, dst) }
         })
     }
 
-    /// Launches the variant for the two addresses' word sizes.
-    ///
-    /// # Safety
-    /// As [`launch`], with lengths checked against the copier's spans.
-    unsafe fn launch(
-        &self,
-        op: &'static str,
-        stream: &CudaStream,
-        src: CUdeviceptr,
-        dst: CUdeviceptr,
-    ) -> Result<()> {
-        let v = self.variant(op, &self.words(src, dst))?;
-        // SAFETY: the variant is the regions' for these word sizes, so every byte it reads is
-        // within the source extent end and every byte it writes within the destination extent
-        // end; the rest is this function's contract.
-        unsafe { self.fused.launch(op, stream, &v, 0, src, dst) }
+    /// The launch of a copy: the lengths against both sides, the kernel for the two
+    /// addresses' word sizes.
+    fn call<R>(&self, op: &'static str, f: impl FnOnce(&Call<'_, 1>) -> R) -> R {
+        let check = |src_len: usize, dst_len: usize| self.spans.check(op, src_len, dst_len);
+        let pick =
+            |src: CUdeviceptr, dst: CUdeviceptr| Ok((self.variant(op, &self.words(src, dst))?, 0));
+        // SAFETY: the kernel is the regions' for the addresses' word sizes, so every byte it
+        // reads is within the source extent end and every byte it writes within the
+        // destination extent end, which `check` measures against the two lengths.
+        f(&unsafe { Call::new(&check, self.bytes == 0, &pick) })
     }
 }

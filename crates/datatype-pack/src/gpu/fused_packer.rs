@@ -13,8 +13,8 @@ use crate::fused::{self, Region};
 use crate::plan::StridedBlock;
 
 use super::driver::guard;
-use super::fused_launch::{FusedLaunch, FusedVariant};
-use super::launch::{check_addresses, check_buffers, check_lengths, Device};
+use super::fused_launch::fused_kernels;
+use super::launch::{check_lengths, Call, Device, Kernels, Launcher};
 use super::options::GpuOptions;
 
 /// Packs and unpacks many [`Region`]s (one strided buffer, one packed buffer) in one launch
@@ -22,7 +22,8 @@ use super::options::GpuOptions;
 /// reference; regions unpacked in one launch should not overlap in the strided buffer (the
 /// order of overlapping writes is not defined).
 pub struct FusedPacker {
-    fused: FusedLaunch<2>,
+    /// The kernel sets of the regions, one per list of word sizes.
+    launcher: Launcher<Vec<u32>, 2>,
     regions: Vec<Region>,
     packed_size: u64,
     extent_end: u64,
@@ -33,7 +34,7 @@ impl fmt::Debug for FusedPacker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FusedPacker")
             .field("regions", &self.regions)
-            .field("arch", &self.fused.dev.arch)
+            .field("arch", &self.launcher.dev.arch)
             .finish()
     }
 }
@@ -69,7 +70,7 @@ impl FusedPacker {
                 .min()
                 .unwrap_or(0);
             let p = Self {
-                fused: FusedLaunch::new(Device::new(OP, ctx, options)?),
+                launcher: Launcher::new(Device::new(OP, ctx, options)?),
                 packed_size: fused::packed_size(&regions),
                 extent_end: fused::extent_end(&regions),
                 first,
@@ -119,7 +120,7 @@ impl FusedPacker {
     /// As [`FusedPacker::with_regions`].
     pub fn launch_dims(&self) -> Result<(u32, u32)> {
         let v = self.variant("FusedPacker::launch_dims", &self.words(256, 256))?;
-        Ok((v.grid, v.block))
+        Ok((v.grid[0], v.block[0]))
     }
 
     /// Compiles and loads the kernels for the word sizes `words` (one per region, as
@@ -140,12 +141,12 @@ impl FusedPacker {
     /// The word-size lists (one word size per region) whose kernels are compiled and loaded,
     /// in ascending order.
     pub fn compiled_words(&self) -> Vec<Vec<u32>> {
-        self.fused.compiled_words()
+        self.launcher.compiled()
     }
 
-    fn variant(&self, op: &'static str, words: &[u32]) -> Result<Arc<FusedVariant<2>>> {
+    fn variant(&self, op: &'static str, words: &[u32]) -> Result<Arc<Kernels<2>>> {
         let plans = self.regions.iter().map(Region::plan);
-        self.fused.variant(op, plans, words, |budget, limits| {
+        fused_kernels(&self.launcher, op, plans, words, |budget, limits| {
             codegen::generate_fused(&self.regions, words, budget, limits)
         })
     }
@@ -243,6 +244,32 @@ impl FusedPacker {
         }
     }
 
+    /// The launch of `dir`: the lengths against the regions, the kernels for the two
+    /// addresses' word sizes.
+    fn call<R>(&self, op: &'static str, dir: Direction, f: impl FnOnce(&Call<'_, 2>) -> R) -> R {
+        let check = |src_len: usize, dst_len: usize| {
+            check_lengths(
+                op,
+                dir,
+                src_len,
+                dst_len,
+                (self.first, self.extent_end),
+                self.packed_size,
+            )
+        };
+        let pick = |src: CUdeviceptr, dst: CUdeviceptr| {
+            let (words, i) = match dir {
+                Direction::Pack => (self.words(src, dst), 0),
+                Direction::Unpack => (self.words(dst, src), 1),
+            };
+            Ok((self.variant(op, &words)?, i))
+        };
+        // SAFETY: the kernels are the regions' for the addresses' word sizes, so every byte they
+        // touch is within the extent end (strided side) and the packed size (packed side),
+        // which `check` measures against the buffers of `dir`'s roles.
+        f(&unsafe { Call::new(&check, self.packed_size == 0, &pick) })
+    }
+
     fn run<T, U>(
         &self,
         op: &'static str,
@@ -251,18 +278,7 @@ impl FusedPacker {
         src: &impl DevicePtr<T>,
         dst: &mut impl DevicePtrMut<U>,
     ) -> Result<()> {
-        guard(op, || {
-            check_buffers(op, &self.fused.dev, stream, src, dst)?;
-            self.check_lengths(op, dir, src.num_bytes(), dst.num_bytes())?;
-            if self.packed_size == 0 {
-                return Ok(());
-            }
-            let (sp, _read) = src.device_ptr(stream);
-            let (dp, _write) = dst.device_ptr_mut(stream);
-            // SAFETY: as in `Packer::run`: context and lengths checked, cudarc's guards order
-            // the launch against other uses of the buffers.
-            unsafe { self.launch(op, dir, stream, sp, dp) }
-        })
+        self.call(op, dir, |c| self.launcher.run(op, stream, src, dst, c))
     }
 
     /// # Safety
@@ -272,60 +288,12 @@ impl FusedPacker {
         op: &'static str,
         dir: Direction,
         stream: &CudaStream,
-        (src, src_len): (CUdeviceptr, usize),
-        (dst, dst_len): (CUdeviceptr, usize),
+        src: (CUdeviceptr, usize),
+        dst: (CUdeviceptr, usize),
     ) -> Result<()> {
-        guard(op, || {
-            self.fused
-                .dev
-                .check_context(op, "stream", stream.context())?;
-            self.check_lengths(op, dir, src_len, dst_len)?;
-            if self.packed_size == 0 {
-                return Ok(());
-            }
-            check_addresses(op, src, dst)?;
-            // SAFETY: the lengths were checked against the layout; the rest is the caller's
-            // contract.
-            unsafe { self.launch(op, dir, stream, src, dst) }
+        self.call(op, dir, |c| {
+            // SAFETY: this function's contract is `Launcher::run_raw`'s.
+            unsafe { self.launcher.run_raw(op, stream, src, dst, c) }
         })
-    }
-
-    fn check_lengths(
-        &self,
-        op: &'static str,
-        dir: Direction,
-        src_len: usize,
-        dst_len: usize,
-    ) -> Result<()> {
-        check_lengths(
-            op,
-            dir,
-            src_len,
-            dst_len,
-            (self.first, self.extent_end),
-            self.packed_size,
-        )
-    }
-
-    /// Launches the variant for the two addresses' word sizes.
-    ///
-    /// # Safety
-    /// As [`launch`], with lengths checked by [`FusedPacker::check_lengths`].
-    unsafe fn launch(
-        &self,
-        op: &'static str,
-        dir: Direction,
-        stream: &CudaStream,
-        src: CUdeviceptr,
-        dst: CUdeviceptr,
-    ) -> Result<()> {
-        let (words, i) = match dir {
-            Direction::Pack => (self.words(src, dst), 0),
-            Direction::Unpack => (self.words(dst, src), 1),
-        };
-        let v = self.variant(op, &words)?;
-        // SAFETY: the variant is the regions' for these word sizes, so every byte it touches
-        // is within the extent end and the packed size; the rest is this function's contract.
-        unsafe { self.fused.launch(op, stream, &v, i, src, dst) }
     }
 }

@@ -16,9 +16,9 @@
 //! | `driver` | opening `libcuda`, a context per device, its architecture, the guard against panics in the bindings |
 //! | `compile` | NVRTC compilation and the module cache, in memory and on disk |
 //! | `options` | [`GpuOptions`] and the grid policy [`GridCap`] |
-//! | `launch` | what every launcher shares: the device, grid budgets, argument checks, the launch |
+//! | `launch` | the one launching path: the device and the grid policy, the kernel sets compiled once per key, the launch (kernel, grid, block, the two addresses, stream), and the front ends that check the stream, buffers and lengths first |
 //! | `packer` | [`Packer`] |
-//! | `fused_launch` | what the two fused launchers share: kernels per list of word sizes, their launch |
+//! | `fused_launch` | what the fused launchers add: the grid budget shared out among the regions before their source is generated |
 //! | `fused_packer` | [`FusedPacker`] |
 //! | `fused_copier` | [`FusedCopier`] |
 //!
@@ -31,6 +31,15 @@
 //! names it tried if none does; every entry point also runs inside
 //! [`std::panic::catch_unwind`], so a missing symbol comes back as [`Error::Cuda`](crate::Error::Cuda). (The panic
 //! hook still prints the panic message; with `panic = "abort"` a missing symbol aborts.)
+//!
+//! # One launching path
+//!
+//! [`Packer`], [`FusedPacker`] and [`FusedCopier`] hold a launcher each (the device and the
+//! kernel sets compiled so far, keyed by word sizes) and contribute only a kernel generator, a
+//! key and a length check. Every call (safe, within one buffer, or on raw addresses) goes
+//! through one front end that checks the stream's and buffers' context and the lengths, picks
+//! the kernel set for the two addresses, and launches it with its grid, its thread block and
+//! the two addresses as arguments, in one place.
 //!
 //! # Launch shapes
 //!

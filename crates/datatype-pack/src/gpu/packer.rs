@@ -1,35 +1,18 @@
 //! [`Packer`]: one plan's generated `pack`/`unpack` kernels, launched between device buffers.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::sys::CUdeviceptr;
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 
 use crate::codegen::{self, Direction};
 use crate::error::Result;
 use crate::plan::StridedBlock;
 
-use super::compile::lock;
 use super::driver::guard;
-use super::launch::{check_addresses, check_buffers, check_lengths, launch, Device};
+use super::launch::{check_lengths, Call, Device, Generated, Kernels, Launcher};
 use super::options::GpuOptions;
-
-struct Variant {
-    funcs: [CudaFunction; 2],
-    block: [u32; 3],
-    grid: [u32; 3],
-}
-
-impl Variant {
-    fn func(&self, dir: Direction) -> &CudaFunction {
-        match dir {
-            Direction::Pack => &self.funcs[0],
-            Direction::Unpack => &self.funcs[1],
-        }
-    }
-}
 
 /// Packs and unpacks one [`StridedBlock`] between device buffers with generated kernels.
 ///
@@ -55,16 +38,16 @@ impl Variant {
 /// # Ok::<(), datatype_pack::Error>(())
 /// ```
 pub struct Packer {
-    dev: Device,
+    /// The kernel sets of the plan, one per word size.
+    launcher: Launcher<u32, 2>,
     plan: StridedBlock,
-    variants: Mutex<HashMap<u32, Arc<Variant>>>,
 }
 
 impl fmt::Debug for Packer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Packer")
             .field("plan", &self.plan)
-            .field("arch", &self.dev.arch)
+            .field("arch", &self.launcher.dev.arch)
             .field("word_sizes", &self.compiled_word_sizes())
             .finish()
     }
@@ -94,9 +77,8 @@ impl Packer {
         const OP: &str = "Packer::new";
         guard(OP, || {
             let p = Self {
-                dev: Device::new(OP, ctx, options)?,
+                launcher: Launcher::new(Device::new(OP, ctx, options)?),
                 plan: plan.clone(),
-                variants: Mutex::new(HashMap::new()),
             };
             if !plan.is_empty() {
                 p.prepare(plan.word_size(256, 256))?;
@@ -122,14 +104,12 @@ impl Packer {
 
     /// The context the packer launches in.
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.dev.ctx
+        &self.launcher.dev.ctx
     }
 
     /// The word sizes whose kernels are compiled and loaded, ascending.
     pub fn compiled_word_sizes(&self) -> Vec<u32> {
-        let mut w: Vec<u32> = lock(&self.variants).keys().copied().collect();
-        w.sort_unstable();
-        w
+        self.launcher.compiled()
     }
 
     /// Grid and block of the launch for word size `word_size` (compiling it if needed).
@@ -150,31 +130,15 @@ impl Packer {
         self.variant("Packer::prepare", word_size).map(|_| ())
     }
 
-    fn variant(&self, op: &'static str, w: u32) -> Result<Arc<Variant>> {
-        let mut map = lock(&self.variants);
-        if let Some(v) = map.get(&w) {
-            return Ok(v.clone());
-        }
-        guard(op, || {
-            let k = codegen::generate_with_limits(&self.plan, w, &self.dev.options.limits())?;
-            let funcs = self
-                .dev
-                .load(op, k.source(), [k.pack_name(), k.unpack_name()])?;
-            let shape = k.shape();
-            let v = Arc::new(Variant {
-                funcs,
-                block: shape.block(),
-                grid: codegen::cap_grid(
-                    shape.grid(),
-                    self.dev.max_blocks(
-                        shape.threads_per_block(),
-                        shape.grid().iter().map(|&g| u64::from(g)).product(),
-                        shape.is_flat(),
-                    ),
-                ),
-            });
-            map.insert(w, v.clone());
-            Ok(v)
+    fn variant(&self, op: &'static str, w: u32) -> Result<Arc<Kernels<2>>> {
+        self.launcher.kernels(op, &w, |dev| {
+            let k = codegen::generate_with_limits(&self.plan, w, &dev.options.limits())?;
+            let (grid, block) = (dev.plan_grid(k.shape()), k.shape().block());
+            Ok(Generated {
+                kernels: k,
+                grid,
+                block,
+            })
         })
     }
 
@@ -276,6 +240,32 @@ impl Packer {
         }
     }
 
+    /// The launch of `dir`: the lengths against the plan, the kernel for the two addresses'
+    /// word size.
+    fn call<R>(&self, op: &'static str, dir: Direction, f: impl FnOnce(&Call<'_, 2>) -> R) -> R {
+        let check = |src_len: usize, dst_len: usize| {
+            check_lengths(
+                op,
+                dir,
+                src_len,
+                dst_len,
+                (self.plan.start(), self.plan.extent_end()),
+                self.plan.packed_size(),
+            )
+        };
+        let pick = |src: CUdeviceptr, dst: CUdeviceptr| {
+            let i = match dir {
+                Direction::Pack => 0,
+                Direction::Unpack => 1,
+            };
+            Ok((self.variant(op, self.plan.word_size(src, dst))?, i))
+        };
+        // SAFETY: the kernels are the plan's for the addresses' word size, so every byte they
+        // touch is within the extent end (strided side) and the packed size (packed side),
+        // which `check` measures against the buffers of `dir`'s roles.
+        f(&unsafe { Call::new(&check, self.plan.is_empty(), &pick) })
+    }
+
     fn run<T, U>(
         &self,
         op: &'static str,
@@ -284,20 +274,7 @@ impl Packer {
         src: &impl DevicePtr<T>,
         dst: &mut impl DevicePtrMut<U>,
     ) -> Result<()> {
-        guard(op, || {
-            check_buffers(op, &self.dev, stream, src, dst)?;
-            self.check_lengths(op, dir, src.num_bytes(), dst.num_bytes())?;
-            if self.plan.is_empty() {
-                return Ok(());
-            }
-            let (sp, _read) = src.device_ptr(stream);
-            let (dp, _write) = dst.device_ptr_mut(stream);
-            // SAFETY: both buffers and the stream belong to the packer's context (checked), the
-            // buffers hold `num_bytes` bytes each, which were checked against the plan, and
-            // cudarc's guards order the launch after earlier writes of the buffers and record it
-            // for later uses; a shared and a mutable borrow cannot be one buffer.
-            unsafe { self.launch(op, dir, stream, sp, dp) }
-        })
+        self.call(op, dir, |c| self.launcher.run(op, stream, src, dst, c))
     }
 
     /// # Safety
@@ -307,57 +284,12 @@ impl Packer {
         op: &'static str,
         dir: Direction,
         stream: &CudaStream,
-        (src, src_len): (CUdeviceptr, usize),
-        (dst, dst_len): (CUdeviceptr, usize),
+        src: (CUdeviceptr, usize),
+        dst: (CUdeviceptr, usize),
     ) -> Result<()> {
-        guard(op, || {
-            self.dev.check_context(op, "stream", stream.context())?;
-            self.check_lengths(op, dir, src_len, dst_len)?;
-            if self.plan.is_empty() {
-                return Ok(());
-            }
-            check_addresses(op, src, dst)?;
-            // SAFETY: the lengths were checked against the plan; that the addresses are
-            // allocations of this context of those lengths, alive and unused by other work
-            // until the launch has run, is the caller's contract.
-            unsafe { self.launch(op, dir, stream, src, dst) }
+        self.call(op, dir, |c| {
+            // SAFETY: this function's contract is `Launcher::run_raw`'s.
+            unsafe { self.launcher.run_raw(op, stream, src, dst, c) }
         })
-    }
-
-    fn check_lengths(
-        &self,
-        op: &'static str,
-        dir: Direction,
-        src_len: usize,
-        dst_len: usize,
-    ) -> Result<()> {
-        check_lengths(
-            op,
-            dir,
-            src_len,
-            dst_len,
-            (self.plan.start(), self.plan.extent_end()),
-            self.plan.packed_size(),
-        )
-    }
-
-    /// Launches the variant for the two addresses' word size.
-    ///
-    /// # Safety
-    /// As [`launch`], with lengths checked by [`Packer::check_lengths`].
-    unsafe fn launch(
-        &self,
-        op: &'static str,
-        dir: Direction,
-        stream: &CudaStream,
-        src: CUdeviceptr,
-        dst: CUdeviceptr,
-    ) -> Result<()> {
-        let w = self.plan.word_size(src, dst);
-        let v = self.variant(op, w)?;
-        // SAFETY: the kernel is the plan's for this word size (so every byte it touches is
-        // within the extent end and the packed size, which the lengths were checked against),
-        // loaded in the packer's context; the rest is this function's contract.
-        unsafe { launch(op, stream, v.func(dir), v.grid, v.block, src, dst) }
     }
 }
