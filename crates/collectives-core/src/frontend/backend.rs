@@ -1,14 +1,12 @@
 //! What a backend implements: raw, already-checked operations and the few facts the front end
 //! needs of it.
 
-use super::Operation;
+use super::{Operation, Plan};
 use crate::element::Element;
 use crate::error::Result;
 use crate::memory::Space;
 use crate::op::BackendKind;
-use crate::op::ReduceOp;
 use crate::operation::{Name, OpKind};
-use crate::persistent::BufPtr;
 use crate::persistent::PlanOp;
 use crate::record;
 use crate::request::{Request, Scope};
@@ -131,85 +129,17 @@ pub trait Backend: Sized {
     ) -> Result<Box<dyn PlanOp + 's>>;
 }
 
-/// A persistent collective as a backend gets it: checked counts, and the buffers the plan borrows
-/// for its life. `red` is the operation the backend runs (`Sum` for an `Avg` it does not do
-/// natively) and `average` whether each completion divides by the number of ranks.
-#[allow(missing_docs)] // the fields are the collectives' arguments, as in the raw operations
-pub enum PlanCall<'s, B: Backend, T: Element> {
-    Barrier,
-    Broadcast {
-        buf: BufPtr<RawBufMut<'s, B, T>>,
-        root: usize,
-        n: usize,
-    },
-    Reduce {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        red: ReduceOp,
-        average: bool,
-        root: usize,
-        n: usize,
-    },
-    /// In place on `recv` when `send` is `None`.
-    AllReduce {
-        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        red: ReduceOp,
-        average: bool,
-        n: usize,
-    },
-    AllGather {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        n: usize,
-    },
-    AllGatherV {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        counts: Vec<usize>,
-    },
-    Gather {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        root: usize,
-        n: usize,
-    },
-    GatherV {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        counts: Vec<usize>,
-        root: usize,
-    },
-    Scatter {
-        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        root: usize,
-        n: usize,
-    },
-    ScatterV {
-        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        counts: Vec<usize>,
-        root: usize,
-    },
-    ReduceScatter {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        red: ReduceOp,
-        average: bool,
-        n: usize,
-    },
-    AllToAll {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        n: usize,
-    },
-    AllToAllV {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        send_counts: Vec<usize>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        recv_counts: Vec<usize>,
-    },
+/// A persistent collective as a backend's plan gets it: the checked operation on the buffers the
+/// plan borrows for its life (by address), its reduce operation the one the backend runs (`Sum` for
+/// an `Avg` it does not reduce natively), with the count the rules returned and whether each
+/// completion divides by the number of ranks. Point-to-point operations have no persistent form.
+pub struct PlanCall<'s, B: Backend, T: Element> {
+    /// The operation, its counts arrays owned by the plan.
+    pub op: Plan<'s, B, T>,
+    /// The count the rules returned, in elements (0 where counts arrays give the counts).
+    pub n: usize,
+    /// Whether each completion divides the result by the number of ranks.
+    pub average: bool,
 }
 
 /// A backend's [`run`](Backend::run) as one call of its own library code per operation,

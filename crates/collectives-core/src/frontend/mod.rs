@@ -31,6 +31,7 @@ mod plan;
 pub use crate::persistent::{BufPtr, PlanOp};
 pub(crate) use backend::run_each;
 pub use backend::{Backend, PlanCall, RawBuf, RawBufMut, Start};
+pub(crate) use plan::lend;
 pub(crate) use plan::replay;
 
 use crate::checked::{self, Call, Checked};
@@ -462,9 +463,15 @@ fn init<'s, F: Frontend, T: Element>(
         let kept = lens::<F::Raw, T>(&view);
         let plan = plan.retain(kept);
         let [send, recv] = plan.slots();
-        let (red, average) = reduction(b, plan.reduce_op());
+        let mut plan = plan;
+        let average = to_run(b, &mut plan);
         let bytes = bytes_of::<T>(kept);
-        let made = b.raw_init(name.as_str(), scope, PlanCall::new(plan, n, red, average));
+        let call = PlanCall {
+            op: plan,
+            n,
+            average,
+        };
+        let made = b.raw_init(name.as_str(), scope, call);
         let made =
             made.and_then(|raw| crate::persistent::test_hook::refuse(name.as_str()).map(|()| raw));
         // In checked mode, agree on the outcome of the library's own init (`MPIX_*_init`, a graph
