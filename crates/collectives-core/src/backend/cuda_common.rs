@@ -487,6 +487,33 @@ pub(crate) struct ThroughHost<'s> {
 }
 
 impl<'s> ThroughHost<'s> {
+    /// The pinned buffers of an operation's buffers on this rank (`read`, `written`, leased in
+    /// that order), with what the operation reads copied in and waited for: the send buffer, and
+    /// the written buffer where the operation reads it here (a broadcast's root, an in-place
+    /// all-reduce).
+    ///
+    /// # Errors
+    /// A missing lease; [`Error::Cuda`] from the copies.
+    pub(crate) fn stage_inputs<'c, T: Element, C>(
+        &self,
+        name: &'static str,
+        shape: &Op<(), (), C>,
+        read: Option<&Dev<'_, T>>,
+        written: Option<&Dev<'_, T>>,
+        [hs, hr]: Leases<'c, T>,
+    ) -> Result<Leases<'c, T>> {
+        let (reads, _) = shape.written_on(self.host.rank());
+        let stage = |dev: Option<&Dev<'_, T>>, lease, copy: bool| -> Result<_> {
+            let Some(dev) = dev else { return Ok(None) };
+            let mut h = pinned(name, lease)?;
+            if copy {
+                stage_in(name, self.stream, dev, h.host_mut())?;
+            }
+            Ok(Some(h))
+        };
+        Ok([stage(read, hs, true)?, stage(written, hr, reads)?])
+    }
+
     /// Start `op` (on device buffers) through the pinned buffers `leases` the front end took for
     /// it (in the order of [`Op::buffers`]): wait for the stream's work, copy in what the
     /// operation reads (the send buffer; a broadcast root's and an in-place all-reduce's written
@@ -510,25 +537,9 @@ impl<'s> ThroughHost<'s> {
                 .synchronize()
                 .map_err(|e| Error::cuda(name, e))?;
         }
-        let hs = match read {
-            Some(dev) => {
-                let mut h = pinned(name, hs)?;
-                stage_in(name, self.stream, dev, h.host_mut())?;
-                Some(h)
-            }
-            None => None,
-        };
-        let (reads, writes) = shape.written_on(self.host.rank());
-        let mut hr = match &written {
-            Some(dev) => {
-                let mut h = pinned(name, hr)?;
-                if reads {
-                    stage_in(name, self.stream, &**dev, h.host_mut())?;
-                }
-                Some(h)
-            }
-            None => None,
-        };
+        let (_, writes) = shape.written_on(self.host.rank());
+        let written_in = written.as_deref().map(|d| -> &Dev<'_, T> { d });
+        let [hs, mut hr] = self.stage_inputs(name, &shape, read, written_in, [hs, hr])?;
         let len = hr.as_ref().map_or(0, |h| h.host().len());
         let regions = shape.fill(
             hs.as_ref().map(|h| Region::send(h.host())),

@@ -29,7 +29,6 @@ mod backend;
 mod plan;
 
 pub use crate::persistent::{BufPtr, PlanOp};
-pub(crate) use backend::run_each;
 pub use backend::{Backend, PlanCall, RawBuf, RawBufMut, Start};
 pub(crate) use plan::lend;
 pub(crate) use plan::replay;

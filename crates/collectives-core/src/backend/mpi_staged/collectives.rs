@@ -240,25 +240,11 @@ impl Backend for MpiStagedComm {
             OpKind::Send | OpKind::SendRecv => self.mpi.ensure_usable(s)?,
             _ => {}
         }
-        let hs = match read {
-            Some(dev) => {
-                let mut h = pinned(s, hs)?;
-                self.stage_in(s, &**dev, h.host_mut())?;
-                Some(h)
-            }
-            None => None,
-        };
-        let (reads, writes) = shape.written_on(self.mpi.rank());
-        let mut hr = match &written {
-            Some(dev) => {
-                let mut h = pinned(s, hr)?;
-                if reads {
-                    self.stage_in(s, &***dev, h.host_mut())?;
-                }
-                Some(h)
-            }
-            None => None,
-        };
+        let (_, writes) = shape.written_on(self.mpi.rank());
+        let written_in = written.as_deref().map(|d| -> &Dev<'_, T> { &**d });
+        let [hs, mut hr] =
+            self.through_host()
+                .stage_inputs(s, &shape, read.copied(), written_in, [hs, hr])?;
         self.on_host(
             shape.fill(
                 hs.as_ref().map(|h| h.host()),
