@@ -262,7 +262,8 @@ fn check<B: Backend, T: Element>(
             .all_gather_v::<T, _, _>(name, *send, &**recv, counts)
             .map(|()| 0),
         Op::Gather { send, recv, root } => {
-            let (n, kept) = rules.gather::<T, _, _, _>(name, *send, recv.take(), *root)?;
+            let (mine, theirs) = (("send", *send), ("recv", recv.take()));
+            let (n, kept) = rules.gather_or_scatter::<T, _, _, _>(name, mine, theirs, *root)?;
             *recv = kept;
             Ok(n)
         }
@@ -272,11 +273,13 @@ fn check<B: Backend, T: Element>(
             counts,
             root,
         } => {
-            *recv = rules.gather_v::<T, _, _, _>(name, *send, recv.take(), counts, *root)?;
+            let (mine, theirs) = (("send", *send), ("recv", recv.take()));
+            *recv = rules.gather_or_scatter_v::<T, _, _, _>(name, mine, theirs, counts, *root)?;
             Ok(0)
         }
         Op::Scatter { send, recv, root } => {
-            let (n, kept) = rules.scatter::<T, _, _, _>(name, send.take(), &**recv, *root)?;
+            let (mine, theirs) = (("recv", &**recv), ("send", send.take()));
+            let (n, kept) = rules.gather_or_scatter::<T, _, _, _>(name, mine, theirs, *root)?;
             *send = kept;
             Ok(n)
         }
@@ -286,7 +289,8 @@ fn check<B: Backend, T: Element>(
             counts,
             root,
         } => {
-            *send = rules.scatter_v::<T, _, _, _>(name, send.take(), &**recv, counts, *root)?;
+            let (mine, theirs) = (("recv", &**recv), ("send", send.take()));
+            *send = rules.gather_or_scatter_v::<T, _, _, _>(name, mine, theirs, counts, *root)?;
             Ok(0)
         }
         Op::ReduceScatter { send, recv, op } => {
