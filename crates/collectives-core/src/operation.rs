@@ -516,13 +516,7 @@ impl<R, W, C> Op<R, W, C> {
 
     /// The reduce operation the caller asked for, if this operation reduces.
     pub fn reduce_op(&self) -> Option<ReduceOp> {
-        match self {
-            Op::Reduce { op, .. }
-            | Op::AllReduce { op, .. }
-            | Op::AllReduceInPlace { op, .. }
-            | Op::ReduceScatter { op, .. } => Some(*op),
-            _ => None,
-        }
+        self.by_ref().reduce_op_mut().copied()
     }
 
     /// The reduce operation, to change it, if this operation reduces.
@@ -539,11 +533,9 @@ impl<R, W, C> Op<R, W, C> {
     /// The buffer that holds a reduction's result on this rank (`None`: none here, or the
     /// operation does not reduce).
     pub fn result_mut(&mut self) -> Option<&mut W> {
-        match self {
-            Op::Reduce { recv, .. } => recv.as_mut(),
-            Op::AllReduce { recv, .. } | Op::ReduceScatter { recv, .. } => Some(recv),
-            Op::AllReduceInPlace { buf, .. } => Some(buf),
-            _ => None,
+        match self.reduce_op() {
+            Some(_) => self.buffers_mut().1,
+            None => None,
         }
     }
 
@@ -551,26 +543,8 @@ impl<R, W, C> Op<R, W, C> {
     /// absent here): every operation reads at most one buffer and writes at most one. The order
     /// of [`lens`](Self::lens), [`slots`](Op::slots) and of what a backend stages.
     pub fn buffers(&self) -> (Option<&R>, Option<&W>) {
-        match self {
-            Op::Barrier => (None, None),
-            Op::Broadcast { buf, .. } | Op::AllReduceInPlace { buf, .. } | Op::Recv { buf, .. } => {
-                (None, Some(buf))
-            }
-            Op::Send { buf, .. } => (Some(buf), None),
-            Op::Reduce { send, recv, .. }
-            | Op::Gather { send, recv, .. }
-            | Op::GatherV { send, recv, .. } => (Some(send), recv.as_ref()),
-            Op::Scatter { send, recv, .. } | Op::ScatterV { send, recv, .. } => {
-                (send.as_ref(), Some(recv))
-            }
-            Op::AllReduce { send, recv, .. }
-            | Op::AllGather { send, recv, .. }
-            | Op::AllGatherV { send, recv, .. }
-            | Op::ReduceScatter { send, recv, .. }
-            | Op::AllToAll { send, recv, .. }
-            | Op::AllToAllV { send, recv, .. }
-            | Op::SendRecv { send, recv, .. } => (Some(send), Some(recv)),
-        }
+        let (_, read, written) = self.by_ref().split();
+        (read, written)
     }
 
     /// [`buffers`](Self::buffers), the written one to write.
