@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use cudarc::driver::CudaSlice;
 use nccl_sys as sys;
 
-use super::comm::{NcclComm, UnevenAlgorithm};
+use super::comm::{GroupGuard, NcclComm, UnevenAlgorithm};
 use super::persistent::GRAPHS_FROM;
 use super::raw;
 use super::request::NcclPending;
@@ -110,12 +110,11 @@ impl NcclComm {
         if sends.peek().is_none() && recvs.peek().is_none() {
             return Ok(());
         }
-        let group = self.group()?;
-        for p in sends {
+        let group = self.posted(op, self.group()?, sends, |p| {
             // SAFETY: the part lies inside the send buffer, the peer is a rank of the
             // communicator and the stream one of its context (the caller's promise); the
             // communicator is borrowed for the whole call.
-            let rc = unsafe {
+            unsafe {
                 send_fn(
                     (send + p.offset as u64) as usize as *const c_void,
                     p.len,
@@ -124,16 +123,12 @@ impl NcclComm {
                     self.raw,
                     raw_stream,
                 )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(self.error(op, rc));
             }
-        }
-        for p in recvs {
+        })?;
+        let group = self.posted(op, group, recvs, |p| {
             // SAFETY: as above, inside the receive buffer; the peer posts a send of the same
             // length (the caller's promise).
-            let rc = unsafe {
+            unsafe {
                 recv_fn(
                     (recv + p.offset as u64) as usize as *mut c_void,
                     p.len,
@@ -142,12 +137,8 @@ impl NcclComm {
                     self.raw,
                     raw_stream,
                 )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(self.error(op, rc));
             }
-        }
+        })?;
         group.end()
     }
 }
@@ -174,6 +165,26 @@ impl NcclComm {
         }
     }
 
+    /// Post `post(part)` for every part inside the open `group`: the first call that fails
+    /// closes the group (dropped, not ended) and is the error; otherwise the group, to post more
+    /// into or end.
+    fn posted<'g, P>(
+        &self,
+        op: &'static str,
+        group: GroupGuard<'g>,
+        parts: impl IntoIterator<Item = P>,
+        mut post: impl FnMut(P) -> sys::ncclResult_t,
+    ) -> Result<GroupGuard<'g>> {
+        for p in parts {
+            let rc = post(p);
+            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
+                drop(group);
+                return Err(self.error(op, rc));
+            }
+        }
+        Ok(group)
+    }
+
     /// Enqueue grouped sends of `send`'s parts and receives into `recv`'s parts (counts in elements).
     fn exchange<T: Element>(
         &self,
@@ -194,12 +205,20 @@ impl NcclComm {
         let recv_fn = sys::nccl_fn!(self.lib, ncclRecv).map_err(raw::unavailable)?;
         let s = send.map(|b| b.device_ptr(&self.stream));
         let r = recv.map(|b| b.device_ptr_mut(&self.stream));
-        let group = self.group()?;
-        for p in sends.iter().filter(|p| p.len > 0) {
-            let Some((base, _)) = &s else { break };
+        let (sb, rb) = (s.as_ref().map(|(b, _)| *b), r.as_ref().map(|(b, _)| *b));
+        // Parts with their buffer's address: none where the buffer is absent.
+        let sends = sends
+            .iter()
+            .filter(|p| p.len > 0)
+            .filter_map(|p| Some((sb?, p)));
+        let recvs = recvs
+            .iter()
+            .filter(|p| p.len > 0)
+            .filter_map(|p| Some((rb?, p)));
+        let group = self.posted(op, self.group()?, sends, |(base, p)| {
             // SAFETY: the part lies inside `send` (offsets and lengths were checked against its
             // length); peer in range; enqueued on this communicator's stream inside a group.
-            let rc = unsafe {
+            unsafe {
                 send_fn(
                     cptr(base + p.offset as u64 * size),
                     p.len * lanes,
@@ -208,16 +227,11 @@ impl NcclComm {
                     self.raw,
                     stream,
                 )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(raw::error(self.lib, self.raw, op, rc));
             }
-        }
-        for p in recvs.iter().filter(|p| p.len > 0) {
-            let Some((base, _)) = &r else { break };
+        })?;
+        let group = self.posted(op, group, recvs, |(base, p)| {
             // SAFETY: the part lies inside `recv` (checked); peer in range; enqueued in the group.
-            let rc = unsafe {
+            unsafe {
                 recv_fn(
                     mptr(base + p.offset as u64 * size),
                     p.len * lanes,
@@ -226,12 +240,8 @@ impl NcclComm {
                     self.raw,
                     stream,
                 )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(raw::error(self.lib, self.raw, op, rc));
             }
-        }
+        })?;
         group.end()
     }
 
