@@ -160,7 +160,7 @@ impl std::fmt::Display for Name {
 /// array. A root-only buffer is an `Option` (present on the root; the rules drop one passed
 /// elsewhere). Reduce operations are the caller's (`Avg` included): the front end decides how the
 /// backend runs them.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 #[allow(missing_docs)] // the fields are the collectives' arguments, as the trait methods name them
 pub enum Op<R, W, C> {
     Barrier,
@@ -485,15 +485,38 @@ impl<R, W, C> Op<R, W, C> {
         }
     }
 
+    /// The operation's shape (everything but its buffers) and its buffers on this rank: every
+    /// operation reads at most one buffer and writes at most one (`None`: none, or absent here).
+    /// [`fill`](Op::fill) puts buffers back, held another way: a backend that moves data through
+    /// other memory (pinned host buffers, device addresses) substitutes its own for the caller's
+    /// once, for every operation.
+    pub fn split(self) -> (Op<(), (), C>, Option<R>, Option<W>) {
+        let (mut read, mut written) = (None, None);
+        let shape = self.map(|r| read = Some(r), |w| written = Some(w), |c| c);
+        (shape, read, written)
+    }
+
+    /// Whether the written buffer is read too, on some rank: a broadcast's (the root's data) and
+    /// an in-place all-reduce's.
+    pub fn in_out(&self) -> bool {
+        matches!(self, Op::Broadcast { .. } | Op::AllReduceInPlace { .. })
+    }
+
+    /// Whether this rank's written buffer holds input to copy in before the operation
+    /// (`reads`) and output to copy out after it (`writes`): a broadcast's root only reads it,
+    /// the others only write it; an in-place all-reduce does both; every other operation only
+    /// writes it.
+    pub fn written_on(&self, rank: usize) -> (bool, bool) {
+        match self {
+            Op::Broadcast { root, .. } => (*root == rank, *root != rank),
+            Op::AllReduceInPlace { .. } => (true, true),
+            _ => (false, true),
+        }
+    }
+
     /// The reduce operation the caller asked for, if this operation reduces.
     pub fn reduce_op(&self) -> Option<ReduceOp> {
-        match self {
-            Op::Reduce { op, .. }
-            | Op::AllReduce { op, .. }
-            | Op::AllReduceInPlace { op, .. }
-            | Op::ReduceScatter { op, .. } => Some(*op),
-            _ => None,
-        }
+        self.by_ref().reduce_op_mut().copied()
     }
 
     /// The reduce operation, to change it, if this operation reduces.
@@ -510,33 +533,33 @@ impl<R, W, C> Op<R, W, C> {
     /// The buffer that holds a reduction's result on this rank (`None`: none here, or the
     /// operation does not reduce).
     pub fn result_mut(&mut self) -> Option<&mut W> {
-        match self {
-            Op::Reduce { recv, .. } => recv.as_mut(),
-            Op::AllReduce { recv, .. } | Op::ReduceScatter { recv, .. } => Some(recv),
-            Op::AllReduceInPlace { buf, .. } => Some(buf),
-            _ => None,
+        match self.reduce_op() {
+            Some(_) => self.buffers_mut().1,
+            None => None,
         }
     }
 
-    /// The lengths of the buffers on this rank (`None`: absent here), measured by `len_r` and
-    /// `len_w`, in the order the backends stage them: the one buffer of a call that has one, else
-    /// the send buffer then the receive buffer. What staging takes and the record's size.
-    pub fn lens(
-        &self,
-        len_r: impl Fn(&R) -> usize,
-        len_w: impl Fn(&W) -> usize,
-    ) -> [Option<usize>; 2] {
+    /// The buffer this operation reads and the one it writes, on this rank (`None`: none, or
+    /// absent here): every operation reads at most one buffer and writes at most one. The order
+    /// of [`lens`](Self::lens), [`slots`](Op::slots) and of what a backend stages.
+    pub fn buffers(&self) -> (Option<&R>, Option<&W>) {
+        let (_, read, written) = self.by_ref().split();
+        (read, written)
+    }
+
+    /// [`buffers`](Self::buffers), the written one to write.
+    pub fn buffers_mut(&mut self) -> (Option<&R>, Option<&mut W>) {
         match self {
-            Op::Barrier => [None, None],
+            Op::Barrier => (None, None),
             Op::Broadcast { buf, .. } | Op::AllReduceInPlace { buf, .. } | Op::Recv { buf, .. } => {
-                [Some(len_w(buf)), None]
+                (None, Some(buf))
             }
-            Op::Send { buf, .. } => [Some(len_r(buf)), None],
+            Op::Send { buf, .. } => (Some(buf), None),
             Op::Reduce { send, recv, .. }
             | Op::Gather { send, recv, .. }
-            | Op::GatherV { send, recv, .. } => [Some(len_r(send)), recv.as_ref().map(len_w)],
+            | Op::GatherV { send, recv, .. } => (Some(send), recv.as_mut()),
             Op::Scatter { send, recv, .. } | Op::ScatterV { send, recv, .. } => {
-                [send.as_ref().map(len_r), Some(len_w(recv))]
+                (send.as_ref(), Some(recv))
             }
             Op::AllReduce { send, recv, .. }
             | Op::AllGather { send, recv, .. }
@@ -544,8 +567,28 @@ impl<R, W, C> Op<R, W, C> {
             | Op::ReduceScatter { send, recv, .. }
             | Op::AllToAll { send, recv, .. }
             | Op::AllToAllV { send, recv, .. }
-            | Op::SendRecv { send, recv, .. } => [Some(len_r(send)), Some(len_w(recv))],
+            | Op::SendRecv { send, recv, .. } => (Some(send), Some(recv)),
         }
+    }
+
+    /// The lengths of the buffers on this rank (`None`: absent here), measured by `len_r` and
+    /// `len_w`: the buffer read, then the buffer written ([`buffers`](Self::buffers)). What
+    /// staging takes and the record's size.
+    pub fn lens(
+        &self,
+        len_r: impl Fn(&R) -> usize,
+        len_w: impl Fn(&W) -> usize,
+    ) -> [Option<usize>; 2] {
+        let (r, w) = self.buffers();
+        [r.map(len_r), w.map(len_w)]
+    }
+
+    /// The operation without its buffers: what [`fill`](Op::fill) gives other buffers to.
+    pub fn shape(&self) -> Op<(), (), C>
+    where
+        C: Copy,
+    {
+        self.by_ref().map(|_| (), |_| (), |c| *c)
     }
 
     /// The same operation without the root-only buffers that `present` (from [`lens`](Self::lens)
@@ -566,30 +609,27 @@ impl<R, W, C> Op<R, W, C> {
     }
 }
 
+impl<C> Op<(), (), C> {
+    /// This shape with the buffers `read` and `written` (from [`split`](Op::split), or held
+    /// another way): each present where the shape has it. A buffer the shape has but `None` is
+    /// given as the type's default (an empty slice, an absent region), which no caller does:
+    /// `split` and `fill` are called in pairs on the same shape.
+    pub fn fill<R: Default, W: Default>(self, read: Option<R>, written: Option<W>) -> Op<R, W, C> {
+        let (mut read, mut written) = (read, written);
+        self.map(
+            |()| read.take().unwrap_or_default(),
+            |()| written.take().unwrap_or_default(),
+            |c| c,
+        )
+    }
+}
+
 impl<X: Copy, C> Op<X, X, C> {
     /// The buffers on this rank as a plan hands them back to its caller between runs: the send
     /// buffer, then the receive (or only) buffer (`None`: absent here).
     pub fn slots(&self) -> [Option<X>; 2] {
-        match self {
-            Op::Barrier => [None, None],
-            Op::Broadcast { buf, .. } | Op::AllReduceInPlace { buf, .. } | Op::Recv { buf, .. } => {
-                [None, Some(*buf)]
-            }
-            Op::Send { buf, .. } => [Some(*buf), None],
-            Op::Reduce { send, recv, .. }
-            | Op::Gather { send, recv, .. }
-            | Op::GatherV { send, recv, .. } => [Some(*send), *recv],
-            Op::Scatter { send, recv, .. } | Op::ScatterV { send, recv, .. } => {
-                [*send, Some(*recv)]
-            }
-            Op::AllReduce { send, recv, .. }
-            | Op::AllGather { send, recv, .. }
-            | Op::AllGatherV { send, recv, .. }
-            | Op::ReduceScatter { send, recv, .. }
-            | Op::AllToAll { send, recv, .. }
-            | Op::AllToAllV { send, recv, .. }
-            | Op::SendRecv { send, recv, .. } => [Some(*send), Some(*recv)],
-        }
+        let (r, w) = self.buffers();
+        [r.copied(), w.copied()]
     }
 }
 

@@ -248,112 +248,63 @@ impl Rules {
         self.counts_displs::<T>(op, counts)
     }
 
-    /// `gather`: the count of one block, and `recv` on the root.
-    pub(crate) fn gather<
+    /// `gather` (this rank's `send`, the root's `recv`) or `scatter` (this rank's `recv`, the
+    /// root's `send`), each buffer with its name: the root in range, the buffers (see `rooted`),
+    /// then the root's buffer's count and this rank's, which is the count of one block returned;
+    /// the root's buffer, dropped on another rank.
+    pub(crate) fn gather_or_scatter<
         T: Element,
-        B: Buffer<T> + ?Sized,
+        M: Buffer<T> + ?Sized,
         W: Buffer<T> + ?Sized,
         R: Deref<Target = W>,
     >(
         &self,
         op: &'static str,
-        send: &B,
-        recv: Option<R>,
+        (mine_name, mine): (&str, &M),
+        (theirs_name, theirs): (&str, Option<R>),
         root: usize,
     ) -> Result<(usize, Option<R>)> {
         self.root(op, root)?;
-        let recv = self.rooted(
+        let theirs = self.rooted(
             op,
-            ("send", send),
-            ("recv", recv, root),
-            self.size.saturating_mul(send.len()),
-            &format!("{} ranks x {} elements", self.size, send.len()),
+            (mine_name, mine),
+            (theirs_name, theirs, root),
+            self.size.saturating_mul(mine.len()),
+            &format!("{} ranks x {} elements", self.size, mine.len()),
         )?;
-        if let Some(r) = &recv {
-            self.count::<T>(op, r.len())?;
+        if let Some(t) = &theirs {
+            self.count::<T>(op, t.len())?;
         }
-        Ok((self.count::<T>(op, send.len())?, recv))
+        Ok((self.count::<T>(op, mine.len())?, theirs))
     }
 
-    /// `gather_v`: every count and displacement fits; `recv` on the root.
-    pub(crate) fn gather_v<
+    /// `gather_v` or `scatter_v`, as [`gather_or_scatter`](Self::gather_or_scatter) with
+    /// `counts[i]` elements from (or to) rank `i`: this rank's buffer holds its count, the root's
+    /// the sum, and every count and displacement fits.
+    pub(crate) fn gather_or_scatter_v<
         T: Element,
-        B: Buffer<T> + ?Sized,
+        M: Buffer<T> + ?Sized,
         W: Buffer<T> + ?Sized,
         R: Deref<Target = W>,
     >(
         &self,
         op: &'static str,
-        send: &B,
-        recv: Option<R>,
+        (mine_name, mine): (&str, &M),
+        (theirs_name, theirs): (&str, Option<R>),
         counts: &[usize],
         root: usize,
     ) -> Result<Option<R>> {
         self.root(op, root)?;
-        let total = check::v_counts(op, "send", send.len(), counts, self.rank, self.size)?;
-        let recv = self.rooted(
+        let total = check::v_counts(op, mine_name, mine.len(), counts, self.rank, self.size)?;
+        let theirs = self.rooted(
             op,
-            ("send", send),
-            ("recv", recv, root),
+            (mine_name, mine),
+            (theirs_name, theirs, root),
             total,
             "the sum of counts",
         )?;
         self.counts_displs::<T>(op, counts)?;
-        Ok(recv)
-    }
-
-    /// `scatter`: the count of one block, and `send` on the root.
-    pub(crate) fn scatter<
-        T: Element,
-        B: Buffer<T> + ?Sized,
-        W: Buffer<T> + ?Sized,
-        S: Deref<Target = B>,
-    >(
-        &self,
-        op: &'static str,
-        send: Option<S>,
-        recv: &W,
-        root: usize,
-    ) -> Result<(usize, Option<S>)> {
-        self.root(op, root)?;
-        let send = self.rooted(
-            op,
-            ("recv", recv),
-            ("send", send, root),
-            self.size.saturating_mul(recv.len()),
-            &format!("{} ranks x {} elements", self.size, recv.len()),
-        )?;
-        if let Some(s) = &send {
-            self.count::<T>(op, s.len())?;
-        }
-        Ok((self.count::<T>(op, recv.len())?, send))
-    }
-
-    /// `scatter_v`: every count and displacement fits; `send` on the root.
-    pub(crate) fn scatter_v<
-        T: Element,
-        B: Buffer<T> + ?Sized,
-        W: Buffer<T> + ?Sized,
-        S: Deref<Target = B>,
-    >(
-        &self,
-        op: &'static str,
-        send: Option<S>,
-        recv: &W,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<Option<S>> {
-        self.root(op, root)?;
-        let total = check::v_counts(op, "recv", recv.len(), counts, self.rank, self.size)?;
-        let send = self.rooted(
-            op,
-            ("recv", recv),
-            ("send", send, root),
-            total,
-            "the sum of counts",
-        )?;
-        self.counts_displs::<T>(op, counts)?;
-        Ok(send)
+        Ok(theirs)
     }
 
     /// `reduce_scatter`: the count of one block.

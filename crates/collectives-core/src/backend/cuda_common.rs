@@ -21,6 +21,7 @@ use cudarc::driver::{
     result, CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, PinnedHostSlice,
 };
 
+use crate::backend::mpi_host::collectives::Started;
 use crate::backend::mpi_host::request::{MpiPending, Region};
 use crate::backend::mpi_host::MpiComm;
 use crate::comm::Communicator;
@@ -28,6 +29,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::memory::{Dev, DevMut};
 use crate::op::ReduceOp;
+use crate::operation::Op;
 use crate::request::Pending;
 
 /// Whether the CUDA driver library can be opened (cudarc would panic on first use otherwise).
@@ -485,86 +487,87 @@ pub(crate) struct ThroughHost<'s> {
 }
 
 impl<'s> ThroughHost<'s> {
-    /// Wait for the stream's work, then start `MPI_Ibarrier`.
+    /// The pinned buffers of an operation's buffers on this rank (`read`, `written`, leased in
+    /// that order), with what the operation reads copied in and waited for: the send buffer, and
+    /// the written buffer where the operation reads it here (a broadcast's root, an in-place
+    /// all-reduce).
     ///
     /// # Errors
-    /// [`Error::Cuda`] from the wait; the start's errors.
-    pub(crate) fn barrier(&self, op: &'static str) -> Result<StagedPending<'s, u8>> {
-        self.stream.synchronize().map_err(|e| Error::cuda(op, e))?;
-        Ok(StagedPending {
-            inner: self.host.start_barrier(op)?,
-            stream: self.stream,
-            keep: Vec::new(),
-            back: None,
-        })
+    /// A missing lease; [`Error::Cuda`] from the copies.
+    pub(crate) fn stage_inputs<'c, T: Element, C>(
+        &self,
+        name: &'static str,
+        shape: &Op<(), (), C>,
+        read: Option<&Dev<'_, T>>,
+        written: Option<&Dev<'_, T>>,
+        [hs, hr]: Leases<'c, T>,
+    ) -> Result<Leases<'c, T>> {
+        let (reads, _) = shape.written_on(self.host.rank());
+        let stage = |dev: Option<&Dev<'_, T>>, lease, copy: bool| -> Result<_> {
+            let Some(dev) = dev else { return Ok(None) };
+            let mut h = pinned(name, lease)?;
+            if copy {
+                stage_in(name, self.stream, dev, h.host_mut())?;
+            }
+            Ok(Some(h))
+        };
+        Ok([stage(read, hs, true)?, stage(written, hr, reads)?])
     }
 
-    /// Stage `send` (where present) into its lease, start the host operation on the pinned
-    /// buffers (`start(send region, recv region)`; a buffer absent on this rank is
-    /// [`Region::Absent`]), and divide the received sum by the number of ranks at completion when
-    /// `finish` is `Avg`.
+    /// Start `op` (on device buffers) through the pinned buffers `leases` the front end took for
+    /// it (in the order of [`Op::buffers`]): wait for the stream's work, copy in what the
+    /// operation reads (the send buffer; a broadcast root's and an in-place all-reduce's written
+    /// buffer), start the host MPI's call of the operation on the pinned buffers
+    /// ([`MpiComm::call`]), and copy the written buffer back at completion, a reduction finished
+    /// (divided) on the host copy first where it is `Avg` or `average` says so.
     ///
     /// # Errors
-    /// A missing lease; [`Error::Cuda`] from the copy; the start's errors.
+    /// A missing lease; [`Error::Cuda`] from the copies; the start's errors.
     pub(crate) fn start<T: Element>(
         &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: Option<&'s mut DevMut<'s, T>>,
+        name: &'static str,
+        op: Op<&'s Dev<'s, T>, &'s mut DevMut<'s, T>, &[usize]>,
+        n: usize,
+        average: bool,
         [hs, hr]: Leases<'s, T>,
-        finish: ReduceOp,
-        start: impl FnOnce(Region<'_>, Region<'_>) -> Result<MpiPending<'s, T>>,
     ) -> Result<StagedPending<'s, T>> {
-        let hs = match send {
-            Some(dev) => {
-                let mut h = pinned(op, hs)?;
-                stage_in(op, self.stream, dev, h.host_mut())?;
-                Some(h)
+        let (shape, read, written) = op.split();
+        if matches!(shape, Op::Barrier) {
+            self.stream
+                .synchronize()
+                .map_err(|e| Error::cuda(name, e))?;
+        }
+        let (_, writes) = shape.written_on(self.host.rank());
+        let written_in = written.as_deref().map(|d| -> &Dev<'_, T> { d });
+        let [hs, mut hr] = self.stage_inputs(name, &shape, read, written_in, [hs, hr])?;
+        let len = hr.as_ref().map_or(0, |h| h.host().len());
+        let regions = shape.fill(
+            hs.as_ref().map(|h| Region::send(h.host())),
+            hr.as_mut()
+                .map(|h| Region::written(shape.in_out(), h.host_mut())),
+        );
+        // SAFETY: the regions are pinned host buffers sized for the checked counts, owned by the
+        // operation in flight (`keep`, `back`) until it completes.
+        let inner = unsafe { self.host.call::<T, Started>(name, regions, n, len) }?;
+        let inner = inner.finishing(
+            shape.reduce_op(),
+            average,
+            hr.as_mut().map(|h| h.host_mut()),
+            self.host.size(),
+        );
+        let mut keep: Vec<_> = hs.into_iter().collect();
+        let back = match (hr, written) {
+            (Some(h), Some(dev)) if writes => Some((h, dev)),
+            (h, _) => {
+                keep.extend(h);
+                None
             }
-            None => None,
-        };
-        let mut hr = match recv {
-            Some(_) => Some(pinned(op, hr)?),
-            None => None,
-        };
-        let inner = start(
-            Region::send_opt(hs.as_ref().map(|h| h.host())),
-            Region::recv_opt(hr.as_mut().map(|h| h.host_mut())),
-        )?;
-        let inner = match hr.as_mut() {
-            Some(h) => inner.average(finish, h.host_mut(), self.host.size()),
-            None => inner,
         };
         Ok(StagedPending {
             inner,
             stream: self.stream,
-            keep: hs.into_iter().collect(),
-            back: hr.zip(recv),
-        })
-    }
-
-    /// [`start`](Self::start) for an in-place operation on `buf`: staged in, started on the one
-    /// pinned buffer (`start(region)`), copied back at completion.
-    ///
-    /// # Errors
-    /// As [`start`](Self::start).
-    pub(crate) fn start_in_place<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &'s mut DevMut<'s, T>,
-        [h, _]: Leases<'s, T>,
-        finish: ReduceOp,
-        start: impl FnOnce(Region<'_>) -> Result<MpiPending<'s, T>>,
-    ) -> Result<StagedPending<'s, T>> {
-        let mut h = pinned(op, h)?;
-        stage_in(op, self.stream, buf, h.host_mut())?;
-        let inner =
-            start(Region::in_out(h.host_mut()))?.average(finish, h.host_mut(), self.host.size());
-        Ok(StagedPending {
-            inner,
-            stream: self.stream,
-            keep: Vec::new(),
-            back: Some((h, buf)),
+            keep,
+            back,
         })
     }
 }

@@ -1,14 +1,12 @@
 //! What a backend implements: raw, already-checked operations and the few facts the front end
 //! needs of it.
 
-use super::Operation;
+use super::{Operation, Plan};
 use crate::element::Element;
 use crate::error::Result;
 use crate::memory::Space;
 use crate::op::BackendKind;
-use crate::op::ReduceOp;
 use crate::operation::{Name, OpKind};
-use crate::persistent::BufPtr;
 use crate::persistent::PlanOp;
 use crate::record;
 use crate::request::{Request, Scope};
@@ -131,230 +129,15 @@ pub trait Backend: Sized {
     ) -> Result<Box<dyn PlanOp + 's>>;
 }
 
-/// A persistent collective as a backend gets it: checked counts, and the buffers the plan borrows
-/// for its life. `red` is the operation the backend runs (`Sum` for an `Avg` it does not do
-/// natively) and `average` whether each completion divides by the number of ranks.
-#[allow(missing_docs)] // the fields are the collectives' arguments, as in the raw operations
-pub enum PlanCall<'s, B: Backend, T: Element> {
-    Barrier,
-    Broadcast {
-        buf: BufPtr<RawBufMut<'s, B, T>>,
-        root: usize,
-        n: usize,
-    },
-    Reduce {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        red: ReduceOp,
-        average: bool,
-        root: usize,
-        n: usize,
-    },
-    /// In place on `recv` when `send` is `None`.
-    AllReduce {
-        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        red: ReduceOp,
-        average: bool,
-        n: usize,
-    },
-    AllGather {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        n: usize,
-    },
-    AllGatherV {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        counts: Vec<usize>,
-    },
-    Gather {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        root: usize,
-        n: usize,
-    },
-    GatherV {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        counts: Vec<usize>,
-        root: usize,
-    },
-    Scatter {
-        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        root: usize,
-        n: usize,
-    },
-    ScatterV {
-        send: Option<BufPtr<RawBufMut<'s, B, T>>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        counts: Vec<usize>,
-        root: usize,
-    },
-    ReduceScatter {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        red: ReduceOp,
-        average: bool,
-        n: usize,
-    },
-    AllToAll {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        n: usize,
-    },
-    AllToAllV {
-        send: BufPtr<RawBufMut<'s, B, T>>,
-        send_counts: Vec<usize>,
-        recv: BufPtr<RawBufMut<'s, B, T>>,
-        recv_counts: Vec<usize>,
-    },
+/// A persistent collective as a backend's plan gets it: the checked operation on the buffers the
+/// plan borrows for its life (by address), its reduce operation the one the backend runs (`Sum` for
+/// an `Avg` it does not reduce natively), with the count the rules returned and whether each
+/// completion divides by the number of ranks. Point-to-point operations have no persistent form.
+pub struct PlanCall<'s, B: Backend, T: Element> {
+    /// The operation, its counts arrays owned by the plan.
+    pub op: Plan<'s, B, T>,
+    /// The count the rules returned, in elements (0 where counts arrays give the counts).
+    pub n: usize,
+    /// Whether each completion divides the result by the number of ranks.
+    pub average: bool,
 }
-
-/// A backend's [`run`](Backend::run) as one call of its own library code per operation,
-/// `raw_<operation>(name, fields..., n)`, for backends whose library code takes the operation's
-/// fields as arguments: `run_each!(self, name, op, n)`, or `run_each!(self, name, op, n,
-/// staging)` to hand each its staging too.
-macro_rules! run_each {
-    ($b:expr, $name:ident, $op:ident, $n:ident $(, $st:ident)?) => {{
-        use $crate::operation::Op;
-        let s = $name.as_str();
-        match $op {
-            Op::Barrier => $b.raw_barrier(s),
-            Op::Broadcast { buf, root } => $b.raw_broadcast(s, &mut **buf, *root, $n $(, $st)?),
-            Op::Reduce {
-                send,
-                recv,
-                op,
-                root,
-            } => $b.raw_reduce(s, *send, recv.as_deref_mut(), *op, *root, $n $(, $st)?),
-            Op::AllReduce { send, recv, op } => {
-                $b.raw_all_reduce(s, Some(*send), &mut **recv, *op, $n $(, $st)?)
-            }
-            Op::AllReduceInPlace { buf, op } => {
-                $b.raw_all_reduce(s, None, &mut **buf, *op, $n $(, $st)?)
-            }
-            Op::AllGather { send, recv } => $b.raw_all_gather(s, *send, &mut **recv, $n $(, $st)?),
-            Op::AllGatherV { send, recv, counts } => {
-                $b.raw_all_gather_v(s, *send, &mut **recv, counts $(, $st)?)
-            }
-            Op::Gather { send, recv, root } => {
-                $b.raw_gather(s, *send, recv.as_deref_mut(), *root, $n $(, $st)?)
-            }
-            Op::GatherV {
-                send,
-                recv,
-                counts,
-                root,
-            } => $b.raw_gather_v(s, *send, recv.as_deref_mut(), counts, *root $(, $st)?),
-            Op::Scatter { send, recv, root } => {
-                $b.raw_scatter(s, *send, &mut **recv, *root, $n $(, $st)?)
-            }
-            Op::ScatterV {
-                send,
-                recv,
-                counts,
-                root,
-            } => $b.raw_scatter_v(s, *send, &mut **recv, counts, *root $(, $st)?),
-            Op::ReduceScatter { send, recv, op } => {
-                $b.raw_reduce_scatter(s, *send, &mut **recv, *op, $n $(, $st)?)
-            }
-            Op::AllToAll { send, recv } => $b.raw_all_to_all(s, *send, &mut **recv, $n $(, $st)?),
-            Op::AllToAllV {
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-            } => $b.raw_all_to_all_v(s, *send, send_counts, &mut **recv, recv_counts $(, $st)?),
-            Op::Send { buf, dest, tag } => $b.raw_send(s, *buf, *dest, *tag, $n $(, $st)?),
-            Op::Recv { buf, source, tag } => {
-                $b.raw_recv(s, &mut **buf, *source, *tag, $n $(, $st)?)
-            }
-            Op::SendRecv {
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-            } => {
-                let counts = ($n, recv.len());
-                $b.raw_send_recv(s, *send, *dest, &mut **recv, *source, *tag, counts $(, $st)?)
-            }
-        }
-    }};
-}
-pub(crate) use run_each;
-
-/// A backend's [`start`](Backend::start) as one call of its own library code per operation,
-/// `raw_i_<operation>(name, scope, fields..., average, n)` (as [`run_each`]): `start_each!(self,
-/// name, scope, op, n, average)`, or with `, staging` to hand each its staging too.
-macro_rules! start_each {
-    ($b:expr, $name:ident, $scope:ident, $op:ident, $n:ident, $avg:ident $(, $st:ident)?) => {{
-        use $crate::operation::Op;
-        let (s, sc) = ($name.as_str(), $scope);
-        match $op {
-            Op::Barrier => $b.raw_i_barrier(s, sc),
-            Op::Broadcast { buf, root } => $b.raw_i_broadcast(s, sc, buf, root, $n $(, $st)?),
-            Op::Reduce {
-                send,
-                recv,
-                op,
-                root,
-            } => $b.raw_i_reduce(s, sc, send, recv, op, $avg, root, $n $(, $st)?),
-            Op::AllReduce { send, recv, op } => {
-                $b.raw_i_all_reduce(s, sc, send, recv, op, $avg, $n $(, $st)?)
-            }
-            Op::AllReduceInPlace { buf, op } => {
-                $b.raw_i_all_reduce_in_place(s, sc, buf, op, $avg, $n $(, $st)?)
-            }
-            Op::AllGather { send, recv } => $b.raw_i_all_gather(s, sc, send, recv, $n $(, $st)?),
-            Op::AllGatherV { send, recv, counts } => {
-                $b.raw_i_all_gather_v(s, sc, send, recv, counts $(, $st)?)
-            }
-            Op::Gather { send, recv, root } => {
-                $b.raw_i_gather(s, sc, send, recv, root, $n $(, $st)?)
-            }
-            Op::GatherV {
-                send,
-                recv,
-                counts,
-                root,
-            } => $b.raw_i_gather_v(s, sc, send, recv, counts, root $(, $st)?),
-            Op::Scatter { send, recv, root } => {
-                $b.raw_i_scatter(s, sc, send, recv, root, $n $(, $st)?)
-            }
-            Op::ScatterV {
-                send,
-                recv,
-                counts,
-                root,
-            } => $b.raw_i_scatter_v(s, sc, send, recv, counts, root $(, $st)?),
-            Op::ReduceScatter { send, recv, op } => {
-                $b.raw_i_reduce_scatter(s, sc, send, recv, op, $avg, $n $(, $st)?)
-            }
-            Op::AllToAll { send, recv } => $b.raw_i_all_to_all(s, sc, send, recv, $n $(, $st)?),
-            Op::AllToAllV {
-                send,
-                send_counts,
-                recv,
-                recv_counts,
-            } => $b.raw_i_all_to_all_v(s, sc, send, send_counts, recv, recv_counts $(, $st)?),
-            Op::Send { buf, dest, tag } => $b.raw_i_send(s, sc, buf, dest, tag, $n $(, $st)?),
-            Op::Recv { buf, source, tag } => {
-                $b.raw_i_recv(s, sc, buf, source, tag, $n $(, $st)?)
-            }
-            Op::SendRecv {
-                send,
-                dest,
-                recv,
-                source,
-                tag,
-            } => {
-                let counts = ($n, recv.len());
-                $b.raw_i_send_recv(s, sc, send, dest, recv, source, tag, counts $(, $st)?)
-            }
-        }
-    }};
-}
-pub(crate) use start_each;

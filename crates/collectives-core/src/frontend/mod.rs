@@ -29,8 +29,8 @@ mod backend;
 mod plan;
 
 pub use crate::persistent::{BufPtr, PlanOp};
-pub(crate) use backend::{run_each, start_each};
 pub use backend::{Backend, PlanCall, RawBuf, RawBufMut, Start};
+pub(crate) use plan::lend;
 pub(crate) use plan::replay;
 
 use crate::checked::{self, Call, Checked};
@@ -262,7 +262,8 @@ fn check<B: Backend, T: Element>(
             .all_gather_v::<T, _, _>(name, *send, &**recv, counts)
             .map(|()| 0),
         Op::Gather { send, recv, root } => {
-            let (n, kept) = rules.gather::<T, _, _, _>(name, *send, recv.take(), *root)?;
+            let (mine, theirs) = (("send", *send), ("recv", recv.take()));
+            let (n, kept) = rules.gather_or_scatter::<T, _, _, _>(name, mine, theirs, *root)?;
             *recv = kept;
             Ok(n)
         }
@@ -272,11 +273,13 @@ fn check<B: Backend, T: Element>(
             counts,
             root,
         } => {
-            *recv = rules.gather_v::<T, _, _, _>(name, *send, recv.take(), counts, *root)?;
+            let (mine, theirs) = (("send", *send), ("recv", recv.take()));
+            *recv = rules.gather_or_scatter_v::<T, _, _, _>(name, mine, theirs, counts, *root)?;
             Ok(0)
         }
         Op::Scatter { send, recv, root } => {
-            let (n, kept) = rules.scatter::<T, _, _, _>(name, send.take(), &**recv, *root)?;
+            let (mine, theirs) = (("recv", &**recv), ("send", send.take()));
+            let (n, kept) = rules.gather_or_scatter::<T, _, _, _>(name, mine, theirs, *root)?;
             *send = kept;
             Ok(n)
         }
@@ -286,7 +289,8 @@ fn check<B: Backend, T: Element>(
             counts,
             root,
         } => {
-            *send = rules.scatter_v::<T, _, _, _>(name, send.take(), &**recv, counts, *root)?;
+            let (mine, theirs) = (("recv", &**recv), ("send", send.take()));
+            *send = rules.gather_or_scatter_v::<T, _, _, _>(name, mine, theirs, counts, *root)?;
             Ok(0)
         }
         Op::ReduceScatter { send, recv, op } => {
@@ -462,9 +466,15 @@ fn init<'s, F: Frontend, T: Element>(
         let kept = lens::<F::Raw, T>(&view);
         let plan = plan.retain(kept);
         let [send, recv] = plan.slots();
-        let (red, average) = reduction(b, plan.reduce_op());
+        let mut plan = plan;
+        let average = to_run(b, &mut plan);
         let bytes = bytes_of::<T>(kept);
-        let made = b.raw_init(name.as_str(), scope, PlanCall::new(plan, n, red, average));
+        let call = PlanCall {
+            op: plan,
+            n,
+            average,
+        };
+        let made = b.raw_init(name.as_str(), scope, call);
         let made =
             made.and_then(|raw| crate::persistent::test_hook::refuse(name.as_str()).map(|()| raw));
         // In checked mode, agree on the outcome of the library's own init (`MPIX_*_init`, a graph

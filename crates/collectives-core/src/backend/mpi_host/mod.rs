@@ -23,7 +23,7 @@
 //! as 16-bit words and cannot be reduced; `Avg` of floats is a sum followed by a division on each
 //! receiving rank.
 
-mod collectives;
+pub(crate) mod collectives;
 mod comm;
 mod persistent;
 pub mod progress;

@@ -17,6 +17,7 @@ use super::request::{new_request, wait_requests, Region};
 use crate::element::Element;
 use crate::error::Result;
 use crate::frontend::{BufPtr, PlanCall, PlanOp};
+use crate::operation::Op;
 use crate::persistent::PlanPath;
 
 type Comm = ffi::MPI_Comm;
@@ -223,8 +224,12 @@ impl MpiComm {
                 }
             }};
         }
-        let (rc, function) = match call {
-            PlanCall::Barrier => {
+        let n = call.n;
+        if call.average {
+            average = call.op.buffers().1.copied();
+        }
+        let (rc, function) = match &call.op {
+            Op::Barrier => {
                 let (f, name) = find!(
                     "Barrier_init",
                     unsafe extern "C" fn(Comm, Info, Req) -> c_int
@@ -232,24 +237,22 @@ impl MpiComm {
                 // SAFETY: a valid communicator, info and out-pointer.
                 (unsafe { f(comm, info, req) }, name)
             }
-            PlanCall::Broadcast { buf, root, n } => {
+            Op::Broadcast { buf, root } => {
                 type F = unsafe extern "C" fn(Recv, c_int, Dt, c_int, Comm, Info, Req) -> c_int;
                 let (f, name) = find!("Bcast_init", F);
                 // SAFETY: as for `recv_of`.
                 let p = Region::in_out(unsafe { buf.get_mut() }).direct();
                 // SAFETY: see above; `buf` holds `n` elements.
                 (
-                    unsafe { f(p, raw::int(*n), dt, *root as c_int, comm, info, req) },
+                    unsafe { f(p, raw::int(n), dt, *root as c_int, comm, info, req) },
                     name,
                 )
             }
-            PlanCall::Reduce {
+            Op::Reduce {
                 send,
                 recv,
-                red,
-                average: avg,
+                op: red,
                 root,
-                n,
             } => {
                 type F = unsafe extern "C" fn(
                     Send,
@@ -263,16 +266,13 @@ impl MpiComm {
                     Req,
                 ) -> c_int;
                 let (f, name) = find!("Reduce_init", F);
-                if *avg {
-                    average = *recv;
-                }
                 let (s, r) = (send_of(send), opt_recv(recv));
                 // SAFETY: see above; `send` holds `n` elements, and on the root `recv` too.
                 let rc = unsafe {
                     f(
                         s,
                         r,
-                        raw::int(*n),
+                        raw::int(n),
                         dt,
                         raw::op(*red),
                         *root as c_int,
@@ -283,41 +283,49 @@ impl MpiComm {
                 };
                 (rc, name)
             }
-            PlanCall::AllReduce {
+            Op::AllReduce {
                 send,
                 recv,
-                red,
-                average: avg,
-                n,
+                op: red,
             } => {
                 let (f, name) = find!("Allreduce_init", ReductionInit);
-                if *avg {
-                    average = Some(*recv);
-                }
-                let s = match send {
-                    Some(send) => send_of(send),
-                    None => raw::in_place(),
-                };
-                let r = if send.is_some() {
-                    recv_of(recv)
-                } else {
-                    // SAFETY: as for `recv_of`.
-                    Region::in_out(unsafe { recv.get_mut() }).direct()
-                };
-                // SAFETY: see above; both buffers hold `n` elements (MPI_IN_PLACE: `recv` only).
+                let (s, r) = (send_of(send), recv_of(recv));
+                // SAFETY: see above; both buffers hold `n` elements.
                 (
-                    unsafe { f(s, r, raw::int(*n), dt, raw::op(*red), comm, info, req) },
+                    unsafe { f(s, r, raw::int(n), dt, raw::op(*red), comm, info, req) },
                     name,
                 )
             }
-            PlanCall::AllGather { send, recv, n } => {
+            Op::AllReduceInPlace { buf, op: red } => {
+                let (f, name) = find!("Allreduce_init", ReductionInit);
+                // SAFETY: as for `recv_of`.
+                let r = Region::in_out(unsafe { buf.get_mut() }).direct();
+                // SAFETY: see above; `buf` holds `n` elements; MPI_IN_PLACE (from the MPI's own
+                // header) makes MPI read and write it only.
+                (
+                    unsafe {
+                        f(
+                            raw::in_place(),
+                            r,
+                            raw::int(n),
+                            dt,
+                            raw::op(*red),
+                            comm,
+                            info,
+                            req,
+                        )
+                    },
+                    name,
+                )
+            }
+            Op::AllGather { send, recv } => {
                 let (f, name) = find!("Allgather_init", BlocksInit);
-                let n = raw::int(*n);
+                let n = raw::int(n);
                 let (s, r) = (send_of(send), recv_of(recv));
                 // SAFETY: see above; `send` holds `n` and `recv` `size * n` elements.
                 (unsafe { f(s, n, dt, r, n, dt, comm, info, req) }, name)
             }
-            PlanCall::AllGatherV { send, recv, counts } => {
+            Op::AllGatherV { send, recv, counts } => {
                 let (f, name) = find!("Allgatherv_init", AllgathervInit);
                 let (mine, c, d) = packed(counts);
                 let (s, r) = (send_of(send), recv_of(recv));
@@ -327,14 +335,9 @@ impl MpiComm {
                     name,
                 )
             }
-            PlanCall::Gather {
-                send,
-                recv,
-                root,
-                n,
-            } => {
+            Op::Gather { send, recv, root } => {
                 let (f, name) = find!("Gather_init", RootedBlocksInit);
-                let n = raw::int(*n);
+                let n = raw::int(n);
                 let (s, r) = (send_of(send), opt_recv(recv));
                 // SAFETY: see above; `send` holds `n`, on the root `recv` `size * n` elements.
                 (
@@ -342,7 +345,7 @@ impl MpiComm {
                     name,
                 )
             }
-            PlanCall::GatherV {
+            Op::GatherV {
                 send,
                 recv,
                 counts,
@@ -357,14 +360,9 @@ impl MpiComm {
                     name,
                 )
             }
-            PlanCall::Scatter {
-                send,
-                recv,
-                root,
-                n,
-            } => {
+            Op::Scatter { send, recv, root } => {
                 let (f, name) = find!("Scatter_init", RootedBlocksInit);
-                let n = raw::int(*n);
+                let n = raw::int(n);
                 let (s, r) = (opt_send(send), recv_of(recv));
                 // SAFETY: see above; `recv` holds `n`, on the root `send` `size * n` elements.
                 (
@@ -372,7 +370,7 @@ impl MpiComm {
                     name,
                 )
             }
-            PlanCall::ScatterV {
+            Op::ScatterV {
                 send,
                 recv,
                 counts,
@@ -387,32 +385,27 @@ impl MpiComm {
                     name,
                 )
             }
-            PlanCall::ReduceScatter {
+            Op::ReduceScatter {
                 send,
                 recv,
-                red,
-                average: avg,
-                n,
+                op: red,
             } => {
                 let (f, name) = find!("Reduce_scatter_block_init", ReductionInit);
-                if *avg {
-                    average = Some(*recv);
-                }
                 let (s, r) = (send_of(send), recv_of(recv));
                 // SAFETY: see above; `send` holds `size * n` and `recv` `n` elements.
                 (
-                    unsafe { f(s, r, raw::int(*n), dt, raw::op(*red), comm, info, req) },
+                    unsafe { f(s, r, raw::int(n), dt, raw::op(*red), comm, info, req) },
                     name,
                 )
             }
-            PlanCall::AllToAll { send, recv, n } => {
+            Op::AllToAll { send, recv } => {
                 let (f, name) = find!("Alltoall_init", BlocksInit);
-                let n = raw::int(*n);
+                let n = raw::int(n);
                 let (s, r) = (send_of(send), recv_of(recv));
                 // SAFETY: see above; both buffers hold `size` blocks of `n` elements.
                 (unsafe { f(s, n, dt, r, n, dt, comm, info, req) }, name)
             }
-            PlanCall::AllToAllV {
+            Op::AllToAllV {
                 send,
                 send_counts,
                 recv,
@@ -427,6 +420,8 @@ impl MpiComm {
                     name,
                 )
             }
+            // Point-to-point operations have no persistent form: the replay's, if ever asked.
+            Op::Send { .. } | Op::Recv { .. } | Op::SendRecv { .. } => return Ok(None),
         };
         raw::check(op, rc)?;
         Ok(Some(MpiPlan {

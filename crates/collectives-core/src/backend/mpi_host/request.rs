@@ -59,14 +59,14 @@ impl<'a> Region<'a> {
         Region::InOut(bytemuck::cast_slice_mut(buf))
     }
 
-    /// A root-only buffer MPI reads, where this rank has one.
-    pub(crate) fn send_opt<T: bytemuck::Pod>(buf: Option<&'a [T]>) -> Self {
-        buf.map_or(Region::Absent, Region::send)
-    }
-
-    /// A root-only buffer MPI writes, where this rank has one.
-    pub(crate) fn recv_opt<T: bytemuck::Pod>(buf: Option<&'a mut [T]>) -> Self {
-        buf.map_or(Region::Absent, Region::recv)
+    /// The buffer an operation writes: read too where `in_out` (a broadcast, an in-place
+    /// all-reduce), so that a copy made under a deadline carries its contents in.
+    pub(crate) fn written<T: bytemuck::Pod>(in_out: bool, buf: &'a mut [T]) -> Self {
+        if in_out {
+            Region::in_out(buf)
+        } else {
+            Region::recv(buf)
+        }
     }
 
     /// The address MPI gets when it works on the buffer itself ([`raw::ptr`]'s rules for empty ones).
@@ -77,6 +77,13 @@ impl<'a> Region<'a> {
             Region::Absent => std::ptr::null_mut(),
             Region::Device(p) => p,
         }
+    }
+}
+
+impl Default for Region<'_> {
+    /// No buffer: what a root-only argument is off the root.
+    fn default() -> Self {
+        Region::Absent
     }
 }
 
@@ -292,13 +299,6 @@ pub(crate) struct MpiPending<'s, T: Element> {
 }
 
 impl<'s, T: Element> MpiPending<'s, T> {
-    /// An operation without a deadline, on buffers MPI works on directly (for device pointers,
-    /// which are never used under a deadline).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the device backends
-    pub(crate) fn new(request: ffi::MPI_Request, op: &'static str) -> Self {
-        Self::with_deadline(request, op, None, Health::default())
-    }
-
     /// An operation that waits against the deadline of `deadline`, on its copies, where there is one.
     pub(crate) fn with_deadline(
         request: ffi::MPI_Request,
@@ -325,6 +325,25 @@ impl<'s, T: Element> MpiPending<'s, T> {
             self.average = Some((buf.as_mut_ptr(), buf.len(), size));
         }
         self
+    }
+
+    /// Finish a reduction into `buf` (`None`: no result on this rank) at completion: divide by
+    /// `size` where `reduce` (`None`: the operation does not reduce) is `Avg`, or where the
+    /// front end summed an `Avg` (`average`).
+    pub(crate) fn finishing(
+        self,
+        reduce: Option<ReduceOp>,
+        average: bool,
+        buf: Option<&mut [T]>,
+        size: usize,
+    ) -> Self {
+        match (reduce, buf) {
+            (Some(red), Some(buf)) => {
+                let finish = if average { ReduceOp::Avg } else { red };
+                self.average(finish, buf, size)
+            }
+            _ => self,
+        }
     }
 
     /// Count this operation for a progress engine until it completes (`None`: no engine).
@@ -465,7 +484,7 @@ mod tests {
         let (staging, p) = Staging::new([
             Region::send(&empty[..]),
             Region::recv(&mut out[..]),
-            Region::send_opt::<u8>(None),
+            Region::Absent,
         ]);
         assert!(staging.copies.is_empty());
         assert_eq!(p[0].cast_const(), raw::ptr(&empty[..]));

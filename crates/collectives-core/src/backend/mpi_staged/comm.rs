@@ -197,16 +197,6 @@ impl MpiStagedComm {
         self.stream.synchronize().map_err(|e| Error::cuda(op, e))
     }
 
-    /// Copy `dev` into `host` and wait for the copy.
-    pub(super) fn stage_in<T: Element>(
-        &self,
-        op: &'static str,
-        dev: &Dev<'_, T>,
-        host: &mut [T],
-    ) -> Result<()> {
-        cuda_common::stage_in(op, &self.stream, dev, host)
-    }
-
     /// Copy `host` into `dev` and wait for the copy.
     pub(super) fn stage_out<T: Element>(
         &self,

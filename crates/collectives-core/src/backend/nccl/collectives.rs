@@ -14,15 +14,15 @@ use std::marker::PhantomData;
 use cudarc::driver::CudaSlice;
 use nccl_sys as sys;
 
-use super::comm::{NcclComm, UnevenAlgorithm};
+use super::comm::{GroupGuard, NcclComm, UnevenAlgorithm};
 use super::persistent::GRAPHS_FROM;
 use super::raw;
 use super::request::NcclPending;
-use crate::comm::{Communicator, Tag};
+use crate::comm::Communicator;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::frontend::Operation;
-use crate::frontend::{replay, run_each, Backend, PlanCall, PlanOp, Start};
+use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 use crate::operation::{Name, Op, OpKind};
@@ -110,12 +110,11 @@ impl NcclComm {
         if sends.peek().is_none() && recvs.peek().is_none() {
             return Ok(());
         }
-        let group = self.group()?;
-        for p in sends {
+        let group = self.posted(op, self.group()?, sends, |p| {
             // SAFETY: the part lies inside the send buffer, the peer is a rank of the
             // communicator and the stream one of its context (the caller's promise); the
             // communicator is borrowed for the whole call.
-            let rc = unsafe {
+            unsafe {
                 send_fn(
                     (send + p.offset as u64) as usize as *const c_void,
                     p.len,
@@ -124,16 +123,12 @@ impl NcclComm {
                     self.raw,
                     raw_stream,
                 )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(self.error(op, rc));
             }
-        }
-        for p in recvs {
+        })?;
+        let group = self.posted(op, group, recvs, |p| {
             // SAFETY: as above, inside the receive buffer; the peer posts a send of the same
             // length (the caller's promise).
-            let rc = unsafe {
+            unsafe {
                 recv_fn(
                     (recv + p.offset as u64) as usize as *mut c_void,
                     p.len,
@@ -142,12 +137,8 @@ impl NcclComm {
                     self.raw,
                     raw_stream,
                 )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(self.error(op, rc));
             }
-        }
+        })?;
         group.end()
     }
 }
@@ -174,6 +165,26 @@ impl NcclComm {
         }
     }
 
+    /// Post `post(part)` for every part inside the open `group`: the first call that fails
+    /// closes the group (dropped, not ended) and is the error; otherwise the group, to post more
+    /// into or end.
+    fn posted<'g, P>(
+        &self,
+        op: &'static str,
+        group: GroupGuard<'g>,
+        parts: impl IntoIterator<Item = P>,
+        mut post: impl FnMut(P) -> sys::ncclResult_t,
+    ) -> Result<GroupGuard<'g>> {
+        for p in parts {
+            let rc = post(p);
+            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
+                drop(group);
+                return Err(self.error(op, rc));
+            }
+        }
+        Ok(group)
+    }
+
     /// Enqueue grouped sends of `send`'s parts and receives into `recv`'s parts (counts in elements).
     fn exchange<T: Element>(
         &self,
@@ -194,12 +205,20 @@ impl NcclComm {
         let recv_fn = sys::nccl_fn!(self.lib, ncclRecv).map_err(raw::unavailable)?;
         let s = send.map(|b| b.device_ptr(&self.stream));
         let r = recv.map(|b| b.device_ptr_mut(&self.stream));
-        let group = self.group()?;
-        for p in sends.iter().filter(|p| p.len > 0) {
-            let Some((base, _)) = &s else { break };
+        let (sb, rb) = (s.as_ref().map(|(b, _)| *b), r.as_ref().map(|(b, _)| *b));
+        // Parts with their buffer's address: none where the buffer is absent.
+        let sends = sends
+            .iter()
+            .filter(|p| p.len > 0)
+            .filter_map(|p| Some((sb?, p)));
+        let recvs = recvs
+            .iter()
+            .filter(|p| p.len > 0)
+            .filter_map(|p| Some((rb?, p)));
+        let group = self.posted(op, self.group()?, sends, |(base, p)| {
             // SAFETY: the part lies inside `send` (offsets and lengths were checked against its
             // length); peer in range; enqueued on this communicator's stream inside a group.
-            let rc = unsafe {
+            unsafe {
                 send_fn(
                     cptr(base + p.offset as u64 * size),
                     p.len * lanes,
@@ -208,16 +227,11 @@ impl NcclComm {
                     self.raw,
                     stream,
                 )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(raw::error(self.lib, self.raw, op, rc));
             }
-        }
-        for p in recvs.iter().filter(|p| p.len > 0) {
-            let Some((base, _)) = &r else { break };
+        })?;
+        let group = self.posted(op, group, recvs, |(base, p)| {
             // SAFETY: the part lies inside `recv` (checked); peer in range; enqueued in the group.
-            let rc = unsafe {
+            unsafe {
                 recv_fn(
                     mptr(base + p.offset as u64 * size),
                     p.len * lanes,
@@ -226,12 +240,8 @@ impl NcclComm {
                     self.raw,
                     stream,
                 )
-            };
-            if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-                drop(group);
-                return Err(raw::error(self.lib, self.raw, op, rc));
             }
-        }
+        })?;
         group.end()
     }
 
@@ -302,59 +312,29 @@ impl NcclComm {
         self.settle(op, rc)
     }
 
-    fn enqueue_broadcast<T: Element>(
+    /// Enqueue one NCCL collective of `n` wire values on the device addresses of `send` and
+    /// `recv` (nothing when `n` is 0): once the communicator is known live, `find` loads the entry
+    /// point and `call(f, send, recv, stream)` makes the call; an absent buffer's address is the
+    /// other's (NCCL's in-place form, or a receive pointer it ignores off the root).
+    fn enqueue<T: Element, F>(
         &self,
         op: &'static str,
-        buf: &mut DevMut<'_, T>,
-        root: usize,
         n: usize,
+        send: Option<&Dev<'_, T>>,
+        recv: Option<&mut DevMut<'_, T>>,
+        find: impl FnOnce() -> Result<F>,
+        call: impl FnOnce(F, u64, u64, sys::cudaStream_t) -> sys::ncclResult_t,
     ) -> Result<()> {
         if n == 0 {
             return Ok(());
         }
         self.ensure_live(op)?;
-        let f = sys::nccl_fn!(self.lib, ncclBroadcast).map_err(raw::unavailable)?;
-        let (p, _g) = buf.device_ptr_mut(&self.stream);
-        // SAFETY: `buf` holds `n` wire values on this device; root in range; in place.
-        let rc = unsafe {
-            f(
-                cptr(p),
-                mptr(p),
-                n,
-                raw::datatype::<T>(),
-                root as c_int,
-                self.raw,
-                self.raw_stream(),
-            )
-        };
-        self.settle(op, rc)
-    }
-
-    fn enqueue_all_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        n: usize,
-    ) -> Result<()> {
-        if n == 0 {
-            return Ok(());
-        }
-        self.ensure_live(op)?;
-        let f = sys::nccl_fn!(self.lib, ncclAllGather).map_err(raw::unavailable)?;
-        let (s, _s) = send.device_ptr(&self.stream);
-        let (r, _r) = recv.device_ptr_mut(&self.stream);
-        // SAFETY: `send` holds `n` and `recv` `size * n` wire values on this device (checked).
-        let rc = unsafe {
-            f(
-                cptr(s),
-                mptr(r),
-                n,
-                raw::datatype::<T>(),
-                self.raw,
-                self.raw_stream(),
-            )
-        };
+        let f = find()?;
+        let s = send.map(|b| b.device_ptr(&self.stream));
+        let r = recv.map(|b| b.device_ptr_mut(&self.stream));
+        let (s_ptr, r_ptr) = (s.as_ref().map(|(p, _)| *p), r.as_ref().map(|(p, _)| *p));
+        let (src, dst) = (s_ptr.or(r_ptr), r_ptr.or(s_ptr));
+        let rc = call(f, src.unwrap_or(0), dst.unwrap_or(0), self.raw_stream());
         self.settle(op, rc)
     }
 
@@ -562,6 +542,8 @@ impl Backend for NcclComm {
         Ok(Box::new(self.graph_plan(op, &call)?))
     }
 
+    /// NCCL's collective where it has one; grouped sends and receives where it has none (see
+    /// the module documentation).
     fn run<T: Element>(
         &self,
         name: Name,
@@ -569,7 +551,133 @@ impl Backend for NcclComm {
         n: usize,
         (): (),
     ) -> Result<()> {
-        run_each!(self, name, op, n)
+        let s = name.as_str();
+        let (dt, wire, comm) = (raw::datatype::<T>(), raw::wire::<T>(n), self.raw);
+        let each = || vec![n; self.size];
+        let one = |len, peer| {
+            [Part {
+                offset: 0,
+                len,
+                peer,
+            }]
+        };
+        match op {
+            Op::Barrier => self.raw_barrier(s),
+            Op::Broadcast { buf, root } => {
+                let root = *root as c_int;
+                let find = || sys::nccl_fn!(self.lib, ncclBroadcast).map_err(raw::unavailable);
+                self.enqueue(s, wire, None, Some(&mut **buf), find, |f, p, _, st| {
+                    // SAFETY: `buf` holds `n` wire values on this device; root in range; in place.
+                    unsafe { f(cptr(p), mptr(p), wire, dt, root, comm, st) }
+                })
+            }
+            Op::Reduce {
+                send,
+                recv,
+                op: red,
+                root,
+            } => {
+                let (red, root) = (raw::redop(*red), *root as c_int);
+                let find = || sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable);
+                self.enqueue(
+                    s,
+                    wire,
+                    Some(*send),
+                    recv.as_deref_mut(),
+                    find,
+                    |f, p, q, st| {
+                        // SAFETY: `send` holds `n` wire values; on the root `recv` does too (checked);
+                        // elsewhere NCCL ignores the receive pointer (we pass `send`'s, never written).
+                        unsafe { f(cptr(p), mptr(q), wire, dt, red, root, comm, st) }
+                    },
+                )
+            }
+            Op::AllReduce { send, recv, op } => {
+                self.enqueue_all_reduce(s, Some(*send), &mut **recv, *op, wire)
+            }
+            Op::AllReduceInPlace { buf, op } => {
+                self.enqueue_all_reduce(s, None, &mut **buf, *op, wire)
+            }
+            Op::AllGather { send, recv } => {
+                let find = || sys::nccl_fn!(self.lib, ncclAllGather).map_err(raw::unavailable);
+                self.enqueue(
+                    s,
+                    wire,
+                    Some(*send),
+                    Some(&mut **recv),
+                    find,
+                    |f, p, q, st| {
+                        // SAFETY: `send` holds `n` and `recv` `size * n` wire values on this device
+                        // (checked).
+                        unsafe { f(cptr(p), mptr(q), wire, dt, comm, st) }
+                    },
+                )
+            }
+            Op::AllGatherV { send, recv, counts } => {
+                self.all_gather_v(s, *send, &mut **recv, counts)
+            }
+            Op::Gather { send, recv, root } => {
+                self.rooted(s, Some(*send), recv.as_deref_mut(), &each(), *root, true)
+            }
+            Op::GatherV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.rooted(s, Some(*send), recv.as_deref_mut(), counts, *root, true),
+            Op::Scatter { send, recv, root } => {
+                self.rooted(s, *send, Some(&mut **recv), &each(), *root, false)
+            }
+            Op::ScatterV {
+                send,
+                recv,
+                counts,
+                root,
+            } => self.rooted(s, *send, Some(&mut **recv), counts, *root, false),
+            Op::ReduceScatter { send, recv, op } => {
+                let red = raw::redop(*op);
+                let find = || sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable);
+                self.enqueue(
+                    s,
+                    wire,
+                    Some(*send),
+                    Some(&mut **recv),
+                    find,
+                    |f, p, q, st| {
+                        // SAFETY: `send` holds `size * n` and `recv` `n` wire values on this device
+                        // (checked).
+                        unsafe { f(cptr(p), mptr(q), wire, dt, red, comm, st) }
+                    },
+                )
+            }
+            Op::AllToAll { send, recv } => {
+                let parts = packed(&vec![send.len() / self.size.max(1); self.size]);
+                self.exchange(s, Some(*send), &parts, Some(&mut **recv), &parts)
+            }
+            Op::AllToAllV {
+                send,
+                send_counts,
+                recv,
+                recv_counts,
+            } => {
+                let (sends, recvs) = (packed(send_counts), packed(recv_counts));
+                self.exchange(s, Some(*send), &sends, Some(&mut **recv), &recvs)
+            }
+            Op::Send { buf, dest, .. } => self.exchange(s, Some(*buf), &one(n, *dest), None, &[]),
+            Op::Recv { buf, source, .. } => {
+                self.exchange::<T>(s, None, &[], Some(&mut **buf), &one(n, *source))
+            }
+            Op::SendRecv {
+                send,
+                dest,
+                recv,
+                source,
+                ..
+            } => {
+                let recvs = one(recv.len(), *source);
+                self.exchange(s, Some(*send), &one(n, *dest), Some(&mut **recv), &recvs)
+            }
+        }
     }
 
     fn start<'s, T: Element>(
@@ -595,8 +703,7 @@ impl Backend for NcclComm {
     }
 }
 
-/// Each operation of `run` and `start`, with its fields as arguments.
-#[allow(clippy::too_many_arguments)]
+/// The operations `run` and `start` make of more than one call.
 impl NcclComm {
     pub(super) fn raw_barrier(&self, op: &'static str) -> Result<()> {
         let mut one = self
@@ -607,74 +714,8 @@ impl NcclComm {
         self.wait_for_stream(op)
     }
 
-    pub(super) fn raw_broadcast<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut DevMut<'_, T>,
-        root: usize,
-        n: usize,
-    ) -> Result<()> {
-        self.enqueue_broadcast(op, buf, root, raw::wire::<T>(n))
-    }
-
-    pub(super) fn raw_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: Option<&mut DevMut<'_, T>>,
-        red: ReduceOp,
-        root: usize,
-        n: usize,
-    ) -> Result<()> {
-        let n = raw::wire::<T>(n);
-        if n == 0 {
-            return Ok(());
-        }
-        self.ensure_live(op)?;
-        let f = sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable)?;
-        let (s, _s) = send.device_ptr(&self.stream);
-        let r = recv.map(|b| b.device_ptr_mut(&self.stream));
-        let dst = r.as_ref().map_or(s, |(p, _)| *p);
-        // SAFETY: `send` holds `n` wire values; on the root `recv` does too (checked); elsewhere NCCL
-        // ignores the receive pointer (we pass `send`'s, never written).
-        let rc = unsafe {
-            f(
-                cptr(s),
-                mptr(dst),
-                n,
-                raw::datatype::<T>(),
-                raw::redop(red),
-                root as c_int,
-                self.raw,
-                self.raw_stream(),
-            )
-        };
-        self.settle(op, rc)
-    }
-
-    pub(super) fn raw_all_reduce<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: &mut DevMut<'_, T>,
-        red: ReduceOp,
-        n: usize,
-    ) -> Result<()> {
-        self.enqueue_all_reduce(op, send, recv, red, raw::wire::<T>(n))
-    }
-
-    pub(super) fn raw_all_gather<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        n: usize,
-    ) -> Result<()> {
-        self.enqueue_all_gather(op, send, recv, raw::wire::<T>(n))
-    }
-
     /// Grouped broadcasts or grouped sends and receives, whichever the uneven algorithm picks.
-    pub(super) fn raw_all_gather_v<T: Element>(
+    fn all_gather_v<T: Element>(
         &self,
         op: &'static str,
         send: &Dev<'_, T>,
@@ -701,184 +742,37 @@ impl NcclComm {
         }
     }
 
-    pub(super) fn raw_gather<T: Element>(
+    /// A gather (`to_root`: every rank's `send` into block `i` of the root's `recv`) or a
+    /// scatter (block `i` of the root's `send` into every rank's `recv`) as grouped sends and
+    /// receives, block `i` holding `counts[i]` elements at its packed offset.
+    fn rooted<T: Element>(
         &self,
         op: &'static str,
-        send: &Dev<'_, T>,
-        recv: Option<&mut DevMut<'_, T>>,
-        root: usize,
-        n: usize,
-    ) -> Result<()> {
-        let counts = vec![n; self.size];
-        self.raw_gather_v(op, send, recv, &counts, root)
-    }
-
-    pub(super) fn raw_gather_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
+        send: Option<&Dev<'_, T>>,
         recv: Option<&mut DevMut<'_, T>>,
         counts: &[usize],
         root: usize,
+        to_root: bool,
     ) -> Result<()> {
-        let sends = [Part {
-            offset: 0,
-            len: send.len(),
-            peer: root,
-        }];
-        let recvs = if self.rank == root {
+        let blocks = if self.rank == root {
             packed(counts)
         } else {
             Vec::new()
         };
-        self.exchange(op, Some(send), &sends, recv, &recvs)
-    }
-
-    pub(super) fn raw_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: &mut DevMut<'_, T>,
-        root: usize,
-        n: usize,
-    ) -> Result<()> {
-        let counts = vec![n; self.size];
-        self.raw_scatter_v(op, send, recv, &counts, root)
-    }
-
-    pub(super) fn raw_scatter_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: Option<&Dev<'_, T>>,
-        recv: &mut DevMut<'_, T>,
-        counts: &[usize],
-        root: usize,
-    ) -> Result<()> {
-        let sends = if self.rank == root {
-            packed(counts)
-        } else {
-            Vec::new()
+        let whole = |len| {
+            [Part {
+                offset: 0,
+                len,
+                peer: root,
+            }]
         };
-        let recvs = [Part {
-            offset: 0,
-            len: recv.len(),
-            peer: root,
-        }];
-        self.exchange(op, send, &sends, Some(recv), &recvs)
-    }
-
-    pub(super) fn raw_reduce_scatter<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        red: ReduceOp,
-        n: usize,
-    ) -> Result<()> {
-        let n = raw::wire::<T>(n);
-        if n == 0 {
-            return Ok(());
+        if to_root {
+            let sends = whole(send.map_or(0, |b| b.len()));
+            self.exchange(op, send, &sends, recv, &blocks)
+        } else {
+            let recvs = whole(recv.as_ref().map_or(0, |b| b.len()));
+            self.exchange(op, send, &blocks, recv, &recvs)
         }
-        self.ensure_live(op)?;
-        let f = sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable)?;
-        let (s, _s) = send.device_ptr(&self.stream);
-        let (r, _r) = recv.device_ptr_mut(&self.stream);
-        // SAFETY: `send` holds `size * n` and `recv` `n` wire values on this device (checked).
-        let rc = unsafe {
-            f(
-                cptr(s),
-                mptr(r),
-                n,
-                raw::datatype::<T>(),
-                raw::redop(red),
-                self.raw,
-                self.raw_stream(),
-            )
-        };
-        self.settle(op, rc)
-    }
-
-    pub(super) fn raw_all_to_all<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        recv: &mut DevMut<'_, T>,
-        _: usize,
-    ) -> Result<()> {
-        let parts = packed(&vec![send.len() / self.size.max(1); self.size]);
-        self.exchange(op, Some(send), &parts, Some(recv), &parts)
-    }
-
-    pub(super) fn raw_all_to_all_v<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        send_counts: &[usize],
-        recv: &mut DevMut<'_, T>,
-        recv_counts: &[usize],
-    ) -> Result<()> {
-        self.exchange(
-            op,
-            Some(send),
-            &packed(send_counts),
-            Some(recv),
-            &packed(recv_counts),
-        )
-    }
-
-    pub(super) fn raw_send<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &Dev<'_, T>,
-        dest: usize,
-        _: Tag,
-        n: usize,
-    ) -> Result<()> {
-        let part = Part {
-            offset: 0,
-            len: n,
-            peer: dest,
-        };
-        self.exchange(op, Some(buf), &[part], None, &[])
-    }
-
-    pub(super) fn raw_recv<T: Element>(
-        &self,
-        op: &'static str,
-        buf: &mut DevMut<'_, T>,
-        source: usize,
-        _: Tag,
-        n: usize,
-    ) -> Result<()> {
-        let part = Part {
-            offset: 0,
-            len: n,
-            peer: source,
-        };
-        self.exchange::<T>(op, None, &[], Some(buf), &[part])
-    }
-
-    pub(super) fn raw_send_recv<T: Element>(
-        &self,
-        op: &'static str,
-        send: &Dev<'_, T>,
-        dest: usize,
-        recv: &mut DevMut<'_, T>,
-        source: usize,
-        _: Tag,
-        (sn, rn): (usize, usize),
-    ) -> Result<()> {
-        let sends = [Part {
-            offset: 0,
-            len: sn,
-            peer: dest,
-        }];
-        let recvs = [Part {
-            offset: 0,
-            len: rn,
-            peer: source,
-        }];
-        self.exchange(op, Some(send), &sends, Some(recv), &recvs)
     }
 
     /// An all-reduce of one value, enqueued; the request completes once every rank's is done.

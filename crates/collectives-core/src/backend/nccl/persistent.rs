@@ -25,10 +25,12 @@ use cudarc::driver::{
 use super::comm::NcclComm;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::frontend::{BufPtr, PlanCall, PlanOp};
-use crate::memory::{Dev, DevMut};
+use crate::frontend::{lend, Backend, BufPtr, PlanCall, PlanOp};
+use crate::memory::DevMut;
 use crate::op::ReduceOp;
+use crate::operation::{Name, Op};
 use crate::persistent::PlanPath;
+use crate::record::Form;
 
 /// The first NCCL whose collectives can be captured into CUDA graphs.
 pub(super) const GRAPHS_FROM: nccl_sys::Version = nccl_sys::Version::new(2, 9, 0);
@@ -130,15 +132,19 @@ impl NcclComm {
         call: &PlanCall<'s, Self, T>,
     ) -> Result<GraphPlan<'s, T>> {
         self.ensure_live(op)?;
-        let mut scratch = match call {
-            PlanCall::Barrier => Some(
+        let mut scratch = match call.op {
+            Op::Barrier => Some(
                 self.stream
                     .alloc_zeros::<f32>(1)
                     .map_err(|e| Error::cuda(op, e))?,
             ),
             _ => None,
         };
-        let (reads, writes) = buffers(call);
+        let (read, written) = call.op.buffers();
+        let (reads, writes): Buffers<'s, T> = (
+            read.into_iter().copied().collect(),
+            written.into_iter().copied().collect(),
+        );
         // Nothing of this stream's earlier work may end up in the graph, and nothing is in flight
         // on it from here on but what is captured.
         self.stream.synchronize().map_err(|e| Error::cuda(op, e))?;
@@ -184,127 +190,30 @@ impl NcclComm {
         })
     }
 
-    /// Enqueue `call` as its blocking form does (without waiting for it).
+    /// Enqueue `call` as its blocking form does (without waiting for it): a barrier as an
+    /// all-reduce of one word of `scratch`, every other operation through [`Backend::run`].
     fn enqueue_plan<'s, T: Element>(
         &self,
         op: &'static str,
         call: &PlanCall<'s, Self, T>,
         scratch: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
-        // SAFETY: (every `get`/`get_mut`) the plan borrows the buffers mutably for its life and
-        // nothing else uses them during the capture; the references end with this call (NCCL keeps
-        // the addresses in the graph, used at each launch, while the plan still borrows them).
-        unsafe {
-            match call {
-                PlanCall::Barrier => match scratch {
-                    Some(one) => self.enqueue_all_reduce(op, None, one, ReduceOp::Sum, 1),
-                    None => Ok(()),
-                },
-                PlanCall::Broadcast { buf, root, n } => {
-                    self.raw_broadcast(op, buf.get_mut(), *root, *n)
-                }
-                PlanCall::Reduce {
-                    send,
-                    recv,
-                    red,
-                    root,
-                    n,
-                    ..
-                } => {
-                    let recv = recv.map(|r| r.get_mut());
-                    self.raw_reduce(op, send.get(), recv, *red, *root, *n)
-                }
-                PlanCall::AllReduce {
-                    send, recv, red, n, ..
-                } => {
-                    let send = send.map(|s| -> &Dev<'_, T> { s.get() });
-                    self.raw_all_reduce(op, send, recv.get_mut(), *red, *n)
-                }
-                PlanCall::AllGather { send, recv, n } => {
-                    self.raw_all_gather(op, send.get(), recv.get_mut(), *n)
-                }
-                PlanCall::AllGatherV { send, recv, counts } => {
-                    self.raw_all_gather_v(op, send.get(), recv.get_mut(), counts)
-                }
-                PlanCall::Gather {
-                    send,
-                    recv,
-                    root,
-                    n,
-                } => {
-                    let recv = recv.map(|r| r.get_mut());
-                    self.raw_gather(op, send.get(), recv, *root, *n)
-                }
-                PlanCall::GatherV {
-                    send,
-                    recv,
-                    counts,
-                    root,
-                } => {
-                    let recv = recv.map(|r| r.get_mut());
-                    self.raw_gather_v(op, send.get(), recv, counts, *root)
-                }
-                PlanCall::Scatter {
-                    send,
-                    recv,
-                    root,
-                    n,
-                } => {
-                    let send = send.map(|s| -> &Dev<'_, T> { s.get() });
-                    self.raw_scatter(op, send, recv.get_mut(), *root, *n)
-                }
-                PlanCall::ScatterV {
-                    send,
-                    recv,
-                    counts,
-                    root,
-                } => {
-                    let send = send.map(|s| -> &Dev<'_, T> { s.get() });
-                    self.raw_scatter_v(op, send, recv.get_mut(), counts, *root)
-                }
-                PlanCall::ReduceScatter {
-                    send, recv, red, n, ..
-                } => self.raw_reduce_scatter(op, send.get(), recv.get_mut(), *red, *n),
-                PlanCall::AllToAll { send, recv, n } => {
-                    self.raw_all_to_all(op, send.get(), recv.get_mut(), *n)
-                }
-                PlanCall::AllToAllV {
-                    send,
-                    send_counts,
-                    recv,
-                    recv_counts,
-                } => {
-                    self.raw_all_to_all_v(op, send.get(), send_counts, recv.get_mut(), recv_counts)
-                }
-            }
+        if let Op::Barrier = call.op {
+            return match scratch {
+                Some(one) => self.enqueue_all_reduce(op, None, one, ReduceOp::Sum, 1),
+                None => Ok(()),
+            };
         }
+        // SAFETY: the plan borrows the buffers mutably for its life and nothing else uses them
+        // during the capture; the references end with this call (NCCL keeps the addresses in the
+        // graph, used at each launch, while the plan still borrows them).
+        let mut lent = unsafe { lend::<Self, T>(call.view()) };
+        self.run(Name::new(lent.kind(), Form::Init), &mut lent, call.n, ())
     }
 }
 
-/// The buffers `call` reads (and only reads) and those it writes.
+/// The buffers a plan reads (and only reads) and those it writes.
 type Buffers<'s, T> = (Vec<BufPtr<DevMut<'s, T>>>, Vec<BufPtr<DevMut<'s, T>>>);
-
-fn buffers<'s, T: Element>(call: &PlanCall<'s, NcclComm, T>) -> Buffers<'s, T> {
-    let one = |p: &BufPtr<DevMut<'s, T>>| vec![*p];
-    let opt = |p: &Option<BufPtr<DevMut<'s, T>>>| p.iter().copied().collect::<Vec<_>>();
-    match call {
-        PlanCall::Barrier => (Vec::new(), Vec::new()),
-        PlanCall::Broadcast { buf, .. } => (Vec::new(), one(buf)),
-        PlanCall::Reduce { send, recv, .. } | PlanCall::Gather { send, recv, .. } => {
-            (one(send), opt(recv))
-        }
-        PlanCall::GatherV { send, recv, .. } => (one(send), opt(recv)),
-        PlanCall::AllReduce { send, recv, .. } => (opt(send), one(recv)),
-        PlanCall::Scatter { send, recv, .. } | PlanCall::ScatterV { send, recv, .. } => {
-            (opt(send), one(recv))
-        }
-        PlanCall::AllGather { send, recv, .. }
-        | PlanCall::AllGatherV { send, recv, .. }
-        | PlanCall::ReduceScatter { send, recv, .. }
-        | PlanCall::AllToAll { send, recv, .. }
-        | PlanCall::AllToAllV { send, recv, .. } => (one(send), one(recv)),
-    }
-}
 
 impl<T: Element> PlanOp for GraphPlan<'_, T> {
     fn start(&mut self) -> Result<()> {
