@@ -39,9 +39,10 @@
 //!   is left believing all went well. One window stays: a rank that passes its wait in the
 //!   moment a peer's deadline runs out completes while that peer fails; the peer's communicator
 //!   is then aborted and this rank's next call (or its teardown barrier) times out.
-//! - *Teardown.* A rank frees its memory when dropped only after a barrier of every rank (with the
-//!   deadline) proves no peer still reads it; after a timeout, or once MPI is finalized, it leaves
-//!   the memory allocated instead.
+//! - *Teardown.* A rank frees its memory when dropped only after a barrier of every rank (under
+//!   the communicator's deadline at that time) proves no peer still reads it. A rank whose path was
+//!   refused (a timeout, an abort) joins the barrier once its stream drained, so its peers are not
+//!   kept waiting; if the barrier fails, or MPI is finalized, the memory stays allocated instead.
 //!
 //! # Where it is offered
 //! Only where every rank has a GPU of its own on this node with peer access to every other
@@ -464,6 +465,18 @@ impl OneShot {
         Ok(())
     }
 
+    /// Whether the stream finished every call enqueued so far within the deadline (and a margin),
+    /// refused or not: for teardown, which must know that no kernel of this rank still reads a
+    /// peer's slots.
+    fn drained(&self) -> bool {
+        let event = &self.sync_event;
+        event.record(&self.stream).is_ok()
+            && deadline::poll(self.timeout.get() + Duration::from_millis(200), || {
+                Ok::<_, Error>(event.is_complete())
+            })
+            .is_ok_and(|p| p != Polled::TimedOut)
+    }
+
     /// Waits for every call enqueued so far, under the communicator's deadline, spinning then
     /// yielding ([`deadline::poll`]).
     ///
@@ -493,11 +506,14 @@ impl OneShot {
 
 impl Drop for OneShot {
     fn drop(&mut self) {
-        // Peers may still be reading this rank's slots: free them only once every rank is past
-        // its last call (its stream done, then a barrier); otherwise leak them.
-        let done =
-            !self.refused.get() && !mpi::environment::is_finalized() && self.synchronize().is_ok();
-        let all_done = done && self.mpi.barrier().is_ok();
+        // Peers may still be reading this rank's slots: free them only once every rank's stream
+        // is past its last call, which a barrier of every rank then proves; otherwise leak them.
+        // A refused rank takes part too once its stream drained (its kernels gave up or ended),
+        // so that its peers are not kept waiting for it. The barrier runs under the deadline the
+        // communicator has now, not the one the path was made with.
+        self.mpi.set_timeout(Some(self.timeout.get()));
+        let drained = !mpi::environment::is_finalized() && self.drained();
+        let all_done = drained && self.mpi.barrier().is_ok();
         let _ = self.ctx.bind_to_thread();
         if !all_done {
             if let Some(l) = self.local.take() {
