@@ -1005,3 +1005,53 @@ mod tests {
         assert_eq!(Document::from_json(&doc.to_json()).unwrap(), doc);
     }
 }
+
+#[cfg(test)]
+mod pinned {
+    //! The text of `collbench halo`'s table, pinned byte for byte.
+    use super::*;
+
+    pub(super) fn text() -> Vec<String> {
+        let row = HaloRow {
+            neighbours: Neighbours::All,
+            chunks: 4,
+            grid: GridCap::Auto,
+            transport: HaloTransport::Nccl,
+            ipc_peers: 0,
+            bytes: 1_000_000,
+            messages: 2,
+            pack_us: 1.0,
+            local_us: 0.5,
+            transfer_us: 2.0,
+            unpack_us: 1.0,
+            pull_us: 0.0,
+            total_us: 4.0,
+            contig_us: 2.0,
+            contig_dir_us: None,
+            wrong: Some(0),
+        };
+        let faces = HaloRow {
+            neighbours: Neighbours::Faces,
+            transport: HaloTransport::Auto,
+            ipc_peers: 3,
+            total_us: 123.456,
+            contig_dir_us: Some(100.125),
+            wrong: None,
+            ..row.clone()
+        };
+        let mut v = HaloRow::header().to_vec();
+        v.push(row.line());
+        v.push(faces.line());
+        v
+    }
+
+    #[test]
+    fn text_is_unchanged() {
+        let want: &[&str] = &[
+            "# neighbrs chunks  grid transport  ipc   bytes/rank  msgs   pack(us)  local(us) transfer(us) unpack(us)   pull(us)  total(us)      GB/s contig(us)   ratio   c/dir(us)   ratio   #wrong",
+            "       all      4  auto      nccl    0      1000000     2       1.00       0.50        2.00       1.00       0.00       4.00    250.00       2.00    2.00         n/a     n/a        0",
+            "     faces      4  auto      auto    3      1000000     2       1.00       0.50        2.00       1.00       0.00     123.46      8.10       2.00   61.73      100.12    1.23      N/A",
+        ];
+        assert_eq!(text(), want);
+    }
+}

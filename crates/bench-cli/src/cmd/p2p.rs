@@ -1498,3 +1498,110 @@ mod tests {
         assert_eq!(wrong_bytes(&[1, 2], &[1]), 1);
     }
 }
+
+#[cfg(test)]
+mod pinned {
+    //! The text of `collbench p2p` as users see it, pinned byte for byte.
+    use super::*;
+
+    pub(super) fn rows() -> Vec<P2pRow> {
+        let full = P2pRow {
+            backend: "cuda-mpi",
+            size: 64 << 20,
+            latency: Some(180e-6),
+            bandwidth: Some(380e9),
+            bibw: Some(700e9),
+            mbw: Some(64e9),
+            pairs: 1,
+            raw_latency: Some(179e-6),
+            raw_bandwidth: Some(386e9),
+            wrong: Some(0),
+        };
+        let small = P2pRow {
+            latency: Some(1.234e-6),
+            bandwidth: Some(5.5e6),
+            ..P2pRow::new("mpi", 8, 1)
+        };
+        let mid = P2pRow {
+            latency: Some(12.5e-6),
+            bandwidth: Some(1.5e9),
+            bibw: Some(2.9e9),
+            mbw: Some(1.2e9),
+            wrong: Some(0),
+            ..P2pRow::new("mpi", 4096, 1)
+        };
+        vec![full, small, mid]
+    }
+
+    pub(super) fn text() -> Vec<String> {
+        let [full, small, mid] = &rows()[..] else {
+            unreachable!()
+        };
+        let mut v = table_header(false);
+        v.extend(table_header(true));
+        v.push(table_row(small, false));
+        v.push(table_row(mid, false));
+        v.push(table_row(full, true));
+        v.push(table_row(small, true));
+        let all = P2pArgs::from_flags(&["--window", "4"]).unwrap();
+        v.extend(osu_tables(&[small.clone(), mid.clone()], &all));
+        let lat = P2pArgs::from_flags(&["--test", "latency", "-c", "0"]).unwrap();
+        v.extend(osu_tables(&[small.clone(), mid.clone()], &lat));
+        let nccl = P2pRow {
+            backend: "nccl",
+            ..small.clone()
+        };
+        v.extend(bandwidth_summary(&[small.clone(), mid.clone(), nccl]));
+        v
+    }
+
+    #[test]
+    fn text_is_unchanged() {
+        let want: &[&str] = &[
+            "#         size      latency    bandwidth         bibw          mbw     msg rate  #wrong",
+            "#          (B)         (us)       (MB/s)       (MB/s)       (MB/s)      (msg/s)",
+            "#         size      latency    bandwidth         bibw          mbw     msg rate  #wrong      raw lat       raw bw  bw ratio",
+            "#          (B)         (us)       (MB/s)       (MB/s)       (MB/s)      (msg/s)                 (us)       (MB/s)  ours/raw",
+            "             8         1.23         5.50            -            -            -     N/A",
+            "          4096        12.50      1500.00      2900.00      1200.00       292969       0",
+            "      67108864        180.0    380000.00    700000.00     64000.00          954       0        179.0    386000.00     0.984",
+            "             8         1.23         5.50            -            -            -     N/A            -            -         -",
+            "",
+            "# OSU MPI Latency Test v7.4",
+            "# Datatype: MPI_CHAR.",
+            "# Size       Avg Latency(us)        Validation",
+            "8                       1.23",
+            "4096                   12.50              Pass",
+            "",
+            "# OSU MPI Bandwidth Test v7.4",
+            "# Datatype: MPI_CHAR.",
+            "# Size      Bandwidth (MB/s)        Validation",
+            "8                       5.50",
+            "4096                 1500.00              Pass",
+            "",
+            "# OSU MPI Bi-Directional Bandwidth Test v7.4",
+            "# Datatype: MPI_CHAR.",
+            "# Size      Bandwidth (MB/s)        Validation",
+            "8                       0.00",
+            "4096                 2900.00              Pass",
+            "",
+            "# OSU MPI Multiple Bandwidth / Message Rate Test v7.4",
+            "# [ pairs: 1 ] [ window size: 4 ]",
+            "# Datatype: MPI_CHAR.",
+            "# Size                  MB/s        Messages/s        Validation",
+            "8                       0.00              0.00",
+            "4096                 1200.00         292968.75              Pass",
+            "",
+            "# OSU MPI Latency Test v7.4",
+            "# Datatype: MPI_CHAR.",
+            "# Size       Avg Latency(us)",
+            "8                       1.23",
+            "4096                   12.50              Pass",
+            "per backend: latency (us) | bandwidth (MB/s)",
+            "     size(B)          mpi us | MB/s         nccl us | MB/s",
+            "           8            1.23 | 5.50            1.23 | 5.50",
+            "        4096        12.50 | 1500.00                      -",
+        ];
+        assert_eq!(text(), want);
+    }
+}
