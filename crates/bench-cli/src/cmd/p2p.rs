@@ -32,7 +32,6 @@
 
 use std::borrow::BorrowMut;
 use std::ffi::c_void;
-use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -49,7 +48,8 @@ use crate::measure::backend::{self, Backend, BackendChoice, Baseline};
 use crate::measure::sizes::SizeArgs;
 use crate::output::osu::{self, P2pTest};
 use crate::output::record::{fmt_time_us, rounded, Format};
-use crate::output::record::{Document, Machine, Record, SCHEMA};
+use crate::output::record::{Document, Machine, Record};
+use crate::output::sink::Sink;
 
 /// OSU's threshold between small and large messages, in bytes.
 pub const LARGE: usize = 8192;
@@ -1078,76 +1078,52 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
     })
     .map_err(anyhow::Error::msg)?;
     let raw_wanted = args.baseline == Some(Baseline::Raw);
-    let rank0 = ctl.rank() == 0;
-    let mut machine = Machine::here();
-    let mut out: Box<dyn Write> =
-        match crate::output::record::output(ctl.rank() as i32, args.output.as_deref())? {
-            Some(out) => out,
-            None => Box::new(std::io::sink()),
-        };
-    let mut rows: Vec<P2pRow> = Vec::new();
-    let format = if args.osu { Format::Osu } else { args.format };
-    if rank0 {
-        match format {
-            Format::Table => {
-                writeln!(
-                    out,
-                    "# collbench p2p: ranks 0 and 1 of {}, backend {}, window {}",
-                    ctl.size(),
-                    backends
-                        .iter()
-                        .map(|b| b.name())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    args.window
-                )?;
-                for h in HOW {
-                    writeln!(out, "#  {h}")?;
-                }
-                if raw_wanted {
-                    writeln!(out, "#  raw: MPI_Send/MPI_Recv and MPI_Isend/MPI_Irecv/MPI_Waitall on the device pointers of the same buffers (cuda-mpi only); bw ratio = ours / raw")?;
-                }
-                for (b, why) in &left_out {
-                    writeln!(out, "#  note: {}: not available: {why}", b.name())?;
-                }
-            }
-            Format::Csv => {
-                for (b, why) in &left_out {
-                    eprintln!("collbench: note: {}: not available: {why}", b.name());
-                }
-                writeln!(out, "{}", Record::csv_header())?;
-            }
-            Format::Json | Format::Osu => {}
-        }
-    }
     let nranks = ctl.size();
+    let mut machine = Machine::here();
     if backends.contains(&Backend::Nccl) {
         machine.nccl_version = collectives_core::nccl_sys::library()
             .ok()
             .map(|l| l.version().to_string());
     }
+    let format = if args.osu { Format::Osu } else { args.format };
+    let mut doc = Document::new("p2p", nranks, machine).with_settings([
+        ("window", serde_json::json!(args.window)),
+        ("minbytes", serde_json::json!(args.sizes.min_bytes)),
+        ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
+        ("check", serde_json::json!(args.check == 1)),
+    ]);
+    doc.backends = backends.iter().map(|b| b.name().to_string()).collect();
+    doc.method = HOW.iter().map(|h| h.to_string()).collect();
+    let mut sink = Sink::open(ctl.rank(), args.output.as_deref(), format, doc)?;
+    if format == Format::Table {
+        sink.lines(preamble(nranks, &backends, args.window, raw_wanted));
+    } else {
+        sink.begin(Vec::new);
+    }
+    for (b, why) in &left_out {
+        let note = format!("{}: not available: {why}", b.name());
+        sink.note(
+            note.clone(),
+            Some(format!("#  note: {note}")).filter(|_| format == Format::Table),
+            Some(format!("collbench: note: {note}")),
+        );
+    }
+    let mut rows: Vec<P2pRow> = Vec::new();
     for &b in &backends {
         let raw = raw_wanted && b == Backend::CudaMpi;
-        if rank0 && format == Format::Table {
-            writeln!(out, "# backend {}", b.name())?;
-            for l in table_header(raw_wanted) {
-                writeln!(out, "{l}")?;
-            }
+        if format == Format::Table {
+            sink.lines(std::iter::once(format!("# backend {}", b.name())));
+            sink.lines(table_header(raw_wanted));
         }
         let first = rows.len();
         let mut emit = |row: P2pRow| {
-            let lines = match format {
-                Format::Table => vec![table_row(&row, raw_wanted)],
-                Format::Csv => row
-                    .records(nranks, &machine, args)
-                    .iter()
-                    .map(Record::csv_line)
-                    .collect(),
-                Format::Json | Format::Osu => Vec::new(),
-            };
-            for l in lines {
-                let _ = writeln!(out, "{l}");
-            }
+            sink.result(
+                || match format {
+                    Format::Table => vec![table_row(&row, raw_wanted)],
+                    _ => Vec::new(),
+                },
+                |machine, nranks| row.records(nranks, machine, args),
+            );
             rows.push(row);
         };
         let max = sizes.iter().copied().max().unwrap_or(0);
@@ -1182,60 +1158,15 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
             }
         })();
         started.with_context(|| format!("p2p on {}", b.name()))?;
-        if rank0 && format == Format::Osu {
-            for line in osu_tables(&rows[first..], args) {
-                writeln!(out, "{line}")?;
-            }
+        if format == Format::Osu && sink.writes() {
+            sink.lines(osu_tables(&rows[first..], args));
         }
     }
-    if rank0 {
-        match format {
-            Format::Json => {
-                let doc = Document {
-                    schema: SCHEMA.into(),
-                    benchmark: "p2p".into(),
-                    ranks: nranks,
-                    machine: machine.clone(),
-                    backends: backends.iter().map(|b| b.name().to_string()).collect(),
-                    settings: [
-                        ("window", serde_json::json!(args.window)),
-                        ("minbytes", serde_json::json!(args.sizes.min_bytes)),
-                        ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
-                        ("check", serde_json::json!(args.check == 1)),
-                    ]
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-                    method: HOW.iter().map(|h| h.to_string()).collect(),
-                    notes: left_out
-                        .iter()
-                        .map(|(b, why)| format!("{}: not available: {why}", b.name()))
-                        .collect(),
-                    environment: Vec::new(),
-                    records: rows
-                        .iter()
-                        .flat_map(|r| r.records(nranks, &machine, args))
-                        .collect(),
-                };
-                write!(out, "{}", doc.to_json())?;
-            }
-            Format::Table => {
-                let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
-                if args.check == 1 {
-                    writeln!(
-                        out,
-                        "# wrong bytes total: {wrong} {}",
-                        if wrong == 0 { "OK" } else { "FAILED" }
-                    )?;
-                }
-                for l in bandwidth_summary(&rows) {
-                    writeln!(out, "# {l}")?;
-                }
-            }
-            Format::Csv | Format::Osu => {}
-        }
-        out.flush()?;
-    }
+    let footer = match format {
+        Format::Table => footer(&rows, args.check == 1),
+        _ => Vec::new(),
+    };
+    sink.finish(|| footer)?;
     let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
     let mut any = [wrong];
     ctl.all_reduce_in_place(&mut any[..], ReduceOp::Max)?;
@@ -1243,6 +1174,40 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
         bail!("{} bytes were received wrong", any[0]);
     }
     Ok(())
+}
+
+/// The `#` lines above the table: the run, how each figure is measured, and with `raw` the raw
+/// loops'.
+pub fn preamble(nranks: usize, backends: &[Backend], window: u32, raw: bool) -> Vec<String> {
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+    let mut v = vec![format!(
+        "# collbench p2p: ranks 0 and 1 of {nranks}, backend {}, window {window}",
+        names.join(",")
+    )];
+    v.extend(HOW.iter().map(|h| format!("#  {h}")));
+    if raw {
+        v.push("#  raw: MPI_Send/MPI_Recv and MPI_Isend/MPI_Irecv/MPI_Waitall on the device pointers of the same buffers (cuda-mpi only); bw ratio = ours / raw".to_string());
+    }
+    v
+}
+
+/// The table's closing lines: the bytes received wrong (with `-c 1`) and, with several backends,
+/// the per-backend summary.
+pub fn footer(rows: &[P2pRow], check: bool) -> Vec<String> {
+    let mut v = Vec::new();
+    if check {
+        let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
+        v.push(format!(
+            "# wrong bytes total: {wrong} {}",
+            if wrong == 0 { "OK" } else { "FAILED" }
+        ));
+    }
+    v.extend(
+        bandwidth_summary(rows)
+            .into_iter()
+            .map(|l| format!("# {l}")),
+    );
+    v
 }
 
 /// OSU's tables of one backend's rows: `osu_latency`'s, `osu_bw`'s, `osu_bibw`'s and

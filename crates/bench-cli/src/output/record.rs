@@ -406,6 +406,16 @@ impl Emitter {
         matches!(self.format, Format::Table | Format::Osu)
     }
 
+    /// The format it writes.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The document: settings, notes, and the records kept for JSON.
+    pub fn doc(&self) -> &Document {
+        &self.doc
+    }
+
     /// The document, to add settings, notes and the like before the records come.
     pub fn doc_mut(&mut self) -> &mut Document {
         &mut self.doc
