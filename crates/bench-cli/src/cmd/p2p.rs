@@ -40,7 +40,7 @@ use collectives_core::backend::mpi_cuda::IpcBuffer;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use collectives_core::{
     device, scope, Buf, BufMut, Buffer, Communicator, DeviceBuffer, DeviceBufferMut,
-    DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm, ReduceOp,
+    DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm, ReduceOp, Request, Scope,
 };
 use mpi::ffi;
 
@@ -600,6 +600,18 @@ fn latency<C: P2pBackend>(
     Ok(((rank == 0).then_some(t), wrong))
 }
 
+/// Start a window's requests with `start` and complete them all at once, as `osu_bw` and
+/// `osu_bibw` complete a window with one `MPI_Waitall`: no request is waited for on its own; the
+/// scope they were started in completes every one of them when it ends, in the one call of the
+/// library's public API that waits for a set of requests (the library has no request-set
+/// `wait_all` of its own). The first error wins: of a start, else of a completion.
+fn wait_all<'env>(
+    start: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> collectives_core::Result<Vec<Request<'s>>>,
+) -> anyhow::Result<()> {
+    // Dropping a request hands it back to its scope, which waits for it as it ends.
+    Ok(scope(|s| start(s).map(drop))??)
+}
+
 /// One window from rank `from` to rank `to`: `from` sends `send` `n` times, `to` receives into the
 /// distinct buffers of `recv` (as many), then acknowledges with one byte. Other ranks do nothing.
 fn window<C: P2pBackend>(
@@ -611,21 +623,18 @@ fn window<C: P2pBackend>(
     ack: &mut C::Owned,
 ) -> anyhow::Result<()> {
     if c.rank() == from {
-        scope(|s| -> collectives_core::Result<()> {
-            let requests = (0..n)
+        wait_all(|s| {
+            (0..n)
                 .map(|_| c.i_send::<u8>(s, C::r(send), to, TAG))
-                .collect::<collectives_core::Result<Vec<_>>>()?;
-            requests.into_iter().try_for_each(|r| r.wait())
-        })??;
+                .collect()
+        })?;
         c.recv::<u8>(C::w(ack), to, ACK)?;
     } else if c.rank() == to {
-        scope(|s| -> collectives_core::Result<()> {
-            let requests = recv
-                .iter_mut()
+        wait_all(|s| {
+            recv.iter_mut()
                 .map(|b| c.i_recv::<u8>(s, C::w(b), from, TAG))
-                .collect::<collectives_core::Result<Vec<_>>>()?;
-            requests.into_iter().try_for_each(|r| r.wait())
-        })??;
+                .collect()
+        })?;
         c.send::<u8>(C::r(ack), from, ACK)?;
     }
     Ok(())
@@ -639,14 +648,11 @@ fn both_ways<C: P2pBackend>(
     send: &C::Owned,
     recv: &mut [C::Owned],
 ) -> anyhow::Result<()> {
-    scope(|s| -> collectives_core::Result<()> {
-        let requests = recv
-            .iter_mut()
+    wait_all(|s| {
+        recv.iter_mut()
             .map(|b| c.i_send_recv::<u8>(s, C::r(send), peer, C::w(b), peer, TAG))
-            .collect::<collectives_core::Result<Vec<_>>>()?;
-        requests.into_iter().try_for_each(|r| r.wait())
-    })??;
-    Ok(())
+            .collect()
+    })
 }
 
 /// The bytes of `recv` that differ from `want`.
@@ -1454,6 +1460,34 @@ mod tests {
         r2.raw_bandwidth = None;
         assert_eq!(bandwidth_summary(&[r.clone(), r2]).len(), 3);
         assert!(bandwidth_summary(&[r]).is_empty());
+    }
+
+    #[test]
+    fn a_window_is_completed_at_once() {
+        use std::cell::Cell;
+        use std::rc::Rc;
+        /// Counts the waits of every request of a window.
+        struct Counted(Rc<Cell<usize>>);
+        impl collectives_core::Pending for Counted {
+            fn wait(&mut self) -> collectives_core::Result<()> {
+                self.0.set(self.0.get() + 1);
+                Ok(())
+            }
+            fn test(&mut self) -> collectives_core::Result<bool> {
+                self.wait().map(|()| true)
+            }
+        }
+        let waits = Rc::new(Cell::new(0));
+        wait_all(|s| {
+            let window = (0..4)
+                .map(|_| Ok(s.register(Box::new(Counted(waits.clone())))))
+                .collect();
+            // Nothing is waited for while the window is being started.
+            assert_eq!(waits.get(), 0);
+            window
+        })
+        .unwrap();
+        assert_eq!(waits.get(), 4);
     }
 
     #[test]
