@@ -7,8 +7,9 @@
 //!   `-n` times after `-w` warm-up round trips; the latency is half the average round-trip time, in
 //!   microseconds.
 //! - **bandwidth** (`osu_bw`): rank 0 starts a window of `--window` (64) non-blocking sends of the
-//!   same buffer, rank 1 a window of as many non-blocking receives into distinct buffers; both wait for
-//!   the window, then rank 1 sends a one-byte acknowledgement; `-n` windows after `-w` warm-up ones.
+//!   same buffer, rank 1 a window of as many non-blocking receives into distinct buffers; each
+//!   completes its window at once (one wait over all its requests, as OSU's `MPI_Waitall`), then
+//!   rank 1 sends a one-byte acknowledgement; `-n` windows after `-w` warm-up ones.
 //!   Bandwidth = size x window x n / time on rank 0, in MB/s (1 MB = 10^6 bytes).
 //! - **bi-directional bandwidth** (`osu_bibw`): ranks 0 and 1 both start a window of `--window`
 //!   non-blocking sends of one buffer and as many non-blocking receives into distinct buffers (each
