@@ -171,7 +171,7 @@ impl Sink {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::output::record::tests::record;
 
