@@ -302,15 +302,9 @@ mod pinned {
             }
             .line(),
         );
-        let want: &[&str] = &[
-            "# collbench allgatherv: nranks 4, backend nccl, rank 0 holds 16x each other rank; f32",
-            "#  time: max over ranks of the per-call time (CUDA events on the stream, -n 20 after -w 5)",
-            "#  p2p: grouped send/recv; bcast: one broadcast per rank; auto: the library's choice (p2p up to 2 ranks, else broadcasts from 1048576 B in all)",
-            "#  pad: every block padded to the largest, then all_gather (needs nranks * largest block of receive memory)",
-            "#  memory: receive buffer bytes per rank; algbw = total size / time",
-            "#    total(B)    p2p(us)  bcast(us)   auto(us)    pad(us)  auto GB/s  auto/pad   #wrong     mem auto      mem pad   algo",
-            "         4096      10.00      20.12      10.50      40.00       0.39      0.26        0         4096        16384    p2p",
-        ];
-        assert_eq!(text, want);
+        assert_eq!(
+            crate::output::sink::tests::text_of(&text),
+            include_str!("../../tests/golden/allgatherv.txt")
+        );
     }
 }

@@ -174,36 +174,27 @@ impl P2pArgs {
 
     /// The iterations of the latency test at `size` (OSU: 10000 after 100, 1000 after 10 above 8 KiB).
     pub fn latency_iters(&self, size: usize) -> Iters {
-        let large = size > LARGE;
-        Iters {
-            iters: self
-                .iters
-                .map_or(if large { 1000 } else { 10_000 }, |n| n as usize),
-            warmup: self
-                .warmup_iters
-                .map_or(if large { 10 } else { 100 }, |n| n as usize),
-        }
+        self.osu_iters(size, (10_000, 100), (1000, 10))
     }
 
     /// The windows of the bandwidth and bi-directional bandwidth tests at `size` (OSU: 100 after
     /// 10, 20 after 2 above 8 KiB).
     pub fn bw_iters(&self, size: usize) -> Iters {
-        let large = size > LARGE;
-        Iters {
-            iters: self
-                .iters
-                .map_or(if large { 20 } else { 100 }, |n| n as usize),
-            warmup: self
-                .warmup_iters
-                .map_or(if large { 2 } else { 10 }, |n| n as usize),
-        }
+        self.osu_iters(size, (100, 10), (20, 2))
     }
 
     /// The windows of the multi-pair test (OSU: 100 after 10 at every size).
     pub fn mbw_iters(&self) -> Iters {
+        self.osu_iters(0, (100, 10), (100, 10))
+    }
+
+    /// `-n` and `-w` where given, else OSU's (timed, warm-up) counts at `size`: `small` up to
+    /// [`LARGE`], `large` above.
+    fn osu_iters(&self, size: usize, small: (usize, usize), large: (usize, usize)) -> Iters {
+        let (iters, warmup) = if size > LARGE { large } else { small };
         Iters {
-            iters: self.iters.map_or(100, |n| n as usize),
-            warmup: self.warmup_iters.map_or(10, |n| n as usize),
+            iters: self.iters.map_or(iters, |n| n as usize),
+            warmup: self.warmup_iters.map_or(warmup, |n| n as usize),
         }
     }
 }
@@ -366,13 +357,7 @@ impl P2pRow {
 const WIDTHS: [usize; 10] = [12, 12, 12, 12, 12, 12, 7, 12, 12, 9];
 
 fn line(first: char, cells: &[String]) -> String {
-    let mut s = String::new();
-    s.push(first);
-    for (c, w) in cells.iter().zip(WIDTHS) {
-        s.push(' ');
-        s.push_str(&format!("{c:>w$}"));
-    }
-    s.trim_end().to_string()
+    crate::output::report::line(first, cells, &WIDTHS)
 }
 
 /// The table's column names and units.
@@ -558,6 +543,35 @@ impl<O> Buffers<O> {
     }
 }
 
+/// Runs `step` `it.warmup` times untimed, then `it.iters` times timed: `settle` (which drains a
+/// device backend's stream) runs before the clock starts and again before it stops. The seconds of
+/// the timed steps.
+fn timed(
+    it: Iters,
+    mut settle: impl FnMut() -> anyhow::Result<()>,
+    mut step: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    for _ in 0..it.warmup {
+        step()?;
+    }
+    settle()?;
+    let start = Instant::now();
+    for _ in 0..it.iters {
+        step()?;
+    }
+    settle()?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// [`timed`] on `c`, whose stream (where it has one) is drained before the clock starts and stops.
+fn timed_on<C: P2pBackend>(
+    c: &C,
+    it: Iters,
+    step: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    timed(it, || c.drain(), step)
+}
+
 /// The latency (seconds, half a round trip) on rank 0 (`None` on rank 1), and the bytes rank 1
 /// received wrong in the check.
 fn latency<C: P2pBackend>(
@@ -568,12 +582,7 @@ fn latency<C: P2pBackend>(
 ) -> anyhow::Result<(Option<f64>, u64)> {
     let rank = c.rank();
     let peer = 1 - rank;
-    let mut start = Instant::now();
-    for i in 0..it.warmup + it.iters {
-        if i == it.warmup {
-            c.drain()?;
-            start = Instant::now();
-        }
+    let t = timed_on(c, it, || {
         if rank == 0 {
             c.send::<u8>(C::r(buf), peer, TAG)?;
             c.recv::<u8>(C::w(buf), peer, TAG)?;
@@ -581,9 +590,8 @@ fn latency<C: P2pBackend>(
             c.recv::<u8>(C::w(buf), peer, TAG)?;
             c.send::<u8>(C::r(buf), peer, TAG)?;
         }
-    }
-    c.drain()?;
-    let t = start.elapsed().as_secs_f64() / (2 * it.iters.max(1)) as f64;
+        Ok(())
+    })? / (2 * it.iters.max(1)) as f64;
     let mut wrong = 0;
     if check {
         let want = pattern(Buffer::len(C::r(buf)), 3);
@@ -676,16 +684,9 @@ fn bandwidth<C: P2pBackend>(
     check: bool,
 ) -> anyhow::Result<(Option<f64>, u64)> {
     let rank = c.rank();
-    let mut start = Instant::now();
-    for i in 0..it.warmup + it.iters {
-        if i == it.warmup {
-            c.drain()?;
-            start = Instant::now();
-        }
-        window(c, (0, 1), &bufs.send, win, &mut bufs.recv, &mut bufs.ack)?;
-    }
-    c.drain()?;
-    let t = start.elapsed().as_secs_f64();
+    let t = timed_on(c, it, || {
+        window(c, (0, 1), &bufs.send, win, &mut bufs.recv, &mut bufs.ack)
+    })?;
     let bw = (size * win * it.iters) as f64 / t;
     let mut wrong = 0;
     if check {
@@ -712,16 +713,7 @@ fn bibw<C: P2pBackend>(
     let rank = c.rank();
     let peer = 1 - rank;
     let win = bufs.recv.len();
-    let mut start = Instant::now();
-    for i in 0..it.warmup + it.iters {
-        if i == it.warmup {
-            c.drain()?;
-            start = Instant::now();
-        }
-        both_ways(c, peer, &bufs.send, &mut bufs.recv)?;
-    }
-    c.drain()?;
-    let t = start.elapsed().as_secs_f64();
+    let t = timed_on(c, it, || both_ways(c, peer, &bufs.send, &mut bufs.recv))?;
     let bw = (2 * size * win * it.iters) as f64 / t;
     let mut wrong = 0;
     if check {
@@ -813,6 +805,11 @@ fn mpi_ok(what: &str, rc: i32) -> anyhow::Result<()> {
 }
 
 impl Raw<'_> {
+    /// [`timed`] for the raw loops, whose MPI calls complete before they return.
+    fn timed(it: Iters, step: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+        timed(it, || Ok(()), step)
+    }
+
     /// `osu_latency` through `MPI_Send`/`MPI_Recv` on `buf`'s device pointer, taken once.
     fn latency(&self, buf: &mut CudaSlice<u8>, it: Iters) -> anyhow::Result<Option<f64>> {
         let c = self.comm;
@@ -828,11 +825,7 @@ impl Raw<'_> {
         let dt = unsafe { ffi::RSMPI_UINT8_T };
         // SAFETY: MPI_Status is a plain C struct of integers; all-zero bytes are a valid value.
         let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-        let mut start = Instant::now();
-        for i in 0..it.warmup + it.iters {
-            if i == it.warmup {
-                start = Instant::now();
-            }
+        let t = Raw::timed(it, || {
             // SAFETY: `p` is the device address of a live buffer of `n` bytes, its producers complete
             // (stream drained), on a communicator that outlives the loop; the MPI is CUDA-aware (the
             // library refused otherwise); `status` is a valid out-pointer.
@@ -851,8 +844,8 @@ impl Raw<'_> {
                     mpi_ok("MPI_Send", ffi::MPI_Send(p, n, dt, peer, TAG, comm))?;
                 }
             }
-        }
-        let t = start.elapsed().as_secs_f64() / (2 * it.iters.max(1)) as f64;
+            Ok(())
+        })? / (2 * it.iters.max(1)) as f64;
         Ok((rank == 0).then_some(t))
     }
 
@@ -893,11 +886,7 @@ impl Raw<'_> {
         let mut requests = vec![request; win];
         let mut statuses = vec![status; win];
         let mut status = status;
-        let mut start = Instant::now();
-        for i in 0..it.warmup + it.iters {
-            if i == it.warmup {
-                start = Instant::now();
-            }
+        let t = Raw::timed(it, || {
             // SAFETY: every pointer is the device address of a live buffer of the count passed
             // (`size` bytes, or 1 for the acknowledgement), producers complete (stream drained), the
             // receive buffers distinct (one per request); every request is waited for in the same
@@ -926,8 +915,8 @@ impl Raw<'_> {
                     mpi_ok("MPI_Send", ffi::MPI_Send(ap, 1, dt, 0, ACK, comm))?;
                 }
             }
-        }
-        let t = start.elapsed().as_secs_f64();
+            Ok(())
+        })?;
         Ok((rank == 0).then_some((size * win * it.iters) as f64 / t))
     }
 }
@@ -1077,13 +1066,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
     }
     let sizes = args.sizes().map_err(anyhow::Error::msg)?;
     let availability = crate::cmd::doctor::backends_here(&ctl)?;
-    let (backends, left_out) = backend::resolve(args.backend, |b| {
-        availability
-            .iter()
-            .find(|(c, _)| *c == b)
-            .and_then(|(_, why)| why.clone())
-    })
-    .map_err(anyhow::Error::msg)?;
+    let (backends, left_out) = backend::resolve_listed(args.backend, &availability)?;
     let raw_wanted = args.baseline == Some(Baseline::Raw);
     let nranks = ctl.size();
     let mut machine = Machine::here();
@@ -1505,17 +1488,18 @@ mod pinned {
     use super::*;
 
     pub(super) fn rows() -> Vec<P2pRow> {
+        // Every column measured, the raw loops too (cuda-mpi's), at 64 MiB.
+        let [latency, bandwidth, bibw, mbw, raw_latency, raw_bandwidth] =
+            [180e-6, 380e9, 700e9, 64e9, 179e-6, 386e9].map(Some);
         let full = P2pRow {
-            backend: "cuda-mpi",
-            size: 64 << 20,
-            latency: Some(180e-6),
-            bandwidth: Some(380e9),
-            bibw: Some(700e9),
-            mbw: Some(64e9),
-            pairs: 1,
-            raw_latency: Some(179e-6),
-            raw_bandwidth: Some(386e9),
+            latency,
+            bandwidth,
+            bibw,
+            mbw,
+            raw_latency,
+            raw_bandwidth,
             wrong: Some(0),
+            ..P2pRow::new("cuda-mpi", 64 << 20, 1)
         };
         let small = P2pRow {
             latency: Some(1.234e-6),
@@ -1557,51 +1541,9 @@ mod pinned {
 
     #[test]
     fn text_is_unchanged() {
-        let want: &[&str] = &[
-            "#         size      latency    bandwidth         bibw          mbw     msg rate  #wrong",
-            "#          (B)         (us)       (MB/s)       (MB/s)       (MB/s)      (msg/s)",
-            "#         size      latency    bandwidth         bibw          mbw     msg rate  #wrong      raw lat       raw bw  bw ratio",
-            "#          (B)         (us)       (MB/s)       (MB/s)       (MB/s)      (msg/s)                 (us)       (MB/s)  ours/raw",
-            "             8         1.23         5.50            -            -            -     N/A",
-            "          4096        12.50      1500.00      2900.00      1200.00       292969       0",
-            "      67108864        180.0    380000.00    700000.00     64000.00          954       0        179.0    386000.00     0.984",
-            "             8         1.23         5.50            -            -            -     N/A            -            -         -",
-            "",
-            "# OSU MPI Latency Test v7.4",
-            "# Datatype: MPI_CHAR.",
-            "# Size       Avg Latency(us)        Validation",
-            "8                       1.23",
-            "4096                   12.50              Pass",
-            "",
-            "# OSU MPI Bandwidth Test v7.4",
-            "# Datatype: MPI_CHAR.",
-            "# Size      Bandwidth (MB/s)        Validation",
-            "8                       5.50",
-            "4096                 1500.00              Pass",
-            "",
-            "# OSU MPI Bi-Directional Bandwidth Test v7.4",
-            "# Datatype: MPI_CHAR.",
-            "# Size      Bandwidth (MB/s)        Validation",
-            "8                       0.00",
-            "4096                 2900.00              Pass",
-            "",
-            "# OSU MPI Multiple Bandwidth / Message Rate Test v7.4",
-            "# [ pairs: 1 ] [ window size: 4 ]",
-            "# Datatype: MPI_CHAR.",
-            "# Size                  MB/s        Messages/s        Validation",
-            "8                       0.00              0.00",
-            "4096                 1200.00         292968.75              Pass",
-            "",
-            "# OSU MPI Latency Test v7.4",
-            "# Datatype: MPI_CHAR.",
-            "# Size       Avg Latency(us)",
-            "8                       1.23",
-            "4096                   12.50              Pass",
-            "per backend: latency (us) | bandwidth (MB/s)",
-            "     size(B)          mpi us | MB/s         nccl us | MB/s",
-            "           8            1.23 | 5.50            1.23 | 5.50",
-            "        4096        12.50 | 1500.00                      -",
-        ];
-        assert_eq!(text(), want);
+        assert_eq!(
+            crate::output::sink::tests::text_of(&text()),
+            include_str!("../../tests/golden/p2p.txt")
+        );
     }
 }

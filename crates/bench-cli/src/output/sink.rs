@@ -194,6 +194,16 @@ pub(crate) mod tests {
         }
     }
 
+    /// `lines` as the text they make on a terminal: a line break after each.
+    pub(crate) fn text_of(lines: &[String]) -> String {
+        lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    /// Asserts that `lines` make the text `want` (a golden file's).
+    pub(crate) fn golden(lines: &[String], want: &str) {
+        assert_eq!(text_of(lines), want);
+    }
+
     fn run(format: Format) -> String {
         let buf = Shared::default();
         let doc = Document::new("p2p", 2, Machine::default());
