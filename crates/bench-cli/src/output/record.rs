@@ -385,9 +385,9 @@ pub fn output(rank: i32, path: Option<&std::path::Path>) -> anyhow::Result<Optio
     }))
 }
 
-/// The CSV or JSON output of a benchmark whose human table is its own (`halo`, `pack`,
-/// `allgatherv`): CSV lines as the records come, or the JSON document once they all have; nothing
-/// for a table, which the benchmark writes itself.
+/// The records of a benchmark whose human table is its own (`p2p`, `halo`, `overlap`, `pack`,
+/// `allgatherv`), under its [`Sink`](crate::output::sink::Sink): CSV lines as the records come, or
+/// the JSON document once they all have; nothing for a table, whose lines the sink writes.
 #[derive(Debug)]
 pub struct Emitter {
     format: Format,
