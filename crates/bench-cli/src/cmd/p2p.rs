@@ -289,38 +289,14 @@ impl P2pRow {
     /// together for `mbw_mr`, whose record also carries the message rate); `algbw` and `busbw` are
     /// `size / time`.
     pub fn records(&self, nranks: usize, machine: &Machine, iters: &P2pArgs) -> Vec<Record> {
-        let record = |collective: &str, variant: &str, seconds: f64, n: usize| Record {
-            host: machine.host.clone(),
-            cores: machine.cores,
-            mpi_library: machine.mpi_library.clone(),
-            nccl_version: machine.nccl_version.clone(),
-            benchmark: "p2p".into(),
-            collective: collective.into(),
-            backend: self.backend.into(),
-            variant: variant.into(),
-            placement: "-".into(),
-            dtype: "byte".into(),
-            op: None,
-            root: None,
-            ranks: nranks,
-            size_bytes: self.size as u64,
-            count: self.size as u64,
-            time_us: rounded(seconds * 1e6, 3),
-            time_min_us: rounded(seconds * 1e6, 3),
-            time_max_us: rounded(seconds * 1e6, 3),
-            iterations: n as u64,
-            algbw_gbps: Some(rounded(
-                crate::measure::timing::algbw(self.size, seconds),
-                4,
-            )),
-            busbw_gbps: Some(rounded(
-                crate::measure::timing::algbw(self.size, seconds),
-                4,
-            )),
-            wrong: self.wrong,
-            iter_min_us: None,
-            iter_p50_us: None,
-            ..Record::default()
+        let record = |collective: &str, variant: &str, seconds: f64, n: usize| {
+            let mut r = Record::new(machine, "p2p", collective, self.backend);
+            r.variant = variant.into();
+            r.dtype = "byte".into();
+            (r.ranks, r.iterations) = (nranks, n as u64);
+            (r.size_bytes, r.count) = (self.size as u64, self.size as u64);
+            r.wrong = self.wrong;
+            r.timed(seconds * 1e6, 1.0)
         };
         let per_message = |bw: f64| if bw > 0.0 { self.size as f64 / bw } else { 0.0 };
         let win = iters.window as usize;
