@@ -52,7 +52,10 @@ impl Sink {
         format: Format,
         doc: Document,
     ) -> anyhow::Result<Self> {
-        let out = crate::output::record::output(i32::from(rank != 0), path)?;
+        let out = match rank {
+            0 => crate::output::record::output(0, path)?,
+            _ => None,
+        };
         Ok(Sink::new(out, format, doc))
     }
 
