@@ -5,8 +5,6 @@
 //! with `--format csv|json` the records of `record.rs` (variants `p2p`, `bcast`, `auto`, `pad`; the
 //! receive memory in `memory_bytes`, the skew in `config`).
 
-use std::io::Write;
-
 use anyhow::Context;
 use clap::Args;
 use collectives_core::backend::nccl::UnevenAlgorithm;
@@ -15,7 +13,11 @@ use collectives_core::{device, Communicator, DeviceCommunicator, MpiComm, NcclCo
 use crate::measure::sizes::SizeArgs;
 use crate::measure::timing;
 use crate::output::record::Format;
-use crate::output::record::{Document, Emitter, Machine, Record};
+use crate::output::record::{Document, Machine, Record};
+use crate::output::sink::Sink;
+// The records' CSV writer under the sink, which the tests drive directly.
+#[cfg(test)]
+use crate::output::record::Emitter;
 
 /// Flags of `collbench allgatherv`.
 #[derive(Debug, Args)]
@@ -89,54 +91,36 @@ impl AllgathervRow {
     }
 }
 
-/// Run the comparison on every rank; rank 0 prints the table.
-///
-/// # Errors
-/// Library errors (no GPU or NCCL, device memory), a wrong result.
-pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyhow::Result<()> {
-    let ctl = MpiComm::world(universe)?.with_checked(false);
-    let mut comm = NcclComm::from_mpi(&ctl, None)
-        .context("starting the nccl backend")?
-        .with_checked(false);
-    let (rank, size) = (comm.rank(), comm.size());
-    let stream = comm.stream().clone();
-    let weight = args.skew + size - 1;
-    let mut out = std::io::stdout().lock();
-    let mut machine = Machine::here();
-    machine.nccl_version = collectives_core::nccl_sys::library()
-        .ok()
-        .map(|l| l.version().to_string());
-    let mut emitter = Emitter::new(
-        args.format,
-        Document::new("allgatherv", size, machine.clone()).with_settings([
-            ("minbytes", serde_json::json!(args.sizes.min_bytes)),
-            ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
-            ("stepfactor", serde_json::json!(args.sizes.step_factor)),
-            ("iters", serde_json::json!(args.iters)),
-            ("warmup_iters", serde_json::json!(args.warmup)),
-            ("skew", serde_json::json!(args.skew)),
-        ]),
-    );
-    emitter.doc_mut().backends = vec!["nccl".into()];
-    emitter.doc_mut().method = vec![
-        "time: max over ranks of the per-call time (CUDA events on the stream)".into(),
-        "variants: p2p = grouped send/recv; bcast = one broadcast per rank; auto = the library's choice; pad = every block padded to the largest, then all_gather".into(),
-        "memory_bytes: receive buffer bytes per rank; algbw = total size / time".into(),
-    ];
-    if rank == 0 && !emitter.table() {
-        emitter.begin(&mut out)?;
+impl AllgathervRow {
+    /// The row's table line.
+    pub fn line(&self) -> String {
+        let [p2p, bcast, auto, pad] = self.us;
+        format!(
+            " {:>12} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>8} {:>12} {:>12} {:>6}",
+            self.bytes,
+            p2p,
+            bcast,
+            auto,
+            pad,
+            self.bytes as f64 / auto / 1e3,
+            auto / pad,
+            self.wrong,
+            self.memory[0],
+            self.memory[1],
+            self.auto_picks
+        )
     }
-    if rank == 0 && emitter.table() {
-        writeln!(out, "# collbench allgatherv: nranks {size}, backend nccl, rank 0 holds {}x each other rank; f32", args.skew)?;
-        writeln!(out, "#  time: max over ranks of the per-call time (CUDA events on the stream, -n {} after -w {})", args.iters, args.warmup)?;
-        writeln!(out, "#  p2p: grouped send/recv; bcast: one broadcast per rank; auto: the library's choice (p2p up to {} ranks, else broadcasts from {} B in all)", UnevenAlgorithm::P2P_UP_TO_RANKS, UnevenAlgorithm::BROADCASTS_FROM)?;
-        writeln!(out, "#  pad: every block padded to the largest, then all_gather (needs nranks * largest block of receive memory)")?;
-        writeln!(
-            out,
-            "#  memory: receive buffer bytes per rank; algbw = total size / time"
-        )?;
-        writeln!(
-            out,
+}
+
+/// The table's `#` lines: the run on `nranks` ranks, what each column is, the column names.
+pub fn preamble(nranks: usize, skew: usize, iters: usize, warmup: usize) -> Vec<String> {
+    vec![
+        format!("# collbench allgatherv: nranks {nranks}, backend nccl, rank 0 holds {skew}x each other rank; f32"),
+        format!("#  time: max over ranks of the per-call time (CUDA events on the stream, -n {iters} after -w {warmup})"),
+        format!("#  p2p: grouped send/recv; bcast: one broadcast per rank; auto: the library's choice (p2p up to {} ranks, else broadcasts from {} B in all)", UnevenAlgorithm::P2P_UP_TO_RANKS, UnevenAlgorithm::BROADCASTS_FROM),
+        "#  pad: every block padded to the largest, then all_gather (needs nranks * largest block of receive memory)".to_string(),
+        "#  memory: receive buffer bytes per rank; algbw = total size / time".to_string(),
+        format!(
             "#{:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8} {:>12} {:>12} {:>6}",
             "total(B)",
             "p2p(us)",
@@ -149,8 +133,46 @@ pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyh
             "mem auto",
             "mem pad",
             "algo"
-        )?;
-    }
+        ),
+    ]
+}
+
+/// Run the comparison on every rank; rank 0 prints the table.
+///
+/// # Errors
+/// Library errors (no GPU or NCCL, device memory), a wrong result.
+pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyhow::Result<()> {
+    let ctl = MpiComm::world(universe)?.with_checked(false);
+    let mut comm = NcclComm::from_mpi(&ctl, None)
+        .context("starting the nccl backend")?
+        .with_checked(false);
+    let (rank, size) = (comm.rank(), comm.size());
+    let stream = comm.stream().clone();
+    let weight = args.skew + size - 1;
+    let mut machine = Machine::here();
+    machine.nccl_version = collectives_core::nccl_sys::library()
+        .ok()
+        .map(|l| l.version().to_string());
+    let mut sink = Sink::open(
+        rank,
+        None,
+        args.format,
+        Document::new("allgatherv", size, machine).with_settings([
+            ("minbytes", serde_json::json!(args.sizes.min_bytes)),
+            ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
+            ("stepfactor", serde_json::json!(args.sizes.step_factor)),
+            ("iters", serde_json::json!(args.iters)),
+            ("warmup_iters", serde_json::json!(args.warmup)),
+            ("skew", serde_json::json!(args.skew)),
+        ]),
+    )?;
+    sink.doc_mut().backends = vec!["nccl".into()];
+    sink.doc_mut().method = vec![
+        "time: max over ranks of the per-call time (CUDA events on the stream)".into(),
+        "variants: p2p = grouped send/recv; bcast = one broadcast per rank; auto = the library's choice; pad = every block padded to the largest, then all_gather".into(),
+        "memory_bytes: receive buffer bytes per rank; algbw = total size / time".into(),
+    ];
+    sink.begin(|| preamble(size, args.skew, args.iters, args.warmup));
     for total_bytes in args.sizes.sequence().map_err(anyhow::Error::msg)? {
         let small = (total_bytes / 4 / weight).max(1);
         let counts: Vec<usize> = (0..size)
@@ -209,17 +231,13 @@ pub fn run(universe: &mpi::environment::Universe, args: &AllgathervArgs) -> anyh
                 memory: [bytes, largest * size * 4],
                 wrong: wrong[0],
             };
-            if emitter.table() {
-                writeln!(out, " {:>12} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>8} {:>12} {:>12} {:>6}",
-                    bytes, times[0], times[1], auto, pad, bytes as f64 / auto / 1e3, auto / pad, wrong[0], bytes, largest * size * 4, algo)?;
-            } else {
-                emitter.emit(&mut out, row.records(&machine, size, args.skew))?;
-            }
+            sink.result(
+                || vec![row.line()],
+                |machine, nranks| row.records(machine, nranks, args.skew),
+            );
         }
     }
-    if rank == 0 {
-        emitter.finish(&mut out)?;
-    }
+    sink.finish(Vec::new)?;
     comm.finalize()?;
     Ok(())
 }
@@ -262,5 +280,31 @@ mod tests {
         let text = String::from_utf8(csv).unwrap();
         assert_eq!(text.lines().count(), 5);
         assert!(text.lines().nth(3).unwrap().contains("skew=16;picks=p2p"));
+    }
+}
+
+#[cfg(test)]
+mod pinned {
+    //! The text of `collbench allgatherv`'s table, pinned byte for byte (as the run wrote it
+    //! line by line before it went through the shared output layer).
+    use super::*;
+
+    #[test]
+    fn text_is_unchanged() {
+        let mut text = preamble(4, 16, 20, 5);
+        text.push(
+            AllgathervRow {
+                bytes: 4096,
+                us: [10.0, 20.125, 10.5, 40.0],
+                auto_picks: "p2p",
+                memory: [4096, 16384],
+                wrong: 0,
+            }
+            .line(),
+        );
+        assert_eq!(
+            crate::output::sink::tests::text_of(&text),
+            include_str!("../../tests/golden/allgatherv.txt")
+        );
     }
 }

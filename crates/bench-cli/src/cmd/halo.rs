@@ -41,8 +41,6 @@
 //! CUDA-aware (`collectives_core::cuda_aware::detect`), it is skipped with a note rather than
 //! handing device pointers to an MPI that would read them as host memory.
 
-use std::io::Write;
-
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use collectives_core::cudarc::driver::CudaSlice;
@@ -57,7 +55,8 @@ use crate::measure::backend::{self, Backend, BackendChoice};
 use crate::measure::sizes::LoopArgs;
 use crate::measure::timing;
 use crate::output::record::Format;
-use crate::output::record::{Document, Emitter, Machine, Record};
+use crate::output::record::{Document, Machine, Record};
+use crate::output::sink::Sink;
 
 /// Which neighbour sets to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -418,16 +417,19 @@ fn contiguous_baselines(
     let rank = comm.rank();
     let grid = ProcessGrid::new(comm.size(), spec.dims)?;
     let plan = halo::HaloPlan::new(spec, &grid, rank)?;
-    let sends = buffers(comm, &plan.send_bytes_by_peer())?;
-    let mut recvs = buffers(comm, &plan.recv_bytes_by_peer())?;
-    let contig_us = timing::events_us(
-        comm,
-        ctl,
-        args.loops.iters as usize,
-        args.loops.warmup_iters as usize,
-        || contiguous_exchange(comm, &sends, &mut recvs),
-    )?;
-    drop((sends, recvs));
+    // One group of contiguous messages of these sizes, timed; its buffers freed before the next.
+    let time = |send_sizes: &[(usize, u64)], recv_sizes: &[(usize, u64)]| -> anyhow::Result<f64> {
+        let sends = buffers(comm, send_sizes)?;
+        let mut recvs = buffers(comm, recv_sizes)?;
+        timing::events_us(
+            comm,
+            ctl,
+            args.loops.iters as usize,
+            args.loops.warmup_iters as usize,
+            || contiguous_exchange(comm, &sends, &mut recvs),
+        )
+    };
+    let contig_us = time(&plan.send_bytes_by_peer(), &plan.recv_bytes_by_peer())?;
 
     let cells = |b: halo::CellBox| (b.cells() * spec.quantities * 8) as u64;
     let dirs = directions(spec.neighbours);
@@ -442,15 +444,7 @@ fn contiguous_baselines(
             (grid.neighbour(rank, back), cells(ghost_box(spec, back)))
         })
         .collect();
-    let sends = buffers(comm, &send_sizes)?;
-    let mut recvs = buffers(comm, &recv_sizes)?;
-    let contig_dir_us = timing::events_us(
-        comm,
-        ctl,
-        args.loops.iters as usize,
-        args.loops.warmup_iters as usize,
-        || contiguous_exchange(comm, &sends, &mut recvs),
-    )?;
+    let contig_dir_us = time(&send_sizes, &recv_sizes)?;
     Ok((contig_us, contig_dir_us))
 }
 
@@ -714,15 +708,8 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
         .zip(everywhere)
         .map(|((b, why), all)| (b, backend::agreed_unavailable(why, all == 1)))
         .collect();
-    let (backends, left_out) = backend::resolve(args.backend, |b| {
-        agreed
-            .iter()
-            .find(|(c, _)| *c == b)
-            .and_then(|(_, why)| why.clone())
-    })
-    .map_err(anyhow::Error::msg)?;
+    let (backends, left_out) = backend::resolve_listed(args.backend, &agreed)?;
 
-    let mut out = std::io::stdout().lock();
     let spec = args.spec(Neighbours::All);
     let grid = ProcessGrid::new(size, spec.dims)?;
     let mut machine = Machine::here();
@@ -731,9 +718,11 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
             .ok()
             .map(|l| l.version().to_string());
     }
-    let mut emitter = Emitter::new(
+    let mut sink = Sink::open(
+        rank,
+        None,
         args.format,
-        Document::new("halo", size, machine.clone()).with_settings([
+        Document::new("halo", size, machine).with_settings([
             ("cells", serde_json::json!(spec.n)),
             ("radius", serde_json::json!(spec.radius)),
             ("quantities", serde_json::json!(spec.quantities)),
@@ -742,39 +731,32 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
             ("warmup_iters", serde_json::json!(args.loops.warmup_iters)),
             ("check", serde_json::json!(args.check == 1)),
         ]),
-    );
-    emitter.doc_mut().backends = backends.iter().map(|b| b.name().to_string()).collect();
-    emitter.doc_mut().method = vec![
+    )?;
+    sink.doc_mut().backends = backends.iter().map(|b| b.name().to_string()).collect();
+    sink.doc_mut().method = vec![
         "pack/local/transfer/unpack/pull: CUDA events around each step of one exchange run step by step; library: -n pipelined exchanges back to back, per exchange; contig: the same bytes in one contiguous buffer per neighbour rank; contig-dir: one per direction; every time the slowest rank's".into(),
     ];
-    emitter.doc_mut().notes = left_out
-        .iter()
-        .map(|(b, why)| format!("{}: left out: {why}", b.name()))
-        .collect();
-    if rank == 0 {
-        emitter.begin(&mut out)?;
-    }
-    if rank == 0 && emitter.table() {
-        writeln!(
-            out,
+    sink.begin(|| {
+        vec![
+            format!(
             "# collbench halo: nranks {size}, grid {:?}, {:?} interior cells per rank, radius {}, {} f64 quantities, periodic",
             grid.dims(),
             spec.n,
             spec.radius,
             spec.quantities
-        )?;
-        writeln!(out, "#  pack/local/transfer/unpack/pull: CUDA events around each step of one exchange run step by step (stream drained after each; local = direct copies where a rank is its own neighbour; transfer/unpack = neighbours through NCCL; pull = neighbours through CUDA IPC, read from their send buffers into the ghost cells); total: -n pipelined exchanges back to back after -w {}, per exchange (-n {})", args.loops.warmup_iters, args.loops.iters)?;
-        writeln!(out, "#  transport: auto = CUDA IPC to neighbours on the same node where both GPUs can, NCCL otherwise; nccl = NCCL only; ipc: neighbour ranks reached through IPC")?;
-        writeln!(out, "#  chunks: pipeline depth (every message to another rank cut into this many pieces); grid: the kernels' grid policy (auto, full, or waves); msgs: messages sent per exchange")?;
-        writeln!(out, "#  contig: the same bytes in one contiguous buffer per neighbour rank (itself included), one group of send/recv through the same backend; ratio = total / contig")?;
-        writeln!(out, "#  c/dir: one contiguous buffer per direction (6 or 26 messages); ratio = total / c/dir")?;
-        writeln!(
-            out,
+            ),
+            format!("#  pack/local/transfer/unpack/pull: CUDA events around each step of one exchange run step by step (stream drained after each; local = direct copies where a rank is its own neighbour; transfer/unpack = neighbours through NCCL; pull = neighbours through CUDA IPC, read from their send buffers into the ghost cells); total: -n pipelined exchanges back to back after -w {}, per exchange (-n {})", args.loops.warmup_iters, args.loops.iters),
+            "#  transport: auto = CUDA IPC to neighbours on the same node where both GPUs can, NCCL otherwise; nccl = NCCL only; ipc: neighbour ranks reached through IPC".to_string(),
+            "#  chunks: pipeline depth (every message to another rank cut into this many pieces); grid: the kernels' grid policy (auto, full, or waves); msgs: messages sent per exchange".to_string(),
+            "#  contig: the same bytes in one contiguous buffer per neighbour rank (itself included), one group of send/recv through the same backend; ratio = total / contig".to_string(),
+            "#  c/dir: one contiguous buffer per direction (6 or 26 messages); ratio = total / c/dir".to_string(),
             "#  times: maximum over ranks of the per-exchange average; GB/s = bytes/rank / total"
-        )?;
-        for (b, why) in &left_out {
-            writeln!(out, "#  {}: left out: {why}", b.name())?;
-        }
+                .to_string(),
+        ]
+    });
+    for (b, why) in &left_out {
+        let note = format!("{}: left out: {why}", b.name());
+        sink.note(note.clone(), Some(format!("#  {note}")), None);
     }
     for b in backends {
         match b {
@@ -782,12 +764,11 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
                 let comm = NcclComm::from_mpi(&ctl, None)
                     .context("starting the nccl backend")?
                     .with_checked(false);
-                if rank == 0 && emitter.table() {
-                    writeln!(out, "# backend nccl")?;
-                    for l in HaloRow::header() {
-                        writeln!(out, "{l}")?;
-                    }
-                }
+                sink.table_lines(|| {
+                    let mut v = vec!["# backend nccl".to_string()];
+                    v.extend(HaloRow::header());
+                    v
+                });
                 // The fastest faces row (else the fastest row) against the MPI datatypes.
                 let mut ours_total_us: Option<(Neighbours, f64)> = None;
                 for nb in args.neighbours.neighbours() {
@@ -800,12 +781,10 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
                     for (transport, chunks, grid_cap) in rows {
                         let spec = args.spec(nb).with_chunks(chunks);
                         let row = nccl_row(&comm, &ctl, args, spec, (grid_cap, transport), base)?;
-                        if rank == 0 && emitter.table() {
-                            writeln!(out, "{}", row.line())?;
-                            out.flush()?;
-                        } else if rank == 0 {
-                            emitter.emit(&mut out, row.records(&machine, size, &args.spec(nb)))?;
-                        }
+                        sink.result(
+                            || vec![row.line()],
+                            |machine, nranks| row.records(machine, nranks, &args.spec(nb)),
+                        );
                         let better = match ours_total_us {
                             None => true,
                             Some((n, us)) => {
@@ -829,32 +808,32 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
                 if args.mpi_datatypes {
                     let spec = args.spec(Neighbours::Faces);
                     let mpi = mpi_datatype_x_faces(&comm, &ctl, &spec, args.mpi_iters)?;
-                    if rank == 0 && !emitter.table() {
+                    if !sink.table() {
                         match &mpi {
-                            Ok(ms) => emitter.doc_mut().notes.push(format!(
+                            Ok(ms) => sink.doc_mut().notes.push(format!(
                                 "mpi-datatypes: both x faces: {ms:.3} ms per round (-n {})",
                                 args.mpi_iters
                             )),
-                            Err(why) => emitter
+                            Err(why) => sink
                                 .doc_mut()
                                 .notes
                                 .push(format!("mpi-datatypes: skipped: {why}")),
                         }
                     }
-                    if rank == 0 && emitter.table() {
-                        match (mpi, ours_total_us) {
-                            (Ok(ms), Some((nb, us))) => writeln!(
-                                out,
+                    if sink.table() {
+                        let line = match (mpi, ours_total_us) {
+                            (Ok(ms), Some((nb, us))) => format!(
                                 "# mpi-datatypes (CUDA-aware MPI, MPI_Type_create_subarray from device memory, \
                                  MPI_Sendrecv per face): both x faces: {ms:.3} ms per round (-n {}); ours, whole \
                                  {}-neighbour exchange: {us:.2} us; ratio {:.0}x",
                                 args.mpi_iters,
                                 nb.count(),
                                 ms * 1e3 / us
-                            )?,
-                            (Ok(ms), None) => writeln!(out, "# mpi-datatypes: both x faces: {ms:.3} ms per round")?,
-                            (Err(why), _) => writeln!(out, "# mpi-datatypes: skipped: {why}")?,
-                        }
+                            ),
+                            (Ok(ms), None) => format!("# mpi-datatypes: both x faces: {ms:.3} ms per round"),
+                            (Err(why), _) => format!("# mpi-datatypes: skipped: {why}"),
+                        };
+                        sink.lines([line]);
                     }
                 }
                 comm.finalize()?;
@@ -862,9 +841,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
             other => bail!("backend {} has no halo runner", other.name()),
         }
     }
-    if rank == 0 {
-        emitter.finish(&mut out)?;
-    }
+    sink.finish(Vec::new)?;
     Ok(())
 }
 
@@ -1003,5 +980,50 @@ mod tests {
         let mut doc = Document::new("halo", 2, Machine::default());
         doc.records = recs;
         assert_eq!(Document::from_json(&doc.to_json()).unwrap(), doc);
+    }
+}
+
+#[cfg(test)]
+mod pinned {
+    //! The text of `collbench halo`'s table, pinned byte for byte.
+    use super::*;
+
+    #[test]
+    fn text_is_unchanged() {
+        // Times of the steps, in the order of the columns.
+        let [pack_us, local_us, transfer_us, unpack_us, pull_us, total_us, contig_us] =
+            [1.0, 0.5, 2.0, 1.0, 0.0, 4.0, 2.0];
+        let (neighbours, grid, transport) = (Neighbours::All, GridCap::Auto, HaloTransport::Nccl);
+        let row = HaloRow {
+            neighbours,
+            chunks: 4,
+            grid,
+            transport,
+            ipc_peers: 0,
+            bytes: 1_000_000,
+            messages: 2,
+            pack_us,
+            local_us,
+            transfer_us,
+            unpack_us,
+            pull_us,
+            total_us,
+            contig_us,
+            contig_dir_us: None,
+            wrong: Some(0),
+        };
+        let faces = HaloRow {
+            neighbours: Neighbours::Faces,
+            transport: HaloTransport::Auto,
+            ipc_peers: 3,
+            total_us: 123.456,
+            contig_dir_us: Some(100.125),
+            wrong: None,
+            ..row.clone()
+        };
+        let mut v = HaloRow::header().to_vec();
+        v.push(row.line());
+        v.push(faces.line());
+        crate::output::sink::tests::golden(&v, include_str!("../../tests/golden/halo.txt"));
     }
 }

@@ -7,8 +7,9 @@
 //!   `-n` times after `-w` warm-up round trips; the latency is half the average round-trip time, in
 //!   microseconds.
 //! - **bandwidth** (`osu_bw`): rank 0 starts a window of `--window` (64) non-blocking sends of the
-//!   same buffer, rank 1 a window of as many non-blocking receives into distinct buffers; both wait for
-//!   the window, then rank 1 sends a one-byte acknowledgement; `-n` windows after `-w` warm-up ones.
+//!   same buffer, rank 1 a window of as many non-blocking receives into distinct buffers; each
+//!   completes its window at once (one wait over all its requests, as OSU's `MPI_Waitall`), then
+//!   rank 1 sends a one-byte acknowledgement; `-n` windows after `-w` warm-up ones.
 //!   Bandwidth = size x window x n / time on rank 0, in MB/s (1 MB = 10^6 bytes).
 //! - **bi-directional bandwidth** (`osu_bibw`): ranks 0 and 1 both start a window of `--window`
 //!   non-blocking sends of one buffer and as many non-blocking receives into distinct buffers (each
@@ -32,7 +33,6 @@
 
 use std::borrow::BorrowMut;
 use std::ffi::c_void;
-use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -41,7 +41,7 @@ use collectives_core::backend::mpi_cuda::IpcBuffer;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use collectives_core::{
     device, scope, Buf, BufMut, Buffer, Communicator, DeviceBuffer, DeviceBufferMut,
-    DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm, ReduceOp,
+    DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm, ReduceOp, Request, Scope,
 };
 use mpi::ffi;
 
@@ -49,7 +49,8 @@ use crate::measure::backend::{self, Backend, BackendChoice, Baseline};
 use crate::measure::sizes::SizeArgs;
 use crate::output::osu::{self, P2pTest};
 use crate::output::record::{fmt_time_us, rounded, Format};
-use crate::output::record::{Document, Machine, Record, SCHEMA};
+use crate::output::record::{Document, Machine, Record};
+use crate::output::sink::Sink;
 
 /// OSU's threshold between small and large messages, in bytes.
 pub const LARGE: usize = 8192;
@@ -173,36 +174,27 @@ impl P2pArgs {
 
     /// The iterations of the latency test at `size` (OSU: 10000 after 100, 1000 after 10 above 8 KiB).
     pub fn latency_iters(&self, size: usize) -> Iters {
-        let large = size > LARGE;
-        Iters {
-            iters: self
-                .iters
-                .map_or(if large { 1000 } else { 10_000 }, |n| n as usize),
-            warmup: self
-                .warmup_iters
-                .map_or(if large { 10 } else { 100 }, |n| n as usize),
-        }
+        self.osu_iters(size, (10_000, 100), (1000, 10))
     }
 
     /// The windows of the bandwidth and bi-directional bandwidth tests at `size` (OSU: 100 after
     /// 10, 20 after 2 above 8 KiB).
     pub fn bw_iters(&self, size: usize) -> Iters {
-        let large = size > LARGE;
-        Iters {
-            iters: self
-                .iters
-                .map_or(if large { 20 } else { 100 }, |n| n as usize),
-            warmup: self
-                .warmup_iters
-                .map_or(if large { 2 } else { 10 }, |n| n as usize),
-        }
+        self.osu_iters(size, (100, 10), (20, 2))
     }
 
     /// The windows of the multi-pair test (OSU: 100 after 10 at every size).
     pub fn mbw_iters(&self) -> Iters {
+        self.osu_iters(0, (100, 10), (100, 10))
+    }
+
+    /// `-n` and `-w` where given, else OSU's (timed, warm-up) counts at `size`: `small` up to
+    /// [`LARGE`], `large` above.
+    fn osu_iters(&self, size: usize, small: (usize, usize), large: (usize, usize)) -> Iters {
+        let (iters, warmup) = if size > LARGE { large } else { small };
         Iters {
-            iters: self.iters.map_or(100, |n| n as usize),
-            warmup: self.warmup_iters.map_or(10, |n| n as usize),
+            iters: self.iters.map_or(iters, |n| n as usize),
+            warmup: self.warmup_iters.map_or(warmup, |n| n as usize),
         }
     }
 }
@@ -297,38 +289,14 @@ impl P2pRow {
     /// together for `mbw_mr`, whose record also carries the message rate); `algbw` and `busbw` are
     /// `size / time`.
     pub fn records(&self, nranks: usize, machine: &Machine, iters: &P2pArgs) -> Vec<Record> {
-        let record = |collective: &str, variant: &str, seconds: f64, n: usize| Record {
-            host: machine.host.clone(),
-            cores: machine.cores,
-            mpi_library: machine.mpi_library.clone(),
-            nccl_version: machine.nccl_version.clone(),
-            benchmark: "p2p".into(),
-            collective: collective.into(),
-            backend: self.backend.into(),
-            variant: variant.into(),
-            placement: "-".into(),
-            dtype: "byte".into(),
-            op: None,
-            root: None,
-            ranks: nranks,
-            size_bytes: self.size as u64,
-            count: self.size as u64,
-            time_us: rounded(seconds * 1e6, 3),
-            time_min_us: rounded(seconds * 1e6, 3),
-            time_max_us: rounded(seconds * 1e6, 3),
-            iterations: n as u64,
-            algbw_gbps: Some(rounded(
-                crate::measure::timing::algbw(self.size, seconds),
-                4,
-            )),
-            busbw_gbps: Some(rounded(
-                crate::measure::timing::algbw(self.size, seconds),
-                4,
-            )),
-            wrong: self.wrong,
-            iter_min_us: None,
-            iter_p50_us: None,
-            ..Record::default()
+        let record = |collective: &str, variant: &str, seconds: f64, n: usize| {
+            let mut r = Record::new(machine, "p2p", collective, self.backend);
+            r.variant = variant.into();
+            r.dtype = "byte".into();
+            (r.ranks, r.iterations) = (nranks, n as u64);
+            (r.size_bytes, r.count) = (self.size as u64, self.size as u64);
+            r.wrong = self.wrong;
+            r.timed(seconds * 1e6, 1.0)
         };
         let per_message = |bw: f64| if bw > 0.0 { self.size as f64 / bw } else { 0.0 };
         let win = iters.window as usize;
@@ -365,13 +333,7 @@ impl P2pRow {
 const WIDTHS: [usize; 10] = [12, 12, 12, 12, 12, 12, 7, 12, 12, 9];
 
 fn line(first: char, cells: &[String]) -> String {
-    let mut s = String::new();
-    s.push(first);
-    for (c, w) in cells.iter().zip(WIDTHS) {
-        s.push(' ');
-        s.push_str(&format!("{c:>w$}"));
-    }
-    s.trim_end().to_string()
+    crate::output::report::line(first, cells, &WIDTHS)
 }
 
 /// The table's column names and units.
@@ -557,6 +519,35 @@ impl<O> Buffers<O> {
     }
 }
 
+/// Runs `step` `it.warmup` times untimed, then `it.iters` times timed: `settle` (which drains a
+/// device backend's stream) runs before the clock starts and again before it stops. The seconds of
+/// the timed steps.
+fn timed(
+    it: Iters,
+    mut settle: impl FnMut() -> anyhow::Result<()>,
+    mut step: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    for _ in 0..it.warmup {
+        step()?;
+    }
+    settle()?;
+    let start = Instant::now();
+    for _ in 0..it.iters {
+        step()?;
+    }
+    settle()?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// [`timed`] on `c`, whose stream (where it has one) is drained before the clock starts and stops.
+fn timed_on<C: P2pBackend>(
+    c: &C,
+    it: Iters,
+    step: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    timed(it, || c.drain(), step)
+}
+
 /// The latency (seconds, half a round trip) on rank 0 (`None` on rank 1), and the bytes rank 1
 /// received wrong in the check.
 fn latency<C: P2pBackend>(
@@ -567,12 +558,7 @@ fn latency<C: P2pBackend>(
 ) -> anyhow::Result<(Option<f64>, u64)> {
     let rank = c.rank();
     let peer = 1 - rank;
-    let mut start = Instant::now();
-    for i in 0..it.warmup + it.iters {
-        if i == it.warmup {
-            c.drain()?;
-            start = Instant::now();
-        }
+    let t = timed_on(c, it, || {
         if rank == 0 {
             c.send::<u8>(C::r(buf), peer, TAG)?;
             c.recv::<u8>(C::w(buf), peer, TAG)?;
@@ -580,9 +566,8 @@ fn latency<C: P2pBackend>(
             c.recv::<u8>(C::w(buf), peer, TAG)?;
             c.send::<u8>(C::r(buf), peer, TAG)?;
         }
-    }
-    c.drain()?;
-    let t = start.elapsed().as_secs_f64() / (2 * it.iters.max(1)) as f64;
+        Ok(())
+    })? / (2 * it.iters.max(1)) as f64;
     let mut wrong = 0;
     if check {
         let want = pattern(Buffer::len(C::r(buf)), 3);
@@ -600,6 +585,18 @@ fn latency<C: P2pBackend>(
     Ok(((rank == 0).then_some(t), wrong))
 }
 
+/// Start a window's requests with `start` and complete them all at once, as `osu_bw` and
+/// `osu_bibw` complete a window with one `MPI_Waitall`: no request is waited for on its own; the
+/// scope they were started in completes every one of them when it ends, in the one call of the
+/// library's public API that waits for a set of requests (the library has no request-set
+/// `wait_all` of its own). The first error wins: of a start, else of a completion.
+fn wait_all<'env>(
+    start: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> collectives_core::Result<Vec<Request<'s>>>,
+) -> anyhow::Result<()> {
+    // Dropping a request hands it back to its scope, which waits for it as it ends.
+    Ok(scope(|s| start(s).map(drop))??)
+}
+
 /// One window from rank `from` to rank `to`: `from` sends `send` `n` times, `to` receives into the
 /// distinct buffers of `recv` (as many), then acknowledges with one byte. Other ranks do nothing.
 fn window<C: P2pBackend>(
@@ -611,21 +608,18 @@ fn window<C: P2pBackend>(
     ack: &mut C::Owned,
 ) -> anyhow::Result<()> {
     if c.rank() == from {
-        scope(|s| -> collectives_core::Result<()> {
-            let requests = (0..n)
+        wait_all(|s| {
+            (0..n)
                 .map(|_| c.i_send::<u8>(s, C::r(send), to, TAG))
-                .collect::<collectives_core::Result<Vec<_>>>()?;
-            requests.into_iter().try_for_each(|r| r.wait())
-        })??;
+                .collect()
+        })?;
         c.recv::<u8>(C::w(ack), to, ACK)?;
     } else if c.rank() == to {
-        scope(|s| -> collectives_core::Result<()> {
-            let requests = recv
-                .iter_mut()
+        wait_all(|s| {
+            recv.iter_mut()
                 .map(|b| c.i_recv::<u8>(s, C::w(b), from, TAG))
-                .collect::<collectives_core::Result<Vec<_>>>()?;
-            requests.into_iter().try_for_each(|r| r.wait())
-        })??;
+                .collect()
+        })?;
         c.send::<u8>(C::r(ack), from, ACK)?;
     }
     Ok(())
@@ -639,14 +633,11 @@ fn both_ways<C: P2pBackend>(
     send: &C::Owned,
     recv: &mut [C::Owned],
 ) -> anyhow::Result<()> {
-    scope(|s| -> collectives_core::Result<()> {
-        let requests = recv
-            .iter_mut()
+    wait_all(|s| {
+        recv.iter_mut()
             .map(|b| c.i_send_recv::<u8>(s, C::r(send), peer, C::w(b), peer, TAG))
-            .collect::<collectives_core::Result<Vec<_>>>()?;
-        requests.into_iter().try_for_each(|r| r.wait())
-    })??;
-    Ok(())
+            .collect()
+    })
 }
 
 /// The bytes of `recv` that differ from `want`.
@@ -669,16 +660,9 @@ fn bandwidth<C: P2pBackend>(
     check: bool,
 ) -> anyhow::Result<(Option<f64>, u64)> {
     let rank = c.rank();
-    let mut start = Instant::now();
-    for i in 0..it.warmup + it.iters {
-        if i == it.warmup {
-            c.drain()?;
-            start = Instant::now();
-        }
-        window(c, (0, 1), &bufs.send, win, &mut bufs.recv, &mut bufs.ack)?;
-    }
-    c.drain()?;
-    let t = start.elapsed().as_secs_f64();
+    let t = timed_on(c, it, || {
+        window(c, (0, 1), &bufs.send, win, &mut bufs.recv, &mut bufs.ack)
+    })?;
     let bw = (size * win * it.iters) as f64 / t;
     let mut wrong = 0;
     if check {
@@ -705,16 +689,7 @@ fn bibw<C: P2pBackend>(
     let rank = c.rank();
     let peer = 1 - rank;
     let win = bufs.recv.len();
-    let mut start = Instant::now();
-    for i in 0..it.warmup + it.iters {
-        if i == it.warmup {
-            c.drain()?;
-            start = Instant::now();
-        }
-        both_ways(c, peer, &bufs.send, &mut bufs.recv)?;
-    }
-    c.drain()?;
-    let t = start.elapsed().as_secs_f64();
+    let t = timed_on(c, it, || both_ways(c, peer, &bufs.send, &mut bufs.recv))?;
     let bw = (2 * size * win * it.iters) as f64 / t;
     let mut wrong = 0;
     if check {
@@ -806,6 +781,11 @@ fn mpi_ok(what: &str, rc: i32) -> anyhow::Result<()> {
 }
 
 impl Raw<'_> {
+    /// [`timed`] for the raw loops, whose MPI calls complete before they return.
+    fn timed(it: Iters, step: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+        timed(it, || Ok(()), step)
+    }
+
     /// `osu_latency` through `MPI_Send`/`MPI_Recv` on `buf`'s device pointer, taken once.
     fn latency(&self, buf: &mut CudaSlice<u8>, it: Iters) -> anyhow::Result<Option<f64>> {
         let c = self.comm;
@@ -821,11 +801,7 @@ impl Raw<'_> {
         let dt = unsafe { ffi::RSMPI_UINT8_T };
         // SAFETY: MPI_Status is a plain C struct of integers; all-zero bytes are a valid value.
         let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-        let mut start = Instant::now();
-        for i in 0..it.warmup + it.iters {
-            if i == it.warmup {
-                start = Instant::now();
-            }
+        let t = Raw::timed(it, || {
             // SAFETY: `p` is the device address of a live buffer of `n` bytes, its producers complete
             // (stream drained), on a communicator that outlives the loop; the MPI is CUDA-aware (the
             // library refused otherwise); `status` is a valid out-pointer.
@@ -844,8 +820,8 @@ impl Raw<'_> {
                     mpi_ok("MPI_Send", ffi::MPI_Send(p, n, dt, peer, TAG, comm))?;
                 }
             }
-        }
-        let t = start.elapsed().as_secs_f64() / (2 * it.iters.max(1)) as f64;
+            Ok(())
+        })? / (2 * it.iters.max(1)) as f64;
         Ok((rank == 0).then_some(t))
     }
 
@@ -886,11 +862,7 @@ impl Raw<'_> {
         let mut requests = vec![request; win];
         let mut statuses = vec![status; win];
         let mut status = status;
-        let mut start = Instant::now();
-        for i in 0..it.warmup + it.iters {
-            if i == it.warmup {
-                start = Instant::now();
-            }
+        let t = Raw::timed(it, || {
             // SAFETY: every pointer is the device address of a live buffer of the count passed
             // (`size` bytes, or 1 for the acknowledgement), producers complete (stream drained), the
             // receive buffers distinct (one per request); every request is waited for in the same
@@ -919,8 +891,8 @@ impl Raw<'_> {
                     mpi_ok("MPI_Send", ffi::MPI_Send(ap, 1, dt, 0, ACK, comm))?;
                 }
             }
-        }
-        let t = start.elapsed().as_secs_f64();
+            Ok(())
+        })?;
         Ok((rank == 0).then_some((size * win * it.iters) as f64 / t))
     }
 }
@@ -1070,84 +1042,54 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
     }
     let sizes = args.sizes().map_err(anyhow::Error::msg)?;
     let availability = crate::cmd::doctor::backends_here(&ctl)?;
-    let (backends, left_out) = backend::resolve(args.backend, |b| {
-        availability
-            .iter()
-            .find(|(c, _)| *c == b)
-            .and_then(|(_, why)| why.clone())
-    })
-    .map_err(anyhow::Error::msg)?;
+    let (backends, left_out) = backend::resolve_listed(args.backend, &availability)?;
     let raw_wanted = args.baseline == Some(Baseline::Raw);
-    let rank0 = ctl.rank() == 0;
-    let mut machine = Machine::here();
-    let mut out: Box<dyn Write> =
-        match crate::output::record::output(ctl.rank() as i32, args.output.as_deref())? {
-            Some(out) => out,
-            None => Box::new(std::io::sink()),
-        };
-    let mut rows: Vec<P2pRow> = Vec::new();
-    let format = if args.osu { Format::Osu } else { args.format };
-    if rank0 {
-        match format {
-            Format::Table => {
-                writeln!(
-                    out,
-                    "# collbench p2p: ranks 0 and 1 of {}, backend {}, window {}",
-                    ctl.size(),
-                    backends
-                        .iter()
-                        .map(|b| b.name())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    args.window
-                )?;
-                for h in HOW {
-                    writeln!(out, "#  {h}")?;
-                }
-                if raw_wanted {
-                    writeln!(out, "#  raw: MPI_Send/MPI_Recv and MPI_Isend/MPI_Irecv/MPI_Waitall on the device pointers of the same buffers (cuda-mpi only); bw ratio = ours / raw")?;
-                }
-                for (b, why) in &left_out {
-                    writeln!(out, "#  note: {}: not available: {why}", b.name())?;
-                }
-            }
-            Format::Csv => {
-                for (b, why) in &left_out {
-                    eprintln!("collbench: note: {}: not available: {why}", b.name());
-                }
-                writeln!(out, "{}", Record::csv_header())?;
-            }
-            Format::Json | Format::Osu => {}
-        }
-    }
     let nranks = ctl.size();
+    let mut machine = Machine::here();
     if backends.contains(&Backend::Nccl) {
         machine.nccl_version = collectives_core::nccl_sys::library()
             .ok()
             .map(|l| l.version().to_string());
     }
+    let format = if args.osu { Format::Osu } else { args.format };
+    let mut doc = Document::new("p2p", nranks, machine).with_settings([
+        ("window", serde_json::json!(args.window)),
+        ("minbytes", serde_json::json!(args.sizes.min_bytes)),
+        ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
+        ("check", serde_json::json!(args.check == 1)),
+    ]);
+    doc.backends = backends.iter().map(|b| b.name().to_string()).collect();
+    doc.method = HOW.iter().map(|h| h.to_string()).collect();
+    let mut sink = Sink::open(ctl.rank(), args.output.as_deref(), format, doc)?;
+    if format == Format::Table {
+        sink.lines(preamble(nranks, &backends, args.window, raw_wanted));
+    } else {
+        sink.begin(Vec::new);
+    }
+    for (b, why) in &left_out {
+        let note = format!("{}: not available: {why}", b.name());
+        sink.note(
+            note.clone(),
+            Some(format!("#  note: {note}")).filter(|_| format == Format::Table),
+            Some(format!("collbench: note: {note}")),
+        );
+    }
+    let mut rows: Vec<P2pRow> = Vec::new();
     for &b in &backends {
         let raw = raw_wanted && b == Backend::CudaMpi;
-        if rank0 && format == Format::Table {
-            writeln!(out, "# backend {}", b.name())?;
-            for l in table_header(raw_wanted) {
-                writeln!(out, "{l}")?;
-            }
+        if format == Format::Table {
+            sink.lines(std::iter::once(format!("# backend {}", b.name())));
+            sink.lines(table_header(raw_wanted));
         }
         let first = rows.len();
         let mut emit = |row: P2pRow| {
-            let lines = match format {
-                Format::Table => vec![table_row(&row, raw_wanted)],
-                Format::Csv => row
-                    .records(nranks, &machine, args)
-                    .iter()
-                    .map(Record::csv_line)
-                    .collect(),
-                Format::Json | Format::Osu => Vec::new(),
-            };
-            for l in lines {
-                let _ = writeln!(out, "{l}");
-            }
+            sink.result(
+                || match format {
+                    Format::Table => vec![table_row(&row, raw_wanted)],
+                    _ => Vec::new(),
+                },
+                |machine, nranks| row.records(nranks, machine, args),
+            );
             rows.push(row);
         };
         let max = sizes.iter().copied().max().unwrap_or(0);
@@ -1182,60 +1124,15 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
             }
         })();
         started.with_context(|| format!("p2p on {}", b.name()))?;
-        if rank0 && format == Format::Osu {
-            for line in osu_tables(&rows[first..], args) {
-                writeln!(out, "{line}")?;
-            }
+        if format == Format::Osu && sink.writes() {
+            sink.lines(osu_tables(&rows[first..], args));
         }
     }
-    if rank0 {
-        match format {
-            Format::Json => {
-                let doc = Document {
-                    schema: SCHEMA.into(),
-                    benchmark: "p2p".into(),
-                    ranks: nranks,
-                    machine: machine.clone(),
-                    backends: backends.iter().map(|b| b.name().to_string()).collect(),
-                    settings: [
-                        ("window", serde_json::json!(args.window)),
-                        ("minbytes", serde_json::json!(args.sizes.min_bytes)),
-                        ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
-                        ("check", serde_json::json!(args.check == 1)),
-                    ]
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-                    method: HOW.iter().map(|h| h.to_string()).collect(),
-                    notes: left_out
-                        .iter()
-                        .map(|(b, why)| format!("{}: not available: {why}", b.name()))
-                        .collect(),
-                    environment: Vec::new(),
-                    records: rows
-                        .iter()
-                        .flat_map(|r| r.records(nranks, &machine, args))
-                        .collect(),
-                };
-                write!(out, "{}", doc.to_json())?;
-            }
-            Format::Table => {
-                let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
-                if args.check == 1 {
-                    writeln!(
-                        out,
-                        "# wrong bytes total: {wrong} {}",
-                        if wrong == 0 { "OK" } else { "FAILED" }
-                    )?;
-                }
-                for l in bandwidth_summary(&rows) {
-                    writeln!(out, "# {l}")?;
-                }
-            }
-            Format::Csv | Format::Osu => {}
-        }
-        out.flush()?;
-    }
+    let footer = match format {
+        Format::Table => footer(&rows, args.check == 1),
+        _ => Vec::new(),
+    };
+    sink.finish(|| footer)?;
     let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
     let mut any = [wrong];
     ctl.all_reduce_in_place(&mut any[..], ReduceOp::Max)?;
@@ -1243,6 +1140,40 @@ pub fn run(universe: &mpi::environment::Universe, args: &P2pArgs) -> anyhow::Res
         bail!("{} bytes were received wrong", any[0]);
     }
     Ok(())
+}
+
+/// The `#` lines above the table: the run, how each figure is measured, and with `raw` the raw
+/// loops'.
+pub fn preamble(nranks: usize, backends: &[Backend], window: u32, raw: bool) -> Vec<String> {
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+    let mut v = vec![format!(
+        "# collbench p2p: ranks 0 and 1 of {nranks}, backend {}, window {window}",
+        names.join(",")
+    )];
+    v.extend(HOW.iter().map(|h| format!("#  {h}")));
+    if raw {
+        v.push("#  raw: MPI_Send/MPI_Recv and MPI_Isend/MPI_Irecv/MPI_Waitall on the device pointers of the same buffers (cuda-mpi only); bw ratio = ours / raw".to_string());
+    }
+    v
+}
+
+/// The table's closing lines: the bytes received wrong (with `-c 1`) and, with several backends,
+/// the per-backend summary.
+pub fn footer(rows: &[P2pRow], check: bool) -> Vec<String> {
+    let mut v = Vec::new();
+    if check {
+        let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
+        v.push(format!(
+            "# wrong bytes total: {wrong} {}",
+            if wrong == 0 { "OK" } else { "FAILED" }
+        ));
+    }
+    v.extend(
+        bandwidth_summary(rows)
+            .into_iter()
+            .map(|l| format!("# {l}")),
+    );
+    v
 }
 
 /// OSU's tables of one backend's rows: `osu_latency`'s, `osu_bw`'s, `osu_bibw`'s and
@@ -1492,9 +1423,103 @@ mod tests {
     }
 
     #[test]
+    fn a_window_is_completed_at_once() {
+        use std::cell::Cell;
+        use std::rc::Rc;
+        /// Counts the waits of every request of a window.
+        struct Counted(Rc<Cell<usize>>);
+        impl collectives_core::Pending for Counted {
+            fn wait(&mut self) -> collectives_core::Result<()> {
+                self.0.set(self.0.get() + 1);
+                Ok(())
+            }
+            fn test(&mut self) -> collectives_core::Result<bool> {
+                self.wait().map(|()| true)
+            }
+        }
+        let waits = Rc::new(Cell::new(0));
+        wait_all(|s| {
+            let window = (0..4)
+                .map(|_| Ok(s.register(Box::new(Counted(waits.clone())))))
+                .collect();
+            // Nothing is waited for while the window is being started.
+            assert_eq!(waits.get(), 0);
+            window
+        })
+        .unwrap();
+        assert_eq!(waits.get(), 4);
+    }
+
+    #[test]
     fn checks_count_bytes() {
         assert_eq!(wrong_bytes(&pattern(10, 1), &pattern(10, 1)), 0);
         assert_eq!(wrong_bytes(&pattern(10, 1), &pattern(10, 2)), 10);
         assert_eq!(wrong_bytes(&[1, 2], &[1]), 1);
+    }
+}
+
+#[cfg(test)]
+mod pinned {
+    //! The text of `collbench p2p` as users see it, pinned byte for byte.
+    use super::*;
+
+    pub(super) fn rows() -> Vec<P2pRow> {
+        // Every column measured, the raw loops too (cuda-mpi's), at 64 MiB.
+        let [latency, bandwidth, bibw, mbw, raw_latency, raw_bandwidth] =
+            [180e-6, 380e9, 700e9, 64e9, 179e-6, 386e9].map(Some);
+        let full = P2pRow {
+            latency,
+            bandwidth,
+            bibw,
+            mbw,
+            raw_latency,
+            raw_bandwidth,
+            wrong: Some(0),
+            ..P2pRow::new("cuda-mpi", 64 << 20, 1)
+        };
+        let small = P2pRow {
+            latency: Some(1.234e-6),
+            bandwidth: Some(5.5e6),
+            ..P2pRow::new("mpi", 8, 1)
+        };
+        let mid = P2pRow {
+            latency: Some(12.5e-6),
+            bandwidth: Some(1.5e9),
+            bibw: Some(2.9e9),
+            mbw: Some(1.2e9),
+            wrong: Some(0),
+            ..P2pRow::new("mpi", 4096, 1)
+        };
+        vec![full, small, mid]
+    }
+
+    pub(super) fn text() -> Vec<String> {
+        let [full, small, mid] = &rows()[..] else {
+            unreachable!()
+        };
+        let mut v = table_header(false);
+        v.extend(table_header(true));
+        v.push(table_row(small, false));
+        v.push(table_row(mid, false));
+        v.push(table_row(full, true));
+        v.push(table_row(small, true));
+        let all = P2pArgs::from_flags(&["--window", "4"]).unwrap();
+        v.extend(osu_tables(&[small.clone(), mid.clone()], &all));
+        let lat = P2pArgs::from_flags(&["--test", "latency", "-c", "0"]).unwrap();
+        v.extend(osu_tables(&[small.clone(), mid.clone()], &lat));
+        let nccl = P2pRow {
+            backend: "nccl",
+            ..small.clone()
+        };
+        v.extend(bandwidth_summary(&[small.clone(), mid.clone(), nccl]));
+        v
+    }
+
+    #[test]
+    fn text_is_unchanged() {
+        assert_eq!(
+            crate::output::sink::tests::text_of(&text()),
+            include_str!("../../tests/golden/p2p.txt")
+        );
     }
 }

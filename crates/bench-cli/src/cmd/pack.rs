@@ -5,14 +5,13 @@
 
 pub mod bench;
 
-use std::io::Write;
-
 use clap::Args;
 
 use bench::Options;
 
 use crate::output::record::Format;
-use crate::output::record::{Document, Emitter, Machine};
+use crate::output::record::{Document, Machine};
+use crate::output::sink::Sink;
 
 /// Flags of `collbench pack`.
 #[derive(Debug, Args)]
@@ -50,51 +49,46 @@ impl PackArgs {
 /// Run the benchmark, printing Markdown tables as the rows come.
 ///
 /// # Errors
-/// No CUDA driver or NVRTC, no such device, allocations or compiles that fail.
+/// No CUDA driver or NVRTC, no such device, allocations or compiles that fail; output that cannot
+/// be written.
 pub fn run(args: &PackArgs) -> anyhow::Result<()> {
-    let emitter = Emitter::new(args.format, Document::new("pack", 1, Machine::here()));
-    if !emitter.table() {
-        return records(args, emitter);
+    let mut sink = Sink::open(
+        0,
+        None,
+        args.format,
+        Document::new("pack", 1, Machine::here()),
+    )?;
+    if !sink.table() {
+        return records(args, sink);
     }
-    println!(
+    sink.lines([
         "# collbench pack: one GPU; rows: contiguous 4 MiB, 2-D vectors at stride 512, the 6 \
          faces of a grid with radius 3 (fused); columns: ours, D2D copy (the ceiling), \
          cuMemcpy2DAsync, one copy per block, one thread per word"
-    );
-    bench::run(&args.options(), &mut |line| println!("{line}"))?;
-    Ok(())
+            .to_string(),
+    ]);
+    bench::run(&args.options(), &mut |line| sink.lines([line.to_string()]))?;
+    Ok(sink.finish(Vec::new)?)
 }
 
-/// The throughput rows as records, through `emitter`.
-fn records(args: &PackArgs, mut emitter: Emitter) -> anyhow::Result<()> {
+/// The throughput rows as records, through `sink`.
+fn records(args: &PackArgs, mut sink: Sink) -> anyhow::Result<()> {
     let options = args.options().with_sweep(false).with_table(true);
     let ctx = datatype_pack::gpu::context(options.device)?;
-    let machine = emitter.doc_mut().machine.clone();
-    emitter.doc_mut().environment = vec![bench::describe(&ctx)?];
-    emitter.doc_mut().backends = vec!["gpu".into()];
-    emitter.doc_mut().method = vec![
+    let doc = sink.doc_mut();
+    doc.environment = vec![bench::describe(&ctx)?];
+    doc.backends = vec!["gpu".into()];
+    doc.method = vec![
         "time: median per pack (ms x 1e3 = us) of back-to-back operations launched as one CUDA graph; algbw = packed bytes / time".into(),
     ];
-    emitter.doc_mut().settings = [
+    *doc = doc.clone().with_settings([
         ("quick", serde_json::json!(args.quick)),
         ("device", serde_json::json!(args.device)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let mut out = std::io::stdout().lock();
-    emitter.begin(&mut out)?;
+    ]);
+    sink.begin(Vec::new);
     let mut b = bench::Bench::new(&options)?;
-    let mut failed: std::io::Result<()> = Ok(());
-    b.table(&mut |r| {
-        if failed.is_ok() {
-            failed = emitter.emit(&mut out, r.records(&machine));
-        }
-    })?;
-    failed?;
-    emitter.finish(&mut out)?;
-    out.flush()?;
-    Ok(())
+    b.table(&mut |r| sink.result(Vec::new, |machine, _| r.records(machine)))?;
+    Ok(sink.finish(Vec::new)?)
 }
 
 #[cfg(test)]
@@ -145,5 +139,40 @@ mod tests {
         assert_eq!(Document::from_json(&doc.to_json()).unwrap(), doc);
         let w = Wrap::try_parse_from(["x", "--format", "json"]).unwrap();
         assert_eq!(w.args.format, Format::Json);
+    }
+}
+
+#[cfg(test)]
+mod pinned {
+    //! The text of `collbench pack`'s throughput table, pinned byte for byte.
+    use super::*;
+
+    #[test]
+    fn text_is_unchanged() {
+        // The faces of a grid, with a fused variant of ours and a scaled per-block time.
+        let (ours_ms, d2d_ms, naive_ms) = (0.01, 0.005, Some(0.02));
+        let extra = vec![("ours fused".to_string(), 0.008)];
+        let row = bench::Row {
+            name: "face x".into(),
+            packed: 1 << 20,
+            word: 8,
+            ours_ms,
+            d2d_ms,
+            copy2d_ms: None,
+            per_block_ms: Some((1.0, true)),
+            naive_ms,
+            extra,
+        };
+        let plain = bench::Row {
+            copy2d_ms: Some(0.0123),
+            per_block_ms: Some((0.5, false)),
+            naive_ms: None,
+            extra: Vec::new(),
+            ..row.clone()
+        };
+        let mut v: Vec<String> = bench::header().iter().map(|l| l.to_string()).collect();
+        v.extend(row.lines());
+        v.extend(plain.lines());
+        crate::output::sink::tests::golden(&v, include_str!("../../tests/golden/pack.txt"));
     }
 }

@@ -156,6 +156,24 @@ impl BackendChoice {
 /// A backend left out, and why.
 pub type LeftOut = (Backend, String);
 
+/// [`resolve`] over `listed`: each candidate backend with why it cannot run (`None` where it can),
+/// as [`crate::cmd::doctor::backends_here`] or an agreement over ranks gives them.
+///
+/// # Errors
+/// As [`resolve`].
+pub fn resolve_listed(
+    choice: BackendChoice,
+    listed: &[(Backend, Option<String>)],
+) -> anyhow::Result<(Vec<Backend>, Vec<LeftOut>)> {
+    resolve(choice, |b| {
+        listed
+            .iter()
+            .find(|(c, _)| *c == b)
+            .and_then(|(_, why)| why.clone())
+    })
+    .map_err(anyhow::Error::msg)
+}
+
 /// The backends to run and the notes on those left out (`(Nccl, "no CUDA driver ...")`), given
 /// `unavailable`, which says why a backend cannot run (it is asked only about the choice's
 /// candidates).

@@ -385,9 +385,9 @@ pub fn output(rank: i32, path: Option<&std::path::Path>) -> anyhow::Result<Optio
     }))
 }
 
-/// The CSV or JSON output of a benchmark whose human table is its own (`halo`, `pack`,
-/// `allgatherv`): CSV lines as the records come, or the JSON document once they all have; nothing
-/// for a table, which the benchmark writes itself.
+/// The records of a benchmark whose human table is its own (`p2p`, `halo`, `overlap`, `pack`,
+/// `allgatherv`), under its [`Sink`](crate::output::sink::Sink): CSV lines as the records come, or
+/// the JSON document once they all have; nothing for a table, whose lines the sink writes.
 #[derive(Debug)]
 pub struct Emitter {
     format: Format,
@@ -404,6 +404,16 @@ impl Emitter {
     /// benchmark does not have).
     pub fn table(&self) -> bool {
         matches!(self.format, Format::Table | Format::Osu)
+    }
+
+    /// The format it writes.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The document: settings, notes, and the records kept for JSON.
+    pub fn doc(&self) -> &Document {
+        &self.doc
     }
 
     /// The document, to add settings, notes and the like before the records come.

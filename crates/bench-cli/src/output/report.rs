@@ -247,7 +247,9 @@ fn table_columns(cols: Columns) -> Vec<Col> {
     v
 }
 
-fn line(first: char, cells: &[String], widths: &[usize]) -> String {
+/// `cells` right-aligned in `widths`, after `first` (`#` for a header line, a space for a row),
+/// without trailing spaces.
+pub fn line(first: char, cells: &[String], widths: &[usize]) -> String {
     let mut s = String::new();
     s.push(first);
     for (cell, w) in cells.iter().zip(widths) {

@@ -45,7 +45,8 @@ use crate::measure::sizes::{self, LoopArgs, SizeArgs};
 use crate::measure::variant::Variant;
 use crate::output::record::rounded;
 use crate::output::record::Format;
-use crate::output::record::{Document, Machine, Overlap, Record, SCHEMA};
+use crate::output::record::{Document, Machine, Overlap, Record};
+use crate::output::sink::Sink;
 use compute::{Compute, Spent};
 use starts::NonBlocking;
 
@@ -524,6 +525,22 @@ pub fn run(universe: &mpi::environment::Universe, args: &OverlapArgs) -> anyhow:
     let poll = crate::cmd::overlap::poll_interval(args.progress_poll_us)?;
     let mut out = Output::new(rank == 0, args.format);
     out.begin(args, nranks, &names);
+    // Every backend runs the same collectives, sizes and settings.
+    macro_rules! run_on {
+        ($b:expr, $compute:expr, $progress:expr) => {
+            run_on(
+                $b,
+                &names,
+                settings,
+                args.datatype,
+                args.op,
+                &sizes,
+                $compute,
+                $progress,
+                &mut out,
+            )?
+        };
+    }
     match args.backend {
         Backend::Nccl => {
             let comms = crate::measure::comms::NcclComms::new(universe, false, false)?;
@@ -539,17 +556,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &OverlapArgs) -> anyhow:
                 backend: Backend::Nccl,
                 variant: Variant::Library,
             };
-            run_on(
-                &b,
-                &names,
-                settings,
-                args.datatype,
-                args.op,
-                &sizes,
-                &compute,
-                None,
-                &mut out,
-            )?;
+            run_on!(&b, &compute, None);
             comms.main.synchronize()?;
             comms.finalize()?;
         }
@@ -567,17 +574,7 @@ pub fn run(universe: &mpi::environment::Universe, args: &OverlapArgs) -> anyhow:
                     ctl: &ctl,
                     variant: Variant::Library,
                 };
-                run_on(
-                    &b,
-                    &names,
-                    settings,
-                    args.datatype,
-                    args.op,
-                    &sizes,
-                    &Compute::Cpu,
-                    Some(on),
-                    &mut out,
-                )?;
+                run_on!(&b, &Compute::Cpu, Some(on));
             }
         }
     }
@@ -599,62 +596,41 @@ pub fn poll_interval(us: f64) -> anyhow::Result<Duration> {
 const SIZE_WIDTH: usize = 10;
 const FIELD_WIDTH: usize = 18;
 
-/// The output of a run, written by rank 0: OSU-style tables, or the records of the one schema
-/// ([`crate::output::record`]) as CSV or JSON, with the overlap fields ([`Overlap`]) filled.
+/// The output of a run, written by rank 0 through the shared output layer ([`Sink`]): OSU-style
+/// tables, or the records of the one schema ([`crate::output::record`]) as CSV or JSON, with the
+/// overlap fields ([`Overlap`]) filled.
 #[derive(Debug)]
 pub struct Output {
-    out: Option<io::Stdout>,
-    format: Format,
+    sink: Sink,
     efficiency: bool,
-    records: Vec<Record>,
-    notes: Vec<String>,
-    error: Option<io::Error>,
     run: Option<RunInfo>,
 }
 
 /// What every record of a run shares.
 #[derive(Clone, Debug)]
 struct RunInfo {
-    machine: Machine,
     nranks: usize,
-    backend: &'static str,
     dtype: &'static str,
     op: &'static str,
     root: usize,
     iters: usize,
-    settings: serde_json::Map<String, serde_json::Value>,
-    method: Vec<String>,
 }
 
 impl Output {
     /// An output on standard output when `write`, else nothing.
     pub fn new(write: bool, format: Format) -> Self {
+        let out = write.then(|| Box::new(io::stdout()) as Box<dyn Write>);
         Output {
-            out: write.then(io::stdout),
-            format,
+            sink: Sink::new(out, format, Document::new("overlap", 0, Machine::default())),
             efficiency: false,
-            records: Vec::new(),
-            notes: Vec::new(),
-            error: None,
             run: None,
         }
     }
 
     /// Record the NCCL release loaded: a field of every record from now on.
     pub fn nccl_version(&mut self, version: String) {
-        if let Some(run) = self.run.as_mut() {
-            run.machine.nccl_version = Some(version);
-        }
-    }
-
-    fn write(&mut self, text: &str) {
-        if self.error.is_some() {
-            return;
-        }
-        if let Some(o) = self.out.as_mut() {
-            if let Err(e) = o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
-                self.error = Some(e);
-            }
+        if self.run.is_some() {
+            self.sink.doc_mut().machine.nccl_version = Some(version);
         }
     }
 
@@ -666,7 +642,7 @@ impl Output {
              #  pure: start + wait, after a barrier, averaged over -n and over ranks; compute: \
              sized to each rank's pure time (OSU's dummy_compute){}\n\
              #  overlap = max(0, 100 - (overall - compute) / pure x 100), compute without the tests \
-             (OSU's print_stats_nbc)\n",
+             (OSU's print_stats_nbc)",
             args.backend.name(),
             args.datatype.name(),
             args.op.name(),
@@ -685,7 +661,8 @@ impl Output {
             },
         );
         let _ = names;
-        let settings = [
+        let doc = self.sink.doc_mut();
+        *doc = Document::new("overlap", nranks, Machine::here()).with_settings([
             ("minbytes", serde_json::json!(args.sizes.min_bytes)),
             ("maxbytes", serde_json::json!(args.sizes.max_bytes)),
             ("step", serde_json::json!(args.sizes.step().describe())),
@@ -700,195 +677,133 @@ impl Output {
             ("efficiency", serde_json::json!(args.efficiency)),
             ("hidden", serde_json::json!(args.hidden)),
             ("max_factor", serde_json::json!(args.max_factor)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        ]);
+        doc.backends = vec![args.backend.name().to_string()];
+        doc.method = head
+            .lines()
+            .skip(1)
+            .map(|l| l.trim_start_matches(['#', ' ']).to_string())
+            .collect();
         self.run = Some(RunInfo {
-            machine: Machine::here(),
             nranks,
-            backend: args.backend.name(),
             dtype: args.datatype.name(),
             op: args.op.name(),
             root: args.root,
             iters: args.loops.iters as usize,
-            settings,
-            method: head
-                .lines()
-                .skip(1)
-                .map(|l| l.trim_start_matches(['#', ' ']).to_string())
-                .collect(),
         });
-        match self.format {
-            Format::Table | Format::Osu => self.write(&head),
-            Format::Csv => self.write(&format!("{}\n", Record::csv_header())),
-            Format::Json => {}
-        }
+        self.sink.begin(|| head.lines().map(String::from).collect());
     }
 
     fn note(&mut self, line: &str) {
-        self.notes.push(line.to_string());
-        match self.format {
-            Format::Table | Format::Osu => self.write(&format!("#  {line}\n")),
-            Format::Csv => {
-                if self.out.is_some() {
-                    eprintln!("# {line}");
-                }
-            }
-            Format::Json => {}
-        }
+        self.sink.note(
+            line.to_string(),
+            Some(format!("#  {line}")),
+            Some(format!("# {line}")),
+        );
     }
 
     fn section(&mut self, name: CollName, progress: Option<bool>, backend: Backend) {
-        if !matches!(self.format, Format::Table | Format::Osu) {
-            return;
-        }
         let p = match progress {
             Some(true) => ", progress on",
             Some(false) => ", progress off",
             None => "",
         };
-        let mut s = format!("#\n# {} ({}{p})\n", name.name(), backend.name());
-        s.push_str(&format!(
-            "{:<SIZE_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}",
-            "# Size", "Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)", "Test(us)", "Wait(us)"
-        ));
-        if self.efficiency {
-            s.push_str(&format!(
-                "{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}",
-                "Hidden at(us)", "Hidden x pure"
-            ));
-        }
-        s.push('\n');
-        self.write(&s);
+        let efficiency = self.efficiency;
+        self.sink.table_lines(|| {
+            let mut head = format!(
+                "{:<SIZE_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}",
+                "# Size", "Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)", "Test(us)", "Wait(us)"
+            );
+            if efficiency {
+                head.push_str(&format!(
+                    "{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}",
+                    "Hidden at(us)", "Hidden x pure"
+                ));
+            }
+            vec![
+                "#".to_string(),
+                format!("# {} ({}{p})", name.name(), backend.name()),
+                head,
+            ]
+        });
     }
 
     fn row(&mut self, r: &OverlapRow) {
-        match self.format {
-            Format::Table | Format::Osu => {
-                let mut s = format!(
-                    "{:<SIZE_WIDTH$}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}",
-                    r.size,
-                    r.timed.overall * 1e6,
-                    r.compute_only() * 1e6,
-                    r.pure.0 * 1e6,
-                    r.overlap,
-                    r.timed.test * 1e6,
-                    r.timed.wait * 1e6,
-                );
-                if let Some(h) = r.hidden_at {
-                    match h {
-                        Some((c, f, _)) => {
-                            s.push_str(&format!("{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$}", c * 1e6, f))
-                        }
-                        None => s.push_str(&format!("{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}", "-", "-")),
-                    }
-                }
-                s.push('\n');
-                self.write(&s);
-            }
-            Format::Csv => {
-                if let Some(rec) = self.record(r) {
-                    let line = rec.csv_line();
-                    self.write(&format!("{line}\n"));
-                }
-            }
-            Format::Json => {}
-        }
-        if let Some(rec) = self.record(r) {
-            self.records.push(rec);
-        }
+        let Some(run) = self.run.clone() else {
+            return;
+        };
+        self.sink.result(
+            || vec![table_line(r)],
+            |machine, _| vec![overlap_record(r, &run, machine)],
+        );
     }
 
-    /// `r` as a record of the one schema (`None` before [`begin`](Self::begin)).
-    fn record(&self, r: &OverlapRow) -> Option<Record> {
-        self.run.as_ref().map(|run| overlap_record(r, run))
-    }
-
-    fn finish(&mut self) -> io::Result<()> {
-        if self.format == Format::Json {
-            let doc = self.document();
-            self.write(&doc.to_json());
-        }
-        match self.error.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+    fn finish(self) -> io::Result<()> {
+        self.sink.finish(Vec::new)
     }
 
     /// The run's JSON document so far.
     pub fn document(&self) -> Document {
-        let run = self.run.clone();
-        Document {
-            schema: SCHEMA.to_string(),
-            benchmark: "overlap".to_string(),
-            ranks: run.as_ref().map_or(0, |r| r.nranks),
-            machine: run.as_ref().map(|r| r.machine.clone()).unwrap_or_default(),
-            backends: run
-                .as_ref()
-                .map(|r| vec![r.backend.to_string()])
-                .unwrap_or_default(),
-            settings: run.as_ref().map(|r| r.settings.clone()).unwrap_or_default(),
-            method: run.map(|r| r.method).unwrap_or_default(),
-            notes: self.notes.clone(),
-            environment: Vec::new(),
-            records: self.records.clone(),
+        self.sink.doc().clone()
+    }
+}
+
+/// One row of the table: OSU's columns, then the test and wait times and, with `--efficiency`,
+/// where the overlap was first reached.
+fn table_line(r: &OverlapRow) -> String {
+    let mut s = format!(
+        "{:<SIZE_WIDTH$}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$.2}",
+        r.size,
+        r.timed.overall * 1e6,
+        r.compute_only() * 1e6,
+        r.pure.0 * 1e6,
+        r.overlap,
+        r.timed.test * 1e6,
+        r.timed.wait * 1e6,
+    );
+    if let Some(h) = r.hidden_at {
+        match h {
+            Some((c, f, _)) => {
+                s.push_str(&format!("{:>FIELD_WIDTH$.2}{:>FIELD_WIDTH$}", c * 1e6, f))
+            }
+            None => s.push_str(&format!("{:>FIELD_WIDTH$}{:>FIELD_WIDTH$}", "-", "-")),
         }
     }
+    s
 }
 
 /// One row of `overlap` as a record: `time_us` (and its min and max over ranks) is the pure
 /// communication time, no bandwidth, the overlap fields filled.
-fn overlap_record(r: &OverlapRow, run: &RunInfo) -> Record {
+fn overlap_record(r: &OverlapRow, run: &RunInfo, machine: &Machine) -> Record {
     let us = |s: f64| rounded(s * 1e6, 3);
     let name = CollName::from_name(r.collective);
     let (hidden_at_us, hidden_factor) = match r.hidden_at {
         Some(Some((c, f, _))) => (Some(us(c)), Some(f)),
         _ => (None, None),
     };
-    Record {
-        host: run.machine.host.clone(),
-        cores: run.machine.cores,
-        mpi_library: run.machine.mpi_library.clone(),
-        nccl_version: run.machine.nccl_version.clone(),
-        benchmark: "overlap".to_string(),
-        collective: r.collective.to_string(),
-        backend: r.backend.to_string(),
-        variant: Variant::Library.name().to_string(),
-        placement: "out-of-place".to_string(),
-        dtype: run.dtype.to_string(),
-        op: name
-            .is_some_and(|n| n.reduces())
-            .then(|| run.op.to_string()),
-        root: name.is_some_and(|n| n.rooted()).then_some(run.root),
-        ranks: run.nranks,
-        size_bytes: r.size as u64,
-        count: r.count as u64,
-        time_us: us(r.pure.0),
-        time_min_us: us(r.pure.1),
-        time_max_us: us(r.pure.2),
-        iterations: run.iters as u64,
-        algbw_gbps: None,
-        busbw_gbps: None,
-        wrong: None,
-        iter_min_us: None,
-        iter_p50_us: None,
-        iter_p99_us: None,
-        messages_per_s: None,
-        config: None,
-        memory_bytes: None,
-        overlap: Overlap {
-            progress: r.progress.map(|p| if p { "on" } else { "off" }.to_string()),
-            overall_us: Some(us(r.timed.overall)),
-            compute_us: Some(us(r.compute_only())),
-            pure_us: Some(us(r.pure.0)),
-            overlap_pct: Some(rounded(r.overlap, 2)),
-            test_us: Some(us(r.timed.test)),
-            wait_us: Some(us(r.timed.wait)),
-            hidden_at_us,
-            hidden_factor,
-        },
-    }
+    let mut rec = Record::new(machine, "overlap", r.collective, r.backend);
+    rec.variant = Variant::Library.name().to_string();
+    rec.placement = "out-of-place".to_string();
+    rec.dtype = run.dtype.to_string();
+    rec.op = name
+        .is_some_and(|n| n.reduces())
+        .then(|| run.op.to_string());
+    rec.root = name.is_some_and(|n| n.rooted()).then_some(run.root);
+    (rec.ranks, rec.size_bytes, rec.count) = (run.nranks, r.size as u64, r.count as u64);
+    (rec.time_us, rec.time_min_us, rec.time_max_us) = (us(r.pure.0), us(r.pure.1), us(r.pure.2));
+    rec.iterations = run.iters as u64;
+    rec.overlap = Overlap {
+        progress: r.progress.map(|p| if p { "on" } else { "off" }.to_string()),
+        overall_us: Some(us(r.timed.overall)),
+        compute_us: Some(us(r.compute_only())),
+        pure_us: Some(us(r.pure.0)),
+        overlap_pct: Some(rounded(r.overlap, 2)),
+        test_us: Some(us(r.timed.test)),
+        wait_us: Some(us(r.timed.wait)),
+        hidden_at_us,
+        hidden_factor,
+    };
+    rec
 }
 
 #[cfg(test)]
@@ -988,6 +903,71 @@ mod tests {
         assert!(
             line.ends_with(",on,12.0,10.0,10.0,80.0,0.0,1.0,40.0,4,collbench-results/1"),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn the_table_reads_as_before() {
+        use clap::Parser;
+        let buf = crate::output::sink::tests::Shared::default();
+        let mut out = Output::new(false, Format::Table);
+        out.sink = Sink::new(
+            Some(Box::new(buf.clone())),
+            Format::Table,
+            out.sink.doc().clone(),
+        );
+        let cli = crate::cli::Cli::try_parse_from([
+            "collbench",
+            "overlap",
+            "-t",
+            "2",
+            "--efficiency",
+            "--max-factor",
+            "4",
+        ])
+        .unwrap();
+        let crate::cli::Command::Overlap(args) = cli.command else {
+            panic!("not overlap")
+        };
+        out.begin(&args, 2, &[]);
+        out.note("progress: on");
+        out.section(
+            CollName::from_name("allreduce").unwrap(),
+            Some(true),
+            Backend::Mpi,
+        );
+        // Seconds: start to wait with the computation, the computation, its tests, start, wait.
+        let [overall, compute, test, init, wait] = [12.345e-6, 10e-6, 0.5e-6, 1e-6, 1e-6];
+        let timed = Overlapped {
+            overall,
+            compute,
+            test,
+            init,
+            wait,
+        };
+        let (collective, call, backend) = ("allreduce", "i_all_reduce", "mpi");
+        let r = OverlapRow {
+            collective,
+            call,
+            backend,
+            progress: Some(true),
+            size: 1024,
+            count: 256,
+            pure: (10e-6, 9e-6, 11e-6),
+            timed,
+            overlap: 80.0,
+            hidden_at: Some(Some((40e-6, 4, 95.0))),
+        };
+        out.row(&r);
+        out.row(&OverlapRow {
+            size: 2048,
+            hidden_at: Some(None),
+            ..r
+        });
+        out.finish().unwrap();
+        assert_eq!(
+            buf.text(),
+            include_str!("../../../tests/golden/overlap.txt")
         );
     }
 }
