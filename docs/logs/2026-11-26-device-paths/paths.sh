@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The one-shot all-reduce chosen by default, the device paths beside their peers, the interposer's
+# benchmark: parts that each fit one 10-minute command on a 4-GPU machine.
+# Run from the directory that holds .gpu-box/ (staged by `cargo xtask gpu-stage`):
+#   bash docs/logs/2026-11-26-device-paths/paths.sh OUTDIR PART...
+# Parts:
+#   oneshot  nccl_dead_peer on 2, 3 and 4 ranks, nccl_one_shot and nccl_halo on 4 (on 2 and 3 too with
+#            ONESHOT_ALL=1), nccl_collectives on 2 and 4, with the one-shot path chosen by default
+#            (up to 32 KiB), then
+#            examples/12_nccl_one_shot on 3 ranks
+#   pack     (beside the others, on the last GPU) gpu_pack --ignored: the GPU packer against the CPU
+#            reference, negative strides included
+#   mpi      2 ranks under the CUDA-aware Open MPI: every collective of collbench over cuda-mpi and
+#            mpi-staged, 8 B to 4 MiB; OMB's osu_allreduce and osu_bw -d cuda beside collbench's
+#   halo     collbench halo, transports auto and nccl, pipeline depths 1, 2 and 4, on 2x1x1, 2x2x1
+#            and 4x1x1 process grids
+#   n2       every step of the GPU suite on 2 ranks (run-all.sh --only "mpirun -n 2 ") on GPUs 0 and 1,
+#            the one-shot path off (the default), beside, on GPUs 2 and 3, nccl_collectives and
+#            nccl_dead_peer on 2 ranks with it chosen up to 32 KiB, every line kept
+#   ibench   the interposer's benchmark (run-interpose.sh --bench)
+#   prof     Nsight Systems over examples/12_nccl_one_shot on 2 ranks: where a blocking call's time goes
+set -uo pipefail
+out="${1:?usage: paths.sh OUTDIR PART...}"; shift; mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+B=.gpu-box/bin; T=.gpu-box/tests; E=.gpu-box/bin
+for packed in $B/*.xz $T/*.xz; do [ -e "$packed" ] && [ ! -e "${packed%.xz}" ] && xz -dk "$packed"; done
+[ -s "$out/machine.txt" ] || { nvidia-smi -L; nvidia-smi topo -m; } > "$out/machine.txt" 2>&1
+peers=/tmp/peers
+case " $* " in *" mpi "*) ( bash .gpu-box/peers/build.sh $peers gpu > $peers.build.log 2>&1 ) & ;; esac
+x="-x OMPI_MCA_orte_allowed_exit_without_sync=1"
+for part in "$@"; do
+  SECONDS=0
+  case $part in
+    oneshot)
+      for n in 2 3 4; do
+        for t in "nccl_dead_peer $x" "nccl_one_shot -x ONE_SHOT_EXPECT_READY=1" "nccl_halo -x HALO_EXPECT_IPC=1" "nccl_collectives"; do
+          case "$n $t" in "3 nccl_collectives"*|[23]" nccl_one_shot"*|[23]" nccl_halo"*) [ -n "${ONESHOT_ALL:-}" ] || continue ;; esac
+          set -- $t; bin=$1; shift
+          echo "\$ mpirun -n $n $* $bin"; s=$SECONDS
+          timeout 100 mpirun --oversubscribe -n $n "$@" $T/$bin-* 2>&1 | grep -v "^test .* ok$"
+          echo "exit ${PIPESTATUS[0]} after $((SECONDS - s)) s"
+        done
+      done > "$out/oneshot.log" 2>&1
+      { echo "\$ mpirun -n 3 12_nccl_one_shot"; timeout 60 mpirun -n 3 $E/12_nccl_one_shot 2>&1; echo "exit $?"; } > "$out/example12-n3.txt"
+      grep -E "^\\$|mpi-tests|FAIL|panicked|one-shot up|^exit" "$out/oneshot.log"; cat "$out/example12-n3.txt" | tail -12 ;;
+    pack)
+      ( export CUDA_VISIBLE_DEVICES=$(( $(nvidia-smi -L | wc -l) - 1 ))
+        { echo "\$ CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES gpu_pack --ignored"; timeout 300 $T/gpu_pack-* --ignored --test-threads 4 2>&1; echo "exit $?"; } > "$out/gpu_pack.txt" 2>&1 ) &
+      continue ;;
+    mpi)
+      CM=(/opt/ompi-cuda/bin/mpirun -n 2 -x LD_LIBRARY_PATH)
+      source .gpu-box/env.sh >/dev/null 2>&1
+      for c in allreduce allgather allgatherv reducescatter broadcast reduce alltoall alltoallv gather gatherv scatter scatterv sendrecv; do
+        for b in cuda-mpi mpi-staged; do
+          echo "\$ cuda_mpirun -n 2 collbench coll $c --backend $b -b 8 -e 4M -f 8 -n 20 -w 3 -c 1"
+          timeout 60 "${CM[@]}" $B/collbench coll $c --backend $b -b 8 -e 4M -f 8 -n 20 -w 3 -c 1 2>&1 | grep -vE "^#  |^# *$"
+        done
+      done > "$out/mpi-collectives.txt" 2>&1
+      wait
+      omb=$peers/omb-cuda-aware/libexec/osu-micro-benchmarks/mpi
+      r() { echo "\$ cuda_mpirun -n 2 ${*#*/mpi/}"; timeout 90 "${CM[@]}" "$@" 2>&1; }
+      {
+        r $omb/collective/osu_allreduce -d cuda -m 8:4194304 -f
+        r $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend cuda-mpi
+        r $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend mpi-staged
+        r $omb/pt2pt/osu_bw -d cuda -m 1:67108864 D D
+        r $B/collbench p2p --osu --test bw -d cuda -m 1:67108864 --backend cuda-mpi
+      } > "$out/mpi-osu.txt" 2>&1
+      grep -cE "wrong values total *: 0 OK" "$out/mpi-collectives.txt"; grep -E "^\\$|^ +(8|512|32768|262144|2097152|4194304) " "$out/mpi-collectives.txt" | head -120
+      grep -E "^\\$|^(8|32768|262144|2097152|4194304|1048576|67108864) " "$out/mpi-osu.txt" ;;
+    halo)
+      h=(-N 256 -r 3 -q 8 -n 20 -w 5 -c 1 --chunks 1,2,4 --transport auto,nccl --neighbours both)
+      { for g in "2 2x1x1" "4 2x2x1" "4 4x1x1"; do set -- $g
+          echo "\$ mpirun -n $1 collbench halo --dims $2 ${h[*]}"
+          timeout 120 mpirun -n $1 $B/collbench halo --dims $2 "${h[@]}" 2>&1
+        done; } > "$out/halo.txt" 2>&1
+      grep -vE "^#  |^# *$" "$out/halo.txt" | head -80 ;;
+    wait)
+      wait; grep -E "^\\$|test result|FAIL|panicked|^exit" "$out/gpu_pack.txt" ;;
+    n2)
+      ( export CUDA_VISIBLE_DEVICES=2,3 COLLECTIVES_ONE_SHOT_MAX_BYTES=32768
+        for t in "nccl_collectives" "nccl_dead_peer $x"; do set -- $t; bin=$1; shift
+          echo "\$ CUDA_VISIBLE_DEVICES=2,3 COLLECTIVES_ONE_SHOT_MAX_BYTES=32768 mpirun -n 2 $* $bin"; s=$SECONDS
+          timeout 70 mpirun -n 2 -x CUDA_VISIBLE_DEVICES -x COLLECTIVES_ONE_SHOT_MAX_BYTES "$@" $T/$bin-* 2>&1
+          echo "exit ${PIPESTATUS[0]} after $((SECONDS - s)) s"
+        done > "$out/one-shot-on-n2.log" 2>&1 ) &
+      ( export CUDA_VISIBLE_DEVICES=0,1 XTASK_MPI_TIMEOUT=80
+        time bash .gpu-box/run-all.sh --skip-sanitizer --only "mpirun -n 2 " ) > "$out/suite-n2.log" 2>&1
+      wait
+      grep -E "^== \[|mpi-tests:|passed, |FAIL|failed|panicked|timed out|^real" "$out/suite-n2.log" | grep -v "^test .* ok$" | sed 's/OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 //; s/--allow-run-as-root --oversubscribe //; s/LD_LIBRARY_PATH=[^ ]* //' | cut -c1-200 | tail -45
+      grep -E "^\\$|^exit|mpi-tests|FAIL|rank" "$out/one-shot-on-n2.log"; grep "^test " "$out/one-shot-on-n2.log" | tail -2 ;;
+    ibench)
+      ( time timeout 400 bash .gpu-box/run-interpose.sh --bench ) > "$out/interpose-bench.txt" 2>&1
+      tail -60 "$out/interpose-bench.txt" ;;
+    prof)
+      nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+      if [ -z "$nsys" ]; then echo "no nsys on this machine"; else
+        { echo "\$ mpirun -n 2 nsys profile --stats=true -t cuda 12_nccl_one_shot"
+          timeout 200 mpirun -n 2 $nsys profile -o /tmp/prof-%q{OMPI_COMM_WORLD_RANK} -f true --stats=true -t cuda $E/12_nccl_one_shot 2>&1
+        } > "$out/prof.txt" 2>&1
+        grep -E "^\\$|cuLaunch|cuEvent|cuStream|one_shot|Time \(%\)|ncclDevKernel" "$out/prof.txt" | head -60
+      fi ;;
+    *) echo "paths.sh: unknown part $part" ;;
+  esac
+  echo "=== part $part: $SECONDS s"
+done
