@@ -86,4 +86,4 @@ pub use memory::{Device, DeviceBuffer, DeviceBufferMut};
 pub use nccl_sys;
 pub use op::{BackendKind, ReduceOp};
 pub use persistent::{Persistent, PlanPath};
-pub use request::{scope, Pending, Request, Scope};
+pub use request::{scope, wait_all, Pending, Request, Scope, SetMember};

@@ -7,6 +7,11 @@
 //! and also when the closure panics: a buffer is never freed or reused under a running operation. (This is
 //! the shape of `std::thread::scope` and of rsmpi's request scopes.)
 //!
+//! A set of requests completes together with [`wait_all`], as `MPI_Waitall` completes an array of
+//! requests: the host MPI backend's requests in one `MPI_Waitall` (polled with `MPI_Testall` under
+//! a deadline), those of other backends one after another. The end of a scope completes what is
+//! still in flight in the same way.
+//!
 //! ```no_run
 //! # use collectives_core::{scope, Communicator, MpiComm, ReduceOp, Result};
 //! # fn run(comm: &MpiComm) -> Result<()> {
@@ -27,6 +32,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 
+use crate::backend::mpi_host::request::{wait_set, Member};
 use crate::error::Result;
 
 /// One operation in flight, as a backend implements it.
@@ -42,13 +48,32 @@ pub trait Pending {
     /// # Errors
     /// Whatever the backend reports for the operation.
     fn test(&mut self) -> Result<bool>;
+
+    /// This operation as a member of a set that completes together ([`wait_all`], and the end of
+    /// its scope). The host MPI backend's operations answer `Some`, and one `MPI_Waitall` completes
+    /// the requests of all of them; by default `None`, and the operation is waited for on its own
+    /// ([`wait`](Self::wait)). Only this crate can make a [`SetMember`].
+    fn set_member(&mut self) -> Option<SetMember<'_>> {
+        None
+    }
+}
+
+/// An operation in flight as one of a set that completes together: what
+/// [`Pending::set_member`] answers for the host MPI backend's operations, through which
+/// [`wait_all`] hands their raw requests to one `MPI_Waitall`. Only this crate makes one.
+pub struct SetMember<'a>(pub(crate) &'a mut dyn Member);
+
+impl fmt::Debug for SetMember<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SetMember").finish_non_exhaustive()
+    }
 }
 
 type Slots<'s> = RefCell<Vec<Option<Box<dyn Pending + 's>>>>;
 
 /// The region in which non-blocking operations run; see the [module documentation](self).
 pub struct Scope<'s, 'env: 's> {
-    /// Emptied (and its allocation freed) by `wait_all`, the scope's last act; `ManuallyDrop` keeps the
+    /// Emptied (and its allocation freed) by `finish`, the scope's last act; `ManuallyDrop` keeps the
     /// scope free of drop glue, so its borrow may last as long as the closure's `'s`.
     slots: ManuallyDrop<Slots<'s>>,
     _scope: PhantomData<&'s mut &'s ()>,
@@ -78,13 +103,17 @@ impl<'s> Scope<'s, '_> {
         }
     }
 
-    /// Wait for every operation still in flight; the first error wins, the others are still waited for.
-    fn wait_all(&self) -> Result<()> {
+    /// Complete every operation still in flight, as [`wait_all`] completes a set (operations
+    /// registered meanwhile too); the first error wins, the others are still waited for. The slots
+    /// are taken out all at once, so this is linear in their number.
+    fn finish(&self) -> Result<()> {
         let mut first = Ok(());
         loop {
-            let next = self.slots.borrow_mut().iter_mut().find_map(Option::take);
-            let Some(mut pending) = next else { break };
-            let r = pending.wait();
+            let pending: Vec<_> = self.slots.borrow_mut().drain(..).flatten().collect();
+            if pending.is_empty() {
+                break;
+            }
+            let r = complete_all(pending);
             if first.is_ok() {
                 first = r;
             }
@@ -94,12 +123,85 @@ impl<'s> Scope<'s, '_> {
     }
 }
 
+/// Complete the operations of `requests` together, as `MPI_Waitall` completes an array of
+/// requests: those of the host MPI backend in one `MPI_Waitall` on their raw `MPI_Request`
+/// handles, then those of other backends one after another through their own
+/// [`wait`](Request::wait). Requests already complete (tested or waited to completion) count as
+/// complete; an empty set returns at once. Every finishing step of an operation (the copy-back of
+/// a deadline's copies, the length check of a receive, the division of an `Avg`) runs as when it
+/// is waited for alone.
+///
+/// Under a deadline ([`MpiComm::with_timeout`](crate::MpiComm::with_timeout)) the host MPI
+/// requests of communicators with the same deadline are polled together with `MPI_Testall` until
+/// they complete or the deadline, counted from this call, passes; then those that completed are
+/// finished, and each still in flight is given up as its own wait gives it up: the error is
+/// [`Error::Timeout`](crate::Error::Timeout) and its communicator is refused afterwards
+/// ([`Error::Unusable`](crate::Error::Unusable)).
+///
+/// ```no_run
+/// # use collectives_core::{scope, wait_all, Communicator, MpiComm, Result};
+/// # fn run(comm: &MpiComm) -> Result<()> {
+/// let send = vec![7u8; 1024];
+/// let mut recv = vec![vec![0u8; 1024]; 8];
+/// let peer = (comm.rank() + 1) % comm.size();
+/// let from = (comm.rank() + comm.size() - 1) % comm.size();
+/// scope(|s| -> Result<()> {
+///     let mut window = Vec::new();
+///     for buf in recv.iter_mut() {
+///         window.push(comm.i_recv(s, &mut buf[..], from, 0)?);
+///         window.push(comm.i_send(s, &send[..], peer, 0)?);
+///     }
+///     wait_all(window)
+/// })??;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// The first error among the operations (each of them is still completed or given up): the
+/// backend's error, [`Error::Timeout`](crate::Error::Timeout) as above, or
+/// [`Error::Mpi`](crate::Error::Mpi) (operation `wait_all`) when `MPI_Waitall` itself fails, in
+/// which case every host MPI operation of the set is given up.
+pub fn wait_all<'s>(requests: impl IntoIterator<Item = Request<'s>>) -> Result<()> {
+    let pending: Vec<_> = requests.into_iter().filter_map(Request::take).collect();
+    let _span = tracing::trace_span!("wait_all", requests = pending.len()).entered();
+    complete_all(pending)
+}
+
+/// [`wait_all`] on operations taken out of their scope.
+fn complete_all<'s>(mut pending: Vec<Box<dyn Pending + 's>>) -> Result<()> {
+    let in_set: Vec<bool> = pending
+        .iter_mut()
+        .map(|p| p.set_member().is_some())
+        .collect();
+    let (mut set, mut alone) = (Vec::new(), Vec::new());
+    for (p, member) in pending.into_iter().zip(in_set) {
+        if member {
+            set.push(p);
+        } else {
+            alone.push(p);
+        }
+    }
+    let mut members: Vec<SetMember<'_>> = set.iter_mut().filter_map(|p| p.set_member()).collect();
+    let mut first = if members.is_empty() {
+        Ok(())
+    } else {
+        wait_set(&mut members)
+    };
+    for p in &mut alone {
+        let r = p.wait();
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
 /// Run `f` with a [`Scope`] for non-blocking operations and wait for all of them before returning.
 ///
 /// # Errors
 /// The first error of an operation that was still in flight when `f` returned (operations completed
-/// through [`Request::wait`] report their errors there). Under a deadline each such operation is
-/// waited for with the deadline of its communicator, one after another.
+/// through [`Request::wait`] report their errors there). They are completed together, as
+/// [`wait_all`] completes a set, with the deadlines of their communicators.
 pub fn scope<'env, F, R>(f: F) -> Result<R>
 where
     F: for<'s> FnOnce(&'s Scope<'s, 'env>) -> R,
@@ -109,7 +211,7 @@ where
         fn drop(&mut self) {
             // Reached with work in flight only when `f` panicked: the buffers must not be released
             // under a running operation, and a drop must not panic, so errors are dropped here.
-            let _ = self.0.wait_all();
+            let _ = self.0.finish();
         }
     }
     let scope = Scope {
@@ -119,7 +221,7 @@ where
     };
     let guard = WaitOnUnwind(&scope);
     let out = f(&scope);
-    let waited = scope.wait_all();
+    let waited = scope.finish();
     drop(guard);
     waited.map(|()| out)
 }
@@ -169,6 +271,11 @@ impl<'s> Request<'s> {
         self.detach()
     }
 
+    /// The operation, taken out of its scope (`None`: already complete).
+    fn take(self) -> Option<Box<dyn Pending + 's>> {
+        self.slots.borrow_mut()[self.index].take()
+    }
+
     /// Block until the operation is complete.
     ///
     /// # Errors
@@ -176,8 +283,7 @@ impl<'s> Request<'s> {
     /// communicator has a deadline and the operation does not complete within it, counted from this
     /// call (on the MPI backends the communicator is refused afterwards).
     pub fn wait(self) -> Result<()> {
-        let pending = self.slots.borrow_mut()[self.index].take();
-        match pending {
+        match self.take() {
             Some(mut p) => p.wait(),
             None => Ok(()),
         }
@@ -293,6 +399,66 @@ mod tests {
         });
         assert!(matches!(r, Err(Error::InvalidArgument { op: "fake", .. })));
         assert_eq!(waits.get(), 2, "the second operation is still waited for");
+    }
+
+    #[test]
+    fn wait_all_waits_each_once_and_skips_completed_ones() {
+        let waits = Rc::new(Cell::new(0));
+        scope(|s| {
+            let mut done = s.register(fake(0, &waits, false));
+            assert!(done.test().unwrap(), "completed before the set");
+            let waited = s.register(fake(0, &waits, false));
+            waited.wait().unwrap();
+            assert_eq!(waits.get(), 2);
+            let window: Vec<_> = (0..5).map(|_| s.register(fake(3, &waits, false))).collect();
+            wait_all(std::iter::once(done).chain(window)).unwrap();
+            assert_eq!(
+                waits.get(),
+                7,
+                "each request of the window once, none again"
+            );
+        })
+        .unwrap();
+        assert_eq!(
+            waits.get(),
+            7,
+            "the scope's end waits for none of them again"
+        );
+    }
+
+    #[test]
+    fn wait_all_of_nothing_returns_at_once() {
+        wait_all(std::iter::empty()).unwrap();
+        scope(|_| wait_all(Vec::new())).unwrap().unwrap();
+    }
+
+    #[test]
+    fn wait_all_reports_the_first_error_and_still_waits_for_the_rest() {
+        let waits = Rc::new(Cell::new(0));
+        let r = scope(|s| {
+            let set = vec![
+                s.register(fake(0, &waits, false)),
+                s.register(fake(0, &waits, true)),
+                s.register(fake(0, &waits, false)),
+            ];
+            wait_all(set)
+        })
+        .unwrap();
+        assert!(matches!(r, Err(Error::InvalidArgument { op: "fake", .. })));
+        assert_eq!(waits.get(), 3);
+    }
+
+    #[test]
+    fn a_large_scope_ends_in_one_pass() {
+        // The end takes every slot at once; thousands of dropped requests are each waited once.
+        let waits = Rc::new(Cell::new(0));
+        scope(|s| {
+            for _ in 0..20_000 {
+                let _ = s.register(fake(0, &waits, false));
+            }
+        })
+        .unwrap();
+        assert_eq!(waits.get(), 20_000);
     }
 
     #[test]

@@ -40,7 +40,7 @@ use clap::{Args, ValueEnum};
 use collectives_core::backend::mpi_cuda::IpcBuffer;
 use collectives_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use collectives_core::{
-    device, scope, Buf, BufMut, Buffer, Communicator, DeviceBuffer, DeviceBufferMut,
+    device, scope, wait_all, Buf, BufMut, Buffer, Communicator, DeviceBuffer, DeviceBufferMut,
     DeviceCommunicator, MpiComm, MpiCudaComm, MpiStagedComm, NcclComm, ReduceOp, Request, Scope,
 };
 use mpi::ffi;
@@ -586,15 +586,14 @@ fn latency<C: P2pBackend>(
 }
 
 /// Start a window's requests with `start` and complete them all at once, as `osu_bw` and
-/// `osu_bibw` complete a window with one `MPI_Waitall`: no request is waited for on its own; the
-/// scope they were started in completes every one of them when it ends, in the one call of the
-/// library's public API that waits for a set of requests (the library has no request-set
-/// `wait_all` of its own). The first error wins: of a start, else of a completion.
-fn wait_all<'env>(
+/// `osu_bibw` complete a window with one `MPI_Waitall`: the library's [`wait_all`] over the
+/// window's requests (on the host MPI backend, one `MPI_Waitall` on their MPI requests; on the
+/// others, each request's own wait). The first error wins: of a start, else of the completion.
+/// Where a start fails, the scope completes the requests already started as it ends.
+fn complete_window<'env>(
     start: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> collectives_core::Result<Vec<Request<'s>>>,
 ) -> anyhow::Result<()> {
-    // Dropping a request hands it back to its scope, which waits for it as it ends.
-    Ok(scope(|s| start(s).map(drop))??)
+    Ok(scope(|s| start(s).and_then(wait_all))??)
 }
 
 /// One window from rank `from` to rank `to`: `from` sends `send` `n` times, `to` receives into the
@@ -608,14 +607,14 @@ fn window<C: P2pBackend>(
     ack: &mut C::Owned,
 ) -> anyhow::Result<()> {
     if c.rank() == from {
-        wait_all(|s| {
+        complete_window(|s| {
             (0..n)
                 .map(|_| c.i_send::<u8>(s, C::r(send), to, TAG))
                 .collect()
         })?;
         c.recv::<u8>(C::w(ack), to, ACK)?;
     } else if c.rank() == to {
-        wait_all(|s| {
+        complete_window(|s| {
             recv.iter_mut()
                 .map(|b| c.i_recv::<u8>(s, C::w(b), from, TAG))
                 .collect()
@@ -633,7 +632,7 @@ fn both_ways<C: P2pBackend>(
     send: &C::Owned,
     recv: &mut [C::Owned],
 ) -> anyhow::Result<()> {
-    wait_all(|s| {
+    complete_window(|s| {
         recv.iter_mut()
             .map(|b| c.i_send_recv::<u8>(s, C::r(send), peer, C::w(b), peer, TAG))
             .collect()
@@ -1438,7 +1437,7 @@ mod tests {
             }
         }
         let waits = Rc::new(Cell::new(0));
-        wait_all(|s| {
+        complete_window(|s| {
             let window = (0..4)
                 .map(|_| Ok(s.register(Box::new(Counted(waits.clone())))))
                 .collect();

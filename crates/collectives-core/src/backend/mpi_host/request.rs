@@ -24,7 +24,7 @@ use crate::deadline::{self, Polled};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
-use crate::request::Pending;
+use crate::request::{Pending, SetMember};
 
 /// One buffer of an MPI call, as bytes, with the direction MPI moves data through it.
 #[derive(Debug)]
@@ -244,6 +244,109 @@ pub(crate) fn wait_requests(
     Ok(polled == Polled::Done)
 }
 
+/// An operation of this backend as a member of a set that completes together
+/// ([`crate::request::wait_all`]): its raw requests go into one `MPI_Waitall` with the others',
+/// and it finishes (or is given up) as its own wait would finish it.
+pub(crate) trait Member {
+    /// The requests still to complete: none once the operation is complete. MPI sets a request
+    /// to `MPI_REQUEST_NULL` when it completes it; the caller writes the handles back here.
+    fn requests(&mut self) -> &mut [ffi::MPI_Request];
+    /// The deadline of a wait, counted from its start (`None`: wait without one).
+    fn timeout(&self) -> Option<Duration>;
+    /// MPI completed every request ([`requests`](Self::requests)' order, one status each): run
+    /// the finishing step.
+    fn finish_set(&mut self, statuses: &[ffi::MPI_Status]) -> Result<()>;
+    /// The set's deadline `after` passed before every request of the set completed: complete
+    /// this operation if MPI has completed it by now, else give it up and refuse its
+    /// communicator, as its own wait does when it times out.
+    fn deadline_passed(&mut self, after: Duration) -> Result<()>;
+    /// The set's wait failed: the operation will not be waited for again.
+    fn abandon_set(&mut self);
+}
+
+/// The operation name of the errors of [`wait_set`] itself.
+const WAIT_ALL: &str = "wait_all";
+
+/// Complete `members` together: the requests of members with the same deadline in one
+/// [`wait_requests`] (one `MPI_Waitall`, or `MPI_Testall` polled against the deadline), then
+/// each member's finishing step. The first error wins; every member is still completed or
+/// given up.
+///
+/// # Errors
+/// As [`wait_requests`] (every member of that deadline given up), else the first member's error
+/// (its finishing step's, or its [`Error::Timeout`] after the deadline).
+pub(crate) fn wait_set(members: &mut [SetMember<'_>]) -> Result<()> {
+    let mut deadlines: Vec<Option<Duration>> = Vec::new();
+    for m in members.iter() {
+        let t = m.0.timeout();
+        if !deadlines.contains(&t) {
+            deadlines.push(t);
+        }
+    }
+    let mut first = Ok(());
+    for timeout in deadlines {
+        let r = wait_group(members, timeout);
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
+/// [`wait_set`] for the members of `members` whose deadline is `timeout`.
+fn wait_group(members: &mut [SetMember<'_>], timeout: Option<Duration>) -> Result<()> {
+    let group = || members_with(timeout);
+    let mut requests = Vec::new();
+    let mut spans = Vec::with_capacity(members.len());
+    for m in members.iter_mut().filter(group()) {
+        let own = m.0.requests();
+        spans.push(requests.len()..requests.len() + own.len());
+        requests.extend_from_slice(own);
+    }
+    if requests.is_empty() {
+        return Ok(());
+    }
+    let mut statuses = vec![raw::status(); requests.len()];
+    let waited = wait_requests(WAIT_ALL, &mut requests, &mut statuses, timeout);
+    // MPI wrote the handles of the requests it completed (MPI_REQUEST_NULL): each member keeps
+    // its own up to date, for a later test or wait.
+    for (m, span) in members.iter_mut().filter(group()).zip(&spans) {
+        m.0.requests().copy_from_slice(&requests[span.clone()]);
+    }
+    let mut first = Ok(());
+    let mut keep = |r: Result<()>| {
+        if first.is_ok() {
+            first = r;
+        }
+    };
+    let group = members.iter_mut().filter(group());
+    match waited {
+        Ok(true) => {
+            for (m, span) in group.zip(spans) {
+                keep(m.0.finish_set(&statuses[span]));
+            }
+        }
+        Ok(false) => {
+            let after = timeout.expect("only a wait with a deadline times out");
+            for m in group {
+                keep(m.0.deadline_passed(after));
+            }
+        }
+        Err(e) => {
+            for m in group {
+                m.0.abandon_set();
+            }
+            keep(Err(e));
+        }
+    }
+    first
+}
+
+/// Whether a member's deadline is `timeout`.
+fn members_with(timeout: Option<Duration>) -> impl Fn(&&mut SetMember<'_>) -> bool {
+    move |m| m.0.timeout() == timeout
+}
+
 /// Whether a communicator may still be used. Shared by the MPI communicators that make up one
 /// communicator of a device backend, so a timeout in any of them refuses all of them.
 #[derive(Debug, Clone, Default)]
@@ -444,6 +547,48 @@ impl<T: Element> Pending for MpiPending<'_, T> {
             return Ok(false);
         }
         self.complete(&status[0]).map(|()| true)
+    }
+
+    fn set_member(&mut self) -> Option<SetMember<'_>> {
+        Some(SetMember(self))
+    }
+}
+
+impl<T: Element> Member for MpiPending<'_, T> {
+    fn requests(&mut self) -> &mut [ffi::MPI_Request] {
+        if self.done {
+            &mut []
+        } else {
+            &mut self.requests
+        }
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.deadline.as_ref().map(|(_, t)| *t)
+    }
+
+    fn finish_set(&mut self, statuses: &[ffi::MPI_Status]) -> Result<()> {
+        if self.done {
+            return Ok(());
+        }
+        self.complete(&statuses[0])
+    }
+
+    fn deadline_passed(&mut self, after: Duration) -> Result<()> {
+        match Pending::test(self) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.give_up();
+                Err(self.health.timed_out(self.op, after))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn abandon_set(&mut self) {
+        if !self.done {
+            self.give_up();
+        }
     }
 }
 
