@@ -17,6 +17,9 @@
 #   n2       every step of the GPU suite on 2 ranks (run-all.sh --only "mpirun -n 2 ") on GPUs 0 and 1,
 #            the one-shot path off (the default), beside, on GPUs 2 and 3, nccl_collectives and
 #            nccl_dead_peer on 2 ranks with it chosen up to 32 KiB, every line kept
+#   sN       (s1, s2, s3, s4) every step of the GPU suite on N ranks at the default limits (s1 adds
+#            the libtest GPU tests, --ignored)
+#   sone     every nccl_* step of the GPU suite on 1-4 ranks with COLLECTIVES_ONE_SHOT_MAX_BYTES=32768
 #   ibench   the interposer's benchmark (run-interpose.sh --bench)
 #   prof     Nsight Systems over examples/12_nccl_one_shot on 2 ranks: where a blocking call's time goes
 set -uo pipefail
@@ -89,6 +92,13 @@ for part in "$@"; do
       wait
       grep -E "^== \[|mpi-tests:|passed, |FAIL|failed|panicked|timed out|^real" "$out/suite-n2.log" | grep -v "^test .* ok$" | sed 's/OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 //; s/--allow-run-as-root --oversubscribe //; s/LD_LIBRARY_PATH=[^ ]* //' | cut -c1-200 | tail -45
       grep -E "^\\$|^exit|mpi-tests|FAIL|rank" "$out/one-shot-on-n2.log"; grep "^test " "$out/one-shot-on-n2.log" | tail -2 ;;
+    s[1-4])
+      n=${part#s}; extra=(); [ "$n" = 1 ] && extra=(--only ignored)
+      ( time bash .gpu-box/run-all.sh --skip-sanitizer --only "mpirun -n $n " "${extra[@]}" ) > "$out/suite-n$n.log" 2>&1
+      grep -E "^== \[|mpi-tests:|passed, |FAIL|failed|panicked|timed out|^real" "$out/suite-n$n.log" | grep -v "^test .* ok$" | cut -c1-200 | tail -45 ;;
+    sone)
+      ( export COLLECTIVES_ONE_SHOT_MAX_BYTES=32768; time bash .gpu-box/run-all.sh --skip-sanitizer --only nccl_ ) > "$out/suite-one-shot.log" 2>&1
+      grep -E "^== \[|mpi-tests:|passed, |FAIL|failed|panicked|timed out|^real" "$out/suite-one-shot.log" | grep -v "^test .* ok$" | cut -c1-200 | tail -45 ;;
     ibench)
       ( time timeout 400 bash .gpu-box/run-interpose.sh --bench ) > "$out/interpose-bench.txt" 2>&1
       tail -60 "$out/interpose-bench.txt" ;;
