@@ -6,7 +6,7 @@ use crate::element::Element;
 use crate::error::Result;
 use crate::memory::DevMut;
 use crate::op::ReduceOp;
-use crate::request::Pending;
+use crate::request::{Pending, SetMember};
 
 /// One non-blocking MPI operation on device buffers borrowed for `'s`.
 pub(super) struct CudaPending<'s, T: Element> {
@@ -36,5 +36,15 @@ impl<T: Element> Pending for CudaPending<'_, T> {
             return Ok(false);
         }
         self.finish().map(|()| true)
+    }
+
+    /// Without an average to finish, this is the MPI request alone: it joins a set's one
+    /// `MPI_Waitall` as the host backend's do (`wait` above is then `inner.wait()`, which is what
+    /// the set's completion runs). With one, it completes on its own, division included.
+    fn set_member(&mut self) -> Option<SetMember<'_>> {
+        if self.average.is_some() {
+            return None;
+        }
+        self.inner.set_member()
     }
 }
