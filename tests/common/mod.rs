@@ -126,6 +126,9 @@ pub fn run_threaded(cases: &[Case]) -> ! {
     run_in(universe, cases)
 }
 
+/// A case that takes at least this long says so on a line of its own (rank 0).
+const SLOW_CASE: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn run_in(universe: mpi::environment::Universe, cases: &[Case]) -> ! {
     let referee = MpiComm::world(&universe)
         .expect("dup of MPI_COMM_WORLD")
@@ -136,6 +139,9 @@ fn run_in(universe: mpi::environment::Universe, cases: &[Case]) -> ! {
         .ok()
         .filter(|f| !f.is_empty());
     let (mut passed, mut failed, mut skipped) = (0usize, 0usize, 0usize);
+    // Times on rank 0, so that a launch that runs out of its limit shows whether its cases were
+    // slow or the process was slow to end after them.
+    let began = std::time::Instant::now();
     for case in cases {
         if filter.as_deref().is_some_and(|f| !case.name.contains(f)) {
             continue;
@@ -157,6 +163,7 @@ fn run_in(universe: mpi::environment::Universe, cases: &[Case]) -> ! {
             comm: &comm,
             failures: RefCell::new(Vec::new()),
         };
+        let case_began = std::time::Instant::now();
         let panicked = catch_unwind(AssertUnwindSafe(|| (case.body)(&t))).is_err();
         let failures = t.failures.into_inner();
         for f in &failures {
@@ -179,10 +186,17 @@ fn run_in(universe: mpi::environment::Universe, cases: &[Case]) -> ! {
                 case.name,
                 if any[0] == 0 { "ok" } else { "FAILED" }
             );
+            let took = case_began.elapsed();
+            if took >= SLOW_CASE {
+                println!("  ({} took {:.1} s)", case.name, took.as_secs_f64());
+            }
         }
     }
     if rank == 0 {
-        println!("mpi-tests: {passed} passed, {failed} failed ({skipped} skipped on {size} ranks)");
+        println!(
+            "mpi-tests: {passed} passed, {failed} failed ({skipped} skipped on {size} ranks, {:.1} s)",
+            began.elapsed().as_secs_f64()
+        );
     }
     drop(referee);
     drop(universe);
