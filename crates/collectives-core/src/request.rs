@@ -31,8 +31,10 @@ use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
+use std::time::Duration;
 
-use crate::backend::mpi_host::request::{wait_set, Member};
+use mpi::ffi;
+
 use crate::error::Result;
 
 /// One operation in flight, as a backend implements it.
@@ -61,7 +63,42 @@ pub trait Pending {
 /// An operation in flight as one of a set that completes together: what
 /// [`Pending::set_member`] answers for the host MPI backend's operations, through which
 /// [`wait_all`] hands their raw requests to one `MPI_Waitall`. Only this crate makes one.
-pub struct SetMember<'a>(pub(crate) &'a mut dyn Member);
+pub struct SetMember<'a> {
+    pub(crate) member: &'a mut dyn Member,
+    /// What completes a set of members: the host MPI backend's `MPI_Waitall` over all their
+    /// requests, the one completion every member the crate makes names.
+    complete: fn(&mut [SetMember<'_>]) -> Result<()>,
+}
+
+impl<'a> SetMember<'a> {
+    /// `member`, which `complete` completes together with the others of its set.
+    pub(crate) fn new(
+        member: &'a mut dyn Member,
+        complete: fn(&mut [SetMember<'_>]) -> Result<()>,
+    ) -> Self {
+        Self { member, complete }
+    }
+}
+
+/// An operation on MPI requests as a member of a set that completes together ([`wait_all`]):
+/// its raw requests go into one `MPI_Waitall` with the others', and it finishes (or is given up)
+/// as its own wait would finish it. The host MPI backend implements it and completes such sets.
+pub(crate) trait Member {
+    /// The requests still to complete: none once the operation is complete. MPI sets a request
+    /// to `MPI_REQUEST_NULL` when it completes it; the caller writes the handles back here.
+    fn requests(&mut self) -> &mut [ffi::MPI_Request];
+    /// The deadline of a wait, counted from its start (`None`: wait without one).
+    fn timeout(&self) -> Option<Duration>;
+    /// MPI completed every request ([`requests`](Self::requests)' order, one status each): run
+    /// the finishing step.
+    fn finish_set(&mut self, statuses: &[ffi::MPI_Status]) -> Result<()>;
+    /// The set's deadline `after` passed before every request of the set completed: complete
+    /// this operation if MPI has completed it by now, else give it up and refuse its
+    /// communicator, as its own wait does when it times out.
+    fn deadline_passed(&mut self, after: Duration) -> Result<()>;
+    /// The set's wait failed: the operation will not be waited for again.
+    fn abandon_set(&mut self);
+}
 
 impl fmt::Debug for SetMember<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -168,24 +205,19 @@ pub fn wait_all<'s>(requests: impl IntoIterator<Item = Request<'s>>) -> Result<(
 }
 
 /// [`wait_all`] on operations taken out of their scope.
-fn complete_all<'s>(mut pending: Vec<Box<dyn Pending + 's>>) -> Result<()> {
-    let in_set: Vec<bool> = pending
-        .iter_mut()
-        .map(|p| p.set_member().is_some())
-        .collect();
+fn complete_all<'s>(pending: Vec<Box<dyn Pending + 's>>) -> Result<()> {
     let (mut set, mut alone) = (Vec::new(), Vec::new());
-    for (p, member) in pending.into_iter().zip(in_set) {
-        if member {
+    for mut p in pending {
+        if p.set_member().is_some() {
             set.push(p);
         } else {
             alone.push(p);
         }
     }
     let mut members: Vec<SetMember<'_>> = set.iter_mut().filter_map(|p| p.set_member()).collect();
-    let mut first = if members.is_empty() {
-        Ok(())
-    } else {
-        wait_set(&mut members)
+    let mut first = match members.first() {
+        Some(m) => (m.complete)(&mut members),
+        None => Ok(()),
     };
     for p in &mut alone {
         let r = p.wait();

@@ -24,7 +24,7 @@ use crate::deadline::{self, Polled};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
-use crate::request::{Pending, SetMember};
+use crate::request::{Member, Pending, SetMember};
 
 /// One buffer of an MPI call, as bytes, with the direction MPI moves data through it.
 #[derive(Debug)]
@@ -244,26 +244,6 @@ pub(crate) fn wait_requests(
     Ok(polled == Polled::Done)
 }
 
-/// An operation of this backend as a member of a set that completes together
-/// ([`crate::request::wait_all`]): its raw requests go into one `MPI_Waitall` with the others',
-/// and it finishes (or is given up) as its own wait would finish it.
-pub(crate) trait Member {
-    /// The requests still to complete: none once the operation is complete. MPI sets a request
-    /// to `MPI_REQUEST_NULL` when it completes it; the caller writes the handles back here.
-    fn requests(&mut self) -> &mut [ffi::MPI_Request];
-    /// The deadline of a wait, counted from its start (`None`: wait without one).
-    fn timeout(&self) -> Option<Duration>;
-    /// MPI completed every request ([`requests`](Self::requests)' order, one status each): run
-    /// the finishing step.
-    fn finish_set(&mut self, statuses: &[ffi::MPI_Status]) -> Result<()>;
-    /// The set's deadline `after` passed before every request of the set completed: complete
-    /// this operation if MPI has completed it by now, else give it up and refuse its
-    /// communicator, as its own wait does when it times out.
-    fn deadline_passed(&mut self, after: Duration) -> Result<()>;
-    /// The set's wait failed: the operation will not be waited for again.
-    fn abandon_set(&mut self);
-}
-
 /// The operation name of the errors of [`wait_set`] itself.
 const WAIT_ALL: &str = "wait_all";
 
@@ -275,10 +255,10 @@ const WAIT_ALL: &str = "wait_all";
 /// # Errors
 /// As [`wait_requests`] (every member of that deadline given up), else the first member's error
 /// (its finishing step's, or its [`Error::Timeout`] after the deadline).
-pub(crate) fn wait_set(members: &mut [SetMember<'_>]) -> Result<()> {
+fn wait_set(members: &mut [SetMember<'_>]) -> Result<()> {
     let mut deadlines: Vec<Option<Duration>> = Vec::new();
     for m in members.iter() {
-        let t = m.0.timeout();
+        let t = m.member.timeout();
         if !deadlines.contains(&t) {
             deadlines.push(t);
         }
@@ -299,7 +279,7 @@ fn wait_group(members: &mut [SetMember<'_>], timeout: Option<Duration>) -> Resul
     let mut requests = Vec::new();
     let mut spans = Vec::with_capacity(members.len());
     for m in members.iter_mut().filter(group()) {
-        let own = m.0.requests();
+        let own = m.member.requests();
         spans.push(requests.len()..requests.len() + own.len());
         requests.extend_from_slice(own);
     }
@@ -311,7 +291,7 @@ fn wait_group(members: &mut [SetMember<'_>], timeout: Option<Duration>) -> Resul
     // MPI wrote the handles of the requests it completed (MPI_REQUEST_NULL): each member keeps
     // its own up to date, for a later test or wait.
     for (m, span) in members.iter_mut().filter(group()).zip(&spans) {
-        m.0.requests().copy_from_slice(&requests[span.clone()]);
+        m.member.requests().copy_from_slice(&requests[span.clone()]);
     }
     let mut first = Ok(());
     let mut keep = |r: Result<()>| {
@@ -323,18 +303,18 @@ fn wait_group(members: &mut [SetMember<'_>], timeout: Option<Duration>) -> Resul
     match waited {
         Ok(true) => {
             for (m, span) in group.zip(spans) {
-                keep(m.0.finish_set(&statuses[span]));
+                keep(m.member.finish_set(&statuses[span]));
             }
         }
         Ok(false) => {
             let after = timeout.expect("only a wait with a deadline times out");
             for m in group {
-                keep(m.0.deadline_passed(after));
+                keep(m.member.deadline_passed(after));
             }
         }
         Err(e) => {
             for m in group {
-                m.0.abandon_set();
+                m.member.abandon_set();
             }
             keep(Err(e));
         }
@@ -344,7 +324,7 @@ fn wait_group(members: &mut [SetMember<'_>], timeout: Option<Duration>) -> Resul
 
 /// Whether a member's deadline is `timeout`.
 fn members_with(timeout: Option<Duration>) -> impl Fn(&&mut SetMember<'_>) -> bool {
-    move |m| m.0.timeout() == timeout
+    move |m| m.member.timeout() == timeout
 }
 
 /// Whether a communicator may still be used. Shared by the MPI communicators that make up one
@@ -550,7 +530,7 @@ impl<T: Element> Pending for MpiPending<'_, T> {
     }
 
     fn set_member(&mut self) -> Option<SetMember<'_>> {
-        Some(SetMember(self))
+        Some(SetMember::new(self, wait_set))
     }
 }
 
