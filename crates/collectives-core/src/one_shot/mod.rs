@@ -469,12 +469,17 @@ impl OneShot {
     /// refused or not: for teardown, which must know that no kernel of this rank still reads a
     /// peer's slots.
     fn drained(&self) -> bool {
+        self.poll_stream().is_ok_and(|p| p != Polled::TimedOut)
+    }
+
+    /// Waits for the stream to pass every call enqueued so far, under the deadline and a margin
+    /// over it, so that a peer that never came is reported by the kernel (which leaves the stream
+    /// clean) rather than by this wait.
+    fn poll_stream(&self) -> Result<Polled> {
         let event = &self.sync_event;
-        event.record(&self.stream).is_ok()
-            && deadline::poll(self.timeout.get() + Duration::from_millis(200), || {
-                Ok::<_, Error>(event.is_complete())
-            })
-            .is_ok_and(|p| p != Polled::TimedOut)
+        event.record(&self.stream).map_err(|e| Error::cuda(OP, e))?;
+        let limit = self.timeout.get() + Duration::from_millis(200);
+        deadline::poll(limit, || Ok::<_, Error>(event.is_complete()))
     }
 
     /// Waits for every call enqueued so far, under the communicator's deadline, spinning then
@@ -487,12 +492,7 @@ impl OneShot {
         if self.refused.get() {
             return Err(self.refusal());
         }
-        let event = &self.sync_event;
-        event.record(&self.stream).map_err(|e| Error::cuda(OP, e))?;
-        // A margin over the kernel's own deadline, so a peer that never came is reported by the
-        // kernel (which leaves the stream clean) rather than by this wait.
-        let limit = self.timeout.get() + Duration::from_millis(200);
-        let polled = deadline::poll(limit, || Ok::<_, Error>(event.is_complete()))?;
+        let polled = self.poll_stream()?;
         if polled == Polled::TimedOut || self.failed.get() != 0 {
             self.refused.set(true);
             return Err(Error::Timeout {
