@@ -170,12 +170,12 @@ impl Backend for MpiStagedComm {
         &self.mpi
     }
 
-    /// The host backend finishes `Avg` on the host copy, before the copy back.
     /// Every operation goes through pinned host memory.
     fn record_path(&self, _op: OpKind, _start: Start, _bytes: usize) -> record::Path {
         record::Path::staged("staged")
     }
 
+    /// The host backend finishes `Avg` on the host copy, before the copy back.
     fn native_avg(&self) -> bool {
         true
     }
