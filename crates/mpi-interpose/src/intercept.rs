@@ -88,6 +88,87 @@ pub unsafe extern "C" fn MPI_Pack_size(
     unsafe { ffi::PMPI_Pack_size(incount, datatype, comm, size) }
 }
 
+/// What `MPI_Pack` and `MPI_Unpack` share before they move bytes: the plan of the elements in
+/// the user's buffer, the bytes it packs to, where the packed buffer stands at `*position` and
+/// how many bytes it has from there, and the engine for the user's buffer.
+struct PackWindow {
+    plan: datatype_pack::StridedBlock,
+    bytes: c_int,
+    at: *mut c_void,
+    left: u64,
+    engine: Engine,
+}
+
+/// The [`PackWindow`] of `count` elements of `datatype` in `data`, packed in `packed` (`size`
+/// bytes) from `*position`; `None` where the call passes through: the interposer off, a null
+/// pointer, no elements, a type the cache does not hold or cannot plan, or a host `data` buffer
+/// unless `host` (the configuration's forced byte path for this direction) says to take it.
+///
+/// # Safety
+/// MPI's contract for `MPI_Pack`/`MPI_Unpack`: `position` points to a position within `packed`'s
+/// `size` bytes, `datatype` is live.
+unsafe fn pack_window(
+    data: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    packed: *const c_void,
+    size: c_int,
+    position: *mut c_int,
+    host: impl FnOnce(&config::Config) -> bool,
+) -> Option<PackWindow> {
+    let cfg = config::get();
+    if cfg.disabled || position.is_null() || packed.is_null() || count <= 0 {
+        return None;
+    }
+    // SAFETY: the caller passes a valid position.
+    let pos = unsafe { *position };
+    let left = u64::try_from(size.checked_sub(pos)?).ok()?;
+    // SAFETY: MPI's contract: a live datatype.
+    let layout = unsafe { types::lookup(datatype) }?;
+    let dev = memory::device_buffer(data);
+    if dev.is_none() && !host(cfg) {
+        return None;
+    }
+    let plan = layout.plan(u64::try_from(count).ok()?)?;
+    let bytes = c_int::try_from(plan.packed_size()).ok()?;
+    // SAFETY: `pos` is within `size` (`left` is not negative).
+    let at = unsafe { packed.cast::<u8>().add(usize::try_from(pos).ok()?) }
+        .cast::<c_void>()
+        .cast_mut();
+    let left = match memory::device_buffer(at) {
+        Some(d) => left.min(d.len),
+        None => left,
+    };
+    let engine = Engine::for_buffer(dev).ok()?;
+    Some(PackWindow {
+        plan,
+        bytes,
+        at,
+        left,
+        engine,
+    })
+}
+
+/// The end of `MPI_Pack`/`MPI_Unpack`: `*position` advanced by the bytes the interposer moved,
+/// or the real MPI's call where it passed through.
+///
+/// # Safety
+/// `position` is the valid pointer the interposer read when `moved` is `Some`.
+unsafe fn advance(
+    moved: Option<c_int>,
+    position: *mut c_int,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    match moved {
+        Some(n) => {
+            // SAFETY: the caller's contract; the call advances it by the bytes moved.
+            unsafe { *position += n };
+            0
+        }
+        None => real(),
+    }
+}
+
 /// `MPI_Pack`: device input buffers of decoded types are packed on the GPU.
 ///
 /// # Safety
@@ -103,33 +184,21 @@ pub unsafe extern "C" fn MPI_Pack(
     comm: MPI_Comm,
 ) -> c_int {
     let done = guarded(|| {
-        let cfg = config::get();
-        if cfg.disabled || position.is_null() || outbuf.is_null() || incount <= 0 {
-            return None;
-        }
-        // SAFETY: the caller passes a valid position.
-        let pos = unsafe { *position };
-        let left = u64::try_from(outsize.checked_sub(pos)?).ok()?;
-        // SAFETY: MPI's contract: a live datatype.
-        let layout = unsafe { types::lookup(datatype) }?;
-        let dev = memory::device_buffer(inbuf);
-        if dev.is_none() && !cfg.host_pack.send {
-            return None;
-        }
-        let plan = layout.plan(u64::try_from(incount).ok()?)?;
-        let n = c_int::try_from(plan.packed_size()).ok()?;
-        // SAFETY: `pos` is within `outsize` (left is not negative).
-        let out = unsafe { outbuf.cast::<u8>().add(usize::try_from(pos).ok()?) }.cast::<c_void>();
-        let left = match memory::device_buffer(out) {
-            Some(d) => left.min(d.len),
-            None => left,
-        };
-        let engine = Engine::for_buffer(dev).ok()?;
-        // SAFETY: MPI's contract for the input triple; `out` has `left` writable bytes.
-        match unsafe { engine.pack_to(&plan, inbuf, out, left) } {
+        // SAFETY: MPI's contract for MPI_Pack's arguments.
+        let w = unsafe {
+            pack_window(inbuf, incount, datatype, outbuf, outsize, position, |c| {
+                c.host_pack.send
+            })
+        }?;
+        // SAFETY: MPI's contract for the input triple; `w.at` has `w.left` writable bytes.
+        match unsafe { w.engine.pack_to(&w.plan, inbuf, w.at, w.left) } {
             Ok(()) => {
-                log!("MPI_Pack: {n} bytes packed from a {}", engine.describe());
-                Some(n)
+                log!(
+                    "MPI_Pack: {} bytes packed from a {}",
+                    w.bytes,
+                    w.engine.describe()
+                );
+                Some(w.bytes)
             }
             Err(e) => {
                 log!("MPI_Pack: passes through: {e}");
@@ -137,16 +206,11 @@ pub unsafe extern "C" fn MPI_Pack(
             }
         }
     });
-    match done {
-        Some(n) => {
-            // SAFETY: `position` was read above; MPI_Pack advances it by the bytes packed.
-            unsafe { *position += n };
-            0
-        }
-        // SAFETY: the caller's contract.
-        None => unsafe {
+    // SAFETY: `position` was read when `done` is `Some`; otherwise the caller's contract.
+    unsafe {
+        advance(done, position, || {
             ffi::PMPI_Pack(inbuf, incount, datatype, outbuf, outsize, position, comm)
-        },
+        })
     }
 }
 
@@ -165,36 +229,21 @@ pub unsafe extern "C" fn MPI_Unpack(
     comm: MPI_Comm,
 ) -> c_int {
     let done = guarded(|| {
-        let cfg = config::get();
-        if cfg.disabled || position.is_null() || inbuf.is_null() || outcount <= 0 {
-            return None;
-        }
-        // SAFETY: the caller passes a valid position.
-        let pos = unsafe { *position };
-        let left = u64::try_from(insize.checked_sub(pos)?).ok()?;
-        // SAFETY: MPI's contract: a live datatype.
-        let layout = unsafe { types::lookup(datatype) }?;
-        let dev = memory::device_buffer(outbuf);
-        if dev.is_none() && !cfg.host_pack.recv {
-            return None;
-        }
-        let plan = layout.plan(u64::try_from(outcount).ok()?)?;
-        let n = c_int::try_from(plan.packed_size()).ok()?;
-        // SAFETY: `pos` is within `insize`.
-        let input = unsafe { inbuf.cast::<u8>().add(usize::try_from(pos).ok()?) }.cast::<c_void>();
-        let left = match memory::device_buffer(input) {
-            Some(d) => left.min(d.len),
-            None => left,
-        };
-        let engine = Engine::for_buffer(dev).ok()?;
-        // SAFETY: MPI's contract for the output triple; `input` has `left` readable bytes.
-        match unsafe { engine.unpack_from(&plan, input, left, outbuf) } {
+        // SAFETY: MPI's contract for MPI_Unpack's arguments.
+        let w = unsafe {
+            pack_window(outbuf, outcount, datatype, inbuf, insize, position, |c| {
+                c.host_pack.recv
+            })
+        }?;
+        // SAFETY: MPI's contract for the output triple; `w.at` has `w.left` readable bytes.
+        match unsafe { w.engine.unpack_from(&w.plan, w.at, w.left, outbuf) } {
             Ok(()) => {
                 log!(
-                    "MPI_Unpack: {n} bytes unpacked into a {}",
-                    engine.describe()
+                    "MPI_Unpack: {} bytes unpacked into a {}",
+                    w.bytes,
+                    w.engine.describe()
                 );
-                Some(n)
+                Some(w.bytes)
             }
             Err(e) => {
                 log!("MPI_Unpack: passes through: {e}");
@@ -202,16 +251,11 @@ pub unsafe extern "C" fn MPI_Unpack(
             }
         }
     });
-    match done {
-        Some(n) => {
-            // SAFETY: as in MPI_Pack.
-            unsafe { *position += n };
-            0
-        }
-        // SAFETY: the caller's contract.
-        None => unsafe {
+    // SAFETY: as in MPI_Pack.
+    unsafe {
+        advance(done, position, || {
             ffi::PMPI_Unpack(inbuf, insize, position, outbuf, outcount, datatype, comm)
-        },
+        })
     }
 }
 
