@@ -20,14 +20,26 @@ use num_complex::Complex;
 thread_local! {
     /// One NCCL communicator for the whole run (made collectively by the first test on every rank).
     static NCCL: OnceCell<NcclComm> = const { OnceCell::new() };
+    /// One in checked mode (checked mode agrees through MPI), shared the same way: a case that
+    /// refuses bad input on some ranks must leave it in step for the next.
+    static CHECKED: OnceCell<NcclComm> = const { OnceCell::new() };
+    /// `Checked` around one whose own flag is off (the wrapper alone agrees), shared the same way.
+    static WRAPPED: OnceCell<Checked<NcclComm>> = const { OnceCell::new() };
 }
 
-fn with_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
-    NCCL.with(|cell| {
+/// The run's communicator in `cell`, made by `make` from the case's MPI communicator when the
+/// first case asks (NCCL set-up takes seconds on several GPUs: once per kind, not per case).
+fn shared<C>(
+    cell: &'static std::thread::LocalKey<OnceCell<C>>,
+    t: &T,
+    make: impl FnOnce(NcclComm) -> C,
+    body: impl FnOnce(&C),
+) {
+    cell.with(|cell| {
         if cell.get().is_none() {
             match NcclComm::from_mpi(t.comm, None) {
                 Ok(c) => {
-                    let _ = cell.set(c);
+                    let _ = cell.set(make(c));
                 }
                 Err(e) => return t.fail(format!("NcclComm::from_mpi: {e}")),
             }
@@ -38,20 +50,18 @@ fn with_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
     })
 }
 
-/// A checked NCCL communicator for one test (checked mode agrees through MPI).
-fn with_checked_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
-    match NcclComm::from_mpi(t.comm, None) {
-        Ok(c) => body(&c.with_checked(true)),
-        Err(e) => t.fail(format!("NcclComm::from_mpi: {e}")),
-    }
+fn with_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
+    shared(&NCCL, t, |c| c, body)
 }
 
-/// `Checked` around an NCCL communicator of its own whose flag is off: the wrapper alone agrees.
+/// The run's checked NCCL communicator.
+fn with_checked_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
+    shared(&CHECKED, t, |c| c.with_checked(true), body)
+}
+
+/// The run's `Checked` around an NCCL communicator whose flag is off.
 fn with_wrapped_nccl(t: &T, body: impl FnOnce(&Checked<NcclComm>)) {
-    match NcclComm::from_mpi(t.comm, None) {
-        Ok(c) => body(&Checked::new(c.with_checked(false))),
-        Err(e) => t.fail(format!("NcclComm::from_mpi: {e}")),
-    }
+    shared(&WRAPPED, t, |c| Checked::new(c.with_checked(false)), body)
 }
 
 /// The bad-input catalog's communicator through the wrapper.

@@ -22,6 +22,9 @@
 #   sone     every nccl_* step of the GPU suite on 1-4 ranks with COLLECTIVES_ONE_SHOT_MAX_BYTES=32768
 #   ibench   the interposer's benchmark (run-interpose.sh --bench)
 #   prof     Nsight Systems over examples/12_nccl_one_shot on 2 ranks: where a blocking call's time goes
+#   exit     nccl_collectives on 2 ranks (GPUs 0,1) at a 300 s limit, every line time-stamped; from its
+#            summary on, every 3 s, each rank's threads (name, state, kernel wait channel, syscall)
+#            and, where gdb exists, their stacks; the same for the five catalog cases run alone
 set -uo pipefail
 out="${1:?usage: paths.sh OUTDIR PART...}"; shift; mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
@@ -110,6 +113,28 @@ for part in "$@"; do
         } > "$out/prof.txt" 2>&1
         grep -E "^\\$|cuLaunch|cuEvent|cuStream|one_shot|Time \(%\)|ncclDevKernel" "$out/prof.txt" | head -60
       fi ;;
+    exit)
+      stamp() { while IFS= read -r l; do printf '%(%T)T %s\n' -1 "$l"; done; }
+      threads() { for p in $(pgrep -f "$T/nccl_collectives-" | grep -v "^$$\$"); do
+          grep -q mpirun /proc/$p/cmdline 2>/dev/null && continue
+          echo "-- pid $p"; for t in /proc/$p/task/*; do
+            printf '%s %s %s %s\n' "$(cat $t/comm)" "$(awk '{print $3}' $t/stat)" "$(cat $t/wchan)" "$(cut -d' ' -f1 $t/syscall)"; done
+          command -v gdb >/dev/null && timeout 20 gdb -p $p -batch -ex "thread apply all bt 12" 2>/dev/null | grep -E "^#|^Thread" | head -80
+        done; }
+      watch_exit() { # $1: log; sample threads every 3 s once the summary is there, while the job lives
+        while kill -0 $2 2>/dev/null; do
+          if grep -q "^..:..:.. mpi-tests:" $1; then sleep 3; kill -0 $2 2>/dev/null || break; echo "== $(date +%T) after summary"; threads; else sleep 1; fi
+        done; }
+      export CUDA_VISIBLE_DEVICES=0,1
+      { echo "\$ mpirun -n 2 nccl_collectives (300 s)"
+        ( timeout 300 mpirun -n 2 -x CUDA_VISIBLE_DEVICES $T/nccl_collectives-* 2>&1; echo "exit $?" ) | stamp > $out/exit-full.log &
+        j=$!; watch_exit $out/exit-full.log $j; wait $j; cat $out/exit-full.log
+        for f in cross_rank_root_mismatch use_after_a_timeout; do
+          echo "\$ MPI_TESTS_FILTER=$f mpirun -n 2 nccl_collectives (60 s)"
+          ( timeout 60 mpirun -n 2 -x CUDA_VISIBLE_DEVICES -x MPI_TESTS_FILTER=$f $T/nccl_collectives-* 2>&1; echo "exit $?" ) | stamp > $out/exit-$f.log &
+          j=$!; watch_exit $out/exit-$f.log $j; wait $j; cat $out/exit-$f.log
+        done; } > $out/exit.txt 2>&1
+      grep -vE " test .* ok$" $out/exit.txt | head -150 ;;
     *) echo "paths.sh: unknown part $part" ;;
   esac
   echo "=== part $part: $SECONDS s"

@@ -9,7 +9,7 @@
 //! | `-x N` | warm-up iterations | `-w N` | (none) |
 //! | `-f` | full statistics: min, max, iterations | `--minmax` | nccl-tests' `-f`: step factor |
 //! | `-c` | validation (no value) | `-c 1` | `-c 0\|1` (a value) |
-//! | `-d cuda` | device buffers | `--backend cuda-mpi` | nccl-tests' `-d`: data type |
+//! | `-d cuda` | device buffers | `--backend cuda-mpi`, unless `--backend` names another device backend | nccl-tests' `-d`: data type |
 //! | `-T mpi_char\|mpi_int\|mpi_float` | data type | `--datatype int8\|int32\|float` | (none) |
 //!
 //! Under `--osu` the nccl-tests meanings stay reachable by their long names (`--stepbytes`,
@@ -39,6 +39,8 @@ pub fn translate(argv: Vec<String>) -> Result<Vec<String>, String> {
     let mut rest = argv[2..].iter().cloned();
     let (mut sizes, mut iters, mut warmup, mut check, mut dtype) =
         (false, false, false, false, false);
+    // `-d cuda`, and the backend named by `--backend`, if any.
+    let (mut cuda, mut backend): (bool, Option<String>) = (false, None);
     // A short flag's value: attached (`-m1:64`) or the next argument.
     let value = |flag: &str, arg: &str, rest: &mut dyn Iterator<Item = String>| {
         let attached = &arg[flag.len()..];
@@ -76,7 +78,7 @@ pub fn translate(argv: Vec<String>) -> Result<Vec<String>, String> {
             check = true;
         } else if short("-d") {
             match value("-d", &arg, &mut rest)?.as_str() {
-                "cuda" => out.extend(["--backend".into(), "cuda-mpi".into()]),
+                "cuda" => cuda = true,
                 other => return Err(format!("--osu: -d {other}: only `-d cuda` is supported")),
             }
         } else if short("-T") {
@@ -95,8 +97,26 @@ pub fn translate(argv: Vec<String>) -> Result<Vec<String>, String> {
             if arg == "--check" || arg.starts_with("--check=") {
                 check = true;
             }
+            if let Some(b) = arg.strip_prefix("--backend=") {
+                backend = Some(b.to_string());
+            } else if arg == "--backend" {
+                backend = rest.next();
+                out.push(arg);
+                out.extend(backend.clone());
+                continue;
+            }
             out.push(arg);
         }
+    }
+    // `-d cuda` picks the CUDA-aware backend unless another device backend is named.
+    match (cuda, backend.as_deref()) {
+        (true, None) => out.extend(["--backend".into(), "cuda-mpi".into()]),
+        (true, Some("mpi")) => {
+            return Err(
+                "--osu: -d cuda asks for device buffers, --backend mpi is host memory".into(),
+            )
+        }
+        _ => {}
     }
     // OSU's defaults where its flags are absent.
     let mut defaults: Vec<&str> = Vec::new();
@@ -351,6 +371,13 @@ mod tests {
         // Without --osu nothing changes: -i, -f, -d and -c are nccl-tests'.
         let plain = argv("collbench allreduce -i 8 -d float -c 1");
         assert_eq!(translate(plain.clone()).unwrap(), plain);
+        // `-d cuda` beside a device backend named by --backend keeps that backend.
+        for named in ["--backend mpi-staged", "--backend=nccl"] {
+            let a = translate(argv(&format!("collbench allreduce --osu -d cuda {named}"))).unwrap();
+            assert_eq!(a.iter().filter(|x| x.starts_with("--backend")).count(), 1);
+            assert!(a.join(" ").ends_with(named), "{a:?}");
+        }
+        assert!(translate(argv("collbench allreduce --osu -d cuda --backend mpi")).is_err());
         assert!(translate(argv("collbench allreduce --osu -d managed")).is_err());
         assert!(translate(argv("collbench allreduce --osu -i")).is_err());
         assert!(translate(argv("collbench p2p --osu -f")).is_err());

@@ -304,7 +304,7 @@ impl NcclComm {
                 mptr(r),
                 n,
                 raw::datatype::<T>(),
-                raw::redop(red),
+                raw::redop(red, self.size()),
                 self.raw,
                 self.raw_stream(),
             )
@@ -577,7 +577,7 @@ impl Backend for NcclComm {
                 op: red,
                 root,
             } => {
-                let (red, root) = (raw::redop(*red), *root as c_int);
+                let (red, root) = (raw::redop(*red, self.size()), *root as c_int);
                 let find = || sys::nccl_fn!(self.lib, ncclReduce).map_err(raw::unavailable);
                 self.enqueue(
                     s,
@@ -635,7 +635,7 @@ impl Backend for NcclComm {
                 root,
             } => self.rooted(s, *send, Some(&mut **recv), counts, *root, false),
             Op::ReduceScatter { send, recv, op } => {
-                let red = raw::redop(*op);
+                let red = raw::redop(*op, self.size());
                 let find = || sys::nccl_fn!(self.lib, ncclReduceScatter).map_err(raw::unavailable);
                 self.enqueue(
                     s,

@@ -130,10 +130,17 @@ pub(crate) fn wire<T: Element>(len: usize) -> usize {
     len.saturating_mul(T::WIRE.lanes)
 }
 
-/// NCCL's reduction for `op` (checked against the element beforehand).
-pub(crate) fn redop(op: ReduceOp) -> sys::ncclRedOp_t {
+/// NCCL's reduction for `op` on a communicator of `ranks` ranks (checked against the element
+/// beforehand).
+///
+/// On one rank the mean is the sum, and is asked for as such: NCCL 2.28 runs a mean on one rank
+/// through a kernel that splits the elements over its blocks by floor division and leaves the
+/// last few unwritten (NVIDIA/nccl issue 1950, fixed in 2.29.7), while a sum on one rank is a
+/// copy. The mean of one contribution is that contribution, so nothing changes but correctness.
+pub(crate) fn redop(op: ReduceOp, ranks: usize) -> sys::ncclRedOp_t {
     match op {
         ReduceOp::Sum => sys::ncclSum,
+        ReduceOp::Avg if ranks == 1 => sys::ncclSum,
         ReduceOp::Prod => sys::ncclProd,
         ReduceOp::Max => sys::ncclMax,
         ReduceOp::Min => sys::ncclMin,
@@ -213,10 +220,18 @@ mod tests {
 
     #[test]
     fn reduce_ops_match_nccl_h() {
-        assert_eq!(redop(ReduceOp::Sum), 0);
-        assert_eq!(redop(ReduceOp::Prod), 1);
-        assert_eq!(redop(ReduceOp::Max), 2);
-        assert_eq!(redop(ReduceOp::Min), 3);
-        assert_eq!(redop(ReduceOp::Avg), 4);
+        for ranks in [1, 2, 4] {
+            assert_eq!(redop(ReduceOp::Sum, ranks), 0);
+            assert_eq!(redop(ReduceOp::Prod, ranks), 1);
+            assert_eq!(redop(ReduceOp::Max, ranks), 2);
+            assert_eq!(redop(ReduceOp::Min, ranks), 3);
+        }
+        assert_eq!(redop(ReduceOp::Avg, 2), 4);
+        assert_eq!(redop(ReduceOp::Avg, 4), 4);
+    }
+
+    #[test]
+    fn a_mean_on_one_rank_is_asked_for_as_a_sum() {
+        assert_eq!(redop(ReduceOp::Avg, 1), sys::ncclSum);
     }
 }
