@@ -114,6 +114,9 @@ thread_local! {
     /// One communicator of each backend for the whole run (made collectively by the first test that
     /// needs it, on every rank).
     static CUDA: OnceCell<MpiCudaComm> = const { OnceCell::new() };
+    /// One that hands every call to the MPI's device path (reductions and pool memory included),
+    /// so both paths of the backend run the whole suite.
+    static CUDA_DEVICE: OnceCell<MpiCudaComm> = const { OnceCell::new() };
     static STAGED: OnceCell<MpiStagedComm> = const { OnceCell::new() };
 }
 
@@ -141,6 +144,116 @@ fn with_cuda(t: &T, body: impl FnOnce(&MpiCudaComm)) {
             body(c)
         }
     })
+}
+
+/// An `MpiCudaComm` with every call on the MPI's device path.
+fn device_paths(t: &T) -> collectives::Result<MpiCudaComm> {
+    MpiCudaComm::builder(t.comm)
+        .device_reductions(true)
+        .device_pool_memory(true)
+        .build()
+}
+
+fn with_cuda_device(t: &T, body: impl FnOnce(&MpiCudaComm)) {
+    with_cuda(t, |_| {
+        CUDA_DEVICE.with(|cell| {
+            if cell.get().is_none() {
+                match device_paths(t) {
+                    Ok(c) => {
+                        let _ = cell.set(c.with_checked(false));
+                    }
+                    Err(e) => return t.fail(format!("MpiCudaComm with device paths: {e}")),
+                }
+            }
+            if let Some(c) = cell.get() {
+                body(c)
+            }
+        })
+    })
+}
+
+/// The bad-input catalog's communicator with every call on the device path.
+fn with_cuda_device_catalog(t: &T, checked: bool, body: &mut dyn FnMut(&MpiCudaComm)) {
+    if checked {
+        with_cuda(t, |_| match device_paths(t) {
+            Ok(c) => body(&c.with_checked(true)),
+            Err(e) => t.fail(format!("construction: {e}")),
+        })
+    } else {
+        with_cuda_device(t, |c| body(c))
+    }
+}
+
+/// The per-call record names the path each call took: a reduction and a call on pool memory
+/// through host memory (with why), a call on `cuMemAlloc` memory on the device path; with the
+/// device paths chosen, all three on the device path.
+fn paths_in_the_record(t: &T) {
+    use collectives::record;
+    let run = |c: &MpiCudaComm| -> Vec<record::Entry> {
+        let n = 1000;
+        let (Ok(send), Ok(mut recv)) = (
+            IpcBuffer::upload(c.stream(), &vec![1.0f32; n]),
+            IpcBuffer::<f32>::zeros(c.stream(), n),
+        ) else {
+            t.fail("IpcBuffer allocation".into());
+            return Vec::new();
+        };
+        let pooled = c.up(&vec![2.0f32; 3 * n]);
+        let mut pooled_recv = c.up(&vec![0.0f32; 3 * n]);
+        let (next, prev) = (
+            (c.rank() + 1) % c.size(),
+            (c.rank() + c.size() - 1) % c.size(),
+        );
+        record::set_enabled(true);
+        record::reset();
+        t.ok(c.all_reduce(&send, &mut recv, ReduceOp::Sum), "all_reduce");
+        t.ok(c.send_recv(&send, next, &mut recv, prev, 3), "send_recv");
+        t.ok(
+            c.send_recv(&pooled, next, &mut pooled_recv, prev, 4),
+            "send_recv of pool memory",
+        );
+        let entries = record::snapshot();
+        record::set_enabled(false);
+        entries
+    };
+    let path = |entries: &[record::Entry], op: &str, bytes: usize| {
+        entries
+            .iter()
+            .find(|e| e.op == op && e.bytes == bytes)
+            .map(|e| (e.path, e.staged))
+    };
+    with_cuda(t, |c| {
+        let e = run(c);
+        t.eq(
+            &path(&e, "all_reduce", 4000),
+            &Some(("through-host (reduction)", true)),
+            "an all-reduce's path",
+        );
+        t.eq(
+            &path(&e, "send_recv", 4000),
+            &Some(("device-pointers", false)),
+            "a send_recv of cuMemAlloc memory",
+        );
+        t.eq(
+            &path(&e, "send_recv", 12000),
+            &Some(("through-host (pool memory)", true)),
+            "a send_recv of pool memory",
+        );
+    });
+    with_cuda_device(t, |c| {
+        let e = run(c);
+        for (op, bytes) in [
+            ("all_reduce", 4000),
+            ("send_recv", 4000),
+            ("send_recv", 12000),
+        ] {
+            t.eq(
+                &path(&e, op, bytes),
+                &Some(("device-pointers", false)),
+                &format!("{op} of {bytes} bytes with the device paths chosen"),
+            );
+        }
+    });
 }
 
 fn with_staged(t: &T, body: impl FnOnce(&MpiStagedComm)) {
@@ -509,6 +622,14 @@ fn main() {
             ipc_buffers_cuda,
             with_cuda_catalog
         ));
+        cases.extend(backend_cases!(
+            "mpi_cuda_device",
+            with_cuda_device,
+            MpiCudaComm,
+            ipc_buffers_cuda,
+            with_cuda_device_catalog
+        ));
+        cases.push(case("mpi_cuda_paths_in_the_record", paths_in_the_record));
         cases.push(case("mpi_cuda_wrapped_suite", |t| {
             with_wrapped_cuda(t, |c| wrapped_suite(t, c))
         }));

@@ -22,6 +22,8 @@
 #   sone     every nccl_* step of the GPU suite on 1-4 ranks with COLLECTIVES_ONE_SHOT_MAX_BYTES=32768
 #   ibench   the interposer's benchmark (run-interpose.sh --bench)
 #   prof     Nsight Systems over examples/12_nccl_one_shot on 2 ranks: where a blocking call's time goes
+#   cudampi  cuda_mpi_collectives on 2 ranks under the system Open MPI and the CUDA-aware one (both
+#            paths of the CUDA-aware backend: routed per call, and every call on the device)
 #   exit     nccl_collectives on 2 ranks (GPUs 0,1) at a 300 s limit, every line time-stamped; from its
 #            summary on, every 3 s, each rank's threads (name, state, kernel wait channel, syscall)
 #            and, where gdb exists, their stacks; the same for the five catalog cases run alone
@@ -113,6 +115,15 @@ for part in "$@"; do
         } > "$out/prof.txt" 2>&1
         grep -E "^\\$|cuLaunch|cuEvent|cuStream|one_shot|Time \(%\)|ncclDevKernel" "$out/prof.txt" | head -60
       fi ;;
+    cudampi)
+      source .gpu-box/env.sh >/dev/null 2>&1
+      t=$(ls $T/cuda_mpi_collectives-* | grep -v '\.xz$' | head -1)
+      { echo "\$ mpirun -n 2 cuda_mpi_collectives"
+        timeout 150 mpirun -n 2 -x COLLECTIVES_EXPECT_CUDA_AWARE=0 $t 2>&1 | grep -v "^test .* ok$"
+        echo "\$ cuda_mpirun -n 2 cuda_mpi_collectives"
+        timeout 150 /opt/ompi-cuda/bin/mpirun -n 2 -x LD_LIBRARY_PATH -x COLLECTIVES_EXPECT_CUDA_AWARE=1 $t 2>&1 | grep -v "^test .* ok$"
+      } > "$out/cuda-mpi-tests.txt" 2>&1
+      grep -E "^\\$|mpi-tests|FAIL|rank [0-9]" "$out/cuda-mpi-tests.txt" | head -40 ;;
     exit)
       stamp() { while IFS= read -r l; do printf '%(%T)T %s\n' -1 "$l"; done; }
       threads() { for p in $(pgrep -f "$T/nccl_collectives-" | grep -v "^$$\$"); do

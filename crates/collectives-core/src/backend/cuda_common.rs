@@ -21,7 +21,7 @@ use cudarc::driver::{
     result, CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, PinnedHostSlice,
 };
 
-use crate::backend::mpi_host::collectives::Started;
+use crate::backend::mpi_host::collectives::{Blocking, Started};
 use crate::backend::mpi_host::request::{MpiPending, Region};
 use crate::backend::mpi_host::MpiComm;
 use crate::comm::Communicator;
@@ -512,6 +512,40 @@ impl<'s> ThroughHost<'s> {
             Ok(Some(h))
         };
         Ok([stage(read, hs, true)?, stage(written, hr, reads)?])
+    }
+
+    /// Run `op` (of `shape`, on device buffers `read` and `written`) through the pinned buffers
+    /// `leases` (in the order of [`Op::buffers`]), blocking: copy in what the operation reads, make
+    /// the host MPI's blocking call on the pinned buffers ([`MpiComm::call`]), copy the written
+    /// buffer back. An `Avg` is the caller's to finish (it runs as `Sum` here).
+    ///
+    /// # Errors
+    /// A missing lease; [`Error::Cuda`] from the copies; the call's errors.
+    pub(crate) fn run<T: Element>(
+        &self,
+        name: &'static str,
+        shape: &Op<(), (), &[usize]>,
+        read: Option<&Dev<'_, T>>,
+        written: Option<&mut DevMut<'_, T>>,
+        n: usize,
+        leases: Leases<'_, T>,
+    ) -> Result<()> {
+        let (_, writes) = shape.written_on(self.host.rank());
+        let written_in = written.as_deref().map(|d| -> &Dev<'_, T> { d });
+        let [hs, mut hr] = self.stage_inputs(name, shape, read, written_in, leases)?;
+        let len = hr.as_ref().map_or(0, |h| h.host().len());
+        let regions = (*shape).fill(
+            hs.as_ref().map(|h| Region::send(h.host())),
+            hr.as_mut()
+                .map(|h| Region::written(shape.in_out(), h.host_mut())),
+        );
+        // SAFETY: the regions are pinned host buffers sized for the checked counts, held until
+        // the blocking call returns.
+        unsafe { self.host.call::<T, Blocking>(name, regions, n, len) }?;
+        match (hr, written) {
+            (Some(h), Some(dev)) if writes => stage_out(name, self.stream, h.host(), dev),
+            _ => Ok(()),
+        }
     }
 
     /// Start `op` (on device buffers) through the pinned buffers `leases` the front end took for

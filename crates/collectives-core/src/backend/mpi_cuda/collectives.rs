@@ -8,10 +8,10 @@
 //! is the staged communicator's raw operation (its pinned buffers leased by [`Backend::stage`]), and
 //! where the MPI's non-blocking collectives take no device buffers those stage through pinned host
 //! memory too.
-
 use super::comm::MpiCudaComm;
 use super::raw::{dptr, dptr_mut};
 use super::request::CudaPending;
+use super::route::{self, Why};
 use crate::backend::cuda_common::{self, Leases, ThroughHost};
 use crate::backend::mpi_device;
 use crate::backend::mpi_host::collectives::{Blocking, Started};
@@ -49,6 +49,21 @@ impl MpiCudaComm {
             host: &self.mpi,
             stream: &self.stream,
         }
+    }
+
+    /// Why a call of `shape` on `read` and `written` goes through host memory, if it does
+    /// ([`route`]).
+    fn through_host_because<T: Element, C>(
+        &self,
+        shape: &crate::operation::Op<(), (), C>,
+        read: Option<&Dev<'_, T>>,
+        written: Option<&Dev<'_, T>>,
+    ) -> Option<Why> {
+        let pooled =
+            |b: &Dev<'_, T>| !b.is_empty() && route::from_pool(b.device_ptr(&self.stream).0);
+        self.paths.through_host(shape.reduce_op().is_some(), || {
+            read.is_some_and(pooled) || written.is_some_and(pooled)
+        })
     }
 
     /// The device addresses of `op`'s buffers as regions, taken on the communicator's stream
@@ -99,15 +114,14 @@ impl Backend for MpiCudaComm {
         &self.mpi
     }
 
-    /// Under a deadline the staged path; a non-blocking collective where the MPI's take no device
-    /// buffers, through pinned host memory; otherwise device pointers handed to MPI.
-    fn record_path(&self, _op: OpKind, start: Start, _bytes: usize) -> record::Path {
+    /// Under a deadline the staged path; otherwise the path the call took: through pinned host
+    /// memory (a non-blocking collective where the MPI's take no device buffers, and the calls
+    /// [`route`] sends there, with why) or device pointers handed to MPI.
+    fn record_path(&self, _op: OpKind, _start: Start, _bytes: usize) -> record::Path {
         if self.staged.is_some() {
             record::Path::staged("staged")
-        } else if start == Start::Collective && !self.nbc_on_device {
-            record::Path::staged("through-host")
         } else {
-            record::Path::direct("device-pointers")
+            self.last.get()
         }
     }
 
@@ -174,6 +188,17 @@ impl Backend for MpiCudaComm {
         let s = name.as_str();
         let shape = op.shape();
         let (read, written) = op.buffers_mut();
+        let written_in = written.as_ref().map(|d| -> &Dev<'_, T> { &***d });
+        if let Some(why) = self.through_host_because(&shape, read.copied(), written_in) {
+            self.last.set(why.path());
+            let lens = [read.map(|b| b.len()), written_in.map(|b| b.len())];
+            let staging = cuda_common::pin(&self.pool, s, lens)?;
+            let written = written.map(|w| &mut **w);
+            return self
+                .through_host()
+                .run(s, &shape, read.copied(), written, n, staging);
+        }
+        self.last.set(route::DEVICE);
         self.on_device(s, read.copied(), written.map(|w| &mut **w), |r, w, len| {
             // SAFETY: device addresses of buffers sized for the checked counts, their producers
             // complete (synchronized), borrowed until the call returns; a CUDA-aware MPI, and no
@@ -196,9 +221,21 @@ impl Backend for MpiCudaComm {
         }
         let s = name.as_str();
         if staging.iter().any(Option::is_some) {
+            self.last.set(record::Path::staged("through-host"));
             let pending = self.through_host().start(s, op, n, average, staging)?;
             return Ok(scope.register(Box::new(pending)));
         }
+        let shape = op.shape();
+        let (read, written) = op.buffers();
+        let written_in = written.map(|d| -> &Dev<'_, T> { &**d });
+        if let Some(why) = self.through_host_because(&shape, read.copied(), written_in) {
+            self.last.set(why.path());
+            let lens = [read.map(|b| b.len()), written_in.map(|b| b.len())];
+            let staging = cuda_common::pin(&self.pool, s, lens)?;
+            let pending = self.through_host().start(s, op, n, average, staging)?;
+            return Ok(scope.register(Box::new(pending)));
+        }
+        self.last.set(route::DEVICE);
         let (shape, read, mut written) = op.split();
         let inner = self.on_device(s, read, written.as_deref_mut(), |r, w, len| {
             // SAFETY: device addresses of buffers sized for the checked counts, their producers

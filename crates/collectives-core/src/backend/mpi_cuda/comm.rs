@@ -1,11 +1,13 @@
 //! [`MpiCudaComm`]: construction (with the CUDA-awareness verdict agreed on by every rank), streams,
 //! teardown; and the device choice shared with the staged backend.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaStream};
 
+use super::route::{self, DevicePaths};
 use crate::backend::cuda_common::{
     self, agree_setup, env_bytes, local_stream, Pool, DEFAULT_POOL_BYTES, POOL_ENV,
 };
@@ -16,6 +18,7 @@ use crate::cuda_aware::{self, CudaAwareness, Vendor};
 use crate::error::{Error, Result};
 use crate::memory::DevMut;
 use crate::op::{BackendKind, ReduceOp};
+use crate::record;
 
 /// A communicator of the CUDA-aware MPI backend: collectives on device memory (`CudaSlice<T>`
 /// buffers) handed to MPI as device pointers. See the [module documentation](super).
@@ -43,6 +46,10 @@ pub struct MpiCudaComm {
     pub(super) pool: Pool,
     /// Under a deadline, the path every operation takes (see the module documentation).
     pub(super) staged: Option<Box<MpiStagedComm>>,
+    /// Without one, what goes on the MPI's device path ([`super::route`]).
+    pub(super) paths: DevicePaths,
+    /// The path the last call took, for the per-call record.
+    pub(super) last: Cell<record::Path>,
 }
 
 impl DeviceCommunicator for MpiCudaComm {
@@ -75,6 +82,7 @@ impl fmt::Debug for MpiCudaComm {
             .field("checked", &self.mpi.checked())
             .field("forced", &self.forced)
             .field("nbc_on_device", &self.nbc_on_device)
+            .field("paths", &self.paths)
             .field("timeout", &self.mpi.timeout())
             .finish_non_exhaustive()
     }
@@ -95,6 +103,7 @@ pub struct MpiCudaBuilder<'m> {
     place: Place,
     force: bool,
     nbc_on_device: Option<bool>,
+    paths: DevicePaths,
 }
 
 /// Whether the non-blocking collectives of an MPI of this family take device buffers. Open MPI's
@@ -136,6 +145,27 @@ impl MpiCudaBuilder<'_> {
         self
     }
 
+    /// Hand reductions (`all_reduce`, `reduce`, `reduce_scatter` and their forms) on device
+    /// buffers to the MPI (`true`), instead of running the same MPI call on pinned host copies
+    /// (`false`, the default: Open MPI reduces device buffers on the host, and lost to the copies
+    /// at every size measured, docs/PERFORMANCE.md). For an MPI that reduces on the GPU.
+    /// Each rank's own choice (both paths make the same MPI call).
+    pub fn device_reductions(mut self, on: bool) -> Self {
+        self.paths.reductions = on;
+        self
+    }
+
+    /// Hand buffers from CUDA's stream-ordered pool (cudarc's allocations, where the device has
+    /// pools) to the MPI (`true`), instead of running the call on pinned host copies (`false`,
+    /// the default: the MPI's shared-memory transport cannot map pool memory into its peer and
+    /// took about 1.2 ms a call, docs/PERFORMANCE.md). Buffers from `cuMemAlloc`
+    /// ([`IpcBuffer`](super::IpcBuffer)) go to the MPI either way. For an MPI that maps pool
+    /// memory. Each rank's own choice.
+    pub fn device_pool_memory(mut self, on: bool) -> Self {
+        self.paths.pool_memory = on;
+        self
+    }
+
     /// Make the communicator. Collective over the MPI communicator.
     ///
     /// # Errors
@@ -169,6 +199,8 @@ impl MpiCudaBuilder<'_> {
             nbc_on_device: self
                 .nbc_on_device
                 .unwrap_or_else(|| nonblocking_collectives_on_device(vendor)),
+            paths: self.paths,
+            last: Cell::new(route::DEVICE),
         })
     }
 }
@@ -242,6 +274,10 @@ impl MpiCudaComm {
             place: Place::Device(None),
             force: false,
             nbc_on_device: None,
+            paths: DevicePaths {
+                reductions: false,
+                pool_memory: false,
+            },
         }
     }
 
@@ -254,6 +290,18 @@ impl MpiCudaComm {
     /// host memory); see [`MpiCudaBuilder::device_nonblocking_collectives`].
     pub fn device_nonblocking_collectives(&self) -> bool {
         self.nbc_on_device
+    }
+
+    /// Whether reductions on device buffers go to the MPI; see
+    /// [`MpiCudaBuilder::device_reductions`].
+    pub fn device_reductions(&self) -> bool {
+        self.paths.reductions
+    }
+
+    /// Whether buffers from a stream-ordered pool go to the MPI; see
+    /// [`MpiCudaBuilder::device_pool_memory`].
+    pub fn device_pool_memory(&self) -> bool {
+        self.paths.pool_memory
     }
 
     /// Switch checked mode on or off (overrides `COLLECTIVES_CHECK`, whose default is on in debug
@@ -328,6 +376,8 @@ impl MpiCudaComm {
             stream: self.stream.clone(),
             forced: self.forced,
             nbc_on_device: self.nbc_on_device,
+            paths: self.paths,
+            last: Cell::new(route::DEVICE),
             pool: Pool::new(self.ctx.clone(), self.pool.limit()),
         })
     }
