@@ -206,6 +206,27 @@ impl Error {
             message: e.to_string(),
         }
     }
+
+    /// `Ok` where the driver call `what` of `op` returned `rc == CUDA_SUCCESS`, else
+    /// [`Error::Cuda`] naming the call and the code (feature `cuda`). For raw driver calls.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] for any other `rc`.
+    #[cfg(feature = "cuda")]
+    pub fn check_cuda(
+        op: &'static str,
+        what: &str,
+        rc: cudarc::driver::sys::CUresult,
+    ) -> Result<()> {
+        if rc == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(Error::Cuda {
+                op,
+                message: format!("{what} failed: {rc:?}"),
+            })
+        }
+    }
 }
 
 /// A missing libnccl or NCCL entry point (from [`nccl_sys::library`] or `nccl_sys::nccl_fn!`) is

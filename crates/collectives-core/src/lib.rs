@@ -47,6 +47,8 @@ pub mod device;
 pub mod element;
 pub mod error;
 mod frontend;
+#[cfg(feature = "cuda")]
+pub mod ipc;
 pub mod memory;
 pub mod netif;
 #[cfg(feature = "cuda")]

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use collectives_core::deadline::{self, Polled};
+use collectives_core::ipc::{self, DeviceAlloc, Mapping, HANDLE_WORDS};
 use collectives_core::{Communicator, DeviceCommunicator, Error, NcclComm, ReduceOp, Result};
 use cudarc::driver::sys::{self as cu, CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaStream};
@@ -54,118 +55,6 @@ impl HaloTransport {
             HaloTransport::Nccl => "nccl",
         }
     }
-}
-
-fn check(op: &'static str, what: &str, rc: CUresult) -> Result<()> {
-    if rc == CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::Cuda {
-            op,
-            message: format!("{what} failed: {rc:?}"),
-        })
-    }
-}
-
-/// Device memory from `cuMemAlloc` (which, unlike pool allocations, CUDA IPC can export).
-struct DeviceAlloc {
-    ptr: u64,
-    bytes: usize,
-}
-
-impl DeviceAlloc {
-    fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self> {
-        ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
-        let mut ptr: cu::CUdeviceptr = 0;
-        // SAFETY: valid out-pointer; the context is current on this thread.
-        check(OP, "cuMemAlloc", unsafe {
-            cu::cuMemAlloc_v2(&mut ptr, bytes.max(1))
-        })?;
-        let alloc = Self {
-            ptr,
-            bytes: bytes.max(1),
-        };
-        // SAFETY: `ptr` is the start of `alloc.bytes` bytes just allocated.
-        check(OP, "cuMemsetD8", unsafe {
-            cu::cuMemsetD8_v2(ptr, 0, alloc.bytes)
-        })?;
-        // The memset runs on the legacy stream; nothing may use the memory before it is done.
-        ctx.synchronize().map_err(|e| Error::cuda(OP, e))?;
-        Ok(alloc)
-    }
-
-    fn handle(&self) -> Result<cu::CUipcMemHandle> {
-        // SAFETY: the handle is plain bytes, overwritten by the call.
-        let mut h: cu::CUipcMemHandle = unsafe { std::mem::zeroed() };
-        // SAFETY: `ptr` is the base of a live cuMemAlloc allocation.
-        check(OP, "cuIpcGetMemHandle", unsafe {
-            cu::cuIpcGetMemHandle(&mut h, self.ptr)
-        })?;
-        Ok(h)
-    }
-}
-
-impl Drop for DeviceAlloc {
-    fn drop(&mut self) {
-        // SAFETY: allocated by cuMemAlloc and freed once; PeerLinks's drop leaks the allocation
-        // instead of freeing it when a peer may still use it.
-        let _ = unsafe { cu::cuMemFree_v2(self.ptr) };
-    }
-}
-
-/// Another process's allocation mapped into this one (`cuIpcOpenMemHandle`).
-struct Mapping {
-    ptr: u64,
-}
-
-impl Mapping {
-    fn open(words: &[u64]) -> Result<Self> {
-        let h = words_handle(words);
-        let mut ptr: cu::CUdeviceptr = 0;
-        // SAFETY: a handle exported by another rank of this node with cuIpcGetMemHandle; valid
-        // out-pointer; the exchange's context is current.
-        check(OP, "cuIpcOpenMemHandle", unsafe {
-            cu::cuIpcOpenMemHandle_v2(
-                &mut ptr,
-                h,
-                cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint,
-            )
-        })?;
-        Ok(Self { ptr })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: opened by cuIpcOpenMemHandle and closed once, after this rank's launches that
-        // use it are done (PeerLinks's drop waits for them).
-        let _ = unsafe { cu::cuIpcCloseMemHandle(self.ptr) };
-    }
-}
-
-const HANDLE_WORDS: usize = 8;
-
-fn handle_words(h: &cu::CUipcMemHandle) -> [u64; HANDLE_WORDS] {
-    let mut out = [0u64; HANDLE_WORDS];
-    for (i, w) in out.iter_mut().enumerate() {
-        let mut b = [0u8; 8];
-        for (j, x) in b.iter_mut().enumerate() {
-            *x = h.reserved[8 * i + j] as u8;
-        }
-        *w = u64::from_le_bytes(b);
-    }
-    out
-}
-
-fn words_handle(words: &[u64]) -> cu::CUipcMemHandle {
-    // SAFETY: the handle is plain bytes.
-    let mut h: cu::CUipcMemHandle = unsafe { std::mem::zeroed() };
-    for (i, w) in words.iter().take(HANDLE_WORDS).enumerate() {
-        for (j, b) in w.to_le_bytes().into_iter().enumerate() {
-            h.reserved[8 * i + j] = b as _;
-        }
-    }
-    h
 }
 
 /// A neighbour this rank pulls from.
@@ -208,38 +97,9 @@ pub(crate) struct PeerLinks {
 /// What every rank of a node tells the others, as words.
 const INFO_WORDS: usize = 4 + 2 * HANDLE_WORDS;
 
-fn uuid_words(u: &cu::CUuuid) -> [u64; 2] {
-    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
-    let lo = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
-    let hi = u64::from_le_bytes(b[8..16].try_into().unwrap_or([0; 8]));
-    [lo, hi]
-}
-
 /// Whether this rank's GPU reaches the GPU with `uuid` (the same GPU, or peer access).
 fn reaches(ctx: &Arc<CudaContext>, mine: [u64; 2], uuid: [u64; 2]) -> bool {
-    if uuid == mine {
-        return true;
-    }
-    let count = CudaContext::device_count().unwrap_or(0);
-    for ordinal in 0..count {
-        let Ok(dev) = cudarc::driver::result::device::get(ordinal) else {
-            continue;
-        };
-        // SAFETY: the uuid is plain bytes, overwritten by the call.
-        let mut u: cu::CUuuid = unsafe { std::mem::zeroed() };
-        // SAFETY: valid out-pointer and device handle.
-        if unsafe { cu::cuDeviceGetUuid_v2(&mut u, dev) } != CUresult::CUDA_SUCCESS {
-            continue;
-        }
-        if uuid_words(&u) != uuid {
-            continue;
-        }
-        let mut can = 0;
-        // SAFETY: valid out-pointer and device handles.
-        let rc = unsafe { cu::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), dev) };
-        return rc == CUresult::CUDA_SUCCESS && can == 1;
-    }
-    false
+    uuid == mine || ipc::peer_access(ctx, uuid) == Some(true)
 }
 
 impl PeerLinks {
@@ -262,8 +122,8 @@ impl PeerLinks {
     ) -> Result<Self> {
         let ctx = comm.context().clone();
         let (rank, size, chunks) = (comm.rank(), comm.size(), plan.chunks());
-        let send = DeviceAlloc::zeroed(&ctx, plan.send_bytes() as usize)?;
-        let inbox = DeviceAlloc::zeroed(&ctx, size * (chunks + 1) * 8)?;
+        let send = DeviceAlloc::zeroed(OP, &ctx, plan.send_bytes() as usize)?;
+        let inbox = DeviceAlloc::zeroed(OP, &ctx, size * (chunks + 1) * 8)?;
         let mut links = Self {
             ctx: ctx.clone(),
             rank,
@@ -278,7 +138,7 @@ impl PeerLinks {
             deadline: comm.timeout(),
         };
         let node = comm.mpi().split_shared()?;
-        let uuid = ctx.uuid().map(|u| uuid_words(&u)).unwrap_or([0, 0]);
+        let uuid = ctx.uuid().map(|u| ipc::uuid_words(&u)).unwrap_or([0, 0]);
         let memops = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)
             .unwrap_or(0)
@@ -293,12 +153,12 @@ impl PeerLinks {
             let handles = links
                 .send
                 .as_ref()
-                .map(DeviceAlloc::handle)
-                .zip(links.inbox.as_ref().map(DeviceAlloc::handle));
+                .map(|a| a.handle_words(OP))
+                .zip(links.inbox.as_ref().map(|a| a.handle_words(OP)));
             match handles {
                 Some((Ok(s), Ok(i))) => {
-                    info[4..4 + HANDLE_WORDS].copy_from_slice(&handle_words(&s));
-                    info[4 + HANDLE_WORDS..].copy_from_slice(&handle_words(&i));
+                    info[4..4 + HANDLE_WORDS].copy_from_slice(&s);
+                    info[4 + HANDLE_WORDS..].copy_from_slice(&i);
                 }
                 _ => exported = false,
             }
@@ -351,7 +211,7 @@ impl PeerLinks {
         options: &GpuOptions,
     ) -> Result<()> {
         self.ctx.bind_to_thread().map_err(|e| Error::cuda(OP, e))?;
-        let inbox = |words: &[u64]| Mapping::open(&words[4 + HANDLE_WORDS..]);
+        let inbox = |words: &[u64]| Mapping::open(OP, &words[4 + HANDLE_WORDS..]);
         let peers: BTreeSet<usize> = plan
             .sends()
             .iter()
@@ -411,7 +271,7 @@ impl PeerLinks {
                 }
                 self.senders.push(Sender {
                     rank: peer,
-                    send: Mapping::open(&words[4..4 + HANDLE_WORDS])?,
+                    send: Mapping::open(OP, &words[4..4 + HANDLE_WORDS])?,
                     send_len: (theirs.send_bytes() as usize).max(1),
                     inbox: inbox(words)?,
                     pulls,
@@ -429,7 +289,7 @@ impl PeerLinks {
 
     /// The send buffer: its device address and length.
     pub(crate) fn send_buffer(&self) -> (u64, usize) {
-        self.send.as_ref().map_or((0, 0), |s| (s.ptr, s.bytes))
+        self.send.as_ref().map_or((0, 0), |s| (s.ptr(), s.bytes()))
     }
 
     /// Start the next exchange.
@@ -442,13 +302,13 @@ impl PeerLinks {
     }
 
     fn inbox_ptr(&self) -> u64 {
-        self.inbox.as_ref().map_or(0, |i| i.ptr)
+        self.inbox.as_ref().map_or(0, |i| i.ptr())
     }
 
     fn wait(&self, stream: &CudaStream, addr: u64, value: u64) -> Result<()> {
         // SAFETY: `addr` is an 8-byte slot of this rank's inbox (device memory that lives as
         // long as self); the stream belongs to the exchange's context.
-        check(OP, "cuStreamWaitValue64", unsafe {
+        Error::check_cuda(OP, "cuStreamWaitValue64", unsafe {
             cu::cuStreamWaitValue64_v2(
                 stream.cu_stream(),
                 addr,
@@ -462,7 +322,7 @@ impl PeerLinks {
         // SAFETY: `addr` is an 8-byte slot of a neighbour's inbox mapped into this process (it
         // lives as long as self); the default flags put a memory barrier before the write, so
         // the stream's earlier writes (a pack) or reads (a pull) are done when it lands.
-        check(OP, "cuStreamWriteValue64", unsafe {
+        Error::check_cuda(OP, "cuStreamWriteValue64", unsafe {
             cu::cuStreamWriteValue64_v2(
                 stream.cu_stream(),
                 addr,
@@ -486,7 +346,7 @@ impl PeerLinks {
     /// may pull.
     pub(crate) fn signal_ready(&self, stream: &CudaStream, k: usize) -> Result<()> {
         for r in self.receivers.iter().filter(|r| r.chunks[k]) {
-            self.write(stream, self.slot(r.inbox.ptr, self.rank, k), self.epoch)?;
+            self.write(stream, self.slot(r.inbox.ptr(), self.rank, k), self.epoch)?;
         }
         Ok(())
     }
@@ -512,7 +372,7 @@ impl PeerLinks {
             // field is the caller's, `field_bytes` bytes on this context, and the regions written
             // are this rank's ghost cells for this sender and chunk, disjoint from every other
             // launch of the exchange.
-            unsafe { p.unpack_raw(stream, s.send.ptr, s.send_len, field, field_bytes) }
+            unsafe { p.unpack_raw(stream, s.send.ptr(), s.send_len, field, field_bytes) }
                 .map_err(|e| pack_error("halo_pull", e))?;
         }
         Ok(())
@@ -523,7 +383,7 @@ impl PeerLinks {
         for s in &self.senders {
             self.write(
                 stream,
-                self.slot(s.inbox.ptr, self.rank, self.chunks),
+                self.slot(s.inbox.ptr(), self.rank, self.chunks),
                 self.epoch,
             )?;
         }
@@ -583,33 +443,6 @@ impl Drop for PeerLinks {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn handles_survive_the_trip_through_words() {
-        // SAFETY: the handle is plain bytes.
-        let mut h: cu::CUipcMemHandle = unsafe { std::mem::zeroed() };
-        for (i, b) in h.reserved.iter_mut().enumerate() {
-            // Every byte value, the high ones negative as c_char.
-            *b = (i as u8).wrapping_mul(37).wrapping_add(200) as _;
-        }
-        let words = handle_words(&h);
-        let back = words_handle(&words);
-        assert_eq!(back.reserved, h.reserved);
-        assert_ne!(words, [0; HANDLE_WORDS]);
-    }
-
-    #[test]
-    fn uuids_become_two_words() {
-        // SAFETY: the uuid is plain bytes.
-        let mut u: cu::CUuuid = unsafe { std::mem::zeroed() };
-        for (i, b) in u.bytes.iter_mut().enumerate() {
-            *b = (i as u8 + 0xf0) as _;
-        }
-        let [lo, hi] = uuid_words(&u);
-        assert_eq!(lo.to_le_bytes()[0], 0xf0);
-        assert_eq!(hi.to_le_bytes()[7], 0xff);
-        assert_ne!(lo, hi);
-    }
 
     #[test]
     fn transports_have_names() {

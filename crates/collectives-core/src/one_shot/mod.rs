@@ -52,8 +52,8 @@
 //! An [`NcclComm`](crate::NcclComm) sets the path up when it is made and takes it for its small
 //! all-reduces (see [`crate::backend::nccl::one_shot`]); it can also be called directly.
 
-mod ipc;
 mod kernel;
+mod mapped;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -68,6 +68,7 @@ use crate::comm::{Communicator, DeviceCommunicator};
 use crate::deadline::{self, Polled};
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
+use crate::ipc;
 use crate::memory::{DeviceBuffer, DeviceBufferMut};
 use crate::op::ReduceOp;
 
@@ -99,7 +100,7 @@ pub struct OneShot {
     peers: Vec<ipc::Mapping>,
     /// Device array: every rank's data base, then every rank's flag base.
     table: Option<ipc::DeviceAlloc>,
-    failed: ipc::MappedWord,
+    failed: mapped::MappedWord,
     /// The event [`OneShot::synchronize`] records and polls, made once.
     sync_event: CudaEvent,
     arch: String,
@@ -200,10 +201,10 @@ impl OneShot {
             dev_attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             dev_attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?
         );
-        let setup = || -> Result<(ipc::DeviceAlloc, [u64; ipc::HANDLE_WORDS], ipc::MappedWord)> {
-            let local = ipc::DeviceAlloc::zeroed(&ctx, alloc_bytes(capacity))?;
-            let words = local.handle_words()?;
-            Ok((local, words, ipc::MappedWord::new(&ctx)?))
+        let setup = || -> Result<(ipc::DeviceAlloc, [u64; ipc::HANDLE_WORDS], mapped::MappedWord)> {
+            let local = ipc::DeviceAlloc::zeroed(OP, &ctx, alloc_bytes(capacity))?;
+            let words = local.handle_words(OP)?;
+            Ok((local, words, mapped::MappedWord::new(&ctx)?))
         };
         let made = setup();
         let ok = everyone(&mpi, made.is_ok())?;
@@ -223,8 +224,11 @@ impl OneShot {
         let opened: Result<Vec<(usize, ipc::Mapping)>> = (0..size)
             .filter(|&p| p != rank)
             .map(|p| {
-                ipc::Mapping::open(&all_words[p * ipc::HANDLE_WORDS..(p + 1) * ipc::HANDLE_WORDS])
-                    .map(|m| (p, m))
+                ipc::Mapping::open(
+                    OP,
+                    &all_words[p * ipc::HANDLE_WORDS..(p + 1) * ipc::HANDLE_WORDS],
+                )
+                .map(|m| (p, m))
             })
             .collect();
         let ok = everyone(&mpi, opened.is_ok())?;
@@ -238,17 +242,17 @@ impl OneShot {
             }
         };
         let mut bases = vec![0u64; size];
-        bases[rank] = local.ptr;
+        bases[rank] = local.ptr();
         for (p, m) in &opened {
-            bases[*p] = m.ptr;
+            bases[*p] = m.ptr();
         }
         let mut table_host: Vec<u64> = bases.clone();
         table_host.extend(bases.iter().map(|b| b + flags_offset(capacity) as u64));
-        let table = ipc::DeviceAlloc::zeroed(&ctx, table_host.len() * 8)?;
+        let table = ipc::DeviceAlloc::zeroed(OP, &ctx, table_host.len() * 8)?;
         // SAFETY: `table` holds `table_host.len()` u64 words; the copy is synchronous.
         let rc = unsafe {
             cudarc::driver::sys::cuMemcpyHtoD_v2(
-                table.ptr,
+                table.ptr(),
                 table_host.as_ptr().cast(),
                 table_host.len() * 8,
             )
@@ -433,10 +437,10 @@ impl OneShot {
         let f = self.function(T::WIRE.dtype, op)?;
         let n = (len * T::WIRE.lanes) as u64;
         let slot_elems = (self.capacity / T::WIRE.dtype.size()) as u64;
-        let table = self.table.as_ref().map_or(0, |t| t.ptr);
+        let table = self.table.as_ref().map_or(0, |t| t.ptr());
         let flags = table + 8 * self.size as u64;
         let counters =
-            self.local.as_ref().map_or(0, |l| l.ptr) + counters_offset(self.capacity) as u64;
+            self.local.as_ref().map_or(0, |l| l.ptr()) + counters_offset(self.capacity) as u64;
         let (rank, size) = (self.rank as u32, self.size as u32);
         let timeout_ns = u64::try_from(self.timeout.get().as_nanos()).unwrap_or(u64::MAX);
         let cfg = LaunchConfig {
