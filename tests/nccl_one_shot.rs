@@ -453,6 +453,92 @@ fn inside_all_reduce(t: &T) {
     t.ok(comm.finalize(), "finalize");
 }
 
+/// A persistent plan that captures a CUDA graph declines the path, and says so with a typed
+/// reason; the plan's runs are right, and the next blocking all-reduce takes the path again.
+fn declined_inside_a_graph(t: &T) {
+    use collectives::backend::nccl::one_shot::{Declined, MAX_BYTES_ENV, MEASURED_MAX_BYTES};
+    let given = std::env::var(MAX_BYTES_ENV).ok();
+    if given.is_none() {
+        std::env::set_var(MAX_BYTES_ENV, MEASURED_MAX_BYTES.to_string());
+    }
+    let made = NcclComm::from_mpi(t.comm, None);
+    if given.is_none() {
+        std::env::remove_var(MAX_BYTES_ENV);
+    }
+    let Some(comm) = t.ok(made, "NcclComm::from_mpi") else {
+        return;
+    };
+    if comm.one_shot_max_bytes() == 0 {
+        if t.rank() == 0 {
+            println!("  one-shot not offered: {:?}", comm.one_shot_refusal());
+        }
+        return;
+    }
+    let (rank, size) = (comm.rank(), comm.size());
+    let n = 64;
+    let input = |k: usize| -> Vec<f32> { (0..n).map(|i| (rank * n + i + k) as f32).collect() };
+    let want = |k: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| (0..size).map(|r| (r * n + i + k) as f32).sum())
+            .collect()
+    };
+    let stream = comm.stream().clone();
+    let (Some(mut send), Some(mut recv)) = (
+        t.ok(device::upload(&stream, &input(0)), "upload"),
+        t.ok(device::alloc_zeros::<f32>(&stream, n), "alloc"),
+    ) else {
+        return;
+    };
+    t.ok(
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum),
+        "all_reduce",
+    );
+    t.ok(comm.synchronize(), "synchronize");
+    t.eq(
+        &comm.one_shot_declined(),
+        &None,
+        "a blocking all-reduce takes the path",
+    );
+    let r = collectives::scope(|s| {
+        let Some(mut plan) = t.ok(
+            comm.all_reduce_init(s, &mut send, &mut recv, ReduceOp::Sum),
+            "all_reduce_init",
+        ) else {
+            return;
+        };
+        t.eq(
+            &comm.one_shot_declined(),
+            &Some(Declined::CapturingGraph),
+            "the plan's capture into a graph",
+        );
+        for k in 1..4 {
+            let run = (|| -> collectives::Result<()> {
+                device::copy_to_device(&stream, &input(k), plan.send_mut()?)?;
+                plan.start()?;
+                plan.wait()?;
+                let got = device::download(&stream, plan.recv()?)?;
+                t.eq(&got, &want(k), &format!("the plan's run {k}"));
+                Ok(())
+            })();
+            t.ok(run, &format!("the plan's run {k}"));
+        }
+    });
+    t.ok(r, "scope");
+    t.ok(
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum),
+        "all_reduce after the plan",
+    );
+    t.ok(comm.synchronize(), "synchronize");
+    t.eq(
+        &comm.one_shot_declined(),
+        &None,
+        "the path again after the plan",
+    );
+    let got = t.ok(device::download(&stream, &recv), "download");
+    t.eq(&got, &Some(want(3)), "the all-reduce after the plan");
+    t.ok(comm.finalize(), "finalize");
+}
+
 fn main() {
     if !cuda_driver_present() || collectives::nccl_sys::library().is_err() {
         println!("nccl_one_shot: needs a CUDA driver and libnccl; skipped");
@@ -529,6 +615,7 @@ fn main() {
             })
         }),
         case("one_shot_inside_the_library_all_reduce", inside_all_reduce),
+        case("one_shot_declined_inside_a_graph", declined_inside_a_graph),
         case("one_shot_back_to_back", move |t| {
             with_path(t, long, |c, p| back_to_back(t, c, p))
         }),

@@ -287,14 +287,14 @@ impl NcclComm {
         let s = send.map(|b| b.device_ptr(&self.stream));
         let (r, _r) = recv.device_ptr_mut(&self.stream);
         let src = s.as_ref().map_or(r, |(p, _)| *p);
-        if let Some(path) = self.one_shot_for::<T>(n, red) {
-            self.one_shot.last.set("one-shot");
+        let path = self.one_shot_for::<T>(n, red);
+        self.one_shot.last.set(Some(path.map(drop)));
+        if let Ok(path) = path {
             // SAFETY: both buffers hold `n` wire values (`n / lanes` elements) of `T` on this
             // communicator's device, which is the path's stream; the guards keep them ordered on
             // it until the launch has run; `src == r` is the in-place form, which the path takes.
             return unsafe { path.launch::<T>(src, r, n / T::WIRE.lanes, red) };
         }
-        self.one_shot.last.set("native");
         let f = sys::nccl_fn!(self.lib, ncclAllReduce).map_err(raw::unavailable)?;
         // SAFETY: both buffers hold `n` wire values of the datatype on this communicator's device
         // (checked); `src == dst` is NCCL's in-place form; enqueued on this communicator's stream.
@@ -445,7 +445,7 @@ impl Backend for NcclComm {
             | OpKind::AllToAllV => "grouped-p2p",
             OpKind::Barrier if start != Start::Blocking => "all-reduce",
             OpKind::Barrier => "all-reduce+synchronize",
-            OpKind::AllReduce | OpKind::AllReduceInPlace => self.one_shot.last.get(),
+            OpKind::AllReduce | OpKind::AllReduceInPlace => self.one_shot.last_path(),
             _ => "native",
         };
         record::Path::direct(name)

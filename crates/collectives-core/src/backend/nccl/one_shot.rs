@@ -29,13 +29,61 @@ pub const DEFAULT_MAX_BYTES: usize = 0;
 /// made.
 pub const MAX_BYTES_ENV: &str = "COLLECTIVES_ONE_SHOT_MAX_BYTES";
 
+/// Why an all-reduce of an NCCL communicator went through NCCL instead of the one-shot path
+/// ([`NcclComm::one_shot_declined`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Declined {
+    /// The path is not offered on this communicator, or is off
+    /// ([`NcclComm::one_shot_refusal`] says why).
+    NotOffered,
+    /// The call is larger than the limit ([`NcclComm::one_shot_max_bytes`]).
+    AboveLimit,
+    /// A persistent plan was capturing the call into a CUDA graph. The path runs on the stream
+    /// it was made on, which is not the stream a capture records on (the communicator's default
+    /// stream cannot be captured: plans capture on a stream of their own).
+    CapturingGraph,
+    /// The communicator's stream is not the one the path was made on
+    /// ([`with_stream`](crate::DeviceCommunicator::with_stream) after creation): the path's
+    /// slots are reused safely only in the order of one stream.
+    OtherStream,
+    /// The path offers no kernel for this element type and reduce operation.
+    NotForThisOperation,
+}
+
+impl Declined {
+    /// The path the per-call record names for an all-reduce declined for this reason: `native`
+    /// where the path was not asked for (off, or above the limit), `native (...)` with the reason
+    /// otherwise.
+    pub const fn record_path(self) -> &'static str {
+        match self {
+            Declined::NotOffered | Declined::AboveLimit => "native",
+            Declined::CapturingGraph => "native (one-shot declined: CUDA graph capture)",
+            Declined::OtherStream => "native (one-shot declined: another stream)",
+            Declined::NotForThisOperation => "native (one-shot declined: type or operation)",
+        }
+    }
+}
+
 /// The path of one communicator, as set up at its creation.
 #[derive(Debug)]
 pub(crate) struct OneShotSlot {
     max_bytes: usize,
     path: Result<OneShot, String>,
-    /// The path the last all-reduce took, for the per-call record.
-    pub(crate) last: Cell<&'static str>,
+    /// The path the last all-reduce took (`Ok`: the one-shot path), for the per-call record and
+    /// [`NcclComm::one_shot_declined`].
+    pub(crate) last: Cell<Option<Result<(), Declined>>>,
+}
+
+impl OneShotSlot {
+    /// The record's name of the last all-reduce's path.
+    pub(crate) fn last_path(&self) -> &'static str {
+        match self.last.get() {
+            Some(Ok(())) => "one-shot",
+            Some(Err(d)) => d.record_path(),
+            None => "native",
+        }
+    }
 }
 
 impl OneShotSlot {
@@ -44,7 +92,7 @@ impl OneShotSlot {
         Self {
             max_bytes: 0,
             path: Err(why.to_owned()),
-            last: Cell::new("native"),
+            last: Cell::new(None),
         }
     }
 
@@ -90,20 +138,37 @@ impl NcclComm {
         self.one_shot = OneShotSlot {
             max_bytes,
             path,
-            last: Cell::new("native"),
+            last: Cell::new(None),
         };
         Ok(())
     }
 
-    /// The path for an all-reduce of `n` wire values of `T` with `red`, if it takes one.
-    pub(super) fn one_shot_for<T: Element>(&self, n: usize, red: ReduceOp) -> Option<&OneShot> {
-        let path = self.one_shot.path.as_ref().ok()?;
-        let bytes = n.checked_mul(T::WIRE.dtype.size())?;
-        let takes = bytes <= self.one_shot.max_bytes
-            && self.capturing.get().is_none()
-            && Arc::ptr_eq(path.stream(), &self.stream)
-            && path.offers::<T>(red);
-        takes.then_some(path)
+    /// The path for an all-reduce of `n` wire values of `T` with `red`, or why it does not take
+    /// it.
+    pub(super) fn one_shot_for<T: Element>(
+        &self,
+        n: usize,
+        red: ReduceOp,
+    ) -> Result<&OneShot, Declined> {
+        let path = self
+            .one_shot
+            .path
+            .as_ref()
+            .map_err(|_| Declined::NotOffered)?;
+        let bytes = n.checked_mul(T::WIRE.dtype.size());
+        if !matches!(bytes, Some(b) if b <= self.one_shot.max_bytes) {
+            return Err(Declined::AboveLimit);
+        }
+        if self.capturing.get().is_some() {
+            return Err(Declined::CapturingGraph);
+        }
+        if !Arc::ptr_eq(path.stream(), &self.stream) {
+            return Err(Declined::OtherStream);
+        }
+        if !path.offers::<T>(red) {
+            return Err(Declined::NotForThisOperation);
+        }
+        Ok(path)
     }
 
     /// This communicator without the one-shot path: every all-reduce goes through NCCL.
@@ -123,6 +188,14 @@ impl NcclComm {
         } else {
             0
         }
+    }
+
+    /// Why the last all-reduce on this communicator went through NCCL instead of the one-shot
+    /// path (`None`: it took the path, or no all-reduce ran yet). A persistent plan's capture
+    /// into a CUDA graph is one such all-reduce: after `all_reduce_init` this says
+    /// [`Declined::CapturingGraph`] where the plan captured a graph.
+    pub fn one_shot_declined(&self) -> Option<Declined> {
+        self.one_shot.last.get().and_then(Result::err)
     }
 
     /// Why the one-shot path is not offered on this communicator (`None`: it is).
