@@ -371,9 +371,10 @@ fn a_rank_that_never_comes(t: &T, comm: &NcclComm, path: &OneShot) {
 
 /// Through the library's own `all_reduce`: sizes on both sides of the byte limit, out of place
 /// and in place, and the exact mean of `f64` (sum, then one division) where the path takes it.
-fn inside_all_reduce(t: &T) {
+/// An NCCL communicator that takes the path in its all-reduces: the path is chosen only when
+/// asked for, so the measured limit is asked for unless the run gives one (returned).
+fn asking_for_the_path(t: &T) -> (collectives::Result<NcclComm>, Option<String>) {
     use collectives::backend::nccl::one_shot::{MAX_BYTES_ENV, MEASURED_MAX_BYTES};
-    // The path is chosen only when asked for: ask for the measured limit unless the run says.
     let given = std::env::var(MAX_BYTES_ENV).ok();
     if given.is_none() {
         std::env::set_var(MAX_BYTES_ENV, MEASURED_MAX_BYTES.to_string());
@@ -382,6 +383,12 @@ fn inside_all_reduce(t: &T) {
     if given.is_none() {
         std::env::remove_var(MAX_BYTES_ENV);
     }
+    (made, given)
+}
+
+fn inside_all_reduce(t: &T) {
+    use collectives::backend::nccl::one_shot::MEASURED_MAX_BYTES;
+    let (made, given) = asking_for_the_path(t);
     let Some(comm) = t.ok(made, "NcclComm::from_mpi") else {
         return;
     };
@@ -456,16 +463,8 @@ fn inside_all_reduce(t: &T) {
 /// A persistent plan that captures a CUDA graph declines the path, and says so with a typed
 /// reason; the plan's runs are right, and the next blocking all-reduce takes the path again.
 fn declined_inside_a_graph(t: &T) {
-    use collectives::backend::nccl::one_shot::{Declined, MAX_BYTES_ENV, MEASURED_MAX_BYTES};
-    let given = std::env::var(MAX_BYTES_ENV).ok();
-    if given.is_none() {
-        std::env::set_var(MAX_BYTES_ENV, MEASURED_MAX_BYTES.to_string());
-    }
-    let made = NcclComm::from_mpi(t.comm, None);
-    if given.is_none() {
-        std::env::remove_var(MAX_BYTES_ENV);
-    }
-    let Some(comm) = t.ok(made, "NcclComm::from_mpi") else {
+    use collectives::backend::nccl::one_shot::Declined;
+    let Some(comm) = t.ok(asking_for_the_path(t).0, "NcclComm::from_mpi") else {
         return;
     };
     if comm.one_shot_max_bytes() == 0 {

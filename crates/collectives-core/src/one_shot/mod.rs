@@ -257,12 +257,7 @@ impl OneShot {
                 table_host.len() * 8,
             )
         };
-        if rc != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-            return Err(Error::Cuda {
-                op: OP,
-                message: format!("cuMemcpyHtoD of the pointer table failed: {rc:?}"),
-            });
-        }
+        Error::check_cuda(OP, "cuMemcpyHtoD of the pointer table", rc)?;
         let sync_event = ctx.new_event(None).map_err(|e| Error::cuda(OP, e))?;
         Ok(Offer::Ready(OneShot {
             sync_event,

@@ -11,7 +11,7 @@
 use super::comm::MpiCudaComm;
 use super::raw::{dptr, dptr_mut};
 use super::request::CudaPending;
-use super::route::{self, Why};
+use super::route;
 use crate::backend::cuda_common::{self, Leases, ThroughHost};
 use crate::backend::mpi_device;
 use crate::backend::mpi_host::collectives::{Blocking, Started};
@@ -51,19 +51,27 @@ impl MpiCudaComm {
         }
     }
 
-    /// Why a call of `shape` on `read` and `written` goes through host memory, if it does
-    /// ([`route`]).
-    fn through_host_because<T: Element, C>(
-        &self,
+    /// The path of a call of `shape` on `read` and `written` ([`route`]), noted for the record:
+    /// through host memory, with the pinned buffers leased for it, or the device path (`None`).
+    fn host_route<'c, T: Element, C>(
+        &'c self,
+        op: &'static str,
         shape: &crate::operation::Op<(), (), C>,
         read: Option<&Dev<'_, T>>,
         written: Option<&Dev<'_, T>>,
-    ) -> Option<Why> {
+    ) -> Result<Option<Leases<'c, T>>> {
         let pooled =
             |b: &Dev<'_, T>| !b.is_empty() && route::from_pool(b.device_ptr(&self.stream).0);
-        self.paths.through_host(shape.reduce_op().is_some(), || {
+        let why = self.paths.through_host(shape.reduce_op().is_some(), || {
             read.is_some_and(pooled) || written.is_some_and(pooled)
-        })
+        });
+        let Some(why) = why else {
+            self.last.set(route::DEVICE);
+            return Ok(None);
+        };
+        self.last.set(why.path());
+        let lens = [read.map(|b| b.len()), written.map(|b| b.len())];
+        cuda_common::pin(&self.pool, op, lens).map(Some)
     }
 
     /// The device addresses of `op`'s buffers as regions, taken on the communicator's stream
@@ -189,16 +197,12 @@ impl Backend for MpiCudaComm {
         let shape = op.shape();
         let (read, written) = op.buffers_mut();
         let written_in = written.as_ref().map(|d| -> &Dev<'_, T> { &***d });
-        if let Some(why) = self.through_host_because(&shape, read.copied(), written_in) {
-            self.last.set(why.path());
-            let lens = [read.map(|b| b.len()), written_in.map(|b| b.len())];
-            let staging = cuda_common::pin(&self.pool, s, lens)?;
+        if let Some(staging) = self.host_route(s, &shape, read.copied(), written_in)? {
             let written = written.map(|w| &mut **w);
             return self
                 .through_host()
                 .run(s, &shape, read.copied(), written, n, staging);
         }
-        self.last.set(route::DEVICE);
         self.on_device(s, read.copied(), written.map(|w| &mut **w), |r, w, len| {
             // SAFETY: device addresses of buffers sized for the checked counts, their producers
             // complete (synchronized), borrowed until the call returns; a CUDA-aware MPI, and no
@@ -220,22 +224,20 @@ impl Backend for MpiCudaComm {
             return staged.start(name, scope, op, n, average, staging);
         }
         let s = name.as_str();
-        if staging.iter().any(Option::is_some) {
+        // Leased by the front end: a non-blocking collective the MPI takes no device buffers in.
+        let leased = staging.iter().any(Option::is_some);
+        let host = if leased {
             self.last.set(record::Path::staged("through-host"));
+            Some(staging)
+        } else {
+            let (read, written) = op.buffers();
+            let written = written.map(|d| -> &Dev<'_, T> { &**d });
+            self.host_route(s, &op.shape(), read.copied(), written)?
+        };
+        if let Some(staging) = host {
             let pending = self.through_host().start(s, op, n, average, staging)?;
             return Ok(scope.register(Box::new(pending)));
         }
-        let shape = op.shape();
-        let (read, written) = op.buffers();
-        let written_in = written.map(|d| -> &Dev<'_, T> { &**d });
-        if let Some(why) = self.through_host_because(&shape, read.copied(), written_in) {
-            self.last.set(why.path());
-            let lens = [read.map(|b| b.len()), written_in.map(|b| b.len())];
-            let staging = cuda_common::pin(&self.pool, s, lens)?;
-            let pending = self.through_host().start(s, op, n, average, staging)?;
-            return Ok(scope.register(Box::new(pending)));
-        }
-        self.last.set(route::DEVICE);
         let (shape, read, mut written) = op.split();
         let inner = self.on_device(s, read, written.as_deref_mut(), |r, w, len| {
             // SAFETY: device addresses of buffers sized for the checked counts, their producers
