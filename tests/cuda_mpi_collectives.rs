@@ -17,6 +17,8 @@
 #![allow(clippy::useless_vec)] // buffers are vectors, as in the codes that use the library
 
 mod common;
+#[path = "common/halo.rs"]
+mod halo_check;
 
 use std::cell::OnceCell;
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use std::time::Duration;
 use collectives::backend::mpi_cuda::{cuda_unavailable, IpcBuffer};
 use collectives::cuda_aware::{self, CudaAwareness};
 use collectives::cudarc::driver::CudaSlice;
+use collectives::halo::{HaloSpec, HaloTransport, Neighbours};
 use collectives::{
     device, scope, Checked, Communicator, DeviceBuffer, DeviceBufferMut, DeviceCommunicator, Error,
     MpiCudaComm, MpiStagedComm, ReduceOp,
@@ -479,6 +482,24 @@ macro_rules! ipc_buffers {
 ipc_buffers!(ipc_buffers_cuda, MpiCudaComm);
 ipc_buffers!(ipc_buffers_staged, MpiStagedComm);
 
+/// The halo exchange (`collectives::halo`) over this backend, against the global reference:
+/// through the backend's grouped sends and receives and with CUDA IPC between ranks of a node
+/// where the GPUs allow it, 6 and 26 neighbours, radius 1 and 3, 1 and 3 chunks, a non-cubic
+/// block, exchanges repeated, and the timed exchange.
+fn halo_exchange<C: DeviceCommunicator>(t: &T, c: &C) {
+    for transport in [HaloTransport::Comm, HaloTransport::Auto] {
+        for neighbours in [Neighbours::Faces, Neighbours::All] {
+            for (radius, chunks) in [(1, 1), (3, 3)] {
+                let spec = HaloSpec::cube(6, radius, 2, neighbours).with_chunks(chunks);
+                halo_check::exchange_with(t, c, spec, transport, 2);
+            }
+        }
+        let odd = HaloSpec::new([7, 5, 3], 2, 3, Neighbours::All);
+        halo_check::exchange_with(t, c, odd, transport, 1);
+        halo_check::timed_exchange(t, c, transport);
+    }
+}
+
 /// Staged all-reduces in many chunks (the last one short), out of place and in place, sum and avg.
 fn staged_pipeline(t: &T) {
     let Ok(c) = MpiStagedComm::from_mpi(t.comm, None) else {
@@ -592,6 +613,9 @@ macro_rules! backend_cases {
             }),
             case(concat!($prefix, "_ipc_buffers"), |t| {
                 $with(t, |c| $ipc(t, c))
+            }),
+            case(concat!($prefix, "_halo_exchange"), |t| {
+                $with(t, |c| halo_exchange(t, c))
             }),
         ]);
         v.extend(catalog::cases($prefix, $catalog));

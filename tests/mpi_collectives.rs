@@ -213,6 +213,86 @@ fn non_blocking_under_a_deadline(t: &T) {
     suite::persistent::<Complex<f64>, MpiComm>(t, &d);
 }
 
+/// The grouped exchange on host memory (`MpiComm::exchange_bytes`): every rank sends every rank
+/// (itself included) a part whose length and bytes depend on both ranks, and two parts in a row to
+/// its right neighbour, which must arrive in order; checked against the bytes computed here, with
+/// and without a deadline. Parts outside their buffer or naming no rank are refused on every rank.
+fn grouped_exchange(t: &T) {
+    use collectives::{Error, ExchangePart};
+    let (rank, size) = (t.rank(), t.size());
+    let len = |from: usize, to: usize| (from * 3 + to * 5) % 7 + 1;
+    let byte = |from: usize, to: usize, k: usize| (from * 31 + to * 7 + k) as u8;
+    let right = (rank + 1) % size;
+    let left = (rank + size - 1) % size;
+    // Sends: one part per peer in rank order, then two more to the right neighbour (4 and 9 bytes).
+    let mut send = Vec::new();
+    let mut sends = Vec::new();
+    let mut put = |peer: usize, n: usize, salt: usize| {
+        sends.push(ExchangePart {
+            peer,
+            offset: send.len(),
+            len: n,
+        });
+        send.extend((0..n).map(|k| byte(rank, peer, k + salt)));
+    };
+    for peer in 0..size {
+        put(peer, len(rank, peer), 0);
+    }
+    put(right, 4, 100);
+    put(right, 9, 200);
+    // Receives, and what each must hold.
+    let mut want = Vec::new();
+    let mut recvs = Vec::new();
+    let mut expect = |peer: usize, n: usize, salt: usize| {
+        recvs.push(ExchangePart {
+            peer,
+            offset: want.len(),
+            len: n,
+        });
+        want.extend((0..n).map(|k| byte(peer, rank, k + salt)));
+    };
+    for peer in 0..size {
+        expect(peer, len(peer, rank), 0);
+    }
+    expect(left, 4, 100);
+    expect(left, 9, 200);
+    let deadline = t
+        .ok(t.comm.dup(), "dup")
+        .map(|d| d.with_timeout(Some(std::time::Duration::from_secs(60))));
+    for (name, comm) in [
+        ("no deadline", Some(t.comm)),
+        ("a deadline", deadline.as_ref()),
+    ] {
+        let Some(comm) = comm else { continue };
+        let mut recv = vec![0u8; want.len()];
+        t.ok(comm.exchange_bytes(&send, &sends, &mut recv, &recvs), name);
+        t.check(recv == want, || {
+            format!("{name}: received {recv:?}, expected {want:?}")
+        });
+    }
+    let mut recv = vec![0u8; want.len()];
+    let past = [ExchangePart {
+        peer: right,
+        offset: send.len() - 2,
+        len: 3,
+    }];
+    t.err(
+        t.comm.exchange_bytes(&send, &past, &mut recv, &[]),
+        "a part past the send buffer",
+        |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("send part 0")),
+    );
+    let nobody = [ExchangePart {
+        peer: size,
+        offset: 0,
+        len: 1,
+    }];
+    t.err(
+        t.comm.exchange_bytes(&send, &[], &mut recv, &nobody),
+        "a part from no rank",
+        |e| matches!(e, Error::InvalidArgument { msg, .. } if msg.contains("receive part 0")),
+    );
+}
+
 /// The suite's generic tests on this backend, for one element type.
 macro_rules! suite_cases {
     ($v:ty, $name:literal) => {
@@ -253,6 +333,7 @@ fn main() {
             non_blocking_under_a_deadline,
         ),
         case("barrier_split_dup", |t| suite::barrier_split_dup(t, t.comm)),
+        case("grouped_exchange", grouped_exchange),
         case("ndarray_views", ndarray_views),
         case("persistent_paths", persistent_paths),
         checked(

@@ -14,6 +14,8 @@
 #![allow(clippy::useless_vec)] // the shared suite (tests/common) builds buffers as vectors
 
 mod common;
+#[path = "common/halo.rs"]
+mod halo_check;
 
 use std::cell::OnceCell;
 
@@ -21,6 +23,7 @@ use collectives::backend::nccl::cuda_driver_present;
 use collectives::halo::{self, HaloExchange, HaloSpec, HaloTransport, Neighbours};
 use collectives::{device, Communicator, DeviceCommunicator, Error, NcclComm};
 use common::{case, Case, T};
+use halo_check::exchange_and_check;
 
 thread_local! {
     /// One NCCL communicator for the whole run (made collectively by the first test on every rank).
@@ -41,45 +44,6 @@ fn with_nccl(t: &T, body: impl FnOnce(&NcclComm)) {
             body(c)
         }
     })
-}
-
-/// One exchange of `spec` (called `times` times), compared cell by cell with the reference.
-fn exchange_and_check(t: &T, comm: &NcclComm, spec: HaloSpec, times: usize) {
-    let what = format!("{spec:?} x{times}");
-    let Some(mut ex) = t.ok(HaloExchange::new(comm, spec), &format!("{what}: new")) else {
-        return;
-    };
-    let grid = *ex.grid();
-    let rank = comm.rank();
-    let Some(init) = t.ok(halo::initial_field(&spec, &grid, rank), "initial_field") else {
-        return;
-    };
-    let Some(mut field) = t.ok(device::upload(comm.stream(), &init), "upload") else {
-        return;
-    };
-    for _ in 0..times {
-        t.ok(ex.exchange(&mut field), &format!("{what}: exchange"));
-    }
-    t.ok(comm.synchronize(), &format!("{what}: synchronize"));
-    let Some(got) = t.ok(device::download(comm.stream(), &field), "download") else {
-        return;
-    };
-    let Some(want) = t.ok(halo::expected_field(&spec, &grid, rank), "expected_field") else {
-        return;
-    };
-    let wrong: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
-    if let Some(&first) = wrong.first() {
-        t.fail(format!(
-            "{what}: rank {rank}: {} of {} cells differ; first at index {first}: got {}, expected {} \
-             (grid {:?}, plan {})",
-            wrong.len(),
-            want.len(),
-            got[first],
-            want[first],
-            grid.dims(),
-            ex.plan()
-        ));
-    }
 }
 
 fn modes_radii_quantities(t: &T) {
@@ -185,46 +149,7 @@ fn back_to_back_exchanges_see_the_latest_field(t: &T) {
 }
 
 fn timed_exchange_fills_the_same_cells(t: &T) {
-    with_nccl(t, |c| {
-        for chunks in [1, 3] {
-            let spec = HaloSpec::cube(8, 3, 2, Neighbours::All).with_chunks(chunks);
-            let Some(mut ex) = t.ok(HaloExchange::new(c, spec), "new") else {
-                return;
-            };
-            let grid = *ex.grid();
-            let rank = c.rank();
-            let (Some(init), Some(want)) = (
-                t.ok(halo::initial_field(&spec, &grid, rank), "initial_field"),
-                t.ok(halo::expected_field(&spec, &grid, rank), "expected_field"),
-            ) else {
-                return;
-            };
-            let Some(mut field) = t.ok(device::upload(c.stream(), &init), "upload") else {
-                return;
-            };
-            if let Some(times) = t.ok(ex.exchange_timed(&mut field), "exchange_timed") {
-                t.check(
-                    times.pack_ms >= 0.0
-                        && times.local_ms >= 0.0
-                        && times.transfer_ms >= 0.0
-                        && times.unpack_ms >= 0.0
-                        && times.pull_ms >= 0.0,
-                    || format!("negative times {times:?}"),
-                );
-                t.check(times.total_ms() > 0.0, || format!("zero time {times:?}"));
-                // One rank is its own neighbour everywhere: all of its time is local copies.
-                if c.size() == 1 {
-                    t.check(times.local_ms > 0.0 && ex.plan().sends().is_empty(), || {
-                        format!("one rank: {times:?}, plan {}", ex.plan())
-                    });
-                }
-            }
-            let got = t.ok(device::download(c.stream(), &field), "download");
-            t.check(got.as_ref() == Some(&want), || {
-                format!("exchange_timed, chunks {chunks}")
-            });
-        }
-    })
+    with_nccl(t, |c| halo_check::timed_exchange(t, c, HaloTransport::Auto))
 }
 
 /// Whether IPC use is required where it is possible (set on machines known to allow it).
@@ -255,12 +180,12 @@ fn transports(t: &T) {
         let (rank, size) = (c.rank(), c.size());
         let choices: [Choice; 3] = [
             ("auto", |_| HaloTransport::Auto),
-            ("nccl", |_| HaloTransport::Nccl),
+            ("nccl", |_| HaloTransport::Comm),
             ("mixed", |r| {
                 if r == 0 {
                     HaloTransport::Auto
                 } else {
-                    HaloTransport::Nccl
+                    HaloTransport::Comm
                 }
             }),
         ];

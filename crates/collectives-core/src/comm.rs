@@ -42,6 +42,8 @@ use cudarc::driver::{CudaContext, CudaStream};
 use crate::backend::mpi_host::MpiComm;
 use crate::element::Element;
 use crate::error::Result;
+#[cfg(feature = "cuda")]
+use crate::exchange::ExchangePart;
 use crate::memory::Space;
 use crate::op::{BackendKind, ReduceOp};
 use crate::persistent::Persistent;
@@ -716,4 +718,44 @@ pub trait DeviceCommunicator: Communicator {
     /// device; the errors of
     /// [`synchronize`](Self::synchronize).
     fn with_stream(self, stream: Arc<CudaStream>) -> Result<Self>;
+
+    /// The grouped exchange ([`crate::exchange`]) on device memory: send every part of `sends`
+    /// (bytes of the device buffer at address `send`) to its peer and receive every part of
+    /// `recvs` (into the device buffer at address `recv`) from its peer, ordered after the work
+    /// enqueued on `stream` so far; nothing at all when both are empty. What a halo exchange, or
+    /// any neighbourhood exchange of pieces of one packed buffer, needs of a backend.
+    ///
+    /// On NCCL the parts are one group of `ncclSend`/`ncclRecv` of `ncclUint8`, enqueued on
+    /// `stream`: it returns at once and the bytes are in place when the stream gets there. The
+    /// MPI backends wait for `stream` (MPI knows no streams) and return with the bytes in place:
+    /// [`MpiCudaComm`](crate::MpiCudaComm) on the device addresses where its MPI can take them
+    /// (not cudarc's pool memory unless
+    /// [`device_pool_memory`](crate::backend::mpi_cuda::MpiCudaBuilder::device_pool_memory);
+    /// never under a deadline), otherwise, like [`MpiStagedComm`](crate::MpiStagedComm) always,
+    /// through pinned host copies of the parts' extent.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`](crate::Error::Unavailable) when the loaded NCCL lacks
+    /// `ncclSend`/`ncclRecv`; [`Error::Nccl`](crate::Error::Nccl) (named `op`) from a send, a
+    /// receive or the group's end; on MPI, [`Error::Cuda`](crate::Error::Cuda) from the waits and
+    /// copies and the errors of [`MpiComm::exchange_bytes`] after its checks
+    /// ([`Error::Timeout`](crate::Error::Timeout) under the deadline among them).
+    ///
+    /// # Safety
+    /// Every part lies inside its buffer (`offset + len` bytes from the address at most) and
+    /// names a rank of the communicator; the buffers are device memory of this communicator's
+    /// context (or 0 where there are no parts) and stay valid, and nothing else writes the parts
+    /// (or, for receives, reads them), until the exchange completes (on NCCL: until `stream`
+    /// gets past it); `stream` is a stream of this communicator's context, ordered after whatever
+    /// produced the sent bytes; every peer posts, in an exchange of its own, the matching
+    /// receive or send of the same length.
+    unsafe fn exchange_bytes(
+        &self,
+        op: &'static str,
+        stream: &CudaStream,
+        send: u64,
+        sends: &[ExchangePart],
+        recv: u64,
+        recvs: &[ExchangePart],
+    ) -> Result<()>;
 }

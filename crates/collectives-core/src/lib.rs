@@ -9,6 +9,7 @@
 //! | [`persistent`] | persistent collectives (`*_init`): a [`Persistent`] plan started and completed many times, and the [`PlanPath`] each backend takes |
 //! | [`check`], [`checked`] | argument rules (always on; one table for every backend) and checked mode (cross-rank agreement): [`Checked`] wraps any communicator in it |
 //! | [`record`] | the per-call record (`COLLECTIVES_RECORD`): which operations ran, on which path, how large, how long |
+//! | [`exchange`](mod@exchange) | [`ExchangePart`]: the grouped exchange of byte parts every backend offers (a halo exchange's transfers) |
 //! | [`deadline`] | `COLLECTIVES_TIMEOUT` and the one polling loop that waits against a deadline |
 //! | [`backend`] | the implementations: [`MpiComm`] (MPI on host memory), `NcclComm` (NCCL on device memory, feature `nccl`, on by default) |
 //! | [`cuda_aware`] | whether the MPI library takes device pointers, with the evidence ([`CudaAwareness`]) |
@@ -46,6 +47,7 @@ pub mod deadline;
 pub mod device;
 pub mod element;
 pub mod error;
+pub mod exchange;
 mod frontend;
 #[cfg(feature = "cuda")]
 pub mod ipc;
@@ -71,7 +73,7 @@ pub use backend::mpi_host::{MpiComm, ProgressOptions, ProgressStats};
 #[cfg(feature = "cuda")]
 pub use backend::mpi_staged::MpiStagedComm;
 #[cfg(feature = "nccl")]
-pub use backend::nccl::{ExchangePart, NcclBuffer, NcclComm, RegisterMode, Registration};
+pub use backend::nccl::{NcclBuffer, NcclComm, RegisterMode, Registration};
 pub use checked::Checked;
 #[cfg(feature = "cuda")]
 pub use comm::DeviceCommunicator;
@@ -81,6 +83,7 @@ pub use cuda_aware::CudaAwareness;
 pub use cudarc;
 pub use element::{DType, Element, ElementKind, WireForm};
 pub use error::{Error, Result};
+pub use exchange::ExchangePart;
 pub use memory::{Buffer, Host, Space};
 #[cfg(feature = "cuda")]
 pub use memory::{Device, DeviceBuffer, DeviceBufferMut};

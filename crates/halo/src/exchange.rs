@@ -3,11 +3,12 @@
 use std::fmt;
 use std::sync::Arc;
 
+use collectives_core::ipc::DeviceAlloc;
 use collectives_core::{
     check, Communicator, DeviceCommunicator, Error, ExchangePart, NcclComm, ReduceOp, Result,
 };
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtrMut};
 use datatype_pack::gpu::{FusedCopier, FusedPacker, GpuOptions, GridCap};
 
 use crate::error::pack_error;
@@ -92,8 +93,8 @@ struct Sync {
 /// A halo exchange over an [`NcclComm`]: plans, compiled pack, unpack and copy kernels, the send
 /// and receive buffers, the CUDA IPC links to neighbours on the same node and four streams,
 /// made once and reused by every [`exchange`](Self::exchange). See the [module docs](super).
-pub struct HaloExchange<'c> {
-    comm: &'c NcclComm,
+pub struct HaloExchange<'c, C: DeviceCommunicator = NcclComm> {
+    comm: &'c C,
     spec: HaloSpec,
     grid: ProcessGrid,
     plan: HaloPlan,
@@ -103,7 +104,6 @@ pub struct HaloExchange<'c> {
     local: Option<FusedCopier>,
     /// The wrap copies, after every pull and unpack ([`HaloPlan::wraps`]).
     wrap: Option<FusedCopier>,
-    recv_buf: CudaSlice<u8>,
     /// Raw addresses of the buffers: the exchange orders its streams with its own events, so
     /// cudarc's per-buffer event tracking is bypassed. The send buffer belongs to `links`.
     send_ptr: u64,
@@ -123,11 +123,15 @@ pub struct HaloExchange<'c> {
     /// Around the steps of [`exchange_timed`](Self::exchange_timed).
     timing: [CudaEvent; 7],
     transport: HaloTransport,
-    /// Declared last: dropped after everything that enqueues work using its buffers.
+    /// Dropped after everything that enqueues work using its buffers.
     links: PeerLinks,
+    /// What the communicator's transfers receive, from `cuMemAlloc` so that a CUDA-aware MPI
+    /// can take its address (it cannot map cudarc's pool memory). Dropped last: `cuMemFree`
+    /// waits for the device.
+    recv_buf: DeviceAlloc,
 }
 
-impl fmt::Debug for HaloExchange<'_> {
+impl<C: DeviceCommunicator> fmt::Debug for HaloExchange<'_, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HaloExchange")
             .field("spec", &self.spec)
@@ -156,7 +160,18 @@ fn spec_words(spec: &HaloSpec) -> [u64; 10] {
     ]
 }
 
-impl<'c> HaloExchange<'c> {
+impl HaloExchange<'_> {
+    /// The kernels' options [`HaloExchange::new`] uses: the defaults with [`GridCap::Full`]. A
+    /// full grid lets blocks retire all along a launch, so NCCL's kernels (on a stream of
+    /// higher priority) get multiprocessors while a pack, copy or unpack runs; on 2xH200 it made
+    /// the pipelined exchange 3 to 25 us faster than `GridCap::Auto`'s one wave of looping
+    /// threads (docs/PERFORMANCE.md).
+    pub fn default_options() -> GpuOptions {
+        GpuOptions::default().with_grid(GridCap::Full)
+    }
+}
+
+impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
     /// The exchange of `spec` over `comm`'s ranks with [`HaloExchange::default_options`].
     /// Collective: every rank calls it with the same spec. Compiles the pack, unpack and copy
     /// kernels (NVRTC), allocates the send and receive buffers on the communicator's device and
@@ -165,17 +180,8 @@ impl<'c> HaloExchange<'c> {
     ///
     /// # Errors
     /// As [`with_options`](Self::with_options).
-    pub fn new(comm: &'c NcclComm, spec: HaloSpec) -> Result<Self> {
-        Self::with_options(comm, spec, &Self::default_options())
-    }
-
-    /// The kernels' options [`new`](Self::new) uses: the defaults with [`GridCap::Full`]. A
-    /// full grid lets blocks retire all along a launch, so NCCL's kernels (on a stream of
-    /// higher priority) get multiprocessors while a pack, copy or unpack runs; on 2xH200 it made
-    /// the pipelined exchange 3 to 25 us faster than `GridCap::Auto`'s one wave of looping
-    /// threads (docs/PERFORMANCE.md).
-    pub fn default_options() -> GpuOptions {
-        GpuOptions::default().with_grid(GridCap::Full)
+    pub fn new(comm: &'c C, spec: HaloSpec) -> Result<Self> {
+        Self::with_options(comm, spec, &HaloExchange::default_options())
     }
 
     /// [`new`](Self::new) with the kernels' [`GpuOptions`] (grid policy, block size, NVRTC
@@ -183,7 +189,7 @@ impl<'c> HaloExchange<'c> {
     ///
     /// # Errors
     /// As [`with_transport`](Self::with_transport).
-    pub fn with_options(comm: &'c NcclComm, spec: HaloSpec, options: &GpuOptions) -> Result<Self> {
+    pub fn with_options(comm: &'c C, spec: HaloSpec, options: &GpuOptions) -> Result<Self> {
         Self::with_transport(comm, spec, options, HaloTransport::Auto)
     }
 
@@ -198,7 +204,7 @@ impl<'c> HaloExchange<'c> {
     /// [`Error::Unavailable`] without NVRTC; [`Error::Cuda`] when compiling, loading,
     /// allocating or creating streams and events fails; MPI errors of the agreement.
     pub fn with_transport(
-        comm: &'c NcclComm,
+        comm: &'c C,
         spec: HaloSpec,
         options: &GpuOptions,
         transport: HaloTransport,
@@ -309,11 +315,8 @@ impl<'c> HaloExchange<'c> {
                     .map_err(|e| pack_error(OP, e))?,
             )
         };
-        let recv_buf = stream
-            .alloc_zeros::<u8>((plan.recv_bytes() as usize).max(1))
-            .map_err(|e| Error::cuda(OP, e))?;
-        // Taken once, while nothing else uses the buffer; the guard's event is recorded now.
-        let recv_ptr = recv_buf.device_ptr(stream).0;
+        let recv_buf = DeviceAlloc::zeroed(OP, ctx, plan.recv_bytes() as usize)?;
+        let recv_ptr = recv_buf.ptr();
         let (send_ptr, send_len) = links.send_buffer();
         // The buffer is zeroed on the communicator's stream; the side streams start from it.
         comm.synchronize()?;
@@ -354,7 +357,6 @@ impl<'c> HaloExchange<'c> {
             unpack,
             local,
             wrap,
-            recv_buf,
             send_ptr,
             send_len,
             recv_ptr,
@@ -367,6 +369,7 @@ impl<'c> HaloExchange<'c> {
             timing,
             transport,
             links,
+            recv_buf,
         })
     }
 
@@ -386,7 +389,7 @@ impl<'c> HaloExchange<'c> {
     }
 
     /// The communicator.
-    pub fn comm(&self) -> &'c NcclComm {
+    pub fn comm(&self) -> &'c C {
         self.comm
     }
 
@@ -604,7 +607,7 @@ impl<'c> HaloExchange<'c> {
             u.unpack_raw(
                 stream,
                 self.recv_ptr,
-                self.recv_buf.len(),
+                self.recv_buf.bytes(),
                 field,
                 field_bytes,
             )
@@ -666,8 +669,8 @@ impl<'c> HaloExchange<'c> {
             offset: m.offset as usize,
             len: m.bytes as usize,
         };
-        let sends = self.plan.sends().iter().filter(nccl).map(part);
-        let recvs = self.plan.recvs().iter().filter(nccl).map(part);
+        let sends: Vec<_> = self.plan.sends().iter().filter(nccl).map(part).collect();
+        let recvs: Vec<_> = self.plan.recvs().iter().filter(nccl).map(part).collect();
         // SAFETY: every message's bytes lie inside its buffer (the plan sized both to the end of
         // the last region); the peers are ranks of the communicator (the process grid holds
         // exactly its ranks); `stream` is a stream of the communicator's context, ordered after
@@ -676,7 +679,7 @@ impl<'c> HaloExchange<'c> {
         // creation, so each send meets a receive of the same length in the same chunk.
         unsafe {
             self.comm
-                .exchange_bytes(OP_X, stream, self.send_ptr, sends, self.recv_ptr, recvs)
+                .exchange_bytes(OP_X, stream, self.send_ptr, &sends, self.recv_ptr, &recvs)
         }
     }
 

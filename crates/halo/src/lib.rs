@@ -49,7 +49,7 @@
 //!    send buffer while it is read. The flags are 64-bit counters written into the other
 //!    rank's memory with `cuStreamWriteValue64` and waited for with `cuStreamWaitValue64`: the
 //!    streams order themselves, the host never waits. Pairs that cannot (another node, no peer
-//!    access, a rank that chose [`HaloTransport::Nccl`]) use NCCL; both kinds mix freely.
+//!    access, a rank that chose [`HaloTransport::Comm`]) use NCCL; both kinds mix freely.
 //! 6. **Wrap copies** (26 neighbours, on a grid with a single rank along some axis and several
 //!    along another): an edge or corner whose direction moves along such an axis holds the
 //!    same values as ghost cells one period further in, which the face (or edge) across the

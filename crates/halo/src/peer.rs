@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use collectives_core::deadline::{self, Polled};
 use collectives_core::ipc::{self, DeviceAlloc, Mapping, HANDLE_WORDS};
-use collectives_core::{Communicator, DeviceCommunicator, Error, NcclComm, ReduceOp, Result};
+use collectives_core::{Communicator, DeviceCommunicator, Error, ReduceOp, Result};
 use cudarc::driver::sys::{self as cu, CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaStream};
 use datatype_pack::fused::Region;
@@ -36,23 +36,30 @@ use crate::spec::HaloSpec;
 
 const OP: &str = "halo_peer";
 
+/// How long a drop waits for the neighbours where the communicator has no deadline (the MPI
+/// backends without `COLLECTIVES_TIMEOUT`): NCCL's default deadline.
+const DROP_WAIT: Duration = Duration::from_secs(300);
+
 /// How a [`HaloExchange`](super::HaloExchange) reaches its neighbour ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum HaloTransport {
     /// CUDA IPC for neighbours on the same node whose GPU this rank's GPU can reach (the same
-    /// GPU or peer access), agreed pair by pair; NCCL for the others.
+    /// GPU or peer access), agreed pair by pair; the communicator's sends and receives for the
+    /// others.
     #[default]
     Auto,
-    /// NCCL send and receive for every neighbour rank.
-    Nccl,
+    /// The communicator's grouped sends and receives
+    /// ([`DeviceCommunicator::exchange_bytes`](collectives_core::DeviceCommunicator::exchange_bytes):
+    /// NCCL's, or MPI's on the MPI device backends) for every neighbour rank.
+    Comm,
 }
 
 impl HaloTransport {
-    /// `auto` or `nccl`.
+    /// `auto` or `comm`.
     pub const fn name(self) -> &'static str {
         match self {
             HaloTransport::Auto => "auto",
-            HaloTransport::Nccl => "nccl",
+            HaloTransport::Comm => "comm",
         }
     }
 }
@@ -112,7 +119,7 @@ impl PeerLinks {
     /// on any rank of the node, no pair of the node uses IPC.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        comm: &NcclComm,
+        comm: &impl DeviceCommunicator,
         spec: &HaloSpec,
         grid: &ProcessGrid,
         plan: &HaloPlan,
@@ -135,7 +142,7 @@ impl PeerLinks {
             ipc: BTreeSet::new(),
             epoch: 0,
             streams,
-            deadline: comm.timeout(),
+            deadline: comm.deadline().unwrap_or(DROP_WAIT),
         };
         let node = comm.mpi().split_shared()?;
         let uuid = ctx.uuid().map(|u| ipc::uuid_words(&u)).unwrap_or([0, 0]);
@@ -448,6 +455,6 @@ mod tests {
     fn transports_have_names() {
         assert_eq!(HaloTransport::default(), HaloTransport::Auto);
         assert_eq!(HaloTransport::Auto.name(), "auto");
-        assert_eq!(HaloTransport::Nccl.name(), "nccl");
+        assert_eq!(HaloTransport::Comm.name(), "comm");
     }
 }

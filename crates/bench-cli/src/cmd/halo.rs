@@ -11,10 +11,11 @@
 //!   exchange run step by step, the stream drained after each exchange
 //!   (`HaloExchange::exchange_timed`): where the time goes, without overlap (`local`: the
 //!   direct copies where a rank is its own neighbour; `transfer` and `unpack`: the neighbours
-//!   reached through NCCL; `pull`: those reached through CUDA IPC, read straight from their
+//!   reached through the backend; `pull`: those reached through CUDA IPC, read straight from their
 //!   send buffers into the ghost cells);
 //! - `transport`: `--transport` of the row (a list): `auto` reaches neighbours on the same
-//!   node through CUDA IPC where both GPUs can, `nccl` reaches every neighbour through NCCL;
+//!   node through CUDA IPC where both GPUs can, `comm` (or `nccl`, its older name) reaches every
+//!   neighbour through the backend's grouped sends and receives;
 //! - `total`: `-n` pipelined exchanges (`HaloExchange::exchange`) back to back between two
 //!   events, divided by `-n` (what a solver's time step sees);
 //! - `contig`: the baseline, the same bytes sent contiguously through the same backend: one
@@ -26,8 +27,10 @@
 //! - `#wrong`: after timing, one exchange of a field holding the global reference, every cell
 //!   compared with `halo::expected_field` (with `-c 1`), summed over ranks.
 //!
-//! Backends: `nccl` (device buffers, stream-ordered). The exchange runs through NCCL only so
-//! far; other `--backend` names are refused with a note, and `all` runs those that can.
+//! Backends: the device backends, `nccl` (stream-ordered; the default), `cuda-mpi` and
+//! `mpi-staged` (the MPI's sends and receives, on device addresses or through pinned host
+//! memory; the host waits for each transfer), one table each; `mpi` (host memory) is refused
+//! with a note, and `all` runs those that can.
 //!
 //! `--format csv|json` writes the rows as the records of every collbench run (`record.rs`): per row
 //! one record per column, the column in `variant` (`library` for `total`; `pack`, `local`,
@@ -44,7 +47,11 @@
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use collectives_core::cudarc::driver::CudaSlice;
-use collectives_core::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
+use collectives_core::ipc::DeviceAlloc;
+use collectives_core::{
+    device, Communicator, DeviceCommunicator, ExchangePart, MpiComm, MpiCudaComm, MpiStagedComm,
+    NcclComm, ReduceOp,
+};
 use collectives_halo::{
     self as halo, directions, ghost_box, send_box, HaloExchange, HaloSpec, HaloTransport,
     Neighbours, ProcessGrid,
@@ -116,10 +123,11 @@ pub struct HaloArgs {
     #[arg(long, value_delimiter = ',', default_values = ["full"], value_parser = parse_grid)]
     pub grid: Vec<GridCap>,
     /// How neighbour ranks are reached, one row each (comma-separated: auto = CUDA IPC on the
-    /// same node where the GPUs can, NCCL otherwise; nccl = NCCL for every neighbour).
+    /// same node where the GPUs can, the backend otherwise; comm (or nccl) = the backend's
+    /// sends and receives for every neighbour).
     #[arg(long, value_delimiter = ',', default_values = ["auto"], value_parser = parse_transport)]
     pub transport: Vec<HaloTransport>,
-    /// Backend: nccl (or all).
+    /// Backend: nccl, cuda-mpi, mpi-staged (or all).
     #[arg(long, default_value = "nccl")]
     pub backend: BackendChoice,
     /// Timed calls and warm-up calls per size: -n, -w.
@@ -165,15 +173,15 @@ pub fn parse_grid(s: &str) -> Result<GridCap, String> {
     }
 }
 
-/// `auto` or `nccl` -> the transport.
+/// `auto` or `comm` (also `nccl`, its name while NCCL was the only backend) -> the transport.
 ///
 /// # Errors
 /// A message naming the bad value.
 pub fn parse_transport(s: &str) -> Result<HaloTransport, String> {
     match s.trim() {
         "auto" => Ok(HaloTransport::Auto),
-        "nccl" => Ok(HaloTransport::Nccl),
-        _ => Err(format!("bad transport `{s}` (expected auto or nccl)")),
+        "comm" | "nccl" => Ok(HaloTransport::Comm),
+        _ => Err(format!("bad transport `{s}` (expected auto or comm)")),
     }
 }
 
@@ -227,17 +235,16 @@ impl HaloArgs {
 /// Whether a backend can run the halo exchange: `None` when it can.
 pub fn halo_unavailable(b: Backend) -> Option<String> {
     match b {
-        Backend::Nccl => backend::nccl_unavailable(),
-        other => Some(format!(
-            "the halo exchange runs through nccl only so far (not {})",
-            other.name()
-        )),
+        Backend::Mpi => Some("the halo exchange works on device memory".into()),
+        device => device.unavailable(),
     }
 }
 
 /// One row of the table (times in microseconds, maxima over ranks).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HaloRow {
+    /// The backend's `--backend` name.
+    pub backend: &'static str,
     /// 6 or 26 neighbours.
     pub neighbours: Neighbours,
     /// Pipeline depth.
@@ -302,7 +309,7 @@ impl HaloRow {
         steps
             .into_iter()
             .filter_map(|(variant, us)| {
-                let mut r = Record::new(machine, "halo", "halo", "nccl");
+                let mut r = Record::new(machine, "halo", "halo", self.backend);
                 r.variant = variant.into();
                 r.dtype = "double".into();
                 r.ranks = nranks;
@@ -373,43 +380,51 @@ impl HaloRow {
     }
 }
 
-/// Contiguous device buffers for a list of `(peer, bytes)` messages (f64 elements).
-fn buffers(
-    comm: &NcclComm,
+/// The baseline's op name.
+const CONTIG: &str = "halo_contiguous";
+
+/// One contiguous device buffer per `(peer, bytes)` message, laid end to end in one allocation
+/// (`cuMemAlloc`, whose address a CUDA-aware MPI can take): the allocation and each message's
+/// part of it.
+fn contiguous(
+    comm: &impl DeviceCommunicator,
     sizes: &[(usize, u64)],
-) -> anyhow::Result<Vec<(usize, CudaSlice<f64>)>> {
-    sizes
+) -> anyhow::Result<(DeviceAlloc, Vec<ExchangePart>)> {
+    let mut offset = 0;
+    let parts = sizes
         .iter()
         .map(|&(peer, bytes)| {
-            Ok((
+            let part = ExchangePart {
                 peer,
-                device::alloc_zeros::<f64>(comm.stream(), (bytes / 8) as usize)?,
-            ))
+                offset,
+                len: bytes as usize,
+            };
+            offset += bytes as usize;
+            part
         })
-        .collect()
+        .collect();
+    Ok((DeviceAlloc::zeroed(CONTIG, comm.context(), offset)?, parts))
 }
 
-/// One group of contiguous sends and receives.
+/// One grouped exchange of the contiguous messages through the backend.
 fn contiguous_exchange(
-    comm: &NcclComm,
-    sends: &[(usize, CudaSlice<f64>)],
-    recvs: &mut [(usize, CudaSlice<f64>)],
+    comm: &impl DeviceCommunicator,
+    (send, sends): &(DeviceAlloc, Vec<ExchangePart>),
+    (recv, recvs): &(DeviceAlloc, Vec<ExchangePart>),
 ) -> anyhow::Result<()> {
-    let group = comm.group()?;
-    for (peer, buf) in sends {
-        comm.send(buf, *peer, 0)?;
-    }
-    for (peer, buf) in recvs.iter_mut() {
-        comm.recv(buf, *peer, 0)?;
-    }
-    group.end()?;
+    // SAFETY: every part lies inside its allocation (laid out by `contiguous`), and the peers
+    // are ranks of the communicator (the process grid holds exactly its ranks); both
+    // allocations are on the communicator's device and outlive the timing loop, which drains
+    // the stream; each rank's sends to a peer mirror that peer's receives from it, in the
+    // same order of directions with the same sizes.
+    unsafe { comm.exchange_bytes(CONTIG, comm.stream(), send.ptr(), sends, recv.ptr(), recvs) }?;
     Ok(())
 }
 
 /// The contiguous baselines of one neighbour set (microseconds, maxima over ranks): one buffer
 /// per neighbour rank, and one per direction.
-fn contiguous_baselines(
-    comm: &NcclComm,
+fn contiguous_baselines<C: DeviceCommunicator>(
+    comm: &C,
     ctl: &MpiComm,
     args: &HaloArgs,
     spec: &HaloSpec,
@@ -419,14 +434,14 @@ fn contiguous_baselines(
     let plan = halo::HaloPlan::new(spec, &grid, rank)?;
     // One group of contiguous messages of these sizes, timed; its buffers freed before the next.
     let time = |send_sizes: &[(usize, u64)], recv_sizes: &[(usize, u64)]| -> anyhow::Result<f64> {
-        let sends = buffers(comm, send_sizes)?;
-        let mut recvs = buffers(comm, recv_sizes)?;
+        let sends = contiguous(comm, send_sizes)?;
+        let recvs = contiguous(comm, recv_sizes)?;
         timing::events_us(
             comm,
             ctl,
             args.loops.iters as usize,
             args.loops.warmup_iters as usize,
-            || contiguous_exchange(comm, &sends, &mut recvs),
+            || contiguous_exchange(comm, &sends, &recvs),
         )
     };
     let contig_us = time(&plan.send_bytes_by_peer(), &plan.recv_bytes_by_peer())?;
@@ -448,9 +463,9 @@ fn contiguous_baselines(
     Ok((contig_us, contig_dir_us))
 }
 
-/// One row on the NCCL backend: the exchange of `spec` against the given baselines.
-fn nccl_row(
-    comm: &NcclComm,
+/// One row on a device backend: the exchange of `spec` against the given baselines.
+fn halo_row<C: DeviceCommunicator>(
+    (comm, backend): (&C, &'static str),
     ctl: &MpiComm,
     args: &HaloArgs,
     spec: HaloSpec,
@@ -511,6 +526,7 @@ fn nccl_row(
         ReduceOp::Max,
     )?;
     Ok(HaloRow {
+        backend,
         neighbours: spec.neighbours,
         chunks: spec.chunks,
         grid: grid_cap,
@@ -532,10 +548,10 @@ fn nccl_row(
 
 /// One exchange of the reference field; the cells that differ from the expected field, summed
 /// over ranks.
-fn check(
-    comm: &NcclComm,
+fn check<C: DeviceCommunicator>(
+    comm: &C,
     ctl: &MpiComm,
-    ex: &mut HaloExchange<'_>,
+    ex: &mut HaloExchange<'_, C>,
     grid: &ProcessGrid,
     field: &mut CudaSlice<f64>,
 ) -> anyhow::Result<u64> {
@@ -610,8 +626,8 @@ impl Drop for MpiSubarray {
 /// from device memory (one `MPI_Sendrecv` per face), `iters` rounds after one warm-up round;
 /// milliseconds per round, the maximum over ranks. `Err(reason)` (on every rank) when the MPI
 /// library is not known to be CUDA-aware on every rank.
-fn mpi_datatype_x_faces(
-    comm: &NcclComm,
+fn mpi_datatype_x_faces<C: DeviceCommunicator>(
+    comm: &C,
     ctl: &MpiComm,
     spec: &HaloSpec,
     iters: u32,
@@ -682,6 +698,91 @@ fn mpi_datatype_x_faces(
     Ok(Ok(timing::max_over_ranks(ctl, ms)?))
 }
 
+/// Every row of the table on one device backend (`name`): per neighbour set its contiguous
+/// baselines, then one row per transport, depth and grid policy; with `--mpi-datatypes`, the
+/// CUDA-aware MPI's subarray faces beside the fastest row.
+fn run_on<C: DeviceCommunicator>(
+    comm: &C,
+    name: &'static str,
+    ctl: &MpiComm,
+    args: &HaloArgs,
+    sink: &mut Sink,
+) -> anyhow::Result<()> {
+    sink.table_lines(|| {
+        let mut v = vec![format!("# backend {name}")];
+        v.extend(HaloRow::header());
+        v
+    });
+    // The fastest faces row (else the fastest row) against the MPI datatypes.
+    let mut ours_total_us: Option<(Neighbours, f64)> = None;
+    for nb in args.neighbours.neighbours() {
+        let base = contiguous_baselines(comm, ctl, args, &args.spec(nb))?;
+        let rows = args.transport.iter().flat_map(|&t| {
+            args.chunks
+                .iter()
+                .flat_map(move |&c| args.grid.iter().map(move |&g| (t, c, g)))
+        });
+        for (transport, chunks, grid_cap) in rows {
+            let spec = args.spec(nb).with_chunks(chunks);
+            let row = halo_row((comm, name), ctl, args, spec, (grid_cap, transport), base)?;
+            sink.result(
+                || vec![row.line()],
+                |machine, nranks| row.records(machine, nranks, &args.spec(nb)),
+            );
+            let better = match ours_total_us {
+                None => true,
+                Some((n, us)) => {
+                    (nb == Neighbours::Faces && n != Neighbours::Faces)
+                        || (nb == n && row.total_us < us)
+                }
+            };
+            if better {
+                ours_total_us = Some((nb, row.total_us));
+            }
+            if row.wrong.is_some_and(|w| w > 0) {
+                bail!(
+                    "{} ghost cells differ from the global reference ({} neighbours, {} chunks)",
+                    row.wrong.unwrap_or(0),
+                    nb.name(),
+                    chunks
+                );
+            }
+        }
+    }
+    if args.mpi_datatypes {
+        let spec = args.spec(Neighbours::Faces);
+        let mpi = mpi_datatype_x_faces(comm, ctl, &spec, args.mpi_iters)?;
+        if !sink.table() {
+            match &mpi {
+                Ok(ms) => sink.doc_mut().notes.push(format!(
+                    "mpi-datatypes: both x faces: {ms:.3} ms per round (-n {})",
+                    args.mpi_iters
+                )),
+                Err(why) => sink
+                    .doc_mut()
+                    .notes
+                    .push(format!("mpi-datatypes: skipped: {why}")),
+            }
+        }
+        if sink.table() {
+            let line = match (mpi, ours_total_us) {
+                    (Ok(ms), Some((nb, us))) => format!(
+                        "# mpi-datatypes (CUDA-aware MPI, MPI_Type_create_subarray from device memory, \
+                         MPI_Sendrecv per face): both x faces: {ms:.3} ms per round (-n {}); ours, whole \
+                         {}-neighbour exchange: {us:.2} us; ratio {:.0}x",
+                        args.mpi_iters,
+                        nb.count(),
+                        ms * 1e3 / us
+                    ),
+                    (Ok(ms), None) => format!("# mpi-datatypes: both x faces: {ms:.3} ms per round"),
+                    (Err(why), _) => format!("# mpi-datatypes: skipped: {why}"),
+                };
+            sink.lines([line]);
+        }
+    }
+    Ok(())
+}
+
 /// Run the benchmark on every rank; rank 0 prints.
 ///
 /// # Errors
@@ -745,8 +846,8 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
             spec.radius,
             spec.quantities
             ),
-            format!("#  pack/local/transfer/unpack/pull: CUDA events around each step of one exchange run step by step (stream drained after each; local = direct copies where a rank is its own neighbour; transfer/unpack = neighbours through NCCL; pull = neighbours through CUDA IPC, read from their send buffers into the ghost cells); total: -n pipelined exchanges back to back after -w {}, per exchange (-n {})", args.loops.warmup_iters, args.loops.iters),
-            "#  transport: auto = CUDA IPC to neighbours on the same node where both GPUs can, NCCL otherwise; nccl = NCCL only; ipc: neighbour ranks reached through IPC".to_string(),
+            format!("#  pack/local/transfer/unpack/pull: CUDA events around each step of one exchange run step by step (stream drained after each; local = direct copies where a rank is its own neighbour; transfer/unpack = neighbours through the backend; pull = neighbours through CUDA IPC, read from their send buffers into the ghost cells); total: -n pipelined exchanges back to back after -w {}, per exchange (-n {})", args.loops.warmup_iters, args.loops.iters),
+            "#  transport: auto = CUDA IPC to neighbours on the same node where both GPUs can, the backend otherwise; comm = the backend only; ipc: neighbour ranks reached through IPC".to_string(),
             "#  chunks: pipeline depth (every message to another rank cut into this many pieces); grid: the kernels' grid policy (auto, full, or waves); msgs: messages sent per exchange".to_string(),
             "#  contig: the same bytes in one contiguous buffer per neighbour rank (itself included), one group of send/recv through the same backend; ratio = total / contig".to_string(),
             "#  c/dir: one contiguous buffer per direction (6 or 26 messages); ratio = total / c/dir".to_string(),
@@ -764,81 +865,24 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
                 let comm = NcclComm::from_mpi(&ctl, None)
                     .context("starting the nccl backend")?
                     .with_checked(false);
-                sink.table_lines(|| {
-                    let mut v = vec!["# backend nccl".to_string()];
-                    v.extend(HaloRow::header());
-                    v
-                });
-                // The fastest faces row (else the fastest row) against the MPI datatypes.
-                let mut ours_total_us: Option<(Neighbours, f64)> = None;
-                for nb in args.neighbours.neighbours() {
-                    let base = contiguous_baselines(&comm, &ctl, args, &args.spec(nb))?;
-                    let rows = args.transport.iter().flat_map(|&t| {
-                        args.chunks
-                            .iter()
-                            .flat_map(move |&c| args.grid.iter().map(move |&g| (t, c, g)))
-                    });
-                    for (transport, chunks, grid_cap) in rows {
-                        let spec = args.spec(nb).with_chunks(chunks);
-                        let row = nccl_row(&comm, &ctl, args, spec, (grid_cap, transport), base)?;
-                        sink.result(
-                            || vec![row.line()],
-                            |machine, nranks| row.records(machine, nranks, &args.spec(nb)),
-                        );
-                        let better = match ours_total_us {
-                            None => true,
-                            Some((n, us)) => {
-                                (nb == Neighbours::Faces && n != Neighbours::Faces)
-                                    || (nb == n && row.total_us < us)
-                            }
-                        };
-                        if better {
-                            ours_total_us = Some((nb, row.total_us));
-                        }
-                        if row.wrong.is_some_and(|w| w > 0) {
-                            bail!(
-                                "{} ghost cells differ from the global reference ({} neighbours, {} chunks)",
-                                row.wrong.unwrap_or(0),
-                                nb.name(),
-                                chunks
-                            );
-                        }
-                    }
-                }
-                if args.mpi_datatypes {
-                    let spec = args.spec(Neighbours::Faces);
-                    let mpi = mpi_datatype_x_faces(&comm, &ctl, &spec, args.mpi_iters)?;
-                    if !sink.table() {
-                        match &mpi {
-                            Ok(ms) => sink.doc_mut().notes.push(format!(
-                                "mpi-datatypes: both x faces: {ms:.3} ms per round (-n {})",
-                                args.mpi_iters
-                            )),
-                            Err(why) => sink
-                                .doc_mut()
-                                .notes
-                                .push(format!("mpi-datatypes: skipped: {why}")),
-                        }
-                    }
-                    if sink.table() {
-                        let line = match (mpi, ours_total_us) {
-                            (Ok(ms), Some((nb, us))) => format!(
-                                "# mpi-datatypes (CUDA-aware MPI, MPI_Type_create_subarray from device memory, \
-                                 MPI_Sendrecv per face): both x faces: {ms:.3} ms per round (-n {}); ours, whole \
-                                 {}-neighbour exchange: {us:.2} us; ratio {:.0}x",
-                                args.mpi_iters,
-                                nb.count(),
-                                ms * 1e3 / us
-                            ),
-                            (Ok(ms), None) => format!("# mpi-datatypes: both x faces: {ms:.3} ms per round"),
-                            (Err(why), _) => format!("# mpi-datatypes: skipped: {why}"),
-                        };
-                        sink.lines([line]);
-                    }
-                }
+                run_on(&comm, b.name(), &ctl, args, &mut sink)?;
                 comm.finalize()?;
             }
-            other => bail!("backend {} has no halo runner", other.name()),
+            Backend::CudaMpi => {
+                let comm = MpiCudaComm::from_mpi(&ctl, None)
+                    .context("starting the cuda-mpi backend")?
+                    .with_checked(false);
+                run_on(&comm, b.name(), &ctl, args, &mut sink)?;
+                comm.finalize()?;
+            }
+            Backend::MpiStaged => {
+                let comm = MpiStagedComm::from_mpi(&ctl, None)
+                    .context("starting the mpi-staged backend")?
+                    .with_checked(false);
+                run_on(&comm, b.name(), &ctl, args, &mut sink)?;
+                comm.finalize()?;
+            }
+            Backend::Mpi => bail!("the halo exchange needs device memory: no mpi runner"),
         }
     }
     sink.finish(Vec::new)?;
@@ -915,7 +959,7 @@ mod tests {
         let t = Wrap::try_parse_from(["x", "--transport", "nccl,auto"]).unwrap();
         assert_eq!(
             t.args.transport,
-            vec![HaloTransport::Nccl, HaloTransport::Auto]
+            vec![HaloTransport::Comm, HaloTransport::Auto]
         );
         assert!(Wrap::try_parse_from(["x", "--transport", "ipc"]).is_err());
         assert!(Wrap::try_parse_from(["x", "--chunks", "0"]).is_ok()); // refused by validate()
@@ -934,15 +978,16 @@ mod tests {
     }
 
     #[test]
-    fn only_nccl_runs_halos_so_far() {
+    fn the_halo_exchange_runs_on_the_device_backends() {
         assert!(halo_unavailable(Backend::Mpi)
             .unwrap()
-            .contains("nccl only"));
+            .contains("device memory"));
         let row = HaloRow {
+            backend: "nccl",
             neighbours: Neighbours::All,
             chunks: 4,
             grid: GridCap::Auto,
-            transport: HaloTransport::Nccl,
+            transport: HaloTransport::Comm,
             ipc_peers: 0,
             bytes: 1_000_000,
             messages: 2,
@@ -958,7 +1003,7 @@ mod tests {
         };
         let l = row.line();
         assert!(
-            l.contains("all") && l.contains("nccl") && l.contains("250.00") && l.contains("2.00"),
+            l.contains("all") && l.contains("comm") && l.contains("250.00") && l.contains("2.00"),
             "{l}"
         );
         assert_eq!(
@@ -975,7 +1020,7 @@ mod tests {
         assert_eq!((recs[0].time_us, recs[0].algbw_gbps), (4.0, Some(250.0)));
         assert_eq!(
             recs[0].config.as_deref(),
-            Some("cells=8x8x16;radius=3;quantities=2;neighbours=all;chunks=4;grid=auto;transport=nccl;ipc_peers=0;messages=2")
+            Some("cells=8x8x16;radius=3;quantities=2;neighbours=all;chunks=4;grid=auto;transport=comm;ipc_peers=0;messages=2")
         );
         let mut doc = Document::new("halo", 2, Machine::default());
         doc.records = recs;
@@ -993,8 +1038,9 @@ mod pinned {
         // Times of the steps, in the order of the columns.
         let [pack_us, local_us, transfer_us, unpack_us, pull_us, total_us, contig_us] =
             [1.0, 0.5, 2.0, 1.0, 0.0, 4.0, 2.0];
-        let (neighbours, grid, transport) = (Neighbours::All, GridCap::Auto, HaloTransport::Nccl);
+        let (neighbours, grid, transport) = (Neighbours::All, GridCap::Auto, HaloTransport::Comm);
         let row = HaloRow {
+            backend: "nccl",
             neighbours,
             chunks: 4,
             grid,

@@ -163,6 +163,24 @@ where
     fn with_stream(self, stream: std::sync::Arc<cudarc::driver::CudaStream>) -> Result<Self> {
         self.into_inner().with_stream(stream).map(Checked::new)
     }
+
+    /// The wrapped communicator's: a grouped exchange is not collective (only the ranks its parts
+    /// name take part), so there is no call for checked mode to agree on.
+    unsafe fn exchange_bytes(
+        &self,
+        op: &'static str,
+        stream: &cudarc::driver::CudaStream,
+        send: u64,
+        sends: &[crate::ExchangePart],
+        recv: u64,
+        recvs: &[crate::ExchangePart],
+    ) -> Result<()> {
+        // SAFETY: the trait method's contract, passed on unchanged.
+        unsafe {
+            self.inner()
+                .exchange_bytes(op, stream, send, sends, recv, recvs)
+        }
+    }
 }
 
 /// A backend's buffer type for elements `T`, as the front end `F` names it.

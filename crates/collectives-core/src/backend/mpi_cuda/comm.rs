@@ -11,11 +11,13 @@ use super::route::{self, DevicePaths};
 use crate::backend::cuda_common::{
     self, agree_setup, env_bytes, local_stream, Pool, DEFAULT_POOL_BYTES, POOL_ENV,
 };
+use crate::backend::mpi_device;
 use crate::backend::mpi_host::MpiComm;
 use crate::backend::mpi_staged::MpiStagedComm;
 use crate::comm::{Communicator, DeviceCommunicator};
 use crate::cuda_aware::{self, CudaAwareness, Vendor};
 use crate::error::{Error, Result};
+use crate::exchange::ExchangePart;
 use crate::memory::DevMut;
 use crate::op::{BackendKind, ReduceOp};
 use crate::record;
@@ -70,6 +72,37 @@ impl DeviceCommunicator for MpiCudaComm {
         }
         self.stream = stream;
         Ok(self)
+    }
+
+    /// On the device addresses unless a buffer is cudarc's pool memory (which the MPI cannot map;
+    /// [`MpiCudaBuilder::device_pool_memory`]) or a deadline is set: then through pinned host
+    /// copies.
+    unsafe fn exchange_bytes(
+        &self,
+        op: &'static str,
+        stream: &CudaStream,
+        send: u64,
+        sends: &[ExchangePart],
+        recv: u64,
+        recvs: &[ExchangePart],
+    ) -> Result<()> {
+        let pooled = || {
+            (!sends.is_empty() && route::from_pool(send))
+                || (!recvs.is_empty() && route::from_pool(recv))
+        };
+        let direct = self.paths.through_host(false, pooled).is_none();
+        // SAFETY: the trait method's contract, which is the shared exchange's.
+        unsafe {
+            mpi_device::exchange_bytes(
+                &self.mpi,
+                &self.pool,
+                op,
+                stream,
+                direct,
+                (send, sends),
+                (recv, recvs),
+            )
+        }
     }
 }
 

@@ -416,7 +416,7 @@ impl MpiComm {
     /// Wait for requests started on `staging`'s copies against `timeout`: copy the results back when
     /// they complete; otherwise leave the copies to MPI for good, and refuse the communicator after a
     /// timeout.
-    fn complete(
+    pub(super) fn complete(
         &self,
         op: &'static str,
         staging: Staging,
@@ -465,7 +465,7 @@ impl MpiComm {
     /// What every start begins with: the health check, then the addresses MPI gets for `regions`
     /// (the regions themselves without a deadline, copies under one) and, under a deadline, the
     /// copies with it, for the pending operation to wait on.
-    fn staged<const N: usize>(
+    pub(super) fn staged<const N: usize>(
         &self,
         op: &'static str,
         regions: [Region<'_>; N],

@@ -25,6 +25,7 @@
 
 pub(crate) mod collectives;
 mod comm;
+mod exchange;
 mod persistent;
 pub mod progress;
 pub(crate) mod raw;

@@ -8,10 +8,12 @@ use cudarc::driver::{CudaContext, CudaStream};
 use super::raw;
 use crate::backend::cuda_common::{self, Pool};
 use crate::backend::cuda_common::{agree_setup, local_stream};
+use crate::backend::mpi_device;
 use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Communicator, DeviceCommunicator};
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::exchange::ExchangePart;
 use crate::memory::{Dev, DevMut};
 use crate::op::{BackendKind, ReduceOp};
 
@@ -58,6 +60,30 @@ impl DeviceCommunicator for MpiStagedComm {
         cuda_common::switching_stream(&self, &stream)?;
         self.stream = stream;
         Ok(self)
+    }
+
+    /// Through pinned host copies of the parts' extent, on the host communicator.
+    unsafe fn exchange_bytes(
+        &self,
+        op: &'static str,
+        stream: &CudaStream,
+        send: u64,
+        sends: &[ExchangePart],
+        recv: u64,
+        recvs: &[ExchangePart],
+    ) -> Result<()> {
+        // SAFETY: the trait method's contract, which is the shared exchange's.
+        unsafe {
+            mpi_device::exchange_bytes(
+                &self.host,
+                &self.pool,
+                op,
+                stream,
+                false,
+                (send, sends),
+                (recv, recvs),
+            )
+        }
     }
 }
 

@@ -21,6 +21,7 @@ use super::request::NcclPending;
 use crate::comm::Communicator;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::exchange::ExchangePart;
 use crate::frontend::Operation;
 use crate::frontend::{replay, Backend, PlanCall, PlanOp, Start};
 use crate::memory::{Dev, DevMut};
@@ -63,51 +64,26 @@ fn packed(counts: &[usize]) -> Vec<Part> {
         .collect()
 }
 
-/// One part of a grouped exchange ([`NcclComm::exchange_bytes`]): `len` bytes at byte `offset`
-/// of a buffer, sent to or received from `peer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExchangePart {
-    /// The other rank.
-    pub peer: usize,
-    /// Where the part starts in its buffer, in bytes.
-    pub offset: usize,
-    /// Its length in bytes.
-    pub len: usize,
-}
-
 impl NcclComm {
-    /// Enqueue on `stream`, as one NCCL group, a send of every part of `sends` (from the device
-    /// buffer at address `send`) and then a receive of every part of `recvs` (into the device
-    /// buffer at address `recv`), in the order given; nothing at all when both are empty. Each
-    /// part's bytes go as NCCL's `ncclUint8`. This is what a halo exchange, or any neighbourhood
-    /// exchange of parts of one packed buffer, needs from NCCL without its bindings.
-    ///
-    /// # Errors
-    /// [`Error::Unavailable`] when the loaded NCCL lacks `ncclSend`/`ncclRecv`;
-    /// [`Error::Nccl`] (named `op`) from a send or receive, or from the group's end.
+    /// [`DeviceCommunicator::exchange_bytes`](crate::DeviceCommunicator::exchange_bytes) on
+    /// NCCL: one group of a send of every part of `sends` and then a receive of every part of
+    /// `recvs`, in the order given, each part's bytes as `ncclUint8`, enqueued on `stream`.
     ///
     /// # Safety
-    /// Every part lies inside its buffer (`offset + len` bytes from the address at most); the
-    /// buffers stay valid, and nothing else writes the parts (or, for receives, reads them), until
-    /// the work enqueued on `stream` completes; `stream` is a stream of the communicator's
-    /// context, ordered after whatever produced the sent bytes; every peer is a rank of the
-    /// communicator and posts, in a group of its own, the matching receive or send of the same
-    /// length.
-    pub unsafe fn exchange_bytes(
+    /// As the trait method's.
+    pub(super) unsafe fn grouped_exchange(
         &self,
         op: &'static str,
         stream: &cudarc::driver::CudaStream,
         send: u64,
-        sends: impl IntoIterator<Item = ExchangePart>,
+        sends: &[ExchangePart],
         recv: u64,
-        recvs: impl IntoIterator<Item = ExchangePart>,
+        recvs: &[ExchangePart],
     ) -> Result<()> {
         let send_fn = sys::nccl_fn!(self.lib, ncclSend)?;
         let recv_fn = sys::nccl_fn!(self.lib, ncclRecv)?;
         let raw_stream = stream.cu_stream() as sys::cudaStream_t;
-        let mut sends = sends.into_iter().peekable();
-        let mut recvs = recvs.into_iter().peekable();
-        if sends.peek().is_none() && recvs.peek().is_none() {
+        if sends.is_empty() && recvs.is_empty() {
             return Ok(());
         }
         let group = self.posted(op, self.group()?, sends, |p| {

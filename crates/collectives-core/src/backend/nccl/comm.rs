@@ -17,6 +17,7 @@ use crate::backend::mpi_host::MpiComm;
 use crate::comm::{Communicator, DeviceCommunicator};
 use crate::deadline::{self, Polled};
 use crate::error::{Error, Result};
+use crate::exchange::ExchangePart;
 use crate::op::ReduceOp;
 
 /// The deadline of NCCL waits: `COLLECTIVES_TIMEOUT` seconds, parsed as for the MPI backends
@@ -634,6 +635,20 @@ impl DeviceCommunicator for NcclComm {
         cuda_common::switching_stream(&self, &stream)?;
         self.stream = stream;
         Ok(self)
+    }
+
+    /// One NCCL group of sends, then receives, enqueued on `stream`.
+    unsafe fn exchange_bytes(
+        &self,
+        op: &'static str,
+        stream: &CudaStream,
+        send: u64,
+        sends: &[ExchangePart],
+        recv: u64,
+        recvs: &[ExchangePart],
+    ) -> Result<()> {
+        // SAFETY: the trait method's contract, which is the group's.
+        unsafe { self.grouped_exchange(op, stream, send, sends, recv, recvs) }
     }
 }
 

@@ -34,6 +34,5 @@ mod register;
 mod request;
 
 pub use super::cuda_common::cuda_driver_present;
-pub use collectives::ExchangePart;
 pub use comm::{GroupGuard, NcclComm, UnevenAlgorithm};
 pub use register::{NcclBuffer, RegisterMode, Registration};
