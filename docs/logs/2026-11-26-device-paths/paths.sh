@@ -24,6 +24,10 @@
 #   prof     Nsight Systems over examples/12_nccl_one_shot on 2 ranks: where a blocking call's time goes
 #   cudampi  cuda_mpi_collectives on 2 ranks under the system Open MPI and the CUDA-aware one (both
 #            paths of the CUDA-aware backend: routed per call, and every call on the device)
+#   halompi  collbench halo on every device backend (nccl, cuda-mpi, mpi-staged) under the CUDA-aware
+#            Open MPI, transports comm and auto, depths 1 and 2, 2 ranks (2x1x1), 256^3 cells, r 3, q 8
+#   p2pprof  Nsight Systems over collbench p2p --test bw on cuda-mpi at 1 MiB (CUDA API calls per
+#            message), beside osu_bw -d cuda at the same size
 #   exit     nccl_collectives on 2 ranks (GPUs 0,1) at a 300 s limit, every line time-stamped; from its
 #            summary on, every 3 s, each rank's threads (name, state, kernel wait channel, syscall)
 #            and, where gdb exists, their stacks; the same for the five catalog cases run alone
@@ -34,7 +38,7 @@ B=.gpu-box/bin; T=.gpu-box/tests; E=.gpu-box/bin
 for packed in $B/*.xz $T/*.xz; do [ -e "$packed" ] && [ ! -e "${packed%.xz}" ] && xz -dk "$packed"; done
 [ -s "$out/machine.txt" ] || { nvidia-smi -L; nvidia-smi topo -m; } > "$out/machine.txt" 2>&1
 peers=/tmp/peers
-case " $* " in *" mpi "*) ( bash .gpu-box/peers/build.sh $peers gpu > $peers.build.log 2>&1 ) & ;; esac
+case " $* " in *" mpi "*|*" p2pprof "*) ( bash .gpu-box/peers/build.sh $peers gpu > $peers.build.log 2>&1 ) & ;; esac
 x="-x OMPI_MCA_orte_allowed_exit_without_sync=1"
 for part in "$@"; do
   SECONDS=0
@@ -115,6 +119,30 @@ for part in "$@"; do
         } > "$out/prof.txt" 2>&1
         grep -E "^\\$|cuLaunch|cuEvent|cuStream|one_shot|Time \(%\)|ncclDevKernel" "$out/prof.txt" | head -60
       fi ;;
+    halompi)
+      source .gpu-box/env.sh >/dev/null 2>&1
+      h=(-N 256 -r 3 -q 8 -n 20 -w 5 -c 1 --dims 2x1x1 --chunks 1,2 --transport comm,auto --neighbours both)
+      { for b in nccl cuda-mpi mpi-staged; do
+          echo "\$ cuda_mpirun -n 2 collbench halo --backend $b ${h[*]}"
+          timeout 150 /opt/ompi-cuda/bin/mpirun -n 2 -x LD_LIBRARY_PATH $B/collbench halo --backend $b "${h[@]}" 2>&1
+        done; } > "$out/halo-mpi.txt" 2>&1
+      grep -vE "^#  |^# *$" "$out/halo-mpi.txt" | head -60 ;;
+    p2pprof)
+      source .gpu-box/env.sh >/dev/null 2>&1
+      nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+      CM=(/opt/ompi-cuda/bin/mpirun -n 2 -x LD_LIBRARY_PATH)
+      omb=$peers/omb-cuda-aware/libexec/osu-micro-benchmarks/mpi
+      wait
+      { echo "\$ cuda_mpirun -n 2 osu_bw -d cuda -m 1048576:4194304 D D"
+        timeout 60 "${CM[@]}" $omb/pt2pt/osu_bw -d cuda -m 1048576:4194304 D D 2>&1
+        echo "\$ cuda_mpirun -n 2 collbench p2p --osu --test bw -d cuda -m 1048576:4194304 --backend cuda-mpi"
+        timeout 60 "${CM[@]}" $B/collbench p2p --osu --test bw -d cuda -m 1048576:4194304 --backend cuda-mpi 2>&1
+        if [ -n "$nsys" ]; then
+          echo "\$ cuda_mpirun -n 2 nsys profile --stats=true -t cuda collbench p2p --osu --test bw -d cuda -m 1048576:1048576 --backend cuda-mpi"
+          timeout 200 "${CM[@]}" $nsys profile -o /tmp/p2p-%q{OMPI_COMM_WORLD_RANK} -f true --stats=true -t cuda $B/collbench p2p --osu --test bw -d cuda -m 1048576:1048576 --backend cuda-mpi 2>&1
+        else echo "no nsys on this machine"; fi
+      } > "$out/p2p-prof.txt" 2>&1
+      grep -E "^\\$|^(1048576|2097152|4194304) |cuStream|cuEvent|cuPointer|cuMemcpy|cuIpc|no nsys" "$out/p2p-prof.txt" | head -50 ;;
     cudampi)
       source .gpu-box/env.sh >/dev/null 2>&1
       t=$(ls $T/cuda_mpi_collectives-* | grep -v '\.xz$' | head -1)

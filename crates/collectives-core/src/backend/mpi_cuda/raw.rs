@@ -23,7 +23,10 @@ fn empty() -> *mut c_void {
 }
 
 /// The device address of `buf` for MPI to read, taken on `stream`: cudarc makes `stream` wait for the
-/// buffer's earlier writes on other streams, and records this read when the guard drops.
+/// buffer's earlier writes on other streams (the caller then synchronizes `stream`).
+///
+/// No event is recorded on `stream` for this use ([`untracked`]), and the guard returned does
+/// nothing.
 pub(crate) fn dptr<'a, T, B: ?Sized + DevicePtr<T>>(
     buf: &'a B,
     stream: &'a CudaStream,
@@ -32,7 +35,8 @@ pub(crate) fn dptr<'a, T, B: ?Sized + DevicePtr<T>>(
         return (empty().cast_const(), SyncOnDrop::Sync(None));
     }
     let (p, guard) = buf.device_ptr(stream);
-    (p as usize as *const c_void, guard)
+    untracked(guard);
+    (p as usize as *const c_void, SyncOnDrop::Sync(None))
 }
 
 /// The device address of `buf` for MPI to write, taken on `stream` (as [`dptr`], waiting also for
@@ -45,7 +49,20 @@ pub(crate) fn dptr_mut<'a, T, B: ?Sized + DevicePtrMut<T>>(
         return (empty(), SyncOnDrop::Sync(None));
     }
     let (p, guard) = buf.device_ptr_mut(stream);
-    (p as usize as *mut c_void, guard)
+    untracked(guard);
+    (p as usize as *mut c_void, SyncOnDrop::Sync(None))
+}
+
+/// Let cudarc's guard go without recording its event on the communicator's stream.
+///
+/// MPI reads and writes device memory on the host's time, not the stream's: a blocking call has
+/// finished with the buffer when it returns, and a non-blocking one when its request is waited
+/// for, before anything the host enqueues afterwards. An event recorded on the stream after the
+/// call would order nothing MPI did; it would only leave work on the stream, which the next
+/// call's synchronize then waits a round trip to the GPU for, once per message of an `osu_bw`
+/// window.
+fn untracked(guard: SyncOnDrop<'_>) {
+    std::mem::forget(guard);
 }
 
 /// Device memory from `cuMemAlloc`, which a CUDA-aware MPI can map into a peer process (CUDA IPC),
