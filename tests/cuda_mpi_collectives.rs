@@ -482,6 +482,73 @@ macro_rules! ipc_buffers {
 ipc_buffers!(ipc_buffers_cuda, MpiCudaComm);
 ipc_buffers!(ipc_buffers_staged, MpiStagedComm);
 
+/// The grouped exchange on device memory (`DeviceCommunicator::exchange_bytes`), on cudarc's
+/// pool memory and on `cuMemAlloc` memory (`IpcBuffer`, which a CUDA-aware MPI takes directly), in
+/// two steps into one receive buffer as a pipelined halo exchange makes them: first one part per
+/// peer (itself included: a device copy), then two parts in a row to the right neighbour; the
+/// first step's bytes must survive the second. Checked against the bytes computed from the ranks.
+fn device_grouped_exchange<C: DeviceCommunicator>(t: &T, c: &C) {
+    use collectives::cudarc::driver::DevicePtr;
+    let (rank, size) = (c.rank(), c.size());
+    let l = suite::exchange_layout(rank, size);
+    let steps = [(0..size, 0..size), (size..size + 2, size..size + 2)];
+    let run = |name: &str, send: u64, recv: u64| {
+        for (s, r) in steps.clone() {
+            // SAFETY: every part lies inside its buffer (the layout's bytes, uploaded whole, and
+            // a receive buffer of its length) and names a rank; both buffers live on this
+            // communicator's device until the end of the test; every rank makes the same steps,
+            // each send meeting the receive of the same length on its peer.
+            let done = unsafe {
+                c.exchange_bytes(
+                    "grouped_exchange",
+                    c.stream(),
+                    send,
+                    &l.sends[s],
+                    recv,
+                    &l.recvs[r],
+                )
+            };
+            t.ok(done, &format!("{name}: exchange_bytes"));
+        }
+        t.ok(c.synchronize(), name);
+    };
+    // cudarc's pool memory.
+    if let (Some(send), Some(recv)) = (
+        t.ok(device::upload(c.stream(), &l.send), "upload"),
+        t.ok(device::alloc_zeros::<u8>(c.stream(), l.want.len()), "zeros"),
+    ) {
+        t.ok(c.synchronize(), "uploaded");
+        run(
+            "pool memory",
+            send.device_ptr(c.stream()).0,
+            recv.device_ptr(c.stream()).0,
+        );
+        let got = t.ok(device::download(c.stream(), &recv), "download");
+        t.check(got.as_ref() == Some(&l.want), || {
+            format!("pool memory: received {got:?}, expected {:?}", l.want)
+        });
+    }
+    // cuMemAlloc memory.
+    if let (Some(send), Some(recv)) = (
+        t.ok(IpcBuffer::upload(c.stream(), &l.send), "IpcBuffer::upload"),
+        t.ok(
+            IpcBuffer::<u8>::zeros(c.stream(), l.want.len()),
+            "IpcBuffer::zeros",
+        ),
+    ) {
+        t.ok(c.synchronize(), "uploaded");
+        run(
+            "cuMemAlloc memory",
+            send.device_ptr(c.stream()).0,
+            recv.device_ptr(c.stream()).0,
+        );
+        let got = t.ok(device::download(c.stream(), &recv), "download");
+        t.check(got.as_ref() == Some(&l.want), || {
+            format!("cuMemAlloc memory: received {got:?}, expected {:?}", l.want)
+        });
+    }
+}
+
 /// The halo exchange (`collectives::halo`) over this backend, against the global reference:
 /// through the backend's grouped sends and receives and with CUDA IPC between ranks of a node
 /// where the GPUs allow it, 6 and 26 neighbours, radius 1 and 3, 1 and 3 chunks, a non-cubic
@@ -613,6 +680,9 @@ macro_rules! backend_cases {
             }),
             case(concat!($prefix, "_ipc_buffers"), |t| {
                 $with(t, |c| $ipc(t, c))
+            }),
+            case(concat!($prefix, "_grouped_exchange"), |t| {
+                $with(t, |c| device_grouped_exchange(t, c))
             }),
             case(concat!($prefix, "_halo_exchange"), |t| {
                 $with(t, |c| halo_exchange(t, c))

@@ -220,42 +220,12 @@ fn non_blocking_under_a_deadline(t: &T) {
 fn grouped_exchange(t: &T) {
     use collectives::{Error, ExchangePart};
     let (rank, size) = (t.rank(), t.size());
-    let len = |from: usize, to: usize| (from * 3 + to * 5) % 7 + 1;
-    let byte = |from: usize, to: usize, k: usize| (from * 31 + to * 7 + k) as u8;
-    let right = (rank + 1) % size;
-    let left = (rank + size - 1) % size;
-    // Sends: one part per peer in rank order, then two more to the right neighbour (4 and 9 bytes).
-    let mut send = Vec::new();
-    let mut sends = Vec::new();
-    let mut put = |peer: usize, n: usize, salt: usize| {
-        sends.push(ExchangePart {
-            peer,
-            offset: send.len(),
-            len: n,
-        });
-        send.extend((0..n).map(|k| byte(rank, peer, k + salt)));
-    };
-    for peer in 0..size {
-        put(peer, len(rank, peer), 0);
-    }
-    put(right, 4, 100);
-    put(right, 9, 200);
-    // Receives, and what each must hold.
-    let mut want = Vec::new();
-    let mut recvs = Vec::new();
-    let mut expect = |peer: usize, n: usize, salt: usize| {
-        recvs.push(ExchangePart {
-            peer,
-            offset: want.len(),
-            len: n,
-        });
-        want.extend((0..n).map(|k| byte(peer, rank, k + salt)));
-    };
-    for peer in 0..size {
-        expect(peer, len(peer, rank), 0);
-    }
-    expect(left, 4, 100);
-    expect(left, 9, 200);
+    let suite::ExchangeLayout {
+        send,
+        sends,
+        want,
+        recvs,
+    } = suite::exchange_layout(rank, size);
     let deadline = t
         .ok(t.comm.dup(), "dup")
         .map(|d| d.with_timeout(Some(std::time::Duration::from_secs(60))));
@@ -271,6 +241,7 @@ fn grouped_exchange(t: &T) {
         });
     }
     let mut recv = vec![0u8; want.len()];
+    let right = (rank + 1) % size;
     let past = [ExchangePart {
         peer: right,
         offset: send.len() - 2,

@@ -10,6 +10,58 @@ use num_complex::Complex;
 
 use super::T;
 
+/// A grouped exchange's parts and bytes on one rank (`exchange_bytes` on any backend): every rank
+/// sends every rank (itself included) one part whose length and bytes depend on both ranks, in rank
+/// order (`sends[..size]`), then two more in a row (4 and 9 bytes) to its right neighbour, which
+/// must arrive in that order (`sends[size..]`); `recvs` and `want` mirror them.
+pub struct ExchangeLayout {
+    pub send: Vec<u8>,
+    pub sends: Vec<collectives::ExchangePart>,
+    pub want: Vec<u8>,
+    pub recvs: Vec<collectives::ExchangePart>,
+}
+
+/// The [`ExchangeLayout`] of `rank` of `size`, computed here from the ranks alone.
+pub fn exchange_layout(rank: usize, size: usize) -> ExchangeLayout {
+    use collectives::ExchangePart;
+    let len = |from: usize, to: usize| (from * 3 + to * 5) % 7 + 1;
+    let byte = |from: usize, to: usize, k: usize| (from * 31 + to * 7 + k) as u8;
+    let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
+    let mut l = ExchangeLayout {
+        send: Vec::new(),
+        sends: Vec::new(),
+        want: Vec::new(),
+        recvs: Vec::new(),
+    };
+    let put = |l: &mut ExchangeLayout, peer: usize, n: usize, salt: usize| {
+        l.sends.push(ExchangePart {
+            peer,
+            offset: l.send.len(),
+            len: n,
+        });
+        l.send.extend((0..n).map(|k| byte(rank, peer, k + salt)));
+    };
+    for peer in 0..size {
+        put(&mut l, peer, len(rank, peer), 0);
+    }
+    put(&mut l, right, 4, 100);
+    put(&mut l, right, 9, 200);
+    let expect = |l: &mut ExchangeLayout, peer: usize, n: usize, salt: usize| {
+        l.recvs.push(ExchangePart {
+            peer,
+            offset: l.want.len(),
+            len: n,
+        });
+        l.want.extend((0..n).map(|k| byte(peer, rank, k + salt)));
+    };
+    for peer in 0..size {
+        expect(&mut l, peer, len(peer, rank), 0);
+    }
+    expect(&mut l, left, 4, 100);
+    expect(&mut l, left, 9, 200);
+    l
+}
+
 /// A backend as the suite drives it: how to put host values into its buffers and read them back.
 pub trait Backend: Communicator {
     /// An owned buffer of this backend.

@@ -732,7 +732,8 @@ pub trait DeviceCommunicator: Communicator {
     /// (not cudarc's pool memory unless
     /// [`device_pool_memory`](crate::backend::mpi_cuda::MpiCudaBuilder::device_pool_memory);
     /// never under a deadline), otherwise, like [`MpiStagedComm`](crate::MpiStagedComm) always,
-    /// through pinned host copies of the parts' extent.
+    /// through pinned host copies of the parts; a part a rank sends itself is copied on the
+    /// device into the part it receives from itself.
     ///
     /// # Errors
     /// [`Error::Unavailable`](crate::Error::Unavailable) when the loaded NCCL lacks

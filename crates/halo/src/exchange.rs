@@ -1,4 +1,4 @@
-//! [`HaloExchange`]: the exchange on the NCCL backend.
+//! [`HaloExchange`]: the exchange on a device communicator.
 
 use std::fmt;
 use std::sync::Arc;
@@ -90,7 +90,7 @@ struct Sync {
     pull_done: CudaEvent,
 }
 
-/// A halo exchange over an [`NcclComm`]: plans, compiled pack, unpack and copy kernels, the send
+/// A halo exchange over a device communicator `C` ([`NcclComm`] unless named): plans, compiled pack, unpack and copy kernels, the send
 /// and receive buffers, the CUDA IPC links to neighbours on the same node and four streams,
 /// made once and reused by every [`exchange`](Self::exchange). See the [module docs](super).
 pub struct HaloExchange<'c, C: DeviceCommunicator = NcclComm> {
@@ -445,7 +445,8 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
     /// communicator's stream gets there. Every rank calls it (it contains the transfers), as
     /// often as the others: a neighbour reached through CUDA IPC waits on the device for this
     /// rank's flags, and a rank that stops exchanging leaves it waiting until
-    /// [`NcclComm::synchronize`](collectives_core::DeviceCommunicator::synchronize)'s deadline reports [`Error::Timeout`].
+    /// [`DeviceCommunicator::synchronize`]'s deadline reports [`Error::Timeout`] (on NCCL; the MPI
+    /// backends wait under their deadline, if one is set).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `field` has the wrong length or lies on another device
@@ -659,7 +660,7 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
     }
 
     /// Enqueue the sends and receives of chunk `k` on `stream`: one NCCL group holding one send
-    /// and one receive per neighbour rank ([`NcclComm::exchange_bytes`]).
+    /// and one receive per neighbour rank ([`DeviceCommunicator::exchange_bytes`]).
     fn transfer_chunk(&self, stream: &CudaStream, k: usize) -> Result<()> {
         const OP_X: &str = "halo_transfer";
         let _span = tracing::trace_span!("halo_transfer", chunk = k).entered();
@@ -685,7 +686,7 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
 
     /// The exchange step by step on the communicator's stream, timed: CUDA events around every
     /// pack, the local copies, every transfer, every unpack, the pulls and the wrap copies, then a wait for the stream
-    /// ([`NcclComm::synchronize`](collectives_core::DeviceCommunicator::synchronize), with its deadline). It fills the same ghost cells as
+    /// ([`DeviceCommunicator::synchronize`], with its deadline). It fills the same ghost cells as
     /// [`exchange`](Self::exchange) but without overlap: it shows where the time goes.
     ///
     /// # Errors

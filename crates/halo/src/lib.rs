@@ -1,9 +1,11 @@
-//! Halo exchange of a 3-D block per rank on device memory, over the NCCL backend of
-//! `collectives-core` and the GPU packers of `datatype-pack`: fused pack
-//! launches, then for each neighbour rank either a grouped NCCL transfer and a fused unpack, or,
-//! for a neighbour on the same node whose GPU this one reaches, one launch that reads the
-//! neighbour's packed bytes over CUDA IPC straight into the ghost cells; pipelined in chunks,
-//! with direct copies where a rank is its own neighbour.
+//! Halo exchange of a 3-D block per rank on device memory, over any device communicator of
+//! `collectives-core` (NCCL, CUDA-aware MPI, staged MPI) and the GPU packers of `datatype-pack`:
+//! fused pack launches, then for each neighbour rank either the communicator's grouped exchange
+//! (`DeviceCommunicator::exchange_bytes`) and a fused unpack, or, for a neighbour on the same
+//! node whose GPU this one reaches, one launch that reads the neighbour's packed bytes over CUDA
+//! IPC straight into the ghost cells; pipelined in chunks, with direct copies where a rank is its
+//! own neighbour. On NCCL the whole exchange is stream-ordered; on the MPI backends the host
+//! waits for each chunk's transfer (MPI knows no streams).
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -12,8 +14,8 @@
 //! | [`boxes`] | [`CellBox`]es of a rank's padded block: what it sends ([`send_box`]) and receives ([`ghost_box`]), wrap sources ([`wrap_box`]), as `datatype_pack` plans ([`box_plan`]) |
 //! | [`plan`] | [`HaloPlan`]: the regions a rank packs and unpacks, its [`Message`]s per chunk, its [`LocalCopy`]s and wrap copies |
 //! | [`reference`](mod@reference) | the CPU reference: [`initial_field`], [`expected_field`] (every ghost cell computed from the global field) and [`exchange_on_cpu`] (the whole exchange on the CPU) |
-//! | [`exchange`](mod@exchange) | [`HaloExchange`]: the exchange on an [`NcclComm`](collectives_core::NcclComm): [`exchange`](HaloExchange::exchange), [`exchange_timed`](HaloExchange::exchange_timed) and its [`HaloTimes`] |
-//! | [`peer`] | [`HaloTransport`]: how neighbour ranks are reached: CUDA IPC on the same node where possible, else NCCL ([`Auto`](HaloTransport::Auto)), or NCCL only |
+//! | [`exchange`](mod@exchange) | [`HaloExchange`]: the exchange on a device communicator ([`NcclComm`](collectives_core::NcclComm) by default): [`exchange`](HaloExchange::exchange), [`exchange_timed`](HaloExchange::exchange_timed) and its [`HaloTimes`] |
+//! | [`peer`] | [`HaloTransport`]: how neighbour ranks are reached: CUDA IPC on the same node where possible, else the communicator ([`Auto`](HaloTransport::Auto)), or the communicator only ([`Comm`](HaloTransport::Comm)) |
 //!
 //! Every item is also re-exported at the crate root. Errors are `collectives-core`'s
 //! [`Error`](collectives_core::Error); the facade crate `collectives` re-exports this crate as
@@ -35,7 +37,8 @@
 //! 2. **Pack**: the interior slabs the other ranks need (6 faces, or 26 faces, edges and
 //!    corners) are packed into the send buffer, one fused launch per chunk
 //!    (`datatype_pack::gpu::FusedPacker`).
-//! 3. **Transfer**: per chunk, one NCCL group of one send and one receive per neighbour rank: a
+//! 3. **Transfer**: per chunk, one grouped exchange (one NCCL group, or MPI's non-blocking sends and
+//!    receives completed together) of one send and one receive per neighbour rank: a
 //!    rank that is the neighbour in several directions gets one message holding all of those
 //!    regions. Messages carry exactly the packed bytes: no padding.
 //! 4. **Unpack**: per chunk, one launch scatters the received bytes into the ghost cells.
@@ -49,7 +52,7 @@
 //!    send buffer while it is read. The flags are 64-bit counters written into the other
 //!    rank's memory with `cuStreamWriteValue64` and waited for with `cuStreamWaitValue64`: the
 //!    streams order themselves, the host never waits. Pairs that cannot (another node, no peer
-//!    access, a rank that chose [`HaloTransport::Comm`]) use NCCL; both kinds mix freely.
+//!    access, a rank that chose [`HaloTransport::Comm`]) use the communicator; both kinds mix freely.
 //! 6. **Wrap copies** (26 neighbours, on a grid with a single rank along some axis and several
 //!    along another): an edge or corner whose direction moves along such an axis holds the
 //!    same values as ghost cells one period further in, which the face (or edge) across the

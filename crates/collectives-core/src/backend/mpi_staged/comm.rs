@@ -62,7 +62,7 @@ impl DeviceCommunicator for MpiStagedComm {
         Ok(self)
     }
 
-    /// Through pinned host copies of the parts' extent, on the host communicator.
+    /// Through pinned host copies of the parts, on the host communicator.
     unsafe fn exchange_bytes(
         &self,
         op: &'static str,
