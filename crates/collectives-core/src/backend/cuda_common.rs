@@ -60,25 +60,9 @@ pub fn cuda_unavailable() -> Option<String> {
     }
 }
 
-/// The stream a new device communicator (NCCL, CUDA-aware MPI, staged MPI) runs on: the context's default (legacy) stream, the one
-/// `CudaContext::default_stream` gives every user of the context.
-///
-/// cudarc orders a buffer's users across streams with events recorded at every use, but only once
-/// a context has more than one stream (`CudaContext::is_in_multi_stream_mode`). A communicator
-/// with a stream of its own would put every program into that mode and add an event wait and an
-/// event record per buffer to every call (about 0.5 µs each, measured; on the MPI backends, whose
-/// calls synchronize the stream, a wait for the GPU to reach them too). On the default stream a
-/// program that works on that one stream pays nothing, and one that makes streams of its own gets
-/// cudarc's ordering as before; `DeviceCommunicator::with_stream` moves a communicator to any
-/// stream. The legacy stream also waits for, and is waited for by, the context's blocking streams
-/// (cudarc's own streams are non-blocking).
-pub(crate) fn default_stream(ctx: &Arc<CudaContext>) -> Arc<CudaStream> {
-    ctx.default_stream()
-}
-
-/// The [`default_stream`] of `device`, or of the GPU of this rank's node-local index (round robin
-/// when a node has more ranks than GPUs: MPI, unlike NCCL, lets ranks share a GPU). Collective over
-/// `mpi` (the node-local split).
+/// A new stream on `device`, or on the GPU of this rank's node-local index (round robin when a node
+/// has more ranks than GPUs: MPI, unlike NCCL, lets ranks share a GPU). Collective over `mpi` (the
+/// node-local split).
 pub(crate) fn local_stream(
     op: &'static str,
     mpi: &MpiComm,
@@ -103,7 +87,7 @@ pub(crate) fn local_stream(
     }
     let ctx = CudaContext::new(device).map_err(|e| Error::cuda(op, e))?;
     ctx.bind_to_thread().map_err(|e| Error::cuda(op, e))?;
-    Ok(default_stream(&ctx))
+    ctx.new_stream().map_err(|e| Error::cuda(op, e))
 }
 
 /// Agree over `mpi` whether every rank's `local` is `Ok`: a rank's own error comes back as it is, and

@@ -456,7 +456,7 @@ impl Backend for NcclComm {
                 "NCCL returned no communicator for a color",
             ));
         }
-        let stream = crate::backend::cuda_common::default_stream(&self.ctx);
+        let stream = super::comm::default_stream(&self.ctx);
         let sync_event = self.ctx.new_event(None).map_err(|e| Error::cuda(op, e))?;
         let comm = NcclComm {
             lib: self.lib,
