@@ -49,7 +49,7 @@ pub enum HaloTransport {
     #[default]
     Auto,
     /// The communicator's grouped sends and receives
-    /// ([`DeviceCommunicator::exchange_bytes`](collectives_core::DeviceCommunicator::exchange_bytes):
+    /// ([`DeviceCommunicator::exchange_bytes`]:
     /// NCCL's, or MPI's on the MPI device backends) for every neighbour rank.
     Comm,
 }
