@@ -33,32 +33,35 @@ pub fn exchange_layout(rank: usize, size: usize) -> ExchangeLayout {
         want: Vec::new(),
         recvs: Vec::new(),
     };
-    let put = |l: &mut ExchangeLayout, peer: usize, n: usize, salt: usize| {
-        l.sends.push(ExchangePart {
+    // One part, to `peer` (sent) or from it (received), and its bytes, at the end of its buffer.
+    let push = |parts: &mut Vec<ExchangePart>,
+                bytes: &mut Vec<u8>,
+                peer,
+                n,
+                byte: &dyn Fn(usize) -> u8| {
+        parts.push(ExchangePart {
             peer,
-            offset: l.send.len(),
+            offset: bytes.len(),
             len: n,
         });
-        l.send.extend((0..n).map(|k| byte(rank, peer, k + salt)));
+        bytes.extend((0..n).map(byte));
     };
-    for peer in 0..size {
-        put(&mut l, peer, len(rank, peer), 0);
-    }
-    put(&mut l, right, 4, 100);
-    put(&mut l, right, 9, 200);
-    let expect = |l: &mut ExchangeLayout, peer: usize, n: usize, salt: usize| {
-        l.recvs.push(ExchangePart {
-            peer,
-            offset: l.want.len(),
-            len: n,
+    for (peer, n, salt) in (0..size)
+        .map(|p| (p, len(rank, p), 0))
+        .chain([(right, 4, 100), (right, 9, 200)])
+    {
+        push(&mut l.sends, &mut l.send, peer, n, &|k| {
+            byte(rank, peer, k + salt)
         });
-        l.want.extend((0..n).map(|k| byte(peer, rank, k + salt)));
-    };
-    for peer in 0..size {
-        expect(&mut l, peer, len(peer, rank), 0);
     }
-    expect(&mut l, left, 4, 100);
-    expect(&mut l, left, 9, 200);
+    for (peer, n, salt) in (0..size)
+        .map(|p| (p, len(p, rank), 0))
+        .chain([(left, 4, 100), (left, 9, 200)])
+    {
+        push(&mut l.recvs, &mut l.want, peer, n, &|k| {
+            byte(peer, rank, k + salt)
+        });
+    }
     l
 }
 

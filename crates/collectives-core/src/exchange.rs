@@ -24,6 +24,29 @@ pub struct ExchangePart {
     pub len: usize,
 }
 
+impl ExchangePart {
+    /// Parts to or from the given `(peer, len)`s laid end to end in one buffer, in that order,
+    /// from offset 0: one contiguous piece per message.
+    ///
+    /// ```
+    /// use collectives_core::ExchangePart;
+    ///
+    /// let parts = ExchangePart::end_to_end([(1, 8), (0, 4)]);
+    /// assert_eq!(parts[1], ExchangePart { peer: 0, offset: 8, len: 4 });
+    /// ```
+    pub fn end_to_end(peers_and_lens: impl IntoIterator<Item = (usize, usize)>) -> Vec<Self> {
+        let mut offset = 0;
+        peers_and_lens
+            .into_iter()
+            .map(|(peer, len)| {
+                let part = ExchangePart { peer, offset, len };
+                offset += len;
+                part
+            })
+            .collect()
+    }
+}
+
 /// The bytes of a buffer `parts` reach: the end of the part that ends last (0 without parts).
 pub(crate) fn extent(parts: &[ExchangePart]) -> usize {
     parts.iter().map(|p| p.offset + p.len).max().unwrap_or(0)

@@ -390,20 +390,9 @@ fn contiguous(
     comm: &impl DeviceCommunicator,
     sizes: &[(usize, u64)],
 ) -> anyhow::Result<(DeviceAlloc, Vec<ExchangePart>)> {
-    let mut offset = 0;
-    let parts = sizes
-        .iter()
-        .map(|&(peer, bytes)| {
-            let part = ExchangePart {
-                peer,
-                offset,
-                len: bytes as usize,
-            };
-            offset += bytes as usize;
-            part
-        })
-        .collect();
-    Ok((DeviceAlloc::zeroed(CONTIG, comm.context(), offset)?, parts))
+    let parts = ExchangePart::end_to_end(sizes.iter().map(|&(peer, bytes)| (peer, bytes as usize)));
+    let bytes = parts.iter().map(|p| p.len).sum();
+    Ok((DeviceAlloc::zeroed(CONTIG, comm.context(), bytes)?, parts))
 }
 
 /// One grouped exchange of the contiguous messages through the backend.

@@ -112,20 +112,6 @@ pub(crate) unsafe fn exchange_bytes(
     stream.synchronize().map_err(cuda)
 }
 
-/// The parts laid end to end, as they lie in the host copy: the same peers and lengths, offsets
-/// from 0.
-fn end_to_end(parts: &[ExchangePart]) -> Vec<ExchangePart> {
-    let mut offset = 0;
-    parts
-        .iter()
-        .map(|p| {
-            let packed = ExchangePart { offset, ..*p };
-            offset += p.len;
-            packed
-        })
-        .collect()
-}
-
 /// The exchange of `sends` and `recvs` through pinned host memory leased from `pool`: every sent
 /// part copied out (then the stream waited for), the host exchange, every received part copied
 /// back into its place on `stream` (waited for by the caller). Only the parts' own bytes move,
@@ -143,6 +129,9 @@ unsafe fn through_host(
     (recv, recvs): (u64, &[ExchangePart]),
 ) -> Result<()> {
     let cuda = |e| Error::cuda(op, e);
+    // The parts laid end to end in the host copies: the same peers and lengths.
+    let end_to_end =
+        |parts: &[ExchangePart]| ExchangePart::end_to_end(parts.iter().map(|p| (p.peer, p.len)));
     let (host_sends, host_recvs) = (end_to_end(sends), end_to_end(recvs));
     let mut out = pool.lease::<u8>(op, extent(&host_sends))?;
     let mut into = pool.lease::<u8>(op, extent(&host_recvs))?;

@@ -95,8 +95,8 @@ impl MpiCudaComm {
         let w = written.map(|b| dptr_mut(b, &self.stream));
         self.sync(name)?;
         call(
-            r.as_ref().map(|(p, _)| Region::Device(p.cast_mut())),
-            w.as_ref().map(|(p, _)| Region::Device(*p)),
+            r.map(|p| Region::Device(p.cast_mut())),
+            w.map(Region::Device),
             len,
         )
     }

@@ -23,34 +23,29 @@ fn empty() -> *mut c_void {
 }
 
 /// The device address of `buf` for MPI to read, taken on `stream`: cudarc makes `stream` wait for the
-/// buffer's earlier writes on other streams (the caller then synchronizes `stream`).
-///
-/// No event is recorded on `stream` for this use ([`untracked`]), and the guard returned does
-/// nothing.
-pub(crate) fn dptr<'a, T, B: ?Sized + DevicePtr<T>>(
-    buf: &'a B,
-    stream: &'a CudaStream,
-) -> (*const c_void, SyncOnDrop<'a>) {
+/// buffer's earlier writes on other streams (the caller then synchronizes `stream`). No event is
+/// recorded on `stream` for this use ([`untracked`]).
+pub(crate) fn dptr<T, B: ?Sized + DevicePtr<T>>(buf: &B, stream: &CudaStream) -> *const c_void {
     if DeviceSlice::is_empty(buf) {
-        return (empty().cast_const(), SyncOnDrop::Sync(None));
+        return empty().cast_const();
     }
     let (p, guard) = buf.device_ptr(stream);
     untracked(guard);
-    (p as usize as *const c_void, SyncOnDrop::Sync(None))
+    p as usize as *const c_void
 }
 
 /// The device address of `buf` for MPI to write, taken on `stream` (as [`dptr`], waiting also for
 /// earlier reads).
-pub(crate) fn dptr_mut<'a, T, B: ?Sized + DevicePtrMut<T>>(
-    buf: &'a mut B,
-    stream: &'a CudaStream,
-) -> (*mut c_void, SyncOnDrop<'a>) {
+pub(crate) fn dptr_mut<T, B: ?Sized + DevicePtrMut<T>>(
+    buf: &mut B,
+    stream: &CudaStream,
+) -> *mut c_void {
     if DeviceSlice::is_empty(buf) {
-        return (empty(), SyncOnDrop::Sync(None));
+        return empty();
     }
     let (p, guard) = buf.device_ptr_mut(stream);
     untracked(guard);
-    (p as usize as *mut c_void, SyncOnDrop::Sync(None))
+    p as usize as *mut c_void
 }
 
 /// Let cudarc's guard go without recording its event on the communicator's stream.
