@@ -10,6 +10,7 @@ use std::time::Duration;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 use nccl_sys as sys;
 
+use super::aborts;
 use super::one_shot::OneShotSlot;
 use super::raw;
 use crate::backend::cuda_common::{self, cuda_driver_present, node_local};
@@ -527,7 +528,8 @@ impl NcclComm {
     /// returns at its deadline: `ncclCommAbort` stops each handle's proxy threads, which notice
     /// only at their next poll (every 500 ms), about 1 s for the two handles (measured on 2 H100).
     /// NCCL raises the abort flag first, so the stream moves on at once; dropping or finalizing the
-    /// communicator waits for the thread.
+    /// communicator waits for the thread, and so does the process's exit (at most 10 s) where the
+    /// communicator is never dropped.
     fn abort_nccl(&self) {
         self.abort_handles(Abort::InBackground);
     }
@@ -551,11 +553,15 @@ impl NcclComm {
         };
         if how == Abort::InBackground {
             let ctx = self.ctx.clone();
+            // Counted until the abort returns, so that the process's exit waits for it where
+            // this communicator is never dropped (see `aborts`).
+            let running = aborts::Running::start();
             let spawned = std::thread::Builder::new()
                 .name("nccl-abort".into())
                 .spawn(move || {
                     let _ = ctx.bind_to_thread();
                     abort_all();
+                    drop(running);
                 });
             // Without a thread to be had (the closure went with the failed spawn, unrun), the
             // handles are aborted below, late rather than never.

@@ -25,6 +25,7 @@
 //!   (`ncclCommWindowRegister`), as an [`NcclBuffer`] that every collective takes as a device
 //!   buffer (see the `register` module's documentation).
 
+mod aborts;
 mod collectives;
 mod comm;
 pub mod one_shot;

@@ -1,6 +1,6 @@
 //! Which all-reduces of an NCCL communicator take the one-shot path ([`crate::one_shot`]) instead
-//! of NCCL: those of at most `COLLECTIVES_ONE_SHOT_MAX_BYTES` bytes ([`MAX_BYTES_ENV`]; unset or
-//! 0: none, the default for now; [`MEASURED_MAX_BYTES`] is the crossover measured on H100) of a
+//! of NCCL: those of at most `COLLECTIVES_ONE_SHOT_MAX_BYTES` bytes ([`MAX_BYTES_ENV`]; 0: none;
+//! unset: [`DEFAULT_MAX_BYTES`], the crossover measured on H100) of a
 //! type and reduce operation it offers, on the stream the path was made on, while no persistent
 //! plan captures a CUDA graph. Barriers, which are all-reduces of one value, take it too. The path
 //! is set up when the communicator is (collective, like the creation), where it is offered; the
@@ -19,11 +19,10 @@ use crate::op::ReduceOp;
 /// to 32 KiB, and it lost at 256 KiB (docs/PERFORMANCE.md). The value to give [`MAX_BYTES_ENV`].
 pub const MEASURED_MAX_BYTES: usize = 32 << 10;
 
-/// The largest all-reduce, in bytes, that takes the path when [`MAX_BYTES_ENV`] is not set: none
-/// yet. The path is opt-in until the whole GPU suite passes with it chosen (with it chosen by
-/// default, a silent peer in a point-to-point case and one of `nccl_collectives`' cases on 2
-/// ranks did not come back on 2-4 H100: docs/logs/2026-11-26-device-paths/).
-pub const DEFAULT_MAX_BYTES: usize = 0;
+/// The largest all-reduce, in bytes, that takes the path when [`MAX_BYTES_ENV`] is not set: the
+/// measured crossover. The whole GPU suite passed with it chosen on 1 to 4 H100
+/// (docs/logs/2026-11-26-one-shot-default/); `COLLECTIVES_ONE_SHOT_MAX_BYTES=0` turns the path off.
+pub const DEFAULT_MAX_BYTES: usize = MEASURED_MAX_BYTES;
 
 /// The environment variable that sets the byte limit (bytes; 0: off), read when a communicator is
 /// made.
