@@ -848,29 +848,21 @@ pub fn run(universe: &mpi::environment::Universe, args: &HaloArgs) -> anyhow::Re
         let note = format!("{}: left out: {why}", b.name());
         sink.note(note.clone(), Some(format!("#  {note}")), None);
     }
+    // One backend's communicator: made (collective), checked mode off, measured, then freed.
+    macro_rules! on {
+        ($comm:ty, $b:expr) => {{
+            let comm = <$comm>::from_mpi(&ctl, None)
+                .with_context(|| format!("starting the {} backend", $b.name()))?
+                .with_checked(false);
+            run_on(&comm, $b.name(), &ctl, args, &mut sink)?;
+            comm.finalize()?;
+        }};
+    }
     for b in backends {
         match b {
-            Backend::Nccl => {
-                let comm = NcclComm::from_mpi(&ctl, None)
-                    .context("starting the nccl backend")?
-                    .with_checked(false);
-                run_on(&comm, b.name(), &ctl, args, &mut sink)?;
-                comm.finalize()?;
-            }
-            Backend::CudaMpi => {
-                let comm = MpiCudaComm::from_mpi(&ctl, None)
-                    .context("starting the cuda-mpi backend")?
-                    .with_checked(false);
-                run_on(&comm, b.name(), &ctl, args, &mut sink)?;
-                comm.finalize()?;
-            }
-            Backend::MpiStaged => {
-                let comm = MpiStagedComm::from_mpi(&ctl, None)
-                    .context("starting the mpi-staged backend")?
-                    .with_checked(false);
-                run_on(&comm, b.name(), &ctl, args, &mut sink)?;
-                comm.finalize()?;
-            }
+            Backend::Nccl => on!(NcclComm, b),
+            Backend::CudaMpi => on!(MpiCudaComm, b),
+            Backend::MpiStaged => on!(MpiStagedComm, b),
             Backend::Mpi => bail!("the halo exchange needs device memory: no mpi runner"),
         }
     }
