@@ -1,9 +1,10 @@
 //! `collbench doctor` on the ranks it is launched with (no GPU needed): every rank answers, rank 0 gets
-//! one report naming the MPI library, the CUDA-awareness verdict and its facts, every rank's view and
-//! every backend; the verdict is the same on every rank and follows from its facts. Also the host
-//! path of `collbench p2p` (windows of non-blocking sends, acknowledgements, the byte check) on 2+
-//! ranks, and every collective of `collbench` on the benchmark engine over host MPI with the
-//! `#wrong` check (0 wrong on every rank count). Run: `mpirun -n N target/debug/deps/mpi_doctor-*` (or `cargo xtask test`).
+//! one report naming the MPI library, the CUDA-awareness verdict and its facts, every rank's view,
+//! every backend and the one-shot all-reduce's offer; the verdict is the same on every rank and
+//! follows from its facts. Also the host path of `collbench p2p` (windows of non-blocking sends,
+//! acknowledgements, the byte check) on 2+ ranks, and every collective of `collbench` on the
+//! benchmark engine over host MPI with the `#wrong` check (0 wrong on every rank count). Run:
+//! `mpirun -n N target/debug/deps/mpi_doctor-*` (or `cargo xtask test`).
 
 #![allow(clippy::useless_vec)] // the shared suite's buffers are vectors
 
@@ -73,6 +74,19 @@ fn report(t: &T) {
                     t.check(!r.works(b), || {
                         format!("{} cannot work without a GPU", b.name())
                     });
+                }
+            }
+            // The one-shot path: not offered where NCCL does not run, with NCCL's reason; where
+            // it runs, a limit or the path's own reason.
+            match (&r.one_shot, r.works(Backend::Nccl)) {
+                (Err(why), false) => t
+                    .check(why.starts_with("the nccl backend does not run"), || {
+                        format!("one-shot without nccl: {why:?}")
+                    }),
+                (Ok(limit), true) => t.check(*limit > 0, || format!("one-shot limit {limit}")),
+                (Err(why), true) => t.check(!why.is_empty(), || "one-shot: no reason".into()),
+                (Ok(limit), false) => {
+                    t.fail(format!("one-shot offered up to {limit} B without nccl"))
                 }
             }
             // CUDA-aware MPI needs a yes from detection on every rank.

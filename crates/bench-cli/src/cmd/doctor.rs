@@ -9,6 +9,9 @@
 //! - per rank: host, node-local rank, the GPUs it sees (count, names) and the GPU the device backends
 //!   give it (the GPU of its node-local rank);
 //! - per backend: whether it runs on every rank, or why not;
+//! - the one-shot all-reduce of the NCCL backend (`collectives_core::one_shot`): up to which size
+//!   it is chosen, or why it is not offered (ranks on several nodes, a pair of GPUs without peer
+//!   access, two ranks on one GPU, the NCCL backend not running here, turned off);
 //! - per node, the network ([`crate::cmd::network`]): the interfaces that are up, which ones NCCL and
 //!   Open MPI's TCP transports would take, warnings for decoys (`docker*`, `veth*`, `virbr*`) and
 //!   for more than one routable interface, the settings that pin them, and where nodes disagree;
@@ -21,7 +24,7 @@ use std::fmt::Write as _;
 
 use collectives_core::backend::mpi_cuda::{cuda_unavailable, node_local};
 use collectives_core::cuda_aware::{self, CudaAwareness};
-use collectives_core::{Communicator, MpiComm, ReduceOp};
+use collectives_core::{Communicator, MpiComm, NcclComm, ReduceOp};
 
 use crate::cmd::network::{self, NetView};
 use crate::measure::backend::{self, Backend};
@@ -122,6 +125,9 @@ pub struct Report {
     pub ranks: Vec<RankInfo>,
     /// Every backend and why it will not run here (`None`: it runs on every rank).
     pub backends: Vec<(Backend, Option<String>)>,
+    /// The largest NCCL all-reduce, in bytes, that takes the one-shot path, or why the path is not
+    /// offered on these ranks.
+    pub one_shot: Result<usize, String>,
     /// Every rank's view of its node's network, in rank order.
     pub network: Vec<NetView>,
     /// The launcher mistake, when every process is rank 0 of 1 under a launcher that started more.
@@ -251,6 +257,38 @@ pub fn backends_here(ctl: &MpiComm) -> anyhow::Result<Vec<(Backend, Option<Strin
         .collect())
 }
 
+/// The one-shot path of an NCCL communicator over `ctl`'s ranks: its byte limit, or why it is not
+/// offered. Collective; every rank takes the same branch (`backends` is agreed, and whether the
+/// ranks share one node is the same answer everywhere). Ranks on several nodes are answered
+/// without making a communicator: the path is never offered there, and NCCL's start across
+/// nodes is what the doctor may be run to diagnose.
+///
+/// # Errors
+/// The library's errors freeing the communicator.
+fn one_shot_here(
+    ctl: &MpiComm,
+    info: &RankInfo,
+    backends: &[(Backend, Option<String>)],
+) -> anyhow::Result<Result<usize, String>> {
+    let nccl = backends.iter().find(|(b, _)| *b == Backend::Nccl);
+    if let Some((_, Some(why))) = nccl {
+        return Ok(Err(format!("the nccl backend does not run here: {why}")));
+    }
+    if info.local_size != ctl.size() {
+        return Ok(Err("the ranks span nodes".to_owned()));
+    }
+    let comm = match NcclComm::from_mpi(ctl, None) {
+        Ok(c) => c.with_checked(false),
+        Err(e) => return Ok(Err(format!("no NCCL communicator could be made: {e}"))),
+    };
+    let answer = match comm.one_shot_refusal() {
+        Some(why) => Err(why.to_owned()),
+        None => Ok(comm.one_shot_max_bytes()),
+    };
+    comm.finalize()?;
+    Ok(answer)
+}
+
 /// Run the doctor over the ranks of `world`: every rank looks, rank 0 gets the [`Report`] (`None`
 /// elsewhere). Collective; needs no GPU.
 ///
@@ -269,6 +307,7 @@ pub fn doctor(world: &MpiComm) -> anyhow::Result<Option<Report>> {
     ctl.all_reduce_in_place(&mut ext[..], ReduceOp::Max)?;
     let same = ext[0] == -ext[1];
     let backends = backends_here(&ctl)?;
+    let one_shot = one_shot_here(&ctl, &info, &backends)?;
     let lines = gather_lines(&ctl, &info.encode())?;
     let net = serde_json::to_string(&network::local_view(&info.host))?;
     let nets = gather_lines(&ctl, &net)?;
@@ -304,6 +343,7 @@ pub fn doctor(world: &MpiComm) -> anyhow::Result<Option<Report>> {
         cuda_driver: cuda_driver_version(),
         ranks,
         backends,
+        one_shot,
         network,
         launcher,
     }))
@@ -383,6 +423,18 @@ impl Report {
                 }
             }
         }
+        match &self.one_shot {
+            Ok(limit) => {
+                let _ = writeln!(
+                    s,
+                    "one-shot all-reduce (nccl): chosen up to {limit} bytes \
+                     (COLLECTIVES_ONE_SHOT_MAX_BYTES)"
+                );
+            }
+            Err(why) => {
+                let _ = writeln!(s, "one-shot all-reduce (nccl): not offered: {why}");
+            }
+        }
         if !self.network.is_empty() {
             s.push_str(&network::render(&self.network));
         }
@@ -459,6 +511,7 @@ mod tests {
                 (Backend::Mpi, None),
                 (Backend::CudaMpi, Some("no CUDA driver".into())),
             ],
+            one_shot: Err("the nccl backend does not run here: no CUDA driver".into()),
             network: vec![],
             launcher: Some("this process is rank 0 of 1, but srun started 4".into()),
         };
@@ -474,6 +527,17 @@ mod tests {
         assert!(r.works(Backend::Mpi) && !r.works(Backend::CudaMpi) && !r.works(Backend::Nccl));
         assert!(text.contains("LAUNCHER MISTAKE : this process is rank 0 of 1, but srun started 4"));
         assert!(!text.contains("network (per node"));
+        assert!(text.contains(
+            "one-shot all-reduce (nccl): not offered: the nccl backend does not run here: no CUDA \
+             driver"
+        ));
+        let offered = Report {
+            one_shot: Ok(32768),
+            ..r
+        };
+        assert!(offered
+            .render()
+            .contains("one-shot all-reduce (nccl): chosen up to 32768 bytes"));
     }
 
     #[test]
