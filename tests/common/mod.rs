@@ -134,7 +134,7 @@ fn run_in(universe: mpi::environment::Universe, cases: &[Case]) -> ! {
         .expect("dup of MPI_COMM_WORLD")
         .with_checked(false);
     let (rank, size) = (referee.rank(), referee.size());
-    // `MPI_TESTS_FILTER=name` runs only the cases whose name contains it.
+    // `MPI_TESTS_FILTER=name` runs only the cases whose name contains it (`a,b`: either).
     let filter: Option<String> = std::env::var("MPI_TESTS_FILTER")
         .ok()
         .filter(|f| !f.is_empty());
@@ -143,7 +143,10 @@ fn run_in(universe: mpi::environment::Universe, cases: &[Case]) -> ! {
     // slow or the process was slow to end after them.
     let began = std::time::Instant::now();
     for case in cases {
-        if filter.as_deref().is_some_and(|f| !case.name.contains(f)) {
+        if filter
+            .as_deref()
+            .is_some_and(|f| !f.split(',').any(|part| case.name.contains(part)))
+        {
             continue;
         }
         if size < case.min_ranks {

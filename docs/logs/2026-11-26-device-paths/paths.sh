@@ -28,6 +28,10 @@
 #            Open MPI, transports comm and auto, depths 1 and 2, 2 ranks (2x1x1), 256^3 cells, r 3, q 8
 #   p2pprof  Nsight Systems over collbench p2p --test bw on cuda-mpi at 1 MiB (CUDA API calls per
 #            message), beside osu_bw -d cuda at the same size
+#   osan     compute-sanitizer memcheck, racecheck and synccheck over nccl_one_shot on 2 ranks (every
+#            rank under the tool; the floats, integers, complex and library all-reduce cases)
+#   mpi4     4 ranks under the CUDA-aware Open MPI: collbench allreduce --osu on cuda-mpi and
+#            mpi-staged beside OMB's osu_allreduce -d cuda, 8 B to 4 MiB
 #   exit     nccl_collectives on 2 ranks (GPUs 0,1) at a 300 s limit, every line time-stamped; from its
 #            summary on, every 3 s, each rank's threads (name, state, kernel wait channel, syscall)
 #            and, where gdb exists, their stacks; the same for the five catalog cases run alone
@@ -38,7 +42,7 @@ B=.gpu-box/bin; T=.gpu-box/tests; E=.gpu-box/bin
 for packed in $B/*.xz $T/*.xz; do [ -e "$packed" ] && [ ! -e "${packed%.xz}" ] && xz -dk "$packed"; done
 [ -s "$out/machine.txt" ] || { nvidia-smi -L; nvidia-smi topo -m; } > "$out/machine.txt" 2>&1
 peers=/tmp/peers
-case " $* " in *" mpi "*|*" p2pprof "*) ( bash .gpu-box/peers/build.sh $peers gpu > $peers.build.log 2>&1 ) & ;; esac
+case " $* " in *" mpi "*|*" p2pprof "*|*" mpi4 "*) ( bash .gpu-box/peers/build.sh $peers gpu > $peers.build.log 2>&1 ) & ;; esac
 x="-x OMPI_MCA_orte_allowed_exit_without_sync=1"
 for part in "$@"; do
   SECONDS=0
@@ -152,6 +156,28 @@ for part in "$@"; do
         timeout 150 /opt/ompi-cuda/bin/mpirun -n 2 -x LD_LIBRARY_PATH -x COLLECTIVES_EXPECT_CUDA_AWARE=1 $t 2>&1 | grep -v "^test .* ok$"
       } > "$out/cuda-mpi-tests.txt" 2>&1
       grep -E "^\\$|mpi-tests|FAIL|rank [0-9]" "$out/cuda-mpi-tests.txt" | head -40 ;;
+    osan)
+      san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+      t=$(ls $T/nccl_one_shot-* | grep -v '\.xz$' | head -1)
+      f="one_shot_floats,one_shot_integers,one_shot_complex_as_lanes,one_shot_inside_the_library_all_reduce"
+      { for tool in memcheck racecheck synccheck; do
+          echo "\$ mpirun -n 2 compute-sanitizer --tool $tool nccl_one_shot ($f)"
+          timeout 180 mpirun -n 2 -x MPI_TESTS_FILTER="$f" $san --tool $tool --error-exitcode 1 $t 2>&1 | grep -v "^test .* ok$"
+          echo "exit ${PIPESTATUS[0]}"
+        done; } > "$out/one-shot-sanitizer.txt" 2>&1
+      grep -E "^\\$|SUMMARY|mpi-tests|^exit|FAIL" "$out/one-shot-sanitizer.txt" ;;
+    mpi4)
+      CM=(/opt/ompi-cuda/bin/mpirun -n 4 -x LD_LIBRARY_PATH)
+      source .gpu-box/env.sh >/dev/null 2>&1
+      wait
+      omb=$peers/omb-cuda-aware/libexec/osu-micro-benchmarks/mpi
+      r() { echo "\$ cuda_mpirun -n 4 ${*#*/mpi/}"; timeout 120 "${CM[@]}" "$@" 2>&1; }
+      {
+        r $omb/collective/osu_allreduce -d cuda -m 8:4194304 -f
+        r $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend cuda-mpi
+        r $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend mpi-staged
+      } > "$out/mpi4-osu.txt" 2>&1
+      grep -E "^\\$|^(8|32768|262144|2097152|4194304) " "$out/mpi4-osu.txt" ;;
     exit)
       stamp() { while IFS= read -r l; do printf '%(%T)T %s\n' -1 "$l"; done; }
       threads() { for p in $(pgrep -f "$T/nccl_collectives-" | grep -v "^$$\$"); do
