@@ -4,7 +4,8 @@
 //! type and reduce operation it offers, on the stream the path was made on, while no persistent
 //! plan captures a CUDA graph. Barriers, which are all-reduces of one value, take it too. The path
 //! is set up when the communicator is (collective, like the creation), where it is offered; the
-//! per-call record names the path a call took (`one-shot` or `native`).
+//! per-call record names the path a call took (`one-shot`, or `native` with the reason where one
+//! is worth naming: [`Declined::record_path`]).
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -33,9 +34,12 @@ pub const MAX_BYTES_ENV: &str = "COLLECTIVES_ONE_SHOT_MAX_BYTES";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Declined {
-    /// The path is not offered on this communicator, or is off
-    /// ([`NcclComm::one_shot_refusal`] says why).
+    /// The path is not offered on this communicator's ranks: they span nodes, a pair of GPUs
+    /// lacks peer access, two ranks share a GPU, ... ([`NcclComm::one_shot_refusal`] says why).
     NotOffered,
+    /// The path is turned off (`COLLECTIVES_ONE_SHOT_MAX_BYTES=0`, or
+    /// [`NcclComm::without_one_shot`]).
+    Off,
     /// The call is larger than the limit ([`NcclComm::one_shot_max_bytes`]).
     AboveLimit,
     /// A persistent plan was capturing the call into a CUDA graph. The path runs on the stream
@@ -56,7 +60,8 @@ impl Declined {
     /// otherwise.
     pub const fn record_path(self) -> &'static str {
         match self {
-            Declined::NotOffered | Declined::AboveLimit => "native",
+            Declined::Off | Declined::AboveLimit => "native",
+            Declined::NotOffered => "native (one-shot not offered on these ranks)",
             Declined::CapturingGraph => "native (one-shot declined: CUDA graph capture)",
             Declined::OtherStream => "native (one-shot declined: another stream)",
             Declined::NotForThisOperation => "native (one-shot declined: type or operation)",
@@ -149,11 +154,13 @@ impl NcclComm {
         n: usize,
         red: ReduceOp,
     ) -> Result<&OneShot, Declined> {
-        let path = self
-            .one_shot
-            .path
-            .as_ref()
-            .map_err(|_| Declined::NotOffered)?;
+        let path = self.one_shot.path.as_ref().map_err(|_| {
+            if self.one_shot.max_bytes == 0 {
+                Declined::Off
+            } else {
+                Declined::NotOffered
+            }
+        })?;
         let bytes = n.checked_mul(T::WIRE.dtype.size());
         if !matches!(bytes, Some(b) if b <= self.one_shot.max_bytes) {
             return Err(Declined::AboveLimit);
