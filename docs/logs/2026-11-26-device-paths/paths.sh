@@ -44,6 +44,14 @@ for packed in $B/*.xz $T/*.xz; do [ -e "$packed" ] && [ ! -e "${packed%.xz}" ] &
 peers=/tmp/peers
 case " $* " in *" mpi "*|*" p2pprof "*|*" mpi4 "*) ( bash .gpu-box/peers/build.sh $peers gpu > $peers.build.log 2>&1 ) & ;; esac
 x="-x OMPI_MCA_orte_allowed_exit_without_sync=1"
+omb=$peers/omb-cuda-aware/libexec/osu-micro-benchmarks/mpi
+# cuda_mpirun N PROGRAM ARGS...: the command echoed, then run on N ranks under the CUDA-aware Open MPI.
+cuda_mpirun() { local n=$1; shift; echo "\$ cuda_mpirun -n $n ${*#*/mpi/}"; timeout 120 /opt/ompi-cuda/bin/mpirun -n $n -x LD_LIBRARY_PATH "$@" 2>&1; }
+# allreduce_beside_omb N: OMB's osu_allreduce -d cuda, then collbench's on cuda-mpi and mpi-staged.
+allreduce_beside_omb() {
+  cuda_mpirun $1 $omb/collective/osu_allreduce -d cuda -m 8:4194304 -f
+  for b in cuda-mpi mpi-staged; do cuda_mpirun $1 $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend $b; done
+}
 for part in "$@"; do
   SECONDS=0
   case $part in
@@ -73,14 +81,10 @@ for part in "$@"; do
         done
       done > "$out/mpi-collectives.txt" 2>&1
       wait
-      omb=$peers/omb-cuda-aware/libexec/osu-micro-benchmarks/mpi
-      r() { echo "\$ cuda_mpirun -n 2 ${*#*/mpi/}"; timeout 90 "${CM[@]}" "$@" 2>&1; }
       {
-        r $omb/collective/osu_allreduce -d cuda -m 8:4194304 -f
-        r $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend cuda-mpi
-        r $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend mpi-staged
-        r $omb/pt2pt/osu_bw -d cuda -m 1:67108864 D D
-        r $B/collbench p2p --osu --test bw -d cuda -m 1:67108864 --backend cuda-mpi
+        allreduce_beside_omb 2
+        cuda_mpirun 2 $omb/pt2pt/osu_bw -d cuda -m 1:67108864 D D
+        cuda_mpirun 2 $B/collbench p2p --osu --test bw -d cuda -m 1:67108864 --backend cuda-mpi
       } > "$out/mpi-osu.txt" 2>&1
       grep -cE "wrong values total *: 0 OK" "$out/mpi-collectives.txt"; grep -E "^\\$|^ +(8|512|32768|262144|2097152|4194304) " "$out/mpi-collectives.txt" | head -120
       grep -E "^\\$|^(8|32768|262144|2097152|4194304|1048576|67108864) " "$out/mpi-osu.txt" ;;
@@ -135,12 +139,9 @@ for part in "$@"; do
       source .gpu-box/env.sh >/dev/null 2>&1
       nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
       CM=(/opt/ompi-cuda/bin/mpirun -n 2 -x LD_LIBRARY_PATH)
-      omb=$peers/omb-cuda-aware/libexec/osu-micro-benchmarks/mpi
       wait
-      { echo "\$ cuda_mpirun -n 2 osu_bw -d cuda -m 1048576:4194304 D D"
-        timeout 60 "${CM[@]}" $omb/pt2pt/osu_bw -d cuda -m 1048576:4194304 D D 2>&1
-        echo "\$ cuda_mpirun -n 2 collbench p2p --osu --test bw -d cuda -m 1048576:4194304 --backend cuda-mpi"
-        timeout 60 "${CM[@]}" $B/collbench p2p --osu --test bw -d cuda -m 1048576:4194304 --backend cuda-mpi 2>&1
+      { cuda_mpirun 2 $omb/pt2pt/osu_bw -d cuda -m 1048576:4194304 D D
+        cuda_mpirun 2 $B/collbench p2p --osu --test bw -d cuda -m 1048576:4194304 --backend cuda-mpi
         if [ -n "$nsys" ]; then
           echo "\$ cuda_mpirun -n 2 nsys profile --stats=true -t cuda collbench p2p --osu --test bw -d cuda -m 1048576:1048576 --backend cuda-mpi"
           timeout 200 "${CM[@]}" $nsys profile -o /tmp/p2p-%q{OMPI_COMM_WORLD_RANK} -f true --stats=true -t cuda $B/collbench p2p --osu --test bw -d cuda -m 1048576:1048576 --backend cuda-mpi 2>&1
@@ -167,16 +168,9 @@ for part in "$@"; do
         done; } > "$out/one-shot-sanitizer.txt" 2>&1
       grep -E "^\\$|SUMMARY|mpi-tests|^exit|FAIL" "$out/one-shot-sanitizer.txt" ;;
     mpi4)
-      CM=(/opt/ompi-cuda/bin/mpirun -n 4 -x LD_LIBRARY_PATH)
       source .gpu-box/env.sh >/dev/null 2>&1
       wait
-      omb=$peers/omb-cuda-aware/libexec/osu-micro-benchmarks/mpi
-      r() { echo "\$ cuda_mpirun -n 4 ${*#*/mpi/}"; timeout 120 "${CM[@]}" "$@" 2>&1; }
-      {
-        r $omb/collective/osu_allreduce -d cuda -m 8:4194304 -f
-        r $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend cuda-mpi
-        r $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend mpi-staged
-      } > "$out/mpi4-osu.txt" 2>&1
+      allreduce_beside_omb 4 > "$out/mpi4-osu.txt" 2>&1
       grep -E "^\\$|^(8|32768|262144|2097152|4194304) " "$out/mpi4-osu.txt" ;;
     exit)
       stamp() { while IFS= read -r l; do printf '%(%T)T %s\n' -1 "$l"; done; }

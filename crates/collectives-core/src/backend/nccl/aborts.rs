@@ -13,7 +13,7 @@ use std::sync::{Condvar, Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long the process's exit waits for aborts still running (each takes about 1 s).
-pub(super) const EXIT_WAIT: Duration = Duration::from_secs(10);
+const EXIT_WAIT: Duration = Duration::from_secs(10);
 
 /// Aborts started and not yet returned.
 static RUNNING: Mutex<usize> = Mutex::new(0);
