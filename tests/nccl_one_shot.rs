@@ -276,23 +276,36 @@ const BACK_TO_BACK: usize = 10_000;
 fn back_to_back(t: &T, comm: &NcclComm, path: &OneShot) {
     let (rank, size) = (comm.rank(), comm.size());
     let stream = comm.stream();
-    const LEN: usize = 64;
+    // Lengths that change from call to call, so that consecutive calls split the slots between
+    // the thread blocks differently (a slot reused before every block of every peer left it
+    // shows as a wrong element), with seven inputs of changing data.
+    const LENS: [usize; 5] = [64, 1, 4099, 17, 1000];
+    const MAX: usize = 4099;
     const KINDS: usize = 7;
+    let len = |i: usize| LENS[i % LENS.len()];
+    // Where call i's result goes: the lengths of the calls before it, summed.
+    let at: Vec<usize> = (0..=BACK_TO_BACK)
+        .scan(0, |next, i| {
+            let here = *next;
+            *next += len(i);
+            Some(here)
+        })
+        .collect();
     let inputs: Vec<CudaSlice<f32>> = (0..KINDS)
         .filter_map(|k| {
             t.ok(
-                device::upload(stream, &input::<f32>(rank, LEN, k, ReduceOp::Sum)),
+                device::upload(stream, &input::<f32>(rank, MAX, k, ReduceOp::Sum)),
                 "upload",
             )
         })
         .collect();
     let Some(mut results) = t.ok(
-        device::alloc_zeros::<f32>(stream, LEN * BACK_TO_BACK),
+        device::alloc_zeros::<f32>(stream, at[BACK_TO_BACK]),
         "alloc",
     ) else {
         return;
     };
-    let Some(mut out) = t.ok(device::alloc_zeros::<f32>(stream, LEN), "alloc") else {
+    let Some(mut out) = t.ok(device::alloc_zeros::<f32>(stream, MAX), "alloc") else {
         return;
     };
     if inputs.len() != KINDS {
@@ -300,15 +313,17 @@ fn back_to_back(t: &T, comm: &NcclComm, path: &OneShot) {
     }
     let start = Instant::now();
     for i in 0..BACK_TO_BACK {
+        let n = len(i);
+        let mut o = out.slice_mut(..n);
         if path
-            .all_reduce(&inputs[i % KINDS], &mut out, ReduceOp::Sum)
+            .all_reduce(&inputs[i % KINDS].slice(..n), &mut o, ReduceOp::Sum)
             .is_err()
         {
             t.fail(format!("call {i} failed"));
             break;
         }
-        let mut slot = results.slice_mut(i * LEN..(i + 1) * LEN);
-        if let Err(e) = stream.memcpy_dtod(&out, &mut slot) {
+        let mut slot = results.slice_mut(at[i]..at[i] + n);
+        if let Err(e) = stream.memcpy_dtod(&o, &mut slot) {
             t.fail(format!("copy {i}: {e}"));
             break;
         }
@@ -319,10 +334,10 @@ fn back_to_back(t: &T, comm: &NcclComm, path: &OneShot) {
         .ok(device::download(stream, &results), "download")
         .unwrap_or_default();
     let wants: Vec<Vec<f32>> = (0..KINDS)
-        .map(|k| expected::<f32>(size, LEN, k, ReduceOp::Sum))
+        .map(|k| expected::<f32>(size, MAX, k, ReduceOp::Sum))
         .collect();
     let wrong = (0..BACK_TO_BACK)
-        .filter(|&i| got.get(i * LEN..(i + 1) * LEN) != Some(&wants[i % KINDS][..]))
+        .filter(|&i| got.get(at[i]..at[i] + len(i)) != Some(&wants[i % KINDS][..len(i)]))
         .count();
     t.check(wrong == 0, || {
         format!("{wrong} of {BACK_TO_BACK} back-to-back results wrong")

@@ -3,32 +3,42 @@
 //!
 //! # How it works
 //! At creation ([`OneShot::offer`], collective) every rank allocates one block of device memory
-//! (two data slots of [`OneShot::capacity`] bytes, a flag area and its epoch counters), exports it
-//! with CUDA IPC, and maps every peer's. Each call is one kernel of 16 thread blocks on
-//! the communicator's stream. Block `b` of rank `r`, in its call number `e` (its epoch):
+//! (data slots of [`OneShot::capacity`] bytes for two epochs, a flag area and its epoch counters),
+//! exports it with CUDA IPC, and maps every peer's. Each call is one kernel of 16 thread blocks on
+//! the communicator's stream. Block `b` of rank `r`, in its call number `e` (its epoch), with the
+//! *push* scheme (the default):
 //!
-//! 1. copies its part of the input into slot `e mod 2` of rank `r`'s memory;
+//! 1. writes its part of the input into slot `r` of epoch `e mod 2` on every peer (stores over
+//!    the link, which do not wait for an answer);
 //! 2. writes `e` into flag `(b, r)` of every rank (`st.release.sys`), then waits until its own
-//!    flags `(b, p)` of every rank `p` reach `e` (`ld.acquire.sys`);
-//! 3. reads part `b` of slot `e mod 2` of every rank, combines them in rank order 0, 1, ... and
-//!    writes its part of the output. Every rank computes the same operations in the same order:
-//!    the results agree bit for bit across ranks.
+//!    flags `(b, p)` of every rank `p` reach `e` (`ld.acquire.sys`, its own memory);
+//! 3. reads part `b` of every slot of epoch `e mod 2` in its own memory (its own part from the
+//!    input), combines them in rank order 0, 1, ... and writes its part of the output. Every rank
+//!    computes the same operations on the same bits in the same order: the results agree bit for
+//!    bit across ranks.
+//!
+//! The *pull* scheme (`COLLECTIVES_ONE_SHOT_SCHEME=pull`, kept to be measured beside it) writes
+//! the part into the rank's own slot in step 1 and reads every peer's slot over the link in step
+//! 3: one more crossing of the link per call.
 //!
 //! # Memory ordering, argued
-//! - *Data before flag.* The copies of step 1 are ordered before the flag store of step 2 by
+//! - *Data before flag.* The stores of step 1 are ordered before the flag store of step 2 by
 //!   `__syncthreads` (a CTA barrier, cumulative) and the store's release semantics at system
 //!   scope; a reader that observes the flag with an acquire load at system scope, followed by a
-//!   CTA barrier, observes the copies (PTX memory model: release -> observe -> acquire forms a
-//!   synchronizes-with edge; barriers extend it to the other threads of both blocks).
+//!   CTA barrier, observes the stores (PTX memory model: release -> observe -> acquire forms a
+//!   synchronizes-with edge; barriers extend it to the other threads of both blocks). This holds
+//!   whichever GPU's memory the data lies in.
 //! - *No stale flag.* Flags only grow (epochs count calls; comparisons are wrap-safe), and a
 //!   block waits for a value equal to or above its own epoch, so a flag left from an earlier call
 //!   (at most `e - 1`) never satisfies call `e`. A peer may already be at `e + 1`: it got there
-//!   only because this block's flag said `e`, and it writes the other slot.
-//! - *No slot reused too early.* Rank `r` writes slot `e mod 2` again at call `e + 2`, after its
-//!   block `b` saw every rank's flag `e + 1`: each rank had started its call `e + 1`, so, the
-//!   calls being kernels in order on one stream, each had finished call `e`, the last reader of
-//!   that slot. This is why the grid never changes (every block's epoch advances every call) and
-//!   why every call runs on the stream this value was made with.
+//!   only because this block's flag said `e`, and it writes the other epoch's slots.
+//! - *No slot reused too early.* Rank `r` writes the slots of epoch `e mod 2` again at call
+//!   `e + 2`, after its call `e + 1` completed, in which every block saw every rank's flag
+//!   `e + 1`: each rank had started its call `e + 1`, so, the calls being kernels in order on one
+//!   stream, each had finished call `e`, the last reader of those slots (whatever part of them
+//!   each block read: message sizes may change between calls). This is why the grid never
+//!   changes (every block's epoch advances every call) and why every call runs on the stream
+//!   this value was made with.
 //! - *A peer that never comes.* The wait gives up after the communicator's deadline (the GPU's
 //!   `%globaltimer`), sets a word of mapped host memory and skips the reduction; the host reports
 //!   [`Error::Timeout`] after the stream completes, and every later call is refused (the epochs of
@@ -40,7 +50,7 @@
 //!   moment a peer's deadline runs out completes while that peer fails; the peer's communicator
 //!   is then aborted and this rank's next call (or its teardown barrier) times out.
 //! - *Teardown.* A rank frees its memory when dropped only after a barrier of every rank (under
-//!   the communicator's deadline at that time) proves no peer still reads it. A rank whose path was
+//!   the communicator's deadline at that time) proves no peer still reads or writes it. A rank whose path was
 //!   refused (a timeout, an abort) joins the barrier once its stream drained, so its peers are not
 //!   kept waiting; if the barrier fails, or MPI is finalized, the memory stays allocated instead.
 //!
@@ -72,6 +82,7 @@ use crate::ipc;
 use crate::memory::{DeviceBuffer, DeviceBufferMut};
 use crate::op::ReduceOp;
 
+use kernel::Scheme;
 pub use kernel::MAX_RANKS;
 
 const OP: &str = "one_shot";
@@ -95,7 +106,8 @@ pub struct OneShot {
     stream: Arc<CudaStream>,
     rank: usize,
     size: usize,
-    capacity: usize,
+    layout: Layout,
+    scheme: Scheme,
     local: Option<ipc::DeviceAlloc>,
     peers: Vec<ipc::Mapping>,
     /// Device array: every rank's data base, then every rank's flag base.
@@ -114,24 +126,43 @@ impl std::fmt::Debug for OneShot {
         f.debug_struct("OneShot")
             .field("rank", &self.rank)
             .field("size", &self.size)
-            .field("capacity", &self.capacity)
+            .field("capacity", &self.layout.capacity)
             .field("arch", &self.arch)
             .finish_non_exhaustive()
     }
 }
 
-fn flags_offset(capacity: usize) -> usize {
-    2 * capacity
+/// Where a rank's block of memory lays out its parts: the data slots of both epochs, the flags,
+/// one word a kernel that gave up sets on every rank, then the counters (16-byte aligned).
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// Bytes of one data slot.
+    capacity: usize,
+    /// Data slots of one epoch.
+    slots: usize,
 }
 
-/// The flags, then one word a kernel that gave up sets on every rank, then the counters (16-byte
-/// aligned).
-fn counters_offset(capacity: usize) -> usize {
-    flags_offset(capacity) + (kernel::BLOCKS as usize * MAX_RANKS + 1) * 4 + 12
+impl Layout {
+    fn flags(self) -> usize {
+        2 * self.slots * self.capacity
+    }
+
+    fn counters(self) -> usize {
+        self.flags() + (kernel::BLOCKS as usize * MAX_RANKS + 1) * 4 + 12
+    }
+
+    fn bytes(self) -> usize {
+        self.counters() + kernel::BLOCKS as usize * 4
+    }
 }
 
-fn alloc_bytes(capacity: usize) -> usize {
-    counters_offset(capacity) + kernel::BLOCKS as usize * 4
+/// The scheme every communicator's path uses: [`Scheme::Push`], or [`Scheme::Pull`] where
+/// `COLLECTIVES_ONE_SHOT_SCHEME=pull` asks for it (both are kept to be measured side by side).
+fn scheme_from_env() -> Scheme {
+    match std::env::var("COLLECTIVES_ONE_SHOT_SCHEME").as_deref() {
+        Ok("pull") => Scheme::Pull,
+        _ => Scheme::Push,
+    }
 }
 
 fn poisoned() -> Error {
@@ -201,8 +232,13 @@ impl OneShot {
             dev_attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             dev_attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?
         );
+        let scheme = scheme_from_env();
+        let layout = Layout {
+            capacity,
+            slots: scheme.slots_per_epoch(size),
+        };
         let setup = || -> Result<(ipc::DeviceAlloc, [u64; ipc::HANDLE_WORDS], mapped::MappedWord)> {
-            let local = ipc::DeviceAlloc::zeroed(OP, &ctx, alloc_bytes(capacity))?;
+            let local = ipc::DeviceAlloc::zeroed(OP, &ctx, layout.bytes())?;
             let words = local.handle_words(OP)?;
             Ok((local, words, mapped::MappedWord::new(&ctx)?))
         };
@@ -247,7 +283,7 @@ impl OneShot {
             bases[*p] = m.ptr();
         }
         let mut table_host: Vec<u64> = bases.clone();
-        table_host.extend(bases.iter().map(|b| b + flags_offset(capacity) as u64));
+        table_host.extend(bases.iter().map(|b| b + layout.flags() as u64));
         let table = ipc::DeviceAlloc::zeroed(OP, &ctx, table_host.len() * 8)?;
         // SAFETY: `table` holds `table_host.len()` u64 words; the copy is synchronous.
         let rc = unsafe {
@@ -265,7 +301,8 @@ impl OneShot {
             stream: comm.stream().clone(),
             rank,
             size,
-            capacity,
+            layout,
+            scheme,
             local: Some(local),
             peers: opened.into_iter().map(|(_, m)| m).collect(),
             table: Some(table),
@@ -279,7 +316,7 @@ impl OneShot {
 
     /// The largest message, in bytes, the path takes.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.layout.capacity
     }
 
     /// The stream every call runs on (the communicator's when the path was made).
@@ -299,7 +336,7 @@ impl OneShot {
         self.failed.get() != 0
     }
 
-    /// Refuse every later call, and free nothing a peer may still read when dropped: for the
+    /// Refuse every later call, and free nothing a peer may still read or write when dropped: for the
     /// owner of a communicator that timed out or was aborted elsewhere.
     pub fn refuse(&self) {
         self.refused.set(true);
@@ -308,20 +345,20 @@ impl OneShot {
     /// Whether the path takes `T` with `op` (averages of integers are left to other paths).
     pub fn offers<T: Element>(&self, op: ReduceOp) -> bool {
         (T::WIRE.lanes == 1 || matches!(op, ReduceOp::Sum | ReduceOp::Avg))
-            && kernel::source(T::WIRE.dtype, op).is_some()
+            && kernel::source(T::WIRE.dtype, op, self.scheme).is_some()
     }
 
     /// The kernel for `dtype` and `op` on this GPU: compiled once per process and device (every
     /// communicator on the device shares it), at its first use.
     fn function(&self, dtype: DType, op: ReduceOp) -> Result<CudaFunction> {
-        type Cache = Mutex<HashMap<(usize, DType, ReduceOp), CudaFunction>>;
+        type Cache = Mutex<HashMap<(usize, DType, ReduceOp, Scheme), CudaFunction>>;
         static KERNELS: OnceLock<Cache> = OnceLock::new();
-        let key = (self.ctx.ordinal(), dtype, op);
+        let key = (self.ctx.ordinal(), dtype, op, self.scheme);
         let cache = KERNELS.get_or_init(Default::default);
         if let Some(f) = cache.lock().map_err(|_| poisoned())?.get(&key) {
             return Ok(f.clone());
         }
-        let src = kernel::source(dtype, op).ok_or_else(|| Error::InvalidArgument {
+        let src = kernel::source(dtype, op, self.scheme).ok_or_else(|| Error::InvalidArgument {
             op: OP,
             msg: format!("{op:?} of {dtype:?} is not offered"),
         })?;
@@ -414,12 +451,12 @@ impl OneShot {
             return Err(self.refusal());
         }
         let bytes = len * std::mem::size_of::<T>();
-        if bytes > self.capacity {
+        if bytes > self.layout.capacity {
             return Err(Error::InvalidArgument {
                 op: OP,
                 msg: format!(
                     "{bytes} bytes exceed the one-shot capacity of {}",
-                    self.capacity
+                    self.layout.capacity
                 ),
             });
         }
@@ -431,11 +468,10 @@ impl OneShot {
         }
         let f = self.function(T::WIRE.dtype, op)?;
         let n = (len * T::WIRE.lanes) as u64;
-        let slot_elems = (self.capacity / T::WIRE.dtype.size()) as u64;
+        let slot_elems = (self.layout.capacity / T::WIRE.dtype.size()) as u64;
         let table = self.table.as_ref().map_or(0, |t| t.ptr());
         let flags = table + 8 * self.size as u64;
-        let counters =
-            self.local.as_ref().map_or(0, |l| l.ptr()) + counters_offset(self.capacity) as u64;
+        let counters = self.local.as_ref().map_or(0, |l| l.ptr()) + self.layout.counters() as u64;
         let (rank, size) = (self.rank as u32, self.size as u32);
         let timeout_ns = u64::try_from(self.timeout.get().as_nanos()).unwrap_or(u64::MAX);
         let cfg = LaunchConfig {
@@ -465,7 +501,7 @@ impl OneShot {
     }
 
     /// Whether the stream finished every call enqueued so far within the deadline (and a margin),
-    /// refused or not: for teardown, which must know that no kernel of this rank still reads a
+    /// refused or not: for teardown, which must know that no kernel of this rank still touches a
     /// peer's slots.
     fn drained(&self) -> bool {
         self.poll_stream().is_ok_and(|p| p != Polled::TimedOut)
@@ -505,8 +541,9 @@ impl OneShot {
 
 impl Drop for OneShot {
     fn drop(&mut self) {
-        // Peers may still be reading this rank's slots: free them only once every rank's stream
-        // is past its last call, which a barrier of every rank then proves; otherwise leak them.
+        // Peers may still be reading or writing this rank's slots: free them only once every
+        // rank's stream is past its last call, which a barrier of every rank then proves;
+        // otherwise leak them.
         // A refused rank takes part too once its stream drained (its kernels gave up or ended),
         // so that its peers are not kept waiting for it. The barrier runs under the deadline the
         // communicator has now, not the one the path was made with.
