@@ -529,6 +529,9 @@ pub struct Options {
     pub ranks: Vec<u32>,
     /// The benchmark instead of the checks (device flavour, 2 ranks).
     pub bench: bool,
+    /// With the benchmark: one more run of each preloaded one with the interposer's per-phase
+    /// profile (`COLLECTIVES_INTERPOSE_PROFILE=1`), its tables on stderr.
+    pub profile: bool,
 }
 
 /// Parses the arguments after `interpose`.
@@ -541,6 +544,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         device: false,
         ranks: Vec::new(),
         bench: false,
+        profile: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -552,6 +556,11 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
             }
             "--device" => o.device = true,
             "--bench" => {
+                o.bench = true;
+                o.device = true;
+            }
+            "--profile" => {
+                o.profile = true;
                 o.bench = true;
                 o.device = true;
             }
@@ -573,7 +582,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-/// `xtask interpose [--staged DIR] [--device] [--ranks LIST]`.
+/// `xtask interpose [--staged DIR] [--device] [--ranks LIST] [--bench] [--profile]`.
 pub fn run(args: &[String]) -> ExitCode {
     let o = match parse_args(args) {
         Ok(o) => o,
@@ -611,6 +620,7 @@ pub fn device_step(staged: Option<&Path>, ranks: &[u32], as_root: bool) -> Step 
         device: true,
         ranks: ranks.to_vec(),
         bench: false,
+        profile: false,
     };
     Step {
         label: format!(
@@ -685,7 +695,7 @@ fn device_tally(o: &Options, as_root: bool) -> Tally {
             as_root,
             limit: mpirun::timeout(),
         };
-        tally.absorb(bench(&s));
+        tally.absorb(bench(&s, o.profile));
         return tally;
     }
     let setup = Setup {
@@ -704,15 +714,32 @@ fn device_tally(o: &Options, as_root: bool) -> Tally {
 /// The least wall-clock limit of one benchmark launch.
 pub const BENCH_TIMEOUT: Duration = Duration::from_secs(1200);
 
+/// The variable that turns on the interposer's per-phase profile.
+pub const PROFILE_VARIABLE: &str = "COLLECTIVES_INTERPOSE_PROFILE";
+
 /// The benchmark's runs: under the CUDA-aware `mpirun` plain and preloaded, under `mpirun`
-/// (not CUDA-aware) preloaded; each `bench` line's median, side by side.
-pub fn bench_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
+/// (not CUDA-aware) preloaded; each `bench` line's median, side by side. With `profile`, each
+/// preloaded run once more with the interposer's per-phase profile, whose tables (per rank, at
+/// `MPI_Finalize`) break the fixed cost of a call down.
+pub fn bench_runs(cuda_aware_mpirun: bool, profile: bool) -> Vec<Run> {
     let mut v = Vec::new();
     if cuda_aware_mpirun {
         v.push(new_run("CUDA-aware MPI", true, false, true));
         v.push(new_run("CUDA-aware MPI + interposer", true, true, true));
     }
     v.push(new_run("MPI + interposer", true, true, false).arg("--host-mpi"));
+    if profile {
+        let profiled: Vec<Run> = v
+            .iter()
+            .filter(|r| r.preload)
+            .map(|r| {
+                let mut p = r.clone().with(PROFILE_VARIABLE, "1");
+                p.label.push_str(", profiled");
+                p
+            })
+            .collect();
+        v.extend(profiled);
+    }
     v
 }
 
@@ -782,9 +809,9 @@ pub fn bench_table(labels: &[String], results: &[Vec<BenchRow>]) -> String {
     t
 }
 
-fn bench(s: &Setup) -> Tally {
+fn bench(s: &Setup, profile: bool) -> Tally {
     let mut tally = Tally::default();
-    let runs = bench_runs(s.cuda_mpirun.is_some());
+    let runs = bench_runs(s.cuda_mpirun.is_some(), profile);
     let mut labels = Vec::new();
     let mut results = Vec::new();
     for r in &runs {
@@ -818,6 +845,8 @@ pub fn render_run_script() -> String {
 #   bash .gpu-box/run-interpose.sh                 2 ranks
 #   bash .gpu-box/run-interpose.sh --ranks 2,4     2 and 4 ranks
 #   bash .gpu-box/run-interpose.sh --bench         the benchmark (2 ranks), plain and preloaded
+#   bash .gpu-box/run-interpose.sh --profile       the same, and each preloaded run once more
+#                                                  with the interposer's per-phase profile
 # The last line is `N passed, M failed`.
 set -u
 here="${BASH_SOURCE[0]}"
@@ -943,10 +972,19 @@ mod tests {
             "{t}"
         );
         assert!(t.starts_with("| call | object | bytes | plain (us) | preloaded (us) | speed-up |"));
-        assert_eq!(bench_runs(false).len(), 1);
-        assert_eq!(bench_runs(true).len(), 3);
+        assert_eq!(bench_runs(false, false).len(), 1);
+        assert_eq!(bench_runs(true, false).len(), 3);
         let o = parse_args(&strings(&["--bench"])).unwrap();
-        assert!(o.bench && o.device);
+        assert!(o.bench && o.device && !o.profile);
+        // The profile: each preloaded run once more, with the variable, after the timed ones.
+        let runs = bench_runs(true, true);
+        assert_eq!(runs.len(), 5);
+        assert!(runs[..3].iter().all(|r| r.env.is_empty()));
+        assert!(runs[3..].iter().all(|r| r.preload
+            && r.label.ends_with(", profiled")
+            && r.env == [(PROFILE_VARIABLE.to_owned(), "1".to_owned())]));
+        let o = parse_args(&strings(&["--profile"])).unwrap();
+        assert!(o.bench && o.device && o.profile);
     }
 
     #[test]

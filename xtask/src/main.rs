@@ -118,6 +118,9 @@ subcommands:
                             CUDA-aware XTASK_CUDA_MPIRUN, against the plain host build
       --staged DIR          the library and sources staged in DIR (run-interpose.sh)
       --ranks LIST          rank counts (default 1,2,3,4; 2 with --device)
+      --bench               the benchmark (interpose_bench.c, 2 ranks) instead of the checks
+      --profile             --bench, and each preloaded run once more with the interposer's
+                            per-phase profile (COLLECTIVES_INTERPOSE_PROFILE=1)
   nccl-bindings --header H [--check]  regenerate nccl-sys's bindings from nccl.h H (or compare)
   help                      print this text
 

@@ -1,10 +1,15 @@
 //! Packing and unpacking for the interposer's byte path: the GPU (generated kernels on a
 //! device buffer) and the CPU reference (host buffers, in the testing mode), with the staging
 //! buffers the real MPI sends from and receives into.
+//!
+//! On the GPU every operation enqueues its kernels and copies on the stream and then waits for
+//! the stream once ([`Gpu::run`]); `MPI_Pack` into device memory and `MPI_Unpack` from it move
+//! the bytes between the two buffers directly, without staging.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use datatype_pack::construct::vector;
 use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
@@ -17,10 +22,15 @@ use crate::error::{cuda, Error, Result};
 use crate::log::log;
 use crate::memory::DeviceBuffer;
 use crate::model::{Costs, Measured, Method};
+use crate::profile::{self, Phase};
 use crate::sync::lock;
 
 /// Idle staging buffers kept per GPU and kind, for reuse.
 const POOL_KEEP: usize = 16;
+
+/// How long a wait polls the stream before it leaves the rest to `cuStreamSynchronize`, where
+/// the context's scheduling would put the thread to sleep or yield ([`Gpu::wait`]).
+const POLL_LIMIT: Duration = Duration::from_millis(1);
 
 /// One GPU's context, stream, packers and staging pools.
 #[derive(Debug)]
@@ -28,6 +38,8 @@ pub struct Gpu {
     ordinal: usize,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// The primary context's scheduling flags (`CU_CTX_SCHED_*`) when the GPU was first used.
+    sched: Option<u32>,
     packers: Mutex<HashMap<StridedBlock, Arc<Packer>>>,
     device_pool: Mutex<Vec<DeviceAlloc>>,
     host_pool: Mutex<Vec<HostAlloc>>,
@@ -65,15 +77,74 @@ fn take<T>(pool: &Mutex<Vec<T>>, len: usize, size: impl Fn(&T) -> usize) -> Opti
     Some(p.swap_remove(best))
 }
 
+/// The GPUs used so far, by ordinal.
+fn gpus() -> &'static Mutex<HashMap<usize, Arc<Gpu>>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+    GPUS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The scheduling flags (`CU_CTX_SCHED_*`) of `ctx`'s device's primary context.
+fn sched_flags(ctx: &CudaContext) -> Option<u32> {
+    let (mut flags, mut active): (std::ffi::c_uint, std::ffi::c_int) = (0, 0);
+    // SAFETY: the context's device handle, and two valid out-pointers.
+    let rc = unsafe { sys::cuDevicePrimaryCtxGetState(ctx.cu_device(), &mut flags, &mut active) };
+    (rc == sys::CUresult::CUDA_SUCCESS)
+        .then_some(flags & sys::CUctx_flags::CU_CTX_SCHED_MASK as u32)
+}
+
+/// Whether a wait under scheduling flags `sched` polls the stream first: where the driver
+/// would yield the thread or block it on an interrupt (spin and auto, which spins while the
+/// process has no more contexts than cores, are the driver's own).
+fn polls(sched: Option<u32>) -> bool {
+    matches!(sched, Some(f) if f == sys::CUctx_flags::CU_CTX_SCHED_YIELD as u32
+        || f == sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32)
+}
+
+/// The name of scheduling flags `sched`, for the profile.
+fn sched_name(sched: Option<u32>) -> &'static str {
+    use sys::CUctx_flags as F;
+    [
+        (F::CU_CTX_SCHED_AUTO, "auto"),
+        (F::CU_CTX_SCHED_SPIN, "spin"),
+        (F::CU_CTX_SCHED_YIELD, "yield"),
+        (F::CU_CTX_SCHED_BLOCKING_SYNC, "blocking-sync"),
+    ]
+    .into_iter()
+    .find(|(f, _)| sched == Some(*f as u32))
+    .map_or("unknown", |(_, name)| name)
+}
+
+/// One line per GPU used: its context's scheduling and how the interposer waits for it.
+pub fn waits() -> Vec<String> {
+    let mut v: Vec<(usize, String)> = lock(gpus())
+        .values()
+        .map(|g| {
+            let how = if polls(g.sched) {
+                "polls cuStreamQuery, then cuStreamSynchronize"
+            } else {
+                "cuStreamSynchronize"
+            };
+            (
+                g.ordinal,
+                format!(
+                    "device {}: context scheduling {}; waits: {how}",
+                    g.ordinal,
+                    sched_name(g.sched)
+                ),
+            )
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, l)| l).collect()
+}
+
 impl Gpu {
     /// The GPU of device `ordinal`, made on first use.
     ///
     /// # Errors
     /// The driver cannot open the context or a stream.
     pub fn get(ordinal: usize) -> Result<Arc<Gpu>> {
-        static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
-        let gpus = GPUS.get_or_init(|| Mutex::new(HashMap::new()));
-        let mut g = lock(gpus);
+        let mut g = lock(gpus());
         if let Some(gpu) = g.get(&ordinal) {
             return Ok(gpu.clone());
         }
@@ -83,10 +154,12 @@ impl Gpu {
         // before its DMA ended, say), and an unpack ends before anything queued after the
         // receive; MPI's semantics for a buffer handed to a call, kept on device memory.
         let stream = ctx.default_stream();
+        let sched = sched_flags(&ctx);
         let gpu = Arc::new(Gpu {
             ordinal,
             ctx,
             stream,
+            sched,
             packers: Mutex::new(HashMap::new()),
             device_pool: Mutex::new(Vec::new()),
             host_pool: Mutex::new(Vec::new()),
@@ -99,6 +172,12 @@ impl Gpu {
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// Whether `d` is memory this GPU's kernels reach: an allocation of its device in its
+    /// primary context (or in none the driver names).
+    fn accepts(&self, d: &DeviceBuffer) -> bool {
+        d.ordinal == self.ordinal && (d.context == 0 || d.context == self.ctx.cu_ctx() as usize)
     }
 
     /// The cost table for messages on this GPU: the settings' table, or, with
@@ -156,7 +235,7 @@ impl Gpu {
                 // host by its device address), of the lengths given, used by nothing else
                 // until the stream is synchronized here.
                 unsafe { p.pack_raw(&self.stream, src.ptr, src.len, dst, dst_len) }?;
-                self.sync()
+                self.wait()
             };
             Ok(Measured {
                 bytes: BYTES,
@@ -181,12 +260,40 @@ impl Gpu {
         })
     }
 
-    fn sync(&self) -> Result<()> {
+    /// Waits until the stream has run everything enqueued on it. Where the context's
+    /// scheduling would yield or sleep ([`polls`]), polls the stream first, for up to
+    /// [`POLL_LIMIT`]; then, or otherwise, `cuStreamSynchronize`.
+    fn wait(&self) -> Result<()> {
+        if polls(self.sched) {
+            self.bind()?;
+            let start = Instant::now();
+            loop {
+                // SAFETY: the stream is this context's (current, bound above); asking whether
+                // it is idle changes nothing.
+                let rc = unsafe { sys::cuStreamQuery(self.stream.cu_stream()) };
+                match rc {
+                    sys::CUresult::CUDA_SUCCESS => return Ok(()),
+                    sys::CUresult::CUDA_ERROR_NOT_READY if start.elapsed() < POLL_LIMIT => {
+                        std::hint::spin_loop();
+                    }
+                    sys::CUresult::CUDA_ERROR_NOT_READY => break,
+                    other => return cuda("cuStreamQuery", other),
+                }
+            }
+        }
         self.stream.synchronize().map_err(|e| Error::Cuda {
-            op: "sync",
+            op: "wait",
             call: "cuStreamSynchronize",
             message: format!("{e:?}"),
         })
+    }
+
+    /// Runs `enqueue` (kernels and copies queued on the stream), then waits for the stream,
+    /// whatever `enqueue` returned: nothing is left running on the buffers when this returns.
+    fn run(&self, enqueue: impl FnOnce() -> Result<()>) -> Result<()> {
+        let queued = enqueue();
+        let waited = profile::time(Phase::Wait, || self.wait());
+        queued.and(waited)
     }
 
     /// The packer of `plan` (compiled on first use, kept).
@@ -260,18 +367,25 @@ impl Gpu {
         }
     }
 
-    fn memcpy(&self, dst: u64, src: u64, len: usize) -> Result<()> {
+    /// Enqueues a copy of `len` bytes on the stream (host or device addresses).
+    fn copy(&self, dst: u64, src: u64, len: usize) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
         self.bind()?;
         // SAFETY: both addresses are the starts of at least `len` bytes (checked by the
         // callers), in this context or in host memory under unified addressing; the copy is
-        // ordered on our stream and synchronized before either buffer is used again.
+        // ordered on our stream, and the stream is waited for before either buffer is used
+        // again or given back (the callers run it inside `Gpu::run`, or wait after it).
         cuda("cuMemcpyAsync", unsafe {
             sys::cuMemcpyAsync(dst, src, len, self.stream.cu_stream())
-        })?;
-        self.sync()
+        })
+    }
+
+    /// A copy of `len` bytes, waited for.
+    fn memcpy(&self, dst: u64, src: u64, len: usize) -> Result<()> {
+        self.copy(dst, src, len)?;
+        self.wait()
     }
 }
 
@@ -409,6 +523,75 @@ fn usize_of(v: u64) -> Result<usize> {
     })
 }
 
+/// Whether the byte ranges `[a.0, a.1)` and `[b.0, b.1)` share no byte.
+fn disjoint(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.1 <= b.0 || b.1 <= a.0
+}
+
+/// The packed side of `MPI_Pack`/`MPI_Unpack` when the kernels can use it in place: device
+/// memory `g` reaches, not overlapping the bytes of `plan` in `d`.
+fn in_place(
+    g: &Gpu,
+    d: &DeviceBuffer,
+    plan: &StridedBlock,
+    packed: Option<DeviceBuffer>,
+    n: usize,
+) -> Option<DeviceBuffer> {
+    let layout = (d.ptr + plan.start(), d.ptr + plan.extent_end());
+    packed.filter(|p| g.accepts(p) && disjoint(layout, (p.ptr, p.ptr + n as u64)))
+}
+
+/// Enqueues the pack of `plan` from the device buffer `d` into device address `dst` (`dst_len`
+/// bytes there).
+///
+/// # Safety
+/// `dst` is a device address `g` reaches (device memory of its context, or mapped host memory
+/// by its device address), the start of `dst_len` bytes not overlapping the layout's bytes in
+/// `d`, used by nothing else until the stream is waited for.
+unsafe fn enqueue_pack(
+    g: &Gpu,
+    d: &DeviceBuffer,
+    plan: &StridedBlock,
+    dst: u64,
+    dst_len: usize,
+) -> Result<()> {
+    let packer = profile::time(Phase::Packer, || g.packer(plan))?;
+    let src_len = usize_of(d.len)?;
+    profile::time(Phase::Launch, || {
+        // SAFETY: `d.ptr` is a device address of this GPU with `d.len` bytes to its
+        // allocation's end (asked of the driver); `dst` is as this function's contract says.
+        unsafe { packer.pack_raw(&g.stream, d.ptr, src_len, dst, dst_len) }
+    })?;
+    Ok(())
+}
+
+/// Enqueues the unpack of the `n` packed bytes at device address `src` into the device buffer
+/// `d`; a contiguous `plan` (a short message's whole elements) is one copy.
+///
+/// # Safety
+/// `src` is a device address `g` reaches, the start of at least `n` bytes not overlapping the
+/// layout's bytes in `d`, which nothing else writes until the stream is waited for; `d` is
+/// writable where `plan` says (MPI's contract for a receive buffer).
+unsafe fn enqueue_unpack(
+    g: &Gpu,
+    d: &DeviceBuffer,
+    plan: &StridedBlock,
+    src: u64,
+    n: usize,
+) -> Result<()> {
+    if plan.is_contiguous() {
+        return profile::time(Phase::Copy, || g.copy(d.ptr + plan.start(), src, n));
+    }
+    let packer = profile::time(Phase::Packer, || g.packer(plan))?;
+    let dst_len = usize_of(d.len)?;
+    profile::time(Phase::Launch, || {
+        // SAFETY: `src` is as this function's contract says; `d` is this GPU's device buffer
+        // with `d.len` bytes to its allocation's end.
+        unsafe { packer.unpack_raw(&g.stream, src, n, d.ptr, dst_len) }
+    })?;
+    Ok(())
+}
+
 impl Engine {
     /// The engine for a buffer on `dev` (or on the host, with `None`).
     ///
@@ -420,8 +603,7 @@ impl Engine {
             None => Ok(Engine::Cpu),
             Some(d) => {
                 let gpu = Gpu::get(d.ordinal)?;
-                let primary = gpu.ctx.cu_ctx() as usize;
-                if d.context != 0 && d.context != primary {
+                if !gpu.accepts(&d) {
                     return Err(Error::Unsupported {
                         op: "engine",
                         message: format!(
@@ -495,22 +677,21 @@ impl Engine {
                 Ok(Staging::Cpu(out))
             }
             Engine::Gpu(g, d) => {
-                let packer = g.packer(plan)?;
-                let src_len = usize_of(d.len)?;
-                let staging = Staging::new(g, method, n)?;
+                let staging = profile::time(Phase::Staging, || Staging::new(g, method, n))?;
                 let (dst, dst_len) = staging.kernel_side().ok_or_else(lost)?;
-                // SAFETY: `d.ptr` is a device address of this GPU with `d.len` bytes to its
-                // allocation's end (asked of the driver); `dst` is the staging's device (or
-                // mapped host) address with `dst_len` bytes, fresh from the pool; nothing else
-                // uses either until the stream is synchronized below.
-                unsafe { packer.pack_raw(&g.stream, d.ptr, src_len, dst, dst_len) }?;
-                match &staging {
-                    // The copy to the host synchronizes the stream.
-                    Staging::Both(_, Some(dev), Some(host)) => {
-                        g.memcpy(host.host as u64, dev.ptr, n)?;
+                g.run(|| {
+                    // SAFETY: `dst` is the staging's device (or mapped host) address with
+                    // `dst_len` bytes, fresh from the pool, used by nothing else until the
+                    // stream is waited for.
+                    unsafe { enqueue_pack(g, d, plan, dst, dst_len) }?;
+                    match &staging {
+                        // Staged: the copy to pinned host memory, after the kernel.
+                        Staging::Both(_, Some(dev), Some(host)) => {
+                            profile::time(Phase::Copy, || g.copy(host.host as u64, dev.ptr, n))
+                        }
+                        _ => Ok(()),
                     }
-                    _ => g.sync()?,
-                }
+                })?;
                 Ok(staging)
             }
         }
@@ -528,11 +709,12 @@ impl Engine {
         match self {
             Engine::Cpu => Ok(Staging::Cpu(vec![0u8; n])),
             Engine::Gpu(g, d) => {
-                let packer = g.packer(plan)?;
-                let staging = Staging::new(g, method, n)?;
+                let staging = profile::time(Phase::Staging, || Staging::new(g, method, n))?;
                 let (src, _) = staging.kernel_side().ok_or_else(lost)?;
-                packer.prepare(plan.word_size(src, d.ptr))?;
-                Ok(staging)
+                profile::time(Phase::Packer, || {
+                    g.packer(plan)?.prepare(plan.word_size(src, d.ptr))?;
+                    Ok(staging)
+                })
             }
         }
     }
@@ -569,19 +751,17 @@ impl Engine {
                 Ok(())
             }
             (Engine::Gpu(g, d), staging) => {
-                if let Staging::Both(_, Some(a), Some(h)) = staging {
-                    g.memcpy(a.ptr, h.host as u64, n)?;
-                }
                 let (src, _) = staging.kernel_side().ok_or_else(lost)?;
-                if plan.is_contiguous() {
-                    return g.memcpy(d.ptr + plan.start(), src, n);
-                }
-                let packer = g.packer(plan)?;
-                // SAFETY: `src` holds at least `n` received bytes (the caller's contract), `d`
-                // is this GPU's device buffer with `d.len` bytes to its allocation's end;
-                // nothing else uses either until the stream is synchronized below.
-                unsafe { packer.unpack_raw(&g.stream, src, n, d.ptr, usize_of(d.len)?) }?;
-                g.sync()
+                g.run(|| {
+                    // Staged: the copy from pinned host memory, before the kernel.
+                    if let Staging::Both(_, Some(a), Some(h)) = staging {
+                        profile::time(Phase::Copy, || g.copy(a.ptr, h.host as u64, n))?;
+                    }
+                    // SAFETY: `src` is the staging's kernel side, holding at least `n`
+                    // received bytes once the copy above ran (the caller's contract), used by
+                    // nothing else; `d` is the caller's receive buffer.
+                    unsafe { enqueue_unpack(g, d, plan, src, n) }
+                })
             }
             (Engine::Cpu, _) => Err(Error::Unsupported {
                 op: "unpack",
@@ -591,10 +771,12 @@ impl Engine {
     }
 
     /// `MPI_Pack`'s work: packs `plan` from `buf` to `out` (`out_len` bytes there), device or
-    /// host memory.
+    /// host memory; `out_dev` is where `out` lives when it is device memory. Device memory of
+    /// this GPU is packed into directly, anything else through a device staging buffer.
     ///
     /// # Safety
-    /// As [`Engine::pack`] for `buf`; `out` is writable for `out_len` bytes.
+    /// As [`Engine::pack`] for `buf`; `out` is writable for `out_len` bytes; `out_dev` is the
+    /// driver's answer for `out`, with `out_len` no more than its length.
     ///
     /// # Errors
     /// `out_len` is short, or as [`Engine::pack`].
@@ -604,6 +786,7 @@ impl Engine {
         buf: *const c_void,
         out: *mut c_void,
         out_len: u64,
+        out_dev: Option<DeviceBuffer>,
     ) -> Result<()> {
         let n = plan.packed_size();
         if out_len < n {
@@ -627,19 +810,35 @@ impl Engine {
                 };
                 Ok(())
             }
-            Engine::Gpu(g, _) => {
-                // SAFETY: the caller's contract.
-                let mut staging = unsafe { self.pack(plan, buf, Method::Device) }?;
-                g.memcpy(out as u64, staging.mpi_ptr() as u64, n)
+            Engine::Gpu(g, d) => {
+                self.check_span(plan)?;
+                if let Some(o) = in_place(g, d, plan, out_dev, n) {
+                    // SAFETY: `o` is device memory of this GPU with `out_len` (at least `n`)
+                    // writable bytes, apart from the layout's bytes; nothing else uses it
+                    // during the call.
+                    return g
+                        .run(|| unsafe { enqueue_pack(g, d, plan, o.ptr, usize_of(out_len)?) });
+                }
+                let staging = profile::time(Phase::Staging, || Staging::new(g, Method::Device, n))?;
+                let (dst, dst_len) = staging.kernel_side().ok_or_else(lost)?;
+                g.run(|| {
+                    // SAFETY: `dst` is the staging's device address with `dst_len` bytes,
+                    // fresh from the pool, used by nothing else until the stream is waited for.
+                    unsafe { enqueue_pack(g, d, plan, dst, dst_len) }?;
+                    profile::time(Phase::Copy, || g.copy(out as u64, dst, n))
+                })
             }
         }
     }
 
     /// `MPI_Unpack`'s work: unpacks `plan` into `buf` from `input` (`in_len` bytes there),
-    /// device or host memory.
+    /// device or host memory; `input_dev` is where `input` lives when it is device memory.
+    /// Device memory of this GPU is unpacked from directly, anything else through a device
+    /// staging buffer.
     ///
     /// # Safety
-    /// As [`Engine::unpack`] for `buf`; `input` is readable for `in_len` bytes.
+    /// As [`Engine::unpack`] for `buf`; `input` is readable for `in_len` bytes; `input_dev` is
+    /// the driver's answer for `input`, with `in_len` no more than its length.
     ///
     /// # Errors
     /// `in_len` is short, or as [`Engine::unpack`].
@@ -648,6 +847,7 @@ impl Engine {
         plan: &StridedBlock,
         input: *const c_void,
         in_len: u64,
+        input_dev: Option<DeviceBuffer>,
         buf: *mut c_void,
     ) -> Result<()> {
         let n = plan.packed_size();
@@ -658,21 +858,66 @@ impl Engine {
             });
         }
         let n = usize_of(n)?;
-        let mut staging = self.receive_buffer(plan, Method::Device)?;
-        match (self, &mut staging) {
-            (Engine::Cpu, Staging::Cpu(v)) => {
+        match self {
+            Engine::Cpu => {
+                let mut staging = self.receive_buffer(plan, Method::Device)?;
+                let Staging::Cpu(v) = &mut staging else {
+                    return Err(lost());
+                };
                 // SAFETY: `input` is readable for at least `n` bytes; `v` holds `n`.
                 unsafe { std::ptr::copy_nonoverlapping(input.cast::<u8>(), v.as_mut_ptr(), n) };
+                // SAFETY: the caller's contract; the staging holds the packed bytes.
+                unsafe { self.unpack(plan, &mut staging, buf) }
             }
-            (Engine::Gpu(g, _), Staging::Device(_, Some(a))) => g.memcpy(a.ptr, input as u64, n)?,
-            _ => {
-                return Err(Error::Unsupported {
-                    op: "MPI_Unpack",
-                    message: "unexpected staging".to_owned(),
+            Engine::Gpu(g, d) => {
+                self.check_span(plan)?;
+                if n == 0 {
+                    return Ok(());
+                }
+                if let Some(i) = in_place(g, d, plan, input_dev, n) {
+                    // SAFETY: `i` is device memory of this GPU with at least `n` readable
+                    // bytes, apart from the layout's bytes; nothing else writes it during
+                    // the call; `d` is the caller's receive buffer.
+                    return g.run(|| unsafe { enqueue_unpack(g, d, plan, i.ptr, n) });
+                }
+                let staging = self.receive_buffer(plan, Method::Device)?;
+                let (src, _) = staging.kernel_side().ok_or_else(lost)?;
+                g.run(|| {
+                    profile::time(Phase::Copy, || g.copy(src, input as u64, n))?;
+                    // SAFETY: `src` is the staging's device address, holding the `n` packed
+                    // bytes once the copy above ran, used by nothing else; `d` is the
+                    // caller's receive buffer.
+                    unsafe { enqueue_unpack(g, d, plan, src, n) }
                 })
             }
         }
-        // SAFETY: the caller's contract; the staging holds the packed bytes.
-        unsafe { self.unpack(plan, &mut staging, buf) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_apart_or_not() {
+        assert!(disjoint((0, 8), (8, 16)));
+        assert!(disjoint((8, 16), (0, 8)));
+        assert!(!disjoint((0, 9), (8, 16)));
+        assert!(!disjoint((4, 6), (0, 16)));
+    }
+
+    #[test]
+    fn waits_poll_only_where_the_driver_would_not_spin() {
+        use sys::CUctx_flags as F;
+        assert!(!polls(None));
+        assert!(!polls(Some(F::CU_CTX_SCHED_AUTO as u32)));
+        assert!(!polls(Some(F::CU_CTX_SCHED_SPIN as u32)));
+        assert!(polls(Some(F::CU_CTX_SCHED_YIELD as u32)));
+        assert!(polls(Some(F::CU_CTX_SCHED_BLOCKING_SYNC as u32)));
+        assert_eq!(
+            sched_name(Some(F::CU_CTX_SCHED_BLOCKING_SYNC as u32)),
+            "blocking-sync"
+        );
+        assert_eq!(sched_name(None), "unknown");
     }
 }

@@ -10,14 +10,15 @@ use std::ffi::{c_int, c_void};
 use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
 
 use crate::config;
-use crate::engine::Engine;
+use crate::engine::{self, Engine};
 use crate::handle::key;
-use crate::log::log;
-use crate::memory;
+use crate::log::{self, log};
+use crate::memory::{self, DeviceBuffer};
 use crate::path::{
     any_ours, blank_status, bytes_type, finish_recv, forget, guarded, prepare_recv, prepare_send,
     remember, take_completed, Pending,
 };
+use crate::profile::{self, Phase};
 use crate::table::status_slot_of_some;
 use crate::types;
 
@@ -34,6 +35,22 @@ fn statuses_ignore() -> *mut MPI_Status {
 fn null_request() -> u64 {
     // SAFETY: reading an immutable constant of the rsmpi shim.
     key(unsafe { ffi::RSMPI_REQUEST_NULL })
+}
+
+/// `MPI_Finalize`: with the profile on, prints this rank's table first; then the real call.
+///
+/// # Safety
+/// MPI's contract for `MPI_Finalize`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Finalize() -> c_int {
+    if profile::on() {
+        let _ = guarded(|| {
+            profile::report(log::world_rank(), &engine::waits());
+            Some(())
+        });
+    }
+    // SAFETY: the caller's contract.
+    unsafe { ffi::PMPI_Finalize() }
 }
 
 /// `MPI_Type_commit`: commits through the real MPI, then decodes the type into the cache.
@@ -89,13 +106,15 @@ pub unsafe extern "C" fn MPI_Pack_size(
 }
 
 /// What `MPI_Pack` and `MPI_Unpack` share before they move bytes: the plan of the elements in
-/// the user's buffer, the bytes it packs to, where the packed buffer stands at `*position` and
-/// how many bytes it has from there, and the engine for the user's buffer.
+/// the user's buffer, the bytes it packs to, where the packed buffer stands at `*position`, how
+/// many bytes it has from there and whether that is device memory, and the engine for the
+/// user's buffer.
 struct PackWindow {
     plan: datatype_pack::StridedBlock,
     bytes: c_int,
     at: *mut c_void,
     left: u64,
+    at_dev: Option<DeviceBuffer>,
     engine: Engine,
 }
 
@@ -124,27 +143,30 @@ unsafe fn pack_window(
     let pos = unsafe { *position };
     let left = u64::try_from(size.checked_sub(pos)?).ok()?;
     // SAFETY: MPI's contract: a live datatype.
-    let layout = unsafe { types::lookup(datatype) }?;
-    let dev = memory::device_buffer(data);
+    let layout = profile::time(Phase::Datatype, || unsafe { types::lookup(datatype) })?;
+    let dev = profile::time(Phase::Memory, || memory::device_buffer(data));
     if dev.is_none() && !host(cfg) {
         return None;
     }
-    let plan = layout.plan(u64::try_from(count).ok()?)?;
+    let count = u64::try_from(count).ok()?;
+    let plan = profile::time(Phase::Datatype, || layout.plan(count))?;
     let bytes = c_int::try_from(plan.packed_size()).ok()?;
     // SAFETY: `pos` is within `size` (`left` is not negative).
     let at = unsafe { packed.cast::<u8>().add(usize::try_from(pos).ok()?) }
         .cast::<c_void>()
         .cast_mut();
-    let left = match memory::device_buffer(at) {
+    let at_dev = profile::time(Phase::Memory, || memory::device_buffer(at));
+    let left = match at_dev {
         Some(d) => left.min(d.len),
         None => left,
     };
-    let engine = Engine::for_buffer(dev).ok()?;
+    let engine = profile::time(Phase::Engine, || Engine::for_buffer(dev)).ok()?;
     Some(PackWindow {
         plan,
         bytes,
         at,
         left,
+        at_dev,
         engine,
     })
 }
@@ -183,6 +205,7 @@ pub unsafe extern "C" fn MPI_Pack(
     position: *mut c_int,
     comm: MPI_Comm,
 ) -> c_int {
+    let mut scope = profile::scope("MPI_Pack");
     let done = guarded(|| {
         // SAFETY: MPI's contract for MPI_Pack's arguments.
         let w = unsafe {
@@ -190,8 +213,9 @@ pub unsafe extern "C" fn MPI_Pack(
                 c.host_pack.send
             })
         }?;
-        // SAFETY: MPI's contract for the input triple; `w.at` has `w.left` writable bytes.
-        match unsafe { w.engine.pack_to(&w.plan, inbuf, w.at, w.left) } {
+        // SAFETY: MPI's contract for the input triple; `w.at` has `w.left` writable bytes, and
+        // `w.at_dev` is the driver's answer for it.
+        match unsafe { w.engine.pack_to(&w.plan, inbuf, w.at, w.left, w.at_dev) } {
             Ok(()) => {
                 log!(
                     "MPI_Pack: {} bytes packed from a {}",
@@ -206,6 +230,9 @@ pub unsafe extern "C" fn MPI_Pack(
             }
         }
     });
+    if done.is_some() {
+        scope.taken();
+    }
     // SAFETY: `position` was read when `done` is `Some`; otherwise the caller's contract.
     unsafe {
         advance(done, position, || {
@@ -228,6 +255,7 @@ pub unsafe extern "C" fn MPI_Unpack(
     datatype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
+    let mut scope = profile::scope("MPI_Unpack");
     let done = guarded(|| {
         // SAFETY: MPI's contract for MPI_Unpack's arguments.
         let w = unsafe {
@@ -235,8 +263,12 @@ pub unsafe extern "C" fn MPI_Unpack(
                 c.host_pack.recv
             })
         }?;
-        // SAFETY: MPI's contract for the output triple; `w.at` has `w.left` readable bytes.
-        match unsafe { w.engine.unpack_from(&w.plan, w.at, w.left, outbuf) } {
+        // SAFETY: MPI's contract for the output triple; `w.at` has `w.left` readable bytes, and
+        // `w.at_dev` is the driver's answer for it.
+        match unsafe {
+            w.engine
+                .unpack_from(&w.plan, w.at, w.left, w.at_dev, outbuf)
+        } {
             Ok(()) => {
                 log!(
                     "MPI_Unpack: {} bytes unpacked into a {}",
@@ -251,6 +283,9 @@ pub unsafe extern "C" fn MPI_Unpack(
             }
         }
     });
+    if done.is_some() {
+        scope.taken();
+    }
     // SAFETY: as in MPI_Pack.
     unsafe {
         advance(done, position, || {
@@ -272,12 +307,16 @@ pub unsafe extern "C" fn MPI_Send(
     tag: c_int,
     comm: MPI_Comm,
 ) -> c_int {
+    let mut scope = profile::scope("MPI_Send");
     // SAFETY: MPI's contract for the send triple.
     match guarded(|| unsafe { prepare_send("MPI_Send", buf, count, datatype) }) {
-        // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
-        Some((mut s, n)) => unsafe {
-            ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm)
-        },
+        Some((mut s, n)) => {
+            scope.taken();
+            // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
+            profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm)
+            })
+        }
         // SAFETY: the caller's contract.
         None => unsafe { ffi::PMPI_Send(buf, count, datatype, dest, tag, comm) },
     }
@@ -297,12 +336,15 @@ pub unsafe extern "C" fn MPI_Isend(
     comm: MPI_Comm,
     request: *mut MPI_Request,
 ) -> c_int {
+    let mut scope = profile::scope("MPI_Isend");
     // SAFETY: MPI's contract for the send triple.
     match guarded(|| unsafe { prepare_send("MPI_Isend", buf, count, datatype) }) {
         Some((mut s, n)) => {
+            scope.taken();
             // SAFETY: the staging is kept in the request table until the request completes.
-            let rc =
-                unsafe { ffi::PMPI_Isend(s.mpi_ptr(), n, bytes_type(), dest, tag, comm, request) };
+            let rc = profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Isend(s.mpi_ptr(), n, bytes_type(), dest, tag, comm, request)
+            });
             if rc == 0 {
                 // SAFETY: the real MPI wrote the new request's handle.
                 remember(key(unsafe { *request }), Pending::Send(s));
@@ -328,11 +370,13 @@ pub unsafe extern "C" fn MPI_Recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
+    let mut scope = profile::scope("MPI_Recv");
     // SAFETY: MPI's contract for the receive triple.
     let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Recv", buf, count, datatype) }) else {
         // SAFETY: the caller's contract.
         return unsafe { ffi::PMPI_Recv(buf, count, datatype, source, tag, comm, status) };
     };
+    scope.taken();
     let mut own = blank_status();
     let st = if status == status_ignore() {
         &mut own as *mut MPI_Status
@@ -340,7 +384,7 @@ pub unsafe extern "C" fn MPI_Recv(
         status
     };
     // SAFETY: the staging holds `r.bytes` bytes; `st` is a valid status.
-    let rc = unsafe {
+    let rc = profile::time(Phase::Mpi, || unsafe {
         ffi::PMPI_Recv(
             r.staging.mpi_ptr(),
             r.bytes,
@@ -350,7 +394,7 @@ pub unsafe extern "C" fn MPI_Recv(
             comm,
             st,
         )
-    };
+    });
     if rc != 0 {
         return rc;
     }
@@ -372,13 +416,15 @@ pub unsafe extern "C" fn MPI_Irecv(
     comm: MPI_Comm,
     request: *mut MPI_Request,
 ) -> c_int {
+    let mut scope = profile::scope("MPI_Irecv");
     // SAFETY: MPI's contract for the receive triple.
     let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Irecv", buf, count, datatype) }) else {
         // SAFETY: the caller's contract.
         return unsafe { ffi::PMPI_Irecv(buf, count, datatype, source, tag, comm, request) };
     };
+    scope.taken();
     // SAFETY: the staging is kept in the request table until the request completes.
-    let rc = unsafe {
+    let rc = profile::time(Phase::Mpi, || unsafe {
         ffi::PMPI_Irecv(
             r.staging.mpi_ptr(),
             r.bytes,
@@ -388,7 +434,7 @@ pub unsafe extern "C" fn MPI_Irecv(
             comm,
             request,
         )
-    };
+    });
     if rc == 0 {
         // SAFETY: the real MPI wrote the new request's handle.
         remember(key(unsafe { *request }), Pending::Recv(r));
@@ -415,6 +461,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
+    let mut scope = profile::scope("MPI_Sendrecv");
     // SAFETY: MPI's contract for the send triple.
     let mut send =
         guarded(|| unsafe { prepare_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
@@ -430,6 +477,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
             )
         };
     }
+    scope.taken();
     let (sb, sc, st_) = match &mut send {
         Some((s, n)) => (s.mpi_ptr().cast_const(), *n, bytes_type()),
         None => (sendbuf, sendcount, sendtype),
@@ -446,11 +494,11 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     };
     // SAFETY: each side is the caller's triple or a staging buffer of the stated bytes, alive
     // until the blocking call returns.
-    let rc = unsafe {
+    let rc = profile::time(Phase::Mpi, || unsafe {
         ffi::PMPI_Sendrecv(
             sb, sc, st_, dest, sendtag, rb, rcount, rt, source, recvtag, comm, st,
         )
-    };
+    });
     drop(send);
     match recv {
         // SAFETY: the receive completed with status `st`.
@@ -475,6 +523,8 @@ unsafe fn complete(
         match work {
             Pending::Send(s) => drop(s),
             Pending::Recv(r) => {
+                let mut scope = profile::scope(profile::COMPLETION);
+                scope.taken();
                 let blank = blank_status();
                 let st = status_of(i).unwrap_or(&blank as *const MPI_Status);
                 // SAFETY: the request completed with this status (or, where MPI gave none, a
@@ -815,9 +865,11 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
             unsafe { ffi::PMPI_Request_free(request) }
         }
         Some(Pending::Recv(r)) => {
+            let mut scope = profile::scope(profile::COMPLETION);
+            scope.taken();
             let mut st = blank_status();
             // SAFETY: the caller's request, completed here instead of freed.
-            let rc = unsafe { ffi::PMPI_Wait(request, &mut st) };
+            let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Wait(request, &mut st) });
             if rc != 0 {
                 std::mem::forget(r);
                 return rc;

@@ -4,7 +4,7 @@
 //!
 //! | layer | module | what it does |
 //! |---|---|---|
-//! | symbols | `intercept` | `MPI_Type_commit`/`_free`, `MPI_Pack`/`_Unpack`/`_Pack_size`, `MPI_Send`/`_Recv`/`_Isend`/`_Irecv`/`_Sendrecv`, the waits and tests, `MPI_Request_free`: the interposer's path or `PMPI_*` |
+//! | symbols | `intercept` | `MPI_Finalize`, `MPI_Type_commit`/`_free`, `MPI_Pack`/`_Unpack`/`_Pack_size`, `MPI_Send`/`_Recv`/`_Isend`/`_Irecv`/`_Sendrecv`, the waits and tests, `MPI_Request_free`: the interposer's path or `PMPI_*` |
 //! | path | `path` | whether a call is taken, its staging, pending work of requests, the unpack on completion |
 //! | datatypes | [`types`] | committed datatypes decoded into the IR (datatype-pack's `mpi_decode`), cached per handle, plans per count |
 //! | requests | [`table`] | outstanding requests of the interposer; completion told by `MPI_REQUEST_NULL` |
@@ -12,6 +12,7 @@
 //! | memory | [`memory`] | device or host, asked of the CUDA driver loaded at run time |
 //! | engines | `engine` | GPU packers and staging pools; the CPU reference for the testing mode |
 //! | settings | [`config`] | the `COLLECTIVES_INTERPOSE_*` variables |
+//! | profile | `profile` | host wall time per phase of each call, printed at `MPI_Finalize` (`COLLECTIVES_INTERPOSE_PROFILE=1`) |
 //!
 //! Anything the interposer does not take, and any failure before the real MPI has the
 //! message, goes to the real MPI unchanged: results never change, only speed.
@@ -26,6 +27,7 @@ mod log;
 pub mod memory;
 pub mod model;
 mod path;
+mod profile;
 pub mod sync;
 pub mod table;
 pub mod types;
@@ -33,7 +35,8 @@ pub mod types;
 pub use error::{Error, Result};
 
 /// The MPI functions the library defines, in the order of `docs/interpose.md`.
-pub const INTERCEPTED: [&str; 19] = [
+pub const INTERCEPTED: [&str; 20] = [
+    "MPI_Finalize",
     "MPI_Type_commit",
     "MPI_Type_free",
     "MPI_Pack",

@@ -1,4 +1,6 @@
-//! Where a buffer lives, asked of the CUDA driver loaded at run time.
+//! Where a buffer lives, asked of the CUDA driver loaded at run time: two driver calls per
+//! buffer (`cuPointerGetAttributes`, `cuMemGetAddressRange`), nothing cached (an address freed
+//! and allocated again may change what it is).
 //!
 //! A buffer is device memory only when the driver says so for certain: `libcuda` opens, the
 //! process has initialized CUDA (otherwise it cannot hold device memory, and the query says
@@ -36,55 +38,42 @@ pub fn device_buffer(ptr: *const std::ffi::c_void) -> Option<DeviceBuffer> {
 }
 
 fn query(p: u64) -> Option<DeviceBuffer> {
+    use sys::CUpointer_attribute as A;
     let ok = sys::CUresult::CUDA_SUCCESS;
     let mut memtype: u32 = 0;
-    // SAFETY: the driver writes one `unsigned int` (CUmemorytype) for this attribute into a
-    // valid out-pointer; any address may be asked about.
-    let rc = unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut memtype as *mut u32).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            p,
-        )
-    };
-    if rc != ok || memtype != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
-        return None;
-    }
     let mut managed: u32 = 0;
-    // SAFETY: this attribute is a `bool`-like `unsigned int` written into a valid out-pointer.
-    let rc = unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut managed as *mut u32).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
-            p,
-        )
-    };
-    if rc != ok || managed != 0 {
-        return None;
-    }
     let mut ordinal: i32 = -1;
-    // SAFETY: this attribute is an `int` written into a valid out-pointer.
-    let rc = unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut ordinal as *mut i32).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            p,
-        )
-    };
-    if rc != ok {
-        return None;
-    }
     let mut context: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: this attribute is a `CUcontext` written into a valid out-pointer.
-    let rc = unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut context as *mut sys::CUcontext).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
-            p,
-        )
-    };
-    if rc != ok {
+    // One driver call for the four attributes; the context last, so that where the driver
+    // refuses it the other three are asked again alone (context 0: none named).
+    let mut attributes = [
+        A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        A::CU_POINTER_ATTRIBUTE_CONTEXT,
+    ];
+    let mut data: [*mut std::ffi::c_void; 4] = [
+        (&mut memtype as *mut u32).cast(),
+        (&mut managed as *mut u32).cast(),
+        (&mut ordinal as *mut i32).cast(),
+        (&mut context as *mut sys::CUcontext).cast(),
+    ];
+    let mut rc = ok;
+    for n in [4u32, 3] {
+        // SAFETY: `attributes` and `data` hold at least `n` entries; each data pointer is a
+        // valid out-pointer of the attribute's type (an `unsigned int` CUmemorytype, a
+        // `bool`-like `unsigned int`, an `int`, a `CUcontext`); any address may be asked about
+        // (one the driver does not know reads as memory type 0).
+        rc = unsafe {
+            sys::cuPointerGetAttributes(n, attributes.as_mut_ptr(), data.as_mut_ptr(), p)
+        };
+        if rc == ok || rc == sys::CUresult::CUDA_ERROR_NOT_INITIALIZED {
+            break;
+        }
         context = std::ptr::null_mut();
+    }
+    if rc != ok || memtype != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || managed != 0 {
+        return None;
     }
     let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
     // SAFETY: two valid out-pointers; the driver fills them for an address it allocated.

@@ -14,6 +14,7 @@ use crate::engine::{Engine, Staging};
 use crate::log::log;
 use crate::memory;
 use crate::model::{self, Method, Shape};
+use crate::profile::{self, Phase};
 use crate::sync::lock;
 use crate::table::RequestTable;
 use crate::types::{self, Layout};
@@ -135,13 +136,13 @@ unsafe fn plan_for(
         return None;
     }
     // SAFETY: the caller's contract.
-    let layout = unsafe { types::lookup(dt) }?;
-    let dev = memory::device_buffer(buf);
+    let layout = profile::time(Phase::Datatype, || unsafe { types::lookup(dt) })?;
+    let dev = profile::time(Phase::Memory, || memory::device_buffer(buf));
     if dev.is_none() && !host_pack {
         return None;
     }
     let count = u64::try_from(count).ok()?;
-    let Some(plan) = layout.plan(count) else {
+    let Some(plan) = profile::time(Phase::Datatype, || layout.plan(count)) else {
         log!("{op}: {count} element(s) of a decoded datatype: contiguous or not lowerable, passes through");
         return None;
     };
@@ -194,14 +195,14 @@ pub unsafe fn prepare_send(
     let host_pack = config::get().host_pack.send;
     // SAFETY: the caller's contract.
     let (_, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
-    let engine = match Engine::for_buffer(dev) {
+    let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
         Ok(e) => e,
         Err(e) => {
             log!("{op}: passes through: {e}");
             return None;
         }
     };
-    let method = method_for(op, &engine, &plan);
+    let method = profile::time(Phase::Engine, || method_for(op, &engine, &plan));
     // SAFETY: the caller's contract; `engine` was made for this buffer.
     match unsafe { engine.pack(&plan, buf, method) } {
         Ok(s) => {
@@ -232,14 +233,14 @@ pub unsafe fn prepare_recv(
     let host_pack = config::get().host_pack.recv;
     // SAFETY: the caller's contract.
     let (layout, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
-    let engine = match Engine::for_buffer(dev) {
+    let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
         Ok(e) => e,
         Err(e) => {
             log!("{op}: passes through: {e}");
             return None;
         }
     };
-    let method = method_for(op, &engine, &plan);
+    let method = profile::time(Phase::Engine, || method_for(op, &engine, &plan));
     match engine.receive_buffer(&plan, method) {
         Ok(staging) => Some(Receive {
             bytes: c_int::try_from(plan.packed_size()).ok()?,
