@@ -60,31 +60,8 @@ fn combine(dtype: DType, op: ReduceOp) -> Option<&'static str> {
 /// The kernel's name.
 pub(super) const NAME: &str = "one_shot_all_reduce";
 
-/// How a kernel moves every rank's part to every other rank.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Scheme {
-    /// Each rank writes its part into its own slot; every rank reads every peer's slot over the
-    /// link after the flags say the parts are there (two crossings: flag, then read).
-    Pull,
-    /// Each rank writes its part into its slot on every peer (posted stores), then the flags;
-    /// every rank reduces from its own memory (one crossing).
-    Push,
-}
-
-impl Scheme {
-    /// Data slots of one epoch on every rank: one for `Pull` (the rank's own part), one per
-    /// rank for `Push` (every peer's part).
-    pub(super) fn slots_per_epoch(self, nranks: usize) -> usize {
-        match self {
-            Scheme::Pull => 1,
-            Scheme::Push => nranks,
-        }
-    }
-}
-
 /// The source of the kernel for `dtype` and `op`, or `None` where the path does not offer them.
-pub(super) fn source(dtype: DType, op: ReduceOp, scheme: Scheme) -> Option<String> {
-    let push = u8::from(scheme == Scheme::Push);
+pub(super) fn source(dtype: DType, op: ReduceOp) -> Option<String> {
     let (elem, acc, load, store) = types(dtype);
     let combine = combine(dtype, op)?;
     let finish = if op == ReduceOp::Avg {
@@ -100,7 +77,6 @@ typedef {elem} ELEM;
 typedef {acc} ACC;
 #define MAX_RANKS {MAX_RANKS}
 #define BLOCKS {BLOCKS}
-#define PUSH {push}
 
 __device__ __forceinline__ float h2f(unsigned short h) {{
   float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
@@ -123,10 +99,9 @@ __device__ __forceinline__ u64 now_ns() {{
   u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
 }}
 
-// data[r]: rank r's slots of slot_elems elements, two epochs of them (PUSH: one per rank in each
-// epoch, written by that rank; otherwise one, the rank's own part); flags[r]: rank r's flags,
-// MAX_RANKS per block, written by the peers; counters: this rank's epoch per block; failed: mapped
-// host word.
+// data[r]: rank r's slots of slot_elems elements, nranks per epoch for two epochs (slot p of an
+// epoch written by rank p); flags[r]: rank r's flags, MAX_RANKS per block, written by the peers;
+// counters: this rank's epoch per block; failed: mapped host word.
 extern "C" __global__ void __launch_bounds__({THREADS}) {NAME}(
     const ELEM* in, ELEM* out, u64 n,
     const u64* __restrict__ data, const u64* __restrict__ flags, u32* __restrict__ counters,
@@ -141,7 +116,6 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {NAME}(
   const u64 per = (n + gridDim.x - 1) / gridDim.x;
   const u64 lo = umin(n, (u64)b * per);
   const u64 hi = umin(n, lo + per);
-#if PUSH
   // Epoch e's slots on every rank: one per rank, rank r's part in slot r.
   const u64 slot = (u64)(epoch & 1u) * nranks * slot_elems;
 
@@ -152,13 +126,6 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {NAME}(
     for (u32 p = 0; p < nranks; ++p)
       if (p != rank) ((ELEM*)data[p] + slot + (u64)rank * slot_elems)[i] = v;
   }}
-#else
-  const u64 slot = (u64)(epoch & 1u) * slot_elems;
-
-  // 1. This block's part of the input into this rank's slot of this epoch.
-  ELEM* mine = (ELEM*)data[rank] + slot;
-  for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) mine[i] = in[i];
-#endif
   __syncthreads();
 
   // 2. Tell every rank this block's part is there (release, system scope: the copies above,
@@ -197,16 +164,11 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {NAME}(
 
   // 3. Reduce every rank's part in rank order: the same answer, bit for bit, on every rank.
   for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {{
-#if PUSH
     // Every part from this rank's memory; its own from the input (the same bits its peers got).
     const ELEM* parts = (const ELEM*)data[rank] + slot;
     ACC acc = load(rank == 0u ? in[i] : parts[i]);
     for (u32 r = 1; r < nranks; ++r)
       acc = combine(acc, load(r == rank ? in[i] : parts[(u64)r * slot_elems + i]));
-#else
-    ACC acc = load(((const ELEM*)data[0] + slot)[i]);
-    for (u32 r = 1; r < nranks; ++r) acc = combine(acc, load(((const ELEM*)data[r] + slot)[i]));
-#endif
     {finish}
     out[i] = store(acc);
   }}
@@ -223,22 +185,22 @@ mod tests {
     #[test]
     fn integers_have_no_average_and_floats_have_every_operation() {
         for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max] {
-            assert!(source(DType::I32, op, Scheme::Push).is_some(), "{op:?}");
+            assert!(source(DType::I32, op).is_some(), "{op:?}");
         }
-        assert!(source(DType::I64, ReduceOp::Avg, Scheme::Push).is_none());
+        assert!(source(DType::I64, ReduceOp::Avg).is_none());
         for d in [DType::F16, DType::Bf16, DType::F32, DType::F64] {
-            let s = source(d, ReduceOp::Avg, Scheme::Pull).expect("floats average");
+            let s = source(d, ReduceOp::Avg).expect("floats average");
             assert!(s.contains("acc = acc / (ACC)nranks;"));
         }
     }
 
     #[test]
     fn sixteen_bit_floats_sum_in_float() {
-        let s = source(DType::Bf16, ReduceOp::Sum, Scheme::Push).expect("bf16 sums");
+        let s = source(DType::Bf16, ReduceOp::Sum).expect("bf16 sums");
         assert!(s.contains("typedef unsigned short ELEM;"));
         assert!(s.contains("typedef float ACC;"));
         assert!(s.contains("return b2f(x);"));
-        let s = source(DType::F16, ReduceOp::Max, Scheme::Pull).expect("f16 max");
+        let s = source(DType::F16, ReduceOp::Max).expect("f16 max");
         assert!(s.contains("return fmax(a, b);"));
     }
 }

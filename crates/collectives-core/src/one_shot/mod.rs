@@ -5,8 +5,7 @@
 //! At creation ([`OneShot::offer`], collective) every rank allocates one block of device memory
 //! (data slots of [`OneShot::capacity`] bytes for two epochs, a flag area and its epoch counters),
 //! exports it with CUDA IPC, and maps every peer's. Each call is one kernel of 16 thread blocks on
-//! the communicator's stream. Block `b` of rank `r`, in its call number `e` (its epoch), with the
-//! *push* scheme (the default):
+//! the communicator's stream. Block `b` of rank `r`, in its call number `e` (its epoch):
 //!
 //! 1. writes its part of the input into slot `r` of epoch `e mod 2` on every peer (stores over
 //!    the link, which do not wait for an answer);
@@ -17,9 +16,10 @@
 //!    computes the same operations on the same bits in the same order: the results agree bit for
 //!    bit across ranks.
 //!
-//! The *pull* scheme (`COLLECTIVES_ONE_SHOT_SCHEME=pull`, kept to be measured beside it) writes
-//! the part into the rank's own slot in step 1 and reads every peer's slot over the link in step
-//! 3: one more crossing of the link per call.
+//! The data crosses the link once, as stores. Reading every peer's slot over the link after the
+//! flags instead (one slot per rank, pulled) costs a second crossing: 0.3-1.3 µs more per call
+//! back to back from 8 B to 32 KiB on 2 to 4 H100, and 1.4-1.8 times the time at 256 KiB
+//! (docs/PERFORMANCE.md, 2026-11-27).
 //!
 //! # Memory ordering, argued
 //! - *Data before flag.* The stores of step 1 are ordered before the flag store of step 2 by
@@ -82,7 +82,6 @@ use crate::ipc;
 use crate::memory::{DeviceBuffer, DeviceBufferMut};
 use crate::op::ReduceOp;
 
-use kernel::Scheme;
 pub use kernel::MAX_RANKS;
 
 const OP: &str = "one_shot";
@@ -107,7 +106,6 @@ pub struct OneShot {
     rank: usize,
     size: usize,
     layout: Layout,
-    scheme: Scheme,
     local: Option<ipc::DeviceAlloc>,
     peers: Vec<ipc::Mapping>,
     /// Device array: every rank's data base, then every rank's flag base.
@@ -138,13 +136,13 @@ impl std::fmt::Debug for OneShot {
 struct Layout {
     /// Bytes of one data slot.
     capacity: usize,
-    /// Data slots of one epoch.
-    slots: usize,
+    /// Data slots of one epoch: one per rank.
+    ranks: usize,
 }
 
 impl Layout {
     fn flags(self) -> usize {
-        2 * self.slots * self.capacity
+        2 * self.ranks * self.capacity
     }
 
     fn counters(self) -> usize {
@@ -153,15 +151,6 @@ impl Layout {
 
     fn bytes(self) -> usize {
         self.counters() + kernel::BLOCKS as usize * 4
-    }
-}
-
-/// The scheme every communicator's path uses: [`Scheme::Push`], or [`Scheme::Pull`] where
-/// `COLLECTIVES_ONE_SHOT_SCHEME=pull` asks for it (both are kept to be measured side by side).
-fn scheme_from_env() -> Scheme {
-    match std::env::var("COLLECTIVES_ONE_SHOT_SCHEME").as_deref() {
-        Ok("pull") => Scheme::Pull,
-        _ => Scheme::Push,
     }
 }
 
@@ -232,10 +221,9 @@ impl OneShot {
             dev_attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             dev_attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?
         );
-        let scheme = scheme_from_env();
         let layout = Layout {
             capacity,
-            slots: scheme.slots_per_epoch(size),
+            ranks: size,
         };
         let setup = || -> Result<(ipc::DeviceAlloc, [u64; ipc::HANDLE_WORDS], mapped::MappedWord)> {
             let local = ipc::DeviceAlloc::zeroed(OP, &ctx, layout.bytes())?;
@@ -302,7 +290,6 @@ impl OneShot {
             rank,
             size,
             layout,
-            scheme,
             local: Some(local),
             peers: opened.into_iter().map(|(_, m)| m).collect(),
             table: Some(table),
@@ -345,20 +332,20 @@ impl OneShot {
     /// Whether the path takes `T` with `op` (averages of integers are left to other paths).
     pub fn offers<T: Element>(&self, op: ReduceOp) -> bool {
         (T::WIRE.lanes == 1 || matches!(op, ReduceOp::Sum | ReduceOp::Avg))
-            && kernel::source(T::WIRE.dtype, op, self.scheme).is_some()
+            && kernel::source(T::WIRE.dtype, op).is_some()
     }
 
     /// The kernel for `dtype` and `op` on this GPU: compiled once per process and device (every
     /// communicator on the device shares it), at its first use.
     fn function(&self, dtype: DType, op: ReduceOp) -> Result<CudaFunction> {
-        type Cache = Mutex<HashMap<(usize, DType, ReduceOp, Scheme), CudaFunction>>;
+        type Cache = Mutex<HashMap<(usize, DType, ReduceOp), CudaFunction>>;
         static KERNELS: OnceLock<Cache> = OnceLock::new();
-        let key = (self.ctx.ordinal(), dtype, op, self.scheme);
+        let key = (self.ctx.ordinal(), dtype, op);
         let cache = KERNELS.get_or_init(Default::default);
         if let Some(f) = cache.lock().map_err(|_| poisoned())?.get(&key) {
             return Ok(f.clone());
         }
-        let src = kernel::source(dtype, op, self.scheme).ok_or_else(|| Error::InvalidArgument {
+        let src = kernel::source(dtype, op).ok_or_else(|| Error::InvalidArgument {
             op: OP,
             msg: format!("{op:?} of {dtype:?} is not offered"),
         })?;
