@@ -14,14 +14,16 @@
 #           and without the one-shot path
 #   osan    compute-sanitizer memcheck, racecheck and synccheck over nccl_one_shot on 2 ranks
 #           (memcheck on the one-shot kernel only: NCCL's own kernels read past a 4-byte buffer by
-#           design, 16-byte loads, which memcheck stops as an error)
+#           design, 16-byte loads, which memcheck stops as an error; and no report of CUDA API
+#           errors: libnccl probes kernels built for other GPUs and handles the errors itself)
 #   mpi4    4 ranks under the CUDA-aware Open MPI: collbench allreduce --osu on cuda-mpi and
 #           mpi-staged beside OMB's osu_allreduce -d cuda, 8 B to 4 MiB
 #   doctor  collbench doctor and the per-call record (COLLECTIVES_RECORD=1) of collbench allreduce
 #           on 4 ranks with the path chosen, turned off, and not offered (2 ranks on one GPU)
 #   ibench  the interposer's benchmark (run-interpose.sh --bench)
 #   iprof   the interposer's benchmark with every preloaded run repeated under its per-phase
-#           profile (run-interpose.sh --profile), then its checks on 2 and 4 ranks
+#           profile (run-interpose.sh --profile)
+#   ichk    the interposer's device checks on 2 and 4 ranks (run-interpose.sh --ranks 2,4)
 set -uo pipefail
 out="${1:?usage: run.sh OUTDIR PART...}"; shift; mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
@@ -63,7 +65,7 @@ for part in "$@"; do
     osan)
       san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
       f="one_shot_floats,one_shot_integers,one_shot_complex_as_lanes,one_shot_inside_the_library_all_reduce"
-      for tool in "memcheck --kernel-name kns=one_shot_all_reduce" racecheck synccheck; do
+      for tool in "memcheck --kernel-name kns=one_shot_all_reduce --report-api-errors no" racecheck synccheck; do
         run 200 mpirun -n 2 -x MPI_TESTS_FILTER="$f" $san --tool $tool --error-exitcode 1 $one_shot
       done > "$out/one-shot-sanitizer.txt" 2>&1
       grep -E "^\\$|SUMMARY|mpi-tests|^exit|FAIL" "$out/one-shot-sanitizer.txt" ;;
@@ -85,10 +87,11 @@ for part in "$@"; do
       ( time timeout 400 bash .gpu-box/run-interpose.sh --bench ) > "$out/interpose-bench.txt" 2>&1
       tail -80 "$out/interpose-bench.txt" ;;
     iprof)
-      ( time timeout 420 bash .gpu-box/run-interpose.sh --profile ) > "$out/interpose-profile.txt" 2>&1
+      ( time timeout 560 bash .gpu-box/run-interpose.sh --profile ) > "$out/interpose-profile.txt" 2>&1
       tail -40 "$out/interpose-profile.txt"
-      grep -E "profile:.*(MPI_Pack|MPI_Sendrecv|scheduling)" "$out/interpose-profile.txt" | head -40
-      run 170 bash .gpu-box/run-interpose.sh --ranks 2,4 > "$out/interpose-checks.txt" 2>&1
+      grep -E "profile:.*(MPI_Pack|MPI_Sendrecv|scheduling)" "$out/interpose-profile.txt" | head -40 ;;
+    ichk)
+      run 200 bash .gpu-box/run-interpose.sh --ranks 2,4 > "$out/interpose-checks.txt" 2>&1
       tail -15 "$out/interpose-checks.txt" ;;
     *) echo "unknown part $part" ;;
   esac
