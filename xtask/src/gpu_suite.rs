@@ -15,8 +15,9 @@
 //! 4. the GPU examples (`*nccl*`, `*cuda*`, `*gpu*`) under `mpirun -n K`, K = 1..=G;
 //! 5. `collbench p2p` with its byte check on 2 ranks sharing GPU 0: `mpi-staged` under `mpirun`,
 //!    `cuda-mpi` and `mpi-staged` under the CUDA-aware `mpirun`;
-//! 6. with `compute-sanitizer`: `memcheck`, `racecheck` and `synccheck` over `gpu_pack` and over
-//!    `nccl_collectives` on 1 rank;
+//! 6. with `compute-sanitizer`: `memcheck`, `racecheck` and `synccheck` over `gpu_pack`, over
+//!    `nccl_collectives` on 1 rank and, with 2 GPUs or more that reach each other, over the
+//!    correctness cases of `nccl_one_shot` on 2 ranks (memcheck on the one-shot kernel only);
 //! 7. the MPI interposer's C checks on device buffers (`xtask interpose --device`, see
 //!    [`crate::interpose`]) on 2 ranks, and 4 with 4 GPUs: one summary line of its own.
 //!
@@ -66,6 +67,14 @@ pub const SANITIZED_LIBTEST: &str = "gpu_pack";
 
 /// The multi-rank binary that compute-sanitizer runs on 1 rank.
 pub const SANITIZED_MPI_TEST: &str = "nccl_collectives";
+
+/// The cases of [`ONE_SHOT_TEST`] that compute-sanitizer runs on 2 ranks (`MPI_TESTS_FILTER`):
+/// every type, operation and size the path takes, and the library's all-reduce through it.
+pub const SANITIZED_ONE_SHOT_CASES: &str = "one_shot_floats,one_shot_integers,\
+one_shot_complex_as_lanes,one_shot_inside_the_library_all_reduce";
+
+/// The one-shot all-reduce's kernel, the one kernel memcheck checks in [`ONE_SHOT_TEST`].
+pub const ONE_SHOT_KERNEL: &str = "one_shot_all_reduce";
 
 /// The compute-sanitizer tools, in the order they run.
 pub const SANITIZER_TOOLS: [&str; 3] = ["memcheck", "racecheck", "synccheck"];
@@ -376,6 +385,27 @@ pub fn plan(binaries: &[SuiteBinary], m: &Machine) -> Vec<Step> {
                     limit: m.sanitizer_limit,
                 });
             }
+            // The one-shot kernel reads and writes its peers' memory: 2 ranks, where it is
+            // offered (every pair of GPUs reaches the other).
+            let one_shot = of_kind(BinaryKind::MpiTest).filter(|b| b.name == ONE_SHOT_TEST);
+            for b in one_shot.filter(|_| m.gpus >= 2 && m.halo_ipc) {
+                let launcher = Launcher::Mpirun {
+                    ranks: 2,
+                    cuda_aware: false,
+                };
+                let e = env(&[("MPI_TESTS_FILTER", SANITIZED_ONE_SHOT_CASES)]);
+                steps.push(Step {
+                    group: Group::Sanitizer,
+                    what: describe(b, launcher, Some(tool), &e),
+                    launcher,
+                    sanitizer: Some(tool),
+                    program: b.path.clone(),
+                    args: Vec::new(),
+                    env: e,
+                    counting: Counting::MpiTests,
+                    limit: m.sanitizer_limit,
+                });
+            }
         }
     }
     steps
@@ -418,16 +448,21 @@ fn describe(
 /// architectures a build leaves out, and NCCL handles that result itself (48 such reports on an
 /// H200 with NCCL 2.28, every frame inside libnccl). Memory errors, races and synchronization
 /// errors are still reported there; every other program also gets its API errors reported.
+///
+/// In [`ONE_SHOT_TEST`] memcheck checks [`ONE_SHOT_KERNEL`] only: on 2 ranks NCCL's own
+/// point-to-point kernel, run while a communicator is set up, reads past a 4-byte buffer (NCCL
+/// reads user data in 16-byte units by design), and memcheck stops it, which fails every later
+/// CUDA call of the process (seen on 2 H100, docs/logs/2026-11-27-latency).
 fn sanitizer_args(tool: &str, program: &Path) -> Vec<String> {
     let mut args: Vec<String> = ["--tool", tool, "--error-exitcode", "7"]
         .map(str::to_owned)
         .to_vec();
-    let nccl = program
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("nccl"));
-    if nccl {
+    let name = program.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.starts_with("nccl") {
         args.extend(["--report-api-errors", "no"].map(str::to_owned));
+    }
+    if name.starts_with(ONE_SHOT_TEST) && tool == "memcheck" {
+        args.extend(["--kernel-name".to_owned(), format!("kns={ONE_SHOT_KERNEL}")]);
     }
     args
 }
@@ -1298,6 +1333,51 @@ mod tests {
         let racy = "========= RACECHECK SUMMARY: 3 hazards displayed (2 errors, 1 warnings)\n";
         assert_eq!(sanitizer_errors(racy), Some(3));
         assert_eq!(sanitizer_errors("RACECHECK SUMMARY: garbled\n"), None);
+    }
+
+    #[test]
+    fn the_one_shot_kernel_under_every_tool_on_two_gpus_that_reach_each_other() {
+        let mut binaries = suite();
+        binaries.push(bin("nccl_one_shot", BinaryKind::MpiTest));
+        let m = Machine {
+            sanitizer: Some(PathBuf::from("/cs")),
+            halo_ipc: true,
+            as_root: true,
+            ..machine(2)
+        };
+        let steps = plan(&binaries, &m);
+        let filter = format!("[MPI_TESTS_FILTER={SANITIZED_ONE_SHOT_CASES}]");
+        let sanitized: Vec<&Step> = steps
+            .iter()
+            .filter(|s| s.group == Group::Sanitizer && s.what.contains("nccl_one_shot"))
+            .collect();
+        assert_eq!(
+            sanitized.iter().map(|s| s.what.clone()).collect::<Vec<_>>(),
+            SANITIZER_TOOLS
+                .map(|t| format!("mpirun -n 2 compute-sanitizer {t} nccl_one_shot {filter}"))
+        );
+        let memcheck = invocation(sanitized[0], &m).1;
+        assert!(
+            memcheck.contains("--tool memcheck --error-exitcode 7 --report-api-errors no --kernel-name kns=one_shot_all_reduce /box/nccl_one_shot"),
+            "{memcheck}"
+        );
+        assert!(memcheck.contains("-x MPI_TESTS_FILTER"), "{memcheck}");
+        assert!(!invocation(sanitized[1], &m).1.contains("--kernel-name"));
+        // One GPU, or GPUs without peer access: the path is not offered, nothing to check.
+        for m in [
+            Machine {
+                halo_ipc: false,
+                ..m.clone()
+            },
+            Machine {
+                gpus: 1,
+                ..m.clone()
+            },
+        ] {
+            assert!(!plan(&binaries, &m)
+                .iter()
+                .any(|s| s.group == Group::Sanitizer && s.what.contains("nccl_one_shot")));
+        }
     }
 
     #[test]
