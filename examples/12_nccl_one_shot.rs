@@ -1,9 +1,9 @@
 //! The one-shot all-reduce between GPUs beside NCCL's all-reduce on the same communicator: checks
 //! both answers, then times each, blocking (each call waited for) and back to back (`ITERS`
-//! calls, one wait), 8 B to 256 KiB of `f32`; then where a blocking 8-byte call's time goes: the
-//! host's enqueue, the GPU's time between CUDA events around the call, and, beside them, an empty
-//! kernel launched and waited for the same way (what any GPU operation waited for costs here).
-//! One rank per GPU:
+//! calls, one wait), 8 B to 1 MiB of `f32` in steps of 2 (the one-shot path up to its capacity,
+//! `-` above it); then where a blocking 8-byte call's time goes: the host's enqueue, the GPU's
+//! time between CUDA events around the call, and, beside them, an empty kernel launched and
+//! waited for the same way (what any GPU operation waited for costs here). One rank per GPU:
 //! `mpirun -n 4 target/release/examples/12_nccl_one_shot`. Where the path is not offered (ranks
 //! sharing a GPU, no peer access) it says why and only NCCL runs.
 
@@ -15,6 +15,8 @@ use collectives::one_shot::{Offer, OneShot, DEFAULT_CAPACITY};
 use collectives::{device, Communicator, DeviceCommunicator, MpiComm, NcclComm, ReduceOp};
 
 const ITERS: usize = 2000;
+/// The largest message timed (NCCL's all-reduce only above the path's capacity).
+const LARGEST: usize = 1 << 20;
 const WARMUP: usize = 200;
 
 /// Microseconds per call: blocking (mean and median of single calls), then back to back.
@@ -136,7 +138,7 @@ fn main() -> Result<(), collectives::Error> {
         );
     }
     let mut bytes = 8;
-    while bytes <= DEFAULT_CAPACITY {
+    while bytes <= LARGEST {
         let n = bytes / 4;
         let send = device::upload(&stream, &vec![(rank + 1) as f32; n])?;
         let mut a = device::alloc_zeros::<f32>(&stream, n)?;
@@ -149,7 +151,7 @@ fn main() -> Result<(), collectives::Error> {
             "NCCL"
         );
         let mut row = [f64::NAN; 6];
-        if let Some(p) = &path {
+        if let Some(p) = path.as_ref().filter(|p| bytes <= p.capacity()) {
             p.all_reduce(&send, &mut a, ReduceOp::Sum)?;
             p.synchronize()?;
             let got = device::download(&stream, &a)?;
@@ -178,12 +180,24 @@ fn main() -> Result<(), collectives::Error> {
         row[5] = b2b;
         world.all_reduce_in_place(&mut row[..], ReduceOp::Max)?;
         if rank == 0 {
+            let c = |v: f64| {
+                if v.is_nan() {
+                    "-".to_owned()
+                } else {
+                    format!("{v:.2}")
+                }
+            };
             println!(
-                "{bytes:>11} {:>10.2} ({:>6.2}) {:>14.2} ({:>6.2}) {:>13.2} {:>9.2}",
-                row[0], row[1], row[2], row[3], row[4], row[5]
+                "{bytes:>11} {:>10} ({:>6}) {:>14} ({:>6}) {:>13} {:>9}",
+                c(row[0]),
+                c(row[1]),
+                c(row[2]),
+                c(row[3]),
+                c(row[4]),
+                c(row[5])
             );
         }
-        bytes *= 8;
+        bytes *= 2;
     }
     // Where a blocking 8-byte call's time goes.
     let send = device::upload(&stream, &[(rank + 1) as f32; 2])?;
