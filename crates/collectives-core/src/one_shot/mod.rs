@@ -50,9 +50,10 @@
 //!   moment a peer's deadline runs out completes while that peer fails; the peer's communicator
 //!   is then aborted and this rank's next call (or its teardown barrier) times out.
 //! - *Teardown.* A rank frees its memory when dropped only after a barrier of every rank (under
-//!   the communicator's deadline at that time) proves no peer still reads or writes it. A rank whose path was
-//!   refused (a timeout, an abort) joins the barrier once its stream drained, so its peers are not
-//!   kept waiting; if the barrier fails, or MPI is finalized, the memory stays allocated instead.
+//!   the communicator's deadline at that time) proves no peer still reads or writes it. A rank
+//!   whose path was refused (a timeout, an abort) joins the barrier once its stream drained, so
+//!   its peers are not kept waiting; if the barrier fails, or MPI is finalized, the memory stays
+//!   allocated instead.
 //!
 //! # Where it is offered
 //! Only where every rank has a GPU of its own on this node with peer access to every other
@@ -323,8 +324,8 @@ impl OneShot {
         self.failed.get() != 0
     }
 
-    /// Refuse every later call, and free nothing a peer may still read or write when dropped: for the
-    /// owner of a communicator that timed out or was aborted elsewhere.
+    /// Refuse every later call, and free nothing a peer may still read or write when dropped:
+    /// for the owner of a communicator that timed out or was aborted elsewhere.
     pub fn refuse(&self) {
         self.refused.set(true);
     }
