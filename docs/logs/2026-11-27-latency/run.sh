@@ -20,6 +20,9 @@
 #           mpi-staged beside OMB's osu_allreduce -d cuda, 8 B to 4 MiB
 #   doctor  collbench doctor and the per-call record (COLLECTIVES_RECORD=1) of collbench allreduce
 #           on 4 ranks with the path chosen, turned off, and not offered (2 ranks on one GPU)
+#   p2prec  2 ranks under the CUDA-aware Open MPI, 1-4 MiB: osu_bw -d cuda D D, then collbench p2p
+#           --test bw on cuda-mpi with the per-call record (COLLECTIVES_RECORD=1: each isend's and
+#           irecv's host time, where a fixed cost per message would show)
 #   ibench  the interposer's benchmark (run-interpose.sh --bench)
 #   iprof   the interposer's benchmark with every preloaded run repeated under its per-phase
 #           profile (run-interpose.sh --profile)
@@ -33,7 +36,7 @@ for packed in $B/*.xz $T/*.xz; do [ -e "$packed" ] && [ ! -e "${packed%.xz}" ] &
 source .gpu-box/env.sh >/dev/null 2>&1
 peers=/tmp/peers; NT=$peers/nccl-tests/build
 omb=$peers/omb-cuda-aware/libexec/osu-micro-benchmarks/mpi
-case " $* " in *" lat "*|*" mpi4 "*) [ -x $NT/all_reduce_perf ] || ( bash .gpu-box/peers/build.sh $peers gpu > $peers.build.log 2>&1 ) & ;; esac
+case " $* " in *" lat "*|*" mpi4 "*|*" p2prec "*) [ -x $NT/all_reduce_perf ] || ( bash .gpu-box/peers/build.sh $peers gpu > $peers.build.log 2>&1 ) & ;; esac
 # run LIMIT CMD...: the command echoed, run, and its exit status.
 run() { local limit=$1; shift; echo "\$ $*"; timeout "$limit" "$@" 2>&1 | grep -v "^test .* ok$"; echo "exit ${PIPESTATUS[0]}"; }
 cuda_mpirun() { local n=$1; shift; echo "\$ cuda_mpirun -n $n ${*#*/mpi/}"; timeout 120 /opt/ompi-cuda/bin/mpirun -n $n -x LD_LIBRARY_PATH "$@" 2>&1; }
@@ -75,6 +78,12 @@ for part in "$@"; do
         for b in cuda-mpi mpi-staged; do cuda_mpirun 4 $B/collbench allreduce --osu -d cuda -m 8:4194304 -f --backend $b; done
       } > "$out/mpi4-osu.txt" 2>&1
       grep -E "^\\$|^(8|32768|262144|1048576|2097152|4194304) " "$out/mpi4-osu.txt" ;;
+    p2prec)
+      wait
+      { cuda_mpirun 2 $peers/omb-cuda-aware/libexec/osu-micro-benchmarks/mpi/pt2pt/osu_bw -d cuda -m 1048576:4194304 D D
+        cuda_mpirun 2 -x COLLECTIVES_RECORD=1 $B/collbench p2p --osu --test bw -d cuda -m 1048576:4194304 --backend cuda-mpi
+      } > "$out/p2p-record.txt" 2>&1
+      grep -vE "^#" "$out/p2p-record.txt" | head -60 ;;
     doctor)
       { run 60 mpirun -n 4 $B/collbench doctor
         run 60 mpirun -n 4 -x COLLECTIVES_RECORD=1 $B/collbench allreduce --backend nccl -b 8 -e 64K -f 8 -n 20 -w 2
