@@ -368,33 +368,13 @@ pub fn plan(binaries: &[SuiteBinary], m: &Machine) -> Vec<Step> {
                     limit: m.sanitizer_limit,
                 });
             }
-            for b in of_kind(BinaryKind::MpiTest).filter(|b| b.name == SANITIZED_MPI_TEST) {
+            // A multi-rank test under `tool` on `ranks` ranks, with `e` set.
+            let sanitized = |b: &SuiteBinary, ranks, e: Vec<(String, String)>| {
                 let launcher = Launcher::Mpirun {
-                    ranks: 1,
+                    ranks,
                     cuda_aware: false,
                 };
-                steps.push(Step {
-                    group: Group::Sanitizer,
-                    what: describe(b, launcher, Some(tool), &[]),
-                    launcher,
-                    sanitizer: Some(tool),
-                    program: b.path.clone(),
-                    args: Vec::new(),
-                    env: Vec::new(),
-                    counting: Counting::MpiTests,
-                    limit: m.sanitizer_limit,
-                });
-            }
-            // The one-shot kernel reads and writes its peers' memory: 2 ranks, where it is
-            // offered (every pair of GPUs reaches the other).
-            let one_shot = of_kind(BinaryKind::MpiTest).filter(|b| b.name == ONE_SHOT_TEST);
-            for b in one_shot.filter(|_| m.gpus >= 2 && m.halo_ipc) {
-                let launcher = Launcher::Mpirun {
-                    ranks: 2,
-                    cuda_aware: false,
-                };
-                let e = env(&[("MPI_TESTS_FILTER", SANITIZED_ONE_SHOT_CASES)]);
-                steps.push(Step {
+                Step {
                     group: Group::Sanitizer,
                     what: describe(b, launcher, Some(tool), &e),
                     launcher,
@@ -404,7 +384,17 @@ pub fn plan(binaries: &[SuiteBinary], m: &Machine) -> Vec<Step> {
                     env: e,
                     counting: Counting::MpiTests,
                     limit: m.sanitizer_limit,
-                });
+                }
+            };
+            for b in of_kind(BinaryKind::MpiTest).filter(|b| b.name == SANITIZED_MPI_TEST) {
+                steps.push(sanitized(b, 1, Vec::new()));
+            }
+            // The one-shot kernel reads and writes its peers' memory: 2 ranks, where it is
+            // offered (every pair of GPUs reaches the other).
+            let one_shot = of_kind(BinaryKind::MpiTest).filter(|b| b.name == ONE_SHOT_TEST);
+            for b in one_shot.filter(|_| m.gpus >= 2 && m.halo_ipc) {
+                let e = env(&[("MPI_TESTS_FILTER", SANITIZED_ONE_SHOT_CASES)]);
+                steps.push(sanitized(b, 2, e));
             }
         }
     }
