@@ -51,55 +51,70 @@ impl MpiCudaComm {
         }
     }
 
-    /// The path of a call of `shape` on `read` and `written` ([`route`]), noted for the record:
-    /// through host memory, with the pinned buffers leased for it, or the device path (`None`).
-    fn host_route<'c, T: Element, C>(
+    /// The path of a call that reduces (`reduces`) on buffers at `at` ([`route`]), noted for the
+    /// record: through host memory, with the pinned buffers leased for it, or the device path
+    /// (`None`). `lens` are the buffers' lengths, for the leases.
+    fn host_route<'c, T: Element>(
         &'c self,
         op: &'static str,
-        shape: &crate::operation::Op<(), (), C>,
-        read: Option<&Dev<'_, T>>,
-        written: Option<&Dev<'_, T>>,
+        reduces: bool,
+        at: &Addresses,
+        lens: [Option<usize>; 2],
     ) -> Result<Option<Leases<'c, T>>> {
-        let pooled =
-            |b: &Dev<'_, T>| !b.is_empty() && route::from_pool(b.device_ptr(&self.stream).0);
-        let why = self.paths.through_host(shape.reduce_op().is_some(), || {
-            read.is_some_and(pooled) || written.is_some_and(pooled)
+        let why = self.paths.through_host(reduces, || {
+            at.device.iter().flatten().any(|&p| route::from_pool(p))
         });
         let Some(why) = why else {
             self.last.set(route::DEVICE);
             return Ok(None);
         };
         self.last.set(why.path());
-        let lens = [read.map(|b| b.len()), written.map(|b| b.len())];
         cuda_common::pin(&self.pool, op, lens).map(Some)
     }
 
-    /// The device addresses of `op`'s buffers as regions, taken on the communicator's stream
-    /// after the buffers' own streams (`foreign`), the stream's work complete when `call` gets
-    /// them: MPI knows no streams. `len` (for `call`) is the written buffer's length.
-    fn on_device<'b, T: Element, R>(
+    /// The device addresses of `op`'s buffers, each taken once on the communicator's stream after
+    /// the buffers' own streams (`foreign`); the stream is not yet synchronized ([`Self::sync`]
+    /// before MPI gets them: MPI knows no streams). Taking them once matters per message: each
+    /// `device_ptr` enqueues a wait on the stream, and an event recorded there would cost the
+    /// synchronize a round trip to the GPU.
+    fn addresses<T: Element>(
         &self,
         name: &'static str,
-        read: Option<&'b Dev<'b, T>>,
-        written: Option<&mut DevMut<'b, T>>,
-        call: impl FnOnce(Option<Region<'static>>, Option<Region<'static>>, usize) -> Result<R>,
-    ) -> Result<R> {
+        read: Option<&Dev<'_, T>>,
+        written: Option<&mut DevMut<'_, T>>,
+    ) -> Result<Addresses> {
         let streams: Vec<_> = read
             .map(|b| b.stream().clone())
             .into_iter()
             .chain(written.as_ref().map(|b| b.stream().clone()))
             .collect();
         self.foreign(name, &streams.iter().collect::<Vec<_>>())?;
+        let nonempty = |len: usize, p: usize| (len > 0).then_some(p as u64);
         let len = written.as_ref().map_or(0, |b| b.len());
-        let r = read.map(|b| dptr(b, &self.stream));
-        let w = written.map(|b| dptr_mut(b, &self.stream));
-        self.sync(name)?;
-        call(
-            r.map(|p| Region::Device(p.cast_mut())),
-            w.map(Region::Device),
+        let r = read.map(|b| (b.len(), dptr(b, &self.stream)));
+        let w = written.map(|b| (b.len(), dptr_mut(b, &self.stream)));
+        Ok(Addresses {
+            read: r.map(|(_, p)| Region::Device(p.cast_mut())),
+            written: w.map(|(_, p)| Region::Device(p)),
+            device: [
+                r.and_then(|(n, p)| nonempty(n, p as usize)),
+                w.and_then(|(n, p)| nonempty(n, p as usize)),
+            ],
             len,
-        )
+        })
     }
+}
+
+/// A call's buffers as MPI gets them ([`MpiCudaComm::addresses`]).
+struct Addresses {
+    /// The read buffer's region.
+    read: Option<Region<'static>>,
+    /// The written buffer's region.
+    written: Option<Region<'static>>,
+    /// The device addresses of the buffers that hold elements (read, written), for the route.
+    device: [Option<u64>; 2],
+    /// The written buffer's length in elements.
+    len: usize,
 }
 
 impl Backend for MpiCudaComm {
@@ -195,20 +210,24 @@ impl Backend for MpiCudaComm {
         }
         let s = name.as_str();
         let shape = op.shape();
-        let (read, written) = op.buffers_mut();
-        let written_in = written.as_ref().map(|d| -> &Dev<'_, T> { &***d });
-        if let Some(staging) = self.host_route(s, &shape, read.copied(), written_in)? {
+        let (read, mut written) = op.buffers_mut();
+        let lens = [read.map(|b| b.len()), written.as_ref().map(|b| b.len())];
+        let at = self.addresses(s, read.copied(), written.as_mut().map(|w| &mut ***w))?;
+        if let Some(staging) = self.host_route(s, shape.reduce_op().is_some(), &at, lens)? {
             let written = written.map(|w| &mut **w);
             return self
                 .through_host()
                 .run(s, &shape, read.copied(), written, n, staging);
         }
-        self.on_device(s, read.copied(), written.map(|w| &mut **w), |r, w, len| {
-            // SAFETY: device addresses of buffers sized for the checked counts, their producers
-            // complete (synchronized), borrowed until the call returns; a CUDA-aware MPI, and no
-            // deadline on this path (`staged` is `None`), so nothing copies them on the host.
-            unsafe { self.mpi.call::<T, Blocking>(s, shape.fill(r, w), n, len) }.map(drop)
-        })
+        self.sync(s)?;
+        // SAFETY: device addresses of buffers sized for the checked counts, their producers
+        // complete (synchronized), borrowed until the call returns; a CUDA-aware MPI, and no
+        // deadline on this path (`staged` is `None`), so nothing copies them on the host.
+        unsafe {
+            self.mpi
+                .call::<T, Blocking>(s, shape.fill(at.read, at.written), n, at.len)
+        }
+        .map(drop)
     }
 
     fn start<'s, T: Element>(
@@ -226,25 +245,33 @@ impl Backend for MpiCudaComm {
         let s = name.as_str();
         // Leased by the front end: a non-blocking collective the MPI takes no device buffers in.
         let leased = staging.iter().any(Option::is_some);
-        let host = if leased {
+        let mut op = op;
+        let staging = if leased {
             self.last.set(record::Path::staged("through-host"));
-            Some(staging)
+            staging
         } else {
-            let (read, written) = op.buffers();
-            let written = written.map(|d| -> &Dev<'_, T> { &**d });
-            self.host_route(s, &op.shape(), read.copied(), written)?
+            let reduces = op.shape().reduce_op().is_some();
+            let (read, mut written) = op.buffers_mut();
+            let lens = [read.map(|b| b.len()), written.as_ref().map(|b| b.len())];
+            let at = self.addresses(s, read.copied(), written.as_mut().map(|w| &mut ***w))?;
+            match self.host_route(s, reduces, &at, lens)? {
+                Some(staging) => staging,
+                None => {
+                    self.sync(s)?;
+                    let (shape, _, written) = op.split();
+                    // SAFETY: device addresses of buffers sized for the checked counts, their
+                    // producers complete (synchronized), borrowed for 's; the scope completes
+                    // the request before 's ends; no deadline on this path, so nothing copies
+                    // them on the host.
+                    let inner = unsafe {
+                        self.mpi
+                            .call::<T, Started>(s, shape.fill(at.read, at.written), n, at.len)
+                    }?;
+                    return Ok(self.register(scope, inner, written.filter(|_| average)));
+                }
+            }
         };
-        if let Some(staging) = host {
-            let pending = self.through_host().start(s, op, n, average, staging)?;
-            return Ok(scope.register(Box::new(pending)));
-        }
-        let (shape, read, mut written) = op.split();
-        let inner = self.on_device(s, read, written.as_deref_mut(), |r, w, len| {
-            // SAFETY: device addresses of buffers sized for the checked counts, their producers
-            // complete (synchronized), borrowed for 's; the scope completes the request before 's
-            // ends; no deadline on this path, so nothing copies them on the host.
-            unsafe { self.mpi.call::<T, Started>(s, shape.fill(r, w), n, len) }
-        })?;
-        Ok(self.register(scope, inner, written.filter(|_| average)))
+        let pending = self.through_host().start(s, op, n, average, staging)?;
+        Ok(scope.register(Box::new(pending)))
     }
 }
