@@ -63,8 +63,10 @@ pub fn run(args: &PackArgs) -> anyhow::Result<()> {
     }
     sink.lines([
         "# collbench pack: one GPU; rows: contiguous 4 MiB, 2-D vectors at stride 512, the 6 \
-         faces of a grid with radius 3 (fused); columns: ours, D2D copy (the ceiling), \
-         cuMemcpy2DAsync, one copy per block, one thread per word"
+         faces of a grid with radius 3 (fused); columns: ours, D2D copy (the ceiling), fetch \
+         (the bound for small blocks: every 64-byte segment holding a byte of the layout read \
+         once, the packed bytes written), cuMemcpy2DAsync, one copy per block, one thread per \
+         word"
             .to_string(),
     ]);
     bench::run(&args.options(), &mut |line| sink.lines([line.to_string()]))?;
@@ -123,6 +125,7 @@ mod tests {
             copy2d_ms: None,
             per_block_ms: Some((1.0, true)),
             naive_ms: Some(0.02),
+            fetch_ms: None,
             extra: vec![("ours fused".into(), 0.008)],
         };
         let recs = row.records(&Machine::default());
@@ -149,7 +152,8 @@ mod pinned {
 
     #[test]
     fn text_is_unchanged() {
-        // The faces of a grid, with a fused variant of ours and a scaled per-block time.
+        // The faces of a grid, with a fused variant of ours, a scaled per-block time and no
+        // fetch bound; then a plain row with one.
         let (ours_ms, d2d_ms, naive_ms) = (0.01, 0.005, Some(0.02));
         let extra = vec![("ours fused".to_string(), 0.008)];
         let row = bench::Row {
@@ -161,12 +165,14 @@ mod pinned {
             copy2d_ms: None,
             per_block_ms: Some((1.0, true)),
             naive_ms,
+            fetch_ms: None,
             extra,
         };
         let plain = bench::Row {
             copy2d_ms: Some(0.0123),
             per_block_ms: Some((0.5, false)),
             naive_ms: None,
+            fetch_ms: Some(0.008),
             extra: Vec::new(),
             ..row.clone()
         };

@@ -9,10 +9,26 @@
 //!     [`PER_BLOCK_SUBSET`] blocks only the first ones are timed and the time is scaled by the
 //!     block count (marked `~`),
 //! (d) a naive kernel: one thread per word, the word's position found by division, the layout
-//!     passed at run time.
+//!     passed at run time;
+//! (e) the fetch bound, for layouts of at most one strided dimension ([`FetchLayout`]): a
+//!     measured bound, not a pack. For small blocks the D2D copy is no bound: it reads only the
+//!     packed bytes, while a block of `b` < 64 bytes at stride 512 costs the GPU at least one
+//!     64-byte DRAM segment read however it is packed. The fetch kernel does the least DRAM
+//!     traffic the layout allows, fully coalesced: it reads every aligned [`SEGMENT`]-byte
+//!     segment that holds a byte of some block, once ([`FetchLayout::segments`] of them; 4
+//!     consecutive threads a segment, one 16-byte load each), and writes the packed number of
+//!     bytes contiguously (16-byte stores, byte stores for the last `packed % 16`). What it
+//!     writes is not the blocks' bytes: it times the traffic of a pack, not a correct pack. A
+//!     contiguous layout, or blocks of whole segments at stride 512, read the packed bytes
+//!     once, as the D2D copy does; at stride 512 a block of `b` < 64 bytes reads 64 / `b` times
+//!     its bytes, and there the fetch bound, not the D2D copy, is what to hold ours against
+//!     (`ours/fetch` = ours GB/s / fetch GB/s, 1.00 = at the bound). Grid-stride loops, 256
+//!     threads a block, one wave of blocks (the multiprocessors times the blocks each holds,
+//!     as the packers size a one-wave grid).
 //!
 //! Every column launches on raw device pointers, with no per-call event bookkeeping: ours
-//! through [`Packer::pack_raw`] and [`FusedPacker::pack_raw`], the baselines through the driver.
+//! through [`Packer::pack_raw`] and [`FusedPacker::pack_raw`], the baselines and the fetch bound
+//! through the driver.
 //!
 //! GB/s counts the packed bytes once (as the D2D copy counts the bytes copied once). Every time
 //! is the median of [`ITERS`] timed iterations after [`WARMUP`] warm-up iterations
@@ -35,7 +51,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use collectives_core::cudarc::driver::sys::{self, CUevent_flags, CUmemorytype};
+use collectives_core::cudarc::driver::sys::{
+    self, CUdevice_attribute, CUevent_flags, CUmemorytype,
+};
 use collectives_core::cudarc::driver::{
     CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DriverError,
     LaunchConfig, PushKernelArg,
@@ -306,6 +324,318 @@ impl Naive {
     }
 }
 
+/// Bytes of the aligned DRAM segment the fetch bound reads whole: the unit of DRAM traffic it
+/// counts (a block of fewer bytes still costs a whole segment).
+pub const SEGMENT: u64 = 64;
+
+/// Threads per thread block of the fetch kernel.
+const FETCH_THREADS: u32 = 256;
+
+/// A layout of at most one strided dimension as the fetch bound reads it: `count` blocks of
+/// `block` bytes, block `i` at byte `start + i * stride` of a buffer whose base is
+/// [`SEGMENT`]-aligned (a `cuMemAlloc` base is).
+///
+/// The bound reads each segment that holds a byte of some block once. Block `i` touches the
+/// segments `first(i) ..= last(i)`; as the offsets only grow, a segment an earlier block touches
+/// is one block `i - 1` touches, so block `i` reads only the segments after `last(i - 1)`: its
+/// new segments. Every touched segment is then read by exactly one block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchLayout {
+    /// Byte offset of the first block.
+    pub start: u64,
+    /// Number of blocks.
+    pub count: u64,
+    /// Bytes per block.
+    pub block: u64,
+    /// Bytes from one block's start to the next's.
+    pub stride: u64,
+}
+
+impl FetchLayout {
+    /// The layout of `plan` when it has at most one dimension (none when it has more); the
+    /// direction of a reversed dimension changes no segment touched, so it is ignored.
+    pub fn of_plan(plan: &StridedBlock) -> Option<Self> {
+        match (plan.counts(), plan.strides()) {
+            ([], []) => Some(Self {
+                start: plan.start(),
+                count: u64::from(!plan.is_empty()),
+                block: plan.block_len(),
+                stride: 0,
+            }),
+            ([count], [stride]) => Some(Self {
+                start: plan.start(),
+                count: *count,
+                block: plan.block_len(),
+                stride: *stride,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the layout selects no byte.
+    fn is_empty(&self) -> bool {
+        self.count == 0 || self.block == 0
+    }
+
+    /// Byte offset of block `i`.
+    fn offset(&self, i: u64) -> u64 {
+        self.start + i * self.stride
+    }
+
+    /// The first segment block `i` touches.
+    fn first(&self, i: u64) -> u64 {
+        self.offset(i) / SEGMENT
+    }
+
+    /// The last segment block `i` touches.
+    fn last(&self, i: u64) -> u64 {
+        (self.offset(i) + self.block - 1) / SEGMENT
+    }
+
+    /// The first segment of block `i` that no earlier block touches (past `last(i)` when it
+    /// has none).
+    fn first_new(&self, i: u64) -> u64 {
+        if i == 0 {
+            self.first(0)
+        } else {
+            // offset(i) - stride = offset(i - 1), written as the kernel computes it.
+            self.first(i)
+                .max((self.offset(i) - self.stride + self.block - 1) / SEGMENT + 1)
+        }
+    }
+
+    /// Segments block `i` reads: those no earlier block touches.
+    fn new_segments(&self, i: u64) -> u64 {
+        (self.last(i) + 1).saturating_sub(self.first_new(i))
+    }
+
+    /// Blocks after which the offsets modulo [`SEGMENT`] repeat: block `i`'s new segments
+    /// depend only on `offset(i) % SEGMENT` (for `i > 0`), which repeats every
+    /// `SEGMENT / gcd(stride, SEGMENT)` blocks.
+    fn period(&self) -> u64 {
+        match self.stride % SEGMENT {
+            0 => 1,
+            r => SEGMENT >> r.trailing_zeros(),
+        }
+    }
+
+    /// Aligned [`SEGMENT`]-byte segments that hold at least one byte of some block: what the
+    /// fetch bound reads. Computed over one period of the offsets, so in constant time.
+    pub fn segments(&self) -> u64 {
+        if self.is_empty() {
+            return 0;
+        }
+        let rest = self.count - 1;
+        let p = self.period();
+        // new[k] = new segments of block k + 1, for one period.
+        let new: Vec<u64> = (1..=rest.min(p)).map(|i| self.new_segments(i)).collect();
+        let whole: u64 = new.iter().sum();
+        let part: u64 = new[..(rest % p) as usize].iter().sum();
+        self.new_segments(0) + (rest / p) * whole + part
+    }
+
+    /// Segment slots the kernel gives each block: the most new segments of any block (slots a
+    /// block has no segment for stay idle).
+    pub fn slots_per_block(&self) -> u64 {
+        if self.is_empty() {
+            return 0;
+        }
+        (1..=(self.count - 1).min(self.period()))
+            .map(|i| self.new_segments(i))
+            .fold(self.new_segments(0), u64::max)
+    }
+
+    /// The segment slot `slot` of the kernel reads, if any: block `slot / slots_per_block`, its
+    /// `slot % slots_per_block`-th new segment (the kernel's rule, in Rust).
+    #[cfg(test)]
+    fn slot_segment(&self, slot: u64, slots_per_block: u64) -> Option<u64> {
+        let (i, j) = (slot / slots_per_block, slot % slots_per_block);
+        let g = self.first_new(i) + j;
+        (g <= self.last(i)).then_some(g)
+    }
+}
+
+/// The fetch kernel's parameters, in launch order; each is 8 bytes (a pointer or a `u64`), as
+/// [`FetchArgs::values`] pushes them.
+const FETCH_PARAMS: [&str; 9] = [
+    "const unsigned char* __restrict__ src",
+    "unsigned char* __restrict__ dst",
+    "u64 start",
+    "u64 block",
+    "u64 count",
+    "u64 stride",
+    "u64 spb",
+    "u64 packed",
+    "u64 key",
+];
+
+/// The fetch kernel: a grid-stride loop over segment slots (4 threads a slot, one 16-byte load
+/// each, folded into `acc`), `acc` stored only when it equals `key` (never, see
+/// [`FetchArgs::KEY`], but the compiler cannot know, so the loads stay), then a grid-stride loop
+/// of 16-byte stores over the packed bytes and byte stores for the last `packed % 16`.
+fn fetch_source() -> String {
+    let seg = SEGMENT.trailing_zeros();
+    let lanes = (SEGMENT / 16).trailing_zeros();
+    format!(
+        "typedef unsigned long long u64;\n\
+         extern \"C\" __global__ void __launch_bounds__({FETCH_THREADS}) fetch_bound({}) {{\n\
+         const u64 tid = blockIdx.x * (u64)blockDim.x + threadIdx.x;\n\
+         const u64 threads = (u64)gridDim.x * blockDim.x;\n\
+         const u64 lanes = (count * spb) << {lanes};\n\
+         unsigned int acc = 0;\n\
+         for (u64 t = tid; t < lanes; t += threads) {{\n\
+         const u64 slot = t >> {lanes};\n\
+         const u64 i = spb == 1 ? slot : slot / spb;\n\
+         const u64 off = start + i * stride;\n\
+         const u64 last = (off + block - 1) >> {seg};\n\
+         u64 first = off >> {seg};\n\
+         if (i > 0) {{\n\
+         const u64 after = ((off - stride + block - 1) >> {seg}) + 1;\n\
+         first = after > first ? after : first;\n\
+         }}\n\
+         const u64 g = first + (slot - i * spb);\n\
+         if (g <= last) {{\n\
+         const uint4 v = *(const uint4*)(src + (g << {seg}) + ((t & {}) << 4));\n\
+         acc ^= v.x ^ v.y ^ v.z ^ v.w;\n\
+         }}\n\
+         }}\n\
+         if ((u64)acc == key) *(unsigned int*)dst = acc;\n\
+         const u64 words = packed >> 4;\n\
+         for (u64 k = tid; k < words; k += threads) {{\n\
+         const unsigned int w = (unsigned int)k;\n\
+         ((uint4*)dst)[k] = make_uint4(w, w, w, w);\n\
+         }}\n\
+         if (tid < (packed & 15)) dst[(words << 4) + tid] = (unsigned char)tid;\n\
+         }}\n",
+        FETCH_PARAMS.join(", "),
+        (1u64 << lanes) - 1,
+    )
+}
+
+/// The values of one fetch launch, in the order of [`FETCH_PARAMS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FetchArgs {
+    layout: FetchLayout,
+    slots_per_block: u64,
+    packed: u64,
+}
+
+impl FetchArgs {
+    /// What `acc` is compared with: the benchmark's source is all zeros (allocated zeroed and
+    /// only ever read), so every fold is 0 and never 1. Were it not, the store would write one
+    /// word of the destination, which holds no correct pack anyway.
+    const KEY: u64 = 1;
+
+    fn new(layout: FetchLayout) -> Self {
+        Self {
+            layout,
+            slots_per_block: layout.slots_per_block(),
+            packed: layout.count * layout.block,
+        }
+    }
+
+    /// Threads the read loop needs: 4 per segment slot.
+    fn lanes(&self) -> u64 {
+        self.layout.count * self.slots_per_block * (SEGMENT / 16)
+    }
+
+    /// The kernel's arguments, the source and destination addresses first.
+    fn values(&self, src: u64, dst: u64) -> [u64; FETCH_PARAMS.len()] {
+        let l = &self.layout;
+        [
+            src,
+            dst,
+            l.start,
+            l.block,
+            l.count,
+            l.stride,
+            self.slots_per_block,
+            self.packed,
+            Self::KEY,
+        ]
+    }
+}
+
+/// Thread blocks of a fetch launch: enough for `threads` threads (one per read lane or per
+/// 16-byte store, whichever is more), at most `wave` (the blocks the device holds at once; the
+/// loops stride over the rest), at least one.
+fn fetch_grid(threads: u64, wave: u64) -> u32 {
+    let blocks = threads
+        .div_ceil(u64::from(FETCH_THREADS))
+        .clamp(1, wave.max(1));
+    u32::try_from(blocks).unwrap_or(u32::MAX)
+}
+
+/// The fetch kernel, loaded, and the thread blocks of 256 threads the device holds at once.
+struct Fetch {
+    func: CudaFunction,
+    wave: u64,
+}
+
+impl Fetch {
+    fn new(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let arch = gpu::device_arch(ctx)?;
+        let img = gpu::compile(&fetch_source(), &arch, &[])?;
+        let m = ctx
+            .load_module(Ptx::from_binary(img.to_vec()))
+            .map_err(drv)?;
+        let func = m.load_function("fetch_bound").map_err(drv)?;
+        let attr = |a| -> Result<u64> {
+            Ok(u64::try_from(ctx.attribute(a).map_err(drv)?)
+                .unwrap_or(1)
+                .max(1))
+        };
+        // Sized as the packers size a one-wave grid: multiprocessors times the blocks of 256
+        // threads one holds.
+        let sms = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let threads_per_sm =
+            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?;
+        let blocks_per_sm =
+            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)?;
+        let per_sm = (threads_per_sm / u64::from(FETCH_THREADS))
+            .min(blocks_per_sm)
+            .max(1);
+        Ok(Self {
+            func,
+            wave: sms * per_sm,
+        })
+    }
+
+    /// Enqueues the fetch bound of `layout` from the allocation at `src` to the one at `dst`.
+    fn launch(&self, stream: &CudaStream, layout: FetchLayout, src: u64, dst: u64) -> Result<()> {
+        let args = FetchArgs::new(layout);
+        let values = args.values(src, dst);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                fetch_grid(args.lanes().max(args.packed / 16), self.wave),
+                1,
+                1,
+            ),
+            block_dim: (FETCH_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(&self.func);
+        for v in &values {
+            b.arg(v);
+        }
+        // SAFETY: the arguments match the kernel's signature (FETCH_PARAMS: two pointers, seven
+        // u64, in that order); the caller's source allocation reaches the layout's extent end
+        // rounded up to a segment (every segment read lies inside it) and its destination
+        // allocation holds the packed size and at least 4 bytes (every store, and the store of
+        // `acc` to its first word, lies inside it); the grid is at most one wave, within grid x.
+        unsafe { b.launch(cfg) }.map_err(drv)?;
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Fetch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fetch")
+            .field("wave", &self.wave)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Byte offsets of the blocks of `plan`, in packing order, at most `limit` of them.
 fn block_offsets(plan: &StridedBlock, limit: u64) -> Vec<u64> {
     let n = plan.num_blocks().min(limit);
@@ -340,6 +670,9 @@ pub struct Row {
     pub per_block_ms: Option<(f64, bool)>,
     /// The one-thread-per-word kernel, for layouts of at most 2 dimensions.
     pub naive_ms: Option<f64>,
+    /// The fetch bound ((e) of the [module docs](self)), for layouts of at most one strided
+    /// dimension ([`FetchLayout::of_plan`]).
+    pub fetch_ms: Option<f64>,
     /// Further variants of ours (name, time).
     pub extra: Vec<(String, f64)>,
 }
@@ -352,8 +685,8 @@ pub fn gbs(bytes: u64, ms: f64) -> f64 {
 /// The table's header lines.
 pub fn header() -> [&'static str; 2] {
     [
-        "| layout | packed bytes | W | ours us | ours GB/s | % of D2D | D2D GB/s | 2D GB/s | per-block GB/s | naive GB/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| layout | packed bytes | W | ours us | ours GB/s | % of D2D | ours/fetch | D2D GB/s | fetch GB/s | 2D GB/s | per-block GB/s | naive GB/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 }
 
@@ -374,28 +707,39 @@ impl Row {
                     gbs(self.packed, ms)
                 )
             });
+        // Ours GB/s over the fetch bound's; `-` where the layout has no fetch bound.
+        let of_fetch = |ms: f64| {
+            self.fetch_ms
+                .map_or("-".to_string(), |f| format!("{:.2}", f / ms))
+        };
+        let fetch = self
+            .fetch_ms
+            .map_or("-".to_string(), |ms| format!("{:.1}", gbs(self.packed, ms)));
         let mut out = vec![format!(
-            "| {} | {} | {} | {:.2} | {:.1} | {:.0}% | {:.1} | {} | {} | {} |",
+            "| {} | {} | {} | {:.2} | {:.1} | {:.0}% | {} | {:.1} | {} | {} | {} | {} |",
             self.name,
             self.packed,
             self.word,
             self.ours_ms * 1e3,
             gbs(self.packed, self.ours_ms),
             100.0 * self.d2d_ms / self.ours_ms,
+            of_fetch(self.ours_ms),
             gbs(self.packed, self.d2d_ms),
+            fetch,
             opt(self.copy2d_ms),
             pb,
             opt(self.naive_ms),
         )];
         for (what, ms) in &self.extra {
             out.push(format!(
-                "| {} | {} | {} | {:.2} | {:.1} | {:.0}% | | | | |",
+                "| {} | {} | {} | {:.2} | {:.1} | {:.0}% | {} | | | | | |",
                 what,
                 self.packed,
                 self.word,
                 ms * 1e3,
                 gbs(self.packed, *ms),
-                100.0 * self.d2d_ms / ms
+                100.0 * self.d2d_ms / ms,
+                of_fetch(*ms),
             ));
         }
         out
@@ -404,8 +748,9 @@ impl Row {
 
 impl Row {
     /// The row's records (`record.rs`), one per column that was measured: variant `library` for
-    /// ours, then `d2d`, `copy2d`, `per-block`, `naive` and the extra variants by name; the layout
-    /// and word size in `config` (with `per_block=scaled` where the per-block time was scaled).
+    /// ours, then `d2d`, `copy2d`, `per-block`, `naive`, `fetch` (the bound) and the extra
+    /// variants by name; the layout and word size in `config` (with `per_block=scaled` where the
+    /// per-block time was scaled).
     pub fn records(
         &self,
         machine: &crate::output::record::Machine,
@@ -415,6 +760,7 @@ impl Row {
         columns.push(("copy2d".into(), self.copy2d_ms));
         columns.push(("per-block".into(), self.per_block_ms.map(|(ms, _)| ms)));
         columns.push(("naive".into(), self.naive_ms));
+        columns.push(("fetch".into(), self.fetch_ms));
         columns.extend(self.extra.iter().map(|(n, ms)| (n.clone(), Some(*ms))));
         let scaled = self.per_block_ms.is_some_and(|(_, s)| s);
         columns
@@ -493,6 +839,7 @@ pub struct Bench {
     src: CudaSlice<u8>,
     dst: CudaSlice<u8>,
     naive: Naive,
+    fetch: Fetch,
     quick: bool,
 }
 
@@ -505,7 +852,7 @@ impl std::fmt::Debug for Naive {
 impl Bench {
     /// A context and stream on `options.device`, source and destination buffers for the
     /// largest row (about 32 GiB of source without `quick`, 1 GiB with it), and the naive
-    /// kernels compiled.
+    /// and fetch kernels compiled.
     ///
     /// # Errors
     /// [`Error::LibraryNotFound`] without a CUDA driver or NVRTC; [`Error::Cuda`] when the device
@@ -519,12 +866,14 @@ impl Bench {
         let src = stream.alloc_zeros::<u8>(src_len).map_err(drv)?;
         let dst = stream.alloc_zeros::<u8>(dst_len).map_err(drv)?;
         let naive = Naive::new(&ctx)?;
+        let fetch = Fetch::new(&ctx)?;
         Ok(Self {
             ctx,
             stream,
             src,
             dst,
             naive,
+            fetch,
             quick: options.quick,
         })
     }
@@ -647,6 +996,31 @@ impl Bench {
         .map(Some)
     }
 
+    /// The fetch bound of `plan` ((e) of the [module docs](self)); none for a plan of more than
+    /// one dimension or none selected. The destination buffer is far over 4 bytes, as the
+    /// kernel's store of its fold needs.
+    fn fetch(&self, plan: &StridedBlock) -> Result<Option<f64>> {
+        let Some(layout) = FetchLayout::of_plan(plan).filter(|_| !plan.is_empty()) else {
+            return Ok(None);
+        };
+        // Whole segments: the last one read may reach past the extent end.
+        self.check_fits(
+            plan.extent_end().next_multiple_of(SEGMENT),
+            plan.packed_size(),
+        )?;
+        let fetch = &self.fetch;
+        let (s, _g1) = self.src.device_ptr(&self.stream);
+        let (d, _g2) = self.dst.device_ptr(&self.stream);
+        let reps = Self::reps(plan.packed_size());
+        time_ms(&self.ctx, &self.stream, reps, Issue::Graph, || {
+            for _ in 0..reps {
+                fetch.launch(&self.stream, layout, s, d)?;
+            }
+            Ok(())
+        })
+        .map(Some)
+    }
+
     fn check_fits(&self, extent_end: u64, packed: u64) -> Result<()> {
         if extent_end > self.src.len() as u64 || packed > self.dst.len() as u64 {
             return Err(Error::InvalidArgument {
@@ -721,6 +1095,7 @@ impl Bench {
             copy2d_ms: self.copy2d(plan)?,
             per_block_ms: Some(self.per_block(std::slice::from_ref(plan))?),
             naive_ms: self.naive(std::slice::from_ref(plan), &[word])?,
+            fetch_ms: self.fetch(plan)?,
             extra: Vec::new(),
         })
     }
@@ -778,6 +1153,7 @@ impl Bench {
             copy2d_ms: None,
             per_block_ms: Some(self.per_block(&faces)?),
             naive_ms: self.naive(&faces, &words)?,
+            fetch_ms: None,
             extra: vec![
                 (
                     "same 6 faces, 6 separate Packer launches".to_string(),
@@ -1012,7 +1388,10 @@ pub fn run(options: &Options, out: &mut dyn FnMut(&str)) -> Result<()> {
          iteration {MIN_REPS} to {MAX_REPS} back-to-back operations moving about {} MiB, \
          launched as one CUDA graph (the per-block copies: from the host, one call each); GB/s = \
          packed bytes / time; `~` = per-block copies timed on the first {PER_BLOCK_SUBSET} \
-         blocks and scaled to all blocks.\n",
+         blocks and scaled to all blocks; fetch = a kernel that reads every aligned {SEGMENT}-byte \
+         segment holding a byte of the layout once and writes the packed bytes (a bound, not a \
+         pack), `ours/fetch` = ours GB/s / fetch GB/s, `-` = no fetch bound (more than one \
+         strided dimension).\n",
         REP_BYTES >> 20
     ));
     for l in header() {
@@ -1050,18 +1429,240 @@ mod tests {
             copy2d_ms: None,
             per_block_ms: Some((1.0, true)),
             naive_ms: Some(0.02),
+            fetch_ms: Some(0.008),
             extra: vec![("y".into(), 0.02)],
         };
         let l = r.lines();
         assert_eq!(l.len(), 2);
-        assert!(
-            l[0].starts_with(
-                "| x | 1000000 | 8 | 10.00 | 100.0 | 50% | 200.0 | n/a | ~1.00 | 50.0 |"
-            ),
-            "{}",
-            l[0]
+        assert_eq!(
+            l[0],
+            "| x | 1000000 | 8 | 10.00 | 100.0 | 50% | 0.80 | 200.0 | 125.0 | n/a | ~1.00 | 50.0 |"
         );
-        assert_eq!(header()[0].matches('|').count(), l[0].matches('|').count());
+        assert_eq!(
+            l[1],
+            "| y | 1000000 | 8 | 20.00 | 50.0 | 25% | 0.40 | | | | | |"
+        );
+        for line in header()
+            .iter()
+            .chain(&l.iter().map(String::as_str).collect::<Vec<_>>())
+        {
+            assert_eq!(line.matches('|').count(), 13, "{line}");
+        }
+        let none = Row {
+            fetch_ms: None,
+            ..r.clone()
+        };
+        let l = none.lines();
+        assert!(l[0].contains("| 50% | - | 200.0 | - | n/a |"), "{}", l[0]);
+        assert!(l[1].contains("| 25% | - | |"), "{}", l[1]);
         assert_eq!(gbs(1_000_000_000, 1000.0), 1.0);
+    }
+
+    #[test]
+    fn records_name_the_fetch_bound() {
+        let r = Row {
+            name: "x".into(),
+            packed: 1 << 20,
+            word: 1,
+            ours_ms: 0.01,
+            d2d_ms: 0.005,
+            copy2d_ms: Some(0.02),
+            per_block_ms: None,
+            naive_ms: None,
+            fetch_ms: Some(0.04),
+            extra: Vec::new(),
+        };
+        let recs = r.records(&crate::output::record::Machine::default());
+        let v: Vec<&str> = recs.iter().map(|r| r.variant.as_str()).collect();
+        assert_eq!(v, ["library", "d2d", "copy2d", "fetch"]);
+        assert_eq!(recs[3].time_us, 40.0);
+    }
+
+    /// Segments touched, counted byte by byte.
+    fn brute_segments(l: &FetchLayout) -> std::collections::BTreeSet<u64> {
+        (0..l.count)
+            .flat_map(|i| {
+                let off = l.start + i * l.stride;
+                (off..off + l.block).map(|b| b / SEGMENT)
+            })
+            .collect()
+    }
+
+    /// Layouts around the segment boundaries: blocks within, across and over several segments,
+    /// offsets, stride 512, strides not a multiple of 64, strides below the block (overlap) and
+    /// zero, one block, none.
+    fn layouts() -> Vec<FetchLayout> {
+        let mut v = Vec::new();
+        for block in [0u64, 1, 2, 6, 8, 12, 24, 33, 63, 64, 65, 100, 128, 200, 512] {
+            for start in [0u64, 1, 31, 60, 63, 64, 100] {
+                for stride in [0u64, 1, 7, 24, 48, 64, 72, 96, 100, 130, 192, 511, 512, 513] {
+                    for count in [0u64, 1, 2, 3, 9, 70, 131] {
+                        v.push(FetchLayout {
+                            start,
+                            count,
+                            block,
+                            stride,
+                        });
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn segments_match_a_byte_by_byte_count() {
+        for l in layouts() {
+            assert_eq!(l.segments(), brute_segments(&l).len() as u64, "{l:?}");
+        }
+        // The table's rows: one segment per block below 64 bytes at stride 512, whole lines
+        // above.
+        for (block, per) in [
+            (1u64, 1u64),
+            (8, 1),
+            (24, 1),
+            (63, 1),
+            (64, 1),
+            (65, 2),
+            (256, 4),
+        ] {
+            let l = FetchLayout {
+                start: 0,
+                count: 1 << 20,
+                block,
+                stride: 512,
+            };
+            assert_eq!(l.segments(), per << 20);
+            assert_eq!(l.slots_per_block(), per);
+        }
+        // Counts of many periods: the sum over one period, scaled, against the sum over every
+        // block.
+        for (start, block, stride) in [(3u64, 8u64, 100u64), (60, 12, 520), (1, 70, 66), (0, 5, 3)]
+        {
+            let l = FetchLayout {
+                start,
+                count: 100_003,
+                block,
+                stride,
+            };
+            let sum: u64 = (0..l.count).map(|i| l.new_segments(i)).sum();
+            assert_eq!(l.segments(), sum, "{l:?}");
+        }
+    }
+
+    #[test]
+    fn the_kernel_rule_reads_each_segment_once() {
+        for l in layouts() {
+            let spb = l.slots_per_block();
+            let mut read: Vec<u64> = (0..l.count * spb)
+                .filter_map(|slot| l.slot_segment(slot, spb))
+                .collect();
+            let n = read.len();
+            read.sort_unstable();
+            read.dedup();
+            assert_eq!(read.len(), n, "a segment read twice: {l:?}");
+            assert_eq!(
+                read,
+                brute_segments(&l).into_iter().collect::<Vec<_>>(),
+                "{l:?}"
+            );
+            // No block needs more slots than it has.
+            for i in 0..if l.is_empty() { 0 } else { l.count } {
+                assert!(l.new_segments(i) <= spb, "{l:?} block {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn layouts_of_plans() {
+        let v = StridedBlock::from_type(&vector(1000, 8, 512, 1).unwrap()).unwrap();
+        assert_eq!(
+            FetchLayout::of_plan(&v),
+            Some(FetchLayout {
+                start: 0,
+                count: 1000,
+                block: 8,
+                stride: 512
+            })
+        );
+        let c = StridedBlock::new(5, 4 << 20, vec![], vec![]).unwrap();
+        let l = FetchLayout::of_plan(&c).unwrap();
+        assert_eq!((l.count, l.block), (1, 4 << 20));
+        assert_eq!(l.segments(), (5 + (4 << 20) - 1) / 64 + 1);
+        let e = FetchLayout::of_plan(&StridedBlock::empty()).unwrap();
+        assert_eq!((e.segments(), e.slots_per_block()), (0, 0));
+        assert!(halo_faces(16, 3)
+            .unwrap()
+            .iter()
+            .any(|f| FetchLayout::of_plan(f).is_none()));
+    }
+
+    #[test]
+    fn the_fetch_kernel_takes_what_the_launch_passes() {
+        let src = fetch_source();
+        assert!(
+            src.contains(&format!(
+                "extern \"C\" __global__ void __launch_bounds__(256) fetch_bound({})",
+                FETCH_PARAMS.join(", ")
+            )),
+            "{src}"
+        );
+        // Every parameter is 8 bytes, as each value pushed is a u64.
+        for p in FETCH_PARAMS {
+            assert!(
+                p.ends_with('*') || p.contains("* ") || p.starts_with("u64 "),
+                "{p}"
+            );
+        }
+        let l = FetchLayout {
+            start: 64,
+            count: 10,
+            block: 100,
+            stride: 130,
+        };
+        let a = FetchArgs::new(l);
+        let v = a.values(0x1000, 0x2000);
+        // The values in the order the parameters are named.
+        let named: Vec<&str> = FETCH_PARAMS
+            .iter()
+            .map(|p| p.rsplit(' ').next().unwrap())
+            .collect();
+        assert_eq!(
+            named,
+            ["src", "dst", "start", "block", "count", "stride", "spb", "packed", "key"]
+        );
+        assert_eq!(
+            v,
+            [
+                0x1000,
+                0x2000,
+                64,
+                100,
+                10,
+                130,
+                l.slots_per_block(),
+                1000,
+                FetchArgs::KEY
+            ]
+        );
+        assert_ne!(
+            FetchArgs::KEY,
+            0,
+            "a zero source folds to 0, which must not match"
+        );
+        // One segment is 4 lanes of 16 bytes: the shifts the source uses.
+        assert_eq!(SEGMENT, 1 << 6);
+        assert!(src.contains("t >> 2") && src.contains("(t & 3) << 4") && src.contains(">> 6"));
+        assert!(src.contains("packed & 15"));
+        assert_eq!(a.lanes(), 10 * l.slots_per_block() * 4);
+    }
+
+    #[test]
+    fn fetch_grids() {
+        assert_eq!(fetch_grid(0, 1056), 1);
+        assert_eq!(fetch_grid(256, 1056), 1);
+        assert_eq!(fetch_grid(257, 1056), 2);
+        assert_eq!(fetch_grid(1 << 30, 1056), 1056);
+        assert_eq!(fetch_grid(1 << 30, 0), 1);
     }
 }
