@@ -1,6 +1,5 @@
 //! [`HaloExchange`]: the exchange on a device communicator.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -75,10 +74,8 @@ struct StreamsUsed {
     side: bool,
     /// NCCL transfers and the unpacks of what they bring.
     wire: bool,
-    /// Pulls apart from the packs, one stream per IPC sender: with more than one chunk, so
-    /// that the pull of chunk `k` overlaps the pack of chunk `k + 1`, or more than one sender,
-    /// so that the pulls from different neighbours run at once and none waits behind another
-    /// sender's ready flag.
+    /// Pulls apart from the packs: only with more than one chunk, so that the pull of chunk
+    /// `k` overlaps the pack of chunk `k + 1`.
     puller: bool,
 }
 
@@ -91,8 +88,6 @@ struct Sync {
     wire_done: CudaEvent,
     unpack_done: CudaEvent,
     pull_done: CudaEvent,
-    /// Per pull stream but the first: its pulls done, joined into the first.
-    pulled: Vec<CudaEvent>,
 }
 
 /// A halo exchange over a device communicator `C` ([`NcclComm`] unless named): plans, compiled pack, unpack and copy kernels, the send
@@ -121,9 +116,8 @@ pub struct HaloExchange<'c, C: DeviceCommunicator = NcclComm> {
     wire: Arc<CudaStream>,
     /// Unpacks.
     unpacker: Arc<CudaStream>,
-    /// Pulls from neighbours reached through CUDA IPC, one stream per sender (at most), at the
-    /// highest priority too.
-    pullers: Vec<Arc<CudaStream>>,
+    /// Pulls from neighbours reached through CUDA IPC, at the highest priority too.
+    puller: Arc<CudaStream>,
     sync: Sync,
     field_len: usize,
     /// Around the steps of [`exchange_timed`](Self::exchange_timed).
@@ -260,13 +254,9 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
         let wire = ctx
             .new_stream_with_priority(greatest)
             .map_err(|e| Error::cuda(OP, e))?;
-        // Pulls are on the critical path like NCCL's kernels: their blocks go first too. One
-        // stream per neighbour rank that may be a sender, so that pulls from different
-        // neighbours overlap.
-        let peers: BTreeSet<usize> = plan.recvs().iter().map(|m| m.peer).collect();
-        let pullers = (0..peers.len().max(1))
-            .map(|_| ctx.new_stream_with_priority(greatest))
-            .collect::<std::result::Result<Vec<_>, _>>()
+        // Pulls are on the critical path like NCCL's kernels: their blocks go first too.
+        let puller = ctx
+            .new_stream_with_priority(greatest)
             .map_err(|e| Error::cuda(OP, e))?;
         // Collective: agrees with the node's other ranks which neighbours are reached by IPC.
         let links = PeerLinks::new(
@@ -276,10 +266,7 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
             &plan,
             transport,
             &opts,
-            [stream.clone(), side.clone()]
-                .into_iter()
-                .chain(pullers.iter().cloned())
-                .collect(),
+            vec![stream.clone(), side.clone(), puller.clone()],
         )?;
         let packers = |regions: &dyn Fn(usize) -> Vec<datatype_pack::fused::Region>| {
             (0..plan.chunks())
@@ -359,7 +346,6 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
             wire_done: ev()?,
             unpack_done: ev()?,
             pull_done: ev()?,
-            pulled: (1..pullers.len()).map(|_| ev()).collect::<Result<_>>()?,
         };
         let field_len = spec.field_len()?;
         Ok(Self {
@@ -377,7 +363,7 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
             side,
             wire,
             unpacker,
-            pullers,
+            puller,
             sync,
             field_len,
             timing,
@@ -485,9 +471,7 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
             self.unpacker.wait(&self.sync.start).map_err(ev)?;
         }
         if streams.puller {
-            for p in self.pull_streams() {
-                p.wait(&self.sync.start).map_err(ev)?;
-            }
+            self.puller.wait(&self.sync.start).map_err(ev)?;
         }
         let enqueued = self.enqueue_pipeline(&main, streams, fp, field_bytes);
         // Join the side streams back into the communicator's stream whatever happened, so that
@@ -504,8 +488,7 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
         StreamsUsed {
             side: self.local.is_some(),
             wire: self.plan.sends().iter().any(nccl) || self.plan.recvs().iter().any(nccl),
-            puller: (self.plan.chunks() > 1 || self.links.senders() > 1)
-                && self.plan.recvs().iter().any(ipc),
+            puller: self.plan.chunks() > 1 && self.plan.recvs().iter().any(ipc),
         }
     }
 
@@ -536,22 +519,12 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
             self.side.wait(&self.sync.packed[chunks - 1]).map_err(ev)?;
             self.copy_locals(&self.side, field, field_bytes)?;
         }
-        // Pulls: chunk k of each IPC neighbour once that neighbour packed it, each sender on
-        // its own stream; then the other pull streams join the first.
-        let pullers: Vec<&CudaStream> = if streams.puller {
-            self.pull_streams().map(|p| &**p).collect()
-        } else {
-            vec![main]
-        };
+        // Pulls: chunk k of each IPC neighbour once that neighbour packed it.
+        let pull_on = if streams.puller { &*self.puller } else { main };
         for k in 0..chunks {
-            self.links.pull(&pullers, k, field, field_bytes)?;
+            self.links.pull(pull_on, k, field, field_bytes)?;
         }
-        self.links.signal_consumed(&pullers)?;
-        let pull_on = pullers[0];
-        for (p, done) in pullers[1..].iter().zip(&self.sync.pulled) {
-            done.record(p).map_err(ev)?;
-            pull_on.wait(done).map_err(ev)?;
-        }
+        self.links.signal_consumed(pull_on)?;
         if streams.wire {
             // Wire stream: chunk k goes on the wire once packed.
             for k in 0..chunks {
@@ -578,11 +551,6 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
         Ok(())
     }
 
-    /// The pull streams an exchange uses: one per IPC sender.
-    fn pull_streams(&self) -> impl Iterator<Item = &Arc<CudaStream>> {
-        self.pullers.iter().take(self.links.senders().max(1))
-    }
-
     fn join(&self, main: &Arc<CudaStream>, streams: StreamsUsed) -> Result<()> {
         let ev = |e: cudarc::driver::DriverError| Error::cuda(OP, e);
         if streams.side {
@@ -596,7 +564,7 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
             main.wait(&self.sync.unpack_done).map_err(ev)?;
         }
         if streams.puller {
-            self.sync.pull_done.record(&self.pullers[0]).map_err(ev)?;
+            self.sync.pull_done.record(&self.puller).map_err(ev)?;
             main.wait(&self.sync.pull_done).map_err(ev)?;
         }
         Ok(())
@@ -754,9 +722,9 @@ impl<'c, C: DeviceCommunicator> HaloExchange<'c, C> {
             }
             t[4].record(&main).map_err(ev)?;
             for k in 0..chunks {
-                self.links.pull(&[&main], k, fp, bytes)?;
+                self.links.pull(&main, k, fp, bytes)?;
             }
-            self.links.signal_consumed(&[&main])?;
+            self.links.signal_consumed(&main)?;
             t[5].record(&main).map_err(ev)?;
             self.copy_wraps(&main, fp, bytes)?;
             t[6].record(&main).map_err(ev)?;

@@ -358,23 +358,16 @@ impl PeerLinks {
         Ok(())
     }
 
-    /// The neighbours this rank pulls from.
-    pub(crate) fn senders(&self) -> usize {
-        self.senders.len()
-    }
-
-    /// For every IPC sender of chunk `k`, on its stream (sender `i` on `streams[i %
-    /// streams.len()]`): wait for its ready flag, then read its packed bytes into the ghost
-    /// cells of `field` (`field_bytes` bytes).
+    /// On `stream`: for every IPC sender of chunk `k`, wait for its ready flag, then read its
+    /// packed bytes into the ghost cells of `field` (`field_bytes` bytes).
     pub(crate) fn pull(
         &self,
-        streams: &[&CudaStream],
+        stream: &CudaStream,
         k: usize,
         field: u64,
         field_bytes: usize,
     ) -> Result<()> {
-        for (i, s) in self.senders.iter().enumerate() {
-            let stream = streams[i % streams.len()];
+        for s in &self.senders {
             let Some(p) = &s.pulls[k] else {
                 continue;
             };
@@ -392,12 +385,11 @@ impl PeerLinks {
         Ok(())
     }
 
-    /// After every pull, on each sender's stream (as in [`Self::pull`]): tell every IPC sender
-    /// that its send buffer is free.
-    pub(crate) fn signal_consumed(&self, streams: &[&CudaStream]) -> Result<()> {
-        for (i, s) in self.senders.iter().enumerate() {
+    /// On `stream`, after every pull: tell every IPC sender that its send buffer is free.
+    pub(crate) fn signal_consumed(&self, stream: &CudaStream) -> Result<()> {
+        for s in &self.senders {
             self.write(
-                streams[i % streams.len()],
+                stream,
                 self.slot(s.inbox.ptr(), self.rank, self.chunks),
                 self.epoch,
             )?;
