@@ -10,21 +10,25 @@
 //!     block count (marked `~`),
 //! (d) a naive kernel: one thread per word, the word's position found by division, the layout
 //!     passed at run time;
-//! (e) the fetch bound, for layouts of at most one strided dimension ([`FetchLayout`]): a
-//!     measured bound, not a pack. For small blocks the D2D copy is no bound: it reads only the
-//!     packed bytes, while a block of `b` < 64 bytes at stride 512 costs the GPU at least one
-//!     64-byte DRAM segment read however it is packed. The fetch kernel does the least DRAM
-//!     traffic the layout allows, fully coalesced: it reads every aligned [`SEGMENT`]-byte
-//!     segment that holds a byte of some block, once ([`FetchLayout::segments`] of them; 4
+//! (e) the fetch bounds, for layouts of at most one strided dimension ([`FetchLayout`]):
+//!     measured bounds, not packs. For small blocks the D2D copy is no bound: it reads only the
+//!     packed bytes, while a block of `b` bytes at stride 512 costs the GPU at least one aligned
+//!     DRAM segment read however it is packed. A fetch kernel does the least DRAM traffic the
+//!     layout allows in segments of its size, fully coalesced: it reads every aligned segment
+//!     that holds a byte of some block, once ([`FetchLayout::segments`] of them; `segment / 16`
 //!     consecutive threads a segment, one 16-byte load each), and writes the packed number of
 //!     bytes contiguously (16-byte stores, byte stores for the last `packed % 16`). What it
-//!     writes is not the blocks' bytes: it times the traffic of a pack, not a correct pack. A
-//!     contiguous layout, or blocks of whole segments at stride 512, read the packed bytes
-//!     once, as the D2D copy does; at stride 512 a block of `b` < 64 bytes reads 64 / `b` times
-//!     its bytes, and there the fetch bound, not the D2D copy, is what to hold ours against
-//!     (`ours/fetch` = ours GB/s / fetch GB/s, 1.00 = at the bound). Grid-stride loops, 256
-//!     threads a block, one wave of blocks (the multiprocessors times the blocks each holds,
-//!     as the packers size a one-wave grid).
+//!     writes is not the blocks' bytes: it times the traffic of a pack, not a correct pack. Two
+//!     sizes ([`SEGMENTS`]): `fetch64` reads 64-byte segments, `fetch32` the 32-byte sectors
+//!     the GPU's L2 fetches from DRAM. `fetch32` is the tight bound: a block of up to 32 bytes
+//!     that fits one sector costs one 32-byte sector, not a 64-byte segment, so `fetch64` is no
+//!     bound there; for blocks over 32 bytes at stride 512 the two read the same bytes. A
+//!     contiguous layout, or blocks of whole segments at stride 512, read the packed bytes once,
+//!     as the D2D copy does; at stride 512 a block of `b` <= 32 bytes reads 32 / `b` times its
+//!     bytes in `fetch32` (64 / `b` in `fetch64`), and there the tight fetch bound, not the D2D
+//!     copy, is what to hold ours against (`ours/fetch32` = ours GB/s / fetch32 GB/s, 1.00 = at
+//!     the bound). Grid-stride loops, 256 threads a block, one wave of blocks (the
+//!     multiprocessors times the blocks each holds, as the packers size a one-wave grid).
 //!
 //! Every column launches on raw device pointers, with no per-call event bookkeeping: ours
 //! through [`Packer::pack_raw`] and [`FusedPacker::pack_raw`], the baselines and the fetch bound
@@ -324,16 +328,19 @@ impl Naive {
     }
 }
 
-/// Bytes of the aligned DRAM segment the fetch bound reads whole: the unit of DRAM traffic it
-/// counts (a block of fewer bytes still costs a whole segment).
-pub const SEGMENT: u64 = 64;
+/// Bytes of the aligned DRAM segments the fetch bounds read whole, one bound each: the unit of
+/// DRAM traffic a bound counts (a block of fewer bytes still costs a whole segment). 64 is the
+/// `fetch64` column; 32, the sector the GPU's L2 fetches, is the `fetch32` column, the tight
+/// bound (for a block of up to 32 bytes it reads half the bytes `fetch64` reads).
+pub const SEGMENTS: [u64; 2] = [64, 32];
 
-/// Threads per thread block of the fetch kernel.
+/// Threads per thread block of the fetch kernels.
 const FETCH_THREADS: u32 = 256;
 
-/// A layout of at most one strided dimension as the fetch bound reads it: `count` blocks of
+/// A layout of at most one strided dimension as a fetch bound reads it: `count` blocks of
 /// `block` bytes, block `i` at byte `start + i * stride` of a buffer whose base is
-/// [`SEGMENT`]-aligned (a `cuMemAlloc` base is).
+/// `segment`-aligned (a `cuMemAlloc` base is), read in aligned segments of `segment` bytes (one
+/// of [`SEGMENTS`]).
 ///
 /// The bound reads each segment that holds a byte of some block once. Block `i` touches the
 /// segments `first(i) ..= last(i)`; as the offsets only grow, a segment an earlier block touches
@@ -349,24 +356,37 @@ pub struct FetchLayout {
     pub block: u64,
     /// Bytes from one block's start to the next's.
     pub stride: u64,
+    /// Bytes per segment read: a power of two of at least 16 (one 16-byte load per thread), one
+    /// of [`SEGMENTS`] for the kernels the benchmark compiles.
+    pub segment: u64,
 }
 
 impl FetchLayout {
-    /// The layout of `plan` when it has at most one dimension (none when it has more); the
-    /// direction of a reversed dimension changes no segment touched, so it is ignored.
-    pub fn of_plan(plan: &StridedBlock) -> Option<Self> {
+    /// The layout of `plan` read in `segment`-byte segments, when it has at most one dimension
+    /// (none when it has more); the direction of a reversed dimension changes no segment
+    /// touched, so it is ignored.
+    ///
+    /// # Panics
+    /// When `segment` is not a power of two of at least 16.
+    pub fn of_plan(plan: &StridedBlock, segment: u64) -> Option<Self> {
+        assert!(
+            segment.is_power_of_two() && segment >= 16,
+            "a segment of {segment} bytes is no power of two of at least 16"
+        );
         match (plan.counts(), plan.strides()) {
             ([], []) => Some(Self {
                 start: plan.start(),
                 count: u64::from(!plan.is_empty()),
                 block: plan.block_len(),
                 stride: 0,
+                segment,
             }),
             ([count], [stride]) => Some(Self {
                 start: plan.start(),
                 count: *count,
                 block: plan.block_len(),
                 stride: *stride,
+                segment,
             }),
             _ => None,
         }
@@ -384,12 +404,12 @@ impl FetchLayout {
 
     /// The first segment block `i` touches.
     fn first(&self, i: u64) -> u64 {
-        self.offset(i) / SEGMENT
+        self.offset(i) / self.segment
     }
 
     /// The last segment block `i` touches.
     fn last(&self, i: u64) -> u64 {
-        (self.offset(i) + self.block - 1) / SEGMENT
+        (self.offset(i) + self.block - 1) / self.segment
     }
 
     /// The first segment of block `i` that no earlier block touches (past `last(i)` when it
@@ -400,7 +420,7 @@ impl FetchLayout {
         } else {
             // offset(i) - stride = offset(i - 1), written as the kernel computes it.
             self.first(i)
-                .max((self.offset(i) - self.stride + self.block - 1) / SEGMENT + 1)
+                .max((self.offset(i) - self.stride + self.block - 1) / self.segment + 1)
         }
     }
 
@@ -409,17 +429,17 @@ impl FetchLayout {
         (self.last(i) + 1).saturating_sub(self.first_new(i))
     }
 
-    /// Blocks after which the offsets modulo [`SEGMENT`] repeat: block `i`'s new segments
-    /// depend only on `offset(i) % SEGMENT` (for `i > 0`), which repeats every
-    /// `SEGMENT / gcd(stride, SEGMENT)` blocks.
+    /// Blocks after which the offsets modulo `segment` repeat: block `i`'s new segments depend
+    /// only on `offset(i) % segment` (for `i > 0`), which repeats every
+    /// `segment / gcd(stride, segment)` blocks.
     fn period(&self) -> u64 {
-        match self.stride % SEGMENT {
+        match self.stride % self.segment {
             0 => 1,
-            r => SEGMENT >> r.trailing_zeros(),
+            r => self.segment >> r.trailing_zeros(),
         }
     }
 
-    /// Aligned [`SEGMENT`]-byte segments that hold at least one byte of some block: what the
+    /// Aligned `segment`-byte segments that hold at least one byte of some block: what the
     /// fetch bound reads. Computed over one period of the offsets, so in constant time.
     pub fn segments(&self) -> u64 {
         if self.is_empty() {
@@ -455,7 +475,7 @@ impl FetchLayout {
     }
 }
 
-/// The fetch kernel's parameters, in launch order; each is 8 bytes (a pointer or a `u64`), as
+/// The fetch kernels' parameters, in launch order; each is 8 bytes (a pointer or a `u64`), as
 /// [`FetchArgs::values`] pushes them.
 const FETCH_PARAMS: [&str; 9] = [
     "const unsigned char* __restrict__ src",
@@ -469,16 +489,21 @@ const FETCH_PARAMS: [&str; 9] = [
     "u64 key",
 ];
 
-/// The fetch kernel: a grid-stride loop over segment slots (4 threads a slot, one 16-byte load
-/// each, folded into `acc`), `acc` stored only when it equals `key` (never, see
-/// [`FetchArgs::KEY`], but the compiler cannot know, so the loads stay), then a grid-stride loop
-/// of 16-byte stores over the packed bytes and byte stores for the last `packed % 16`.
-fn fetch_source() -> String {
-    let seg = SEGMENT.trailing_zeros();
-    let lanes = (SEGMENT / 16).trailing_zeros();
+/// The name of the fetch kernel of `segment`-byte segments.
+fn fetch_name(segment: u64) -> String {
+    format!("fetch_bound_{segment}")
+}
+
+/// The fetch kernel of `segment`-byte segments (a power of two of at least 16): a grid-stride
+/// loop over segment slots (`segment / 16` threads a slot, one 16-byte load each, folded into
+/// `acc`), `acc` stored only when it equals `key` (never, see [`FetchArgs::KEY`], but the
+/// compiler cannot know, so the loads stay), then a grid-stride loop of 16-byte stores over the
+/// packed bytes and byte stores for the last `packed % 16`.
+fn fetch_kernel(segment: u64) -> String {
+    let seg = segment.trailing_zeros();
+    let lanes = (segment / 16).trailing_zeros();
     format!(
-        "typedef unsigned long long u64;\n\
-         extern \"C\" __global__ void __launch_bounds__({FETCH_THREADS}) fetch_bound({}) {{\n\
+        "extern \"C\" __global__ void __launch_bounds__({FETCH_THREADS}) {}({}) {{\n\
          const u64 tid = blockIdx.x * (u64)blockDim.x + threadIdx.x;\n\
          const u64 threads = (u64)gridDim.x * blockDim.x;\n\
          const u64 lanes = (count * spb) << {lanes};\n\
@@ -507,9 +532,19 @@ fn fetch_source() -> String {
          }}\n\
          if (tid < (packed & 15)) dst[(words << 4) + tid] = (unsigned char)tid;\n\
          }}\n",
+        fetch_name(segment),
         FETCH_PARAMS.join(", "),
         (1u64 << lanes) - 1,
     )
+}
+
+/// The fetch kernels of every size of [`SEGMENTS`], in one module.
+fn fetch_source() -> String {
+    let mut s = String::from("typedef unsigned long long u64;\n");
+    for segment in SEGMENTS {
+        s.push_str(&fetch_kernel(segment));
+    }
+    s
 }
 
 /// The values of one fetch launch, in the order of [`FETCH_PARAMS`].
@@ -534,9 +569,9 @@ impl FetchArgs {
         }
     }
 
-    /// Threads the read loop needs: 4 per segment slot.
+    /// Threads the read loop needs: `segment / 16` per segment slot.
     fn lanes(&self) -> u64 {
-        self.layout.count * self.slots_per_block * (SEGMENT / 16)
+        self.layout.count * self.slots_per_block * (self.layout.segment / 16)
     }
 
     /// The kernel's arguments, the source and destination addresses first.
@@ -566,9 +601,10 @@ fn fetch_grid(threads: u64, wave: u64) -> u32 {
     u32::try_from(blocks).unwrap_or(u32::MAX)
 }
 
-/// The fetch kernel, loaded, and the thread blocks of 256 threads the device holds at once.
+/// The fetch kernels, loaded (one per size of [`SEGMENTS`], in that order), and the thread
+/// blocks of 256 threads the device holds at once.
 struct Fetch {
-    func: CudaFunction,
+    funcs: Vec<CudaFunction>,
     wave: u64,
 }
 
@@ -579,7 +615,10 @@ impl Fetch {
         let m = ctx
             .load_module(Ptx::from_binary(img.to_vec()))
             .map_err(drv)?;
-        let func = m.load_function("fetch_bound").map_err(drv)?;
+        let funcs = SEGMENTS
+            .iter()
+            .map(|&s| m.load_function(&fetch_name(s)).map_err(drv))
+            .collect::<Result<_>>()?;
         let attr = |a| -> Result<u64> {
             Ok(u64::try_from(ctx.attribute(a).map_err(drv)?)
                 .unwrap_or(1)
@@ -596,13 +635,25 @@ impl Fetch {
             .min(blocks_per_sm)
             .max(1);
         Ok(Self {
-            func,
+            funcs,
             wave: sms * per_sm,
         })
     }
 
-    /// Enqueues the fetch bound of `layout` from the allocation at `src` to the one at `dst`.
+    /// Enqueues the fetch bound of `layout` (in its segment size, one of [`SEGMENTS`]) from the
+    /// allocation at `src` to the one at `dst`.
     fn launch(&self, stream: &CudaStream, layout: FetchLayout, src: u64, dst: u64) -> Result<()> {
+        let func = SEGMENTS
+            .iter()
+            .position(|&s| s == layout.segment)
+            .map(|k| &self.funcs[k])
+            .ok_or_else(|| Error::Unsupported {
+                op: OP,
+                message: format!(
+                    "no fetch kernel of {}-byte segments (compiled: {SEGMENTS:?})",
+                    layout.segment
+                ),
+            })?;
         let args = FetchArgs::new(layout);
         let values = args.values(src, dst);
         let cfg = LaunchConfig {
@@ -614,15 +665,17 @@ impl Fetch {
             block_dim: (FETCH_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = stream.launch_builder(&self.func);
+        let mut b = stream.launch_builder(func);
         for v in &values {
             b.arg(v);
         }
         // SAFETY: the arguments match the kernel's signature (FETCH_PARAMS: two pointers, seven
-        // u64, in that order); the caller's source allocation reaches the layout's extent end
-        // rounded up to a segment (every segment read lies inside it) and its destination
-        // allocation holds the packed size and at least 4 bytes (every store, and the store of
-        // `acc` to its first word, lies inside it); the grid is at most one wave, within grid x.
+        // u64, in that order); `func` is the kernel of the layout's segment size, so the lanes
+        // per slot and the shifts it reads with are the ones `args` counts; the caller's source
+        // allocation reaches the layout's extent end rounded up to a segment (every segment
+        // read lies inside it) and its destination allocation holds the packed size and at
+        // least 4 bytes (every store, and the store of `acc` to its first word, lies inside
+        // it); the grid is at most one wave, within grid x.
         unsafe { b.launch(cfg) }.map_err(drv)?;
         Ok(())
     }
@@ -631,6 +684,7 @@ impl Fetch {
 impl std::fmt::Debug for Fetch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fetch")
+            .field("segments", &SEGMENTS)
             .field("wave", &self.wave)
             .finish_non_exhaustive()
     }
@@ -670,9 +724,12 @@ pub struct Row {
     pub per_block_ms: Option<(f64, bool)>,
     /// The one-thread-per-word kernel, for layouts of at most 2 dimensions.
     pub naive_ms: Option<f64>,
-    /// The fetch bound ((e) of the [module docs](self)), for layouts of at most one strided
-    /// dimension ([`FetchLayout::of_plan`]).
-    pub fetch_ms: Option<f64>,
+    /// The fetch bound of 64-byte segments ((e) of the [module docs](self)), for layouts of at
+    /// most one strided dimension ([`FetchLayout::of_plan`]).
+    pub fetch64_ms: Option<f64>,
+    /// The fetch bound of 32-byte segments, the tight one ((e) of the [module docs](self)), for
+    /// the same layouts.
+    pub fetch32_ms: Option<f64>,
     /// Further variants of ours (name, time).
     pub extra: Vec<(String, f64)>,
 }
@@ -685,8 +742,8 @@ pub fn gbs(bytes: u64, ms: f64) -> f64 {
 /// The table's header lines.
 pub fn header() -> [&'static str; 2] {
     [
-        "| layout | packed bytes | W | ours us | ours GB/s | % of D2D | ours/fetch | D2D GB/s | fetch GB/s | 2D GB/s | per-block GB/s | naive GB/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| layout | packed bytes | W | ours us | ours GB/s | % of D2D | ours/fetch32 | D2D GB/s | fetch64 GB/s | fetch32 GB/s | 2D GB/s | per-block GB/s | naive GB/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 }
 
@@ -707,16 +764,16 @@ impl Row {
                     gbs(self.packed, ms)
                 )
             });
-        // Ours GB/s over the fetch bound's; `-` where the layout has no fetch bound.
+        // Ours GB/s over the tight (32-byte) fetch bound's; `-` where the layout has no fetch
+        // bound.
         let of_fetch = |ms: f64| {
-            self.fetch_ms
+            self.fetch32_ms
                 .map_or("-".to_string(), |f| format!("{:.2}", f / ms))
         };
-        let fetch = self
-            .fetch_ms
-            .map_or("-".to_string(), |ms| format!("{:.1}", gbs(self.packed, ms)));
+        let fetch =
+            |v: Option<f64>| v.map_or("-".to_string(), |ms| format!("{:.1}", gbs(self.packed, ms)));
         let mut out = vec![format!(
-            "| {} | {} | {} | {:.2} | {:.1} | {:.0}% | {} | {:.1} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.2} | {:.1} | {:.0}% | {} | {:.1} | {} | {} | {} | {} | {} |",
             self.name,
             self.packed,
             self.word,
@@ -725,14 +782,15 @@ impl Row {
             100.0 * self.d2d_ms / self.ours_ms,
             of_fetch(self.ours_ms),
             gbs(self.packed, self.d2d_ms),
-            fetch,
+            fetch(self.fetch64_ms),
+            fetch(self.fetch32_ms),
             opt(self.copy2d_ms),
             pb,
             opt(self.naive_ms),
         )];
         for (what, ms) in &self.extra {
             out.push(format!(
-                "| {} | {} | {} | {:.2} | {:.1} | {:.0}% | {} | | | | | |",
+                "| {} | {} | {} | {:.2} | {:.1} | {:.0}% | {} | | | | | | |",
                 what,
                 self.packed,
                 self.word,
@@ -748,8 +806,8 @@ impl Row {
 
 impl Row {
     /// The row's records (`record.rs`), one per column that was measured: variant `library` for
-    /// ours, then `d2d`, `copy2d`, `per-block`, `naive`, `fetch` (the bound) and the extra
-    /// variants by name; the layout and word size in `config` (with `per_block=scaled` where the
+    /// ours, then `d2d`, `copy2d`, `per-block`, `naive`, `fetch64` and `fetch32` (the bounds)
+    /// and the extra variants by name; the layout and word size in `config` (with `per_block=scaled` where the
     /// per-block time was scaled).
     pub fn records(
         &self,
@@ -760,7 +818,8 @@ impl Row {
         columns.push(("copy2d".into(), self.copy2d_ms));
         columns.push(("per-block".into(), self.per_block_ms.map(|(ms, _)| ms)));
         columns.push(("naive".into(), self.naive_ms));
-        columns.push(("fetch".into(), self.fetch_ms));
+        columns.push(("fetch64".into(), self.fetch64_ms));
+        columns.push(("fetch32".into(), self.fetch32_ms));
         columns.extend(self.extra.iter().map(|(n, ms)| (n.clone(), Some(*ms))));
         let scaled = self.per_block_ms.is_some_and(|(_, s)| s);
         columns
@@ -996,16 +1055,16 @@ impl Bench {
         .map(Some)
     }
 
-    /// The fetch bound of `plan` ((e) of the [module docs](self)); none for a plan of more than
-    /// one dimension or none selected. The destination buffer is far over 4 bytes, as the
-    /// kernel's store of its fold needs.
-    fn fetch(&self, plan: &StridedBlock) -> Result<Option<f64>> {
-        let Some(layout) = FetchLayout::of_plan(plan).filter(|_| !plan.is_empty()) else {
+    /// The fetch bound of `plan` in `segment`-byte segments (one of [`SEGMENTS`]; (e) of the
+    /// [module docs](self)); none for a plan of more than one dimension or none selected. The
+    /// destination buffer is far over 4 bytes, as the kernel's store of its fold needs.
+    fn fetch(&self, plan: &StridedBlock, segment: u64) -> Result<Option<f64>> {
+        let Some(layout) = FetchLayout::of_plan(plan, segment).filter(|_| !plan.is_empty()) else {
             return Ok(None);
         };
         // Whole segments: the last one read may reach past the extent end.
         self.check_fits(
-            plan.extent_end().next_multiple_of(SEGMENT),
+            plan.extent_end().next_multiple_of(segment),
             plan.packed_size(),
         )?;
         let fetch = &self.fetch;
@@ -1095,7 +1154,8 @@ impl Bench {
             copy2d_ms: self.copy2d(plan)?,
             per_block_ms: Some(self.per_block(std::slice::from_ref(plan))?),
             naive_ms: self.naive(std::slice::from_ref(plan), &[word])?,
-            fetch_ms: self.fetch(plan)?,
+            fetch64_ms: self.fetch(plan, 64)?,
+            fetch32_ms: self.fetch(plan, 32)?,
             extra: Vec::new(),
         })
     }
@@ -1153,7 +1213,8 @@ impl Bench {
             copy2d_ms: None,
             per_block_ms: Some(self.per_block(&faces)?),
             naive_ms: self.naive(&faces, &words)?,
-            fetch_ms: None,
+            fetch64_ms: None,
+            fetch32_ms: None,
             extra: vec![
                 (
                     "same 6 faces, 6 separate Packer launches".to_string(),
@@ -1388,10 +1449,12 @@ pub fn run(options: &Options, out: &mut dyn FnMut(&str)) -> Result<()> {
          iteration {MIN_REPS} to {MAX_REPS} back-to-back operations moving about {} MiB, \
          launched as one CUDA graph (the per-block copies: from the host, one call each); GB/s = \
          packed bytes / time; `~` = per-block copies timed on the first {PER_BLOCK_SUBSET} \
-         blocks and scaled to all blocks; fetch = a kernel that reads every aligned {SEGMENT}-byte \
-         segment holding a byte of the layout once and writes the packed bytes (a bound, not a \
-         pack), `ours/fetch` = ours GB/s / fetch GB/s, `-` = no fetch bound (more than one \
-         strided dimension).\n",
+         blocks and scaled to all blocks; fetch64 / fetch32 = a kernel that reads every aligned \
+         64-byte segment / 32-byte sector holding a byte of the layout once and writes the \
+         packed bytes (a bound, not a pack; fetch32 is the tight bound, as the L2 fetches \
+         32-byte sectors: for blocks up to 32 bytes it reads half of fetch64's bytes), \
+         `ours/fetch32` = ours GB/s / fetch32 GB/s, `-` = no fetch bound (more than one strided \
+         dimension).\n",
         REP_BYTES >> 20
     ));
     for l in header() {
@@ -1429,31 +1492,38 @@ mod tests {
             copy2d_ms: None,
             per_block_ms: Some((1.0, true)),
             naive_ms: Some(0.02),
-            fetch_ms: Some(0.008),
+            fetch64_ms: Some(0.01),
+            fetch32_ms: Some(0.008),
             extra: vec![("y".into(), 0.02)],
         };
         let l = r.lines();
         assert_eq!(l.len(), 2);
+        // The ratio is to the 32-byte bound.
         assert_eq!(
             l[0],
-            "| x | 1000000 | 8 | 10.00 | 100.0 | 50% | 0.80 | 200.0 | 125.0 | n/a | ~1.00 | 50.0 |"
+            "| x | 1000000 | 8 | 10.00 | 100.0 | 50% | 0.80 | 200.0 | 100.0 | 125.0 | n/a | ~1.00 | 50.0 |"
         );
         assert_eq!(
             l[1],
-            "| y | 1000000 | 8 | 20.00 | 50.0 | 25% | 0.40 | | | | | |"
+            "| y | 1000000 | 8 | 20.00 | 50.0 | 25% | 0.40 | | | | | | |"
         );
         for line in header()
             .iter()
             .chain(&l.iter().map(String::as_str).collect::<Vec<_>>())
         {
-            assert_eq!(line.matches('|').count(), 13, "{line}");
+            assert_eq!(line.matches('|').count(), 14, "{line}");
         }
         let none = Row {
-            fetch_ms: None,
+            fetch64_ms: None,
+            fetch32_ms: None,
             ..r.clone()
         };
         let l = none.lines();
-        assert!(l[0].contains("| 50% | - | 200.0 | - | n/a |"), "{}", l[0]);
+        assert!(
+            l[0].contains("| 50% | - | 200.0 | - | - | n/a |"),
+            "{}",
+            l[0]
+        );
         assert!(l[1].contains("| 25% | - | |"), "{}", l[1]);
         assert_eq!(gbs(1_000_000_000, 1000.0), 1.0);
     }
@@ -1469,13 +1539,15 @@ mod tests {
             copy2d_ms: Some(0.02),
             per_block_ms: None,
             naive_ms: None,
-            fetch_ms: Some(0.04),
+            fetch64_ms: Some(0.04),
+            fetch32_ms: Some(0.03),
             extra: Vec::new(),
         };
         let recs = r.records(&crate::output::record::Machine::default());
         let v: Vec<&str> = recs.iter().map(|r| r.variant.as_str()).collect();
-        assert_eq!(v, ["library", "d2d", "copy2d", "fetch"]);
+        assert_eq!(v, ["library", "d2d", "copy2d", "fetch64", "fetch32"]);
         assert_eq!(recs[3].time_us, 40.0);
+        assert_eq!(recs[4].time_us, 30.0);
     }
 
     /// Segments touched, counted byte by byte.
@@ -1483,26 +1555,33 @@ mod tests {
         (0..l.count)
             .flat_map(|i| {
                 let off = l.start + i * l.stride;
-                (off..off + l.block).map(|b| b / SEGMENT)
+                (off..off + l.block).map(|b| b / l.segment)
             })
             .collect()
     }
 
-    /// Layouts around the segment boundaries: blocks within, across and over several segments,
-    /// offsets, stride 512, strides not a multiple of 64, strides below the block (overlap) and
-    /// zero, one block, none.
+    /// Layouts around the segment boundaries, in segments of each size of [`SEGMENTS`]: blocks
+    /// within, across and over several segments, offsets, stride 512, strides not a multiple
+    /// of the segment, strides below the block (overlap) and zero, one block, none.
     fn layouts() -> Vec<FetchLayout> {
         let mut v = Vec::new();
-        for block in [0u64, 1, 2, 6, 8, 12, 24, 33, 63, 64, 65, 100, 128, 200, 512] {
-            for start in [0u64, 1, 31, 60, 63, 64, 100] {
-                for stride in [0u64, 1, 7, 24, 48, 64, 72, 96, 100, 130, 192, 511, 512, 513] {
-                    for count in [0u64, 1, 2, 3, 9, 70, 131] {
-                        v.push(FetchLayout {
-                            start,
-                            count,
-                            block,
-                            stride,
-                        });
+        for segment in SEGMENTS {
+            for block in [
+                0u64, 1, 2, 6, 8, 12, 24, 31, 32, 33, 63, 64, 65, 100, 128, 200, 512,
+            ] {
+                for start in [0u64, 1, 16, 31, 32, 60, 63, 64, 100] {
+                    for stride in [
+                        0u64, 1, 7, 16, 24, 32, 40, 48, 64, 72, 96, 100, 130, 192, 511, 512, 513,
+                    ] {
+                        for count in [0u64, 1, 2, 3, 9, 70, 131] {
+                            v.push(FetchLayout {
+                                start,
+                                count,
+                                block,
+                                stride,
+                                segment,
+                            });
+                        }
                     }
                 }
             }
@@ -1512,41 +1591,61 @@ mod tests {
 
     #[test]
     fn segments_match_a_byte_by_byte_count() {
-        for l in layouts() {
+        let all = layouts();
+        for segment in SEGMENTS {
+            assert!(all.iter().filter(|l| l.segment == segment).count() > 10_000);
+        }
+        for l in all {
             assert_eq!(l.segments(), brute_segments(&l).len() as u64, "{l:?}");
         }
-        // The table's rows: one segment per block below 64 bytes at stride 512, whole lines
-        // above.
-        for (block, per) in [
-            (1u64, 1u64),
-            (8, 1),
-            (24, 1),
-            (63, 1),
-            (64, 1),
-            (65, 2),
-            (256, 4),
+        // The table's rows: one segment per block up to the segment size at stride 512, whole
+        // segments above; 32-byte sectors read half the bytes of 64-byte segments for blocks of
+        // up to 32 bytes, the same bytes for blocks of whole 64-byte segments.
+        for (block, per64, per32) in [
+            (1u64, 1u64, 1u64),
+            (8, 1, 1),
+            (24, 1, 1),
+            (32, 1, 1),
+            (33, 1, 2),
+            (63, 1, 2),
+            (64, 1, 2),
+            (65, 2, 3),
+            (256, 4, 8),
         ] {
-            let l = FetchLayout {
-                start: 0,
-                count: 1 << 20,
-                block,
-                stride: 512,
-            };
-            assert_eq!(l.segments(), per << 20);
-            assert_eq!(l.slots_per_block(), per);
+            for (segment, per) in [(64, per64), (32, per32)] {
+                let l = FetchLayout {
+                    start: 0,
+                    count: 1 << 20,
+                    block,
+                    stride: 512,
+                    segment,
+                };
+                assert_eq!(l.segments(), per << 20, "{l:?}");
+                assert_eq!(l.slots_per_block(), per, "{l:?}");
+                let nine = FetchLayout { count: 9, ..l };
+                assert_eq!(brute_segments(&nine).len() as u64, 9 * per, "{l:?}");
+            }
         }
         // Counts of many periods: the sum over one period, scaled, against the sum over every
         // block.
-        for (start, block, stride) in [(3u64, 8u64, 100u64), (60, 12, 520), (1, 70, 66), (0, 5, 3)]
-        {
-            let l = FetchLayout {
-                start,
-                count: 100_003,
-                block,
-                stride,
-            };
-            let sum: u64 = (0..l.count).map(|i| l.new_segments(i)).sum();
-            assert_eq!(l.segments(), sum, "{l:?}");
+        for segment in SEGMENTS {
+            for (start, block, stride) in [
+                (3u64, 8u64, 100u64),
+                (60, 12, 520),
+                (1, 70, 66),
+                (0, 5, 3),
+                (17, 20, 44),
+            ] {
+                let l = FetchLayout {
+                    start,
+                    count: 100_003,
+                    block,
+                    stride,
+                    segment,
+                };
+                let sum: u64 = (0..l.count).map(|i| l.new_segments(i)).sum();
+                assert_eq!(l.segments(), sum, "{l:?}");
+            }
         }
     }
 
@@ -1576,37 +1675,42 @@ mod tests {
     #[test]
     fn layouts_of_plans() {
         let v = StridedBlock::from_type(&vector(1000, 8, 512, 1).unwrap()).unwrap();
-        assert_eq!(
-            FetchLayout::of_plan(&v),
-            Some(FetchLayout {
-                start: 0,
-                count: 1000,
-                block: 8,
-                stride: 512
-            })
-        );
-        let c = StridedBlock::new(5, 4 << 20, vec![], vec![]).unwrap();
-        let l = FetchLayout::of_plan(&c).unwrap();
-        assert_eq!((l.count, l.block), (1, 4 << 20));
-        assert_eq!(l.segments(), (5 + (4 << 20) - 1) / 64 + 1);
-        let e = FetchLayout::of_plan(&StridedBlock::empty()).unwrap();
-        assert_eq!((e.segments(), e.slots_per_block()), (0, 0));
-        assert!(halo_faces(16, 3)
-            .unwrap()
-            .iter()
-            .any(|f| FetchLayout::of_plan(f).is_none()));
+        for segment in SEGMENTS {
+            assert_eq!(
+                FetchLayout::of_plan(&v, segment),
+                Some(FetchLayout {
+                    start: 0,
+                    count: 1000,
+                    block: 8,
+                    stride: 512,
+                    segment,
+                })
+            );
+            let c = StridedBlock::new(5, 4 << 20, vec![], vec![]).unwrap();
+            let l = FetchLayout::of_plan(&c, segment).unwrap();
+            assert_eq!((l.count, l.block), (1, 4 << 20));
+            assert_eq!(l.segments(), (5 + (4 << 20) - 1) / segment + 1);
+            let e = FetchLayout::of_plan(&StridedBlock::empty(), segment).unwrap();
+            assert_eq!((e.segments(), e.slots_per_block()), (0, 0));
+            assert!(halo_faces(16, 3)
+                .unwrap()
+                .iter()
+                .any(|f| FetchLayout::of_plan(f, segment).is_none()));
+        }
     }
 
     #[test]
-    fn the_fetch_kernel_takes_what_the_launch_passes() {
+    #[should_panic(expected = "no power of two")]
+    fn segments_are_powers_of_two_of_16_bytes_or_more() {
+        let v = StridedBlock::from_type(&vector(10, 8, 512, 1).unwrap()).unwrap();
+        let _ = FetchLayout::of_plan(&v, 8);
+    }
+
+    #[test]
+    fn the_fetch_kernels_take_what_the_launch_passes() {
         let src = fetch_source();
-        assert!(
-            src.contains(&format!(
-                "extern \"C\" __global__ void __launch_bounds__(256) fetch_bound({})",
-                FETCH_PARAMS.join(", ")
-            )),
-            "{src}"
-        );
+        assert_eq!(src.matches("typedef unsigned long long u64;").count(), 1);
+        assert_eq!(src.matches("extern \"C\"").count(), SEGMENTS.len());
         // Every parameter is 8 bytes, as each value pushed is a u64.
         for p in FETCH_PARAMS {
             assert!(
@@ -1614,14 +1718,6 @@ mod tests {
                 "{p}"
             );
         }
-        let l = FetchLayout {
-            start: 64,
-            count: 10,
-            block: 100,
-            stride: 130,
-        };
-        let a = FetchArgs::new(l);
-        let v = a.values(0x1000, 0x2000);
         // The values in the order the parameters are named.
         let named: Vec<&str> = FETCH_PARAMS
             .iter()
@@ -1631,30 +1727,60 @@ mod tests {
             named,
             ["src", "dst", "start", "block", "count", "stride", "spb", "packed", "key"]
         );
-        assert_eq!(
-            v,
-            [
-                0x1000,
-                0x2000,
-                64,
-                100,
-                10,
-                130,
-                l.slots_per_block(),
-                1000,
-                FetchArgs::KEY
-            ]
-        );
         assert_ne!(
             FetchArgs::KEY,
             0,
             "a zero source folds to 0, which must not match"
         );
-        // One segment is 4 lanes of 16 bytes: the shifts the source uses.
-        assert_eq!(SEGMENT, 1 << 6);
-        assert!(src.contains("t >> 2") && src.contains("(t & 3) << 4") && src.contains(">> 6"));
-        assert!(src.contains("packed & 15"));
-        assert_eq!(a.lanes(), 10 * l.slots_per_block() * 4);
+        // A 64-byte segment is 4 lanes of 16 bytes, a 32-byte sector 2: the shifts and masks
+        // each kernel uses.
+        assert_eq!(SEGMENTS, [64, 32]);
+        for (segment, lanes, shift, mask, seg_shift) in [(64u64, 4u64, 2, 3, 6), (32, 2, 1, 1, 5)] {
+            assert_eq!(segment, 1 << seg_shift);
+            assert_eq!(segment / 16, lanes);
+            let k = fetch_kernel(segment);
+            assert!(src.contains(&k), "{segment}");
+            assert!(
+                k.starts_with(&format!(
+                    "extern \"C\" __global__ void __launch_bounds__(256) fetch_bound_{segment}({})",
+                    FETCH_PARAMS.join(", ")
+                )),
+                "{k}"
+            );
+            assert_eq!(fetch_name(segment), format!("fetch_bound_{segment}"));
+            assert!(k.contains(&format!("const u64 lanes = (count * spb) << {shift};")));
+            assert!(
+                k.contains(&format!("const u64 slot = t >> {shift};")),
+                "{k}"
+            );
+            assert!(k.contains(&format!("((t & {mask}) << 4)")), "{k}");
+            assert!(k.contains(&format!("(g << {seg_shift})")), "{k}");
+            assert_eq!(k.matches(&format!(">> {seg_shift}")).count(), 3, "{k}");
+            assert!(k.contains("packed & 15"));
+            let l = FetchLayout {
+                start: 64,
+                count: 10,
+                block: 100,
+                stride: 130,
+                segment,
+            };
+            let a = FetchArgs::new(l);
+            assert_eq!(
+                a.values(0x1000, 0x2000),
+                [
+                    0x1000,
+                    0x2000,
+                    64,
+                    100,
+                    10,
+                    130,
+                    l.slots_per_block(),
+                    1000,
+                    FetchArgs::KEY
+                ]
+            );
+            assert_eq!(a.lanes(), 10 * l.slots_per_block() * lanes);
+        }
     }
 
     #[test]
