@@ -64,9 +64,9 @@ pub fn run(args: &PackArgs) -> anyhow::Result<()> {
     sink.lines([
         "# collbench pack: one GPU; rows: contiguous 4 MiB, 2-D vectors at stride 512, the 6 \
          faces of a grid with radius 3 (fused); columns: ours, D2D copy (the ceiling), fetch64 \
-         and fetch32 (bounds for small blocks: every 64-byte segment, or every 32-byte sector, \
-         holding a byte of the layout read once, the packed bytes written; fetch32 is the tight \
-         bound for blocks up to 32 bytes, ours/fetch32 holds ours against it), \
+         and fetch32 (references for small blocks: every 64-byte segment, or every 32-byte \
+         sector, holding a byte of the layout read once, the packed bytes written; \
+         ours/fetch32 holds ours against the traffic the layout needs), \
          cuMemcpy2DAsync, one copy per block, one thread per word"
             .to_string(),
     ]);

@@ -10,25 +10,24 @@
 //!     block count (marked `~`),
 //! (d) a naive kernel: one thread per word, the word's position found by division, the layout
 //!     passed at run time;
-//! (e) the fetch bounds, for layouts of at most one strided dimension ([`FetchLayout`]):
-//!     measured bounds, not packs. For small blocks the D2D copy is no bound: it reads only the
-//!     packed bytes, while a block of `b` bytes at stride 512 costs the GPU at least one aligned
-//!     DRAM segment read however it is packed. A fetch kernel does the least DRAM traffic the
-//!     layout allows in segments of its size, fully coalesced: it reads every aligned segment
-//!     that holds a byte of some block, once ([`FetchLayout::segments`] of them; `segment / 16`
-//!     consecutive threads a segment, one 16-byte load each), and writes the packed number of
-//!     bytes contiguously (16-byte stores, byte stores for the last `packed % 16`). What it
-//!     writes is not the blocks' bytes: it times the traffic of a pack, not a correct pack. Two
-//!     sizes ([`SEGMENTS`]): `fetch64` reads 64-byte segments, `fetch32` the 32-byte sectors
-//!     the GPU's L2 fetches from DRAM. `fetch32` is the tight bound: a block of up to 32 bytes
-//!     that fits one sector costs one 32-byte sector, not a 64-byte segment, so `fetch64` is no
-//!     bound there; for blocks over 32 bytes at stride 512 the two read the same bytes. A
-//!     contiguous layout, or blocks of whole segments at stride 512, read the packed bytes once,
-//!     as the D2D copy does; at stride 512 a block of `b` <= 32 bytes reads 32 / `b` times its
-//!     bytes in `fetch32` (64 / `b` in `fetch64`), and there the tight fetch bound, not the D2D
-//!     copy, is what to hold ours against (`ours/fetch32` = ours GB/s / fetch32 GB/s, 1.00 = at
-//!     the bound). Grid-stride loops, 256 threads a block, one wave of blocks (the
-//!     multiprocessors times the blocks each holds, as the packers size a one-wave grid).
+//! (e) the fetch references, for layouts of at most one strided dimension ([`FetchLayout`]):
+//!     kernels that time the least DRAM traffic the layout allows, not packs. For small blocks
+//!     the D2D copy says little: it reads only the packed bytes, while a block of `b` bytes at
+//!     stride 512 costs the GPU at least one aligned DRAM sector read however it is packed. A
+//!     fetch kernel reads every aligned segment of its size that holds a byte of some block,
+//!     once ([`FetchLayout::segments`] of them; `segment / 16` consecutive threads a segment,
+//!     one 16-byte load each), and writes the packed number of bytes contiguously (16-byte
+//!     stores, byte stores for the last `packed % 16`). What it writes is not the blocks' bytes:
+//!     it times the traffic of a pack, not a correct pack. Two sizes ([`SEGMENTS`]): `fetch64`
+//!     reads 64-byte segments, `fetch32` the 32-byte sectors the GPU's L2 fetches from DRAM (a
+//!     block of up to 32 bytes that fits one sector costs one sector, half of `fetch64`'s
+//!     bytes; for blocks over 32 bytes at stride 512 the two read the same bytes). They are
+//!     references, not hardware bounds: a plain coalesced kernel with the least traffic, which
+//!     the generated kernels matched or beat on an H100 (0.95-1.34x, docs/PERFORMANCE.md), so
+//!     `ours/fetch32` (ours GB/s / fetch32 GB/s) says how ours stands against the traffic the
+//!     layout needs, where `% of D2D` cannot. Grid-stride loops, 256 threads a block, one wave
+//!     of blocks (the multiprocessors times the blocks each holds, as the packers size a
+//!     one-wave grid).
 //!
 //! Every column launches on raw device pointers, with no per-call event bookkeeping: ours
 //! through [`Packer::pack_raw`] and [`FusedPacker::pack_raw`], the baselines and the fetch bound
@@ -328,10 +327,10 @@ impl Naive {
     }
 }
 
-/// Bytes of the aligned DRAM segments the fetch bounds read whole, one bound each: the unit of
-/// DRAM traffic a bound counts (a block of fewer bytes still costs a whole segment). 64 is the
-/// `fetch64` column; 32, the sector the GPU's L2 fetches, is the `fetch32` column, the tight
-/// bound (for a block of up to 32 bytes it reads half the bytes `fetch64` reads).
+/// Bytes of the aligned DRAM segments the fetch references read whole, one reference each: the
+/// unit of DRAM traffic a reference counts (a block of fewer bytes still costs a whole segment).
+/// 64 is the `fetch64` column; 32, the sector the GPU's L2 fetches, is the `fetch32` column (for
+/// a block of up to 32 bytes it reads half the bytes `fetch64` reads).
 pub const SEGMENTS: [u64; 2] = [64, 32];
 
 /// Threads per thread block of the fetch kernels.
@@ -724,10 +723,10 @@ pub struct Row {
     pub per_block_ms: Option<(f64, bool)>,
     /// The one-thread-per-word kernel, for layouts of at most 2 dimensions.
     pub naive_ms: Option<f64>,
-    /// The fetch bound of 64-byte segments ((e) of the [module docs](self)), for layouts of at
+    /// The fetch reference of 64-byte segments ((e) of the [module docs](self)), for layouts of at
     /// most one strided dimension ([`FetchLayout::of_plan`]).
     pub fetch64_ms: Option<f64>,
-    /// The fetch bound of 32-byte segments, the tight one ((e) of the [module docs](self)), for
+    /// The fetch reference of 32-byte sectors ((e) of the [module docs](self)), for
     /// the same layouts.
     pub fetch32_ms: Option<f64>,
     /// Further variants of ours (name, time).
@@ -1451,9 +1450,9 @@ pub fn run(options: &Options, out: &mut dyn FnMut(&str)) -> Result<()> {
          packed bytes / time; `~` = per-block copies timed on the first {PER_BLOCK_SUBSET} \
          blocks and scaled to all blocks; fetch64 / fetch32 = a kernel that reads every aligned \
          64-byte segment / 32-byte sector holding a byte of the layout once and writes the \
-         packed bytes (a bound, not a pack; fetch32 is the tight bound, as the L2 fetches \
-         32-byte sectors: for blocks up to 32 bytes it reads half of fetch64's bytes), \
-         `ours/fetch32` = ours GB/s / fetch32 GB/s, `-` = no fetch bound (more than one strided \
+         packed bytes (the least DRAM traffic the layout allows, in plain coalesced loads: a \
+         reference, not a pack and not a hardware bound), \
+         `ours/fetch32` = ours GB/s / fetch32 GB/s, `-` = no fetch reference (more than one strided \
          dimension).\n",
         REP_BYTES >> 20
     ));
