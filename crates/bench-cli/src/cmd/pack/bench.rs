@@ -23,7 +23,7 @@
 //!     block of up to 32 bytes that fits one sector costs one sector, half of `fetch64`'s
 //!     bytes; for blocks over 32 bytes at stride 512 the two read the same bytes). They are
 //!     references, not hardware bounds: a plain coalesced kernel with the least traffic, which
-//!     the generated kernels matched or beat on an H100 (0.95-1.34x, docs/PERFORMANCE.md), so
+//!     the generated kernels matched or beat on an H100 (0.95-1.38x, docs/PERFORMANCE.md), so
 //!     `ours/fetch32` (ours GB/s / fetch32 GB/s) says how ours stands against the traffic the
 //!     layout needs, where `% of D2D` cannot. Grid-stride loops, 256 threads a block, one wave
 //!     of blocks (the multiprocessors times the blocks each holds, as the packers size a
