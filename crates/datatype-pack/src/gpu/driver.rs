@@ -5,6 +5,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
+use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, DriverError};
 
 use crate::error::{Error, Result};
@@ -91,4 +92,73 @@ pub fn device_arch(ctx: &CudaContext) -> Result<String> {
         let (major, minor) = ctx.compute_capability().map_err(drv(OP))?;
         Ok(format!("sm_{major}{minor}"))
     })
+}
+
+/// What a device holds at once: its multiprocessors and, per multiprocessor, the most threads and
+/// thread blocks. The packers size a one-wave grid from it ([`Residency::wave`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Residency {
+    /// Multiprocessors.
+    pub sms: u64,
+    /// Threads one multiprocessor holds at once.
+    pub threads_per_sm: u64,
+    /// Thread blocks one multiprocessor holds at once.
+    pub blocks_per_sm: u64,
+}
+
+impl Residency {
+    /// The residency of `ctx`'s device.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] if the driver cannot tell.
+    pub fn of(ctx: &CudaContext) -> Result<Self> {
+        const OP: &str = "gpu::Residency::of";
+        let attr = |a| {
+            guard(OP, || {
+                ctx.attribute(a)
+                    .map_err(drv(OP))
+                    .map(|v| u64::try_from(v).unwrap_or(1).max(1))
+            })
+        };
+        Ok(Self {
+            sms: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            threads_per_sm: attr(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+            )?,
+            blocks_per_sm: attr(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+            )?,
+        })
+    }
+
+    /// Thread blocks of `threads` threads the device holds at once (one wave): at least one per
+    /// multiprocessor.
+    pub fn wave(&self, threads: u32) -> u64 {
+        let per_sm = (self.threads_per_sm / u64::from(threads.max(1)))
+            .min(self.blocks_per_sm)
+            .max(1);
+        self.sms * per_sm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Residency;
+
+    #[test]
+    fn a_wave_is_bounded_by_threads_and_blocks_per_multiprocessor() {
+        // H100: 132 multiprocessors, 2048 threads and 32 blocks each.
+        let h100 = Residency {
+            sms: 132,
+            threads_per_sm: 2048,
+            blocks_per_sm: 32,
+        };
+        assert_eq!(h100.wave(256), 132 * 8);
+        assert_eq!(h100.wave(1024), 132 * 2);
+        // 32-thread blocks: the block limit, not the thread limit.
+        assert_eq!(h100.wave(32), 132 * 32);
+        // Never less than one block per multiprocessor, nor a division by zero.
+        assert_eq!(h100.wave(4096), 132);
+        assert_eq!(h100.wave(0), 132 * 32);
+    }
 }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr};
+use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
@@ -23,7 +23,7 @@ use crate::codegen::{self, Direction};
 use crate::error::{invalid, Buffer, Error, Result};
 
 use super::compile::{compile, lock};
-use super::driver::{device_arch, drv, guard};
+use super::driver::{device_arch, drv, guard, Residency};
 use super::options::{GpuOptions, GridCap, AUTO_FULL_ABOVE_WAVES};
 
 /// What a packer knows about its device.
@@ -31,9 +31,7 @@ use super::options::{GpuOptions, GridCap, AUTO_FULL_ABOVE_WAVES};
 pub(super) struct Device {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) arch: String,
-    pub(super) sms: u64,
-    pub(super) threads_per_sm: u64,
-    pub(super) blocks_per_sm: u64,
+    pub(super) residency: Residency,
     pub(super) options: GpuOptions,
 }
 
@@ -50,37 +48,29 @@ impl Device {
                 format!("max_threads_per_block {t} is not a power of two from 32 to 1024"),
             ));
         }
-        let attr = |a| {
-            ctx.attribute(a)
-                .map_err(drv(op))
-                .map(|v| u64::try_from(v).unwrap_or(1).max(1))
-        };
         Ok(Self {
             ctx: ctx.clone(),
             arch: device_arch(ctx)?,
-            sms: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
-            threads_per_sm: attr(
-                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
-            )?,
-            blocks_per_sm: attr(
-                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
-            )?,
+            residency: Residency::of(ctx)?,
             options: options.clone(),
         })
     }
 
     /// Thread blocks of `threads` threads the device holds at once.
     pub(super) fn wave(&self, threads: u32) -> u64 {
-        let per_sm = (self.threads_per_sm / u64::from(threads.max(1)))
-            .min(self.blocks_per_sm)
-            .max(1);
-        self.sms * per_sm
+        self.residency.wave(threads)
     }
 
     /// The most thread blocks of `threads` threads a launch whose full grid has `full` blocks
     /// gets, under the grid policy; `flat` for a flat kernel.
     pub(super) fn max_blocks(&self, threads: u32, full: u64, flat: bool) -> u64 {
-        grid_budget(self.options.grid, self.wave(threads), self.sms, full, flat)
+        grid_budget(
+            self.options.grid,
+            self.wave(threads),
+            self.residency.sms,
+            full,
+            flat,
+        )
     }
 
     /// The grid a single plan's kernels of launch shape `shape` get under the grid policy: its

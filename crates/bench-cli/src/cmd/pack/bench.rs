@@ -54,9 +54,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use collectives_core::cudarc::driver::sys::{
-    self, CUdevice_attribute, CUevent_flags, CUmemorytype,
-};
+use collectives_core::cudarc::driver::sys::{self, CUevent_flags, CUmemorytype};
 use collectives_core::cudarc::driver::{
     CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DriverError,
     LaunchConfig, PushKernelArg,
@@ -618,24 +616,10 @@ impl Fetch {
             .iter()
             .map(|&s| m.load_function(&fetch_name(s)).map_err(drv))
             .collect::<Result<_>>()?;
-        let attr = |a| -> Result<u64> {
-            Ok(u64::try_from(ctx.attribute(a).map_err(drv)?)
-                .unwrap_or(1)
-                .max(1))
-        };
-        // Sized as the packers size a one-wave grid: multiprocessors times the blocks of 256
-        // threads one holds.
-        let sms = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let threads_per_sm =
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?;
-        let blocks_per_sm =
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)?;
-        let per_sm = (threads_per_sm / u64::from(FETCH_THREADS))
-            .min(blocks_per_sm)
-            .max(1);
         Ok(Self {
             funcs,
-            wave: sms * per_sm,
+            // As the packers size a one-wave grid.
+            wave: gpu::Residency::of(ctx)?.wave(FETCH_THREADS),
         })
     }
 
