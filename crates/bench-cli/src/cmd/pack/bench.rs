@@ -30,8 +30,8 @@
 //!     one-wave grid).
 //!
 //! Every column launches on raw device pointers, with no per-call event bookkeeping: ours
-//! through [`Packer::pack_raw`] and [`FusedPacker::pack_raw`], the baselines and the fetch bound
-//! through the driver.
+//! through [`Packer::pack_raw`] and [`FusedPacker::pack_raw`], the baselines and the fetch
+//! references through the driver.
 //!
 //! GB/s counts the packed bytes once (as the D2D copy counts the bytes copied once). Every time
 //! is the median of [`ITERS`] timed iterations after [`WARMUP`] warm-up iterations
@@ -334,12 +334,12 @@ pub const SEGMENTS: [u64; 2] = [64, 32];
 /// Threads per thread block of the fetch kernels.
 const FETCH_THREADS: u32 = 256;
 
-/// A layout of at most one strided dimension as a fetch bound reads it: `count` blocks of
+/// A layout of at most one strided dimension as a fetch reference reads it: `count` blocks of
 /// `block` bytes, block `i` at byte `start + i * stride` of a buffer whose base is
 /// `segment`-aligned (a `cuMemAlloc` base is), read in aligned segments of `segment` bytes (one
 /// of [`SEGMENTS`]).
 ///
-/// The bound reads each segment that holds a byte of some block once. Block `i` touches the
+/// The reference reads each segment that holds a byte of some block once. Block `i` touches the
 /// segments `first(i) ..= last(i)`; as the offsets only grow, a segment an earlier block touches
 /// is one block `i - 1` touches, so block `i` reads only the segments after `last(i - 1)`: its
 /// new segments. Every touched segment is then read by exactly one block.
@@ -437,7 +437,7 @@ impl FetchLayout {
     }
 
     /// Aligned `segment`-byte segments that hold at least one byte of some block: what the
-    /// fetch bound reads. Computed over one period of the offsets, so in constant time.
+    /// fetch reference reads. Computed over one period of the offsets, so in constant time.
     pub fn segments(&self) -> u64 {
         if self.is_empty() {
             return 0;
@@ -488,7 +488,7 @@ const FETCH_PARAMS: [&str; 9] = [
 
 /// The name of the fetch kernel of `segment`-byte segments.
 fn fetch_name(segment: u64) -> String {
-    format!("fetch_bound_{segment}")
+    format!("fetch_reference_{segment}")
 }
 
 /// The fetch kernel of `segment`-byte segments (a power of two of at least 16): a grid-stride
@@ -623,7 +623,7 @@ impl Fetch {
         })
     }
 
-    /// Enqueues the fetch bound of `layout` (in its segment size, one of [`SEGMENTS`]) from the
+    /// Enqueues the fetch reference of `layout` (in its segment size, one of [`SEGMENTS`]) from the
     /// allocation at `src` to the one at `dst`.
     fn launch(&self, stream: &CudaStream, layout: FetchLayout, src: u64, dst: u64) -> Result<()> {
         let func = SEGMENTS
@@ -747,8 +747,8 @@ impl Row {
                     gbs(self.packed, ms)
                 )
             });
-        // Ours GB/s over the tight (32-byte) fetch bound's; `-` where the layout has no fetch
-        // bound.
+        // Ours GB/s over the 32-byte fetch reference's; `-` where the layout has no fetch
+        // reference.
         let of_fetch = |ms: f64| {
             self.fetch32_ms
                 .map_or("-".to_string(), |f| format!("{:.2}", f / ms))
@@ -789,9 +789,9 @@ impl Row {
 
 impl Row {
     /// The row's records (`record.rs`), one per column that was measured: variant `library` for
-    /// ours, then `d2d`, `copy2d`, `per-block`, `naive`, `fetch64` and `fetch32` (the bounds)
-    /// and the extra variants by name; the layout and word size in `config` (with `per_block=scaled` where the
-    /// per-block time was scaled).
+    /// ours, then `d2d`, `copy2d`, `per-block`, `naive`, `fetch64` and `fetch32` (the references)
+    /// and the extra variants by name; the layout and word size in `config` (with
+    /// `per_block=scaled` where the per-block time was scaled).
     pub fn records(
         &self,
         machine: &crate::output::record::Machine,
@@ -1038,7 +1038,7 @@ impl Bench {
         .map(Some)
     }
 
-    /// The fetch bound of `plan` in `segment`-byte segments (one of [`SEGMENTS`]; (e) of the
+    /// The fetch reference of `plan` in `segment`-byte segments (one of [`SEGMENTS`]; (e) of the
     /// [module docs](self)); none for a plan of more than one dimension or none selected. The
     /// destination buffer is far over 4 bytes, as the kernel's store of its fold needs.
     fn fetch(&self, plan: &StridedBlock, segment: u64) -> Result<Option<f64>> {
@@ -1436,8 +1436,8 @@ pub fn run(options: &Options, out: &mut dyn FnMut(&str)) -> Result<()> {
          64-byte segment / 32-byte sector holding a byte of the layout once and writes the \
          packed bytes (the least DRAM traffic the layout allows, in plain coalesced loads: a \
          reference, not a pack and not a hardware bound), \
-         `ours/fetch32` = ours GB/s / fetch32 GB/s, `-` = no fetch reference (more than one strided \
-         dimension).\n",
+         `ours/fetch32` = ours GB/s / fetch32 GB/s, `-` = no fetch reference (more than one \
+         strided dimension).\n",
         REP_BYTES >> 20
     ));
     for l in header() {
@@ -1481,7 +1481,7 @@ mod tests {
         };
         let l = r.lines();
         assert_eq!(l.len(), 2);
-        // The ratio is to the 32-byte bound.
+        // The ratio is to the 32-byte reference.
         assert_eq!(
             l[0],
             "| x | 1000000 | 8 | 10.00 | 100.0 | 50% | 0.80 | 200.0 | 100.0 | 125.0 | n/a | ~1.00 | 50.0 |"
@@ -1512,7 +1512,7 @@ mod tests {
     }
 
     #[test]
-    fn records_name_the_fetch_bound() {
+    fn records_name_the_fetch_references() {
         let r = Row {
             name: "x".into(),
             packed: 1 << 20,
@@ -1725,12 +1725,12 @@ mod tests {
             assert!(src.contains(&k), "{segment}");
             assert!(
                 k.starts_with(&format!(
-                    "extern \"C\" __global__ void __launch_bounds__(256) fetch_bound_{segment}({})",
+                    "extern \"C\" __global__ void __launch_bounds__(256) fetch_reference_{segment}({})",
                     FETCH_PARAMS.join(", ")
                 )),
                 "{k}"
             );
-            assert_eq!(fetch_name(segment), format!("fetch_bound_{segment}"));
+            assert_eq!(fetch_name(segment), format!("fetch_reference_{segment}"));
             assert!(k.contains(&format!("const u64 lanes = (count * spb) << {shift};")));
             assert!(
                 k.contains(&format!("const u64 slot = t >> {shift};")),
