@@ -719,8 +719,31 @@ impl Engine {
         }
     }
 
-    /// Unpacks the first `plan.packed_size()` bytes of `staging` into the buffer at `buf`.
-    /// A contiguous `plan` (a short message's whole elements) is one copy.
+    /// Unpacks the first `plan.packed_size()` bytes of `staging` into the buffer at `buf`,
+    /// and waits for it. A contiguous `plan` (a short message's whole elements) is one copy.
+    ///
+    /// # Safety
+    /// As [`Engine::enqueue_unpack`].
+    ///
+    /// # Errors
+    /// As [`Engine::pack`].
+    pub unsafe fn unpack(
+        &self,
+        plan: &StridedBlock,
+        staging: &mut Staging,
+        buf: *mut c_void,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        let queued = unsafe { self.enqueue_unpack(plan, staging, buf) };
+        let waited = self.wait();
+        queued.and(waited)
+    }
+
+    /// Queues the unpack of the first `plan.packed_size()` bytes of `staging` into the buffer
+    /// at `buf` on the GPU's stream without waiting for it (the CPU engine unpacks at once).
+    /// Several receives completed by one call queue theirs one after the other and wait once
+    /// ([`Engine::wait`]); the staging must not be dropped, nor the buffer read, before that
+    /// wait, whatever this returned (a failed call may have queued a copy).
     ///
     /// # Safety
     /// `buf` with `plan` describes memory the caller may write (MPI's contract for a receive
@@ -730,7 +753,7 @@ impl Engine {
     ///
     /// # Errors
     /// As [`Engine::pack`].
-    pub unsafe fn unpack(
+    pub unsafe fn enqueue_unpack(
         &self,
         plan: &StridedBlock,
         staging: &mut Staging,
@@ -752,21 +775,39 @@ impl Engine {
             }
             (Engine::Gpu(g, d), staging) => {
                 let (src, _) = staging.kernel_side().ok_or_else(lost)?;
-                g.run(|| {
-                    // Staged: the copy from pinned host memory, before the kernel.
-                    if let Staging::Both(_, Some(a), Some(h)) = staging {
-                        profile::time(Phase::Copy, || g.copy(a.ptr, h.host as u64, n))?;
-                    }
-                    // SAFETY: `src` is the staging's kernel side, holding at least `n`
-                    // received bytes once the copy above ran (the caller's contract), used by
-                    // nothing else; `d` is the caller's receive buffer.
-                    unsafe { enqueue_unpack(g, d, plan, src, n) }
-                })
+                // Staged: the copy from pinned host memory, before the kernel.
+                if let Staging::Both(_, Some(a), Some(h)) = staging {
+                    profile::time(Phase::Copy, || g.copy(a.ptr, h.host as u64, n))?;
+                }
+                // SAFETY: `src` is the staging's kernel side, holding at least `n` received
+                // bytes once the copy above ran (the caller's contract), used by nothing else;
+                // `d` is the caller's receive buffer.
+                unsafe { enqueue_unpack(g, d, plan, src, n) }
             }
             (Engine::Cpu, _) => Err(Error::Unsupported {
                 op: "unpack",
                 message: "staging buffer of another engine".to_owned(),
             }),
+        }
+    }
+
+    /// Waits for everything queued on the GPU's stream (nothing for the CPU engine).
+    ///
+    /// # Errors
+    /// The wait fails.
+    pub fn wait(&self) -> Result<()> {
+        match self {
+            Engine::Cpu => Ok(()),
+            Engine::Gpu(g, _) => profile::time(Phase::Wait, || g.wait()),
+        }
+    }
+
+    /// The device ordinal of a GPU engine: engines with the same one share a stream, so one
+    /// [`Engine::wait`] covers all their queued work.
+    pub fn ordinal(&self) -> Option<usize> {
+        match self {
+            Engine::Cpu => None,
+            Engine::Gpu(g, _) => Some(g.ordinal()),
         }
     }
 

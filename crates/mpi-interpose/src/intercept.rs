@@ -15,8 +15,8 @@ use crate::handle::key;
 use crate::log::{self, log};
 use crate::memory::{self, DeviceBuffer};
 use crate::path::{
-    any_ours, blank_status, bytes_type, finish_recv, forget, guarded, prepare_recv, prepare_send,
-    remember, take_completed, Pending,
+    any_ours, blank_status, bytes_type, finish_recv, finish_recvs, forget, guarded, prepare_recv,
+    prepare_send, remember, take_completed, Pending,
 };
 use crate::profile::{self, Phase};
 use crate::table::status_slot_of_some;
@@ -508,7 +508,8 @@ pub unsafe extern "C" fn MPI_Sendrecv(
 }
 
 /// Completes the interposer's requests among `before` that the call set to null; `status_of(i)`
-/// is the status of array slot `i`. Returns the first unpack error, or `rc`.
+/// is the status of array slot `i`. The receives among them are unpacked together
+/// ([`finish_recvs`]: their launches, then one wait). Returns `rc`, or the first unpack error.
 ///
 /// # Safety
 /// MPI initialized; the statuses are those the real MPI just wrote.
@@ -518,25 +519,26 @@ unsafe fn complete(
     after: &[u64],
     status_of: impl Fn(usize) -> Option<*const MPI_Status>,
 ) -> c_int {
-    let mut out = rc;
+    let blank = blank_status();
+    let mut recvs = Vec::new();
     for (i, work) in take_completed(before, after, null_request()) {
         match work {
             Pending::Send(s) => drop(s),
-            Pending::Recv(r) => {
-                let mut scope = profile::scope(profile::COMPLETION);
-                scope.taken();
-                let blank = blank_status();
-                let st = status_of(i).unwrap_or(&blank as *const MPI_Status);
-                // SAFETY: the request completed with this status (or, where MPI gave none, a
-                // zeroed one, which reads as nothing received).
-                let code = unsafe { finish_recv(r, st) };
-                if code != 0 && out == 0 {
-                    out = code;
-                }
-            }
+            // Where MPI gave no status, a zeroed one, which reads as nothing received.
+            Pending::Recv(r) => recvs.push((r, status_of(i).unwrap_or(&blank))),
         }
     }
-    out
+    if recvs.is_empty() {
+        return rc;
+    }
+    let mut scope = profile::scope(profile::COMPLETION);
+    scope.taken();
+    // SAFETY: each request completed with its status (or the zeroed one, alive until here).
+    let codes = unsafe { finish_recvs(recvs) };
+    if rc != 0 {
+        return rc;
+    }
+    codes.into_iter().find(|&c| c != 0).unwrap_or(0)
 }
 
 /// The handles of `n` requests at `reqs`.

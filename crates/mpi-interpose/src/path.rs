@@ -274,50 +274,112 @@ pub const ERR_INTERN: c_int = ffi::MPI_ERR_INTERN as c_int;
 /// # Safety
 /// MPI initialized; `status` is the completed receive's status; the receive's buffer is still
 /// the caller's, as MPI requires until completion.
-pub unsafe fn finish_recv(mut r: Receive, status: *const ffi::MPI_Status) -> c_int {
+pub unsafe fn finish_recv(r: Receive, status: *const ffi::MPI_Status) -> c_int {
+    // SAFETY: the caller's contract.
+    let codes = unsafe { finish_recvs(vec![(r, status)]) };
+    codes[0]
+}
+
+/// Unpacks receives completed by one call, each by its status: every unpack is queued first,
+/// then each GPU's stream is waited for once, so `n` receives cost `n` launches and one wait
+/// instead of `n` of each. Returns MPI's code for each completion, in order.
+///
+/// # Safety
+/// As [`finish_recv`], for every pair.
+pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> Vec<c_int> {
+    // Per receive: the bytes whose unpack is queued, or the code it settled with.
+    let queued: Vec<std::result::Result<u64, c_int>> = done
+        .iter_mut()
+        .map(|(r, status)| {
+            // SAFETY: the caller's contract.
+            guarded(|| Some(unsafe { enqueue_finish(r, *status) })).unwrap_or(Err(ERR_INTERN))
+        })
+        .collect();
+    // Wait once per GPU with queued work (a failed enqueue may have queued a copy, too).
+    let mut waited: Vec<(usize, bool)> = Vec::new();
+    for (r, _) in &done {
+        let Some(ordinal) = r.engine.ordinal() else {
+            continue;
+        };
+        if waited.iter().all(|&(o, _)| o != ordinal) {
+            let ok = match guarded(|| Some(r.engine.wait())) {
+                Some(Ok(())) => true,
+                Some(Err(e)) => {
+                    log!("{}: the wait for the unpack failed: {e}", r.op);
+                    false
+                }
+                None => false,
+            };
+            waited.push((ordinal, ok));
+        }
+    }
+    done.iter()
+        .zip(queued)
+        .map(|((r, _), q)| match q {
+            Err(code) => code,
+            Ok(bytes) => {
+                let ok = r
+                    .engine
+                    .ordinal()
+                    .map_or(true, |o| waited.iter().any(|&(w, ok)| w == o && ok));
+                if ok {
+                    log!(
+                        "{}: unpacked {bytes} bytes into a {}",
+                        r.op,
+                        r.engine.describe()
+                    );
+                    0
+                } else {
+                    ERR_INTERN
+                }
+            }
+        })
+        .collect()
+}
+
+/// Reads a completed receive's status and queues its unpack: the bytes queued, or the
+/// completion's code when there is nothing to queue (cancelled, no plan, a failed enqueue).
+///
+/// # Safety
+/// As [`finish_recv`].
+unsafe fn enqueue_finish(
+    r: &mut Receive,
+    status: *const ffi::MPI_Status,
+) -> std::result::Result<u64, c_int> {
     let op = r.op;
-    let result = guarded(|| {
-        let mut cancelled: c_int = 0;
-        // SAFETY: `status` is a completed request's status.
-        unsafe { ffi::PMPI_Test_cancelled(status, &mut cancelled) };
-        if cancelled != 0 {
-            log!("{op}: cancelled, nothing to unpack");
-            return Some(0);
+    let mut cancelled: c_int = 0;
+    // SAFETY: `status` is a completed request's status.
+    unsafe { ffi::PMPI_Test_cancelled(status, &mut cancelled) };
+    if cancelled != 0 {
+        log!("{op}: cancelled, nothing to unpack");
+        return Err(0);
+    }
+    let mut got: c_int = 0;
+    // SAFETY: as above; counted in bytes.
+    unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut got) };
+    let got = u64::try_from(got).unwrap_or(0);
+    let elem = r.layout.element_size();
+    let n = got.checked_div(elem).unwrap_or(0).min(r.count);
+    if got % elem.max(1) != 0 {
+        log!("{op}: {got} bytes are not whole elements of {elem}; unpacking {n} whole");
+    }
+    let plan = if n == r.count {
+        Some(r.plan.clone())
+    } else {
+        r.layout.raw_plan(n)
+    };
+    let Some(plan) = plan else {
+        log!("{op}: no plan for {n} element(s) received");
+        return Err(ERR_INTERN);
+    };
+    // SAFETY: the staging came from `receive_buffer` of this engine with the full plan, and
+    // `plan` is no larger; the buffer is the caller's receive buffer; the staging lives until
+    // the wait in `finish_recvs`.
+    match unsafe { r.engine.enqueue_unpack(&plan, &mut r.staging, r.buf) } {
+        Ok(()) => Ok(plan.packed_size()),
+        Err(e) => {
+            log!("{op}: unpack failed after the bytes arrived: {e}");
+            Err(ERR_INTERN)
         }
-        let mut got: c_int = 0;
-        // SAFETY: as above; counted in bytes.
-        unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut got) };
-        let got = u64::try_from(got).unwrap_or(0);
-        let elem = r.layout.element_size();
-        let n = got.checked_div(elem).unwrap_or(0).min(r.count);
-        if got % elem.max(1) != 0 {
-            log!("{op}: {got} bytes are not whole elements of {elem}; unpacking {n} whole");
-        }
-        let plan = if n == r.count {
-            Some(r.plan.clone())
-        } else {
-            r.layout.raw_plan(n)
-        };
-        let Some(plan) = plan else {
-            log!("{op}: no plan for {n} element(s) received");
-            return Some(ERR_INTERN);
-        };
-        // SAFETY: the staging came from `receive_buffer` of this engine with the full plan,
-        // and `plan` is no larger; the buffer is the caller's receive buffer.
-        match unsafe { r.engine.unpack(&plan, &mut r.staging, r.buf) } {
-            Ok(()) => {
-                log!(
-                    "{op}: unpacked {} bytes into a {}",
-                    plan.packed_size(),
-                    r.engine.describe()
-                );
-                Some(0)
-            }
-            Err(e) => {
-                log!("{op}: unpack failed after the bytes arrived: {e}");
-                Some(ERR_INTERN)
-            }
-        }
-    });
-    result.unwrap_or(ERR_INTERN)
+    }
 }

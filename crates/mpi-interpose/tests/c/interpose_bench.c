@@ -3,7 +3,10 @@
  *   - MPI_Pack of 2-D and 3-D objects with blocks of 1 to 512 bytes (TEMPI's shapes);
  *   - MPI_Send/MPI_Recv ping-pong of the same objects (half the round trip);
  *   - MPI_Sendrecv of faces of a 256^3 f64 grid (MPI_Type_create_subarray), beside the same
- *     bytes sent contiguous (MPI_BYTE) from device memory.
+ *     bytes sent contiguous (MPI_BYTE) from device memory;
+ *   - a whole halo exchange of that grid as codes write it: the six faces (x, y, z, both
+ *     sides) with MPI_Irecv, MPI_Isend and one MPI_Waitall, the peer rank the neighbour on
+ *     every side, beside six contiguous messages of the same sizes.
  * Rank 0 prints `bench KIND NAME BYTES MEDIAN_US ITERATIONS` lines.
  *
  *   mpicc -O2 -DUSE_CUDA -o interpose_bench interpose_bench.c -lcudart
@@ -85,6 +88,22 @@ static double sendrecv_op(void *p) {
   double t0 = MPI_Wtime();
   MPI_Sendrecv(c->buf, c->count, c->st, peer, 9, c->rbuf, c->count, c->rt, peer, 9, MPI_COMM_WORLD,
                MPI_STATUS_IGNORE);
+  return MPI_Wtime() - t0;
+}
+
+/* A halo exchange: `n` receives and `n` sends posted, then one MPI_Waitall. */
+struct halo_ctx { void *sbuf[6], *rbuf[6]; MPI_Datatype st[6], rt[6]; int count[6], n; };
+static double halo_op(void *p) {
+  struct halo_ctx *c = p;
+  int peer = rank ^ 1;
+  MPI_Request req[12];
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < c->n; i++)
+    MPI_Irecv(c->rbuf[i], c->count[i], c->rt[i], peer, 20 + (i ^ 1), MPI_COMM_WORLD, &req[i]);
+  for (int i = 0; i < c->n; i++)
+    MPI_Isend(c->sbuf[i], c->count[i], c->st[i], peer, 20 + i, MPI_COMM_WORLD, &req[c->n + i]);
+  MPI_Waitall(2 * c->n, req, MPI_STATUSES_IGNORE);
   return MPI_Wtime() - t0;
 }
 
@@ -176,6 +195,44 @@ int main(int argc, char **argv) {
       }
       MPI_Type_free(&face);
       MPI_Type_free(&ghost);
+    }
+    /* The whole exchange: face i (dimension i / 2, low side for even i) goes to the peer's
+     * opposite ghost (tag 20 + i is received as 20 + (i ^ 1)). */
+    struct halo_ctx h = {.n = 6}, flat = {.n = 6};
+    long hbytes = 0;
+    for (int i = 0; i < 6; i++) {
+      int d = i / 2, side = i % 2;
+      int sub[3] = {grid, grid, grid}, fs[3] = {0, 0, 0}, gs[3] = {0, 0, 0};
+      sub[d] = 1;
+      fs[d] = side == 0 ? 1 : grid - 2;
+      gs[d] = side == 0 ? 0 : grid - 1;
+      MPI_Type_create_subarray(3, n, sub, fs, MPI_ORDER_C, MPI_DOUBLE, &h.st[i]);
+      MPI_Type_create_subarray(3, n, sub, gs, MPI_ORDER_C, MPI_DOUBLE, &h.rt[i]);
+      MPI_Type_commit(&h.st[i]);
+      MPI_Type_commit(&h.rt[i]);
+      h.sbuf[i] = h.rbuf[i] = g;
+      h.count[i] = 1;
+      int fsize;
+      MPI_Type_size(h.st[i], &fsize);
+      hbytes += fsize;
+      flat.st[i] = flat.rt[i] = MPI_BYTE;
+      flat.count[i] = fsize;
+    }
+    measure("MPI_Isend/MPI_Irecv/MPI_Waitall", "halo-3d", hbytes, halo_op, &h);
+    if (!host_mpi) {
+      for (int i = 0; i < 6; i++) {
+        flat.sbuf[i] = dmalloc((size_t)flat.count[i]);
+        flat.rbuf[i] = dmalloc((size_t)flat.count[i]);
+      }
+      measure("MPI_Isend/MPI_Irecv/MPI_Waitall", "halo-3d-contiguous", hbytes, halo_op, &flat);
+      for (int i = 0; i < 6; i++) {
+        cudaFree(flat.sbuf[i]);
+        cudaFree(flat.rbuf[i]);
+      }
+    }
+    for (int i = 0; i < 6; i++) {
+      MPI_Type_free(&h.st[i]);
+      MPI_Type_free(&h.rt[i]);
     }
     cudaFree(g);
   }
