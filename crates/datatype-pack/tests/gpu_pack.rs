@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use datatype_pack::construct::{from_strides, hvector, subarray, vector, Order};
 use datatype_pack::fused::CopyRegion;
-use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream, DevicePtr};
+use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use datatype_pack::gpu::{self, FusedCopier, FusedPacker, GpuOptions, GridCap, Packer};
 use datatype_pack::plan::{flat_threads, FLAT_THREADS};
 use datatype_pack::{cpu, fused, Buffer, Error, LaunchShape, StridedBlock, Type};
@@ -1102,6 +1102,109 @@ fn raw_pack_matches_the_cpu_oracle() {
     }
     stream.synchronize().unwrap();
     ran("raw_pack_matches_the_cpu_oracle", t0);
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn relaunch_matches_the_cpu_oracle() {
+    let ctx = ctx();
+    let own = ctx.new_stream().unwrap();
+    let legacy = ctx.default_stream();
+    // Every 10th layout of the pool, launched through one-node graphs, on a stream of its own
+    // and on the legacy default stream in turn (the interposer's).
+    let cases: Vec<Case> = pool().into_iter().skip(5).step_by(10).collect();
+    warm(
+        "relaunch_matches_the_cpu_oracle",
+        cases.iter().map(pool_case_job).collect(),
+    );
+    let t0 = Instant::now();
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| {
+            let stream = if c.index % 2 == 0 { &own } else { &legacy };
+            let opts = options_for(c.index).with_relaunch(true);
+            run_raw_case_with(&ctx, stream, c, &opts).err()
+        })
+        .collect();
+    println!(
+        "relaunch: {} layouts, {} failed",
+        cases.len(),
+        failures.len()
+    );
+    for f in failures.iter().take(10) {
+        println!("  {f}");
+    }
+    assert!(failures.is_empty());
+
+    // Launches queued back to back, each with other addresses: setting the graph's arguments
+    // for the next launch must not change one already queued.
+    let plan = StridedBlock::from_type(&vector(4096, 3, 7, 4).unwrap()).unwrap();
+    let opts = GpuOptions::default().with_relaunch(true);
+    let packer = Packer::with_options(&ctx, &plan, &opts).unwrap();
+    let (extent, packed) = (plan.extent_end() as usize, plan.packed_size() as usize);
+    const COPIES: usize = 8;
+    let host_src = pattern(extent * COPIES, 77);
+    let d_src = own.clone_htod(&host_src).unwrap();
+    let mut d_dst = own.alloc_zeros::<u8>(packed * COPIES).unwrap();
+    {
+        let (sp, _read) = d_src.device_ptr(&own);
+        let (dp, _write) = d_dst.device_ptr_mut(&own);
+        for k in 0..COPIES {
+            // SAFETY: copy `k` reads the `k`-th extent of the source and writes the `k`-th
+            // packed span of the destination, both inside allocations of this context that
+            // outlive the stream's work (copied back below on the same stream).
+            unsafe {
+                packer.pack_raw(
+                    &own,
+                    sp + (k * extent) as u64,
+                    extent,
+                    dp + (k * packed) as u64,
+                    packed,
+                )
+            }
+            .unwrap();
+        }
+    }
+    let got = own.clone_dtoh(&d_dst).unwrap();
+    for k in 0..COPIES {
+        let mut want = vec![0u8; packed];
+        cpu::pack(&plan, &host_src[k * extent..(k + 1) * extent], &mut want).unwrap();
+        assert!(
+            got[k * packed..(k + 1) * packed] == want[..],
+            "queued relaunch {k}: {}",
+            first_diff(&got[k * packed..(k + 1) * packed], &want)
+        );
+    }
+
+    // A stream being captured gets a plain launch, which the captured graph then replays.
+    let cap = ctx.new_stream().unwrap();
+    let d_src = cap.clone_htod(&host_src[..extent]).unwrap();
+    let mut d_dst = cap.alloc_zeros::<u8>(packed).unwrap();
+    cap.synchronize().unwrap();
+    cap.begin_capture(
+        gpu::cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    )
+    .unwrap();
+    {
+        let (sp, _read) = d_src.device_ptr(&cap);
+        let (dp, _write) = d_dst.device_ptr_mut(&cap);
+        // SAFETY: as above, for one copy; the graph runs before the buffers are read or freed.
+        unsafe { packer.pack_raw(&cap, sp, extent, dp, packed) }.unwrap();
+    }
+    let graph = cap
+        .end_capture(gpu::cudarc::driver::sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("the capture holds the pack");
+    graph.launch().unwrap();
+    let got = cap.clone_dtoh(&d_dst).unwrap();
+    let mut want = vec![0u8; packed];
+    cpu::pack(&plan, &host_src[..extent], &mut want).unwrap();
+    assert!(
+        got == want,
+        "captured relaunch: {}",
+        first_diff(&got, &want)
+    );
+    ran("relaunch_matches_the_cpu_oracle", t0);
 }
 
 #[test]

@@ -25,6 +25,7 @@ use crate::error::{invalid, Buffer, Error, Result};
 use super::compile::{compile, lock};
 use super::driver::{device_arch, drv, guard, Residency};
 use super::options::{GpuOptions, GridCap, AUTO_FULL_ABOVE_WAVES};
+use super::relaunch::Graphs;
 
 /// What a packer knows about its device.
 #[derive(Debug, Clone)]
@@ -212,6 +213,9 @@ impl<'a, const N: usize> Call<'a, N> {
 /// What every launcher holds: its device and the kernel sets compiled so far, one per key (the
 /// word sizes they move).
 pub(super) struct Launcher<K, const N: usize> {
+    /// The one-node graphs of [`GpuOptions::relaunch`]; declared first, so dropped before the
+    /// kernels' modules.
+    graphs: Graphs,
     pub(super) dev: Device,
     kernels: Mutex<HashMap<K, Arc<Kernels<N>>>>,
 }
@@ -219,6 +223,7 @@ pub(super) struct Launcher<K, const N: usize> {
 impl<K: Clone + Eq + Hash + Ord, const N: usize> Launcher<K, N> {
     pub(super) fn new(dev: Device) -> Self {
         Self {
+            graphs: Graphs::default(),
             dev,
             kernels: Mutex::new(HashMap::new()),
         }
@@ -261,7 +266,8 @@ impl<K: Clone + Eq + Hash + Ord, const N: usize> Launcher<K, N> {
     }
 
     /// Launches kernel `i` of `k` on `(src, dst)` with its own grid and block, unless the grid
-    /// is empty. The one place where a kernel is launched.
+    /// is empty; through its one-node graph with [`GpuOptions::relaunch`]. The one place where
+    /// a kernel is launched.
     ///
     /// # Safety
     /// `k` is a kernel set of this launcher. `src` and `dst` are device addresses in its
@@ -279,6 +285,24 @@ impl<K: Clone + Eq + Hash + Ord, const N: usize> Launcher<K, N> {
     ) -> Result<()> {
         if k.grid.contains(&0) {
             return Ok(());
+        }
+        if self.dev.options.relaunch {
+            // SAFETY: the kernel takes the two addresses and this launch is sound (this
+            // function's contract); it stays loaded while the launcher, which holds its set
+            // and drops its graphs first, lives.
+            let launched = unsafe {
+                self.graphs.launch(
+                    stream,
+                    k.funcs[i].cu_function(),
+                    k.grid,
+                    k.block,
+                    (src, dst),
+                )
+            }
+            .map_err(drv(op))?;
+            if launched {
+                return Ok(());
+            }
         }
         let cfg = LaunchConfig {
             grid_dim: (k.grid[0], k.grid[1], k.grid[2]),

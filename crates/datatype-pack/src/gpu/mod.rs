@@ -17,6 +17,7 @@
 //! | `compile` | NVRTC compilation and the module cache, in memory and on disk |
 //! | `options` | [`GpuOptions`] and the grid policy [`GridCap`] |
 //! | `launch` | the one launching path: the device and the grid policy, the kernel sets compiled once per key, the launch (kernel, grid, block, the two addresses, stream), and the front ends that check the stream, buffers and lengths first |
+//! | `relaunch` | a kernel launched through a one-node CUDA graph, its arguments set per launch ([`GpuOptions::relaunch`]) |
 //! | `packer` | [`Packer`] |
 //! | `fused_launch` | what the fused launchers add: the grid budget shared out among the regions before their source is generated |
 //! | `fused_packer` | [`FusedPacker`] |
@@ -105,6 +106,7 @@ mod fused_packer;
 mod launch;
 mod options;
 mod packer;
+mod relaunch;
 
 pub use cudarc;
 

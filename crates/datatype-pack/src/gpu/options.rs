@@ -49,6 +49,12 @@ pub struct GpuOptions {
     /// [`flat_threads`](crate::plan::flat_threads), fused kernels
     /// [`FLAT_THREADS`](crate::plan::FLAT_THREADS).
     pub max_threads_per_block: u32,
+    /// Launch each kernel through a one-node CUDA graph whose arguments are set before each
+    /// launch (default off): about 1.7 µs less host time per launch and 2 µs less per launch
+    /// waited for on an H100, for a caller that launches and waits for one kernel at a time.
+    /// Launches of one kernel then run in order also across streams; a stream being captured
+    /// gets plain launches. See the `relaunch` module.
+    pub relaunch: bool,
 }
 
 impl Default for GpuOptions {
@@ -57,6 +63,7 @@ impl Default for GpuOptions {
             nvrtc_options: Vec::new(),
             grid: GridCap::Auto,
             max_threads_per_block: 1024,
+            relaunch: false,
         }
     }
 }
@@ -71,6 +78,13 @@ impl GpuOptions {
     /// These options with the grid policy `grid`.
     pub fn with_grid(mut self, grid: GridCap) -> Self {
         self.grid = grid;
+        self
+    }
+
+    /// These options with kernels launched through one-node graphs, or not
+    /// ([`GpuOptions::relaunch`]).
+    pub fn with_relaunch(mut self, relaunch: bool) -> Self {
+        self.relaunch = relaunch;
         self
     }
 
@@ -98,6 +112,8 @@ mod tests {
         let o = GpuOptions::default();
         assert_eq!(o.grid, GridCap::Auto);
         assert_eq!(o.max_threads_per_block, 1024);
+        assert!(!o.relaunch);
+        assert!(o.clone().with_relaunch(true).relaunch);
         assert_eq!(o.limits().max_threads_per_block, 1024);
         let o = o
             .with_grid(GridCap::Waves(2))
