@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use datatype_pack::construct::vector;
 use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
 use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream};
-use datatype_pack::gpu::{self as dgpu, Packer};
+use datatype_pack::gpu::{self as dgpu, GpuOptions, Packer};
 use datatype_pack::{cpu, StridedBlock};
 
 use crate::config;
@@ -296,7 +296,9 @@ impl Gpu {
         queued.and(waited)
     }
 
-    /// The packer of `plan` (compiled on first use, kept).
+    /// The packer of `plan` (compiled on first use, kept), launching through one-node graphs
+    /// unless `COLLECTIVES_INTERPOSE_RELAUNCH=0`: the interposer launches one kernel at a time
+    /// on one stream per GPU and waits for it, where a graph launch saves most.
     ///
     /// # Errors
     /// NVRTC or the driver fail.
@@ -304,7 +306,8 @@ impl Gpu {
         if let Some(p) = lock(&self.packers).get(plan) {
             return Ok(p.clone());
         }
-        let p = Arc::new(Packer::new(&self.ctx, plan)?);
+        let options = GpuOptions::default().with_relaunch(config::get().relaunch);
+        let p = Arc::new(Packer::with_options(&self.ctx, plan, &options)?);
         lock(&self.packers).insert(plan.clone(), p.clone());
         Ok(p)
     }
