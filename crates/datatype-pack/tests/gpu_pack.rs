@@ -1177,20 +1177,21 @@ fn relaunch_matches_the_cpu_oracle() {
     }
 
     // A stream being captured gets a plain launch, which the captured graph then replays.
+    // The addresses are taken before the capture: cudarc's guards wait on and record events,
+    // and a wait on an event recorded outside a capture is not allowed inside it.
     let cap = ctx.new_stream().unwrap();
     let d_src = cap.clone_htod(&host_src[..extent]).unwrap();
     let mut d_dst = cap.alloc_zeros::<u8>(packed).unwrap();
+    let sp = d_src.device_ptr(&cap).0;
+    let dp = d_dst.device_ptr_mut(&cap).0;
     cap.synchronize().unwrap();
     cap.begin_capture(
         gpu::cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
     )
     .unwrap();
-    {
-        let (sp, _read) = d_src.device_ptr(&cap);
-        let (dp, _write) = d_dst.device_ptr_mut(&cap);
-        // SAFETY: as above, for one copy; the graph runs before the buffers are read or freed.
-        unsafe { packer.pack_raw(&cap, sp, extent, dp, packed) }.unwrap();
-    }
+    // SAFETY: as above, for one copy; the graph runs on `cap` after the buffers' writes above
+    // (synchronized) and before the copy back on the same stream, and they outlive it.
+    unsafe { packer.pack_raw(&cap, sp, extent, dp, packed) }.unwrap();
     let graph = cap
         .end_capture(gpu::cudarc::driver::sys::CUgraphInstantiate_flags(0))
         .unwrap()
