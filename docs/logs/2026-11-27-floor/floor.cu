@@ -156,6 +156,30 @@ int main() {
       if (i >= W) { l.push_back(t1 - t0); t.push_back(t2 - t0); } }
     report("two packs back to back, legacy: launches", l); report("two packs back to back, legacy: + cudaStreamSynchronize", t);
   }
+  // what a launcher checks before a graph launch: the capture state of the stream, the context
+  {
+    CUstreamCaptureStatus cs;
+    CUcontext cur;
+    for (int i = 0; i < N + W; i++) { double t0 = now(); DK(cuStreamIsCapturing((CUstream)0, &cs)); double t1 = now(); DK(cuStreamIsCapturing((CUstream)s, &cs)); double t2 = now();
+      if (i >= W) { l.push_back(t1 - t0); t.push_back(t2 - t1); } }
+    report("cuStreamIsCapturing, legacy stream", l); report("cuStreamIsCapturing, non-blocking stream", t);
+    for (int i = 0; i < N + W; i++) { double t0 = now(); DK(cuCtxGetCurrent(&cur)); double t1 = now();
+      if (i >= W) l.push_back(t1 - t0); }
+    report("cuCtxGetCurrent", l);
+    // the driver API's graph: one kernel node, arguments set per launch (as the library does)
+    cudaFunction_t rf; CK(cudaGetFuncBySymbol(&rf, (const void*)pack));
+    CUgraph dg; CUgraphNode dn; CUgraphExec de;
+    const double* a0 = src; double* a1 = dst; int a2 = n, a3 = stride; unsigned* a4 = counter; volatile unsigned* a5 = nullptr; unsigned a6 = 0;
+    void* args[7] = {&a0, &a1, &a2, &a3, &a4, &a5, &a6};
+    CUDA_KERNEL_NODE_PARAMS p = {};
+    p.func = (CUfunction)rf; p.gridDimX = grid; p.gridDimY = 1; p.gridDimZ = 1; p.blockDimX = block; p.blockDimY = 1; p.blockDimZ = 1;
+    p.kernelParams = args;
+    DK(cuGraphCreate(&dg, 0)); DK(cuGraphAddKernelNode(&dn, dg, nullptr, 0, &p)); DK(cuGraphInstantiateWithFlags(&de, dg, 0));
+    for (int i = 0; i < N + W; i++) {
+      double t0 = now(); DK(cuStreamIsCapturing((CUstream)0, &cs)); DK(cuGraphExecKernelNodeSetParams(de, dn, &p)); DK(cuGraphLaunch(de, (CUstream)0)); double t1 = now(); DK(cuStreamSynchronize(0)); double t2 = now();
+      if (i >= W) { l.push_back(t1 - t0); t.push_back(t2 - t0); } }
+    report("driver graph, capture check + set + launch, legacy", l); report("driver graph, legacy: + cuStreamSynchronize", t);
+  }
   // launches while another thread launches and synchronizes on its own stream
   pthread_t th; pthread_create(&th, nullptr, noise, nullptr); noise_on = 1; spin_us(1000);
   for (int i = 0; i < N + W; i++) { ++seq; double t0 = now(); pack<<<grid, block, 0, s>>>(src, dst, n, stride, counter, dflag, seq); double t1 = now(); while (*hflag != seq) {} double t2 = now();
