@@ -3,8 +3,11 @@
 //! buffers the real MPI sends from and receives into.
 //!
 //! On the GPU every operation enqueues its kernels and copies on the stream and then waits for
-//! the stream once ([`Gpu::run`]); `MPI_Pack` into device memory and `MPI_Unpack` from it move
-//! the bytes between the two buffers directly, without staging.
+//! the stream once ([`Gpu::run`]); the unpacks of receives completed by one call are all queued
+//! first ([`Engine::enqueue_unpack`]) and waited for once per GPU ([`Engine::wait`]). `MPI_Pack`
+//! into device memory and `MPI_Unpack` from it move the bytes between the two buffers directly,
+//! without staging. Kernels are launched through one-node CUDA graphs
+//! ([`datatype_pack::gpu::GpuOptions::relaunch`]) unless `COLLECTIVES_INTERPOSE_RELAUNCH=0`.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
