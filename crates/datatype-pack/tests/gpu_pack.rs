@@ -1208,6 +1208,153 @@ fn relaunch_matches_the_cpu_oracle() {
     ran("relaunch_matches_the_cpu_oracle", t0);
 }
 
+/// One batch round over `cases`: each case's pack (or unpack) recorded into one batch on
+/// `stream` from a fresh source into a fresh destination at offset `shift`, the batch launched,
+/// every destination compared with the CPU reference.
+fn batch_round(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    cases: &[Case],
+    unpack: bool,
+    shift: usize,
+) -> Result<(), String> {
+    let packers: Vec<Packer> = cases
+        .iter()
+        .map(|c| Packer::new(ctx, &c.plan).map_err(|e| format!("case {}: {e}", c.index)))
+        .collect::<Result<_, _>>()?;
+    let mut batch = gpu::Batch::new(stream);
+    let mut kept = Vec::new();
+    for (c, p) in cases.iter().zip(&packers) {
+        let (extent, packed) = (c.plan.extent_end() as usize, c.plan.packed_size() as usize);
+        let (src_len, dst_len) = if unpack {
+            (packed, extent)
+        } else {
+            (extent, packed)
+        };
+        let host_src = pattern(shift + src_len + 1, c.index as u64 * 7 + shift as u64);
+        let host_dst: Vec<u8> = (0..shift + dst_len + 1).map(|i| 0x5A ^ (i as u8)).collect();
+        let d_src = stream.clone_htod(&host_src).map_err(|e| e.to_string())?;
+        let mut d_dst = stream.clone_htod(&host_dst).map_err(|e| e.to_string())?;
+        let sp = d_src.device_ptr(stream).0 + shift as u64;
+        let dp = d_dst.device_ptr_mut(stream).0 + shift as u64;
+        // SAFETY: each launch reads its own source and writes its own destination, allocations
+        // of this context holding `shift` plus the lengths passed, kept (in `kept`) until the
+        // copies back below, which the stream orders after the batch.
+        unsafe {
+            if unpack {
+                p.record_unpack_raw(&mut batch, sp, src_len, dp, dst_len)
+            } else {
+                p.record_pack_raw(&mut batch, sp, src_len, dp, dst_len)
+            }
+        }
+        .map_err(|e| format!("case {}: {e}", c.index))?;
+        kept.push((c, host_src, host_dst, d_src, d_dst));
+    }
+    batch.launch().map_err(|e| e.to_string())?;
+    for (c, host_src, host_dst, _d_src, d_dst) in &kept {
+        let got = stream.clone_dtoh(d_dst).map_err(|e| e.to_string())?;
+        let mut want = host_dst.clone();
+        let (extent, packed) = (c.plan.extent_end() as usize, c.plan.packed_size() as usize);
+        let r = if unpack {
+            cpu::unpack(
+                &c.plan,
+                &host_src[shift..shift + packed],
+                &mut want[shift..shift + extent],
+            )
+        } else {
+            cpu::pack(
+                &c.plan,
+                &host_src[shift..shift + extent],
+                &mut want[shift..shift + packed],
+            )
+        };
+        r.map_err(|e| e.to_string())?;
+        check(got == want, || {
+            format!(
+                "case {} batched {} (shift {shift}): {}",
+                c.index,
+                if unpack { "unpack" } else { "pack" },
+                first_diff(&got, &want)
+            )
+        })?;
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn batch_matches_the_cpu_oracle() {
+    let ctx = ctx();
+    let own = ctx.new_stream().unwrap();
+    let legacy = ctx.default_stream();
+    // Twelve layouts of every kind, in batches of four: packs on a stream of its own, unpacks
+    // on the legacy stream, each batch three times with other buffers: the graph made, kept
+    // and launched with new arguments (shift 256 keeps the word sizes), then another set of
+    // kernels where the shift of 24 bytes narrows them.
+    let cases: Vec<Case> = pool().into_iter().skip(3).step_by(97).take(12).collect();
+    let mut failures = Vec::new();
+    for chunk in cases.chunks(4) {
+        for (stream, unpack) in [(&own, false), (&legacy, true)] {
+            for shift in [0, 256, 24] {
+                if let Err(e) = batch_round(&ctx, stream, chunk, unpack, shift) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    // On a stream being captured: plain launches, which the captured graph replays.
+    let cap = ctx.new_stream().unwrap();
+    cap.synchronize().unwrap();
+    let plan = StridedBlock::from_type(&vector(1000, 5, 9, 4).unwrap()).unwrap();
+    let packer = Packer::new(&ctx, &plan).unwrap();
+    let (extent, packed) = (plan.extent_end() as usize, plan.packed_size() as usize);
+    let host_src = pattern(2 * extent, 5);
+    let d_src = cap.clone_htod(&host_src).unwrap();
+    let mut d_dst = cap.alloc_zeros::<u8>(2 * packed).unwrap();
+    let sp = d_src.device_ptr(&cap).0;
+    let dp = d_dst.device_ptr_mut(&cap).0;
+    cap.synchronize().unwrap();
+    cap.begin_capture(
+        gpu::cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    )
+    .unwrap();
+    let mut batch = gpu::Batch::new(&cap);
+    for k in 0..2 {
+        // SAFETY: launch `k` reads the `k`-th extent and writes the `k`-th packed span of
+        // allocations of this context that outlive the graph's run (copied back after it).
+        unsafe {
+            packer.record_pack_raw(
+                &mut batch,
+                sp + (k * extent) as u64,
+                extent,
+                dp + (k * packed) as u64,
+                packed,
+            )
+        }
+        .unwrap();
+    }
+    assert_eq!(batch.len(), 2);
+    batch.launch().unwrap();
+    let graph = cap
+        .end_capture(gpu::cudarc::driver::sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("the capture holds the packs");
+    graph.launch().unwrap();
+    let got = cap.clone_dtoh(&d_dst).unwrap();
+    for k in 0..2 {
+        let mut want = vec![0u8; packed];
+        cpu::pack(&plan, &host_src[k * extent..(k + 1) * extent], &mut want).unwrap();
+        if got[k * packed..(k + 1) * packed] != want[..] {
+            failures.push(format!("captured batch, launch {k}"));
+        }
+    }
+    println!("batch: {} layouts, {} failed", cases.len(), failures.len());
+    for f in failures.iter().take(10) {
+        println!("  {f}");
+    }
+    assert!(failures.is_empty());
+}
+
 #[test]
 #[ignore = "needs a CUDA device"]
 fn raw_calls_are_checked_before_launch() {

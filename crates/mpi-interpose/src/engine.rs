@@ -740,22 +740,36 @@ impl Engine {
         buf: *mut c_void,
     ) -> Result<()> {
         // SAFETY: the caller's contract.
-        let queued = unsafe { self.enqueue_unpack(plan, staging, buf) };
+        let queued = unsafe { self.enqueue_unpack(plan, staging, buf, None) };
         let waited = self.wait();
         queued.and(waited)
     }
 
+    /// A batch for the unpack kernels of receives completed together on this GPU
+    /// ([`Engine::enqueue_unpack`]), launched as one graph; `None` for the CPU engine and with
+    /// `COLLECTIVES_INTERPOSE_RELAUNCH=0` (the kernels are then launched one by one).
+    pub fn new_batch(&self) -> Option<dgpu::Batch> {
+        match self {
+            Engine::Gpu(g, _) if config::get().relaunch => Some(dgpu::Batch::new(&g.stream)),
+            _ => None,
+        }
+    }
+
     /// Queues the unpack of the first `plan.packed_size()` bytes of `staging` into the buffer
-    /// at `buf` on the GPU's stream without waiting for it (the CPU engine unpacks at once).
-    /// Several receives completed by one call queue theirs one after the other and wait once
-    /// ([`Engine::wait`]); the staging must not be dropped, nor the buffer read, before that
-    /// wait, whatever this returned (a failed call may have queued a copy).
+    /// at `buf` on the GPU's stream without waiting for it (the CPU engine unpacks at once);
+    /// with a `batch` (from [`Engine::new_batch`] of an engine of the same GPU) its kernel is
+    /// recorded there, for [`dgpu::Batch::launch`], while its copies (staged bytes, a
+    /// contiguous plan) are queued at once, ahead of the batch. Several receives completed by
+    /// one call queue theirs one after the other and wait once ([`Engine::wait`]); the staging
+    /// must not be dropped, nor the buffer read, before that wait, whatever this returned (a
+    /// failed call may have queued a copy).
     ///
     /// # Safety
     /// `buf` with `plan` describes memory the caller may write (MPI's contract for a receive
     /// buffer); for the GPU engine `buf` is the device buffer the engine was made for;
     /// `staging` came from [`Engine::receive_buffer`] of this engine with a plan at least as
-    /// large, and holds the received bytes.
+    /// large, and holds the received bytes; the other launches of `batch` write other bytes
+    /// (MPI's rule for the buffers of distinct receives).
     ///
     /// # Errors
     /// As [`Engine::pack`].
@@ -764,6 +778,7 @@ impl Engine {
         plan: &StridedBlock,
         staging: &mut Staging,
         buf: *mut c_void,
+        batch: Option<&mut dgpu::Batch>,
     ) -> Result<()> {
         self.check_span(plan)?;
         let n = usize_of(plan.packed_size())?;
@@ -785,10 +800,22 @@ impl Engine {
                 if let Staging::Both(_, Some(a), Some(h)) = staging {
                     profile::time(Phase::Copy, || g.copy(a.ptr, h.host as u64, n))?;
                 }
-                // SAFETY: `src` is the staging's kernel side, holding at least `n` received
-                // bytes once the copy above ran (the caller's contract), used by nothing else;
-                // `d` is the caller's receive buffer.
-                unsafe { enqueue_unpack(g, d, plan, src, n) }
+                match batch {
+                    Some(b) if !plan.is_contiguous() => {
+                        let packer = profile::time(Phase::Packer, || g.packer(plan))?;
+                        let dst_len = usize_of(d.len)?;
+                        profile::time(Phase::Launch, || {
+                            // SAFETY: as below; the batch is launched on this GPU's stream
+                            // after the copy above, and waited for before the staging goes.
+                            unsafe { packer.record_unpack_raw(b, src, n, d.ptr, dst_len) }
+                        })?;
+                        Ok(())
+                    }
+                    // SAFETY: `src` is the staging's kernel side, holding at least `n`
+                    // received bytes once the copy above ran (the caller's contract), used by
+                    // nothing else; `d` is the caller's receive buffer.
+                    _ => unsafe { enqueue_unpack(g, d, plan, src, n) },
+                }
             }
             (Engine::Cpu, _) => Err(Error::Unsupported {
                 op: "unpack",

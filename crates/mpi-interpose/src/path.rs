@@ -6,6 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use datatype_pack::gpu::Batch;
 use datatype_pack::StridedBlock;
 use mpi::ffi;
 
@@ -280,38 +281,63 @@ pub unsafe fn finish_recv(r: Receive, status: *const ffi::MPI_Status) -> c_int {
     codes[0]
 }
 
-/// Unpacks receives completed by one call, each by its status: every unpack is queued first,
-/// then each GPU's stream is waited for once, so `n` receives cost `n` launches and one wait
-/// instead of `n` of each. Returns MPI's code for each completion, in order.
+/// Unpacks receives completed by one call, each by its status: every unpack is queued first
+/// (the kernels of one GPU recorded into one [`Batch`], launched as one graph), then each GPU's
+/// stream is waited for once, so `n` receives cost one launch and one wait instead of `n` of
+/// each. Returns MPI's code for each completion, in order.
 ///
 /// # Safety
 /// As [`finish_recv`], for every pair.
 pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> Vec<c_int> {
+    // One batch per GPU for the unpack kernels (launched as one graph), where batches are on.
+    let mut batches: Vec<(usize, Option<Batch>)> = Vec::new();
     // Per receive: the bytes whose unpack is queued, or the code it settled with.
     let queued: Vec<std::result::Result<u64, c_int>> = done
         .iter_mut()
         .map(|(r, status)| {
-            // SAFETY: the caller's contract.
-            guarded(|| Some(unsafe { enqueue_finish(r, *status) })).unwrap_or(Err(ERR_INTERN))
+            let batch = r.engine.ordinal().and_then(|o| {
+                let at = match batches.iter().position(|(b, _)| *b == o) {
+                    Some(at) => at,
+                    None => {
+                        batches.push((o, r.engine.new_batch()));
+                        batches.len() - 1
+                    }
+                };
+                batches[at].1.as_mut()
+            });
+            // SAFETY: the caller's contract; the receives' buffers are distinct (MPI's rule).
+            guarded(|| Some(unsafe { enqueue_finish(r, *status, batch) }))
+                .unwrap_or(Err(ERR_INTERN))
         })
         .collect();
-    // Wait once per GPU with queued work (a failed enqueue may have queued a copy, too).
+    // Launch each GPU's batch, then wait once per GPU with receives, whatever happened before
+    // (a failed enqueue or launch may have queued a copy); a failed launch or wait fails that
+    // GPU's unpacks.
     let mut waited: Vec<(usize, bool)> = Vec::new();
-    for (r, _) in &done {
-        let Some(ordinal) = r.engine.ordinal() else {
+    for (ordinal, batch) in batches {
+        let launched = match batch.map(|b| guarded(|| Some(b.launch()))) {
+            None | Some(Some(Ok(()))) => true,
+            Some(Some(Err(e))) => {
+                log!("the launch of the unpacks on device {ordinal} failed: {e}");
+                false
+            }
+            Some(None) => false,
+        };
+        let Some((r, _)) = done
+            .iter()
+            .find(|(r, _)| r.engine.ordinal() == Some(ordinal))
+        else {
             continue;
         };
-        if waited.iter().all(|&(o, _)| o != ordinal) {
-            let ok = match guarded(|| Some(r.engine.wait())) {
-                Some(Ok(())) => true,
-                Some(Err(e)) => {
-                    log!("{}: the wait for the unpack failed: {e}", r.op);
-                    false
-                }
-                None => false,
-            };
-            waited.push((ordinal, ok));
-        }
+        let ok = match guarded(|| Some(r.engine.wait())) {
+            Some(Ok(())) => launched,
+            Some(Err(e)) => {
+                log!("{}: the wait for the unpack failed: {e}", r.op);
+                false
+            }
+            None => false,
+        };
+        waited.push((ordinal, ok));
     }
     done.iter()
         .zip(queued)
@@ -337,14 +363,16 @@ pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> 
         .collect()
 }
 
-/// Reads a completed receive's status and queues its unpack: the bytes queued, or the
-/// completion's code when there is nothing to queue (cancelled, no plan, a failed enqueue).
+/// Reads a completed receive's status and queues its unpack (its kernel into `batch`, where
+/// given): the bytes queued, or the completion's code when there is nothing to queue
+/// (cancelled, no plan, a failed enqueue).
 ///
 /// # Safety
 /// As [`finish_recv`].
 unsafe fn enqueue_finish(
     r: &mut Receive,
     status: *const ffi::MPI_Status,
+    batch: Option<&mut Batch>,
 ) -> std::result::Result<u64, c_int> {
     let op = r.op;
     let mut cancelled: c_int = 0;
@@ -375,7 +403,7 @@ unsafe fn enqueue_finish(
     // SAFETY: the staging came from `receive_buffer` of this engine with the full plan, and
     // `plan` is no larger; the buffer is the caller's receive buffer; the staging lives until
     // the wait in `finish_recvs`.
-    match unsafe { r.engine.enqueue_unpack(&plan, &mut r.staging, r.buf) } {
+    match unsafe { r.engine.enqueue_unpack(&plan, &mut r.staging, r.buf, batch) } {
         Ok(()) => Ok(plan.packed_size()),
         Err(e) => {
             log!("{op}: unpack failed after the bytes arrived: {e}");

@@ -25,7 +25,7 @@ use crate::error::{invalid, Buffer, Error, Result};
 use super::compile::{compile, lock};
 use super::driver::{device_arch, drv, guard, Residency};
 use super::options::{GpuOptions, GridCap, AUTO_FULL_ABOVE_WAVES};
-use super::relaunch::Graphs;
+use super::relaunch::{Batch, Graphs};
 
 /// What a packer knows about its device.
 #[derive(Debug, Clone)]
@@ -412,6 +412,36 @@ impl<K: Clone + Eq + Hash + Ord, const N: usize> Launcher<K, N> {
             // the addresses are allocations of this context of those lengths, alive and unused
             // by other work until the launch has run, is this function's contract.
             unsafe { self.launch(op, stream, &k, i, src, dst) }
+        })
+    }
+
+    /// As [`Launcher::run_raw`] on the batch's stream, but the picked kernel is recorded into
+    /// `batch` instead of launched ([`Batch::launch`] launches it).
+    ///
+    /// # Safety
+    /// As [`Launcher::run_raw`], until the stream has run the batch's launch; the launch must
+    /// not touch bytes another launch of the batch touches.
+    pub(super) unsafe fn record_raw(
+        &self,
+        op: &'static str,
+        batch: &mut Batch,
+        (src, src_len): (CUdeviceptr, usize),
+        (dst, dst_len): (CUdeviceptr, usize),
+        call: &Call<'_, N>,
+    ) -> Result<()> {
+        guard(op, || {
+            self.dev
+                .check_context(op, "batch's stream", batch.stream().context())?;
+            (call.check)(src_len, dst_len)?;
+            if call.idle {
+                return Ok(());
+            }
+            check_addresses(op, src, dst)?;
+            let (k, i) = (call.pick)(src, dst)?;
+            if !k.grid.contains(&0) {
+                batch.push(k.funcs[i].clone(), k.grid, k.block, (src, dst));
+            }
+            Ok(())
         })
     }
 }

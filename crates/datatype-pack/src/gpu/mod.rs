@@ -6,6 +6,7 @@
 //! | [`context`] | a CUDA context for a device, or an `Err` when the driver cannot be loaded |
 //! | [`Packer`] | one plan: `pack`/`unpack` between cudarc device buffers on a stream |
 //! | [`FusedPacker`] | many [`Region`](crate::fused::Region)s (a halo's faces) packed or unpacked in one launch |
+//! | [`Batch`] | launches of several packers (`record_pack_raw`/`record_unpack_raw`) launched together as one CUDA graph |
 //! | [`FusedCopier`] | many [`CopyRegion`](crate::fused::CopyRegion)s copied strided to strided in one launch, between two buffers or within one |
 //! | [`compile`] | NVRTC with an in-memory cache keyed by (source, arch, options) and an optional on-disk cache |
 //!
@@ -17,7 +18,7 @@
 //! | `compile` | NVRTC compilation and the module cache, in memory and on disk |
 //! | `options` | [`GpuOptions`] and the grid policy [`GridCap`] |
 //! | `launch` | the one launching path: the device and the grid policy, the kernel sets compiled once per key, the launch (kernel, grid, block, the two addresses, stream), and the front ends that check the stream, buffers and lengths first |
-//! | `relaunch` | a kernel launched through a one-node CUDA graph, its arguments set per launch ([`GpuOptions::relaunch`]) |
+//! | `relaunch` | kernels launched through CUDA graphs kept for reuse, their arguments set per launch: one at a time ([`GpuOptions::relaunch`]) or several packers' launches at once ([`Batch`]) |
 //! | `packer` | [`Packer`] |
 //! | `fused_launch` | what the fused launchers add: the grid budget shared out among the regions before their source is generated |
 //! | `fused_packer` | [`FusedPacker`] |
@@ -118,6 +119,7 @@ pub use fused_copier::FusedCopier;
 pub use fused_packer::FusedPacker;
 pub use options::{GpuOptions, GridCap, AUTO_FULL_ABOVE_WAVES};
 pub use packer::Packer;
+pub use relaunch::Batch;
 
 #[cfg(test)]
 mod tests {

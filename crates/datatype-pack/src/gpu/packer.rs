@@ -13,6 +13,7 @@ use crate::plan::StridedBlock;
 use super::driver::guard;
 use super::launch::{check_lengths, Call, Device, Generated, Kernels, Launcher};
 use super::options::GpuOptions;
+use super::relaunch::Batch;
 
 /// Packs and unpacks one [`StridedBlock`] between device buffers with generated kernels.
 ///
@@ -275,6 +276,59 @@ impl Packer {
         dst: &mut impl DevicePtrMut<U>,
     ) -> Result<()> {
         self.call(op, dir, |c| self.launcher.run(op, stream, src, dst, c))
+    }
+
+    /// Records the pack of [`Packer::pack_raw`] into `batch` (on the batch's stream), checked
+    /// as there, to be launched with the batch's other launches by [`Batch::launch`].
+    ///
+    /// # Safety
+    /// As [`Packer::pack_raw`], until the batch's stream has run [`Batch::launch`]; no other
+    /// launch of the batch touches the bytes this one writes or reads.
+    ///
+    /// # Errors
+    /// As [`Packer::pack_raw`] (nothing is recorded then).
+    pub unsafe fn record_pack_raw(
+        &self,
+        batch: &mut Batch,
+        src: CUdeviceptr,
+        src_len: usize,
+        dst: CUdeviceptr,
+        dst_len: usize,
+    ) -> Result<()> {
+        const OP: &str = "Packer::record_pack_raw";
+        self.call(OP, Direction::Pack, |c| {
+            // SAFETY: the caller's contract is the one of `record_raw`.
+            unsafe {
+                self.launcher
+                    .record_raw(OP, batch, (src, src_len), (dst, dst_len), c)
+            }
+        })
+    }
+
+    /// Records the unpack of [`Packer::unpack_raw`] into `batch`, as
+    /// [`Packer::record_pack_raw`].
+    ///
+    /// # Safety
+    /// As [`Packer::record_pack_raw`].
+    ///
+    /// # Errors
+    /// As [`Packer::unpack_raw`] (nothing is recorded then).
+    pub unsafe fn record_unpack_raw(
+        &self,
+        batch: &mut Batch,
+        src: CUdeviceptr,
+        src_len: usize,
+        dst: CUdeviceptr,
+        dst_len: usize,
+    ) -> Result<()> {
+        const OP: &str = "Packer::record_unpack_raw";
+        self.call(OP, Direction::Unpack, |c| {
+            // SAFETY: the caller's contract is the one of `record_raw`.
+            unsafe {
+                self.launcher
+                    .record_raw(OP, batch, (src, src_len), (dst, dst_len), c)
+            }
+        })
     }
 
     /// # Safety

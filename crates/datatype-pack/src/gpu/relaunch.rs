@@ -1,43 +1,168 @@
-//! Launching a kernel through a one-node CUDA graph, its arguments set before each launch
-//! ([`GpuOptions::relaunch`](super::GpuOptions::relaunch)).
+//! Launching kernels through CUDA graphs kept for reuse, their arguments set before each launch:
+//! one kernel at a time ([`GpuOptions::relaunch`](super::GpuOptions::relaunch)), or several
+//! packers' launches gathered into a [`Batch`] and launched as one graph.
 //!
-//! Each kernel gets a graph of one kernel node, instantiated on its first launch and kept; a
-//! later launch sets the node's arguments in the executable graph
-//! (`cuGraphExecKernelNodeSetParams`) and launches it (`cuGraphLaunch`). The driver then
-//! replays a prepared launch instead of building one. On an H100 (docs/logs/2026-11-27-floor)
-//! setting and launching took 1.9 µs of host time against 3.6 µs for `cuLaunchKernel`, and a
-//! pack of 512 KiB launched and waited for 8.1 µs against 10.0 µs.
+//! A kernel gets a graph of one kernel node, instantiated on its first launch and kept; a later
+//! launch sets the node's arguments in the executable graph (`cuGraphExecKernelNodeSetParams`)
+//! and launches it (`cuGraphLaunch`). The driver then replays a prepared launch instead of
+//! building one. On an H100 (docs/logs/2026-11-27-floor) that took 1.7 µs of host time against
+//! 3.7 µs for `cuLaunchKernel`, and a pack of 512 KiB launched and waited for 7.6 µs against
+//! 10.1 µs. A batch's graph has one node per launch, none depending on another (the launches
+//! must not touch the same bytes), and is kept per sequence of kernels, so that the same calls
+//! in a loop (a halo exchange's unpacks) reuse it.
 //!
 //! What it changes besides the time: launches of one executable graph run in the order they
 //! were made, also across streams, so two streams launching the same kernel no longer overlap
-//! those launches. A stream being captured into a graph gets a plain launch (a graph launch
+//! those launches. A stream being captured into a graph gets plain launches (a graph launch
 //! there would nest).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode};
-use cudarc::driver::{CudaStream, DriverError};
+use cudarc::driver::{CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg};
+
+use crate::error::Result;
 
 use super::compile::lock;
+use super::driver::{drv, guard};
 
-/// One kernel's graph of one node and the executable graph made from it.
-struct OneNode {
+/// Batch graphs kept at most, over all contexts; more are made after dropping all.
+const BATCH_GRAPHS_KEPT: usize = 64;
+
+/// A graph of kernel nodes without dependencies between them and the executable graph made
+/// from it.
+struct KernelGraph {
     graph: CUgraph,
-    node: CUgraphNode,
+    nodes: Vec<CUgraphNode>,
     exec: CUgraphExec,
 }
 
-// SAFETY: the three are driver handles, valid from any thread of the process; a `OneNode` is
-// only used under its map's mutex.
-unsafe impl Send for OneNode {}
+// SAFETY: the handles are the driver's, valid from any thread of the process; a `KernelGraph`
+// is only used under its map's mutex.
+unsafe impl Send for KernelGraph {}
+
+/// One launch: the kernel (which keeps its module loaded), its dimensions and its two
+/// arguments.
+struct Launch {
+    func: CudaFunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    src: CUdeviceptr,
+    dst: CUdeviceptr,
+}
+
+/// The driver's node parameters of `launches`, whose argument arrays point into `addresses`
+/// (which must outlive their use).
+fn node_params(
+    launches: &[Launch],
+    addresses: &mut [[CUdeviceptr; 2]],
+    args: &mut [[*mut c_void; 2]],
+) -> Vec<sys::CUDA_KERNEL_NODE_PARAMS> {
+    launches
+        .iter()
+        .zip(addresses.iter_mut())
+        .zip(args.iter_mut())
+        .map(|((l, a), p)| {
+            *a = [l.src, l.dst];
+            let [s, d] = a;
+            *p = [
+                (s as *mut CUdeviceptr).cast(),
+                (d as *mut CUdeviceptr).cast(),
+            ];
+            sys::CUDA_KERNEL_NODE_PARAMS {
+                func: l.func.cu_function(),
+                gridDimX: l.grid[0],
+                gridDimY: l.grid[1],
+                gridDimZ: l.grid[2],
+                blockDimX: l.block[0],
+                blockDimY: l.block[1],
+                blockDimZ: l.block[2],
+                sharedMemBytes: 0,
+                kernelParams: p.as_mut_ptr(),
+                extra: std::ptr::null_mut(),
+                kern: std::ptr::null_mut(),
+                ctx: std::ptr::null_mut(),
+            }
+        })
+        .collect()
+}
+
+impl KernelGraph {
+    /// A graph of one independent kernel node per entry of `params`, instantiated.
+    fn new(params: &[sys::CUDA_KERNEL_NODE_PARAMS]) -> std::result::Result<Self, DriverError> {
+        let mut graph: CUgraph = std::ptr::null_mut();
+        // SAFETY: `graph` is a valid out-pointer; flags must be 0.
+        unsafe { sys::cuGraphCreate(&mut graph, 0) }.result()?;
+        let mut g = KernelGraph {
+            graph,
+            nodes: Vec::with_capacity(params.len()),
+            exec: std::ptr::null_mut(),
+        };
+        for p in params {
+            let mut node: CUgraphNode = std::ptr::null_mut();
+            // SAFETY: `g.graph` is live; the node has no dependencies; `p` and the arguments
+            // it points at are valid for the call, which copies them. On an error `g` is
+            // dropped, which destroys the graph.
+            unsafe { sys::cuGraphAddKernelNode_v2(&mut node, g.graph, std::ptr::null(), 0, p) }
+                .result()?;
+            g.nodes.push(node);
+        }
+        // SAFETY: `g.graph` holds the nodes; `g.exec` is a valid out-pointer.
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut g.exec, g.graph, 0) }.result()?;
+        Ok(g)
+    }
+
+    /// Sets every node's parameters (same kernels, new dimensions and arguments) and launches
+    /// the graph on `stream`.
+    ///
+    /// # Safety
+    /// `params` are those the graph was made with but for dimensions and arguments, one per
+    /// node; the launch they describe is sound; `stream` is live and not capturing.
+    unsafe fn launch(
+        &self,
+        params: &[sys::CUDA_KERNEL_NODE_PARAMS],
+        stream: &CudaStream,
+    ) -> std::result::Result<(), DriverError> {
+        for (&node, p) in self.nodes.iter().zip(params) {
+            // SAFETY: the executable graph is live and `node` is its node for this kernel;
+            // `p` and its arguments live through the call, which copies them.
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec, node, p) }.result()?;
+        }
+        // SAFETY: the executable graph is live with every node's arguments just set; the
+        // caller's contract for the stream.
+        unsafe { sys::cuGraphLaunch(self.exec, stream.cu_stream()) }.result()
+    }
+}
+
+impl Drop for KernelGraph {
+    fn drop(&mut self) {
+        // SAFETY: the handles were made by `KernelGraph::new` and are destroyed once, here (a
+        // null `exec` was never instantiated); launches already queued keep what they need
+        // (the driver releases an executable graph in flight when it completes).
+        unsafe {
+            if !self.exec.is_null() {
+                sys::cuGraphExecDestroy(self.exec);
+            }
+            sys::cuGraphDestroy(self.graph);
+        }
+    }
+}
+
+/// Whether `stream` may take a graph launch: not being captured (and the driver can say so).
+fn launchable(stream: &CudaStream) -> bool {
+    matches!(
+        stream.capture_status(),
+        Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    )
+}
 
 /// The one-node graphs of a launcher's kernels, keyed by kernel, made on first launch and
 /// destroyed with the launcher (before its kernels' modules are unloaded).
 #[derive(Default)]
 pub(super) struct Graphs {
-    map: Mutex<HashMap<usize, OneNode>>,
+    map: Mutex<HashMap<usize, KernelGraph>>,
 }
 
 impl Graphs {
@@ -56,11 +181,8 @@ impl Graphs {
         grid: [u32; 3],
         block: [u32; 3],
         (src, dst): (CUdeviceptr, CUdeviceptr),
-    ) -> Result<bool, DriverError> {
-        if !matches!(
-            stream.capture_status(),
-            Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-        ) {
+    ) -> std::result::Result<bool, DriverError> {
+        if !launchable(stream) {
             return Ok(false);
         }
         stream.context().bind_to_thread()?;
@@ -69,7 +191,7 @@ impl Graphs {
             (&mut s as *mut CUdeviceptr).cast(),
             (&mut d as *mut CUdeviceptr).cast(),
         ];
-        let params = sys::CUDA_KERNEL_NODE_PARAMS {
+        let params = [sys::CUDA_KERNEL_NODE_PARAMS {
             func,
             gridDimX: grid[0],
             gridDimY: grid[1],
@@ -82,57 +204,153 @@ impl Graphs {
             extra: std::ptr::null_mut(),
             kern: std::ptr::null_mut(),
             ctx: std::ptr::null_mut(),
-        };
+        }];
         let mut map = lock(&self.map);
         let key = func as usize;
         if let Some(g) = map.get(&key) {
-            // SAFETY: `g.exec` was instantiated from a graph whose node `g.node` launches this
-            // very function in this context; `params` and the arguments it points at live
-            // through the call, which copies them.
-            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(g.exec, g.node, &params) }.result()?;
+            // SAFETY: the graph's one node launches `func`; the caller's contract for the
+            // launch; the stream is not capturing.
+            unsafe { g.launch(&params, stream) }?;
         } else {
-            let g = one_node(&params)?;
+            let g = KernelGraph::new(&params)?;
+            // SAFETY: as above; the node was just made with these parameters.
+            unsafe { g.launch(&params, stream) }?;
             map.insert(key, g);
         }
-        let g = &map[&key];
-        // SAFETY: the executable graph is live and its one node's arguments were just set (or
-        // made) from this call's; the stream is live and not capturing.
-        unsafe { sys::cuGraphLaunch(g.exec, stream.cu_stream()) }.result()?;
         Ok(true)
     }
 }
 
-/// A graph of one kernel node with `params`, and its executable graph.
-fn one_node(params: &sys::CUDA_KERNEL_NODE_PARAMS) -> Result<OneNode, DriverError> {
-    let mut graph: CUgraph = std::ptr::null_mut();
-    // SAFETY: `graph` is a valid out-pointer; flags must be 0.
-    unsafe { sys::cuGraphCreate(&mut graph, 0) }.result()?;
-    let mut node: CUgraphNode = std::ptr::null_mut();
-    let mut exec: CUgraphExec = std::ptr::null_mut();
-    // SAFETY: `graph` was just created; the node has no dependencies; `params` (and the
-    // arguments it points at) are valid for the call, which copies them.
-    let made = unsafe {
-        sys::cuGraphAddKernelNode_v2(&mut node, graph, std::ptr::null(), 0, params).result()
-    }
-    // SAFETY: `graph` holds the one node; `exec` is a valid out-pointer.
-    .and_then(|()| unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }.result());
-    if let Err(e) = made {
-        // SAFETY: `graph` was created above and is not used again.
-        unsafe { sys::cuGraphDestroy(graph) };
-        return Err(e);
-    }
-    Ok(OneNode { graph, node, exec })
+/// A batch's executable graph and the kernels its nodes launch (kept loaded with it).
+struct BatchGraph {
+    graph: KernelGraph,
+    _funcs: Vec<CudaFunction>,
 }
 
-impl Drop for Graphs {
-    fn drop(&mut self) {
-        for (_, g) in lock(&self.map).drain() {
-            // SAFETY: each handle was made by `one_node` and is destroyed once, here; launches
-            // already queued keep what they need (the driver defers the release).
-            unsafe {
-                sys::cuGraphExecDestroy(g.exec);
-                sys::cuGraphDestroy(g.graph);
-            }
+/// The batch graphs, keyed by their kernels in order.
+fn batch_graphs() -> &'static Mutex<HashMap<Vec<usize>, BatchGraph>> {
+    static G: OnceLock<Mutex<HashMap<Vec<usize>, BatchGraph>>> = OnceLock::new();
+    G.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Kernel launches of one or more packers on one stream, gathered by
+/// [`Packer::record_pack_raw`](super::Packer::record_pack_raw) and
+/// [`Packer::record_unpack_raw`](super::Packer::record_unpack_raw) (checked there), then
+/// launched together by [`Batch::launch`]: one graph launch for all of them, the graph kept
+/// for the next batch of the same kernels. The launches may run at the same time and in any
+/// order, so they must not touch the same bytes (receive buffers of distinct receives, say).
+pub struct Batch {
+    stream: Arc<CudaStream>,
+    launches: Vec<Launch>,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("launches", &self.launches.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Batch {
+    /// An empty batch for `stream`.
+    pub fn new(stream: &Arc<CudaStream>) -> Self {
+        Batch {
+            stream: stream.clone(),
+            launches: Vec::new(),
         }
+    }
+
+    /// The launches recorded so far.
+    pub fn len(&self) -> usize {
+        self.launches.len()
+    }
+
+    /// Whether no launch is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.launches.is_empty()
+    }
+
+    /// The stream the batch launches on.
+    pub(super) fn stream(&self) -> &CudaStream {
+        &self.stream
+    }
+
+    /// Records a launch (checked by the caller).
+    pub(super) fn push(
+        &mut self,
+        func: CudaFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        (src, dst): (CUdeviceptr, CUdeviceptr),
+    ) {
+        self.launches.push(Launch {
+            func,
+            grid,
+            block,
+            src,
+            dst,
+        });
+    }
+
+    /// Launches every recorded kernel on the batch's stream, as one graph (kept for the next
+    /// batch of the same kernels in the same order); on a stream being captured, one plain
+    /// launch each. Nothing for an empty batch.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`](crate::Error::Cuda) when the driver fails to make or launch the graph;
+    /// launches queued before the failure stay queued.
+    pub fn launch(self) -> Result<()> {
+        const OP: &str = "Batch::launch";
+        if self.launches.is_empty() {
+            return Ok(());
+        }
+        guard(OP, || {
+            let stream = &self.stream;
+            if !launchable(stream) {
+                for l in &self.launches {
+                    let cfg = LaunchConfig {
+                        grid_dim: (l.grid[0], l.grid[1], l.grid[2]),
+                        block_dim: (l.block[0], l.block[1], l.block[2]),
+                        shared_mem_bytes: 0,
+                    };
+                    let mut b = stream.launch_builder(&l.func);
+                    b.arg(&l.src).arg(&l.dst);
+                    // SAFETY: each launch was checked and promised sound when recorded
+                    // (`Packer::record_*_raw`'s contract): a generated kernel taking the two
+                    // addresses, with the dimensions it was made for.
+                    unsafe { b.launch(cfg) }.map_err(drv(OP))?;
+                }
+                return Ok(());
+            }
+            stream.context().bind_to_thread().map_err(drv(OP))?;
+            let n = self.launches.len();
+            let mut addresses = vec![[0; 2]; n];
+            let mut args = vec![[std::ptr::null_mut(); 2]; n];
+            let params = node_params(&self.launches, &mut addresses, &mut args);
+            let key: Vec<usize> = self
+                .launches
+                .iter()
+                .map(|l| l.func.cu_function() as usize)
+                .collect();
+            let mut graphs = lock(batch_graphs());
+            if !graphs.contains_key(&key) {
+                if graphs.len() >= BATCH_GRAPHS_KEPT {
+                    graphs.clear();
+                }
+                let graph = KernelGraph::new(&params).map_err(drv(OP))?;
+                let funcs = self.launches.iter().map(|l| l.func.clone()).collect();
+                graphs.insert(
+                    key.clone(),
+                    BatchGraph {
+                        graph,
+                        _funcs: funcs,
+                    },
+                );
+            }
+            // SAFETY: the graph was made for these kernels in this order; each launch was
+            // promised sound when recorded; the stream is live and not capturing.
+            unsafe { graphs[&key].graph.launch(&params, stream) }.map_err(drv(OP))
+        })
     }
 }
