@@ -9,7 +9,7 @@
 //! | `COLLECTIVES_INTERPOSE_CALIBRATE` | `1` | measure the GPU's entries of the table (launch, pack, mapped writes, DMA) once per device at its first message; `COLLECTIVES_INTERPOSE_COSTS` still has the last word |
 //! | `COLLECTIVES_INTERPOSE_CUDA_AWARE` | `0`, `1` | override the detection of a CUDA-aware MPI (`MPIX_Query_cuda_support`) |
 //! | `COLLECTIVES_INTERPOSE_HOST_PACK` | `1`, `send`, `recv` | testing: host buffers of decoded types also take the interposer's byte path (packed by the CPU reference), for sends and receives, sends only or receives only |
-//! | `COLLECTIVES_INTERPOSE_RELAUNCH` | `0` | launch the pack and unpack kernels with `cuLaunchKernel` instead of through one-node CUDA graphs (`datatype_pack::gpu::GpuOptions::relaunch`, on by default: about 2 µs less per kernel waited for) |
+//! | `COLLECTIVES_INTERPOSE_RELAUNCH` | `0` | launch the pack and unpack kernels one by one with `cuLaunchKernel` instead of through CUDA graphs (`datatype_pack::gpu::GpuOptions::relaunch` and, for the unpacks of the receives one call completes, `datatype_pack::gpu::Batch`; on by default: about 2 µs less per kernel waited for) |
 //! | `COLLECTIVES_INTERPOSE_PROFILE` | `1` | host wall time of each phase of the interposer's calls, summed, one table per rank on stderr at `MPI_Finalize` (`crate::profile`) |
 
 use std::sync::OnceLock;

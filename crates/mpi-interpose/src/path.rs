@@ -315,14 +315,15 @@ pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> 
     // GPU's unpacks.
     let mut waited: Vec<(usize, bool)> = Vec::new();
     for (ordinal, batch) in batches {
-        let launched = match batch.map(|b| guarded(|| Some(b.launch()))) {
-            None | Some(Some(Ok(()))) => true,
-            Some(Some(Err(e))) => {
-                log!("the launch of the unpacks on device {ordinal} failed: {e}");
-                false
-            }
-            Some(None) => false,
-        };
+        let launched =
+            match batch.map(|b| guarded(|| Some(profile::time(Phase::Launch, || b.launch())))) {
+                None | Some(Some(Ok(()))) => true,
+                Some(Some(Err(e))) => {
+                    log!("the launch of the unpacks on device {ordinal} failed: {e}");
+                    false
+                }
+                Some(None) => false,
+            };
         let Some((r, _)) = done
             .iter()
             .find(|(r, _)| r.engine.ordinal() == Some(ordinal))
