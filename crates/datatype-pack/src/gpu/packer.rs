@@ -295,14 +295,16 @@ impl Packer {
         dst: CUdeviceptr,
         dst_len: usize,
     ) -> Result<()> {
-        const OP: &str = "Packer::record_pack_raw";
-        self.call(OP, Direction::Pack, |c| {
-            // SAFETY: the caller's contract is the one of `record_raw`.
-            unsafe {
-                self.launcher
-                    .record_raw(OP, batch, (src, src_len), (dst, dst_len), c)
-            }
-        })
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.record(
+                "Packer::record_pack_raw",
+                Direction::Pack,
+                batch,
+                (src, src_len),
+                (dst, dst_len),
+            )
+        }
     }
 
     /// Records the unpack of [`Packer::unpack_raw`] into `batch`, as
@@ -321,13 +323,31 @@ impl Packer {
         dst: CUdeviceptr,
         dst_len: usize,
     ) -> Result<()> {
-        const OP: &str = "Packer::record_unpack_raw";
-        self.call(OP, Direction::Unpack, |c| {
-            // SAFETY: the caller's contract is the one of `record_raw`.
-            unsafe {
-                self.launcher
-                    .record_raw(OP, batch, (src, src_len), (dst, dst_len), c)
-            }
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.record(
+                "Packer::record_unpack_raw",
+                Direction::Unpack,
+                batch,
+                (src, src_len),
+                (dst, dst_len),
+            )
+        }
+    }
+
+    /// # Safety
+    /// As [`Packer::record_pack_raw`], for the strided and packed roles of `dir`.
+    unsafe fn record(
+        &self,
+        op: &'static str,
+        dir: Direction,
+        batch: &mut Batch,
+        src: (CUdeviceptr, usize),
+        dst: (CUdeviceptr, usize),
+    ) -> Result<()> {
+        self.call(op, dir, |c| {
+            // SAFETY: this function's contract is `Launcher::record_raw`'s.
+            unsafe { self.launcher.record_raw(op, batch, src, dst, c) }
         })
     }
 
