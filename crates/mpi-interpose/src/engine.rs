@@ -572,28 +572,34 @@ unsafe fn enqueue_pack(
 }
 
 /// Enqueues the unpack of the `n` packed bytes at device address `src` into the device buffer
-/// `d`; a contiguous `plan` (a short message's whole elements) is one copy.
+/// `d`; a contiguous `plan` (a short message's whole elements) is one copy. With a `batch` the
+/// kernel is recorded there instead of launched.
 ///
 /// # Safety
 /// `src` is a device address `g` reaches, the start of at least `n` bytes not overlapping the
 /// layout's bytes in `d`, which nothing else writes until the stream is waited for; `d` is
-/// writable where `plan` says (MPI's contract for a receive buffer).
+/// writable where `plan` says (MPI's contract for a receive buffer); a `batch` is for `g`'s
+/// stream, launched before that wait, and its other launches write other bytes.
 unsafe fn enqueue_unpack(
     g: &Gpu,
     d: &DeviceBuffer,
     plan: &StridedBlock,
     src: u64,
     n: usize,
+    batch: Option<&mut dgpu::Batch>,
 ) -> Result<()> {
     if plan.is_contiguous() {
         return profile::time(Phase::Copy, || g.copy(d.ptr + plan.start(), src, n));
     }
     let packer = profile::time(Phase::Packer, || g.packer(plan))?;
     let dst_len = usize_of(d.len)?;
-    profile::time(Phase::Launch, || {
+    profile::time(Phase::Launch, || match batch {
+        // SAFETY: as below; the batch is launched on this GPU's stream (its caller's
+        // contract), after everything queued here so far.
+        Some(b) => unsafe { packer.record_unpack_raw(b, src, n, d.ptr, dst_len) },
         // SAFETY: `src` is as this function's contract says; `d` is this GPU's device buffer
         // with `d.len` bytes to its allocation's end.
-        unsafe { packer.unpack_raw(&g.stream, src, n, d.ptr, dst_len) }
+        None => unsafe { packer.unpack_raw(&g.stream, src, n, d.ptr, dst_len) },
     })?;
     Ok(())
 }
@@ -800,22 +806,11 @@ impl Engine {
                 if let Staging::Both(_, Some(a), Some(h)) = staging {
                     profile::time(Phase::Copy, || g.copy(a.ptr, h.host as u64, n))?;
                 }
-                match batch {
-                    Some(b) if !plan.is_contiguous() => {
-                        let packer = profile::time(Phase::Packer, || g.packer(plan))?;
-                        let dst_len = usize_of(d.len)?;
-                        profile::time(Phase::Launch, || {
-                            // SAFETY: as below; the batch is launched on this GPU's stream
-                            // after the copy above, and waited for before the staging goes.
-                            unsafe { packer.record_unpack_raw(b, src, n, d.ptr, dst_len) }
-                        })?;
-                        Ok(())
-                    }
-                    // SAFETY: `src` is the staging's kernel side, holding at least `n`
-                    // received bytes once the copy above ran (the caller's contract), used by
-                    // nothing else; `d` is the caller's receive buffer.
-                    _ => unsafe { enqueue_unpack(g, d, plan, src, n) },
-                }
+                // SAFETY: `src` is the staging's kernel side, holding at least `n` received
+                // bytes once the copy above ran (the caller's contract), used by nothing else
+                // until the wait; `d` is the caller's receive buffer; `batch` is this GPU's,
+                // launched after this call and its other launches write other buffers.
+                unsafe { enqueue_unpack(g, d, plan, src, n, batch) }
             }
             (Engine::Cpu, _) => Err(Error::Unsupported {
                 op: "unpack",
@@ -952,7 +947,7 @@ impl Engine {
                     // SAFETY: `i` is device memory of this GPU with at least `n` readable
                     // bytes, apart from the layout's bytes; nothing else writes it during
                     // the call; `d` is the caller's receive buffer.
-                    return g.run(|| unsafe { enqueue_unpack(g, d, plan, i.ptr, n) });
+                    return g.run(|| unsafe { enqueue_unpack(g, d, plan, i.ptr, n, None) });
                 }
                 let staging = self.receive_buffer(plan, Method::Device)?;
                 let (src, _) = staging.kernel_side().ok_or_else(lost)?;
@@ -961,7 +956,7 @@ impl Engine {
                     // SAFETY: `src` is the staging's device address, holding the `n` packed
                     // bytes once the copy above ran, used by nothing else; `d` is the
                     // caller's receive buffer.
-                    unsafe { enqueue_unpack(g, d, plan, src, n) }
+                    unsafe { enqueue_unpack(g, d, plan, src, n, None) }
                 })
             }
         }

@@ -291,13 +291,8 @@ impl<K: Clone + Eq + Hash + Ord, const N: usize> Launcher<K, N> {
             // function's contract); it stays loaded while the launcher, which holds its set
             // and drops its graphs first, lives.
             let launched = unsafe {
-                self.graphs.launch(
-                    stream,
-                    k.funcs[i].cu_function(),
-                    k.grid,
-                    k.block,
-                    (src, dst),
-                )
+                self.graphs
+                    .launch(stream, &k.funcs[i], k.grid, k.block, (src, dst))
             }
             .map_err(drv(op))?;
             if launched {
@@ -401,18 +396,35 @@ impl<K: Clone + Eq + Hash + Ord, const N: usize> Launcher<K, N> {
         call: &Call<'_, N>,
     ) -> Result<()> {
         guard(op, || {
-            self.dev.check_context(op, "stream", stream.context())?;
-            (call.check)(src_len, dst_len)?;
-            if call.idle {
+            let Some((k, i)) =
+                self.pick_raw(op, stream.context(), (src, src_len), (dst, dst_len), call)?
+            else {
                 return Ok(());
-            }
-            check_addresses(op, src, dst)?;
-            let (k, i) = (call.pick)(src, dst)?;
+            };
             // SAFETY: the lengths were accepted for the picked kernel (Call's contract); that
             // the addresses are allocations of this context of those lengths, alive and unused
             // by other work until the launch has run, is this function's contract.
             unsafe { self.launch(op, stream, &k, i, src, dst) }
         })
+    }
+
+    /// The checks of a call on raw addresses, on a stream of `ctx`: the context, the lengths,
+    /// then (unless the call is idle: `None`) the addresses, and the kernel picked for them.
+    fn pick_raw(
+        &self,
+        op: &'static str,
+        ctx: &CudaContext,
+        (src, src_len): (CUdeviceptr, usize),
+        (dst, dst_len): (CUdeviceptr, usize),
+        call: &Call<'_, N>,
+    ) -> Result<Option<(Arc<Kernels<N>>, usize)>> {
+        self.dev.check_context(op, "stream", ctx)?;
+        (call.check)(src_len, dst_len)?;
+        if call.idle {
+            return Ok(None);
+        }
+        check_addresses(op, src, dst)?;
+        (call.pick)(src, dst).map(Some)
     }
 
     /// As [`Launcher::run_raw`] on the batch's stream, but the picked kernel is recorded into
@@ -430,15 +442,14 @@ impl<K: Clone + Eq + Hash + Ord, const N: usize> Launcher<K, N> {
         call: &Call<'_, N>,
     ) -> Result<()> {
         guard(op, || {
-            self.dev
-                .check_context(op, "batch's stream", batch.stream().context())?;
-            (call.check)(src_len, dst_len)?;
-            if call.idle {
-                return Ok(());
-            }
-            check_addresses(op, src, dst)?;
-            let (k, i) = (call.pick)(src, dst)?;
-            if !k.grid.contains(&0) {
+            let picked = self.pick_raw(
+                op,
+                batch.stream().context(),
+                (src, src_len),
+                (dst, dst_len),
+                call,
+            )?;
+            if let Some((k, i)) = picked.filter(|(k, _)| !k.grid.contains(&0)) {
                 batch.push(k.funcs[i].clone(), k.grid, k.block, (src, dst));
             }
             Ok(())

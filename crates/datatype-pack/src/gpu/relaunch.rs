@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::sys::{self, CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode};
+use cudarc::driver::sys::{self, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode};
 use cudarc::driver::{CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
@@ -167,7 +167,7 @@ pub(super) struct Graphs {
 
 impl Graphs {
     /// Launches `func` on `stream` with `grid`, `block` and the arguments `(src, dst)` through
-    /// its graph. Returns `Ok(false)`, launching nothing, when the stream is being captured (or
+    /// its graph (the parameters made as a batch's, [`node_params`]). Returns `Ok(false)`, launching nothing, when the stream is being captured (or
     /// the driver cannot say), for the caller to launch the kernel directly.
     ///
     /// # Safety
@@ -177,7 +177,7 @@ impl Graphs {
     pub(super) unsafe fn launch(
         &self,
         stream: &CudaStream,
-        func: CUfunction,
+        func: &CudaFunction,
         grid: [u32; 3],
         block: [u32; 3],
         (src, dst): (CUdeviceptr, CUdeviceptr),
@@ -186,27 +186,17 @@ impl Graphs {
             return Ok(false);
         }
         stream.context().bind_to_thread()?;
-        let (mut s, mut d) = (src, dst);
-        let mut args: [*mut c_void; 2] = [
-            (&mut s as *mut CUdeviceptr).cast(),
-            (&mut d as *mut CUdeviceptr).cast(),
-        ];
-        let params = [sys::CUDA_KERNEL_NODE_PARAMS {
-            func,
-            gridDimX: grid[0],
-            gridDimY: grid[1],
-            gridDimZ: grid[2],
-            blockDimX: block[0],
-            blockDimY: block[1],
-            blockDimZ: block[2],
-            sharedMemBytes: 0,
-            kernelParams: args.as_mut_ptr(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
+        let one = [Launch {
+            func: func.clone(),
+            grid,
+            block,
+            src,
+            dst,
         }];
+        let (mut addresses, mut args) = ([[0; 2]], [[std::ptr::null_mut(); 2]]);
+        let params = node_params(&one, &mut addresses, &mut args);
         let mut map = lock(&self.map);
-        let key = func as usize;
+        let key = func.cu_function() as usize;
         if let Some(g) = map.get(&key) {
             // SAFETY: the graph's one node launches `func`; the caller's contract for the
             // launch; the stream is not capturing.
