@@ -10,7 +10,7 @@
 #   ichk   the interposer's device checks on 2 and 4 ranks (run-interpose.sh --ranks 2,4)
 #   ab     the benchmark (after iprof built it) preloaded under the CUDA-aware MPI, kernels
 #          launched through graphs and with COLLECTIVES_INTERPOSE_RELAUNCH=0, twice each, in turn
-#   gpack  datatype-pack's relaunch and batch tests against the CPU reference (one GPU)
+#   gpack  datatype-pack's raw-address, relaunch and batch tests against the CPU reference (one GPU)
 #   gsan   the same tests under compute-sanitizer memcheck, racecheck and synccheck
 #   ichk3  the interposer's device checks on 3 ranks (run-interpose.sh --ranks 3)
 set -u
@@ -44,7 +44,7 @@ for part in "$@"; do
       grep -E "^\\$|face|halo|2d-block-8" "$out/interpose-relaunch-ab.txt" ;;
     gpack)
       t=$(ls .gpu-box/tests/gpu_pack-* | head -1)
-      (echo "\$ $t --ignored relaunch_matches_the_cpu_oracle batch_matches_the_cpu_oracle --nocapture"; CUDA_VISIBLE_DEVICES=0 "$t" --ignored relaunch_matches_the_cpu_oracle batch_matches_the_cpu_oracle --nocapture) > "$out/gpu-pack-relaunch.txt" 2>&1
+      (echo "\$ $t --ignored raw_ relaunch_matches_the_cpu_oracle batch_matches_the_cpu_oracle --nocapture"; CUDA_VISIBLE_DEVICES=0 "$t" --ignored raw_ relaunch_matches_the_cpu_oracle batch_matches_the_cpu_oracle --nocapture) > "$out/gpu-pack-relaunch.txt" 2>&1
       tail -6 "$out/gpu-pack-relaunch.txt" ;;
     gsan)
       t=$(ls .gpu-box/tests/gpu_pack-* | head -1)
