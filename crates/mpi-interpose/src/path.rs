@@ -282,14 +282,19 @@ pub unsafe fn finish_recv(r: Receive, status: *const ffi::MPI_Status) -> c_int {
 }
 
 /// Unpacks receives completed by one call, each by its status: every unpack is queued first
-/// (the kernels of one GPU recorded into one [`Batch`], launched as one graph), then each GPU's
-/// stream is waited for once, so `n` receives cost one launch and one wait instead of `n` of
-/// each. Returns MPI's code for each completion, in order.
+/// (the kernels of a GPU with several recorded into one [`Batch`], launched as one graph),
+/// then each GPU's stream is waited for once, so `n` receives cost one launch and one wait
+/// instead of `n` of each. A GPU's only receive launches its kernel alone (through its kept
+/// graph), which costs less host time than a batch of one. Returns MPI's code for each
+/// completion, in order.
 ///
 /// # Safety
 /// As [`finish_recv`], for every pair.
 pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> Vec<c_int> {
-    // One batch per GPU for the unpack kernels (launched as one graph), where batches are on.
+    let ordinals: Vec<Option<usize>> = done.iter().map(|(r, _)| r.engine.ordinal()).collect();
+    let several = |o: usize| ordinals.iter().filter(|&&x| x == Some(o)).count() > 1;
+    // Per GPU with receives: a batch for its unpack kernels (launched as one graph), where it
+    // has several and batches are on.
     let mut batches: Vec<(usize, Option<Batch>)> = Vec::new();
     // Per receive: the bytes whose unpack is queued, or the code it settled with.
     let queued: Vec<std::result::Result<u64, c_int>> = done
@@ -299,7 +304,12 @@ pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> 
                 let at = match batches.iter().position(|(b, _)| *b == o) {
                     Some(at) => at,
                     None => {
-                        batches.push((o, r.engine.new_batch()));
+                        let batch = if several(o) {
+                            r.engine.new_batch()
+                        } else {
+                            None
+                        };
+                        batches.push((o, batch));
                         batches.len() - 1
                     }
                 };
