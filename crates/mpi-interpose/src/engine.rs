@@ -548,25 +548,30 @@ fn in_place(
 }
 
 /// Enqueues the pack of `plan` from the device buffer `d` into device address `dst` (`dst_len`
-/// bytes there).
+/// bytes there). With a `batch` the kernel is recorded there instead of launched.
 ///
 /// # Safety
 /// `dst` is a device address `g` reaches (device memory of its context, or mapped host memory
 /// by its device address), the start of `dst_len` bytes not overlapping the layout's bytes in
-/// `d`, used by nothing else until the stream is waited for.
+/// `d`, used by nothing else until the stream is waited for; a `batch` is for `g`'s stream,
+/// launched before that wait, and its other launches write other bytes.
 unsafe fn enqueue_pack(
     g: &Gpu,
     d: &DeviceBuffer,
     plan: &StridedBlock,
     dst: u64,
     dst_len: usize,
+    batch: Option<&mut dgpu::Batch>,
 ) -> Result<()> {
     let packer = profile::time(Phase::Packer, || g.packer(plan))?;
     let src_len = usize_of(d.len)?;
-    profile::time(Phase::Launch, || {
+    profile::time(Phase::Launch, || match batch {
+        // SAFETY: as below; the batch is launched on this GPU's stream (its caller's
+        // contract), after everything queued here so far.
+        Some(b) => unsafe { packer.record_pack_raw(b, d.ptr, src_len, dst, dst_len) },
         // SAFETY: `d.ptr` is a device address of this GPU with `d.len` bytes to its
         // allocation's end (asked of the driver); `dst` is as this function's contract says.
-        unsafe { packer.pack_raw(&g.stream, d.ptr, src_len, dst, dst_len) }
+        None => unsafe { packer.pack_raw(&g.stream, d.ptr, src_len, dst, dst_len) },
     })?;
     Ok(())
 }
@@ -678,44 +683,78 @@ impl Engine {
     ) -> Result<Staging> {
         self.check_span(plan)?;
         let n = usize_of(plan.packed_size())?;
-        match self {
-            Engine::Cpu => {
-                let mut out = vec![0u8; n];
+        let mut staging = match self {
+            Engine::Cpu => Staging::Cpu(vec![0u8; n]),
+            Engine::Gpu(g, _) => profile::time(Phase::Staging, || Staging::new(g, method, n))?,
+        };
+        // SAFETY: the caller's contract; the staging is fresh, used by nothing else, and the
+        // stream is waited for below, whatever was queued.
+        let queued = unsafe { self.enqueue_pack(plan, buf, &mut staging, None) };
+        queued.and(self.wait())?;
+        Ok(staging)
+    }
+
+    /// Queues the pack of `plan` from the buffer at `buf` into `staging` (a staging buffer of
+    /// this engine for at least `plan.packed_size()` bytes) on the GPU's stream without waiting
+    /// for it (the CPU engine packs at once); with a `batch` (from [`Engine::new_batch`] of an
+    /// engine of the same GPU) the kernel is recorded there, for [`dgpu::Batch::launch`],
+    /// unless the staging is staged through host memory (its copy must follow the kernel: the
+    /// kernel is launched at once, the copy queued after it). The staging must not be read,
+    /// nor the buffer written, before [`Engine::wait`], whatever this returned.
+    ///
+    /// # Safety
+    /// As [`Engine::pack`]; `staging` came from this engine ([`Engine::staging_for`] with a
+    /// plan at least as large) and nothing else uses it until that wait; the other launches of
+    /// `batch` write other bytes.
+    ///
+    /// # Errors
+    /// As [`Engine::pack`].
+    pub unsafe fn enqueue_pack(
+        &self,
+        plan: &StridedBlock,
+        buf: *const c_void,
+        staging: &mut Staging,
+        batch: Option<&mut dgpu::Batch>,
+    ) -> Result<()> {
+        self.check_span(plan)?;
+        let n = usize_of(plan.packed_size())?;
+        match (self, staging) {
+            (Engine::Cpu, Staging::Cpu(out)) => {
                 // SAFETY: the caller's contract: the layout's bytes are readable from `buf`.
                 let src = unsafe {
                     std::slice::from_raw_parts(buf.cast::<u8>(), usize_of(plan.extent_end())?)
                 };
-                cpu::pack(plan, src, &mut out)?;
-                Ok(Staging::Cpu(out))
+                let len = n.min(out.len());
+                cpu::pack(plan, src, &mut out[..len])?;
+                Ok(())
             }
-            Engine::Gpu(g, d) => {
-                let staging = profile::time(Phase::Staging, || Staging::new(g, method, n))?;
+            (Engine::Gpu(g, d), staging) => {
                 let (dst, dst_len) = staging.kernel_side().ok_or_else(lost)?;
-                g.run(|| {
-                    // SAFETY: `dst` is the staging's device (or mapped host) address with
-                    // `dst_len` bytes, fresh from the pool, used by nothing else until the
-                    // stream is waited for.
-                    unsafe { enqueue_pack(g, d, plan, dst, dst_len) }?;
-                    match &staging {
-                        // Staged: the copy to pinned host memory, after the kernel.
-                        Staging::Both(_, Some(dev), Some(host)) => {
-                            profile::time(Phase::Copy, || g.copy(host.host as u64, dev.ptr, n))
-                        }
-                        _ => Ok(()),
-                    }
-                })?;
-                Ok(staging)
+                if let Staging::Both(_, Some(dev), Some(host)) = staging {
+                    // SAFETY: `dst` is the staging's device side with `dst_len` bytes, used
+                    // by nothing else until the wait (the caller's contract).
+                    unsafe { enqueue_pack(g, d, plan, dst, dst_len, None) }?;
+                    // Staged: the copy to pinned host memory, after the kernel.
+                    return profile::time(Phase::Copy, || g.copy(host.host as u64, dev.ptr, n));
+                }
+                // SAFETY: as above; a batch is this GPU's, launched before the wait, and its
+                // other launches write other bytes (the caller's contract).
+                unsafe { enqueue_pack(g, d, plan, dst, dst_len, batch) }
             }
+            (Engine::Cpu, _) => Err(Error::Unsupported {
+                op: "pack",
+                message: "staging buffer of another engine".to_owned(),
+            }),
         }
     }
 
-    /// A staging buffer of `plan.packed_size()` bytes to receive into by `method`, with the
-    /// packer for `plan` compiled ahead (so that a compile error passes the receive through
-    /// before anything is posted).
+    /// A staging buffer of `plan.packed_size()` bytes for `method`, to receive into or to pack
+    /// into, with the packer for `plan` compiled ahead (so that a compile error passes the call
+    /// through before anything is posted).
     ///
     /// # Errors
     /// As [`Engine::pack`].
-    pub fn receive_buffer(&self, plan: &StridedBlock, method: Method) -> Result<Staging> {
+    pub fn staging_for(&self, plan: &StridedBlock, method: Method) -> Result<Staging> {
         self.check_span(plan)?;
         let n = usize_of(plan.packed_size())?;
         match self {
@@ -773,7 +812,7 @@ impl Engine {
     /// # Safety
     /// `buf` with `plan` describes memory the caller may write (MPI's contract for a receive
     /// buffer); for the GPU engine `buf` is the device buffer the engine was made for;
-    /// `staging` came from [`Engine::receive_buffer`] of this engine with a plan at least as
+    /// `staging` came from [`Engine::staging_for`] of this engine with a plan at least as
     /// large, and holds the received bytes; the other launches of `batch` write other bytes
     /// (MPI's rule for the buffers of distinct receives).
     ///
@@ -885,15 +924,16 @@ impl Engine {
                     // SAFETY: `o` is device memory of this GPU with `out_len` (at least `n`)
                     // writable bytes, apart from the layout's bytes; nothing else uses it
                     // during the call.
-                    return g
-                        .run(|| unsafe { enqueue_pack(g, d, plan, o.ptr, usize_of(out_len)?) });
+                    return g.run(|| unsafe {
+                        enqueue_pack(g, d, plan, o.ptr, usize_of(out_len)?, None)
+                    });
                 }
                 let staging = profile::time(Phase::Staging, || Staging::new(g, Method::Device, n))?;
                 let (dst, dst_len) = staging.kernel_side().ok_or_else(lost)?;
                 g.run(|| {
                     // SAFETY: `dst` is the staging's device address with `dst_len` bytes,
                     // fresh from the pool, used by nothing else until the stream is waited for.
-                    unsafe { enqueue_pack(g, d, plan, dst, dst_len) }?;
+                    unsafe { enqueue_pack(g, d, plan, dst, dst_len, None) }?;
                     profile::time(Phase::Copy, || g.copy(out as u64, dst, n))
                 })
             }
@@ -929,7 +969,7 @@ impl Engine {
         let n = usize_of(n)?;
         match self {
             Engine::Cpu => {
-                let mut staging = self.receive_buffer(plan, Method::Device)?;
+                let mut staging = self.staging_for(plan, Method::Device)?;
                 let Staging::Cpu(v) = &mut staging else {
                     return Err(lost());
                 };
@@ -949,7 +989,7 @@ impl Engine {
                     // the call; `d` is the caller's receive buffer.
                     return g.run(|| unsafe { enqueue_unpack(g, d, plan, i.ptr, n, None) });
                 }
-                let staging = self.receive_buffer(plan, Method::Device)?;
+                let staging = self.staging_for(plan, Method::Device)?;
                 let (src, _) = staging.kernel_side().ok_or_else(lost)?;
                 g.run(|| {
                     profile::time(Phase::Copy, || g.copy(src, input as u64, n))?;

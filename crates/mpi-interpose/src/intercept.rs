@@ -15,8 +15,8 @@ use crate::handle::key;
 use crate::log::{self, log};
 use crate::memory::{self, DeviceBuffer};
 use crate::path::{
-    any_ours, blank_status, bytes_type, finish_recv, finish_recvs, forget, guarded, prepare_recv,
-    prepare_send, remember, take_completed, Pending,
+    self, any_ours, blank_status, bytes_type, finish_recv, finish_recvs, forget, guarded,
+    prepare_recv, prepare_send, prepare_send_init, remember, take_completed, Pending, Persistent,
 };
 use crate::profile::{self, Phase};
 use crate::table::status_slot_of_some;
@@ -507,9 +507,142 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     }
 }
 
-/// Completes the interposer's requests among `before` that the call set to null; `status_of(i)`
-/// is the status of array slot `i`. The receives among them are unpacked together
-/// ([`finish_recvs`]: their launches, then one wait). Returns `rc`, or the first unpack error.
+/// `MPI_Send_init`: a persistent send of a device buffer and a decoded type gets a staging
+/// buffer for good, and the real MPI's persistent request sends from it; each start packs into
+/// it first ([`MPI_Start`]).
+///
+/// # Safety
+/// MPI's contract for `MPI_Send_init`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Send_init(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: MPI's contract for the send triple.
+    match guarded(|| unsafe { prepare_send_init("MPI_Send_init", buf, count, datatype) }) {
+        Some(mut o) => {
+            // SAFETY: the staging is kept with the request until it is freed.
+            let rc = unsafe {
+                ffi::PMPI_Send_init(
+                    o.staging.mpi_ptr(),
+                    o.bytes,
+                    bytes_type(),
+                    dest,
+                    tag,
+                    comm,
+                    request,
+                )
+            };
+            if rc == 0 {
+                // SAFETY: the real MPI wrote the new request's handle.
+                path::keep(key(unsafe { *request }), Persistent::Send(o));
+            }
+            rc
+        }
+        // SAFETY: the caller's contract.
+        None => unsafe { ffi::PMPI_Send_init(buf, count, datatype, dest, tag, comm, request) },
+    }
+}
+
+/// `MPI_Recv_init`: a persistent receive into a device buffer of a decoded type gets a staging
+/// buffer for good, and the real MPI's persistent request receives into it; each completion
+/// unpacks it.
+///
+/// # Safety
+/// MPI's contract for `MPI_Recv_init`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: MPI's contract for the receive triple.
+    let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Recv_init", buf, count, datatype) })
+    else {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Recv_init(buf, count, datatype, source, tag, comm, request) };
+    };
+    // SAFETY: the staging is kept with the request until it is freed.
+    let rc = unsafe {
+        ffi::PMPI_Recv_init(
+            r.staging.mpi_ptr(),
+            r.bytes,
+            bytes_type(),
+            source,
+            tag,
+            comm,
+            request,
+        )
+    };
+    if rc == 0 {
+        // SAFETY: the real MPI wrote the new request's handle.
+        path::keep(key(unsafe { *request }), Persistent::Recv(r));
+    }
+    rc
+}
+
+/// `MPI_Start`: the interposer's persistent send is packed before the real MPI starts it.
+///
+/// # Safety
+/// MPI's contract for `MPI_Start`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller passes one request.
+    let handles = unsafe { keys(request, 1) };
+    if !any_ours(&handles) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Start(request) };
+    }
+    let mut scope = profile::scope("MPI_Start");
+    scope.taken();
+    // SAFETY: the caller starts this request; its send buffer holds what it sends.
+    match guarded(|| Some(unsafe { path::start(&handles) })).unwrap_or(path::ERR_INTERN) {
+        // SAFETY: the caller's contract.
+        0 => profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Start(request) }),
+        code => code,
+    }
+}
+
+/// `MPI_Startall`: the interposer's persistent sends among the requests are packed together
+/// (one launch and one wait per GPU) before the real MPI starts them all.
+///
+/// # Safety
+/// MPI's contract for `MPI_Startall`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller passes `count` requests.
+    let handles = unsafe { keys(array_of_requests, count) };
+    if !any_ours(&handles) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Startall(count, array_of_requests) };
+    }
+    let mut scope = profile::scope("MPI_Start");
+    scope.taken();
+    // SAFETY: the caller starts these requests; their send buffers hold what they send.
+    match guarded(|| Some(unsafe { path::start(&handles) })).unwrap_or(path::ERR_INTERN) {
+        // SAFETY: the caller's contract.
+        0 => profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Startall(count, array_of_requests)
+        }),
+        code => code,
+    }
+}
+
+/// Completes the interposer's requests among `before` that the call completed: the ones it
+/// started and the call set to null, and its started persistent requests in the slots where
+/// `completed(i)` (persistent handles stay as they are). `status_of(i)` is the status of array
+/// slot `i`. The receives among them are unpacked together ([`finish_recvs`]: their launches,
+/// then one wait); the persistent ones are kept for their next start. Returns `rc`, or the
+/// first unpack error.
 ///
 /// # Safety
 /// MPI initialized; the statuses are those the real MPI just wrote.
@@ -518,15 +651,25 @@ unsafe fn complete(
     before: &[u64],
     after: &[u64],
     status_of: impl Fn(usize) -> Option<*const MPI_Status>,
+    completed: impl Fn(usize) -> bool,
 ) -> c_int {
     let blank = blank_status();
+    // The receives to unpack, with the handle of each persistent one (to keep it again).
     let mut recvs = Vec::new();
+    let mut kept = Vec::new();
     for (i, work) in take_completed(before, after, null_request()) {
         match work {
             Pending::Send(s) => drop(s),
             // Where MPI gave no status, a zeroed one, which reads as nothing received.
-            Pending::Recv(r) => recvs.push((r, status_of(i).unwrap_or(&blank))),
+            Pending::Recv(r) => {
+                recvs.push((r, status_of(i).unwrap_or(&blank)));
+                kept.push(None);
+            }
         }
+    }
+    for (i, handle, r) in path::take_started(before, &completed) {
+        recvs.push((r, status_of(i).unwrap_or(&blank)));
+        kept.push(Some(handle));
     }
     if recvs.is_empty() {
         return rc;
@@ -534,7 +677,12 @@ unsafe fn complete(
     let mut scope = profile::scope(profile::COMPLETION);
     scope.taken();
     // SAFETY: each request completed with its status (or the zeroed one, alive until here).
-    let codes = unsafe { finish_recvs(recvs) };
+    let (codes, recvs) = unsafe { finish_recvs(recvs) };
+    for ((r, _), handle) in recvs.into_iter().zip(kept) {
+        if let Some(h) = handle {
+            path::put_back(h, r);
+        }
+    }
     if rc != 0 {
         return rc;
     }
@@ -580,7 +728,7 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_St
     // SAFETY: as above.
     let after = unsafe { keys(request, 1) };
     // SAFETY: the status the real MPI just wrote.
-    unsafe { complete(rc, &before, &after, |_| Some(st.cast_const())) }
+    unsafe { complete(rc, &before, &after, |_| Some(st.cast_const()), |_| rc == 0) }
 }
 
 /// `MPI_Test`.
@@ -609,8 +757,10 @@ pub unsafe extern "C" fn MPI_Test(
     let rc = unsafe { ffi::PMPI_Test(request, flag, st) };
     // SAFETY: as above.
     let after = unsafe { keys(request, 1) };
+    // SAFETY: `flag` was written by the real MPI.
+    let done = rc == 0 && unsafe { *flag } != 0;
     // SAFETY: the status the real MPI just wrote.
-    unsafe { complete(rc, &before, &after, |_| Some(st.cast_const())) }
+    unsafe { complete(rc, &before, &after, |_| Some(st.cast_const()), |_| done) }
 }
 
 /// Statuses the real MPI writes for `n` requests: the caller's array, or an own one.
@@ -646,7 +796,15 @@ pub unsafe extern "C" fn MPI_Waitall(
     // SAFETY: as above.
     let after = unsafe { keys(array_of_requests, count) };
     // SAFETY: slot `i`'s status is `st[i]`, just written.
-    unsafe { complete(rc, &before, &after, |i| Some(st.add(i).cast_const())) }
+    unsafe {
+        complete(
+            rc,
+            &before,
+            &after,
+            |i| Some(st.add(i).cast_const()),
+            |_| rc == 0,
+        )
+    }
 }
 
 /// `MPI_Testall`.
@@ -672,8 +830,18 @@ pub unsafe extern "C" fn MPI_Testall(
     let rc = unsafe { ffi::PMPI_Testall(count, array_of_requests, flag, st) };
     // SAFETY: as above.
     let after = unsafe { keys(array_of_requests, count) };
+    // SAFETY: `flag` was written by the real MPI.
+    let done = rc == 0 && unsafe { *flag } != 0;
     // SAFETY: slot `i`'s status is `st[i]`, just written.
-    unsafe { complete(rc, &before, &after, |i| Some(st.add(i).cast_const())) }
+    unsafe {
+        complete(
+            rc,
+            &before,
+            &after,
+            |i| Some(st.add(i).cast_const()),
+            |_| done,
+        )
+    }
 }
 
 /// `MPI_Waitany`.
@@ -705,11 +873,16 @@ pub unsafe extern "C" fn MPI_Waitany(
     let after = unsafe { keys(array_of_requests, count) };
     // SAFETY: `index` was written by the real MPI.
     let done = unsafe { *index };
+    let is_done = |i: usize| rc == 0 && usize::try_from(done).ok() == Some(i);
     // SAFETY: the status of the completed slot `done`, just written.
     unsafe {
-        complete(rc, &before, &after, |i| {
-            (usize::try_from(done).ok() == Some(i)).then_some(st.cast_const())
-        })
+        complete(
+            rc,
+            &before,
+            &after,
+            |i| is_done(i).then_some(st.cast_const()),
+            is_done,
+        )
     }
 }
 
@@ -741,13 +914,18 @@ pub unsafe extern "C" fn MPI_Testany(
     let rc = unsafe { ffi::PMPI_Testany(count, array_of_requests, index, flag, st) };
     // SAFETY: as above.
     let after = unsafe { keys(array_of_requests, count) };
-    // SAFETY: `index` was written by the real MPI.
-    let done = unsafe { *index };
+    // SAFETY: `index` and `flag` were written by the real MPI.
+    let (done, flagged) = unsafe { (*index, *flag != 0) };
+    let is_done = |i: usize| rc == 0 && flagged && usize::try_from(done).ok() == Some(i);
     // SAFETY: the status of the completed slot `done`, just written.
     unsafe {
-        complete(rc, &before, &after, |i| {
-            (usize::try_from(done).ok() == Some(i)).then_some(st.cast_const())
-        })
+        complete(
+            rc,
+            &before,
+            &after,
+            |i| is_done(i).then_some(st.cast_const()),
+            is_done,
+        )
     }
 }
 
@@ -790,9 +968,13 @@ unsafe fn some(
     };
     // SAFETY: slot `i`'s status is at its position among the indices, just written.
     unsafe {
-        complete(rc, &before, &after, |i| {
-            status_slot_of_some(&idx, out, i).map(|j| st.add(j).cast_const())
-        })
+        complete(
+            rc,
+            &before,
+            &after,
+            |i| status_slot_of_some(&idx, out, i).map(|j| st.add(j).cast_const()),
+            |i| rc == 0 && status_slot_of_some(&idx, out, i).is_some(),
+        )
     }
 }
 
@@ -848,7 +1030,8 @@ pub unsafe extern "C" fn MPI_Testsome(
 
 /// `MPI_Request_free`: a send of the interposer keeps its staging for good (the real MPI may
 /// still read it); a receive of the interposer is waited for and unpacked first, since nothing
-/// else would ever unpack it.
+/// else would ever unpack it. A persistent request of the interposer is let go of: if it is
+/// active, as a started request of the same kind.
 ///
 /// # Safety
 /// MPI's contract for `MPI_Request_free`.
@@ -857,6 +1040,32 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
     // SAFETY: the caller passes one request.
     let before = unsafe { keys(request, 1) };
     if !any_ours(&before) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Request_free(request) };
+    }
+    if let Some((work, active)) = path::release(before[0]) {
+        match work {
+            Persistent::Send(o) if active => std::mem::forget(o),
+            Persistent::Recv(r) if active => {
+                let mut scope = profile::scope(profile::COMPLETION);
+                scope.taken();
+                let mut st = blank_status();
+                // SAFETY: the caller's request, completed here before it is freed (a persistent
+                // request stays allocated through the wait).
+                let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Wait(request, &mut st) });
+                let code = if rc == 0 {
+                    // SAFETY: the receive completed with `st`.
+                    unsafe { finish_recv(r, &st) }
+                } else {
+                    std::mem::forget(r);
+                    rc
+                };
+                // SAFETY: the caller's contract.
+                let freed = unsafe { ffi::PMPI_Request_free(request) };
+                return if code != 0 { code } else { freed };
+            }
+            inactive => drop(inactive),
+        }
         // SAFETY: the caller's contract.
         return unsafe { ffi::PMPI_Request_free(request) };
     }

@@ -1,6 +1,7 @@
 //! The interposer's path for one call: whether it takes the call, the staging it packs or
 //! receives into, the pending work of non-blocking requests, and the unpack on completion.
 
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -99,9 +100,9 @@ pub fn remember(request: u64, work: Pending) {
     }
 }
 
-/// Whether any of `handles` is the interposer's.
+/// Whether any of `handles` is the interposer's: a request it started, or a persistent one.
 pub fn any_ours(handles: &[u64]) -> bool {
-    OUTSTANDING.load(Ordering::SeqCst) > 0 && lock(table()).any(handles)
+    (OUTSTANDING.load(Ordering::SeqCst) > 0 && lock(table()).any(handles)) || any_kept(handles)
 }
 
 /// Takes the completed requests of the interposer among `before`/`after`.
@@ -183,6 +184,234 @@ fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
     m
 }
 
+/// A send the interposer packs at each start of a persistent request (`MPI_Send_init`): the
+/// caller's buffer and its plan, and the staging the real MPI's request sends from.
+#[derive(Debug)]
+pub struct Outgoing {
+    engine: Engine,
+    plan: StridedBlock,
+    buf: *const c_void,
+    /// The buffer the real MPI sends from.
+    pub staging: Staging,
+    /// Its size in bytes, as MPI's count.
+    pub bytes: c_int,
+    op: &'static str,
+}
+
+// SAFETY: the user's buffer address is only used by the thread that starts the request; MPI's
+// rules keep the buffer alive until the request is freed.
+unsafe impl Send for Outgoing {}
+
+/// A persistent request of the interposer (`MPI_Send_init`, `MPI_Recv_init`), kept until
+/// `MPI_Request_free`: its send is packed at each `MPI_Start`, its receive unpacked at each
+/// completion. The real MPI's request moves the staging's bytes.
+#[derive(Debug)]
+pub enum Persistent {
+    /// Packed at each start.
+    Send(Outgoing),
+    /// Unpacked at each completion.
+    Recv(Receive),
+}
+
+/// A persistent request and whether it was started and has not completed since.
+#[derive(Debug)]
+struct Kept {
+    work: Persistent,
+    active: bool,
+}
+
+fn kept() -> &'static Mutex<HashMap<u64, Kept>> {
+    static T: OnceLock<Mutex<HashMap<u64, Kept>>> = OnceLock::new();
+    T.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Persistent requests kept, read without the lock on every wait and test.
+static KEPT: AtomicUsize = AtomicUsize::new(0);
+
+/// Keeps the persistent request the real MPI just made, not started.
+pub fn keep(request: u64, work: Persistent) {
+    let stale = lock(kept()).insert(
+        request,
+        Kept {
+            work,
+            active: false,
+        },
+    );
+    if stale.is_none() {
+        KEPT.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Whether any of `handles` is a persistent request of the interposer.
+fn any_kept(handles: &[u64]) -> bool {
+    KEPT.load(Ordering::SeqCst) > 0 && {
+        let map = lock(kept());
+        handles.iter().any(|h| map.contains_key(h))
+    }
+}
+
+/// Removes a persistent request (`MPI_Request_free`): its work, and whether it was active.
+pub fn release(request: u64) -> Option<(Persistent, bool)> {
+    let k = lock(kept()).remove(&request)?;
+    KEPT.fetch_sub(1, Ordering::SeqCst);
+    Some((k.work, k.active))
+}
+
+/// Before `MPI_Start`/`MPI_Startall` hands `handles` to the real MPI: packs the interposer's
+/// persistent sends among them into their staging, all queued before one launch and one wait
+/// per GPU ([`queue_and_wait`]), then marks the interposer's requests among them started.
+/// Returns 0, or the code of a failed pack, when nothing must be started (the requests stay
+/// inactive).
+///
+/// # Safety
+/// MPI initialized; `handles` are the requests the caller starts, whose send buffers hold
+/// what they send (MPI's contract for a start).
+pub unsafe fn start(handles: &[u64]) -> c_int {
+    let mut sends: Vec<(u64, Outgoing)> = Vec::new();
+    {
+        let mut map = lock(kept());
+        for h in handles {
+            if let Some(Kept {
+                work: Persistent::Send(_),
+                ..
+            }) = map.get(h)
+            {
+                if let Some(Kept {
+                    work: Persistent::Send(o),
+                    ..
+                }) = map.remove(h)
+                {
+                    sends.push((*h, o));
+                }
+            }
+        }
+    }
+    // SAFETY: each send's buffer is readable where its plan says (the caller's contract) and
+    // its staging is its own, untouched by the real MPI while the request is inactive; the
+    // stagings are distinct, so the packs of one batch write distinct bytes.
+    let settled = unsafe {
+        queue_and_wait(
+            &mut sends,
+            |(_, o)| &o.engine,
+            |(_, o), batch| {
+                o.engine
+                    .enqueue_pack(&o.plan, o.buf, &mut o.staging, batch)
+                    .map_err(|e| {
+                        log!("{}: the pack at the start failed: {e}", o.op);
+                        ERR_INTERN
+                    })
+            },
+        )
+    };
+    let mut rc = 0;
+    let mut map = lock(kept());
+    for ((h, o), s) in sends.into_iter().zip(settled) {
+        match s {
+            Ok(()) => log!(
+                "{}: packed {} bytes from a {} at the start",
+                o.op,
+                o.bytes,
+                o.engine.describe()
+            ),
+            Err(code) => rc = code,
+        }
+        map.insert(
+            h,
+            Kept {
+                work: Persistent::Send(o),
+                active: false,
+            },
+        );
+    }
+    if rc == 0 {
+        for h in handles {
+            if let Some(k) = map.get_mut(h) {
+                k.active = true;
+            }
+        }
+    }
+    rc
+}
+
+/// After a wait or test: the interposer's started persistent requests among `handles` that the
+/// call completed (`completed(i)` for array slot `i`) are marked inactive; their receives are
+/// taken out, with their slot and handle, to be unpacked and put back ([`put_back`]).
+pub fn take_started(
+    handles: &[u64],
+    completed: impl Fn(usize) -> bool,
+) -> Vec<(usize, u64, Receive)> {
+    if KEPT.load(Ordering::SeqCst) == 0 {
+        return Vec::new();
+    }
+    let mut map = lock(kept());
+    let mut recvs = Vec::new();
+    for (i, h) in handles.iter().enumerate() {
+        if !completed(i) || !map.get(h).is_some_and(|k| k.active) {
+            continue;
+        }
+        match map.remove(h) {
+            Some(Kept {
+                work: Persistent::Recv(r),
+                ..
+            }) => recvs.push((i, *h, r)),
+            Some(mut k) => {
+                k.active = false;
+                map.insert(*h, k);
+            }
+            None => {}
+        }
+    }
+    recvs
+}
+
+/// Puts a persistent receive taken by [`take_started`] back, inactive.
+pub fn put_back(request: u64, r: Receive) {
+    lock(kept()).insert(
+        request,
+        Kept {
+            work: Persistent::Recv(r),
+            active: false,
+        },
+    );
+}
+
+/// A persistent send's plan and staging, or `None` to pass `MPI_Send_init` through.
+///
+/// # Safety
+/// MPI initialized; the arguments are the caller's send triple.
+pub unsafe fn prepare_send_init(
+    op: &'static str,
+    buf: *const c_void,
+    count: c_int,
+    dt: ffi::MPI_Datatype,
+) -> Option<Outgoing> {
+    let host_pack = config::get().host_pack.send;
+    // SAFETY: the caller's contract.
+    let (_, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
+    let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
+        Ok(e) => e,
+        Err(e) => {
+            log!("{op}: passes through: {e}");
+            return None;
+        }
+    };
+    let method = profile::time(Phase::Engine, || method_for(op, &engine, &plan));
+    match engine.staging_for(&plan, method) {
+        Ok(staging) => Some(Outgoing {
+            bytes: c_int::try_from(plan.packed_size()).ok()?,
+            engine,
+            plan,
+            buf,
+            staging,
+            op,
+        }),
+        Err(e) => {
+            log!("{op}: passes through: {e}");
+            None
+        }
+    }
+}
+
 /// A send's staging and its byte count, or `None` to pass the call through.
 ///
 /// # Safety
@@ -242,7 +471,7 @@ pub unsafe fn prepare_recv(
         }
     };
     let method = profile::time(Phase::Engine, || method_for(op, &engine, &plan));
-    match engine.receive_buffer(&plan, method) {
+    match engine.staging_for(&plan, method) {
         Ok(staging) => Some(Receive {
             bytes: c_int::try_from(plan.packed_size()).ok()?,
             engine,
@@ -277,35 +506,79 @@ pub const ERR_INTERN: c_int = ffi::MPI_ERR_INTERN as c_int;
 /// the caller's, as MPI requires until completion.
 pub unsafe fn finish_recv(r: Receive, status: *const ffi::MPI_Status) -> c_int {
     // SAFETY: the caller's contract.
-    let codes = unsafe { finish_recvs(vec![(r, status)]) };
+    let (codes, _) = unsafe { finish_recvs(vec![(r, status)]) };
     codes[0]
 }
 
-/// Unpacks receives completed by one call, each by its status: every unpack is queued first
-/// (the kernels of a GPU with several recorded into one [`Batch`], launched as one graph),
-/// then each GPU's stream is waited for once, so `n` receives cost one launch and one wait
-/// instead of `n` of each. A GPU's only receive launches its kernel alone (through its kept
-/// graph), which costs less host time than a batch of one. Returns MPI's code for each
-/// completion, in order.
+/// Unpacks receives completed by one call, each by its status: every unpack is queued first,
+/// then each GPU is launched and waited for once ([`queue_and_wait`]), so `n` receives cost one
+/// launch and one wait instead of `n` of each. Returns MPI's code for each completion, in order,
+/// and the receives (a persistent request's is kept for its next start).
 ///
 /// # Safety
 /// As [`finish_recv`], for every pair.
-pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> Vec<c_int> {
-    let ordinals: Vec<Option<usize>> = done.iter().map(|(r, _)| r.engine.ordinal()).collect();
+#[allow(clippy::type_complexity)]
+pub unsafe fn finish_recvs(
+    mut done: Vec<(Receive, *const ffi::MPI_Status)>,
+) -> (Vec<c_int>, Vec<(Receive, *const ffi::MPI_Status)>) {
+    // SAFETY: the caller's contract for each receive (`enqueue_finish`'s); the receives'
+    // buffers are distinct (MPI's rule), so the unpacks of one batch write distinct bytes.
+    let settled = unsafe {
+        queue_and_wait(
+            &mut done,
+            |(r, _)| &r.engine,
+            |(r, status), batch| enqueue_finish(r, *status, batch),
+        )
+    };
+    let codes = done
+        .iter()
+        .zip(settled)
+        .map(|((r, _), s)| match s {
+            Ok(bytes) => {
+                log!(
+                    "{}: unpacked {bytes} bytes into a {}",
+                    r.op,
+                    r.engine.describe()
+                );
+                0
+            }
+            Err(code) => code,
+        })
+        .collect();
+    (codes, done)
+}
+
+/// Queues each item's kernel work on its engine's GPU with `enqueue`, then launches and waits
+/// for each GPU once: the kernels of a GPU with several items are recorded into one [`Batch`]
+/// (launched as one graph, where batches are on); a GPU's only item launches its kernel alone,
+/// through its kept graph, which costs less host time than a batch of one. `enqueue` returns
+/// what the item's work is (`Ok`) or the code it settled with when it queued nothing. Returns,
+/// per item in order, `Ok` where its work was queued and its GPU's launch and wait succeeded
+/// (the CPU engine's work is done by `enqueue`), else the code: the enqueue's, or
+/// [`ERR_INTERN`] where the launch or the wait failed.
+///
+/// # Safety
+/// `enqueue`'s work for the items of one GPU may share a batch: their kernels touch distinct
+/// bytes; each queued kernel's buffers stay valid until this returns.
+unsafe fn queue_and_wait<T, V>(
+    items: &mut [T],
+    engine: impl Fn(&T) -> &Engine,
+    mut enqueue: impl FnMut(&mut T, Option<&mut Batch>) -> std::result::Result<V, c_int>,
+) -> Vec<std::result::Result<V, c_int>> {
+    let ordinals: Vec<Option<usize>> = items.iter().map(|t| engine(t).ordinal()).collect();
     let several = |o: usize| ordinals.iter().filter(|&&x| x == Some(o)).count() > 1;
-    // Per GPU with receives: a batch for its unpack kernels (launched as one graph), where it
-    // has several and batches are on.
+    // Per GPU with items: a batch for its kernels, where it has several and batches are on.
     let mut batches: Vec<(usize, Option<Batch>)> = Vec::new();
-    // Per receive: the bytes whose unpack is queued, or the code it settled with.
-    let queued: Vec<std::result::Result<u64, c_int>> = done
+    let queued: Vec<std::result::Result<V, c_int>> = items
         .iter_mut()
-        .map(|(r, status)| {
-            let batch = r.engine.ordinal().and_then(|o| {
+        .zip(&ordinals)
+        .map(|(t, ordinal)| {
+            let batch = ordinal.and_then(|o| {
                 let at = match batches.iter().position(|(b, _)| *b == o) {
                     Some(at) => at,
                     None => {
                         let batch = if several(o) {
-                            r.engine.new_batch()
+                            engine(t).new_batch()
                         } else {
                             None
                         };
@@ -315,60 +588,44 @@ pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> 
                 };
                 batches[at].1.as_mut()
             });
-            // SAFETY: the caller's contract; the receives' buffers are distinct (MPI's rule).
-            guarded(|| Some(unsafe { enqueue_finish(r, *status, batch) }))
-                .unwrap_or(Err(ERR_INTERN))
+            guarded(|| Some(enqueue(t, batch))).unwrap_or(Err(ERR_INTERN))
         })
         .collect();
-    // Launch each GPU's batch, then wait once per GPU with receives, whatever happened before
-    // (a failed enqueue or launch may have queued a copy); a failed launch or wait fails that
-    // GPU's unpacks.
+    // Launch each GPU's batch, then wait once per GPU, whatever happened before (a failed
+    // enqueue or launch may have queued a copy); a failed launch or wait fails that GPU's work.
     let mut waited: Vec<(usize, bool)> = Vec::new();
     for (ordinal, batch) in batches {
         let launched =
             match batch.map(|b| guarded(|| Some(profile::time(Phase::Launch, || b.launch())))) {
                 None | Some(Some(Ok(()))) => true,
                 Some(Some(Err(e))) => {
-                    log!("the launch of the unpacks on device {ordinal} failed: {e}");
+                    log!("the launch of the kernels on device {ordinal} failed: {e}");
                     false
                 }
                 Some(None) => false,
             };
-        let Some((r, _)) = done
-            .iter()
-            .find(|(r, _)| r.engine.ordinal() == Some(ordinal))
-        else {
+        let Some(at) = ordinals.iter().position(|&o| o == Some(ordinal)) else {
             continue;
         };
-        let ok = match guarded(|| Some(r.engine.wait())) {
+        let ok = match guarded(|| Some(engine(&items[at]).wait())) {
             Some(Ok(())) => launched,
             Some(Err(e)) => {
-                log!("{}: the wait for the unpack failed: {e}", r.op);
+                log!("the wait on device {ordinal} failed: {e}");
                 false
             }
             None => false,
         };
         waited.push((ordinal, ok));
     }
-    done.iter()
-        .zip(queued)
-        .map(|((r, _), q)| match q {
-            Err(code) => code,
-            Ok(bytes) => {
-                let ok = r
-                    .engine
-                    .ordinal()
-                    .map_or(true, |o| waited.iter().any(|&(w, ok)| w == o && ok));
-                if ok {
-                    log!(
-                        "{}: unpacked {bytes} bytes into a {}",
-                        r.op,
-                        r.engine.describe()
-                    );
-                    0
-                } else {
-                    ERR_INTERN
-                }
+    queued
+        .into_iter()
+        .zip(&ordinals)
+        .map(|(q, ordinal)| {
+            let ok = ordinal.map_or(true, |o| waited.iter().any(|&(w, ok)| w == o && ok));
+            match q {
+                Ok(v) if ok => Ok(v),
+                Ok(_) => Err(ERR_INTERN),
+                Err(code) => Err(code),
             }
         })
         .collect()
@@ -411,7 +668,7 @@ unsafe fn enqueue_finish(
         log!("{op}: no plan for {n} element(s) received");
         return Err(ERR_INTERN);
     };
-    // SAFETY: the staging came from `receive_buffer` of this engine with the full plan, and
+    // SAFETY: the staging came from `staging_for` of this engine with the full plan, and
     // `plan` is no larger; the buffer is the caller's receive buffer; the staging lives until
     // the wait in `finish_recvs`.
     match unsafe { r.engine.enqueue_unpack(&plan, &mut r.staging, r.buf, batch) } {

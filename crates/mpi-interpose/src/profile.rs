@@ -17,7 +17,7 @@
 //! | `other` | `call` less the phases above (printed, not recorded) |
 //!
 //! Rows are kept per call: `MPI_Pack`, `MPI_Unpack`, `MPI_Send`, `MPI_Isend`, `MPI_Recv`,
-//! `MPI_Irecv`, `MPI_Sendrecv`, and `completion` (the unpack of a non-blocking receive inside a
+//! `MPI_Irecv`, `MPI_Sendrecv`, `MPI_Start` (with `MPI_Startall`), and `completion` (the unpack of a non-blocking receive inside a
 //! wait, a test or `MPI_Request_free`). Phases of a call that then passed through are counted
 //! too, so a phase's count may exceed the calls'.
 //!
@@ -87,7 +87,7 @@ impl Phase {
 }
 
 /// The calls kept apart, in the order of the table; the last row takes anything else.
-const CALLS: [&str; 9] = [
+const CALLS: [&str; 10] = [
     "MPI_Pack",
     "MPI_Unpack",
     "MPI_Send",
@@ -95,6 +95,7 @@ const CALLS: [&str; 9] = [
     "MPI_Recv",
     "MPI_Irecv",
     "MPI_Sendrecv",
+    "MPI_Start",
     COMPLETION,
     "other",
 ];
@@ -288,7 +289,8 @@ mod tests {
             assert_eq!(*p as usize, i);
         }
         assert_eq!(row_of("MPI_Sendrecv"), 6);
-        assert_eq!(row_of(COMPLETION), 7);
+        assert_eq!(row_of("MPI_Start"), 7);
+        assert_eq!(row_of(COMPLETION), 8);
         assert_eq!(row_of("MPI_Bogus"), CALLS.len() - 1);
     }
 

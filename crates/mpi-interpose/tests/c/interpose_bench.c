@@ -7,7 +7,8 @@
  *   - a whole halo exchange of that grid as codes write it: the six faces (x, y, z, both
  *     sides) with MPI_Irecv, MPI_Isend and one MPI_Waitall, the peer rank the neighbour on
  *     every side, beside six contiguous messages of the same sizes (with --host-mpi the four
- *     x and y faces only).
+ *     x and y faces only), and the same exchange through persistent requests (MPI_Recv_init
+ *     and MPI_Send_init once, then MPI_Startall and MPI_Waitall each time).
  * Rank 0 prints `bench KIND NAME BYTES MEDIAN_US ITERATIONS` lines.
  *
  *   mpicc -O2 -DUSE_CUDA -o interpose_bench interpose_bench.c -lcudart
@@ -93,7 +94,8 @@ static double sendrecv_op(void *p) {
 }
 
 /* A halo exchange: `n` receives and `n` sends posted, then one MPI_Waitall. */
-struct halo_ctx { void *sbuf[6], *rbuf[6]; MPI_Datatype st[6], rt[6]; int count[6], stag[6], rtag[6], n; };
+struct halo_ctx { void *sbuf[6], *rbuf[6]; MPI_Datatype st[6], rt[6]; int count[6], stag[6], rtag[6], n;
+                  MPI_Request preq[12]; };
 static double halo_op(void *p) {
   struct halo_ctx *c = p;
   int peer = rank ^ 1;
@@ -106,6 +108,27 @@ static double halo_op(void *p) {
     MPI_Isend(c->sbuf[i], c->count[i], c->st[i], peer, c->stag[i], MPI_COMM_WORLD, &req[c->n + i]);
   MPI_Waitall(2 * c->n, req, MPI_STATUSES_IGNORE);
   return MPI_Wtime() - t0;
+}
+
+/* The same exchange through persistent requests made once (halo_init): one MPI_Startall of the
+ * receives and sends, then one MPI_Waitall. */
+static void halo_init(struct halo_ctx *c) {
+  int peer = rank ^ 1;
+  for (int i = 0; i < c->n; i++)
+    MPI_Recv_init(c->rbuf[i], c->count[i], c->rt[i], peer, c->rtag[i], MPI_COMM_WORLD, &c->preq[i]);
+  for (int i = 0; i < c->n; i++)
+    MPI_Send_init(c->sbuf[i], c->count[i], c->st[i], peer, c->stag[i], MPI_COMM_WORLD, &c->preq[c->n + i]);
+}
+static double halo_persistent_op(void *p) {
+  struct halo_ctx *c = p;
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  MPI_Startall(2 * c->n, c->preq);
+  MPI_Waitall(2 * c->n, c->preq, MPI_STATUSES_IGNORE);
+  return MPI_Wtime() - t0;
+}
+static void halo_free(struct halo_ctx *c) {
+  for (int i = 0; i < 2 * c->n; i++) MPI_Request_free(&c->preq[i]);
 }
 
 static void *dmalloc(size_t n) {
@@ -227,12 +250,18 @@ int main(int argc, char **argv) {
       flat.count[k] = fsize;
     }
     measure("MPI_Isend/MPI_Irecv/MPI_Waitall", host_mpi ? "halo-xy" : "halo-3d", hbytes, halo_op, &h);
+    halo_init(&h);
+    measure("MPI_Startall/MPI_Waitall", host_mpi ? "halo-xy" : "halo-3d", hbytes, halo_persistent_op, &h);
+    halo_free(&h);
     if (!host_mpi) {
       for (int i = 0; i < 6; i++) {
         flat.sbuf[i] = dmalloc((size_t)flat.count[i]);
         flat.rbuf[i] = dmalloc((size_t)flat.count[i]);
       }
       measure("MPI_Isend/MPI_Irecv/MPI_Waitall", "halo-3d-contiguous", hbytes, halo_op, &flat);
+      halo_init(&flat);
+      measure("MPI_Startall/MPI_Waitall", "halo-3d-contiguous", hbytes, halo_persistent_op, &flat);
+      halo_free(&flat);
       for (int i = 0; i < 6; i++) {
         cudaFree(flat.sbuf[i]);
         cudaFree(flat.rbuf[i]);

@@ -313,6 +313,113 @@ static void free_and_cancel(MPI_Datatype t, int test) {
   free(hs); free(hr); free(want); free(got);
 }
 
+/* Persistent requests: MPI_Recv_init and MPI_Send_init once, then `rounds` rounds of starts and a
+ * completion by `how`, the send buffer holding a new pattern each round and the receive buffer
+ * reset each round, every round checked; then a wait on the inactive receive (its buffer must
+ * stay as it is), a round whose receive is freed while active (freeing completes it) and whose
+ * send is freed while active, and the frees. */
+enum { P_STARTALL_WAITALL, P_START_WAIT, P_TEST, P_TESTALL, P_WAITANY, P_WAITSOME, P_TESTSOME,
+       P_TESTANY, P_NHOW };
+static const char *how_name[P_NHOW] = {"startall-waitall", "start-wait", "test", "testall",
+                                       "waitany", "waitsome", "testsome", "testany"};
+static void persistent(const char *name, int test, int how, MPI_Datatype st, int scount,
+                       MPI_Datatype rt, int rcount, int sent, int send_dev, int recv_dev) {
+  const int rounds = 3;
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  size_t sbytes = span(st, scount), rbytes = span(rt, rcount);
+  uint8_t *hs = malloc(sbytes + 1), *hr = malloc(rbytes + 1), *want = malloc(rbytes + 1),
+          *got = malloc(rbytes + 1);
+  void *s = dev_alloc(sbytes, send_dev), *r = dev_alloc(rbytes, recv_dev);
+  fill(hr, rbytes, 1000 + rank, test);
+  MPI_Request req[2];
+  int tag = 400 + test, ok = 1, n = -1;
+  MPI_Recv_init(r, rcount, rt, prev, tag, MPI_COMM_WORLD, &req[0]);
+  MPI_Send_init(s, scount, st, next, tag, MPI_COMM_WORLD, &req[1]);
+  uint64_t sum = 1469598103934665603ull;
+  for (int round = 0; round < rounds + 1; round++) {
+    int t = test + 1000 * (round + 1);
+    fill(hs, sbytes, rank, t);
+    upload(s, hs, sbytes, send_dev);
+    upload(r, hr, rbytes, recv_dev);
+    MPI_Status stat[2];
+    memset(stat, 0, sizeof stat);
+    if (round == rounds) {
+      /* The last round frees the send while it is active; the receive completes it. */
+      MPI_Start(&req[0]);
+      MPI_Start(&req[1]);
+      MPI_Request_free(&req[1]);
+      MPI_Wait(&req[0], &stat[0]);
+      MPI_Barrier(MPI_COMM_WORLD); /* every freed send has been received */
+      ok &= req[1] == MPI_REQUEST_NULL;
+    } else if (how == P_START_WAIT) {
+      MPI_Start(&req[0]);
+      MPI_Start(&req[1]);
+      MPI_Wait(&req[0], &stat[0]);
+      MPI_Wait(&req[1], MPI_STATUS_IGNORE);
+    } else {
+      MPI_Startall(2, req);
+      if (how == P_STARTALL_WAITALL) {
+        MPI_Waitall(2, req, stat);
+      } else if (how == P_TEST) {
+        int flag = 0;
+        while (!flag) MPI_Test(&req[0], &flag, &stat[0]);
+        MPI_Wait(&req[1], MPI_STATUS_IGNORE);
+      } else if (how == P_TESTALL) {
+        int flag = 0;
+        while (!flag) MPI_Testall(2, req, &flag, stat);
+      } else if (how == P_WAITANY || how == P_TESTANY) {
+        for (int k = 0; k < 2;) {
+          int idx = -1, flag = 1;
+          MPI_Status one;
+          if (how == P_WAITANY) MPI_Waitany(2, req, &idx, &one);
+          else MPI_Testany(2, req, &idx, &flag, &one);
+          if (flag && idx >= 0 && idx < 2) { stat[idx] = one; k++; }
+        }
+      } else {
+        int left = 2;
+        while (left > 0) {
+          int out = 0, idx[2];
+          MPI_Status some[2];
+          if (how == P_WAITSOME) MPI_Waitsome(2, req, &out, idx, some);
+          else MPI_Testsome(2, req, &out, idx, some);
+          for (int k = 0; k < out && out != MPI_UNDEFINED; k++) { stat[idx[k]] = some[k]; left--; }
+        }
+      }
+    }
+    MPI_Get_count(&stat[0], rt, &n);
+    download(got, r, rbytes, recv_dev);
+    expect(want, hr, rbytes, prev, t, st, scount, rt, sent);
+    int this_ok = memcmp(got, want, rbytes) == 0 && n == sent && stat[0].MPI_SOURCE == prev;
+    if (!this_ok)
+      fprintf(stderr, "rank %d: %s (%s) round %d: bytes %s, count %d (want %d), source %d\n", rank,
+              name, how_name[how], round, memcmp(got, want, rbytes) == 0 ? "equal" : "DIFFER", n,
+              sent, stat[0].MPI_SOURCE);
+    ok &= this_ok;
+    for (size_t i = 0; i < rbytes; i++) { sum ^= got[i]; sum *= 1099511628211ull; }
+    if (round == rounds - 1) {
+      /* A wait on the inactive receive returns at once and leaves its buffer alone. */
+      uint8_t *fresh = malloc(rbytes + 1);
+      fill(fresh, rbytes, 2000 + rank, test);
+      upload(r, fresh, rbytes, recv_dev);
+      MPI_Status empty;
+      MPI_Wait(&req[0], &empty);
+      download(got, r, rbytes, recv_dev);
+      int inactive_ok = memcmp(got, fresh, rbytes) == 0;
+      if (!inactive_ok) fprintf(stderr, "rank %d: %s (%s): a wait on the inactive receive changed its buffer\n", rank, name, how_name[how]);
+      ok &= inactive_ok;
+      free(fresh);
+    }
+  }
+  MPI_Request_free(&req[0]);
+  ok &= req[0] == MPI_REQUEST_NULL;
+  char label[160];
+  snprintf(label, sizeof label, "%s/%s", name, how_name[how]);
+  report(label, ok, sum);
+  dev_free(s, send_dev);
+  dev_free(r, recv_dev);
+  free(hs); free(hr); free(want); free(got);
+}
+
 /* A 3-D halo exchange of subarray faces: x neighbours along the ring, y and z periodic onto
  * this rank; every face and ghost plane a MPI_Type_create_subarray of the whole block. */
 static void halo(const char *name, int test, int use_sendrecv) {
@@ -502,6 +609,24 @@ int main(int argc, char **argv) {
     MPI_Type_free(&yface);
   }
   free_and_cancel(column, 14 * 16);
+  /* Persistent requests, every way of completing them, a regular type and a subarray face. */
+  for (int h = 0; h < P_NHOW; h++) persistent("persistent-vector-column", 15 * 16 + h, h, column, 2, column, 2, 2, dev(), dev());
+  {
+    int sizes[3] = {6, 7, 8}, subs[3] = {6, 7, 1}, starts[3] = {0, 0, 2};
+    MPI_Datatype xface;
+    MPI_Type_create_subarray(3, sizes, subs, starts, MPI_ORDER_C, MPI_DOUBLE, &xface);
+    MPI_Type_commit(&xface);
+    persistent("persistent-subarray-face", 15 * 16 + 8, P_STARTALL_WAITALL, xface, 1, xface, 1, 1, dev(), dev());
+    persistent("persistent-short-receive", 15 * 16 + 9, P_START_WAIT, column, 2, column, 3, 2, dev(), dev());
+    persistent("persistent-device-to-host", 15 * 16 + 10, P_STARTALL_WAITALL, column, 2, column, 2, 2, dev(), 0);
+    MPI_Type_free(&xface);
+    MPI_Datatype idx;
+    int lens[3] = {1, 2, 3}, displs[3] = {0, 5, 11};
+    MPI_Type_indexed(3, lens, displs, MPI_DOUBLE, &idx);
+    MPI_Type_commit(&idx);
+    persistent("persistent-indexed-passes-through", 15 * 16 + 11, P_WAITANY, idx, 4, idx, 4, 4, dev_passthrough(), dev_passthrough());
+    MPI_Type_free(&idx);
+  }
   /* The 3-D halo exchange of subarray faces. */
   halo("halo-3d-isend-irecv-waitall", 13 * 16, 0);
   halo("halo-3d-sendrecv", 13 * 16 + 1, 1);
