@@ -1357,6 +1357,91 @@ fn batch_matches_the_cpu_oracle() {
 
 #[test]
 #[ignore = "needs a CUDA device"]
+fn relaunch_with_the_same_arguments_runs_again() {
+    // A kept graph launched again with the arguments it already holds skips setting them: the
+    // kernel must still run each time (the destination is cleared before every launch), and
+    // arguments that change back and forth must be set again.
+    let ctx = ctx();
+    let stream = ctx.new_stream().unwrap();
+    let plan = StridedBlock::from_type(&vector(4096, 3, 7, 4).unwrap()).unwrap();
+    let opts = GpuOptions::default().with_relaunch(true);
+    let packer = Packer::with_options(&ctx, &plan, &opts).unwrap();
+    let (extent, packed) = (plan.extent_end() as usize, plan.packed_size() as usize);
+    let hosts = [pattern(extent, 11), pattern(extent, 12)];
+    let wants: Vec<Vec<u8>> = hosts
+        .iter()
+        .map(|h| {
+            let mut w = vec![0u8; packed];
+            cpu::pack(&plan, h, &mut w).unwrap();
+            w
+        })
+        .collect();
+    let d_src = [
+        stream.clone_htod(&hosts[0]).unwrap(),
+        stream.clone_htod(&hosts[1]).unwrap(),
+    ];
+    let mut d_out = stream.alloc_zeros::<u8>(2 * packed).unwrap();
+    // Rounds of launches (source, destination slot), one launch or a batch of them.
+    let rounds: [&[(usize, usize)]; 9] = [
+        &[(0, 0)],
+        &[(0, 0)],
+        &[(1, 1)],
+        &[(0, 0)],
+        &[(0, 0), (1, 1)],
+        &[(0, 0), (1, 1)],
+        &[(1, 0), (0, 1)],
+        &[(0, 0), (1, 1)],
+        &[(0, 0), (1, 1)],
+    ];
+    for (r, launches) in rounds.iter().enumerate() {
+        {
+            let (a, _ra) = d_src[0].device_ptr(&stream);
+            let (b, _rb) = d_src[1].device_ptr(&stream);
+            let (out, _w) = d_out.device_ptr_mut(&stream);
+            // SAFETY: `out` holds `2 * packed` bytes of this context, used by this stream only.
+            unsafe {
+                gpu::cudarc::driver::sys::cuMemsetD8Async(out, 0, 2 * packed, stream.cu_stream())
+            }
+            .result()
+            .unwrap();
+            let mut batch = gpu::Batch::new(&stream);
+            for &(src, slot) in launches.iter() {
+                let sp = [a, b][src];
+                let dp = out + (slot * packed) as u64;
+                // SAFETY: the launch reads one whole source allocation and writes its own
+                // packed span of the destination, allocations of this context kept until the
+                // copy back below, which the stream orders after it.
+                unsafe {
+                    if launches.len() == 1 {
+                        packer.pack_raw(&stream, sp, extent, dp, packed)
+                    } else {
+                        packer.record_pack_raw(&mut batch, sp, extent, dp, packed)
+                    }
+                }
+                .unwrap();
+            }
+            batch.launch().unwrap();
+        }
+        let got = stream.clone_dtoh(&d_out).unwrap();
+        for slot in 0..2 {
+            let span = &got[slot * packed..(slot + 1) * packed];
+            match launches.iter().find(|&&(_, s)| s == slot) {
+                Some(&(src, _)) => assert!(
+                    span == &wants[src][..],
+                    "round {r}, slot {slot}: {}",
+                    first_diff(span, &wants[src])
+                ),
+                None => assert!(
+                    span.iter().all(|&x| x == 0),
+                    "round {r}, slot {slot} written"
+                ),
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
 fn raw_calls_are_checked_before_launch() {
     let ctx = ctx();
     let stream = ctx.new_stream().unwrap();

@@ -12,6 +12,8 @@
 #   ab     the benchmark preloaded under the CUDA-aware MPI, this build and the one before in
 #          turn, twice each (after iprof or ichk built the benchmark)
 #   iprof  the benchmark with the interposer's per-phase profile (run-interpose.sh --profile)
+#   gpack  datatype-pack's raw-address, relaunch and batch tests against the CPU reference, and
+#          the one that launches kept graphs again with the arguments they hold (one GPU)
 set -u
 out="$1"; shift
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -49,6 +51,10 @@ for part in "$@"; do
     iprof)
       (echo "\$ bash .gpu-box/run-interpose.sh --profile"; bash .gpu-box/run-interpose.sh --profile) > "$out/interpose-profile.txt" 2>&1
       grep -E "Sendrecv|MPI_Recv|completion" "$out/interpose-profile.txt" | grep "r0\]" | head -40 ;;
+    gpack)
+      t=$(ls .gpu-box/tests/gpu_pack-* | head -1)
+      (echo "\$ $t --ignored raw_ relaunch_ batch_matches_the_cpu_oracle --nocapture"; CUDA_VISIBLE_DEVICES=0 "$t" --ignored raw_ relaunch_ batch_matches_the_cpu_oracle --nocapture) > "$out/gpu-pack-relaunch.txt" 2>&1
+      grep -E "^test |test result" "$out/gpu-pack-relaunch.txt" ;;
     *) echo "unknown part $part"; exit 2 ;;
   esac
 done
