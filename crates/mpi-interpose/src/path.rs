@@ -158,6 +158,31 @@ unsafe fn plan_for(
     Some((layout, plan, dev))
 }
 
+/// Whether the interposer takes `(buf, count, dt)` for `op`, and how: the layout, its plan, the
+/// engine for the buffer and the method of moving the bytes; `None` passes the call through.
+///
+/// # Safety
+/// As [`plan_for`].
+unsafe fn take(
+    op: &'static str,
+    buf: *const c_void,
+    count: c_int,
+    dt: ffi::MPI_Datatype,
+    host_pack: bool,
+) -> Option<(Arc<Layout>, StridedBlock, Engine, Method)> {
+    // SAFETY: the caller's contract.
+    let (layout, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
+    let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
+        Ok(e) => e,
+        Err(e) => {
+            log!("{op}: passes through: {e}");
+            return None;
+        }
+    };
+    let method = profile::time(Phase::Engine, || method_for(op, &engine, &plan));
+    Some((layout, plan, engine, method))
+}
+
 fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
     if let Engine::Cpu = engine {
         return Method::OneShot;
@@ -387,15 +412,7 @@ pub unsafe fn prepare_send_init(
 ) -> Option<Outgoing> {
     let host_pack = config::get().host_pack.send;
     // SAFETY: the caller's contract.
-    let (_, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
-    let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
-        Ok(e) => e,
-        Err(e) => {
-            log!("{op}: passes through: {e}");
-            return None;
-        }
-    };
-    let method = profile::time(Phase::Engine, || method_for(op, &engine, &plan));
+    let (_, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack) }?;
     match engine.staging_for(&plan, method) {
         Ok(staging) => Some(Outgoing {
             bytes: c_int::try_from(plan.packed_size()).ok()?,
@@ -424,15 +441,7 @@ pub unsafe fn prepare_send(
 ) -> Option<(Staging, c_int)> {
     let host_pack = config::get().host_pack.send;
     // SAFETY: the caller's contract.
-    let (_, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
-    let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
-        Ok(e) => e,
-        Err(e) => {
-            log!("{op}: passes through: {e}");
-            return None;
-        }
-    };
-    let method = profile::time(Phase::Engine, || method_for(op, &engine, &plan));
+    let (_, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack) }?;
     // SAFETY: the caller's contract; `engine` was made for this buffer.
     match unsafe { engine.pack(&plan, buf, method) } {
         Ok(s) => {
@@ -462,15 +471,7 @@ pub unsafe fn prepare_recv(
 ) -> Option<Receive> {
     let host_pack = config::get().host_pack.recv;
     // SAFETY: the caller's contract.
-    let (layout, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
-    let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
-        Ok(e) => e,
-        Err(e) => {
-            log!("{op}: passes through: {e}");
-            return None;
-        }
-    };
-    let method = profile::time(Phase::Engine, || method_for(op, &engine, &plan));
+    let (layout, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack) }?;
     match engine.staging_for(&plan, method) {
         Ok(staging) => Some(Receive {
             bytes: c_int::try_from(plan.packed_size()).ok()?,
