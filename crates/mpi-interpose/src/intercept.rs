@@ -606,8 +606,14 @@ pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
     scope.taken();
     // SAFETY: the caller starts this request; its send buffer holds what it sends.
     match guarded(|| Some(unsafe { path::start(&handles) })).unwrap_or(path::ERR_INTERN) {
-        // SAFETY: the caller's contract.
-        0 => profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Start(request) }),
+        0 => {
+            // SAFETY: the caller's contract.
+            let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Start(request) });
+            if rc != 0 {
+                path::not_started(&handles);
+            }
+            rc
+        }
         code => code,
     }
 }
@@ -629,10 +635,16 @@ pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut MPI_
     scope.taken();
     // SAFETY: the caller starts these requests; their send buffers hold what they send.
     match guarded(|| Some(unsafe { path::start(&handles) })).unwrap_or(path::ERR_INTERN) {
-        // SAFETY: the caller's contract.
-        0 => profile::time(Phase::Mpi, || unsafe {
-            ffi::PMPI_Startall(count, array_of_requests)
-        }),
+        0 => {
+            // SAFETY: the caller's contract.
+            let rc = profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Startall(count, array_of_requests)
+            });
+            if rc != 0 {
+                path::not_started(&handles);
+            }
+            rc
+        }
         code => code,
     }
 }

@@ -358,6 +358,17 @@ pub unsafe fn start(handles: &[u64]) -> c_int {
     rc
 }
 
+/// After the real `MPI_Start`/`MPI_Startall` failed: the interposer's requests among `handles`
+/// are not active.
+pub fn not_started(handles: &[u64]) {
+    let mut map = lock(kept());
+    for h in handles {
+        if let Some(k) = map.get_mut(h) {
+            k.active = false;
+        }
+    }
+}
+
 /// After a wait or test: the interposer's started persistent requests among `handles` that the
 /// call completed (`completed(i)` for array slot `i`) are marked inactive; their receives are
 /// taken out, with their slot and handle, to be unpacked and put back ([`put_back`]).
@@ -659,6 +670,10 @@ unsafe fn enqueue_finish(
     let n = got.checked_div(elem).unwrap_or(0).min(r.count);
     if got % elem.max(1) != 0 {
         log!("{op}: {got} bytes are not whole elements of {elem}; unpacking {n} whole");
+    }
+    if n == 0 {
+        // Nothing came (an empty message, or the empty status of a request that never ran).
+        return Ok(0);
     }
     let plan = if n == r.count {
         Some(r.plan.clone())

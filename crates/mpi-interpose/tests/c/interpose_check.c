@@ -554,6 +554,9 @@ int main(int argc, char **argv) {
   /* A short message: 2 elements sent, 3 posted. */
   exchange("short-receive", 8 * 16, SEND_RECV, column, 2, column, 3, 2, dev(), dev());
   exchange("short-receive-waitall", 8 * 16 + 1, WAITALL, column, 2, column, 3, 2, dev(), dev());
+  /* An empty message: nothing sent, two elements posted; the buffer must stay as it is. */
+  exchange("empty-message", 8 * 16 + 2, SEND_RECV, column, 0, column, 2, 0, dev(), dev());
+  exchange("empty-message-waitall", 8 * 16 + 3, WAITALL, column, 0, column, 2, 0, dev(), dev());
   /* A freed handle reused for another type. */
   {
     MPI_Datatype a, b;
