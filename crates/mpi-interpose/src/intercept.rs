@@ -16,8 +16,9 @@ use crate::log::{self, log};
 use crate::memory::{self, DeviceBuffer};
 use crate::path::{
     self, any_ours, blank_status, bytes_type, finish_recv, finish_recvs, forget, guarded,
-    prepare_recv, prepare_send, prepare_send_init, remember, take_completed, Pending, Persistent,
+    prepare_recv, prepare_send, remember, take_completed, Pending,
 };
+use crate::persistent::{self, prepare_send_init, Persistent};
 use crate::profile::{self, Phase};
 use crate::table::status_slot_of_some;
 use crate::types;
@@ -540,7 +541,7 @@ pub unsafe extern "C" fn MPI_Send_init(
             };
             if rc == 0 {
                 // SAFETY: the real MPI wrote the new request's handle.
-                path::keep(key(unsafe { *request }), Persistent::Send(o));
+                persistent::keep(key(unsafe { *request }), Persistent::Send(o));
             }
             rc
         }
@@ -585,7 +586,7 @@ pub unsafe extern "C" fn MPI_Recv_init(
     };
     if rc == 0 {
         // SAFETY: the real MPI wrote the new request's handle.
-        path::keep(key(unsafe { *request }), Persistent::Recv(r));
+        persistent::keep(key(unsafe { *request }), Persistent::Recv(r));
     }
     rc
 }
@@ -605,12 +606,12 @@ pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
     let mut scope = profile::scope("MPI_Start");
     scope.taken();
     // SAFETY: the caller starts this request; its send buffer holds what it sends.
-    match guarded(|| Some(unsafe { path::start(&handles) })).unwrap_or(path::ERR_INTERN) {
+    match guarded(|| Some(unsafe { persistent::start(&handles) })).unwrap_or(path::ERR_INTERN) {
         0 => {
             // SAFETY: the caller's contract.
             let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Start(request) });
             if rc != 0 {
-                path::not_started(&handles);
+                persistent::not_started(&handles);
             }
             rc
         }
@@ -634,14 +635,14 @@ pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut MPI_
     let mut scope = profile::scope("MPI_Start");
     scope.taken();
     // SAFETY: the caller starts these requests; their send buffers hold what they send.
-    match guarded(|| Some(unsafe { path::start(&handles) })).unwrap_or(path::ERR_INTERN) {
+    match guarded(|| Some(unsafe { persistent::start(&handles) })).unwrap_or(path::ERR_INTERN) {
         0 => {
             // SAFETY: the caller's contract.
             let rc = profile::time(Phase::Mpi, || unsafe {
                 ffi::PMPI_Startall(count, array_of_requests)
             });
             if rc != 0 {
-                path::not_started(&handles);
+                persistent::not_started(&handles);
             }
             rc
         }
@@ -679,7 +680,7 @@ unsafe fn complete(
             }
         }
     }
-    for (i, handle, r) in path::take_started(before, &completed) {
+    for (i, handle, r) in persistent::take_started(before, &completed) {
         recvs.push((r, status_of(i).unwrap_or(&blank)));
         kept.push(Some(handle));
     }
@@ -692,7 +693,7 @@ unsafe fn complete(
     let (codes, recvs) = unsafe { finish_recvs(recvs) };
     for ((r, _), handle) in recvs.into_iter().zip(kept) {
         if let Some(h) = handle {
-            path::put_back(h, r);
+            persistent::put_back(h, r);
         }
     }
     if rc != 0 {
@@ -1055,7 +1056,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         // SAFETY: the caller's contract.
         return unsafe { ffi::PMPI_Request_free(request) };
     }
-    if let Some((work, active)) = path::release(before[0]) {
+    if let Some((work, active)) = persistent::release(before[0]) {
         match work {
             Persistent::Send(o) if active => std::mem::forget(o),
             Persistent::Recv(r) if active => {

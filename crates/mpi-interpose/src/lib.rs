@@ -5,7 +5,8 @@
 //! | layer | module | what it does |
 //! |---|---|---|
 //! | symbols | `intercept` | `MPI_Finalize`, `MPI_Type_commit`/`_free`, `MPI_Pack`/`_Unpack`/`_Pack_size`, `MPI_Send`/`_Recv`/`_Isend`/`_Irecv`/`_Sendrecv`, `MPI_Send_init`/`_Recv_init`/`_Start`/`_Startall`, the waits and tests, `MPI_Request_free`: the interposer's path or `PMPI_*` |
-//! | path | `path` | whether a call is taken, its staging, pending work of requests, persistent requests (packed at each start, unpacked at each completion), the unpack on completion |
+//! | path | `path` | whether a call is taken, its staging, pending work of requests, the unpack on completion |
+//! | persistent | `persistent` | persistent requests: staging for their life, packed at each start, unpacked at each completion |
 //! | datatypes | [`types`] | committed datatypes decoded into the IR (datatype-pack's `mpi_decode`), cached per handle, plans per count |
 //! | requests | [`table`] | outstanding requests of the interposer; completion told by `MPI_REQUEST_NULL` |
 //! | model | [`model`] | device, one-shot or staged, by estimated cost |
@@ -27,6 +28,7 @@ mod log;
 pub mod memory;
 pub mod model;
 mod path;
+mod persistent;
 mod profile;
 pub mod sync;
 pub mod table;
