@@ -15,13 +15,18 @@ use crate::handle::key;
 use crate::log::{self, log};
 use crate::memory::{self, DeviceBuffer};
 use crate::path::{
-    self, any_ours, blank_status, bytes_type, finish_recv, finish_recvs, forget, guarded,
+    self, any_started, blank_status, bytes_type, finish_recv, finish_recvs, forget, guarded,
     prepare_recv, prepare_send, remember, take_completed, Pending,
 };
 use crate::persistent::{self, prepare_send_init, Persistent};
 use crate::profile::{self, Phase};
 use crate::table::status_slot_of_some;
 use crate::types;
+
+/// Whether any of `handles` is the interposer's: a request it started or a persistent one.
+fn any_ours(handles: &[u64]) -> bool {
+    any_started(handles) || persistent::any_kept(handles)
+}
 
 fn status_ignore() -> *mut MPI_Status {
     // SAFETY: reading an immutable constant of the rsmpi shim.

@@ -1,6 +1,6 @@
 //! The interposer's path for one call: whether it takes the call, the staging it packs or
 //! receives into, the pending work of non-blocking requests, and the unpack on completion
-//! (persistent requests, built on these: [`crate::persistent`]).
+//! (persistent requests are built on these in [`crate::persistent`]).
 
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -16,7 +16,6 @@ use crate::engine::{Engine, Staging};
 use crate::log::log;
 use crate::memory;
 use crate::model::{self, Method, Shape};
-use crate::persistent;
 use crate::profile::{self, Phase};
 use crate::sync::lock;
 use crate::table::RequestTable;
@@ -101,12 +100,11 @@ pub fn remember(request: u64, work: Pending) {
     }
 }
 
-/// Whether any of `handles` is the interposer's: a request it started, or a persistent one.
-pub fn any_ours(handles: &[u64]) -> bool {
-    (OUTSTANDING.load(Ordering::SeqCst) > 0 && lock(table()).any(handles))
-        || persistent::any_kept(handles)
+/// Whether any of `handles` is a request the interposer started (not a persistent one:
+/// [`crate::persistent::any_kept`]).
+pub fn any_started(handles: &[u64]) -> bool {
+    OUTSTANDING.load(Ordering::SeqCst) > 0 && lock(table()).any(handles)
 }
-
 /// Takes the completed requests of the interposer among `before`/`after`.
 pub fn take_completed(before: &[u64], after: &[u64], null: u64) -> Vec<(usize, Pending)> {
     let done = lock(table()).take_completed(before, after, null);
