@@ -602,26 +602,8 @@ pub unsafe extern "C" fn MPI_Recv_init(
 /// MPI's contract for `MPI_Start`.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
-    // SAFETY: the caller passes one request.
-    let handles = unsafe { keys(request, 1) };
-    if !any_ours(&handles) {
-        // SAFETY: the caller's contract.
-        return unsafe { ffi::PMPI_Start(request) };
-    }
-    let mut scope = profile::scope("MPI_Start");
-    scope.taken();
-    // SAFETY: the caller starts this request; its send buffer holds what it sends.
-    match guarded(|| Some(unsafe { persistent::start(&handles) })).unwrap_or(path::ERR_INTERN) {
-        0 => {
-            // SAFETY: the caller's contract.
-            let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Start(request) });
-            if rc != 0 {
-                persistent::not_started(&handles);
-            }
-            rc
-        }
-        code => code,
-    }
+    // SAFETY: the caller passes one request; `real` is the caller's own call.
+    unsafe { start(request, 1, || ffi::PMPI_Start(request)) }
 }
 
 /// `MPI_Startall`: the interposer's persistent sends among the requests are packed together
@@ -631,21 +613,32 @@ pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
 /// MPI's contract for `MPI_Startall`.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut MPI_Request) -> c_int {
-    // SAFETY: the caller passes `count` requests.
-    let handles = unsafe { keys(array_of_requests, count) };
+    // SAFETY: the caller passes `count` requests; `real` is the caller's own call.
+    unsafe {
+        start(array_of_requests, count, || {
+            ffi::PMPI_Startall(count, array_of_requests)
+        })
+    }
+}
+
+/// The shared body of `MPI_Start` and `MPI_Startall` on the `n` requests at `reqs`: the
+/// interposer's persistent sends among them packed first ([`persistent::start`]), then `real`,
+/// the real MPI's start; the requests are not active where either fails.
+///
+/// # Safety
+/// MPI's contract for a start of those requests; `real` makes that call.
+unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) -> c_int {
+    // SAFETY: the caller passes `n` requests.
+    let handles = unsafe { keys(reqs, n) };
     if !any_ours(&handles) {
-        // SAFETY: the caller's contract.
-        return unsafe { ffi::PMPI_Startall(count, array_of_requests) };
+        return real();
     }
     let mut scope = profile::scope("MPI_Start");
     scope.taken();
     // SAFETY: the caller starts these requests; their send buffers hold what they send.
     match guarded(|| Some(unsafe { persistent::start(&handles) })).unwrap_or(path::ERR_INTERN) {
         0 => {
-            // SAFETY: the caller's contract.
-            let rc = profile::time(Phase::Mpi, || unsafe {
-                ffi::PMPI_Startall(count, array_of_requests)
-            });
+            let rc = profile::time(Phase::Mpi, real);
             if rc != 0 {
                 persistent::not_started(&handles);
             }
@@ -1062,30 +1055,22 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         return unsafe { ffi::PMPI_Request_free(request) };
     }
     if let Some((work, active)) = persistent::release(before[0]) {
-        match work {
-            Persistent::Send(o) if active => std::mem::forget(o),
-            Persistent::Recv(r) if active => {
-                let mut scope = profile::scope(profile::COMPLETION);
-                scope.taken();
-                let mut st = blank_status();
-                // SAFETY: the caller's request, completed here before it is freed (a persistent
-                // request stays allocated through the wait).
-                let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Wait(request, &mut st) });
-                let code = if rc == 0 {
-                    // SAFETY: the receive completed with `st`.
-                    unsafe { finish_recv(r, &st) }
-                } else {
-                    std::mem::forget(r);
-                    rc
-                };
-                // SAFETY: the caller's contract.
-                let freed = unsafe { ffi::PMPI_Request_free(request) };
-                return if code != 0 { code } else { freed };
+        let code = match work {
+            Persistent::Send(o) if active => {
+                std::mem::forget(o);
+                0
             }
-            inactive => drop(inactive),
-        }
+            // SAFETY: the caller's request, a started receive of the interposer (a persistent
+            // request stays allocated through the wait, and is freed below).
+            Persistent::Recv(r) if active => unsafe { wait_and_unpack(request, r) },
+            inactive => {
+                drop(inactive);
+                0
+            }
+        };
         // SAFETY: the caller's contract.
-        return unsafe { ffi::PMPI_Request_free(request) };
+        let freed = unsafe { ffi::PMPI_Request_free(request) };
+        return if code != 0 { code } else { freed };
     }
     match forget(before[0]) {
         Some(Pending::Send(s)) => {
@@ -1093,20 +1078,30 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
             // SAFETY: the caller's contract.
             unsafe { ffi::PMPI_Request_free(request) }
         }
-        Some(Pending::Recv(r)) => {
-            let mut scope = profile::scope(profile::COMPLETION);
-            scope.taken();
-            let mut st = blank_status();
-            // SAFETY: the caller's request, completed here instead of freed.
-            let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Wait(request, &mut st) });
-            if rc != 0 {
-                std::mem::forget(r);
-                return rc;
-            }
-            // SAFETY: the receive completed with `st`.
-            unsafe { finish_recv(r, &st) }
-        }
+        // SAFETY: the caller's request, a started receive of the interposer, completed (and
+        // so freed) by the wait instead of freed.
+        Some(Pending::Recv(r)) => unsafe { wait_and_unpack(request, r) },
         // SAFETY: the caller's contract.
         None => unsafe { ffi::PMPI_Request_free(request) },
     }
+}
+
+/// Waits for a receive of the interposer that its caller lets go of and unpacks it, since
+/// nothing else would (`MPI_Request_free`). Returns the wait's code or the unpack's; after a
+/// failed wait the staging is kept for good (the real MPI may still write it).
+///
+/// # Safety
+/// MPI initialized; `request` is the started receive `r` was made for.
+unsafe fn wait_and_unpack(request: *mut MPI_Request, r: path::Receive) -> c_int {
+    let mut scope = profile::scope(profile::COMPLETION);
+    scope.taken();
+    let mut st = blank_status();
+    // SAFETY: the caller's contract.
+    let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Wait(request, &mut st) });
+    if rc != 0 {
+        std::mem::forget(r);
+        return rc;
+    }
+    // SAFETY: the receive completed with `st`.
+    unsafe { finish_recv(r, &st) }
 }

@@ -107,18 +107,15 @@ pub unsafe fn start(handles: &[u64]) -> c_int {
     {
         let mut map = lock(kept());
         for h in handles {
+            if !matches!(map.get(h), Some(k) if matches!(k.work, Persistent::Send(_))) {
+                continue;
+            }
             if let Some(Kept {
-                work: Persistent::Send(_),
+                work: Persistent::Send(o),
                 ..
-            }) = map.get(h)
+            }) = map.remove(h)
             {
-                if let Some(Kept {
-                    work: Persistent::Send(o),
-                    ..
-                }) = map.remove(h)
-                {
-                    sends.push((*h, o));
-                }
+                sends.push((*h, o));
             }
         }
     }
@@ -160,11 +157,7 @@ pub unsafe fn start(handles: &[u64]) -> c_int {
         );
     }
     if rc == 0 {
-        for h in handles {
-            if let Some(k) = map.get_mut(h) {
-                k.active = true;
-            }
-        }
+        mark(&mut map, handles, true);
     }
     rc
 }
@@ -172,10 +165,14 @@ pub unsafe fn start(handles: &[u64]) -> c_int {
 /// After the real `MPI_Start`/`MPI_Startall` failed: the interposer's requests among `handles`
 /// are not active.
 pub fn not_started(handles: &[u64]) {
-    let mut map = lock(kept());
+    mark(&mut lock(kept()), handles, false);
+}
+
+/// Marks the interposer's requests among `handles` active or not.
+fn mark(map: &mut HashMap<u64, Kept>, handles: &[u64], active: bool) {
     for h in handles {
         if let Some(k) = map.get_mut(h) {
-            k.active = false;
+            k.active = active;
         }
     }
 }
@@ -193,19 +190,18 @@ pub fn take_started(
     let mut map = lock(kept());
     let mut recvs = Vec::new();
     for (i, h) in handles.iter().enumerate() {
-        if !completed(i) || !map.get(h).is_some_and(|k| k.active) {
+        let Some(k) = map.get_mut(h).filter(|k| k.active && completed(i)) else {
             continue;
-        }
-        match map.remove(h) {
-            Some(Kept {
+        };
+        k.active = false;
+        if matches!(k.work, Persistent::Recv(_)) {
+            if let Some(Kept {
                 work: Persistent::Recv(r),
                 ..
-            }) => recvs.push((i, *h, r)),
-            Some(mut k) => {
-                k.active = false;
-                map.insert(*h, k);
+            }) = map.remove(h)
+            {
+                recvs.push((i, *h, r));
             }
-            None => {}
         }
     }
     recvs
