@@ -1360,7 +1360,8 @@ fn batch_matches_the_cpu_oracle() {
 fn relaunch_with_the_same_arguments_runs_again() {
     // A kept graph launched again with the arguments it already holds skips setting them: the
     // kernel must still run each time (the destination is cleared before every launch), and
-    // arguments that change back and forth must be set again.
+    // arguments that change back and forth must be set again: single launches go through six
+    // argument sets in turn (two sources, three destination slots), batches through two.
     let ctx = ctx();
     let stream = ctx.new_stream().unwrap();
     let plan = StridedBlock::from_type(&vector(4096, 3, 7, 4).unwrap()).unwrap();
@@ -1380,9 +1381,10 @@ fn relaunch_with_the_same_arguments_runs_again() {
         stream.clone_htod(&hosts[0]).unwrap(),
         stream.clone_htod(&hosts[1]).unwrap(),
     ];
-    let mut d_out = stream.alloc_zeros::<u8>(2 * packed).unwrap();
+    let slots = 3;
+    let mut d_out = stream.alloc_zeros::<u8>(slots * packed).unwrap();
     // Rounds of launches (source, destination slot), one launch or a batch of them.
-    let rounds: [&[(usize, usize)]; 9] = [
+    let rounds: [&[(usize, usize)]; 19] = [
         &[(0, 0)],
         &[(0, 0)],
         &[(1, 1)],
@@ -1392,15 +1394,31 @@ fn relaunch_with_the_same_arguments_runs_again() {
         &[(1, 0), (0, 1)],
         &[(0, 0), (1, 1)],
         &[(0, 0), (1, 1)],
+        &[(1, 2)],
+        &[(0, 2)],
+        &[(1, 0)],
+        &[(0, 1)],
+        &[(1, 2)],
+        &[(0, 0)],
+        &[(1, 1)],
+        &[(0, 2)],
+        &[(0, 0)],
+        &[(1, 2)],
     ];
     for (r, launches) in rounds.iter().enumerate() {
         {
             let (a, _ra) = d_src[0].device_ptr(&stream);
             let (b, _rb) = d_src[1].device_ptr(&stream);
             let (out, _w) = d_out.device_ptr_mut(&stream);
-            // SAFETY: `out` holds `2 * packed` bytes of this context, used by this stream only.
+            // SAFETY: `out` holds `slots * packed` bytes of this context, used by this stream
+            // only.
             unsafe {
-                gpu::cudarc::driver::sys::cuMemsetD8Async(out, 0, 2 * packed, stream.cu_stream())
+                gpu::cudarc::driver::sys::cuMemsetD8Async(
+                    out,
+                    0,
+                    slots * packed,
+                    stream.cu_stream(),
+                )
             }
             .result()
             .unwrap();
@@ -1423,7 +1441,7 @@ fn relaunch_with_the_same_arguments_runs_again() {
             batch.launch().unwrap();
         }
         let got = stream.clone_dtoh(&d_out).unwrap();
-        for slot in 0..2 {
+        for slot in 0..slots {
             let span = &got[slot * packed..(slot + 1) * packed];
             match launches.iter().find(|&&(_, s)| s == slot) {
                 Some(&(src, _)) => assert!(

@@ -18,6 +18,8 @@
  *        --grid N           the halo grid's edge (default 256)
  *        --host-mpi         the MPI cannot read device memory: leave out the contiguous
  *                           device-buffer baselines (run it preloaded only)
+ *        --only TEXT        only the cases whose `KIND NAME` contains TEXT (a profile of one
+ *                           exchange, say)
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -27,6 +29,7 @@
 
 static int rank, nranks;
 static double budget = 1.0;
+static const char *only = NULL;
 
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -37,6 +40,11 @@ static int cmp(const void *a, const void *b) {
  * spent; every rank runs the same number of times (rank 0 decides). */
 typedef double (*op_fn)(void *ctx);
 static void measure(const char *kind, const char *name, long bytes, op_fn op, void *ctx) {
+  if (only) {
+    char full[160];
+    snprintf(full, sizeof full, "%s %s", kind, name);
+    if (!strstr(full, only)) return;
+  }
   double t[1000];
   int n = 0;
   op(ctx); /* warm-up: kernels compiled, staging allocated */
@@ -144,6 +152,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--host-mpi") == 0) host_mpi = 1;
     else if (i + 1 < argc && strcmp(argv[i], "--budget") == 0) budget = atof(argv[++i]);
     else if (i + 1 < argc && strcmp(argv[i], "--grid") == 0) grid = atoi(argv[++i]);
+    else if (i + 1 < argc && strcmp(argv[i], "--only") == 0) only = argv[++i];
   }
   {
     const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");

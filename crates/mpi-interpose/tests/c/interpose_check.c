@@ -422,7 +422,14 @@ static void persistent(const char *name, int test, int how, MPI_Datatype st, int
 
 /* A 3-D halo exchange of subarray faces: x neighbours along the ring, y and z periodic onto
  * this rank; every face and ghost plane a MPI_Type_create_subarray of the whole block. */
-static void halo(const char *name, int test, int use_sendrecv) {
+/* How halo() exchanges its six faces. */
+enum halo_how { HALO_ISEND, HALO_SENDRECV, HALO_PERSISTENT };
+
+/* A 3-D halo exchange of subarray faces (x and y with oneself, z around the ring of ranks).
+ * HALO_PERSISTENT makes the twelve requests once with MPI_Recv_init/MPI_Send_init, adds a
+ * contiguous MPI_INT exchange around the ring (which passes through) to the same
+ * MPI_Startall/MPI_Waitall, and runs three rounds with new data each. */
+static void halo(const char *name, int test, enum halo_how how) {
   const int n[3] = {10, 12, 14}; /* z, y, x with one ghost layer on each side */
   const size_t elem = sizeof(double);
   size_t bytes = (size_t)n[0] * n[1] * n[2] * elem;
@@ -442,53 +449,78 @@ static void halo(const char *name, int test, int use_sendrecv) {
   }
   int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
   uint8_t *h = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes);
-  fill(h, bytes, rank, test);
   void *g = dev_alloc(bytes, dev());
-  upload(g, h, bytes, dev());
+  enum { NFLAT = 64 };
+  int flat_out[NFLAT], flat_in[NFLAT];
   /* Ghost side 0 receives the peer's high face (side 1), and so on. */
-  MPI_Request req[12];
+  MPI_Request req[14];
   int k = 0;
-  for (int d = 0; d < 3; d++) {
-    for (int side = 0; side < 2; side++) {
-      int to = d == 2 ? (side == 1 ? next : prev) : rank;
-      int from = d == 2 ? (side == 0 ? prev : next) : rank;
-      int tag_send = 10 * d + side, tag_recv = 10 * d + (1 - side);
-      if (use_sendrecv) {
-        /* My face of this side goes to `to`, whose opposite ghost takes it; my opposite ghost
-         * takes the face of this side from the other direction. */
-        int source = d == 2 ? (side == 1 ? prev : next) : rank;
-        MPI_Sendrecv(g, 1, face[d][side], to, tag_send, g, 1, ghost[d][1 - side], source, tag_send,
-                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        (void)from; (void)tag_recv;
-      } else {
-        MPI_Irecv(g, 1, ghost[d][side], from, tag_recv, MPI_COMM_WORLD, &req[k++]);
-        MPI_Isend(g, 1, face[d][side], to, tag_send, MPI_COMM_WORLD, &req[k++]);
+  int rounds = how == HALO_PERSISTENT ? 3 : 1, ok = 1;
+  uint64_t sum = 0;
+  for (int round = 0; round < rounds; round++) {
+    int t = test + 1000 * round;
+    fill(h, bytes, rank, t);
+    upload(g, h, bytes, dev());
+    for (int i = 0; i < NFLAT; i++) { flat_out[i] = rank * 100000 + t * 100 + i; flat_in[i] = -1; }
+    if (how != HALO_PERSISTENT || round == 0) {
+      k = 0;
+      for (int d = 0; d < 3; d++) {
+        for (int side = 0; side < 2; side++) {
+          int to = d == 2 ? (side == 1 ? next : prev) : rank;
+          int from = d == 2 ? (side == 0 ? prev : next) : rank;
+          int tag_send = 10 * d + side, tag_recv = 10 * d + (1 - side);
+          if (how == HALO_SENDRECV) {
+            /* My face of this side goes to `to`, whose opposite ghost takes it; my opposite
+             * ghost takes the face of this side from the other direction. */
+            int source = d == 2 ? (side == 1 ? prev : next) : rank;
+            MPI_Sendrecv(g, 1, face[d][side], to, tag_send, g, 1, ghost[d][1 - side], source,
+                         tag_send, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            (void)from; (void)tag_recv;
+          } else if (how == HALO_ISEND) {
+            MPI_Irecv(g, 1, ghost[d][side], from, tag_recv, MPI_COMM_WORLD, &req[k++]);
+            MPI_Isend(g, 1, face[d][side], to, tag_send, MPI_COMM_WORLD, &req[k++]);
+          } else {
+            MPI_Recv_init(g, 1, ghost[d][side], from, tag_recv, MPI_COMM_WORLD, &req[k++]);
+            MPI_Send_init(g, 1, face[d][side], to, tag_send, MPI_COMM_WORLD, &req[k++]);
+          }
+        }
+      }
+      if (how == HALO_PERSISTENT) {
+        MPI_Recv_init(flat_in, NFLAT, MPI_INT, prev, 77, MPI_COMM_WORLD, &req[k++]);
+        MPI_Send_init(flat_out, NFLAT, MPI_INT, next, 77, MPI_COMM_WORLD, &req[k++]);
       }
     }
-  }
-  if (!use_sendrecv) MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
-  download(got, g, bytes, dev());
-  /* Expected: ghosts from the senders' faces; the interior as it was. */
-  memcpy(want, h, bytes);
-  for (int d = 0; d < 3; d++) {
-    for (int side = 0; side < 2; side++) {
-      /* ghost[d][side] holds the face[d][1-side] of the rank that sends it. */
-      int from = d == 2 ? (side == 0 ? prev : next) : rank;
-      uint8_t *peer = malloc(bytes);
-      fill(peer, bytes, from, test);
-      int fside = 1 - side;
-      int psize, pos = 0, up = 0;
-      PMPI_Pack_size(1, face[d][fside], MPI_COMM_WORLD, &psize);
-      uint8_t *packed = malloc((size_t)psize);
-      PMPI_Pack(peer, 1, face[d][fside], packed, psize, &pos, MPI_COMM_WORLD);
-      PMPI_Unpack(packed, pos, &up, want, 1, ghost[d][side], MPI_COMM_WORLD);
-      free(packed);
-      free(peer);
+    if (how == HALO_PERSISTENT) MPI_Startall(k, req);
+    if (how != HALO_SENDRECV) MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
+    download(got, g, bytes, dev());
+    /* Expected: ghosts from the senders' faces; the interior as it was. */
+    memcpy(want, h, bytes);
+    for (int d = 0; d < 3; d++) {
+      for (int side = 0; side < 2; side++) {
+        /* ghost[d][side] holds the face[d][1-side] of the rank that sends it. */
+        int from = d == 2 ? (side == 0 ? prev : next) : rank;
+        uint8_t *peer = malloc(bytes);
+        fill(peer, bytes, from, t);
+        int fside = 1 - side;
+        int psize, pos = 0, up = 0;
+        PMPI_Pack_size(1, face[d][fside], MPI_COMM_WORLD, &psize);
+        uint8_t *packed = malloc((size_t)psize);
+        PMPI_Pack(peer, 1, face[d][fside], packed, psize, &pos, MPI_COMM_WORLD);
+        PMPI_Unpack(packed, pos, &up, want, 1, ghost[d][side], MPI_COMM_WORLD);
+        free(packed);
+        free(peer);
+      }
     }
+    int round_ok = memcmp(got, want, bytes) == 0;
+    if (how == HALO_PERSISTENT)
+      for (int i = 0; i < NFLAT; i++) round_ok &= flat_in[i] == prev * 100000 + t * 100 + i;
+    if (!round_ok) fprintf(stderr, "rank %d: %s differs in round %d\n", rank, name, round);
+    ok &= round_ok;
+    sum ^= fnv(got, bytes) + (uint64_t)round;
   }
-  int ok = memcmp(got, want, bytes) == 0;
-  if (!ok) fprintf(stderr, "rank %d: %s differs\n", rank, name);
-  report(name, ok, fnv(got, bytes));
+  if (how == HALO_PERSISTENT)
+    for (int i = 0; i < k; i++) MPI_Request_free(&req[i]);
+  report(name, ok, sum);
   for (int d = 0; d < 3; d++)
     for (int side = 0; side < 2; side++) { MPI_Type_free(&face[d][side]); MPI_Type_free(&ghost[d][side]); }
   dev_free(g, dev());
@@ -631,8 +663,9 @@ int main(int argc, char **argv) {
     MPI_Type_free(&idx);
   }
   /* The 3-D halo exchange of subarray faces. */
-  halo("halo-3d-isend-irecv-waitall", 13 * 16, 0);
-  halo("halo-3d-sendrecv", 13 * 16 + 1, 1);
+  halo("halo-3d-isend-irecv-waitall", 13 * 16, HALO_ISEND);
+  halo("halo-3d-sendrecv", 13 * 16 + 1, HALO_SENDRECV);
+  halo("halo-3d-startall-waitall", 13 * 16 + 2, HALO_PERSISTENT);
 
   MPI_Type_free(&column);
   MPI_Type_free(&blocks);
