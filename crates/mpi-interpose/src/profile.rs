@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config;
+use crate::log::stderr_line;
 
 /// A timed part of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,12 +271,14 @@ pub fn report(rank: i32, notes: &[String]) {
         return;
     }
     let prefix = format!("[collectives-interpose r{rank}] profile:");
-    eprintln!("{prefix} host wall time per phase of the interposer's calls");
+    stderr_line(&format!(
+        "{prefix} host wall time per phase of the interposer's calls"
+    ));
     for n in notes {
-        eprintln!("{prefix} {n}");
+        stderr_line(&format!("{prefix} {n}"));
     }
     for l in table(&counts) {
-        eprintln!("{prefix} {l}");
+        stderr_line(&format!("{prefix} {l}"));
     }
 }
 
