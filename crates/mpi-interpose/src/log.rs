@@ -26,25 +26,25 @@ pub fn world_rank() -> c_int {
 /// Writes one line of the log when it is on.
 pub fn line(text: std::fmt::Arguments<'_>) {
     if crate::config::get().log {
-        stderr_line(&format!("[collectives-interpose r{}] {text}", world_rank()));
+        stderr_line(format_args!(
+            "[collectives-interpose r{}] {text}",
+            world_rank()
+        ));
     }
 }
 
-/// `text` and its newline as one buffer.
-fn with_newline(text: &str) -> String {
-    let mut s = String::with_capacity(text.len() + 1);
-    s.push_str(text);
-    s.push('\n');
-    s
+/// `text` and its newline, as one buffer.
+fn whole_line(text: std::fmt::Arguments<'_>) -> String {
+    format!("{text}\n")
 }
 
 /// Writes `text` and a newline to stderr in one write, so that the lines of ranks sharing a
 /// terminal or `mpirun`'s pipe do not cut into each other (`eprintln!` writes the pieces of its
 /// format one by one; one write of a line up to the pipe's atomic size lands whole).
-pub fn stderr_line(text: &str) {
+pub fn stderr_line(text: std::fmt::Arguments<'_>) {
     use std::io::Write;
     // A line that cannot be written is dropped: the log must never fail a call.
-    let _ = std::io::stderr().write_all(with_newline(text).as_bytes());
+    let _ = std::io::stderr().write_all(whole_line(text).as_bytes());
 }
 
 /// `log!("...", args)`: one line of the verbose log.
@@ -63,7 +63,7 @@ mod tests {
 
     #[test]
     fn a_line_is_one_buffer_with_its_newline() {
-        assert_eq!(with_newline("a b"), "a b\n");
-        assert_eq!(with_newline(""), "\n");
+        assert_eq!(whole_line(format_args!("a {}", "b")), "a b\n");
+        assert_eq!(whole_line(format_args!("")), "\n");
     }
 }

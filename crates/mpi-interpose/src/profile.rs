@@ -271,14 +271,14 @@ pub fn report(rank: i32, notes: &[String]) {
         return;
     }
     let prefix = format!("[collectives-interpose r{rank}] profile:");
-    stderr_line(&format!(
+    stderr_line(format_args!(
         "{prefix} host wall time per phase of the interposer's calls"
     ));
     for n in notes {
-        stderr_line(&format!("{prefix} {n}"));
+        stderr_line(format_args!("{prefix} {n}"));
     }
     for l in table(&counts) {
-        stderr_line(&format!("{prefix} {l}"));
+        stderr_line(format_args!("{prefix} {l}"));
     }
 }
 
