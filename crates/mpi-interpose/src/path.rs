@@ -12,6 +12,7 @@ use datatype_pack::StridedBlock;
 use mpi::ffi;
 
 use crate::config;
+use crate::direct::{self, Announced, Note};
 use crate::engine::{Engine, Staging};
 use crate::log::log;
 use crate::memory;
@@ -24,6 +25,11 @@ use crate::types::{self, Layout};
 /// Runs `f`, turning a panic into `None` (pass through): nothing unwinds into the caller's C.
 pub fn guarded<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(None)
+}
+
+/// Runs `f` for its effect, a panic ignored: nothing unwinds into the caller's C.
+pub fn guard(f: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(f));
 }
 
 /// Whether the real MPI takes device buffers: `COLLECTIVES_INTERPOSE_CUDA_AWARE`, else Open
@@ -69,6 +75,20 @@ pub struct Receive {
     /// Its size in bytes, as MPI's count.
     pub bytes: c_int,
     op: &'static str,
+    /// Its announcement to the direct path, where it made one ([`direct::announce`]).
+    pub direct: Option<Announced>,
+}
+
+impl Receive {
+    /// The plan of the receive's elements in its buffer.
+    pub fn plan(&self) -> &StridedBlock {
+        &self.plan
+    }
+
+    /// The engine of its buffer.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
 }
 
 // SAFETY: the user's buffer address is only used by the thread that completes the request;
@@ -81,7 +101,7 @@ pub enum Pending {
     /// A send: its staging must outlive the request.
     Send(Staging),
     /// A receive: unpack when it completes.
-    Recv(Receive),
+    Recv(Box<Receive>),
 }
 
 fn table() -> &'static Mutex<RequestTable<Pending>> {
@@ -158,8 +178,12 @@ unsafe fn plan_for(
     Some((layout, plan, dev))
 }
 
-/// Whether the interposer takes `(buf, count, dt)` for `op`, and how: the layout, its plan, the
-/// engine for the buffer and the method of moving the bytes; `None` passes the call through.
+/// A call the interposer takes: the layout, its plan, the engine for the buffer and the method
+/// of moving the bytes.
+pub type Taken = (Arc<Layout>, StridedBlock, Engine, Method);
+
+/// Whether the interposer takes `(buf, count, dt)` for `op`, and how ([`Taken`]); `None`
+/// passes the call through.
 ///
 /// # Safety
 /// As [`plan_for`].
@@ -169,7 +193,7 @@ pub(crate) unsafe fn take(
     count: c_int,
     dt: ffi::MPI_Datatype,
     host_pack: bool,
-) -> Option<(Arc<Layout>, StridedBlock, Engine, Method)> {
+) -> Option<Taken> {
     // SAFETY: the caller's contract.
     let (layout, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
     let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
@@ -209,19 +233,33 @@ fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
     m
 }
 
-/// A send's staging and its byte count, or `None` to pass the call through.
+/// Whether the interposer takes a send (`take` with the testing mode's choice for sends);
+/// [`pack_taken`] then packs it.
 ///
 /// # Safety
 /// MPI initialized; the arguments are the caller's send triple (readable, as MPI requires).
-pub unsafe fn prepare_send(
+pub unsafe fn take_send(
     op: &'static str,
     buf: *const c_void,
     count: c_int,
     dt: ffi::MPI_Datatype,
-) -> Option<(Staging, c_int)> {
+) -> Option<Taken> {
     let host_pack = config::get().host_pack.send;
     // SAFETY: the caller's contract.
-    let (_, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack) }?;
+    unsafe { take(op, buf, count, dt, host_pack) }
+}
+
+/// Packs a send the interposer took into staging: the staging and its byte count, or `None`
+/// to pass the call through.
+///
+/// # Safety
+/// As [`take_send`]; `taken` came from it for this buffer.
+pub unsafe fn pack_taken(
+    op: &'static str,
+    buf: *const c_void,
+    taken: Taken,
+) -> Option<(Staging, c_int)> {
+    let (_, plan, engine, method) = taken;
     // SAFETY: the caller's contract; `engine` was made for this buffer.
     match unsafe { engine.pack(&plan, buf, method) } {
         Ok(s) => {
@@ -262,6 +300,7 @@ pub unsafe fn prepare_recv(
             buf,
             staging,
             op,
+            direct: None,
         }),
         Err(e) => {
             log!("{op}: passes through: {e}");
@@ -414,10 +453,12 @@ pub(crate) unsafe fn queue_and_wait<T, V>(
 
 /// Reads a completed receive's status and queues its unpack (its kernel into `batch`, where
 /// given): the bytes queued, or the completion's code when there is nothing to queue
-/// (cancelled, no plan, a failed enqueue).
+/// (cancelled, no plan, a failed enqueue). A receive announced to the direct path that got 0
+/// bytes reads its note: bytes copied in by the sender need no unpack (the status is set to
+/// their count), carried bytes are unpacked like received ones.
 ///
 /// # Safety
-/// As [`finish_recv`].
+/// As [`finish_recv`]; `status` is writable where the receive was announced.
 unsafe fn enqueue_finish(
     r: &mut Receive,
     status: *const ffi::MPI_Status,
@@ -434,7 +475,35 @@ unsafe fn enqueue_finish(
     let mut got: c_int = 0;
     // SAFETY: as above; counted in bytes.
     unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut got) };
-    let got = u64::try_from(got).unwrap_or(0);
+    let mut got = u64::try_from(got).unwrap_or(0);
+    if let Some(a) = r.direct.take() {
+        if got > 0 {
+            direct::wasted(a);
+        } else {
+            // SAFETY: MPI initialized (a receive completed).
+            match profile::time(Phase::Mpi, || unsafe { direct::claim(a) }) {
+                Note::Empty => {}
+                Note::Copied(n) => {
+                    // SAFETY: the status is writable (the caller's contract).
+                    unsafe { direct::set_bytes(status.cast_mut(), n) };
+                    log!("{op}: {n} bytes copied in directly by the sender");
+                    return Ok(n);
+                }
+                Note::Carried(v) => match &mut r.staging {
+                    Staging::Cpu(s) if v.len() <= s.len() => {
+                        s[..v.len()].copy_from_slice(&v);
+                        got = v.len() as u64;
+                        // SAFETY: as above.
+                        unsafe { direct::set_bytes(status.cast_mut(), got) };
+                    }
+                    _ => {
+                        log!("{op}: carried bytes that do not fit the staging");
+                        return Err(ERR_INTERN);
+                    }
+                },
+            }
+        }
+    }
     let elem = r.layout.element_size();
     let n = got.checked_div(elem).unwrap_or(0).min(r.count);
     if got % elem.max(1) != 0 {
