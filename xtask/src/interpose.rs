@@ -9,7 +9,7 @@
 //! | flavour | where | runs at each rank count |
 //! |---|---|---|
 //! | host | `cargo xtask test`, `xtask interpose` | plain; preloaded (host buffers pass through); preloaded with `COLLECTIVES_INTERPOSE_HOST_PACK=1` (host buffers take the byte path, CPU packer; with the log, which must show the path taken), `=send`, `=recv` (mixed: bytes one side, typed datatypes the other); `=1` with `COLLECTIVES_INTERPOSE_DIRECT=carry` (the direct path's protocol, host bytes carried in its notes; on 2 ranks or more the log must show messages sent directly) |
-//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model (the log must show the byte path, and on 2 ranks or more the direct path), forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, the direct path off, one-shot, staged |
+//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model (the log must show the byte path), with `COLLECTIVES_INTERPOSE_DIRECT=1` (on 2 ranks or more the log must show messages sent directly), forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, with the direct path, one-shot, staged |
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -128,6 +128,10 @@ pub fn device_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
         new_run("host build, plain", false, false, false),
         new_run("device, preloaded, by the model", true, true, false)
             .arg("--host-mpi")
+            .with("COLLECTIVES_INTERPOSE_LOG", "1"),
+        new_run("device, preloaded, direct path", true, true, false)
+            .arg("--host-mpi")
+            .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
             .with("COLLECTIVES_INTERPOSE_LOG", "1")
             .direct(),
         new_run("device, preloaded, one-shot", true, true, false)
@@ -155,12 +159,14 @@ pub fn device_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
             )
             .with("COLLECTIVES_INTERPOSE_METHOD", "device"),
             new_run(
-                "device, CUDA-aware MPI, preloaded, direct path off",
+                "device, CUDA-aware MPI, preloaded, direct path",
                 true,
                 true,
                 true,
             )
-            .with("COLLECTIVES_INTERPOSE_DIRECT", "0"),
+            .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
+            .with("COLLECTIVES_INTERPOSE_LOG", "1")
+            .direct(),
             new_run(
                 "device, CUDA-aware MPI, preloaded, one-shot",
                 true,
@@ -929,16 +935,12 @@ mod tests {
         for runs in [host_runs(), device_runs(false), device_runs(true)] {
             assert!(!runs[0].preload && !runs[0].device_build);
             assert!(runs[1..].iter().any(|r| r.expect_log));
-            // The direct path is checked for where it runs, and switched off once under a
-            // CUDA-aware MPI.
+            // The direct path is switched on, and checked for, in each flavour.
             assert!(runs[1..].iter().any(|r| r.expect_direct && r.expect_log));
         }
         assert_eq!(host_runs().len(), 6);
-        assert_eq!(device_runs(false).len(), 4);
-        assert_eq!(device_runs(true).len(), 10);
-        assert!(device_runs(true).iter().any(|r| r
-            .env
-            .contains(&("COLLECTIVES_INTERPOSE_DIRECT".to_owned(), "0".to_owned()))));
+        assert_eq!(device_runs(false).len(), 5);
+        assert_eq!(device_runs(true).len(), 11);
         // Without a CUDA-aware MPI the device build never runs plain, and always says so.
         assert!(device_runs(false)[1..]
             .iter()

@@ -10,7 +10,7 @@
 //! | `COLLECTIVES_INTERPOSE_CUDA_AWARE` | `0`, `1` | override the detection of a CUDA-aware MPI (`MPIX_Query_cuda_support`) |
 //! | `COLLECTIVES_INTERPOSE_HOST_PACK` | `1`, `send`, `recv` | testing: host buffers of decoded types also take the interposer's byte path (packed by the CPU reference), for sends and receives, sends only or receives only |
 //! | `COLLECTIVES_INTERPOSE_RELAUNCH` | `0` | launch the pack and unpack kernels one by one with `cuLaunchKernel` instead of through CUDA graphs (`datatype_pack::gpu::GpuOptions::relaunch` and, for the unpacks of the receives one call completes, `datatype_pack::gpu::Batch`; on by default: about 2 µs less per kernel waited for) |
-//! | `COLLECTIVES_INTERPOSE_DIRECT` | `0`, `1`, `carry` | the direct path between ranks on `MPI_COMM_WORLD` (`crate::direct`): `1` (the default) copies device-to-device over CUDA IPC where both sides allow it, `0` sends every message through the real MPI, `carry` (testing) also takes host buffers of the byte path and carries their packed bytes in the protocol's own message; the same value on every rank |
+//! | `COLLECTIVES_INTERPOSE_DIRECT` | `0`, `1`, `carry` | the direct path between ranks on `MPI_COMM_WORLD` (`crate::direct`): `1` copies device-to-device over CUDA IPC where both sides allow it, `0` (the default) sends every message through the real MPI, `carry` (testing) also takes host buffers of the byte path and carries their packed bytes in the protocol's own message; the same value on every rank |
 //! | `COLLECTIVES_INTERPOSE_PROFILE` | `1` | host wall time of each phase of the interposer's calls, summed, one table per rank on stderr at `MPI_Finalize` (`crate::profile`) |
 
 use std::sync::OnceLock;
@@ -29,9 +29,10 @@ pub struct HostPack {
 /// Whether and how the direct path runs (`crate::direct`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direct {
-    /// Every message goes through the real MPI.
+    /// Every message goes through the real MPI (the default).
     Off,
-    /// Device buffers are copied over CUDA IPC where both sides allow it.
+    /// Device buffers are copied over CUDA IPC where both sides allow it
+    /// (`COLLECTIVES_INTERPOSE_DIRECT=1`).
     On,
     /// As `On`, and (testing) host buffers taken by the byte path have their packed bytes
     /// carried in the protocol's note instead of a CUDA IPC copy.
@@ -136,14 +137,14 @@ impl Config {
             .as_deref()
             .map(str::trim)
         {
-            None | Some("" | "1") => Direct::On,
-            Some("0") => Direct::Off,
+            None | Some("" | "0") => Direct::Off,
+            Some("1") => Direct::On,
             Some("carry") => Direct::Carry,
             Some(other) => {
                 problems.push(format!(
                     "COLLECTIVES_INTERPOSE_DIRECT={other} is not 0, 1 or carry"
                 ));
-                Direct::On
+                Direct::Off
             }
         };
         Config {
@@ -192,7 +193,7 @@ mod tests {
         assert!(!c.log && !c.disabled && !c.profile && c.relaunch);
         assert!(c.method.is_none() && c.cuda_aware.is_none());
         assert_eq!(c.host_pack, HostPack::default());
-        assert_eq!(c.direct, Direct::On);
+        assert_eq!(c.direct, Direct::Off);
         assert!(c.problems.is_empty());
         let c = from(&[
             ("COLLECTIVES_INTERPOSE_DIRECT", "carry"),
@@ -235,7 +236,7 @@ mod tests {
         ]);
         assert!(c.method.is_none() && c.cuda_aware.is_none());
         assert_eq!(c.host_pack, HostPack::default());
-        assert_eq!(c.direct, Direct::On);
+        assert_eq!(c.direct, Direct::Off);
         assert_eq!(c.problems.len(), 5);
     }
 }

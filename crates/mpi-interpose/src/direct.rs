@@ -46,7 +46,7 @@ use crate::handle::key;
 use crate::ipc::Export;
 use crate::log::log;
 use crate::model::Method;
-use crate::path::{blank_status, bytes_type, Receive, Taken};
+use crate::path::{blank_status, bytes_type, Receive, Taken, ERR_INTERN};
 use crate::profile::{self, Phase};
 use crate::sync::lock;
 
@@ -68,12 +68,21 @@ const HOUSEKEEPING: u64 = 64;
 /// A peer, a tag and a message's number.
 type Key = (c_int, c_int, u64);
 
+/// Where a receive wants its bytes, as its ready message says.
+#[derive(Debug)]
+enum Landing {
+    /// Testing: carried in the note (a host buffer).
+    Carry,
+    /// Copied straight into its buffer (this export) in its layout.
+    Buffer(Export),
+}
+
 /// A receive's ready message, as the sender reads it.
 #[derive(Debug)]
 struct Ready {
     packed: u64,
     plan: StridedBlock,
-    export: Option<Export>,
+    landing: Landing,
 }
 
 /// What became of a message, as its receiver reads it.
@@ -361,8 +370,8 @@ fn words_of(bytes: &[u8], n: usize) -> Option<Vec<u64>> {
     )
 }
 
-/// A ready message: tag, number, packed bytes, the plan, the export (or none).
-fn encode_ready(tag: c_int, seq: u64, plan: &StridedBlock, export: Option<&Export>) -> Vec<u8> {
+/// A ready message: tag, number, packed bytes, the plan, where the bytes go; the handles last.
+fn encode_ready(tag: c_int, seq: u64, plan: &StridedBlock, landing: &Landing) -> Vec<u8> {
     let mut w = vec![
         tag as u32 as u64,
         seq,
@@ -374,37 +383,47 @@ fn encode_ready(tag: c_int, seq: u64, plan: &StridedBlock, export: Option<&Expor
     w.extend_from_slice(plan.counts());
     w.extend_from_slice(plan.strides());
     w.extend(plan.reversed().iter().map(|&r| u64::from(r)));
-    match export {
-        Some(e) => {
-            w.extend([1, e.offset, e.len]);
-            let mut b = to_bytes(&w);
-            b.extend_from_slice(&e.handle);
-            return b;
+    let handles: Vec<&Export> = match landing {
+        Landing::Carry => {
+            w.push(0);
+            vec![]
         }
-        None => w.push(0),
+        Landing::Buffer(e) => {
+            w.extend([1, e.offset, e.len]);
+            vec![e]
+        }
+    };
+    let mut b = to_bytes(&w);
+    for e in handles {
+        b.extend_from_slice(&e.handle);
     }
-    to_bytes(&w)
+    b
 }
 
 fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
     let head = words_of(b, 6)?;
     let nd = usize::try_from(head[5]).ok().filter(|&n| n <= MAX_DIMS)?;
-    let w = words_of(b, 6 + 3 * nd + 1)?;
+    let at = 6 + 3 * nd;
+    let w = words_of(b, at + 1)?;
     let counts = w[6..6 + nd].to_vec();
     let strides = w[6 + nd..6 + 2 * nd].to_vec();
-    let reversed = w[6 + 2 * nd..6 + 3 * nd].iter().map(|&r| r != 0).collect();
+    let reversed = w[6 + 2 * nd..at].iter().map(|&r| r != 0).collect();
     let plan = StridedBlock::with_reversed(head[3], head[4], counts, strides, reversed).ok()?;
-    let at = 6 + 3 * nd;
-    let export = if w[at] == 1 {
-        let e = words_of(b, at + 3)?;
-        let h = b.get((at + 3) * 8..(at + 3) * 8 + 64)?;
-        Some(Export {
-            handle: h.try_into().ok()?,
-            offset: e[at + 1],
-            len: e[at + 2],
-        })
-    } else {
-        None
+    let handle = |words: usize, i: usize| -> Option<[u8; 64]> {
+        let from = words * 8 + i * 64;
+        b.get(from..from + 64)?.try_into().ok()
+    };
+    let landing = match w[at] {
+        0 => Landing::Carry,
+        1 => {
+            let e = words_of(b, at + 3)?;
+            Landing::Buffer(Export {
+                handle: handle(at + 3, 0)?,
+                offset: e[at + 1],
+                len: e[at + 2],
+            })
+        }
+        _ => return None,
     };
     Some((
         head[0] as u32 as c_int,
@@ -412,7 +431,7 @@ fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
         Ready {
             packed: head[2],
             plan,
-            export,
+            landing,
         },
     ))
 }
@@ -557,7 +576,7 @@ unsafe fn drain(st: &mut State, tag: c_int) {
 /// wasted on this source and tag lately.
 ///
 /// # Safety
-/// MPI initialized.
+/// MPI initialized; `r` is a posted receive, kept until it completes.
 pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u64>) {
     let (Some(s), Some(seq)) = (state(), seq) else {
         return;
@@ -577,19 +596,21 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
             }
         }
     }
-    let export = match r.engine() {
+    let landing = match r.engine() {
         Engine::Gpu(..) => match profile::time(Phase::Memory, || r.engine().export()) {
-            Some(e) => Some(e),
+            Some(e) => Landing::Buffer(e),
             None => return,
         },
-        Engine::Cpu if config::get().direct == Direct::Carry => None,
+        Engine::Cpu if config::get().direct == Direct::Carry => Landing::Carry,
         Engine::Cpu => return,
     };
-    let msg = encode_ready(tag, seq, r.plan(), export.as_ref());
-    let mut st = lock(s);
-    // SAFETY: the caller's contract.
-    unsafe { post(&mut st, source, READY_TAG, msg) };
-    st.awaited.insert((source, tag, seq));
+    profile::time(Phase::Announce, || {
+        let msg = encode_ready(tag, seq, r.plan(), &landing);
+        let mut st = lock(s);
+        // SAFETY: the caller's contract.
+        unsafe { post(&mut st, source, READY_TAG, msg) };
+        st.awaited.insert((source, tag, seq));
+    });
     r.direct = Some(Announced((source, tag, seq)));
 }
 
@@ -598,7 +619,7 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
 ///
 /// # Safety
 /// MPI initialized.
-pub unsafe fn claim(a: Announced) -> Note {
+unsafe fn claim(a: &Announced) -> Note {
     let Some(s) = state() else {
         return Note::Empty;
     };
@@ -635,9 +656,58 @@ pub unsafe fn claim(a: Announced) -> Note {
     }
 }
 
+/// Settles a completed receive that announced itself, by what came: bytes through the real
+/// MPI (its announcement wasted), or a message of 0 bytes, whose note says whether the bytes
+/// were copied into the buffer, carried (testing: copied into the staging here) or whether
+/// the message was empty. Returns `None` where the ordinary unpack follows (with the status
+/// saying how many bytes the staging holds), else how the completion settled here.
+///
+/// # Safety
+/// MPI initialized; `status` is the receive's completed status, writable.
+pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Option<Result<u64, c_int>> {
+    let a = r.direct.take()?;
+    let op = r.op();
+    let (mut cancelled, mut got): (c_int, c_int) = (0, 0);
+    // SAFETY: the caller's contract; counted in bytes.
+    unsafe {
+        ffi::PMPI_Test_cancelled(status, &mut cancelled);
+        ffi::PMPI_Get_count(status, bytes_type(), &mut got);
+    }
+    if cancelled != 0 {
+        return None;
+    }
+    if got > 0 {
+        wasted(&a);
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    match profile::time(Phase::Note, || unsafe { claim(&a) }) {
+        Note::Copied(n) => {
+            // SAFETY: the status is writable (the caller's contract).
+            unsafe { set_bytes(status, n) };
+            log!("{op}: {n} bytes copied in directly by the sender");
+            // Nothing was unpacked here.
+            Some(Ok(0))
+        }
+        Note::Empty => None,
+        Note::Carried(v) => match &mut r.staging {
+            Staging::Cpu(s) if v.len() <= s.len() => {
+                s[..v.len()].copy_from_slice(&v);
+                // SAFETY: as above.
+                unsafe { set_bytes(status, v.len() as u64) };
+                None
+            }
+            _ => {
+                log!("{op}: carried bytes that do not fit the staging");
+                Some(Err(ERR_INTERN))
+            }
+        },
+    }
+}
+
 /// Announced receive `a` got its bytes through the real MPI: its announcement was wasted;
 /// the next ones from that source and tag are skipped, twice as many each time (up to 64).
-pub fn wasted(a: Announced) {
+fn wasted(a: &Announced) {
     if let Some(s) = state() {
         let mut st = lock(s);
         st.awaited.remove(&a.0);
@@ -672,10 +742,10 @@ pub unsafe fn send(
         return false;
     }
     let k = (dest, tag, seq);
-    let ready = {
+    let ready = profile::time(Phase::Ready, || {
         let mut st = lock(s);
         if !st.settled || dest == st.rank {
-            return false;
+            return None;
         }
         let wait = *st.expect.get(&(dest, tag)).unwrap_or(&true);
         let start = Instant::now();
@@ -693,14 +763,14 @@ pub unsafe fn send(
             }
             std::hint::spin_loop();
         }
-    };
+    });
     let found = ready.is_some();
     lock(s).expect.insert((dest, tag), found);
     let Some(ready) = ready else {
         return false;
     };
     let note = if carry {
-        if ready.export.is_some() || ready.packed < plan.packed_size() {
+        if !matches!(ready.landing, Landing::Carry) || ready.packed < plan.packed_size() {
             return false;
         }
         // SAFETY: the caller's contract; the CPU engine packs into a new vector.
@@ -712,36 +782,39 @@ pub unsafe fn send(
             Err(_) => return false,
         }
     } else {
-        let Some(export) = ready.export else {
-            return false;
-        };
         if ready.packed != plan.packed_size() {
             return false;
         }
-        let Ok(region) = CopyRegion::between(plan.clone(), &ready.plan) else {
-            log!("{op}: the receive's layout differs in shape: byte path");
-            return false;
-        };
-        // SAFETY: the caller's contract for the source; the destination is the receive's
-        // buffer in its allocation (`export.len` bytes from the buffer to the allocation's
-        // end), which MPI leaves to the receive until it completes, and it cannot complete
-        // before the message this copy precedes.
-        match unsafe { engine.copy_to_peer(&region, buf, dest, &export) } {
-            Ok(()) => Note::Copied(plan.packed_size()),
-            Err(e) => {
-                log!("{op}: the direct copy failed, byte path: {e}");
-                return false;
+        match &ready.landing {
+            Landing::Carry => return false,
+            Landing::Buffer(export) => {
+                let Ok(region) = CopyRegion::between(plan.clone(), &ready.plan) else {
+                    log!("{op}: the receive's layout differs in shape: byte path");
+                    return false;
+                };
+                // SAFETY: the caller's contract for the source; the destination is the
+                // receive's buffer in its allocation (`export.len` bytes from the buffer to
+                // the allocation's end), which MPI leaves to the receive until it completes,
+                // and it cannot complete before the message this copy precedes.
+                match unsafe { engine.copy_to_peer(&region, buf, dest, export) } {
+                    Ok(()) => Note::Copied(plan.packed_size()),
+                    Err(e) => {
+                        log!("{op}: the direct copy failed, byte path: {e}");
+                        return false;
+                    }
+                }
             }
         }
     };
-    let mut st = lock(s);
+    let how = if carry { "carried" } else { "copied" };
     log!(
-        "{op}: message {seq} to rank {dest} with tag {tag}: {} {} bytes directly",
-        if carry { "carried" } else { "copied" },
+        "{op}: message {seq} to rank {dest} with tag {tag}: {how} {} bytes directly",
         plan.packed_size()
     );
-    // SAFETY: the caller's contract.
-    unsafe { send_note(&mut st, dest, tag, seq, &note) };
+    profile::time(Phase::Note, || {
+        // SAFETY: the caller's contract.
+        unsafe { send_note(&mut lock(s), dest, tag, seq, &note) }
+    });
     true
 }
 
@@ -771,22 +844,32 @@ mod tests {
     fn ready_messages_round_trip() {
         let plan = StridedBlock::with_reversed(8, 16, vec![4, 3], vec![64, 512], vec![false, true])
             .unwrap();
-        let e = Export {
-            handle: std::array::from_fn(|i| i as u8),
-            offset: 24,
-            len: 4096,
+        let e = |k: u8, offset, len| Export {
+            handle: std::array::from_fn(|i| i as u8 ^ k),
+            offset,
+            len,
         };
-        let (t, n, r) = decode_ready(&encode_ready(7, 42, &plan, Some(&e))).unwrap();
+        let same =
+            |a: &Export, b: &Export| (a.handle, a.offset, a.len) == (b.handle, b.offset, b.len);
+        let (t, n, r) = decode_ready(&encode_ready(
+            7,
+            42,
+            &plan,
+            &Landing::Buffer(e(1, 24, 4096)),
+        ))
+        .unwrap();
         assert_eq!(
             (t, n, r.packed, &r.plan),
             (7, 42, plan.packed_size(), &plan)
         );
-        let got = r.export.unwrap();
-        assert_eq!((got.handle, got.offset, got.len), (e.handle, 24, 4096));
-        let (t, n, r) = decode_ready(&encode_ready(0x7fff_ffff, 0, &plan, None)).unwrap();
+        assert!(matches!(&r.landing, Landing::Buffer(x) if same(x, &e(1, 24, 4096))));
+        let (t, n, r) =
+            decode_ready(&encode_ready(0x7fff_ffff, 0, &plan, &Landing::Carry)).unwrap();
         assert_eq!((t, n), (0x7fff_ffff, 0));
-        assert!(r.export.is_none());
+        assert!(matches!(r.landing, Landing::Carry));
         assert!(decode_ready(&[1, 2, 3]).is_none());
+        let cut = encode_ready(7, 43, &plan, &Landing::Buffer(e(2, 0, 1 << 20)));
+        assert!(decode_ready(&cut[..cut.len() - 1]).is_none());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use datatype_pack::StridedBlock;
 use mpi::ffi;
 
 use crate::config;
-use crate::direct::{self, Announced, Note};
+use crate::direct::{self, Announced};
 use crate::engine::{Engine, Staging};
 use crate::log::log;
 use crate::memory;
@@ -88,6 +88,11 @@ impl Receive {
     /// The engine of its buffer.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The call that posted it, for the log.
+    pub fn op(&self) -> &'static str {
+        self.op
     }
 }
 
@@ -318,6 +323,9 @@ pub fn blank_status() -> ffi::MPI_Status {
 /// The code for an unpack that failed after its bytes arrived.
 pub const ERR_INTERN: c_int = ffi::MPI_ERR_INTERN as c_int;
 
+/// The engine of receives settled without a GPU wait.
+static CPU: Engine = Engine::Cpu;
+
 /// Unpacks a completed receive by `status` (which says how many bytes came, and whether the
 /// receive was cancelled). Returns MPI's code for the completion.
 ///
@@ -341,19 +349,35 @@ pub unsafe fn finish_recv(r: Receive, status: *const ffi::MPI_Status) -> c_int {
 pub unsafe fn finish_recvs(
     mut done: Vec<(Receive, *const ffi::MPI_Status)>,
 ) -> (Vec<c_int>, Vec<(Receive, *const ffi::MPI_Status)>) {
+    // The direct path's receives settle first, each on its own ([`direct::finish`]); they
+    // then count as the CPU engine's (nothing left to wait for on their GPU).
+    let direct: Vec<Option<std::result::Result<u64, c_int>>> = done
+        .iter_mut()
+        // SAFETY: the caller's contract; a completed status is the caller's, writable.
+        .map(|(r, status)| guarded(|| unsafe { direct::finish(r, status.cast_mut()) }))
+        .collect();
+    let mut items: Vec<(
+        (Receive, *const ffi::MPI_Status),
+        Option<std::result::Result<u64, c_int>>,
+    )> = done.into_iter().zip(direct).collect();
     // SAFETY: the caller's contract for each receive (`enqueue_finish`'s); the receives'
     // buffers are distinct (MPI's rule), so the unpacks of one batch write distinct bytes.
     let settled = unsafe {
         queue_and_wait(
-            &mut done,
-            |(r, _)| &r.engine,
-            |(r, status), batch| enqueue_finish(r, *status, batch),
+            &mut items,
+            |((r, _), d)| if d.is_some() { &CPU } else { &r.engine },
+            |((r, status), d), batch| match d.take() {
+                Some(result) => result,
+                None => enqueue_finish(r, *status, batch),
+            },
         )
     };
+    let done: Vec<(Receive, *const ffi::MPI_Status)> = items.into_iter().map(|(x, _)| x).collect();
     let codes = done
         .iter()
         .zip(settled)
         .map(|((r, _), s)| match s {
+            Ok(0) => 0,
             Ok(bytes) => {
                 log!(
                     "{}: unpacked {bytes} bytes into a {}",
@@ -475,35 +499,7 @@ unsafe fn enqueue_finish(
     let mut got: c_int = 0;
     // SAFETY: as above; counted in bytes.
     unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut got) };
-    let mut got = u64::try_from(got).unwrap_or(0);
-    if let Some(a) = r.direct.take() {
-        if got > 0 {
-            direct::wasted(a);
-        } else {
-            // SAFETY: MPI initialized (a receive completed).
-            match profile::time(Phase::Mpi, || unsafe { direct::claim(a) }) {
-                Note::Empty => {}
-                Note::Copied(n) => {
-                    // SAFETY: the status is writable (the caller's contract).
-                    unsafe { direct::set_bytes(status.cast_mut(), n) };
-                    log!("{op}: {n} bytes copied in directly by the sender");
-                    return Ok(n);
-                }
-                Note::Carried(v) => match &mut r.staging {
-                    Staging::Cpu(s) if v.len() <= s.len() => {
-                        s[..v.len()].copy_from_slice(&v);
-                        got = v.len() as u64;
-                        // SAFETY: as above.
-                        unsafe { direct::set_bytes(status.cast_mut(), got) };
-                    }
-                    _ => {
-                        log!("{op}: carried bytes that do not fit the staging");
-                        return Err(ERR_INTERN);
-                    }
-                },
-            }
-        }
-    }
+    let got = u64::try_from(got).unwrap_or(0);
     let elem = r.layout.element_size();
     let n = got.checked_div(elem).unwrap_or(0).min(r.count);
     if got % elem.max(1) != 0 {
