@@ -651,53 +651,23 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         }
         let mut packed = None;
         // SAFETY: MPI's contract for the send; the staging lives until the wait below.
-        let rc = unsafe {
+        let (sb, sc, sty) = unsafe {
             match send {
                 Some(t) if sent_directly("MPI_Sendrecv", sseq, dest, sendtag, sendbuf, &t) => {
-                    ffi::PMPI_Isend(
-                        direct::marker(),
-                        0,
-                        bytes_type(),
-                        dest,
-                        sendtag,
-                        comm,
-                        &mut reqs[1],
-                    )
+                    (direct::marker(), 0, bytes_type())
                 }
                 Some(t) => match guarded(|| pack_taken("MPI_Sendrecv", sendbuf, t)) {
-                    Some((s, n)) => {
-                        let s = packed.insert(s);
-                        ffi::PMPI_Isend(
-                            s.mpi_ptr(),
-                            n,
-                            bytes_type(),
-                            dest,
-                            sendtag,
-                            comm,
-                            &mut reqs[1],
-                        )
-                    }
-                    None => ffi::PMPI_Isend(
-                        sendbuf,
-                        sendcount,
-                        sendtype,
-                        dest,
-                        sendtag,
-                        comm,
-                        &mut reqs[1],
-                    ),
+                    Some((s, n)) => (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type()),
+                    None => (sendbuf, sendcount, sendtype),
                 },
-                None => ffi::PMPI_Isend(
-                    sendbuf,
-                    sendcount,
-                    sendtype,
-                    dest,
-                    sendtag,
-                    comm,
-                    &mut reqs[1],
-                ),
+                None => (sendbuf, sendcount, sendtype),
             }
         };
+        // SAFETY: the caller's send triple, the staging (kept until the wait below) or the
+        // message of 0 bytes.
+        let rc = profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Isend(sb, sc, sty, dest, sendtag, comm, &mut reqs[1])
+        });
         // SAFETY: the two requests just made (a failed send's is null); `st` is a valid
         // status.
         let waited = profile::time(Phase::Mpi, || unsafe {
