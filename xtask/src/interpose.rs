@@ -759,8 +759,9 @@ pub const BENCH_TIMEOUT: Duration = Duration::from_secs(1200);
 /// The variable that turns on the interposer's per-phase profile.
 pub const PROFILE_VARIABLE: &str = "COLLECTIVES_INTERPOSE_PROFILE";
 
-/// The benchmark's runs: under the CUDA-aware `mpirun` plain and preloaded, under `mpirun`
-/// (not CUDA-aware) preloaded; each `bench` line's median, side by side. With `profile`, each
+/// The benchmark's runs: under the CUDA-aware `mpirun` plain, preloaded, and preloaded with
+/// the direct path (`COLLECTIVES_INTERPOSE_DIRECT=1`), under `mpirun` (not CUDA-aware)
+/// preloaded; each `bench` line's median, side by side. With `profile`, each
 /// preloaded run once more with the interposer's per-phase profile, whose tables (per rank, at
 /// `MPI_Finalize`) break the fixed cost of a call down.
 pub fn bench_runs(cuda_aware_mpirun: bool, profile: bool) -> Vec<Run> {
@@ -770,12 +771,12 @@ pub fn bench_runs(cuda_aware_mpirun: bool, profile: bool) -> Vec<Run> {
         v.push(new_run("CUDA-aware MPI + interposer", true, true, true));
         v.push(
             new_run(
-                "CUDA-aware MPI + interposer, direct path off",
+                "CUDA-aware MPI + interposer, direct path",
                 true,
                 true,
                 true,
             )
-            .with("COLLECTIVES_INTERPOSE_DIRECT", "0"),
+            .with("COLLECTIVES_INTERPOSE_DIRECT", "1"),
         );
     }
     v.push(new_run("MPI + interposer", true, true, false).arg("--host-mpi"));
