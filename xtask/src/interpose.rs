@@ -770,13 +770,8 @@ pub fn bench_runs(cuda_aware_mpirun: bool, profile: bool) -> Vec<Run> {
         v.push(new_run("CUDA-aware MPI", true, false, true));
         v.push(new_run("CUDA-aware MPI + interposer", true, true, true));
         v.push(
-            new_run(
-                "CUDA-aware MPI + interposer, direct path",
-                true,
-                true,
-                true,
-            )
-            .with("COLLECTIVES_INTERPOSE_DIRECT", "1"),
+            new_run("CUDA-aware MPI + interposer, direct path", true, true, true)
+                .with("COLLECTIVES_INTERPOSE_DIRECT", "1"),
         );
     }
     v.push(new_run("MPI + interposer", true, true, false).arg("--host-mpi"));
