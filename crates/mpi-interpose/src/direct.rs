@@ -597,10 +597,20 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         }
     }
     let landing = match r.engine() {
-        Engine::Gpu(..) => match profile::time(Phase::Memory, || r.engine().export()) {
-            Some(e) => Landing::Buffer(e),
-            None => return,
-        },
+        Engine::Gpu(..) => {
+            // The peer writes the buffer from its own GPU, unordered with this process's
+            // streams: what the program queued before the receive (a copy into the buffer that
+            // `cudaMemcpy` returned from before its DMA ended, say) must be done first, as the
+            // byte path's unpack, queued on the legacy default stream, would come after it.
+            if let Err(e) = r.engine().wait() {
+                log!("{}: not announced: {e}", r.op());
+                return;
+            }
+            match profile::time(Phase::Memory, || r.engine().export()) {
+                Some(e) => Landing::Buffer(e),
+                None => return,
+            }
+        }
         Engine::Cpu if config::get().direct == Direct::Carry => Landing::Carry,
         Engine::Cpu => return,
     };
