@@ -15,15 +15,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use datatype_pack::construct::vector;
-use datatype_pack::fused::CopyRegion;
 use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
 use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream};
-use datatype_pack::gpu::{self as dgpu, FusedCopier, GpuOptions, Packer};
+use datatype_pack::gpu::{self as dgpu, GpuOptions, Packer};
 use datatype_pack::{cpu, StridedBlock};
 
 use crate::config;
 use crate::error::{cuda, Error, Result};
-use crate::ipc::{self, Export};
 use crate::log::log;
 use crate::memory::DeviceBuffer;
 use crate::model::{Costs, Measured, Method};
@@ -46,7 +44,6 @@ pub struct Gpu {
     /// The primary context's scheduling flags (`CU_CTX_SCHED_*`) when the GPU was first used.
     sched: Option<u32>,
     packers: Mutex<HashMap<StridedBlock, Arc<Packer>>>,
-    copiers: Mutex<HashMap<CopyRegion, Arc<FusedCopier>>>,
     device_pool: Mutex<Vec<DeviceAlloc>>,
     host_pool: Mutex<Vec<HostAlloc>>,
     costs: OnceLock<Costs>,
@@ -167,7 +164,6 @@ impl Gpu {
             stream,
             sched,
             packers: Mutex::new(HashMap::new()),
-            copiers: Mutex::new(HashMap::new()),
             device_pool: Mutex::new(Vec::new()),
             host_pool: Mutex::new(Vec::new()),
             costs: OnceLock::new(),
@@ -317,20 +313,6 @@ impl Gpu {
         let p = Arc::new(Packer::with_options(&self.ctx, plan, &options)?);
         lock(&self.packers).insert(plan.clone(), p.clone());
         Ok(p)
-    }
-
-    /// The copier of `region` (compiled on first use, kept), launching like [`Gpu::packer`].
-    ///
-    /// # Errors
-    /// NVRTC or the driver fail.
-    fn copier(&self, region: &CopyRegion) -> Result<Arc<FusedCopier>> {
-        if let Some(c) = lock(&self.copiers).get(region) {
-            return Ok(c.clone());
-        }
-        let options = GpuOptions::default().with_relaunch(config::get().relaunch);
-        let c = Arc::new(FusedCopier::new(&self.ctx, vec![region.clone()], &options)?);
-        lock(&self.copiers).insert(region.clone(), c.clone());
-        Ok(c)
     }
 
     fn device_alloc(&self, len: usize) -> Result<DeviceAlloc> {
@@ -874,64 +856,6 @@ impl Engine {
                 message: "staging buffer of another engine".to_owned(),
             }),
         }
-    }
-
-    /// The CUDA IPC export of the buffer's allocation ([`ipc::export`]); `None` for the CPU
-    /// engine and where the driver gives no handle.
-    pub fn export(&self) -> Option<Export> {
-        match self {
-            Engine::Cpu => None,
-            Engine::Gpu(g, d) => {
-                g.bind().ok()?;
-                ipc::export(d)
-            }
-        }
-    }
-
-    /// Copies `region` from the buffer at `buf` into a peer's buffer, the one `export` (of rank
-    /// `peer`) names, mapped here over CUDA IPC: one kernel, waited for.
-    ///
-    /// # Safety
-    /// `buf` with the region's source plan describes memory the caller may read (MPI's
-    /// contract for a send buffer), and is the device buffer the engine was made for; the
-    /// peer's buffer is a posted receive's, written by nothing else until the message that
-    /// follows this copy completes it.
-    ///
-    /// # Errors
-    /// The CPU engine, a handle that does not open, the layout past either allocation, or a
-    /// CUDA/NVRTC failure.
-    pub unsafe fn copy_to_peer(
-        &self,
-        region: &CopyRegion,
-        buf: *const c_void,
-        peer: i32,
-        export: &Export,
-    ) -> Result<()> {
-        let Engine::Gpu(g, d) = self else {
-            return Err(Error::Unsupported {
-                op: "direct copy",
-                message: "a host buffer".to_owned(),
-            });
-        };
-        self.check_span(region.src())?;
-        g.bind()?;
-        let base = ipc::open(peer, &export.handle).ok_or_else(|| Error::Unsupported {
-            op: "direct copy",
-            message: format!("rank {peer}'s memory handle does not open here"),
-        })?;
-        let copier = profile::time(Phase::Packer, || g.copier(region))?;
-        let dst = base + export.offset;
-        let (src_len, dst_len) = (usize_of(d.len)?, usize_of(export.len)?);
-        g.run(|| {
-            profile::time(Phase::Launch, || {
-                // SAFETY: `buf` is `d`'s address with `d.len` bytes to its allocation's end
-                // (the caller's contract); `dst` is the peer's buffer in its allocation mapped
-                // here, with `export.len` bytes to its end; the copier checks both extents and
-                // the copy is waited for before this returns.
-                unsafe { copier.copy_raw(&g.stream, buf as u64, src_len, dst, dst_len) }
-            })?;
-            Ok(())
-        })
     }
 
     /// Waits for everything queued on the GPU's stream (nothing for the CPU engine).

@@ -12,7 +12,6 @@ use datatype_pack::StridedBlock;
 use mpi::ffi;
 
 use crate::config;
-use crate::direct::{self, Announced};
 use crate::engine::{Engine, Staging};
 use crate::log::log;
 use crate::memory;
@@ -25,11 +24,6 @@ use crate::types::{self, Layout};
 /// Runs `f`, turning a panic into `None` (pass through): nothing unwinds into the caller's C.
 pub fn guarded<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(None)
-}
-
-/// Runs `f` for its effect, a panic ignored: nothing unwinds into the caller's C.
-pub fn guard(f: impl FnOnce()) {
-    let _ = catch_unwind(AssertUnwindSafe(f));
 }
 
 /// Whether the real MPI takes device buffers: `COLLECTIVES_INTERPOSE_CUDA_AWARE`, else Open
@@ -75,25 +69,6 @@ pub struct Receive {
     /// Its size in bytes, as MPI's count.
     pub bytes: c_int,
     op: &'static str,
-    /// Its announcement to the direct path, where it made one ([`direct::announce`]).
-    pub direct: Option<Announced>,
-}
-
-impl Receive {
-    /// The plan of the receive's elements in its buffer.
-    pub fn plan(&self) -> &StridedBlock {
-        &self.plan
-    }
-
-    /// The engine of its buffer.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// The call that posted it, for the log.
-    pub fn op(&self) -> &'static str {
-        self.op
-    }
 }
 
 // SAFETY: the user's buffer address is only used by the thread that completes the request;
@@ -106,7 +81,7 @@ pub enum Pending {
     /// A send: its staging must outlive the request.
     Send(Staging),
     /// A receive: unpack when it completes.
-    Recv(Box<Receive>),
+    Recv(Receive),
 }
 
 fn table() -> &'static Mutex<RequestTable<Pending>> {
@@ -183,12 +158,8 @@ unsafe fn plan_for(
     Some((layout, plan, dev))
 }
 
-/// A call the interposer takes: the layout, its plan, the engine for the buffer and the method
-/// of moving the bytes.
-pub type Taken = (Arc<Layout>, StridedBlock, Engine, Method);
-
-/// Whether the interposer takes `(buf, count, dt)` for `op`, and how ([`Taken`]); `None`
-/// passes the call through.
+/// Whether the interposer takes `(buf, count, dt)` for `op`, and how: the layout, its plan, the
+/// engine for the buffer and the method of moving the bytes; `None` passes the call through.
 ///
 /// # Safety
 /// As [`plan_for`].
@@ -198,7 +169,7 @@ pub(crate) unsafe fn take(
     count: c_int,
     dt: ffi::MPI_Datatype,
     host_pack: bool,
-) -> Option<Taken> {
+) -> Option<(Arc<Layout>, StridedBlock, Engine, Method)> {
     // SAFETY: the caller's contract.
     let (layout, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
     let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
@@ -238,33 +209,19 @@ fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
     m
 }
 
-/// Whether the interposer takes a send (`take` with the testing mode's choice for sends);
-/// [`pack_taken`] then packs it.
+/// A send's staging and its byte count, or `None` to pass the call through.
 ///
 /// # Safety
 /// MPI initialized; the arguments are the caller's send triple (readable, as MPI requires).
-pub unsafe fn take_send(
+pub unsafe fn prepare_send(
     op: &'static str,
     buf: *const c_void,
     count: c_int,
     dt: ffi::MPI_Datatype,
-) -> Option<Taken> {
+) -> Option<(Staging, c_int)> {
     let host_pack = config::get().host_pack.send;
     // SAFETY: the caller's contract.
-    unsafe { take(op, buf, count, dt, host_pack) }
-}
-
-/// Packs a send the interposer took into staging: the staging and its byte count, or `None`
-/// to pass the call through.
-///
-/// # Safety
-/// As [`take_send`]; `taken` came from it for this buffer.
-pub unsafe fn pack_taken(
-    op: &'static str,
-    buf: *const c_void,
-    taken: Taken,
-) -> Option<(Staging, c_int)> {
-    let (_, plan, engine, method) = taken;
+    let (_, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack) }?;
     // SAFETY: the caller's contract; `engine` was made for this buffer.
     match unsafe { engine.pack(&plan, buf, method) } {
         Ok(s) => {
@@ -305,7 +262,6 @@ pub unsafe fn prepare_recv(
             buf,
             staging,
             op,
-            direct: None,
         }),
         Err(e) => {
             log!("{op}: passes through: {e}");
@@ -322,9 +278,6 @@ pub fn blank_status() -> ffi::MPI_Status {
 
 /// The code for an unpack that failed after its bytes arrived.
 pub const ERR_INTERN: c_int = ffi::MPI_ERR_INTERN as c_int;
-
-/// The engine of receives settled without a GPU wait.
-static CPU: Engine = Engine::Cpu;
 
 /// Unpacks a completed receive by `status` (which says how many bytes came, and whether the
 /// receive was cancelled). Returns MPI's code for the completion.
@@ -349,35 +302,19 @@ pub unsafe fn finish_recv(r: Receive, status: *const ffi::MPI_Status) -> c_int {
 pub unsafe fn finish_recvs(
     mut done: Vec<(Receive, *const ffi::MPI_Status)>,
 ) -> (Vec<c_int>, Vec<(Receive, *const ffi::MPI_Status)>) {
-    // The direct path's receives settle first, each on its own ([`direct::finish`]); they
-    // then count as the CPU engine's (nothing left to wait for on their GPU).
-    let direct: Vec<Option<std::result::Result<u64, c_int>>> = done
-        .iter_mut()
-        // SAFETY: the caller's contract; a completed status is the caller's, writable.
-        .map(|(r, status)| guarded(|| unsafe { direct::finish(r, status.cast_mut()) }))
-        .collect();
-    let mut items: Vec<(
-        (Receive, *const ffi::MPI_Status),
-        Option<std::result::Result<u64, c_int>>,
-    )> = done.into_iter().zip(direct).collect();
     // SAFETY: the caller's contract for each receive (`enqueue_finish`'s); the receives'
     // buffers are distinct (MPI's rule), so the unpacks of one batch write distinct bytes.
     let settled = unsafe {
         queue_and_wait(
-            &mut items,
-            |((r, _), d)| if d.is_some() { &CPU } else { &r.engine },
-            |((r, status), d), batch| match d.take() {
-                Some(result) => result,
-                None => enqueue_finish(r, *status, batch),
-            },
+            &mut done,
+            |(r, _)| &r.engine,
+            |(r, status), batch| enqueue_finish(r, *status, batch),
         )
     };
-    let done: Vec<(Receive, *const ffi::MPI_Status)> = items.into_iter().map(|(x, _)| x).collect();
     let codes = done
         .iter()
         .zip(settled)
         .map(|((r, _), s)| match s {
-            Ok(0) => 0,
             Ok(bytes) => {
                 log!(
                     "{}: unpacked {bytes} bytes into a {}",
@@ -477,12 +414,10 @@ pub(crate) unsafe fn queue_and_wait<T, V>(
 
 /// Reads a completed receive's status and queues its unpack (its kernel into `batch`, where
 /// given): the bytes queued, or the completion's code when there is nothing to queue
-/// (cancelled, no plan, a failed enqueue). A receive announced to the direct path that got 0
-/// bytes reads its note: bytes copied in by the sender need no unpack (the status is set to
-/// their count), carried bytes are unpacked like received ones.
+/// (cancelled, no plan, a failed enqueue).
 ///
 /// # Safety
-/// As [`finish_recv`]; `status` is writable where the receive was announced.
+/// As [`finish_recv`].
 unsafe fn enqueue_finish(
     r: &mut Receive,
     status: *const ffi::MPI_Status,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The interposer's direct path (a send's bytes copied into the receiver's device buffer over
 # CUDA IPC, paired with its receive by message order): device checks and the benchmark, direct
-# path on and off in the same job.
+# path on and off in the same job. The path existed in commits 1a51a86..9b1f6cd (not kept):
+# COLLECTIVES_INTERPOSE_DIRECT means nothing to later builds.
 #   bash docs/logs/2026-11-27-direct/run.sh OUT PART...   (from the checkout, .gpu-box/ staged)
 # Parts:
 #   ichk   the interposer's device checks on 2 and 4 ranks, one GPU each
