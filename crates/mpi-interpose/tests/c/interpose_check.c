@@ -466,12 +466,11 @@ static void persistent(const char *name, int test, int how, MPI_Datatype st, int
   free(hs); free(hr); free(want); free(got);
 }
 
-/* A 3-D halo exchange of subarray faces: x neighbours along the ring, y and z periodic onto
- * this rank; every face and ghost plane a MPI_Type_create_subarray of the whole block. */
 /* How halo() exchanges its six faces. */
 enum halo_how { HALO_ISEND, HALO_SENDRECV, HALO_PERSISTENT };
 
-/* A 3-D halo exchange of subarray faces (x and y with oneself, z around the ring of ranks).
+/* A 3-D halo exchange of subarray faces: x neighbours along the ring, y and z periodic onto
+ * this rank; every face and ghost plane a MPI_Type_create_subarray of the whole block.
  * HALO_PERSISTENT makes the twelve requests once with MPI_Recv_init/MPI_Send_init, adds a
  * contiguous MPI_INT exchange around the ring (which passes through) to the same
  * MPI_Startall/MPI_Waitall, and runs three rounds with new data each. */
