@@ -8,8 +8,8 @@
 //!
 //! | flavour | where | runs at each rank count |
 //! |---|---|---|
-//! | host | `cargo xtask test`, `xtask interpose` | plain; preloaded (host buffers pass through); preloaded with `COLLECTIVES_INTERPOSE_HOST_PACK=1` (host buffers take the byte path, CPU packer; with the log, which must show the path taken), `=send`, `=recv` (mixed: bytes one side, typed datatypes the other) |
-//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model, forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, one-shot, staged |
+//! | host | `cargo xtask test`, `xtask interpose` | plain; preloaded (host buffers pass through); preloaded with `COLLECTIVES_INTERPOSE_HOST_PACK=1` (host buffers take the byte path, CPU packer; with the log, which must show the path taken), `=send`, `=recv` (mixed: bytes one side, typed datatypes the other); `=1` with `COLLECTIVES_INTERPOSE_DIRECT=carry` (the direct path's protocol, host bytes carried in its notes; on 2 ranks or more the log must show messages sent directly) |
+//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model (the log must show the byte path), with `COLLECTIVES_INTERPOSE_DIRECT=1` (on 2 ranks or more the log must show messages sent directly), forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, with the direct path, one-shot, staged |
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,9 @@ pub const BENCH_SOURCE: &str = "interpose_bench.c";
 /// The staged script that runs the device flavour.
 pub const RUN_SCRIPT: &str = "run-interpose.sh";
 
+/// What the interposer's log says of a message that went by the direct path.
+pub const DIRECT_MARK: &str = "bytes directly";
+
 /// The marker of the interposer's log lines.
 pub const LOG_MARKER: &str = "[collectives-interpose";
 
@@ -57,6 +60,8 @@ pub struct Run {
     pub args: Vec<String>,
     /// Whether its stderr must show the interposer's log (the byte path was taken).
     pub expect_log: bool,
+    /// Whether, on 2 ranks or more, the log must show messages that went by the direct path.
+    pub expect_direct: bool,
 }
 
 fn new_run(label: &str, device_build: bool, preload: bool, cuda_aware: bool) -> Run {
@@ -68,6 +73,7 @@ fn new_run(label: &str, device_build: bool, preload: bool, cuda_aware: bool) -> 
         env: Vec::new(),
         args: Vec::new(),
         expect_log: false,
+        expect_direct: false,
     }
 }
 
@@ -77,6 +83,11 @@ impl Run {
         if key == "COLLECTIVES_INTERPOSE_LOG" && value == "1" {
             self.expect_log = true;
         }
+        self
+    }
+
+    fn direct(mut self) -> Self {
+        self.expect_direct = true;
         self
     }
 
@@ -98,6 +109,16 @@ pub fn host_runs() -> Vec<Run> {
             .with("COLLECTIVES_INTERPOSE_HOST_PACK", "send"),
         new_run("preloaded, host byte path for receives", false, true, false)
             .with("COLLECTIVES_INTERPOSE_HOST_PACK", "recv"),
+        new_run(
+            "preloaded, direct path carrying host bytes",
+            false,
+            true,
+            false,
+        )
+        .with("COLLECTIVES_INTERPOSE_HOST_PACK", "1")
+        .with("COLLECTIVES_INTERPOSE_DIRECT", "carry")
+        .with("COLLECTIVES_INTERPOSE_LOG", "1")
+        .direct(),
     ]
 }
 
@@ -108,6 +129,11 @@ pub fn device_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
         new_run("device, preloaded, by the model", true, true, false)
             .arg("--host-mpi")
             .with("COLLECTIVES_INTERPOSE_LOG", "1"),
+        new_run("device, preloaded, direct path", true, true, false)
+            .arg("--host-mpi")
+            .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
+            .with("COLLECTIVES_INTERPOSE_LOG", "1")
+            .direct(),
         new_run("device, preloaded, one-shot", true, true, false)
             .arg("--host-mpi")
             .with("COLLECTIVES_INTERPOSE_METHOD", "one-shot"),
@@ -132,6 +158,15 @@ pub fn device_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
                 true,
             )
             .with("COLLECTIVES_INTERPOSE_METHOD", "device"),
+            new_run(
+                "device, CUDA-aware MPI, preloaded, direct path",
+                true,
+                true,
+                true,
+            )
+            .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
+            .with("COLLECTIVES_INTERPOSE_LOG", "1")
+            .direct(),
             new_run(
                 "device, CUDA-aware MPI, preloaded, one-shot",
                 true,
@@ -365,6 +400,13 @@ pub fn run_all(runs: &[Run], s: &Setup, ranks: &[u32]) -> Tally {
                     tally.pass(1);
                 } else {
                     tally.fail(1, format!("{what}: no log of the interposer's byte path"));
+                }
+            }
+            if r.expect_direct && k > 1 {
+                if out.contains(DIRECT_MARK) {
+                    tally.pass(1);
+                } else {
+                    tally.fail(1, format!("{what}: no message went by the direct path"));
                 }
             }
             match &reference {
@@ -717,8 +759,9 @@ pub const BENCH_TIMEOUT: Duration = Duration::from_secs(1200);
 /// The variable that turns on the interposer's per-phase profile.
 pub const PROFILE_VARIABLE: &str = "COLLECTIVES_INTERPOSE_PROFILE";
 
-/// The benchmark's runs: under the CUDA-aware `mpirun` plain and preloaded, under `mpirun`
-/// (not CUDA-aware) preloaded; each `bench` line's median, side by side. With `profile`, each
+/// The benchmark's runs: under the CUDA-aware `mpirun` plain, preloaded, and preloaded with
+/// the direct path (`COLLECTIVES_INTERPOSE_DIRECT=1`), under `mpirun` (not CUDA-aware)
+/// preloaded; each `bench` line's median, side by side. With `profile`, each
 /// preloaded run once more with the interposer's per-phase profile, whose tables (per rank, at
 /// `MPI_Finalize`) break the fixed cost of a call down.
 pub fn bench_runs(cuda_aware_mpirun: bool, profile: bool) -> Vec<Run> {
@@ -726,6 +769,10 @@ pub fn bench_runs(cuda_aware_mpirun: bool, profile: bool) -> Vec<Run> {
     if cuda_aware_mpirun {
         v.push(new_run("CUDA-aware MPI", true, false, true));
         v.push(new_run("CUDA-aware MPI + interposer", true, true, true));
+        v.push(
+            new_run("CUDA-aware MPI + interposer, direct path", true, true, true)
+                .with("COLLECTIVES_INTERPOSE_DIRECT", "1"),
+        );
     }
     v.push(new_run("MPI + interposer", true, true, false).arg("--host-mpi"));
     if profile {
@@ -884,10 +931,12 @@ mod tests {
         for runs in [host_runs(), device_runs(false), device_runs(true)] {
             assert!(!runs[0].preload && !runs[0].device_build);
             assert!(runs[1..].iter().any(|r| r.expect_log));
+            // The direct path is switched on, and checked for, in each flavour.
+            assert!(runs[1..].iter().any(|r| r.expect_direct && r.expect_log));
         }
-        assert_eq!(host_runs().len(), 5);
-        assert_eq!(device_runs(false).len(), 4);
-        assert_eq!(device_runs(true).len(), 9);
+        assert_eq!(host_runs().len(), 6);
+        assert_eq!(device_runs(false).len(), 5);
+        assert_eq!(device_runs(true).len(), 11);
         // Without a CUDA-aware MPI the device build never runs plain, and always says so.
         assert!(device_runs(false)[1..]
             .iter()
@@ -973,16 +1022,17 @@ mod tests {
         );
         assert!(t.starts_with("| call | object | bytes | plain (us) | preloaded (us) | speed-up |"));
         assert_eq!(bench_runs(false, false).len(), 1);
-        assert_eq!(bench_runs(true, false).len(), 3);
+        assert_eq!(bench_runs(true, false).len(), 4);
         let o = parse_args(&strings(&["--bench"])).unwrap();
         assert!(o.bench && o.device && !o.profile);
         // The profile: each preloaded run once more, with the variable, after the timed ones.
         let runs = bench_runs(true, true);
-        assert_eq!(runs.len(), 5);
-        assert!(runs[..3].iter().all(|r| r.env.is_empty()));
-        assert!(runs[3..].iter().all(|r| r.preload
+        assert_eq!(runs.len(), 7);
+        let profiled = |r: &Run| r.env.iter().any(|(k, _)| k == PROFILE_VARIABLE);
+        assert!(runs[..4].iter().all(|r| !profiled(r)));
+        assert!(runs[4..].iter().all(|r| r.preload
             && r.label.ends_with(", profiled")
-            && r.env == [(PROFILE_VARIABLE.to_owned(), "1".to_owned())]));
+            && r.env.last() == Some(&(PROFILE_VARIABLE.to_owned(), "1".to_owned()))));
         let o = parse_args(&strings(&["--profile"])).unwrap();
         assert!(o.bench && o.device && o.profile);
     }

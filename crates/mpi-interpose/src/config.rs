@@ -10,6 +10,7 @@
 //! | `COLLECTIVES_INTERPOSE_CUDA_AWARE` | `0`, `1` | override the detection of a CUDA-aware MPI (`MPIX_Query_cuda_support`) |
 //! | `COLLECTIVES_INTERPOSE_HOST_PACK` | `1`, `send`, `recv` | testing: host buffers of decoded types also take the interposer's byte path (packed by the CPU reference), for sends and receives, sends only or receives only |
 //! | `COLLECTIVES_INTERPOSE_RELAUNCH` | `0` | launch the pack and unpack kernels one by one with `cuLaunchKernel` instead of through CUDA graphs (`datatype_pack::gpu::GpuOptions::relaunch` and, for the unpacks of the receives one call completes, `datatype_pack::gpu::Batch`; on by default: about 2 µs less per kernel waited for) |
+//! | `COLLECTIVES_INTERPOSE_DIRECT` | `0`, `1`, `carry` | the direct path between ranks on `MPI_COMM_WORLD` (`crate::direct`): `1` copies device-to-device over CUDA IPC where both sides allow it, `0` (the default) sends every message through the real MPI, `carry` (testing) also takes host buffers of the byte path and carries their packed bytes in the protocol's own message; the same value on every rank |
 //! | `COLLECTIVES_INTERPOSE_PROFILE` | `1` | host wall time of each phase of the interposer's calls, summed, one table per rank on stderr at `MPI_Finalize` (`crate::profile`) |
 
 use std::sync::OnceLock;
@@ -23,6 +24,19 @@ pub struct HostPack {
     pub send: bool,
     /// Receives (and `MPI_Unpack`).
     pub recv: bool,
+}
+
+/// Whether and how the direct path runs (`crate::direct`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direct {
+    /// Every message goes through the real MPI (the default).
+    Off,
+    /// Device buffers are copied over CUDA IPC where both sides allow it
+    /// (`COLLECTIVES_INTERPOSE_DIRECT=1`).
+    On,
+    /// As `On`, and (testing) host buffers taken by the byte path have their packed bytes
+    /// carried in the protocol's note instead of a CUDA IPC copy.
+    Carry,
 }
 
 /// The settings.
@@ -48,6 +62,8 @@ pub struct Config {
     pub profile: bool,
     /// Launch kernels through one-node CUDA graphs (off with `COLLECTIVES_INTERPOSE_RELAUNCH=0`).
     pub relaunch: bool,
+    /// The direct path (`COLLECTIVES_INTERPOSE_DIRECT`).
+    pub direct: Direct,
     /// Settings that could not be read, to report once.
     pub problems: Vec<String>,
 }
@@ -117,6 +133,20 @@ impl Config {
                 HostPack::default()
             }
         };
+        let direct = match get("COLLECTIVES_INTERPOSE_DIRECT")
+            .as_deref()
+            .map(str::trim)
+        {
+            None | Some("" | "0") => Direct::Off,
+            Some("1") => Direct::On,
+            Some("carry") => Direct::Carry,
+            Some(other) => {
+                problems.push(format!(
+                    "COLLECTIVES_INTERPOSE_DIRECT={other} is not 0, 1 or carry"
+                ));
+                Direct::Off
+            }
+        };
         Config {
             log: flag(get("COLLECTIVES_INTERPOSE_LOG")),
             disabled: flag(get("COLLECTIVES_INTERPOSE_DISABLE")),
@@ -133,6 +163,7 @@ impl Config {
                     .map(str::trim),
                 Some("0" | "no" | "false" | "off")
             ),
+            direct,
             problems,
         }
     }
@@ -162,8 +193,11 @@ mod tests {
         assert!(!c.log && !c.disabled && !c.profile && c.relaunch);
         assert!(c.method.is_none() && c.cuda_aware.is_none());
         assert_eq!(c.host_pack, HostPack::default());
+        assert_eq!(c.direct, Direct::Off);
         assert!(c.problems.is_empty());
         let c = from(&[
+            ("COLLECTIVES_INTERPOSE_DIRECT", "carry"),
+            ("COLLECTIVES_INTERPOSE_LOG", "1"),
             ("COLLECTIVES_INTERPOSE_LOG", "1"),
             ("COLLECTIVES_INTERPOSE_METHOD", "staged"),
             ("COLLECTIVES_INTERPOSE_CUDA_AWARE", "0"),
@@ -183,6 +217,11 @@ mod tests {
             }
         );
         assert_eq!(c.costs.dma_us, 3.0);
+        assert_eq!(c.direct, Direct::Carry);
+        assert_eq!(
+            from(&[("COLLECTIVES_INTERPOSE_DIRECT", "0")]).direct,
+            Direct::Off
+        );
         assert!(c.problems.is_empty());
     }
 
@@ -193,9 +232,11 @@ mod tests {
             ("COLLECTIVES_INTERPOSE_CUDA_AWARE", "maybe"),
             ("COLLECTIVES_INTERPOSE_HOST_PACK", "both"),
             ("COLLECTIVES_INTERPOSE_COSTS", "x=1"),
+            ("COLLECTIVES_INTERPOSE_DIRECT", "ipc"),
         ]);
         assert!(c.method.is_none() && c.cuda_aware.is_none());
         assert_eq!(c.host_pack, HostPack::default());
-        assert_eq!(c.problems.len(), 4);
+        assert_eq!(c.direct, Direct::Off);
+        assert_eq!(c.problems.len(), 5);
     }
 }

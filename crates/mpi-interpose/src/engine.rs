@@ -22,6 +22,7 @@ use datatype_pack::{cpu, StridedBlock};
 
 use crate::config;
 use crate::error::{cuda, Error, Result};
+use crate::ipc::{self, Export};
 use crate::log::log;
 use crate::memory::DeviceBuffer;
 use crate::model::{Costs, Measured, Method};
@@ -44,6 +45,8 @@ pub struct Gpu {
     /// The primary context's scheduling flags (`CU_CTX_SCHED_*`) when the GPU was first used.
     sched: Option<u32>,
     packers: Mutex<HashMap<StridedBlock, Arc<Packer>>>,
+    /// Events peers wait for on lent staging ([`Engine::lend`]), kept for the next loan.
+    events: Mutex<Vec<ipc::Event>>,
     device_pool: Mutex<Vec<DeviceAlloc>>,
     host_pool: Mutex<Vec<HostAlloc>>,
     costs: OnceLock<Costs>,
@@ -164,6 +167,7 @@ impl Gpu {
             stream,
             sched,
             packers: Mutex::new(HashMap::new()),
+            events: Mutex::new(Vec::new()),
             device_pool: Mutex::new(Vec::new()),
             host_pool: Mutex::new(Vec::new()),
             costs: OnceLock::new(),
@@ -513,6 +517,33 @@ impl Drop for Staging {
     }
 }
 
+/// What a peer reads a lent staging by ([`Engine::lend`]): the export of its allocation and
+/// the handle of the event recorded after the pack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lent {
+    /// The staging's allocation, exported.
+    pub staging: Export,
+    /// The event's IPC handle.
+    pub event: ipc::Handle,
+}
+
+/// A staging buffer lent to a peer, with its event: both go back to their pools when dropped,
+/// once the peer is done with them.
+#[derive(Debug)]
+pub struct Loan {
+    _staging: Staging,
+    gpu: Arc<Gpu>,
+    event: Option<ipc::Event>,
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        if let Some(e) = self.event.take() {
+            lock(&self.gpu.events).push(e);
+        }
+    }
+}
+
 /// Who packs a buffer.
 #[derive(Debug, Clone)]
 pub enum Engine {
@@ -856,6 +887,132 @@ impl Engine {
                 message: "staging buffer of another engine".to_owned(),
             }),
         }
+    }
+
+    /// Lends `staging` (device staging of this engine's GPU, a pack into it queued) to a peer
+    /// process: exports its allocation over CUDA IPC and records an event of the GPU's pool
+    /// after the pack, which the peer's stream waits for before it unpacks from the staging
+    /// ([`Engine::enqueue_pull`]). The [`Loan`] keeps both until the peer is done. Gives the
+    /// staging back where it cannot be lent (the CPU engine, host staging, no handle, no event).
+    pub fn lend(&self, staging: Staging) -> std::result::Result<(Loan, Lent), Staging> {
+        let (g, ptr, len) = match (self, &staging) {
+            (Engine::Gpu(g, _), Staging::Device(_, Some(a))) => (g, a.ptr, a.len as u64),
+            _ => return Err(staging),
+        };
+        if g.bind().is_err() {
+            return Err(staging);
+        }
+        let Some(export) = ipc::export(ptr, len) else {
+            return Err(staging);
+        };
+        let pooled = lock(&g.events).pop();
+        let Some(event) = pooled.or_else(ipc::new_event) else {
+            return Err(staging);
+        };
+        // SAFETY: an event of this context (made by `ipc::new_event` with it current), recorded
+        // on this GPU's stream, after the pack queued there.
+        let rc = unsafe { sys::cuEventRecord(event.event, g.stream.cu_stream()) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            lock(&g.events).push(event);
+            return Err(staging);
+        }
+        let lent = Lent {
+            staging: export,
+            event: event.handle,
+        };
+        Ok((
+            Loan {
+                _staging: staging,
+                gpu: g.clone(),
+                event: Some(event),
+            },
+            lent,
+        ))
+    }
+
+    /// What a peer needs to be greeted with before it announces receives to this process
+    /// ([`Engine::reaches`]): the export of `staging`'s allocation (device staging of this
+    /// engine's GPU) and the handle of an event of the GPU's pool; `None` where either is
+    /// missing.
+    pub fn greeting(&self, staging: &Staging) -> Option<Lent> {
+        let (Engine::Gpu(g, _), Staging::Device(_, Some(a))) = (self, staging) else {
+            return None;
+        };
+        g.bind().ok()?;
+        let export = ipc::export(a.ptr, a.len as u64)?;
+        let event = lock(&g.events).pop().or_else(ipc::new_event)?;
+        let handle = event.handle;
+        lock(&g.events).push(event);
+        Some(Lent {
+            staging: export,
+            event: handle,
+        })
+    }
+
+    /// Whether this engine's GPU maps the allocation and opens the event of `greeting`, from
+    /// rank `peer` (both are kept open for its loans).
+    pub fn reaches(&self, peer: i32, greeting: &Lent) -> bool {
+        let Engine::Gpu(g, _) = self else {
+            return false;
+        };
+        g.bind().is_ok()
+            && ipc::open(peer, &greeting.staging.handle).is_some()
+            && ipc::open_event(peer, &greeting.event).is_some()
+    }
+
+    /// Queues the unpack of `plan` from the staging rank `peer` lent ([`Engine::lend`]),
+    /// mapped here over CUDA IPC, into the buffer at `buf`: the GPU's stream first waits for
+    /// the peer's event (its pack), then the unpack runs, recorded into `batch` where given,
+    /// as [`Engine::enqueue_unpack`]. The caller waits for the stream before the receive
+    /// completes and before it tells the peer that it is done with the staging.
+    ///
+    /// # Safety
+    /// As [`Engine::enqueue_unpack`] for `buf` and `batch`; `lent` is the peer's note for this
+    /// receive, whose staging the peer keeps until told it is done.
+    ///
+    /// # Errors
+    /// The CPU engine, a staging shorter than the plan, a handle or event that does not open
+    /// here, or a CUDA/NVRTC failure.
+    pub unsafe fn enqueue_pull(
+        &self,
+        plan: &StridedBlock,
+        peer: i32,
+        lent: &Lent,
+        buf: *mut c_void,
+        batch: Option<&mut dgpu::Batch>,
+    ) -> Result<()> {
+        let Engine::Gpu(g, d) = self else {
+            return Err(Error::Unsupported {
+                op: "direct unpack",
+                message: "a host buffer".to_owned(),
+            });
+        };
+        self.check_span(plan)?;
+        if d.ptr != buf as u64 {
+            return Err(lost());
+        }
+        let n = plan.packed_size();
+        if lent.staging.len < n {
+            return Err(Error::Unsupported {
+                op: "direct unpack",
+                message: format!("{n} bytes to unpack, {} lent", lent.staging.len),
+            });
+        }
+        g.bind()?;
+        let refused = |what: &str| Error::Unsupported {
+            op: "direct unpack",
+            message: format!("rank {peer}'s {what} does not open here"),
+        };
+        let base = ipc::open(peer, &lent.staging.handle).ok_or_else(|| refused("staging"))?;
+        let event = ipc::open_event(peer, &lent.event).ok_or_else(|| refused("event"))?;
+        // SAFETY: an event opened in this context, waited for by this context's stream.
+        cuda("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(g.stream.cu_stream(), event, 0)
+        })?;
+        // SAFETY: `base + offset` is the peer's staging mapped here, holding the `n` packed
+        // bytes once its event has passed (waited for above, on this stream), kept by the peer
+        // until this process is done with it; `d` is the caller's receive buffer.
+        unsafe { enqueue_unpack(g, d, plan, base + lent.staging.offset, usize_of(n)?, batch) }
     }
 
     /// Waits for everything queued on the GPU's stream (nothing for the CPU engine).

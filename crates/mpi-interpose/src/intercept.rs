@@ -10,13 +10,14 @@ use std::ffi::{c_int, c_void};
 use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
 
 use crate::config;
+use crate::direct::{self, Sent};
 use crate::engine::{self, Engine};
 use crate::handle::key;
 use crate::log::{self, log};
 use crate::memory::{self, DeviceBuffer};
 use crate::path::{
-    self, any_started, blank_status, bytes_type, finish_recv, finish_recvs, forget, guarded,
-    prepare_recv, prepare_send, remember, take_completed, Pending,
+    self, any_started, blank_status, bytes_type, finish_recv, finish_recvs, forget, guard, guarded,
+    pack_taken, prepare_recv, remember, take_completed, take_send, Pending, Taken,
 };
 use crate::persistent::{self, prepare_send_init, Persistent};
 use crate::profile::{self, Phase};
@@ -43,6 +44,48 @@ fn null_request() -> u64 {
     key(unsafe { ffi::RSMPI_REQUEST_NULL })
 }
 
+/// `MPI_Init`: the real call, then the direct path's set-up ([`direct::init`]).
+///
+/// # Safety
+/// MPI's contract for `MPI_Init`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init(
+    argc: *mut c_int,
+    argv: *mut *mut *mut std::ffi::c_char,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let rc = unsafe { ffi::PMPI_Init(argc, argv) };
+    if rc == 0 {
+        // SAFETY: MPI was just initialized, on every rank.
+        let single = unsafe { ffi::RSMPI_THREAD_SINGLE };
+        // SAFETY: as above.
+        guard(|| unsafe { direct::init(single) });
+    }
+    rc
+}
+
+/// `MPI_Init_thread`: the real call, then the direct path's set-up at the level provided.
+///
+/// # Safety
+/// MPI's contract for `MPI_Init_thread`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init_thread(
+    argc: *mut c_int,
+    argv: *mut *mut *mut std::ffi::c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let rc = unsafe { ffi::PMPI_Init_thread(argc, argv, required, provided) };
+    if rc == 0 && !provided.is_null() {
+        // SAFETY: the real MPI wrote the level.
+        let level = unsafe { *provided };
+        // SAFETY: MPI was just initialized, on every rank.
+        guard(|| unsafe { direct::init(level) });
+    }
+    rc
+}
+
 /// `MPI_Finalize`: with the profile on, prints this rank's table first; then the real call.
 ///
 /// # Safety
@@ -55,6 +98,8 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
             Some(())
         });
     }
+    // SAFETY: MPI is initialized until the real call below.
+    guard(|| unsafe { direct::finalize() });
     // SAFETY: the caller's contract.
     unsafe { ffi::PMPI_Finalize() }
 }
@@ -314,17 +359,65 @@ pub unsafe extern "C" fn MPI_Send(
     comm: MPI_Comm,
 ) -> c_int {
     let mut scope = profile::scope("MPI_Send");
-    // SAFETY: MPI's contract for the send triple.
-    match guarded(|| unsafe { prepare_send("MPI_Send", buf, count, datatype) }) {
-        Some((mut s, n)) => {
-            scope.taken();
-            // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
-            profile::time(Phase::Mpi, || unsafe {
-                ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm)
-            })
-        }
+    // SAFETY: MPI's contract for the send.
+    let seq = guarded(|| unsafe { direct::sent(comm, dest, tag, count, datatype) });
+    // SAFETY: as above.
+    let Some(taken) = guarded(|| unsafe { take_send("MPI_Send", buf, count, datatype) }) else {
         // SAFETY: the caller's contract.
-        None => unsafe { ffi::PMPI_Send(buf, count, datatype, dest, tag, comm) },
+        return unsafe { ffi::PMPI_Send(buf, count, datatype, dest, tag, comm) };
+    };
+    scope.taken();
+    // SAFETY: as above.
+    match unsafe { send_directly("MPI_Send", seq, dest, tag, buf, &taken) } {
+        Sent::Directly => {
+            // SAFETY: a message of 0 bytes.
+            let rc = profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Send(direct::marker(), 0, bytes_type(), dest, tag, comm)
+            });
+            packed_before_return("MPI_Send", &taken);
+            rc
+        }
+        // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
+        Sent::Packed(mut s, n) => profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm)
+        }),
+        // SAFETY: as above.
+        Sent::No => match guarded(|| unsafe { pack_taken("MPI_Send", buf, taken) }) {
+            // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
+            Some((mut s, n)) => profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm)
+            }),
+            // SAFETY: the caller's contract.
+            None => unsafe { ffi::PMPI_Send(buf, count, datatype, dest, tag, comm) },
+        },
+    }
+}
+
+/// A send the interposer took, on the direct path where it can go ([`direct::send`]);
+/// [`Sent::No`] where anything in it failed.
+///
+/// # Safety
+/// MPI initialized; `buf` is the caller's send buffer, `taken` its plan.
+unsafe fn send_directly(
+    op: &str,
+    seq: Option<u64>,
+    dest: c_int,
+    tag: c_int,
+    buf: *const c_void,
+    taken: &Taken,
+) -> Sent {
+    if seq.is_none() {
+        return Sent::No;
+    }
+    // SAFETY: the caller's contract.
+    guarded(|| Some(unsafe { direct::send(op, seq, dest, tag, buf, taken) })).unwrap_or(Sent::No)
+}
+
+/// After a send went by the direct path and its message of 0 bytes was handed to the MPI:
+/// waits for the pack, which read the program's buffer, before the call returns.
+fn packed_before_return(op: &str, taken: &Taken) {
+    if let Err(e) = taken.2.wait() {
+        log!("{op}: the wait for the direct path's pack failed: {e}");
     }
 }
 
@@ -343,10 +436,30 @@ pub unsafe extern "C" fn MPI_Isend(
     request: *mut MPI_Request,
 ) -> c_int {
     let mut scope = profile::scope("MPI_Isend");
-    // SAFETY: MPI's contract for the send triple.
-    match guarded(|| unsafe { prepare_send("MPI_Isend", buf, count, datatype) }) {
+    // SAFETY: MPI's contract for the send.
+    let seq = guarded(|| unsafe { direct::sent(comm, dest, tag, count, datatype) });
+    // SAFETY: as above.
+    let Some(taken) = guarded(|| unsafe { take_send("MPI_Isend", buf, count, datatype) }) else {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Isend(buf, count, datatype, dest, tag, comm, request) };
+    };
+    scope.taken();
+    // SAFETY: as above.
+    let packed = match unsafe { send_directly("MPI_Isend", seq, dest, tag, buf, &taken) } {
+        Sent::Directly => {
+            // SAFETY: a message of 0 bytes; the request is the program's, as for any send.
+            let rc = profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Isend(direct::marker(), 0, bytes_type(), dest, tag, comm, request)
+            });
+            packed_before_return("MPI_Isend", &taken);
+            return rc;
+        }
+        Sent::Packed(s, n) => Some((s, n)),
+        // SAFETY: as above.
+        Sent::No => guarded(|| unsafe { pack_taken("MPI_Isend", buf, taken) }),
+    };
+    match packed {
         Some((mut s, n)) => {
-            scope.taken();
             // SAFETY: the staging is kept in the request table until the request completes.
             let rc = profile::time(Phase::Mpi, || unsafe {
                 ffi::PMPI_Isend(s.mpi_ptr(), n, bytes_type(), dest, tag, comm, request)
@@ -362,7 +475,8 @@ pub unsafe extern "C" fn MPI_Isend(
     }
 }
 
-/// `MPI_Recv`.
+/// `MPI_Recv`. With the direct path up, a receive the interposer takes is posted, announced
+/// ([`direct::announce`]) and waited for.
 ///
 /// # Safety
 /// MPI's contract for `MPI_Recv`.
@@ -377,6 +491,7 @@ pub unsafe extern "C" fn MPI_Recv(
     status: *mut MPI_Status,
 ) -> c_int {
     let mut scope = profile::scope("MPI_Recv");
+    let seq = guarded(|| direct::posted(comm, source, tag));
     // SAFETY: MPI's contract for the receive triple.
     let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Recv", buf, count, datatype) }) else {
         // SAFETY: the caller's contract.
@@ -389,23 +504,51 @@ pub unsafe extern "C" fn MPI_Recv(
     } else {
         status
     };
-    // SAFETY: the staging holds `r.bytes` bytes; `st` is a valid status.
-    let rc = profile::time(Phase::Mpi, || unsafe {
-        ffi::PMPI_Recv(
-            r.staging.mpi_ptr(),
-            r.bytes,
-            bytes_type(),
-            source,
-            tag,
-            comm,
-            st,
-        )
-    });
+    let rc = if seq.is_some() {
+        let mut req = null_request_handle();
+        // SAFETY: the staging holds `r.bytes` bytes until the wait below.
+        let rc = profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Irecv(
+                r.staging.mpi_ptr(),
+                r.bytes,
+                bytes_type(),
+                source,
+                tag,
+                comm,
+                &mut req,
+            )
+        });
+        if rc != 0 {
+            return rc;
+        }
+        // SAFETY: MPI initialized; the real receive is posted.
+        guard(|| unsafe { direct::announce(&mut r, source, tag, seq) });
+        // SAFETY: the request just posted; `st` is a valid status.
+        profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Wait(&mut req, st) })
+    } else {
+        // SAFETY: the staging holds `r.bytes` bytes; `st` is a valid status.
+        profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Recv(
+                r.staging.mpi_ptr(),
+                r.bytes,
+                bytes_type(),
+                source,
+                tag,
+                comm,
+                st,
+            )
+        })
+    };
     if rc != 0 {
         return rc;
     }
     // SAFETY: the receive completed with status `st`; the buffer is the caller's.
     unsafe { finish_recv(r, st) }
+}
+
+fn null_request_handle() -> MPI_Request {
+    // SAFETY: reading an immutable constant of the rsmpi shim.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
 }
 
 /// `MPI_Irecv`.
@@ -423,6 +566,7 @@ pub unsafe extern "C" fn MPI_Irecv(
     request: *mut MPI_Request,
 ) -> c_int {
     let mut scope = profile::scope("MPI_Irecv");
+    let seq = guarded(|| direct::posted(comm, source, tag));
     // SAFETY: MPI's contract for the receive triple.
     let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Irecv", buf, count, datatype) }) else {
         // SAFETY: the caller's contract.
@@ -442,13 +586,17 @@ pub unsafe extern "C" fn MPI_Irecv(
         )
     });
     if rc == 0 {
+        // SAFETY: MPI initialized; the real receive is posted.
+        guard(|| unsafe { direct::announce(&mut r, source, tag, seq) });
         // SAFETY: the real MPI wrote the new request's handle.
-        remember(key(unsafe { *request }), Pending::Recv(r));
+        remember(key(unsafe { *request }), Pending::Recv(Box::new(r)));
     }
     rc
 }
 
-/// `MPI_Sendrecv`.
+/// `MPI_Sendrecv`. Each side is taken or not on its own; with the direct path up on this
+/// communicator the receive is posted and announced first, then the send made (directly where
+/// it can), then both waited for.
 ///
 /// # Safety
 /// MPI's contract for `MPI_Sendrecv`.
@@ -468,9 +616,11 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     status: *mut MPI_Status,
 ) -> c_int {
     let mut scope = profile::scope("MPI_Sendrecv");
+    // SAFETY: MPI's contract for the send.
+    let sseq = guarded(|| unsafe { direct::sent(comm, dest, sendtag, sendcount, sendtype) });
+    let rseq = guarded(|| direct::posted(comm, source, recvtag));
     // SAFETY: MPI's contract for the send triple.
-    let mut send =
-        guarded(|| unsafe { prepare_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
+    let send = guarded(|| unsafe { take_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
     // SAFETY: MPI's contract for the receive triple.
     let mut recv =
         guarded(|| unsafe { prepare_recv("MPI_Sendrecv", recvbuf, recvcount, recvtype) });
@@ -484,28 +634,98 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         };
     }
     scope.taken();
-    let (sb, sc, st_) = match &mut send {
-        Some((s, n)) => (s.mpi_ptr().cast_const(), *n, bytes_type()),
-        None => (sendbuf, sendcount, sendtype),
-    };
-    let (rb, rcount, rt) = match &mut recv {
-        Some(r) => (r.staging.mpi_ptr(), r.bytes, bytes_type()),
-        None => (recvbuf, recvcount, recvtype),
-    };
     let mut own = blank_status();
     let st = if status == status_ignore() {
         &mut own as *mut MPI_Status
     } else {
         status
     };
-    // SAFETY: each side is the caller's triple or a staging buffer of the stated bytes, alive
-    // until the blocking call returns.
-    let rc = profile::time(Phase::Mpi, || unsafe {
-        ffi::PMPI_Sendrecv(
-            sb, sc, st_, dest, sendtag, rb, rcount, rt, source, recvtag, comm, st,
-        )
-    });
-    drop(send);
+    let (rb, rcount, rt) = match &mut recv {
+        Some(r) => (r.staging.mpi_ptr(), r.bytes, bytes_type()),
+        None => (recvbuf, recvcount, recvtype),
+    };
+    let rc = if sseq.is_none() && rseq.is_none() {
+        // SAFETY: MPI's contract for the send triple.
+        let mut packed =
+            send.and_then(|t| guarded(|| unsafe { pack_taken("MPI_Sendrecv", sendbuf, t) }));
+        let (sb, sc, st_) = match &mut packed {
+            Some((s, n)) => (s.mpi_ptr().cast_const(), *n, bytes_type()),
+            None => (sendbuf, sendcount, sendtype),
+        };
+        // SAFETY: each side is the caller's triple or a staging buffer of the stated bytes,
+        // alive until the blocking call returns.
+        profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Sendrecv(
+                sb, sc, st_, dest, sendtag, rb, rcount, rt, source, recvtag, comm, st,
+            )
+        })
+    } else {
+        let mut reqs = [null_request_handle(); 2];
+        // SAFETY: the receive side is the caller's triple or a staging buffer of `rcount`
+        // bytes, alive until the wait below.
+        let rc = profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Irecv(rb, rcount, rt, source, recvtag, comm, &mut reqs[0])
+        });
+        if rc != 0 {
+            return rc;
+        }
+        if let Some(r) = &mut recv {
+            // SAFETY: MPI initialized; the real receive is posted.
+            guard(|| unsafe { direct::announce(r, source, recvtag, rseq) });
+        }
+        let mut packed = None;
+        let mut lent = false;
+        // SAFETY: MPI's contract for the send; the staging lives until the wait below.
+        let (sb, sc, sty) = unsafe {
+            match send
+                .as_ref()
+                .map(|t| send_directly("MPI_Sendrecv", sseq, dest, sendtag, sendbuf, t))
+            {
+                Some(Sent::Directly) => {
+                    lent = true;
+                    (direct::marker(), 0, bytes_type())
+                }
+                Some(Sent::Packed(s, n)) => {
+                    (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type())
+                }
+                Some(Sent::No) => match send
+                    .clone()
+                    .and_then(|t| guarded(|| pack_taken("MPI_Sendrecv", sendbuf, t)))
+                {
+                    Some((s, n)) => (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type()),
+                    None => (sendbuf, sendcount, sendtype),
+                },
+                None => (sendbuf, sendcount, sendtype),
+            }
+        };
+        // SAFETY: the caller's send triple, the staging (kept until the wait below) or the
+        // message of 0 bytes.
+        let rc = profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Isend(sb, sc, sty, dest, sendtag, comm, &mut reqs[1])
+        });
+        if lent {
+            if let Some(t) = &send {
+                packed_before_return("MPI_Sendrecv", t);
+            }
+        }
+        // SAFETY: the two requests just made (a failed send's is null); `st` is a valid
+        // status.
+        let waited = profile::time(Phase::Mpi, || unsafe {
+            let r0 = ffi::PMPI_Wait(&mut reqs[0], st);
+            let r1 = ffi::PMPI_Wait(&mut reqs[1], status_ignore());
+            if r0 != 0 {
+                r0
+            } else {
+                r1
+            }
+        });
+        drop(packed);
+        if rc != 0 {
+            rc
+        } else {
+            waited
+        }
+    };
     match recv {
         // SAFETY: the receive completed with status `st`.
         Some(r) if rc == 0 => unsafe { finish_recv(r, st) },
@@ -521,6 +741,50 @@ pub unsafe extern "C" fn MPI_Sendrecv(
 /// MPI's contract for `MPI_Send_init`.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Send_init(
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let rc = unsafe { send_init(buf, count, datatype, dest, tag, comm, request) };
+    // SAFETY: as above; the request is written where the call succeeded.
+    unsafe { kept(rc, request, true, comm, dest, tag, count, datatype) }
+}
+
+/// Counts the starts of a persistent request just made (where `rc` says it was) on
+/// `MPI_COMM_WORLD` ([`direct::keep_persistent`]); returns `rc`.
+///
+/// # Safety
+/// MPI initialized; `request` holds the new handle where `rc` is 0.
+#[allow(clippy::too_many_arguments)]
+unsafe fn kept(
+    rc: c_int,
+    request: *mut MPI_Request,
+    send: bool,
+    comm: MPI_Comm,
+    peer: c_int,
+    tag: c_int,
+    count: c_int,
+    datatype: MPI_Datatype,
+) -> c_int {
+    if rc == 0 && !request.is_null() {
+        // SAFETY: the caller's contract.
+        let h = key(unsafe { *request });
+        // SAFETY: as above.
+        guard(|| unsafe { direct::keep_persistent(h, send, comm, peer, tag, count, datatype) });
+    }
+    rc
+}
+
+/// The body of `MPI_Send_init`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Send_init`.
+unsafe fn send_init(
     buf: *const c_void,
     count: c_int,
     datatype: MPI_Datatype,
@@ -563,6 +827,25 @@ pub unsafe extern "C" fn MPI_Send_init(
 /// MPI's contract for `MPI_Recv_init`.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let rc = unsafe { recv_init(buf, count, datatype, source, tag, comm, request) };
+    // SAFETY: as above.
+    unsafe { kept(rc, request, false, comm, source, tag, count, datatype) }
+}
+
+/// The body of `MPI_Recv_init`.
+///
+/// # Safety
+/// MPI's contract for `MPI_Recv_init`.
+unsafe fn recv_init(
     buf: *mut c_void,
     count: c_int,
     datatype: MPI_Datatype,
@@ -630,6 +913,9 @@ pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut MPI_
 unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) -> c_int {
     // SAFETY: the caller passes `n` requests.
     let handles = unsafe { keys(reqs, n) };
+    // SAFETY: MPI initialized (the caller's contract); counted before the real start, so an
+    // empty send's note precedes its message.
+    guard(|| unsafe { direct::started(&handles) });
     if !any_ours(&handles) {
         return real();
     }
@@ -664,22 +950,31 @@ unsafe fn complete(
     status_of: impl Fn(usize) -> Option<*const MPI_Status>,
     completed: impl Fn(usize) -> bool,
 ) -> c_int {
-    let blank = blank_status();
+    // Where MPI gave no status, a zeroed one of the receive's own (which reads as nothing
+    // received, and which the direct path may write), alive until the end.
+    let mut blanks: Vec<Box<MPI_Status>> = Vec::new();
+    let mut status_or_blank = |i: usize| -> *const MPI_Status {
+        status_of(i).unwrap_or_else(|| {
+            let b = Box::new(blank_status());
+            let p: *const MPI_Status = &*b;
+            blanks.push(b);
+            p
+        })
+    };
     // The receives to unpack, with the handle of each persistent one (to keep it again).
     let mut recvs = Vec::new();
     let mut kept = Vec::new();
     for (i, work) in take_completed(before, after, null_request()) {
         match work {
             Pending::Send(s) => drop(s),
-            // Where MPI gave no status, a zeroed one, which reads as nothing received.
             Pending::Recv(r) => {
-                recvs.push((r, status_of(i).unwrap_or(&blank)));
+                recvs.push((*r, status_or_blank(i)));
                 kept.push(None);
             }
         }
     }
     for (i, handle, r) in persistent::take_started(before, &completed) {
-        recvs.push((r, status_of(i).unwrap_or(&blank)));
+        recvs.push((r, status_or_blank(i)));
         kept.push(Some(handle));
     }
     if recvs.is_empty() {
@@ -1050,6 +1345,9 @@ pub unsafe extern "C" fn MPI_Testsome(
 pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
     // SAFETY: the caller passes one request.
     let before = unsafe { keys(request, 1) };
+    if let Some(&h) = before.first() {
+        guard(|| direct::forget_persistent(h));
+    }
     if !any_ours(&before) {
         // SAFETY: the caller's contract.
         return unsafe { ffi::PMPI_Request_free(request) };
@@ -1080,7 +1378,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         }
         // SAFETY: the caller's request, a started receive of the interposer, completed (and
         // so freed) by the wait instead of freed.
-        Some(Pending::Recv(r)) => unsafe { wait_and_unpack(request, r) },
+        Some(Pending::Recv(r)) => unsafe { wait_and_unpack(request, *r) },
         // SAFETY: the caller's contract.
         None => unsafe { ffi::PMPI_Request_free(request) },
     }

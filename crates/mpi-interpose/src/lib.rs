@@ -4,6 +4,8 @@
 //!
 //! | layer | module | what it does |
 //! |---|---|---|
+//! | direct | `direct`, `ipc` | on one node, a send's bytes copied straight into the receiver's device buffer over CUDA IPC, paired with its receive by message order; the counting of every send and receive on `MPI_COMM_WORLD` |
+//! | counted | `counted` | the other send modes, `MPI_Sendrecv_replace`, matched probes, `MPI_Cancel`: counted for the direct path, then the real call |
 //! | symbols | `intercept` | `MPI_Finalize`, `MPI_Type_commit`/`_free`, `MPI_Pack`/`_Unpack`/`_Pack_size`, `MPI_Send`/`_Recv`/`_Isend`/`_Irecv`/`_Sendrecv`, `MPI_Send_init`/`_Recv_init`/`_Start`/`_Startall`, the waits and tests, `MPI_Request_free`: the interposer's path or `PMPI_*` |
 //! | path | `path` | whether a call is taken, its staging, pending work of requests, the unpack on completion |
 //! | persistent | `persistent` | persistent requests: staging for their life, packed at each start, unpacked at each completion |
@@ -20,10 +22,13 @@
 #![deny(missing_docs)]
 
 pub mod config;
+mod counted;
+mod direct;
 mod engine;
 pub mod error;
 pub mod handle;
 mod intercept;
+mod ipc;
 mod log;
 pub mod memory;
 pub mod model;
@@ -37,7 +42,9 @@ pub mod types;
 pub use error::{Error, Result};
 
 /// The MPI functions the library defines, in the order of `docs/interpose.md`.
-pub const INTERCEPTED: [&str; 20] = [
+pub const INTERCEPTED: [&str; 39] = [
+    "MPI_Init",
+    "MPI_Init_thread",
     "MPI_Finalize",
     "MPI_Type_commit",
     "MPI_Type_free",
@@ -49,6 +56,10 @@ pub const INTERCEPTED: [&str; 20] = [
     "MPI_Isend",
     "MPI_Irecv",
     "MPI_Sendrecv",
+    "MPI_Send_init",
+    "MPI_Recv_init",
+    "MPI_Start",
+    "MPI_Startall",
     "MPI_Wait",
     "MPI_Test",
     "MPI_Waitall",
@@ -58,4 +69,17 @@ pub const INTERCEPTED: [&str; 20] = [
     "MPI_Waitsome",
     "MPI_Testsome",
     "MPI_Request_free",
+    "MPI_Bsend",
+    "MPI_Ssend",
+    "MPI_Rsend",
+    "MPI_Ibsend",
+    "MPI_Issend",
+    "MPI_Irsend",
+    "MPI_Bsend_init",
+    "MPI_Ssend_init",
+    "MPI_Rsend_init",
+    "MPI_Sendrecv_replace",
+    "MPI_Mprobe",
+    "MPI_Improbe",
+    "MPI_Cancel",
 ];

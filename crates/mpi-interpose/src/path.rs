@@ -12,6 +12,8 @@ use datatype_pack::StridedBlock;
 use mpi::ffi;
 
 use crate::config;
+use crate::direct::{self, Announced, Finish};
+use crate::engine::Lent;
 use crate::engine::{Engine, Staging};
 use crate::log::log;
 use crate::memory;
@@ -24,6 +26,11 @@ use crate::types::{self, Layout};
 /// Runs `f`, turning a panic into `None` (pass through): nothing unwinds into the caller's C.
 pub fn guarded<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(None)
+}
+
+/// Runs `f` for its effect, a panic ignored: nothing unwinds into the caller's C.
+pub fn guard(f: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(f));
 }
 
 /// Whether the real MPI takes device buffers: `COLLECTIVES_INTERPOSE_CUDA_AWARE`, else Open
@@ -69,6 +76,25 @@ pub struct Receive {
     /// Its size in bytes, as MPI's count.
     pub bytes: c_int,
     op: &'static str,
+    /// Its announcement to the direct path, where it made one ([`direct::announce`]).
+    pub direct: Option<Announced>,
+}
+
+impl Receive {
+    /// The plan of the receive's elements in its buffer.
+    pub fn plan(&self) -> &StridedBlock {
+        &self.plan
+    }
+
+    /// The engine of its buffer.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The call that posted it, for the log.
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
 }
 
 // SAFETY: the user's buffer address is only used by the thread that completes the request;
@@ -81,7 +107,7 @@ pub enum Pending {
     /// A send: its staging must outlive the request.
     Send(Staging),
     /// A receive: unpack when it completes.
-    Recv(Receive),
+    Recv(Box<Receive>),
 }
 
 fn table() -> &'static Mutex<RequestTable<Pending>> {
@@ -158,8 +184,12 @@ unsafe fn plan_for(
     Some((layout, plan, dev))
 }
 
-/// Whether the interposer takes `(buf, count, dt)` for `op`, and how: the layout, its plan, the
-/// engine for the buffer and the method of moving the bytes; `None` passes the call through.
+/// A call the interposer takes: the layout, its plan, the engine for the buffer and the method
+/// of moving the bytes.
+pub type Taken = (Arc<Layout>, StridedBlock, Engine, Method);
+
+/// Whether the interposer takes `(buf, count, dt)` for `op`, and how ([`Taken`]); `None`
+/// passes the call through.
 ///
 /// # Safety
 /// As [`plan_for`].
@@ -169,7 +199,7 @@ pub(crate) unsafe fn take(
     count: c_int,
     dt: ffi::MPI_Datatype,
     host_pack: bool,
-) -> Option<(Arc<Layout>, StridedBlock, Engine, Method)> {
+) -> Option<Taken> {
     // SAFETY: the caller's contract.
     let (layout, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
     let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
@@ -209,19 +239,33 @@ fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
     m
 }
 
-/// A send's staging and its byte count, or `None` to pass the call through.
+/// Whether the interposer takes a send (`take` with the testing mode's choice for sends);
+/// [`pack_taken`] then packs it.
 ///
 /// # Safety
 /// MPI initialized; the arguments are the caller's send triple (readable, as MPI requires).
-pub unsafe fn prepare_send(
+pub unsafe fn take_send(
     op: &'static str,
     buf: *const c_void,
     count: c_int,
     dt: ffi::MPI_Datatype,
-) -> Option<(Staging, c_int)> {
+) -> Option<Taken> {
     let host_pack = config::get().host_pack.send;
     // SAFETY: the caller's contract.
-    let (_, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack) }?;
+    unsafe { take(op, buf, count, dt, host_pack) }
+}
+
+/// Packs a send the interposer took into staging: the staging and its byte count, or `None`
+/// to pass the call through.
+///
+/// # Safety
+/// As [`take_send`]; `taken` came from it for this buffer.
+pub unsafe fn pack_taken(
+    op: &'static str,
+    buf: *const c_void,
+    taken: Taken,
+) -> Option<(Staging, c_int)> {
+    let (_, plan, engine, method) = taken;
     // SAFETY: the caller's contract; `engine` was made for this buffer.
     match unsafe { engine.pack(&plan, buf, method) } {
         Ok(s) => {
@@ -262,6 +306,7 @@ pub unsafe fn prepare_recv(
             buf,
             staging,
             op,
+            direct: None,
         }),
         Err(e) => {
             log!("{op}: passes through: {e}");
@@ -278,6 +323,9 @@ pub fn blank_status() -> ffi::MPI_Status {
 
 /// The code for an unpack that failed after its bytes arrived.
 pub const ERR_INTERN: c_int = ffi::MPI_ERR_INTERN as c_int;
+
+/// The engine of receives settled without a GPU wait.
+static CPU: Engine = Engine::Cpu;
 
 /// Unpacks a completed receive by `status` (which says how many bytes came, and whether the
 /// receive was cancelled). Returns MPI's code for the completion.
@@ -302,19 +350,47 @@ pub unsafe fn finish_recv(r: Receive, status: *const ffi::MPI_Status) -> c_int {
 pub unsafe fn finish_recvs(
     mut done: Vec<(Receive, *const ffi::MPI_Status)>,
 ) -> (Vec<c_int>, Vec<(Receive, *const ffi::MPI_Status)>) {
+    // The direct path's receives read their notes first ([`direct::finish`]): settled there,
+    // they count as the CPU engine's (nothing to wait for on their GPU); lent bytes are
+    // unpacked from the peer's staging with the other unpacks.
+    let direct: Vec<Finish> = done
+        .iter_mut()
+        .map(|(r, status)| {
+            // SAFETY: the caller's contract; a completed status is the caller's, writable.
+            guarded(|| Some(unsafe { direct::finish(r, status.cast_mut()) }))
+                .unwrap_or(Finish::Settled(Err(ERR_INTERN)))
+        })
+        .collect();
+    let mut items: Vec<((Receive, *const ffi::MPI_Status), Finish)> =
+        done.into_iter().zip(direct).collect();
     // SAFETY: the caller's contract for each receive (`enqueue_finish`'s); the receives'
     // buffers are distinct (MPI's rule), so the unpacks of one batch write distinct bytes.
     let settled = unsafe {
         queue_and_wait(
-            &mut done,
-            |(r, _)| &r.engine,
-            |(r, status), batch| enqueue_finish(r, *status, batch),
+            &mut items,
+            |((r, _), d)| match d {
+                Finish::Settled(_) => &CPU,
+                _ => &r.engine,
+            },
+            |((r, status), d), batch| match d {
+                Finish::Settled(result) => *result,
+                Finish::Bytes => enqueue_finish(r, *status, batch),
+                Finish::Pull(peer, _, lent) => enqueue_pull(r, *peer, lent, batch),
+            },
         )
     };
+    for (_, d) in &items {
+        if let Finish::Pull(peer, k, _) = d {
+            // SAFETY: MPI initialized (the caller's contract); the unpack was waited for.
+            guard(|| unsafe { direct::done(*peer, *k) });
+        }
+    }
+    let done: Vec<(Receive, *const ffi::MPI_Status)> = items.into_iter().map(|(x, _)| x).collect();
     let codes = done
         .iter()
         .zip(settled)
         .map(|((r, _), s)| match s {
+            Ok(0) => 0,
             Ok(bytes) => {
                 log!(
                     "{}: unpacked {bytes} bytes into a {}",
@@ -412,12 +488,35 @@ pub(crate) unsafe fn queue_and_wait<T, V>(
         .collect()
 }
 
+/// Queues the unpack of a receive whose bytes wait in rank `peer`'s lent staging
+/// ([`Engine::enqueue_pull`]): the packed size, or [`ERR_INTERN`] where it cannot (the
+/// bytes are nowhere else).
+///
+/// # Safety
+/// As [`finish_recv`].
+unsafe fn enqueue_pull(
+    r: &mut Receive,
+    peer: c_int,
+    lent: &Lent,
+    batch: Option<&mut Batch>,
+) -> std::result::Result<u64, c_int> {
+    // SAFETY: the caller's contract: the buffer is the caller's receive buffer, `lent` the
+    // peer's note for this receive; the stream is waited for before the receive completes.
+    match unsafe { r.engine.enqueue_pull(&r.plan, peer, lent, r.buf, batch) } {
+        Ok(()) => Ok(r.plan.packed_size()),
+        Err(e) => {
+            log!("{}: the direct unpack failed: {e}", r.op);
+            Err(ERR_INTERN)
+        }
+    }
+}
+
 /// Reads a completed receive's status and queues its unpack (its kernel into `batch`, where
 /// given): the bytes queued, or the completion's code when there is nothing to queue
 /// (cancelled, no plan, a failed enqueue).
 ///
 /// # Safety
-/// As [`finish_recv`].
+/// As [`finish_recv`]; `status` is writable where the receive was announced.
 unsafe fn enqueue_finish(
     r: &mut Receive,
     status: *const ffi::MPI_Status,

@@ -53,10 +53,16 @@ pub enum Phase {
     Wait,
     /// The real MPI's call.
     Mpi,
+    /// The direct path: a receive's ready message made and sent.
+    Announce,
+    /// The direct path: a send waiting for its receive's ready message.
+    Ready,
+    /// The direct path: a note sent, or read.
+    Note,
 }
 
 /// Every phase, in the order of the table.
-const PHASES: [Phase; 10] = [
+const PHASES: [Phase; 13] = [
     Phase::Call,
     Phase::Datatype,
     Phase::Memory,
@@ -67,6 +73,9 @@ const PHASES: [Phase; 10] = [
     Phase::Copy,
     Phase::Wait,
     Phase::Mpi,
+    Phase::Announce,
+    Phase::Ready,
+    Phase::Note,
 ];
 
 impl Phase {
@@ -83,6 +92,9 @@ impl Phase {
             Phase::Copy => "copy",
             Phase::Wait => "wait",
             Phase::Mpi => "mpi",
+            Phase::Announce => "announce",
+            Phase::Ready => "ready",
+            Phase::Note => "note",
         }
     }
 }

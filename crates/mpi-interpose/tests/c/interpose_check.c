@@ -278,7 +278,7 @@ static void pack_check(const char *name, int test, MPI_Datatype a, int na, MPI_D
 /* Four messages with one tag from the previous rank, of every kind in turn (a derived type on a
  * device buffer, the same on a host buffer, an empty message, the derived type again), all
  * receives posted before the sends: MPI matches them in order, so each receive must get its own
- * message and count, whichever path each message takes through the interposer. */
+ * message and count, whichever way each message moves. */
 static void same_tag(const char *name, MPI_Datatype t, int test) {
   enum { K = 4 };
   int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
@@ -689,7 +689,6 @@ int main(int argc, char **argv) {
     pack_check("pack-resized-then-blocks", 12 * 16 + 2, resized, 3, blocks, 2);
     MPI_Type_free(&yface);
   }
-  free_and_cancel(column, 14 * 16);
   /* Persistent requests, every way of completing them, a regular type and a subarray face. */
   for (int h = 0; h < P_NHOW; h++) persistent("persistent-vector-column", 15 * 16 + h, h, column, 2, column, 2, 2, dev(), dev());
   {
@@ -712,6 +711,9 @@ int main(int argc, char **argv) {
   halo("halo-3d-isend-irecv-waitall", 13 * 16, HALO_ISEND);
   halo("halo-3d-sendrecv", 13 * 16 + 1, HALO_SENDRECV);
   halo("halo-3d-startall-waitall", 13 * 16 + 2, HALO_PERSISTENT);
+  /* Last: after a cancel the interposer's direct path stops on this rank. */
+  free_and_cancel(column, 14 * 16);
+  same_tag("same-tag-after-a-cancel", column, 14 * 16 + 8);
 
   MPI_Type_free(&column);
   MPI_Type_free(&blocks);

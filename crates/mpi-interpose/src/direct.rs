@@ -1,0 +1,1007 @@
+//! The direct path: between ranks of one node, a message's packed bytes are not sent through
+//! the real MPI. The sender packs into its own device staging as on the byte path, records an
+//! event after the pack and lends the staging; the receiver's stream waits for that event and
+//! unpacks straight from the sender's staging, mapped over CUDA IPC. Neither side waits for
+//! the other's kernel on the host, the sender's pack and the receiver's unpack are ordered on
+//! the GPUs, and the receiver's unpack, on its own stream, comes after the work its program
+//! queued there before the receive (as the byte path's does). Per message: one kernel each
+//! side, three small messages and no transfer by the MPI.
+//!
+//! # Pairing a send with its receive, without changing MPI's matching
+//!
+//! MPI matches the messages from one rank with one tag on one communicator to the receives
+//! posted for that rank and tag in order. So on `MPI_COMM_WORLD` every rank counts, per peer
+//! and tag, the messages it sends (every send function) and the receives it posts (every
+//! receive function, and matched probes): message `n` from a rank with a tag goes to the
+//! `n`-th receive posted for that rank and tag. A wildcard receive (`MPI_ANY_SOURCE`,
+//! `MPI_ANY_TAG`) or a cancel makes the order unknowable: from then on this rank announces no
+//! receive and lends no send (its messages take the byte path; nothing is lost but speed).
+//!
+//! The protocol runs on a duplicate of `MPI_COMM_WORLD` made in `MPI_Init` (so every rank
+//! must load the interposer with the same `COLLECTIVES_INTERPOSE_DIRECT`):
+//!
+//! 0. A sender greets each peer once with the export of a staging allocation and an event's
+//!    handle; a receiver announces receives only to peers whose greeting opened here (same
+//!    node, memory it can map).
+//! 1. A receive the interposer takes posts its real receive (into staging, as on the byte
+//!    path), then sends the source a *ready* message: its tag, number and packed size.
+//! 2. A send the interposer takes queues its pack into device staging, then looks for the
+//!    ready message of its number (waiting a little where the last one for that peer and tag
+//!    came). With it and the same size, it records the event, sends a *note* "lent: this
+//!    staging, this event", then a message of 0 bytes on the program's communicator and tag,
+//!    which completes the receive where MPI matches it; it keeps the staging until the
+//!    receiver says it is *done*, and waits for its pack before the call returns (the program
+//!    may then write its buffer). Without, it waits for the pack and sends the bytes.
+//! 3. A receive that completes with 0 bytes after announcing reads its note: "lent" (its
+//!    unpack, from the peer's staging after the peer's event, joins the completion's others;
+//!    the status says the packed size; a *done* message follows the wait) or "empty" (a
+//!    message of 0 bytes from the program: every such send on `MPI_COMM_WORLD` sends this note
+//!    first). A receive that got bytes took the byte path as before.
+//!
+//! Notes are sent before the message they describe, so a receive that needs one finds it.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_int, c_void};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use mpi::ffi::{self, MPI_Comm, MPI_Datatype};
+
+use crate::config::{self, Direct};
+use crate::engine::{Engine, Lent, Loan, Staging};
+use crate::handle::key;
+use crate::ipc::{Export, Handle};
+use crate::log::log;
+use crate::model::Method;
+use crate::path::{blank_status, bytes_type, Receive, Taken, ERR_INTERN};
+use crate::profile::{self, Phase};
+use crate::sync::lock;
+
+/// The shadow communicator's tag of ready messages.
+const READY_TAG: c_int = 1;
+/// The shadow communicator's tag of notes.
+const NOTE_TAG: c_int = 2;
+/// The shadow communicator's tag of done messages (a receiver is done with a lent staging).
+const DONE_TAG: c_int = 3;
+/// The shadow communicator's tag of greetings.
+const HELLO_TAG: c_int = 4;
+/// How long a send waits for the ready message of its receive, where the last one came.
+const READY_WAIT: Duration = Duration::from_micros(100);
+/// How long a receive waits for its note before it reads its message as empty (a note is
+/// sent before the message it describes, so this is only a guard against a peer that does
+/// not follow the protocol).
+const NOTE_WAIT: Duration = Duration::from_secs(10);
+/// Stale ready messages and notes are dropped every this many counted operations.
+const HOUSEKEEPING: u64 = 64;
+
+/// A peer, a tag and a message's number.
+type Key = (c_int, c_int, u64);
+
+/// How a receive takes a message sent directly, as its ready message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Landing {
+    /// Testing: the packed bytes carried in the note (a host buffer).
+    Carry,
+    /// Unpacked from the sender's lent staging (a device buffer).
+    Pull,
+}
+
+/// A receive's ready message, as the sender reads it.
+#[derive(Debug)]
+struct Ready {
+    packed: u64,
+    landing: Landing,
+}
+
+/// What became of a message, as its receiver reads it.
+#[derive(Debug, PartialEq)]
+pub enum Note {
+    /// Its packed bytes are in the sender's staging, lent.
+    Lent(Lent),
+    /// The program sent 0 bytes.
+    Empty,
+    /// Testing (`COLLECTIVES_INTERPOSE_DIRECT=carry`): its packed bytes.
+    Carried(Vec<u8>),
+}
+
+/// A receive that announced itself: its source, tag and number.
+#[derive(Debug, Clone, Copy)]
+pub struct Announced(Key);
+
+/// How a completed receive settles on the direct path ([`finish`]).
+#[derive(Debug)]
+pub enum Finish {
+    /// As on the byte path: the ordinary unpack of what arrived.
+    Bytes,
+    /// Settled here with this result (bytes unpacked, or MPI's code).
+    Settled(Result<u64, c_int>),
+    /// Its unpack is from the staging `Lent` by the peer; [`done`] follows the wait.
+    Pull(c_int, Key, Lent),
+}
+
+/// A send made on the direct path ([`send`]).
+#[derive(Debug)]
+pub enum Sent {
+    /// Lent or carried: the caller sends the message of 0 bytes ([`marker`]), then waits for
+    /// the engine (the pack) before the call returns.
+    Directly,
+    /// Packed into device staging and waited for: the caller sends these bytes.
+    Packed(Staging, c_int),
+    /// Not taken here: the byte path.
+    No,
+}
+
+/// A message of the protocol on its way: the real MPI's request and the bytes it sends from.
+#[derive(Debug)]
+struct Outgoing(ffi::MPI_Request, Vec<u8>);
+
+// SAFETY: as `Shadow`: a request handle, and bytes owned here until the request completes.
+unsafe impl Send for Outgoing {}
+
+/// The protocol's communicator (a duplicate of `MPI_COMM_WORLD`).
+#[derive(Debug, Clone, Copy)]
+struct Shadow(MPI_Comm);
+
+// SAFETY: a communicator handle is a value MPI lets any thread pass (one at a time here:
+// the direct path is off where threads may call MPI at once).
+unsafe impl Send for Shadow {}
+
+/// Whether a peer's greeting opened here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// Its staging and event open: receives from it are announced.
+    Yes,
+    /// They do not: never announced.
+    No,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    shadow: Option<Shadow>,
+    rank: c_int,
+    /// Messages sent per (destination, tag).
+    sent: HashMap<(c_int, c_int), u64>,
+    /// Receives posted per (source, tag).
+    posted: HashMap<(c_int, c_int), u64>,
+    /// Whether the order of matching is still known (no wildcard receive, no cancel).
+    settled: bool,
+    ready: HashMap<Key, Ready>,
+    notes: HashMap<Key, Note>,
+    awaited: HashSet<Key>,
+    /// Per (destination, tag): whether the last send found its ready message.
+    expect: HashMap<(c_int, c_int), bool>,
+    /// Per (source, tag): receives to post without announcing, and the next such run.
+    backoff: HashMap<(c_int, c_int), (u32, u32)>,
+    /// Persistent requests on `MPI_COMM_WORLD`: send or receive, peer, tag, empty.
+    persistent: HashMap<u64, (bool, c_int, c_int, bool)>,
+    /// The protocol's messages sent and not yet known to be complete.
+    outgoing: Vec<Outgoing>,
+    /// Staging lent per message sent directly, until its receiver is done.
+    lent: HashMap<Key, Loan>,
+    /// Peers greeted by this rank.
+    greeted: HashSet<c_int>,
+    /// Greetings received, not yet tried.
+    greetings: HashMap<c_int, Lent>,
+    /// Peers whose greeting was tried here.
+    reach: HashMap<c_int, Reach>,
+    ops: u64,
+}
+
+static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+
+/// The protocol's state: `None` until `MPI_Init` set the direct path up, and where it did not.
+fn state() -> Option<&'static Mutex<State>> {
+    STATE.get()
+}
+
+fn world() -> u64 {
+    // SAFETY: reading an immutable handle constant of the rsmpi shim.
+    key(unsafe { ffi::RSMPI_COMM_WORLD })
+}
+
+fn any_source() -> c_int {
+    // SAFETY: reading an immutable constant of the rsmpi shim.
+    unsafe { ffi::RSMPI_ANY_SOURCE }
+}
+
+fn any_tag() -> c_int {
+    // SAFETY: reading an immutable constant of the rsmpi shim.
+    unsafe { ffi::RSMPI_ANY_TAG }
+}
+
+/// Sets the direct path up after the real `MPI_Init`/`MPI_Init_thread` (`provided` is the
+/// thread level): a duplicate of `MPI_COMM_WORLD` for the protocol, unless the interposer or
+/// the direct path is off, or threads may call MPI at once (the order of sends would be
+/// unknown).
+///
+/// # Safety
+/// MPI was just initialized, and every rank calls this (the duplicate is collective).
+pub unsafe fn init(provided: c_int) {
+    let cfg = config::get();
+    // SAFETY: reading an immutable constant of the rsmpi shim.
+    let multiple = provided == unsafe { ffi::RSMPI_THREAD_MULTIPLE };
+    if cfg.disabled || cfg.direct == Direct::Off || multiple {
+        return;
+    }
+    // SAFETY: reading an immutable constant of the rsmpi shim.
+    let mut shadow: MPI_Comm = unsafe { ffi::RSMPI_COMM_NULL };
+    let mut rank: c_int = 0;
+    // SAFETY: MPI is initialized; valid out-pointers; the world communicator's constant.
+    unsafe {
+        if ffi::PMPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut shadow) != 0 {
+            return;
+        }
+        ffi::PMPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank);
+    }
+    let _ = STATE.set(Mutex::new(State {
+        shadow: Some(Shadow(shadow)),
+        rank,
+        settled: true,
+        ..State::default()
+    }));
+}
+
+/// Whether a count of a datatype is 0 bytes (an unknown size counts as bytes).
+///
+/// # Safety
+/// MPI initialized; `dt` a datatype handle the caller passed to MPI.
+unsafe fn is_empty(count: c_int, dt: MPI_Datatype) -> bool {
+    if count <= 0 {
+        return true;
+    }
+    let mut size: c_int = -1;
+    // SAFETY: the caller's contract; a valid out-pointer.
+    let rc = unsafe { ffi::PMPI_Type_size(dt, &mut size) };
+    rc == 0 && size == 0
+}
+
+/// Counts a send of `count` elements of `dt` to `dest` with `tag` on `comm`, and returns its
+/// number where it is on `MPI_COMM_WORLD` with the direct path up. A send of 0 bytes to
+/// another rank sends its note first ([`Note::Empty`]).
+///
+/// # Safety
+/// MPI initialized; the arguments are the caller's send.
+pub unsafe fn sent(
+    comm: MPI_Comm,
+    dest: c_int,
+    tag: c_int,
+    count: c_int,
+    dt: MPI_Datatype,
+) -> Option<u64> {
+    let s = state()?;
+    if key(comm) != world() || dest < 0 {
+        return None;
+    }
+    let mut st = lock(s);
+    let n = st.sent.entry((dest, tag)).or_insert(0);
+    let seq = *n;
+    *n += 1;
+    // SAFETY: the caller's contract.
+    if dest != st.rank && unsafe { is_empty(count, dt) } {
+        // SAFETY: MPI initialized; the shadow communicator is live.
+        unsafe { send_note(&mut st, dest, tag, seq, &Note::Empty) };
+    }
+    // SAFETY: as above.
+    unsafe { housekeeping(&mut st) };
+    Some(seq)
+}
+
+/// Counts a receive posted from `source` with `tag` on `comm`, and returns its number where
+/// it is on `MPI_COMM_WORLD` with the direct path up; a wildcard settles nothing from then on.
+pub fn posted(comm: MPI_Comm, source: c_int, tag: c_int) -> Option<u64> {
+    let s = state()?;
+    if key(comm) != world() {
+        return None;
+    }
+    let mut st = lock(s);
+    if source == any_source() || tag == any_tag() {
+        if st.settled {
+            log!("a wildcard receive on MPI_COMM_WORLD: the direct path stops");
+        }
+        st.settled = false;
+        return None;
+    }
+    if source < 0 {
+        return None;
+    }
+    let n = st.posted.entry((source, tag)).or_insert(0);
+    let seq = *n;
+    *n += 1;
+    st.ops += 1;
+    Some(seq)
+}
+
+/// A cancel: the order of matching is no longer known here.
+pub fn unsettle() {
+    if let Some(s) = state() {
+        let mut st = lock(s);
+        if st.settled {
+            log!("MPI_Cancel: the direct path stops");
+        }
+        st.settled = false;
+    }
+}
+
+/// Remembers a persistent request on `MPI_COMM_WORLD` (`send`: a send, else a receive), whose
+/// starts [`started`] counts.
+///
+/// # Safety
+/// MPI initialized; the arguments are the caller's.
+pub unsafe fn keep_persistent(
+    request: u64,
+    send: bool,
+    comm: MPI_Comm,
+    peer: c_int,
+    tag: c_int,
+    count: c_int,
+    dt: MPI_Datatype,
+) {
+    let Some(s) = state() else { return };
+    if key(comm) != world() {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    let empty = send && unsafe { is_empty(count, dt) };
+    lock(s).persistent.insert(request, (send, peer, tag, empty));
+}
+
+/// Forgets a persistent request (`MPI_Request_free`).
+pub fn forget_persistent(request: u64) {
+    if let Some(s) = state() {
+        lock(s).persistent.remove(&request);
+    }
+}
+
+/// Counts the starts of the persistent requests among `handles`, as their sends and receives.
+///
+/// # Safety
+/// MPI initialized.
+pub unsafe fn started(handles: &[u64]) {
+    let Some(s) = state() else { return };
+    let starts: Vec<(bool, c_int, c_int, bool)> = {
+        let st = lock(s);
+        if st.persistent.is_empty() {
+            return;
+        }
+        handles
+            .iter()
+            .filter_map(|h| st.persistent.get(h).copied())
+            .collect()
+    };
+    // SAFETY: reading immutable constants of the rsmpi shim.
+    let (world, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
+    for (send, peer, tag, empty) in starts {
+        if send {
+            // SAFETY: MPI initialized; an empty start is a count of 0.
+            unsafe { sent(world, peer, tag, if empty { 0 } else { 1 }, byte) };
+        } else {
+            posted(world, peer, tag);
+        }
+    }
+}
+
+/// Drops ready messages of sends already made and notes no receive waits for, every
+/// [`HOUSEKEEPING`] operations.
+///
+/// # Safety
+/// MPI initialized.
+unsafe fn housekeeping(st: &mut State) {
+    st.ops += 1;
+    if st.ops % HOUSEKEEPING != 0 {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        drain(st, READY_TAG);
+        drain(st, NOTE_TAG);
+        drain(st, DONE_TAG);
+    }
+    let sent = st.sent.clone();
+    st.ready
+        .retain(|&(p, t, n), _| n >= sent.get(&(p, t)).copied().unwrap_or(0));
+    let (posted, awaited) = (st.posted.clone(), st.awaited.clone());
+    st.notes
+        .retain(|k, _| awaited.contains(k) || k.2 >= posted.get(&(k.0, k.1)).copied().unwrap_or(0));
+}
+
+/// Words as the bytes of a message.
+fn to_bytes(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The words of a message's first `n * 8` bytes.
+fn words_of(bytes: &[u8], n: usize) -> Option<Vec<u64>> {
+    let b = bytes.get(..n.checked_mul(8)?)?;
+    Some(
+        b.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
+    )
+}
+
+/// A ready message: tag, number, packed bytes, how the receive takes a direct message.
+fn encode_ready(tag: c_int, seq: u64, packed: u64, landing: Landing) -> Vec<u8> {
+    let kind = match landing {
+        Landing::Carry => 0,
+        Landing::Pull => 1,
+    };
+    to_bytes(&[tag as u32 as u64, seq, packed, kind])
+}
+
+fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
+    let w = words_of(b, 4)?;
+    let landing = match w[3] {
+        0 => Landing::Carry,
+        1 => Landing::Pull,
+        _ => return None,
+    };
+    Some((
+        w[0] as u32 as c_int,
+        w[1],
+        Ready {
+            packed: w[2],
+            landing,
+        },
+    ))
+}
+
+/// A lent staging's words (offset, length) and handles (the allocation's, the event's).
+fn encode_lent(words: &mut Vec<u64>, lent: &Lent) -> Vec<u8> {
+    words.extend([lent.staging.offset, lent.staging.len]);
+    let mut b = to_bytes(words);
+    b.extend_from_slice(&lent.staging.handle);
+    b.extend_from_slice(&lent.event);
+    b
+}
+
+/// The lent staging whose words start at word `at` of `b`.
+fn decode_lent(b: &[u8], at: usize) -> Option<Lent> {
+    let w = words_of(b, at + 2)?;
+    let handle = |i: usize| -> Option<Handle> {
+        let from = (at + 2) * 8 + i * 64;
+        b.get(from..from + 64)?.try_into().ok()
+    };
+    Some(Lent {
+        staging: Export {
+            handle: handle(0)?,
+            offset: w[at],
+            len: w[at + 1],
+        },
+        event: handle(1)?,
+    })
+}
+
+fn encode_note(tag: c_int, seq: u64, note: &Note) -> Vec<u8> {
+    let head = |kind: u64, n: u64| vec![tag as u32 as u64, seq, kind, n];
+    match note {
+        Note::Lent(l) => encode_lent(&mut head(0, 0), l),
+        Note::Empty => to_bytes(&head(1, 0)),
+        Note::Carried(v) => {
+            let mut b = to_bytes(&head(2, v.len() as u64));
+            b.extend_from_slice(v);
+            b
+        }
+    }
+}
+
+fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note)> {
+    let w = words_of(b, 4)?;
+    let note = match w[2] {
+        0 => Note::Lent(decode_lent(b, 4)?),
+        1 => Note::Empty,
+        2 => Note::Carried(b.get(32..32 + usize::try_from(w[3]).ok()?)?.to_vec()),
+        _ => return None,
+    };
+    Some((w[0] as u32 as c_int, w[1], note))
+}
+
+/// Sends `bytes` to `dest` on the shadow communicator with `tag`, without waiting: the send
+/// is kept until a later call finds it complete (a message too large to go eagerly waits for
+/// its receiver, which may be waiting for the program's message that follows this one).
+///
+/// # Safety
+/// MPI initialized.
+unsafe fn post(st: &mut State, dest: c_int, tag: c_int, bytes: Vec<u8>) {
+    let Some(Shadow(comm)) = st.shadow else {
+        return;
+    };
+    st.outgoing.retain_mut(|o| {
+        let mut done: c_int = 0;
+        // SAFETY: a request of this module's, not yet freed; a valid out-pointer.
+        unsafe { ffi::PMPI_Test(&mut o.0, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+        done == 0
+    });
+    let n = c_int::try_from(bytes.len()).unwrap_or(c_int::MAX);
+    // SAFETY: reading an immutable constant of the rsmpi shim.
+    let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `bytes` holds `n` bytes and is kept with the request until it completes; the
+    // shadow communicator is live from `init` on.
+    let rc = unsafe {
+        ffi::PMPI_Isend(
+            bytes.as_ptr().cast(),
+            n,
+            bytes_type(),
+            dest,
+            tag,
+            comm,
+            &mut req,
+        )
+    };
+    if rc == 0 {
+        st.outgoing.push(Outgoing(req, bytes));
+    }
+}
+
+/// At `MPI_Finalize`: the protocol's sends still pending are let go (`MPI_Request_free`; their
+/// bytes are kept for good, since the real MPI may still read them).
+///
+/// # Safety
+/// MPI initialized, not yet finalized.
+pub unsafe fn finalize() {
+    let Some(s) = state() else { return };
+    // Staging still lent stays allocated: a peer may not have said it is done yet.
+    for (_, loan) in std::mem::take(&mut lock(s).lent) {
+        std::mem::forget(loan);
+    }
+    for mut o in std::mem::take(&mut lock(s).outgoing) {
+        // SAFETY: a request of this module's, not yet freed.
+        unsafe { ffi::PMPI_Request_free(&mut o.0) };
+        std::mem::forget(o.1);
+    }
+}
+
+/// # Safety
+/// MPI initialized.
+unsafe fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note) {
+    // SAFETY: the caller's contract.
+    unsafe { post(st, dest, NOTE_TAG, encode_note(tag, seq, note)) };
+}
+
+/// Receives every message with `tag` (ready messages or notes) that has arrived on the shadow
+/// communicator into the state's tables.
+///
+/// # Safety
+/// MPI initialized.
+unsafe fn drain(st: &mut State, tag: c_int) {
+    let Some(Shadow(comm)) = st.shadow else {
+        return;
+    };
+    loop {
+        let mut flag: c_int = 0;
+        let mut status = blank_status();
+        // SAFETY: valid out-pointers; the shadow communicator is live.
+        unsafe { ffi::PMPI_Iprobe(any_source(), tag, comm, &mut flag, &mut status) };
+        if flag == 0 {
+            return;
+        }
+        let mut n: c_int = 0;
+        // SAFETY: the status the probe just wrote.
+        unsafe { ffi::PMPI_Get_count(&status, bytes_type(), &mut n) };
+        let mut buf = vec![0u8; usize::try_from(n).unwrap_or(0)];
+        let from = status.MPI_SOURCE;
+        // SAFETY: `buf` holds `n` bytes; the probed message is the first from `from` with
+        // `tag` (one thread calls MPI at a time), so this receives exactly it.
+        unsafe {
+            ffi::PMPI_Recv(
+                buf.as_mut_ptr().cast::<c_void>(),
+                n,
+                bytes_type(),
+                from,
+                tag,
+                comm,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        };
+        let read = match tag {
+            READY_TAG => decode_ready(&buf).map(|(t, seq, r)| {
+                st.ready.insert((from, t, seq), r);
+            }),
+            NOTE_TAG => decode_note(&buf).map(|(t, seq, note)| {
+                st.notes.insert((from, t, seq), note);
+            }),
+            // A receiver is done with a lent staging: it goes back to the pool.
+            DONE_TAG => words_of(&buf, 2).map(|w| {
+                st.lent.remove(&(from, w[0] as u32 as c_int, w[1]));
+            }),
+            _ => decode_lent(&buf, 0).map(|g| {
+                st.greetings.insert(from, g);
+            }),
+        };
+        if read.is_none() {
+            log!("direct path: an unreadable message with tag {tag} from rank {from}");
+        }
+    }
+}
+
+/// Whether this rank's GPU reaches rank `source`'s lent staging (its greeting opened here),
+/// trying a greeting that came; `None` until one has come.
+///
+/// # Safety
+/// MPI initialized.
+unsafe fn reaches(st: &mut State, source: c_int, engine: &Engine) -> Option<bool> {
+    if let Some(&r) = st.reach.get(&source) {
+        return Some(r == Reach::Yes);
+    }
+    if !st.greetings.contains_key(&source) {
+        // SAFETY: the caller's contract.
+        unsafe { drain(st, HELLO_TAG) };
+    }
+    let g = st.greetings.remove(&source)?;
+    let yes = engine.reaches(source, &g);
+    log!(
+        "direct path: rank {source}'s staging {}",
+        if yes {
+            "maps here"
+        } else {
+            "does not map here: its messages take the byte path"
+        }
+    );
+    st.reach
+        .insert(source, if yes { Reach::Yes } else { Reach::No });
+    Some(yes)
+}
+
+/// Announces receive `r` (number `seq` from `source` with `tag`, its real receive already
+/// posted) to its source, where the direct path can serve it: the order is settled, the
+/// source is another rank whose staging this rank's GPU maps (or, with
+/// `COLLECTIVES_INTERPOSE_DIRECT=carry`, the buffer is host memory), and announcing has not
+/// been wasted on this source and tag lately.
+///
+/// # Safety
+/// MPI initialized; `r` is a posted receive, kept until it completes.
+pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u64>) {
+    let (Some(s), Some(seq)) = (state(), seq) else {
+        return;
+    };
+    let mut st = lock(s);
+    if !st.settled || source == st.rank {
+        return;
+    }
+    if let Some((skip, _)) = st.backoff.get_mut(&(source, tag)) {
+        if *skip > 0 {
+            *skip -= 1;
+            return;
+        }
+    }
+    let landing = match r.engine() {
+        // SAFETY: the caller's contract.
+        Engine::Gpu(..) => match unsafe { reaches(&mut st, source, r.engine()) } {
+            Some(true) => Landing::Pull,
+            _ => return,
+        },
+        Engine::Cpu if config::get().direct == Direct::Carry => Landing::Carry,
+        Engine::Cpu => return,
+    };
+    profile::time(Phase::Announce, || {
+        let msg = encode_ready(tag, seq, r.plan().packed_size(), landing);
+        // SAFETY: the caller's contract.
+        unsafe { post(&mut st, source, READY_TAG, msg) };
+        st.awaited.insert((source, tag, seq));
+    });
+    r.direct = Some(Announced((source, tag, seq)));
+}
+
+/// The note of announced receive `a`, which completed with 0 bytes: waits for it (it was sent
+/// before the message). After [`NOTE_WAIT`] without one, the message counts as empty.
+///
+/// # Safety
+/// MPI initialized.
+unsafe fn claim(a: &Announced) -> Note {
+    let Some(s) = state() else {
+        return Note::Empty;
+    };
+    let start = Instant::now();
+    loop {
+        {
+            let mut st = lock(s);
+            if let Some(n) = st.notes.remove(&a.0) {
+                st.awaited.remove(&a.0);
+                st.backoff.remove(&(a.0 .0, a.0 .1));
+                return n;
+            }
+            // SAFETY: the caller's contract.
+            unsafe { drain(&mut st, NOTE_TAG) };
+            if let Some(n) = st.notes.remove(&a.0) {
+                st.awaited.remove(&a.0);
+                st.backoff.remove(&(a.0 .0, a.0 .1));
+                return n;
+            }
+        }
+        if start.elapsed() > NOTE_WAIT {
+            log!(
+                "direct path: no note from rank {} for message {} with tag {}: read as empty",
+                a.0 .0,
+                a.0 .2,
+                a.0 .1
+            );
+            if let Some(s) = state() {
+                lock(s).awaited.remove(&a.0);
+            }
+            return Note::Empty;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Settles a completed receive that announced itself, by what came: bytes through the real
+/// MPI (its announcement wasted: [`Finish::Bytes`]), or a message of 0 bytes, whose note says
+/// whether the bytes wait in the sender's lent staging ([`Finish::Pull`]; the status is set to
+/// the packed size), were carried (testing: copied into the staging here, then
+/// [`Finish::Bytes`]) or whether the message was empty.
+///
+/// # Safety
+/// MPI initialized; `status` is the receive's completed status, writable.
+pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
+    let Some(a) = r.direct.take() else {
+        return Finish::Bytes;
+    };
+    let op = r.op();
+    let (mut cancelled, mut got): (c_int, c_int) = (0, 0);
+    // SAFETY: the caller's contract; counted in bytes.
+    unsafe {
+        ffi::PMPI_Test_cancelled(status, &mut cancelled);
+        ffi::PMPI_Get_count(status, bytes_type(), &mut got);
+    }
+    if cancelled != 0 {
+        return Finish::Bytes;
+    }
+    if got > 0 {
+        wasted(&a);
+        return Finish::Bytes;
+    }
+    // SAFETY: the caller's contract.
+    match profile::time(Phase::Note, || unsafe { claim(&a) }) {
+        Note::Lent(lent) => {
+            let n = r.plan().packed_size();
+            // SAFETY: the status is writable (the caller's contract).
+            unsafe { set_bytes(status, n) };
+            log!(
+                "{op}: {n} bytes unpacked directly from rank {}'s staging",
+                a.0 .0
+            );
+            Finish::Pull(a.0 .0, a.0, lent)
+        }
+        Note::Empty => Finish::Bytes,
+        Note::Carried(v) => match &mut r.staging {
+            Staging::Cpu(s) if v.len() <= s.len() => {
+                s[..v.len()].copy_from_slice(&v);
+                // SAFETY: as above.
+                unsafe { set_bytes(status, v.len() as u64) };
+                Finish::Bytes
+            }
+            _ => {
+                log!("{op}: carried bytes that do not fit the staging");
+                Finish::Settled(Err(ERR_INTERN))
+            }
+        },
+    }
+}
+
+/// Tells the peer of a [`Finish::Pull`] receive that this rank is done with its staging (the
+/// unpack was waited for, or failed).
+///
+/// # Safety
+/// MPI initialized.
+pub unsafe fn done(peer: c_int, k: Key) {
+    if let Some(s) = state() {
+        let msg = to_bytes(&[k.1 as u32 as u64, k.2]);
+        // SAFETY: the caller's contract.
+        unsafe { post(&mut lock(s), peer, DONE_TAG, msg) };
+    }
+}
+
+/// Announced receive `a` got its bytes through the real MPI: its announcement was wasted;
+/// the next ones from that source and tag are skipped, twice as many each time (up to 64).
+fn wasted(a: &Announced) {
+    if let Some(s) = state() {
+        let mut st = lock(s);
+        st.awaited.remove(&a.0);
+        let e = st.backoff.entry((a.0 .0, a.0 .1)).or_insert((0, 1));
+        e.0 = e.1;
+        e.1 = (e.1 * 2).min(64);
+    }
+}
+
+/// A send the interposer took (number `seq` to `dest` with `tag`, its buffer `buf`), on the
+/// direct path where it can go: a device buffer whose bytes would go through device staging
+/// is packed first; then the send looks for its receive's ready message (waiting up to
+/// [`READY_WAIT`] where the last send to that peer and tag found one). With it, the staging is
+/// lent (or, testing, host bytes carried) and the note sent: [`Sent::Directly`]. Without, the
+/// staging already packed is waited for and its bytes go through the real MPI
+/// ([`Sent::Packed`]), else [`Sent::No`].
+///
+/// # Safety
+/// MPI initialized; `buf` is the caller's send buffer, `taken` the interposer's plan of it.
+pub unsafe fn send(
+    op: &str,
+    seq: Option<u64>,
+    dest: c_int,
+    tag: c_int,
+    buf: *const c_void,
+    taken: &Taken,
+) -> Sent {
+    let (Some(s), Some(seq)) = (state(), seq) else {
+        return Sent::No;
+    };
+    let (_, plan, engine, method) = taken;
+    let carry = matches!(engine, Engine::Cpu);
+    if carry && config::get().direct != Direct::Carry {
+        return Sent::No;
+    }
+    {
+        let st = lock(s);
+        if !st.settled || dest == st.rank {
+            return Sent::No;
+        }
+    }
+    let n = plan.packed_size();
+    let Ok(count) = c_int::try_from(n) else {
+        return Sent::No;
+    };
+    // The pack first, where the byte path would send from device staging too: the ready
+    // message travels while the kernel is launched.
+    let mut packed: Option<Staging> = None;
+    if !carry && *method == Method::Device && n > 0 {
+        let queued = engine.staging_for(plan, Method::Device).and_then(|mut st| {
+            // SAFETY: the caller's contract; the staging is fresh and waited for (below, or by
+            // the caller once lent) before the call returns.
+            unsafe { engine.enqueue_pack(plan, buf, &mut st, None) }.map(|()| st)
+        });
+        match queued {
+            Ok(st) => packed = Some(st),
+            Err(e) => {
+                let _ = engine.wait();
+                log!("{op}: the pack failed, byte path: {e}");
+                return Sent::No;
+            }
+        }
+    }
+    // Waits for the pack and hands its bytes to the caller.
+    let bytes = |st: Option<Staging>| match st {
+        Some(st) => match engine.wait() {
+            Ok(()) => Sent::Packed(st, count),
+            Err(_) => Sent::No,
+        },
+        None => Sent::No,
+    };
+    let k = (dest, tag, seq);
+    let ready = profile::time(Phase::Ready, || {
+        let mut st = lock(s);
+        if let Some(staging) = &packed {
+            if !st.greeted.contains(&dest) {
+                if let Some(g) = engine.greeting(staging) {
+                    let msg = encode_lent(&mut Vec::new(), &g);
+                    // SAFETY: the caller's contract.
+                    unsafe { post(&mut st, dest, HELLO_TAG, msg) };
+                }
+                st.greeted.insert(dest);
+            }
+        }
+        let wait = *st.expect.get(&(dest, tag)).unwrap_or(&true);
+        let start = Instant::now();
+        loop {
+            if let Some(r) = st.ready.remove(&k) {
+                break Some(r);
+            }
+            // SAFETY: the caller's contract.
+            unsafe { drain(&mut st, READY_TAG) };
+            if let Some(r) = st.ready.remove(&k) {
+                break Some(r);
+            }
+            if !wait || start.elapsed() > READY_WAIT {
+                break None;
+            }
+            std::hint::spin_loop();
+        }
+    });
+    lock(s).expect.insert((dest, tag), ready.is_some());
+    let Some(ready) = ready else {
+        return bytes(packed);
+    };
+    let want = if carry { Landing::Carry } else { Landing::Pull };
+    if ready.landing != want || ready.packed != n || (!carry && packed.is_none()) {
+        return bytes(packed);
+    }
+    let note = if let Some(staging) = packed {
+        match engine.lend(staging) {
+            Ok((loan, lent)) => {
+                let mut st = lock(s);
+                // SAFETY: the caller's contract.
+                unsafe { drain(&mut st, DONE_TAG) };
+                st.lent.insert(k, loan);
+                Note::Lent(lent)
+            }
+            Err(staging) => {
+                log!("{op}: the staging could not be lent: byte path");
+                return bytes(Some(staging));
+            }
+        }
+    } else {
+        // SAFETY: the caller's contract; the CPU engine packs into a new vector.
+        match unsafe { engine.pack(plan, buf, Method::OneShot) } {
+            Ok(mut staging) => match &mut staging {
+                Staging::Cpu(v) => Note::Carried(std::mem::take(v)),
+                _ => return Sent::No,
+            },
+            Err(_) => return Sent::No,
+        }
+    };
+    let how = if carry { "carried" } else { "lent" };
+    log!("{op}: message {seq} to rank {dest} with tag {tag}: {how} {n} bytes directly");
+    profile::time(Phase::Note, || {
+        // SAFETY: the caller's contract.
+        unsafe { send_note(&mut lock(s), dest, tag, seq, &note) }
+    });
+    Sent::Directly
+}
+
+/// Sets `status` to say `bytes` bytes arrived (a receive served by the direct path).
+///
+/// # Safety
+/// `status` is a writable status.
+pub unsafe fn set_bytes(status: *mut ffi::MPI_Status, bytes: u64) {
+    if let Ok(n) = c_int::try_from(bytes) {
+        // SAFETY: the caller's contract.
+        unsafe { ffi::PMPI_Status_set_elements(status, bytes_type(), n) };
+    }
+}
+
+/// The message of 0 bytes a send served by the direct path leaves on the program's
+/// communicator: a count of 0 at an address MPI never reads.
+pub fn marker() -> *const c_void {
+    static BYTE: u8 = 0;
+    std::ptr::addr_of!(BYTE).cast()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lent(k: u8, offset: u64, len: u64) -> Lent {
+        Lent {
+            staging: Export {
+                handle: std::array::from_fn(|i| i as u8 ^ k),
+                offset,
+                len,
+            },
+            event: std::array::from_fn(|i| (i as u8).wrapping_mul(3) ^ k),
+        }
+    }
+
+    #[test]
+    fn ready_messages_round_trip() {
+        let (t, n, r) = decode_ready(&encode_ready(7, 42, 1 << 19, Landing::Pull)).unwrap();
+        assert_eq!((t, n, r.packed, r.landing), (7, 42, 1 << 19, Landing::Pull));
+        let (t, n, r) = decode_ready(&encode_ready(0x7fff_ffff, 0, 3, Landing::Carry)).unwrap();
+        assert_eq!(
+            (t, n, r.packed, r.landing),
+            (0x7fff_ffff, 0, 3, Landing::Carry)
+        );
+        assert!(decode_ready(&[1, 2, 3]).is_none());
+        let mut bad = encode_ready(7, 42, 8, Landing::Pull);
+        bad[24] = 9;
+        assert!(decode_ready(&bad).is_none());
+    }
+
+    #[test]
+    fn notes_round_trip() {
+        for note in [
+            Note::Lent(lent(1, 24, 4096)),
+            Note::Empty,
+            Note::Carried(vec![1, 2, 3]),
+        ] {
+            let b = encode_note(5, 9, &note);
+            assert_eq!(decode_note(&b), Some((5, 9, note)));
+        }
+        assert!(decode_note(&encode_note(5, 9, &Note::Carried(vec![1, 2]))[..33]).is_none());
+        let cut = encode_note(5, 9, &Note::Lent(lent(2, 0, 1 << 20)));
+        assert!(decode_note(&cut[..cut.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn greetings_round_trip() {
+        let g = lent(3, 0, 1 << 21);
+        assert_eq!(decode_lent(&encode_lent(&mut Vec::new(), &g), 0), Some(g));
+        assert!(decode_lent(&[0; 16], 0).is_none());
+    }
+}

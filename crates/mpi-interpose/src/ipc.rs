@@ -1,0 +1,198 @@
+//! CUDA IPC for the direct path ([`crate::direct`]): a sender exports the staging allocation it
+//! packed a message into (`cuIpcGetMemHandle`, kept per allocation) and an event recorded after
+//! the pack (`cuIpcGetEventHandle`, made once per event of its pool); the receiver maps the
+//! allocation into its own context (`cuIpcOpenMemHandle`) and opens the event
+//! (`cuIpcOpenEventHandle`), both kept per peer and handle.
+//!
+//! A handle names one allocation: an address freed and allocated again gets a new handle, so
+//! the exporter keys its handles by the driver's buffer id (`CU_POINTER_ATTRIBUTE_BUFFER_ID`)
+//! and the importer by the handle's bytes.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
+
+use crate::sync::lock;
+
+/// The bytes of an IPC memory handle.
+pub type Handle = [u8; 64];
+
+/// Mappings of peers' allocations kept open at most; the oldest is closed past this.
+const OPEN_KEEP: usize = 64;
+
+/// An exported allocation: its handle, where the buffer starts in it, and the bytes from there
+/// to the allocation's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Export {
+    /// The allocation's handle.
+    pub handle: Handle,
+    /// The buffer's offset from the allocation's base.
+    pub offset: u64,
+    /// Bytes from the buffer to the allocation's end.
+    pub len: u64,
+}
+
+fn exported() -> &'static Mutex<HashMap<(u64, u64), Handle>> {
+    static E: OnceLock<Mutex<HashMap<(u64, u64), Handle>>> = OnceLock::new();
+    E.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The export of the allocation the `len` bytes at device address `ptr` lie in, or `None`
+/// where the driver gives no handle. The calling thread must have the allocation's context
+/// current.
+pub fn export(ptr: CUdeviceptr, len: u64) -> Option<Export> {
+    let ok = sys::CUresult::CUDA_SUCCESS;
+    let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+    // SAFETY: two valid out-pointers; the driver fills them for an address it allocated.
+    if unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) } != ok || ptr < base {
+        return None;
+    }
+    let mut id: u64 = 0;
+    // SAFETY: the buffer id attribute is an `unsigned long long`; `id` is a valid out-pointer.
+    let rc = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut id as *mut u64).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+            ptr,
+        )
+    };
+    if rc != ok {
+        return None;
+    }
+    let key = (base, id);
+    let cached = lock(exported()).get(&key).copied();
+    let handle = match cached {
+        Some(h) => h,
+        None => {
+            let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+            // SAFETY: `base` is the start of a live allocation of this context; `h` is a valid
+            // out-pointer.
+            if unsafe { sys::cuIpcGetMemHandle(&mut h, base) } != ok {
+                return None;
+            }
+            let bytes: Handle = h.reserved.map(|c| c as u8);
+            lock(exported()).insert(key, bytes);
+            bytes
+        }
+    };
+    Some(Export {
+        handle,
+        offset: ptr - base,
+        len,
+    })
+}
+
+/// An event of a sender's pool that peers can wait for: the driver's event and its handle.
+#[derive(Debug)]
+pub struct Event {
+    /// The event (made with `CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING`).
+    pub event: sys::CUevent,
+    /// Its IPC handle.
+    pub handle: Handle,
+}
+
+// SAFETY: an event handle is a value the driver lets any thread use; each is owned by one pool
+// or one loan at a time.
+unsafe impl Send for Event {}
+
+/// A new event peers can wait for, in the current context; `None` where the driver refuses.
+pub fn new_event() -> Option<Event> {
+    let ok = sys::CUresult::CUDA_SUCCESS;
+    let mut event: sys::CUevent = std::ptr::null_mut();
+    let flags = sys::CUevent_flags_enum::CU_EVENT_INTERPROCESS as u32
+        | sys::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING as u32;
+    // SAFETY: a valid out-pointer; the flags the driver requires of an IPC event.
+    if unsafe { sys::cuEventCreate(&mut event, flags) } != ok {
+        return None;
+    }
+    let mut h = sys::CUipcEventHandle_st { reserved: [0; 64] };
+    // SAFETY: `event` was just made with the interprocess flag; `h` is a valid out-pointer.
+    if unsafe { sys::cuIpcGetEventHandle(&mut h, event) } != ok {
+        // SAFETY: the event was made above and is used by nothing else.
+        unsafe { sys::cuEventDestroy_v2(event) };
+        return None;
+    }
+    Some(Event {
+        event,
+        handle: h.reserved.map(|c| c as u8),
+    })
+}
+
+fn opened_events() -> &'static Mutex<HashMap<(i32, Handle), usize>> {
+    static E: OnceLock<Mutex<HashMap<(i32, Handle), usize>>> = OnceLock::new();
+    E.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The event `handle` that rank `peer` exported, opened in the current context on first use
+/// and kept; `None` where the driver refuses it.
+pub fn open_event(peer: i32, handle: &Handle) -> Option<sys::CUevent> {
+    let mut o = lock(opened_events());
+    if let Some(&e) = o.get(&(peer, *handle)) {
+        return Some(e as sys::CUevent);
+    }
+    let h = sys::CUipcEventHandle_st {
+        reserved: handle.map(|b| b as std::ffi::c_char),
+    };
+    let mut event: sys::CUevent = std::ptr::null_mut();
+    // SAFETY: a handle a peer exported (the driver validates it), a valid out-pointer.
+    if unsafe { sys::cuIpcOpenEventHandle(&mut event, h) } != sys::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    o.insert((peer, *handle), event as usize);
+    Some(event)
+}
+
+/// Peers' allocations mapped here, oldest first, and the peers whose handles did not open.
+#[derive(Default)]
+struct Opened {
+    maps: Vec<((i32, Handle), CUdeviceptr)>,
+    refused: Vec<i32>,
+}
+
+fn opened() -> &'static Mutex<Opened> {
+    static O: OnceLock<Mutex<Opened>> = OnceLock::new();
+    O.get_or_init(|| Mutex::new(Opened::default()))
+}
+
+/// The base address, in the current context, of the allocation `handle` that rank `peer`
+/// exported, mapped on first use; `None` where the driver refuses it (another node, no peer
+/// access), and from then on for that peer. The calling thread must have the context current
+/// that the mapping is for (one context per process: the device's primary one).
+pub fn open(peer: i32, handle: &Handle) -> Option<CUdeviceptr> {
+    let mut o = lock(opened());
+    if o.refused.contains(&peer) {
+        return None;
+    }
+    if let Some(at) = o
+        .maps
+        .iter()
+        .position(|(k, _)| k.0 == peer && k.1 == *handle)
+    {
+        return Some(o.maps[at].1);
+    }
+    let h = sys::CUipcMemHandle_st {
+        reserved: handle.map(|b| b as std::ffi::c_char),
+    };
+    let mut base: CUdeviceptr = 0;
+    // SAFETY: a handle a peer exported (the driver validates it), a valid out-pointer.
+    let rc = unsafe {
+        sys::cuIpcOpenMemHandle_v2(
+            &mut base,
+            h,
+            sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+        )
+    };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        o.refused.push(peer);
+        return None;
+    }
+    if o.maps.len() >= OPEN_KEEP {
+        let (_, old) = o.maps.remove(0);
+        // SAFETY: `old` was mapped by cuIpcOpenMemHandle here, and every unpack from it was
+        // waited for before the call that made it returned.
+        unsafe { sys::cuIpcCloseMemHandle(old) };
+    }
+    o.maps.push(((peer, *handle), base));
+    Some(base)
+}
