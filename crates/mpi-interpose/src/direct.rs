@@ -168,8 +168,11 @@ struct State {
     ready: HashMap<Key, Ready>,
     notes: HashMap<Key, Note>,
     awaited: HashSet<Key>,
-    /// Per (destination, tag): whether the last send found its ready message.
-    expect: HashMap<(c_int, c_int), bool>,
+    /// Per (destination, tag): the highest number of a ready message come, or `None` once a
+    /// send waited for one in vain before any came.
+    readies: HashMap<(c_int, c_int), Option<u64>>,
+    /// Peers that have announced receives to this rank.
+    announcing: HashSet<c_int>,
     /// Per (source, tag): receives to post without announcing, and the next such run.
     backoff: HashMap<(c_int, c_int), (u32, u32)>,
     /// Persistent requests on `MPI_COMM_WORLD`: send or receive, peer, tag, empty.
@@ -595,6 +598,9 @@ unsafe fn drain(st: &mut State, tag: c_int) {
         let read = match tag {
             READY_TAG => decode_ready(&buf).map(|(t, seq, r)| {
                 st.ready.insert((from, t, seq), r);
+                let last = st.readies.entry((from, t)).or_insert(None);
+                *last = Some(last.map_or(seq, |l| l.max(seq)));
+                st.announcing.insert(from);
             }),
             NOTE_TAG => decode_note(&buf).map(|(t, seq, note)| {
                 st.notes.insert((from, t, seq), note);
@@ -842,15 +848,10 @@ pub unsafe fn send(
     // message travels while the kernel is launched.
     let mut packed: Option<Staging> = None;
     if !carry && *method == Method::Device && n > 0 {
-        let queued = engine.staging_for(plan, Method::Device).and_then(|mut st| {
-            // SAFETY: the caller's contract; the staging is fresh and waited for (below, or by
-            // the caller once lent) before the call returns.
-            unsafe { engine.enqueue_pack(plan, buf, &mut st, None) }.map(|()| st)
-        });
-        match queued {
+        // SAFETY: the caller's contract.
+        match unsafe { pack_into_device(engine, plan, buf) } {
             Ok(st) => packed = Some(st),
             Err(e) => {
-                let _ = engine.wait();
                 log!("{op}: the pack failed, byte path: {e}");
                 return Sent::No;
             }
@@ -867,42 +868,71 @@ pub unsafe fn send(
     let k = (dest, tag, seq);
     let ready = profile::time(Phase::Ready, || {
         let mut st = lock(s);
-        if let Some(staging) = &packed {
-            if !st.greeted.contains(&dest) {
-                if let Some(g) = engine.greeting(staging) {
-                    let msg = encode_lent(&mut Vec::new(), &g);
-                    // SAFETY: the caller's contract.
-                    unsafe { post(&mut st, dest, HELLO_TAG, msg) };
-                }
-                st.greeted.insert(dest);
+        if !carry && !st.greeted.contains(&dest) {
+            st.greeted.insert(dest);
+            let fresh = match &packed {
+                Some(_) => None,
+                None => engine.staging_for(plan, Method::Device).ok(),
+            };
+            if let Some(g) = packed.as_ref().or(fresh.as_ref()).and_then(|x| engine.greeting(x)) {
+                let msg = encode_lent(&mut Vec::new(), &g);
+                // SAFETY: the caller's contract.
+                unsafe { post(&mut st, dest, HELLO_TAG, msg) };
             }
         }
-        let wait = *st.expect.get(&(dest, tag)).unwrap_or(&true);
+        // SAFETY: the caller's contract.
+        unsafe { drain(&mut st, READY_TAG) };
+        // Wait where the receiver announced one of the last few messages with this tag, or
+        // announces to this rank and has not yet been waited for in vain with this tag.
+        let wait = match st.readies.get(&(dest, tag)) {
+            Some(Some(last)) => last + 4 >= seq,
+            Some(None) => false,
+            None => st.announcing.contains(&dest) || carry,
+        };
         let start = Instant::now();
         loop {
             if let Some(r) = st.ready.remove(&k) {
                 break Some(r);
             }
-            // SAFETY: the caller's contract.
-            unsafe { drain(&mut st, READY_TAG) };
-            if let Some(r) = st.ready.remove(&k) {
-                break Some(r);
-            }
             if !wait || start.elapsed() > READY_WAIT {
+                if wait {
+                    st.readies.entry((dest, tag)).or_insert(None);
+                }
                 break None;
             }
             std::hint::spin_loop();
+            // SAFETY: the caller's contract.
+            unsafe { drain(&mut st, READY_TAG) };
         }
     });
-    lock(s).expect.insert((dest, tag), ready.is_some());
     let Some(ready) = ready else {
         return bytes(packed);
     };
     let want = if carry { Landing::Carry } else { Landing::Pull };
-    if ready.landing != want || ready.packed != n || (!carry && packed.is_none()) {
+    if ready.landing != want || ready.packed != n || n == 0 {
         return bytes(packed);
     }
-    let note = if let Some(staging) = packed {
+    let note = if carry {
+        // SAFETY: the caller's contract; the CPU engine packs into a new vector.
+        match unsafe { engine.pack(plan, buf, Method::OneShot) } {
+            Ok(mut staging) => match &mut staging {
+                Staging::Cpu(v) => Note::Carried(std::mem::take(v)),
+                _ => return Sent::No,
+            },
+            Err(_) => return Sent::No,
+        }
+    } else {
+        let staging = match packed {
+            Some(st) => st,
+            // SAFETY: the caller's contract.
+            None => match unsafe { pack_into_device(engine, plan, buf) } {
+                Ok(st) => st,
+                Err(e) => {
+                    log!("{op}: the pack failed, byte path: {e}");
+                    return Sent::No;
+                }
+            },
+        };
         match engine.lend(staging) {
             Ok((loan, lent)) => {
                 let mut st = lock(s);
@@ -913,17 +943,12 @@ pub unsafe fn send(
             }
             Err(staging) => {
                 log!("{op}: the staging could not be lent: byte path");
-                return bytes(Some(staging));
+                return match engine.wait() {
+                    // Bytes in device staging need an MPI that reads device memory.
+                    Ok(()) if *method == Method::Device => Sent::Packed(staging, count),
+                    _ => Sent::No,
+                };
             }
-        }
-    } else {
-        // SAFETY: the caller's contract; the CPU engine packs into a new vector.
-        match unsafe { engine.pack(plan, buf, Method::OneShot) } {
-            Ok(mut staging) => match &mut staging {
-                Staging::Cpu(v) => Note::Carried(std::mem::take(v)),
-                _ => return Sent::No,
-            },
-            Err(_) => return Sent::No,
         }
     };
     let how = if carry { "carried" } else { "lent" };
@@ -933,6 +958,27 @@ pub unsafe fn send(
         unsafe { send_note(&mut lock(s), dest, tag, seq, &note) }
     });
     Sent::Directly
+}
+
+/// Queues the pack of `plan` from `buf` into new device staging (not waited for).
+///
+/// # Safety
+/// `buf` is the send buffer `engine` was made for, readable where `plan` says; the stream is
+/// waited for before the staging is read or the call returns.
+unsafe fn pack_into_device(
+    engine: &Engine,
+    plan: &datatype_pack::StridedBlock,
+    buf: *const c_void,
+) -> crate::Result<Staging> {
+    engine
+        .staging_for(plan, Method::Device)
+        .and_then(|mut st| {
+            // SAFETY: the caller's contract; the staging is fresh.
+            unsafe { engine.enqueue_pack(plan, buf, &mut st, None) }.map(|()| st)
+        })
+        .inspect_err(|_| {
+            let _ = engine.wait();
+        })
 }
 
 /// Sets `status` to say `bytes` bytes arrived (a receive served by the direct path).
