@@ -71,6 +71,10 @@ const READY_WAIT: Duration = Duration::from_micros(100);
 /// sent before the message it describes, so this is only a guard against a peer that does
 /// not follow the protocol).
 const NOTE_WAIT: Duration = Duration::from_secs(10);
+/// The protocol's sends are tested for completion once this many are kept.
+const OUTGOING_ROUND: usize = 16;
+/// Done messages are read once this many stagings are lent.
+const LENT_ROUND: usize = 8;
 /// Stale ready messages and notes are dropped every this many counted operations.
 const HOUSEKEEPING: u64 = 64;
 
@@ -508,12 +512,37 @@ unsafe fn post(st: &mut State, dest: c_int, tag: c_int, bytes: Vec<u8>) {
     let Some(Shadow(comm)) = st.shadow else {
         return;
     };
-    st.outgoing.retain_mut(|o| {
-        let mut done: c_int = 0;
-        // SAFETY: a request of this module's, not yet freed; a valid out-pointer.
-        unsafe { ffi::PMPI_Test(&mut o.0, &mut done, ffi::RSMPI_STATUS_IGNORE) };
-        done == 0
-    });
+    // The sends that completed are let go in rounds: one `MPI_Testsome` per round, since each
+    // test runs the MPI's progress.
+    if st.outgoing.len() >= OUTGOING_ROUND {
+        let mut reqs: Vec<ffi::MPI_Request> = st.outgoing.iter().map(|o| o.0).collect();
+        let n = c_int::try_from(reqs.len()).unwrap_or(c_int::MAX);
+        let mut indices: Vec<c_int> = vec![0; reqs.len()];
+        let mut outcount: c_int = 0;
+        // SAFETY: `n` requests of this module's, not yet freed, and room for `n` indices; the
+        // completed ones are freed by the call and dropped below with their bytes.
+        let rc = unsafe {
+            ffi::PMPI_Testsome(
+                n,
+                reqs.as_mut_ptr(),
+                &mut outcount,
+                indices.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
+        };
+        let done: HashSet<usize> = indices
+            .iter()
+            .take(usize::try_from(outcount).unwrap_or(0))
+            .filter_map(|&i| usize::try_from(i).ok())
+            .collect();
+        if rc == 0 && !done.is_empty() {
+            let mut i = 0;
+            st.outgoing.retain(|_| {
+                i += 1;
+                !done.contains(&(i - 1))
+            });
+        }
+    }
     let n = c_int::try_from(bytes.len()).unwrap_or(c_int::MAX);
     // SAFETY: reading an immutable constant of the rsmpi shim.
     let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
@@ -792,7 +821,9 @@ pub unsafe fn done(peer: c_int, k: Key) {
     if let Some(s) = state() {
         let msg = to_bytes(&[k.1 as u32 as u64, k.2]);
         // SAFETY: the caller's contract.
-        unsafe { post(&mut lock(s), peer, DONE_TAG, msg) };
+        profile::time(Phase::Loan, || unsafe {
+            post(&mut lock(s), peer, DONE_TAG, msg)
+        });
     }
 }
 
@@ -933,11 +964,13 @@ pub unsafe fn send(
                 }
             },
         };
-        match engine.lend(staging) {
+        match profile::time(Phase::Loan, || engine.lend(staging)) {
             Ok((loan, lent)) => {
                 let mut st = lock(s);
-                // SAFETY: the caller's contract.
-                unsafe { drain(&mut st, DONE_TAG) };
+                if st.lent.len() >= LENT_ROUND {
+                    // SAFETY: the caller's contract.
+                    profile::time(Phase::Loan, || unsafe { drain(&mut st, DONE_TAG) });
+                }
                 st.lent.insert(k, loan);
                 Note::Lent(lent)
             }

@@ -998,16 +998,19 @@ impl Engine {
                 message: format!("{n} bytes to unpack, {} lent", lent.staging.len),
             });
         }
-        g.bind()?;
-        let refused = |what: &str| Error::Unsupported {
-            op: "direct unpack",
-            message: format!("rank {peer}'s {what} does not open here"),
-        };
-        let base = ipc::open(peer, &lent.staging.handle).ok_or_else(|| refused("staging"))?;
-        let event = ipc::open_event(peer, &lent.event).ok_or_else(|| refused("event"))?;
-        // SAFETY: an event opened in this context, waited for by this context's stream.
-        cuda("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(g.stream.cu_stream(), event, 0)
+        let base = profile::time(Phase::Loan, || -> Result<u64> {
+            g.bind()?;
+            let refused = |what: &str| Error::Unsupported {
+                op: "direct unpack",
+                message: format!("rank {peer}'s {what} does not open here"),
+            };
+            let base = ipc::open(peer, &lent.staging.handle).ok_or_else(|| refused("staging"))?;
+            let event = ipc::open_event(peer, &lent.event).ok_or_else(|| refused("event"))?;
+            // SAFETY: an event opened in this context, waited for by this context's stream.
+            cuda("cuStreamWaitEvent", unsafe {
+                sys::cuStreamWaitEvent(g.stream.cu_stream(), event, 0)
+            })?;
+            Ok(base)
         })?;
         // SAFETY: `base + offset` is the peer's staging mapped here, holding the `n` packed
         // bytes once its event has passed (waited for above, on this stream), kept by the peer

@@ -374,7 +374,7 @@ pub unsafe extern "C" fn MPI_Send(
             let rc = profile::time(Phase::Mpi, || unsafe {
                 ffi::PMPI_Send(direct::marker(), 0, bytes_type(), dest, tag, comm)
             });
-            packed_before_return("MPI_Send", &taken);
+            packed_before_return("MPI_Send", &taken.2);
             rc
         }
         // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
@@ -415,8 +415,8 @@ unsafe fn send_directly(
 
 /// After a send went by the direct path and its message of 0 bytes was handed to the MPI:
 /// waits for the pack, which read the program's buffer, before the call returns.
-fn packed_before_return(op: &str, taken: &Taken) {
-    if let Err(e) = taken.2.wait() {
+fn packed_before_return(op: &str, engine: &Engine) {
+    if let Err(e) = engine.wait() {
         log!("{op}: the wait for the direct path's pack failed: {e}");
     }
 }
@@ -451,7 +451,12 @@ pub unsafe extern "C" fn MPI_Isend(
             let rc = profile::time(Phase::Mpi, || unsafe {
                 ffi::PMPI_Isend(direct::marker(), 0, bytes_type(), dest, tag, comm, request)
             });
-            packed_before_return("MPI_Isend", &taken);
+            if rc == 0 {
+                // SAFETY: the real MPI wrote the new request's handle.
+                remember(key(unsafe { *request }), Pending::Packing(taken.2));
+            } else {
+                packed_before_return("MPI_Isend", &taken.2);
+            }
             return rc;
         }
         Sent::Packed(s, n) => Some((s, n)),
@@ -644,6 +649,9 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         Some(r) => (r.staging.mpi_ptr(), r.bytes, bytes_type()),
         None => (recvbuf, recvcount, recvtype),
     };
+    // The engine of a send that went by the direct path: its pack is waited for before the
+    // return.
+    let mut lent: Option<Engine> = None;
     let rc = if sseq.is_none() && rseq.is_none() {
         // SAFETY: MPI's contract for the send triple.
         let mut packed =
@@ -674,7 +682,6 @@ pub unsafe extern "C" fn MPI_Sendrecv(
             guard(|| unsafe { direct::announce(r, source, recvtag, rseq) });
         }
         let mut packed = None;
-        let mut lent = false;
         // SAFETY: MPI's contract for the send; the staging lives until the wait below.
         let (sb, sc, sty) = unsafe {
             match send
@@ -682,7 +689,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
                 .map(|t| send_directly("MPI_Sendrecv", sseq, dest, sendtag, sendbuf, t))
             {
                 Some(Sent::Directly) => {
-                    lent = true;
+                    lent = send.as_ref().map(|t| t.2.clone());
                     (direct::marker(), 0, bytes_type())
                 }
                 Some(Sent::Packed(s, n)) => {
@@ -703,11 +710,6 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         let rc = profile::time(Phase::Mpi, || unsafe {
             ffi::PMPI_Isend(sb, sc, sty, dest, sendtag, comm, &mut reqs[1])
         });
-        if lent {
-            if let Some(t) = &send {
-                packed_before_return("MPI_Sendrecv", t);
-            }
-        }
         // SAFETY: the two requests just made (a failed send's is null); `st` is a valid
         // status.
         let waited = profile::time(Phase::Mpi, || unsafe {
@@ -726,11 +728,16 @@ pub unsafe extern "C" fn MPI_Sendrecv(
             waited
         }
     };
-    match recv {
+    let code = match recv {
         // SAFETY: the receive completed with status `st`.
         Some(r) if rc == 0 => unsafe { finish_recv(r, st) },
         _ => rc,
+    };
+    // After the receive's unpack on the same stream this wait has nothing left to wait for.
+    if let Some(e) = &lent {
+        packed_before_return("MPI_Sendrecv", e);
     }
+    code
 }
 
 /// `MPI_Send_init`: a persistent send of a device buffer and a decoded type gets a staging
@@ -964,6 +971,7 @@ unsafe fn complete(
     // The receives to unpack, with the handle of each persistent one (to keep it again).
     let mut recvs = Vec::new();
     let mut kept = Vec::new();
+    let mut packing = Vec::new();
     for (i, work) in take_completed(before, after, null_request()) {
         match work {
             Pending::Send(s) => drop(s),
@@ -971,14 +979,25 @@ unsafe fn complete(
                 recvs.push((*r, status_or_blank(i)));
                 kept.push(None);
             }
+            Pending::Packing(e) => packing.push(e),
         }
     }
+    // Sends lent on the direct path: their packs are waited for after the receives' unpacks
+    // (the same stream per GPU: by then there is little or nothing left to wait for).
+    let packed = |rc: c_int| {
+        for e in &packing {
+            if let Err(e) = e.wait() {
+                log!("a send's completion: the wait for its direct pack failed: {e}");
+            }
+        }
+        rc
+    };
     for (i, handle, r) in persistent::take_started(before, &completed) {
         recvs.push((r, status_or_blank(i)));
         kept.push(Some(handle));
     }
     if recvs.is_empty() {
-        return rc;
+        return packed(rc);
     }
     let mut scope = profile::scope(profile::COMPLETION);
     scope.taken();
@@ -990,9 +1009,9 @@ unsafe fn complete(
         }
     }
     if rc != 0 {
-        return rc;
+        return packed(rc);
     }
-    codes.into_iter().find(|&c| c != 0).unwrap_or(0)
+    packed(codes.into_iter().find(|&c| c != 0).unwrap_or(0))
 }
 
 /// The handles of `n` requests at `reqs`.
@@ -1373,6 +1392,15 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
     match forget(before[0]) {
         Some(Pending::Send(s)) => {
             std::mem::forget(s);
+            // SAFETY: the caller's contract.
+            unsafe { ffi::PMPI_Request_free(request) }
+        }
+        Some(Pending::Packing(e)) => {
+            // The program lets go of the send: its pack must be done before the buffer is
+            // the program's again, which it may take this call to mean.
+            if let Err(e) = e.wait() {
+                log!("MPI_Request_free: the wait for a direct pack failed: {e}");
+            }
             // SAFETY: the caller's contract.
             unsafe { ffi::PMPI_Request_free(request) }
         }

@@ -108,6 +108,9 @@ pub enum Pending {
     Send(Staging),
     /// A receive: unpack when it completes.
     Recv(Box<Receive>),
+    /// A send lent on the direct path: its pack, which reads the program's buffer, is waited
+    /// for when the request completes (MPI leaves the buffer to the send until then).
+    Packing(Engine),
 }
 
 fn table() -> &'static Mutex<RequestTable<Pending>> {

@@ -59,10 +59,13 @@ pub enum Phase {
     Ready,
     /// The direct path: a note sent, or read.
     Note,
+    /// The direct path: a staging lent, a peer's staging and event opened and waited for, a
+    /// done message sent or read.
+    Loan,
 }
 
 /// Every phase, in the order of the table.
-const PHASES: [Phase; 13] = [
+const PHASES: [Phase; 14] = [
     Phase::Call,
     Phase::Datatype,
     Phase::Memory,
@@ -76,6 +79,7 @@ const PHASES: [Phase; 13] = [
     Phase::Announce,
     Phase::Ready,
     Phase::Note,
+    Phase::Loan,
 ];
 
 impl Phase {
@@ -95,6 +99,7 @@ impl Phase {
             Phase::Announce => "announce",
             Phase::Ready => "ready",
             Phase::Note => "note",
+            Phase::Loan => "loan",
         }
     }
 }
