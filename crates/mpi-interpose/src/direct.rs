@@ -53,26 +53,27 @@ use crate::handle::key;
 use crate::ipc::{Export, Handle};
 use crate::log::log;
 use crate::model::Method;
-use crate::path::{blank_status, bytes_type, Receive, Taken, ERR_INTERN};
+use crate::path::{bytes_type, Receive, Taken, ERR_INTERN};
 use crate::profile::{self, Phase};
+use crate::shm::Mailboxes;
 use crate::sync::lock;
 
-/// The shadow communicator's tag of ready messages.
-const READY_TAG: c_int = 1;
-/// The shadow communicator's tag of notes.
-const NOTE_TAG: c_int = 2;
-/// The shadow communicator's tag of done messages (a receiver is done with a lent staging).
-const DONE_TAG: c_int = 3;
-/// The shadow communicator's tag of greetings.
-const HELLO_TAG: c_int = 4;
+/// The mailboxes' tag of ready messages.
+const READY_TAG: u32 = 1;
+/// The mailboxes' tag of notes.
+const NOTE_TAG: u32 = 2;
+/// The mailboxes' tag of done messages (a receiver is done with a lent staging).
+const DONE_TAG: u32 = 3;
+/// The mailboxes' tag of greetings.
+const HELLO_TAG: u32 = 4;
 /// How long a send waits for the ready message of its receive, where the last one came.
 const READY_WAIT: Duration = Duration::from_micros(100);
 /// How long a receive waits for its note before it reads its message as empty (a note is
 /// sent before the message it describes, so this is only a guard against a peer that does
 /// not follow the protocol).
 const NOTE_WAIT: Duration = Duration::from_secs(10);
-/// The protocol's sends are tested for completion once this many are kept.
-const OUTGOING_ROUND: usize = 16;
+/// Bytes of a note of a lent staging: four words, the staging's offset and length, two handles.
+const LENT_NOTE: usize = 6 * 8 + 2 * 64;
 /// Done messages are read once this many stagings are lent.
 const LENT_ROUND: usize = 8;
 /// Stale ready messages and notes are dropped every this many counted operations.
@@ -135,21 +136,6 @@ pub enum Sent {
     No,
 }
 
-/// A message of the protocol on its way: the real MPI's request and the bytes it sends from.
-#[derive(Debug)]
-struct Outgoing(ffi::MPI_Request, Vec<u8>);
-
-// SAFETY: as `Shadow`: a request handle, and bytes owned here until the request completes.
-unsafe impl Send for Outgoing {}
-
-/// The protocol's communicator (a duplicate of `MPI_COMM_WORLD`).
-#[derive(Debug, Clone, Copy)]
-struct Shadow(MPI_Comm);
-
-// SAFETY: a communicator handle is a value MPI lets any thread pass (one at a time here:
-// the direct path is off where threads may call MPI at once).
-unsafe impl Send for Shadow {}
-
 /// Whether a peer's greeting opened here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reach {
@@ -161,8 +147,7 @@ enum Reach {
 
 #[derive(Debug, Default)]
 struct State {
-    shadow: Option<Shadow>,
-    rank: c_int,
+    mail: Option<Mailboxes>,
     /// Messages sent per (destination, tag).
     sent: HashMap<(c_int, c_int), u64>,
     /// Receives posted per (source, tag).
@@ -181,8 +166,8 @@ struct State {
     backoff: HashMap<(c_int, c_int), (u32, u32)>,
     /// Persistent requests on `MPI_COMM_WORLD`: send or receive, peer, tag, empty.
     persistent: HashMap<u64, (bool, c_int, c_int, bool)>,
-    /// The protocol's messages sent and not yet known to be complete.
-    outgoing: Vec<Outgoing>,
+    /// Done messages that did not fit their mailbox yet: to whom, and the message.
+    unsent: Vec<(c_int, Vec<u8>)>,
     /// Staging lent per message sent directly, until its receiver is done.
     lent: HashMap<Key, Loan>,
     /// Peers greeted by this rank.
@@ -217,12 +202,12 @@ fn any_tag() -> c_int {
 }
 
 /// Sets the direct path up after the real `MPI_Init`/`MPI_Init_thread` (`provided` is the
-/// thread level): a duplicate of `MPI_COMM_WORLD` for the protocol, unless the interposer or
-/// the direct path is off, or threads may call MPI at once (the order of sends would be
-/// unknown).
+/// thread level): the mailboxes between the ranks of each node ([`Mailboxes::open`]), unless
+/// the interposer or the direct path is off, or threads may call MPI at once (the order of
+/// sends would be unknown).
 ///
 /// # Safety
-/// MPI was just initialized, and every rank calls this (the duplicate is collective).
+/// MPI was just initialized, and every rank calls this (the mailboxes are made collectively).
 pub unsafe fn init(provided: c_int) {
     let cfg = config::get();
     // SAFETY: reading an immutable constant of the rsmpi shim.
@@ -230,19 +215,13 @@ pub unsafe fn init(provided: c_int) {
     if cfg.disabled || cfg.direct == Direct::Off || multiple {
         return;
     }
-    // SAFETY: reading an immutable constant of the rsmpi shim.
-    let mut shadow: MPI_Comm = unsafe { ffi::RSMPI_COMM_NULL };
-    let mut rank: c_int = 0;
-    // SAFETY: MPI is initialized; valid out-pointers; the world communicator's constant.
-    unsafe {
-        if ffi::PMPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut shadow) != 0 {
-            return;
-        }
-        ffi::PMPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank);
-    }
+    // SAFETY: the caller's contract.
+    let Some(mail) = (unsafe { Mailboxes::open() }) else {
+        log!("direct path: no shared-memory mailboxes between the ranks; off");
+        return;
+    };
     let _ = STATE.set(Mutex::new(State {
-        shadow: Some(Shadow(shadow)),
-        rank,
+        mail: Some(mail),
         settled: true,
         ..State::default()
     }));
@@ -283,10 +262,13 @@ pub unsafe fn sent(
     let n = st.sent.entry((dest, tag)).or_insert(0);
     let seq = *n;
     *n += 1;
+    let reaches = st.mail.as_ref().is_some_and(|m| m.reaches(dest));
     // SAFETY: the caller's contract.
-    if dest != st.rank && unsafe { is_empty(count, dt) } {
-        // SAFETY: MPI initialized; the shadow communicator is live.
-        unsafe { send_note(&mut st, dest, tag, seq, &Note::Empty) };
+    if reaches
+        && unsafe { is_empty(count, dt) }
+        && !send_note(&mut st, dest, tag, seq, &Note::Empty)
+    {
+        log!("direct path: rank {dest}'s mailbox is full; its receive of message {seq} with tag {tag} may wait for its note");
     }
     // SAFETY: as above.
     unsafe { housekeeping(&mut st) };
@@ -397,12 +379,7 @@ unsafe fn housekeeping(st: &mut State) {
     if st.ops % HOUSEKEEPING != 0 {
         return;
     }
-    // SAFETY: the caller's contract.
-    unsafe {
-        drain(st, READY_TAG);
-        drain(st, NOTE_TAG);
-        drain(st, DONE_TAG);
-    }
+    drain(st);
     let sent = st.sent.clone();
     st.ready
         .retain(|&(p, t, n), _| n >= sent.get(&(p, t)).copied().unwrap_or(0));
@@ -502,128 +479,39 @@ fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note)> {
     Some((w[0] as u32 as c_int, w[1], note))
 }
 
-/// Sends `bytes` to `dest` on the shadow communicator with `tag`, without waiting: the send
-/// is kept until a later call finds it complete (a message too large to go eagerly waits for
-/// its receiver, which may be waiting for the program's message that follows this one).
-///
-/// # Safety
-/// MPI initialized.
-unsafe fn post(st: &mut State, dest: c_int, tag: c_int, bytes: Vec<u8>) {
-    let Some(Shadow(comm)) = st.shadow else {
-        return;
+/// Sends `bytes` with `tag` to `dest` through its mailbox; whether it fit (done messages
+/// that did not fit earlier go first).
+fn post(st: &mut State, dest: c_int, tag: u32, bytes: &[u8]) -> bool {
+    let Some(mail) = &st.mail else {
+        return false;
     };
-    // The sends that completed are let go in rounds: one `MPI_Testsome` per round, since each
-    // test runs the MPI's progress.
-    if st.outgoing.len() >= OUTGOING_ROUND {
-        let mut reqs: Vec<ffi::MPI_Request> = st.outgoing.iter().map(|o| o.0).collect();
-        let n = c_int::try_from(reqs.len()).unwrap_or(c_int::MAX);
-        let mut indices: Vec<c_int> = vec![0; reqs.len()];
-        let mut outcount: c_int = 0;
-        // SAFETY: `n` requests of this module's, not yet freed, and room for `n` indices; the
-        // completed ones are freed by the call and dropped below with their bytes.
-        let rc = unsafe {
-            ffi::PMPI_Testsome(
-                n,
-                reqs.as_mut_ptr(),
-                &mut outcount,
-                indices.as_mut_ptr(),
-                ffi::RSMPI_STATUSES_IGNORE,
-            )
-        };
-        let done: HashSet<usize> = indices
-            .iter()
-            .take(usize::try_from(outcount).unwrap_or(0))
-            .filter_map(|&i| usize::try_from(i).ok())
-            .collect();
-        if rc == 0 && !done.is_empty() {
-            let mut i = 0;
-            st.outgoing.retain(|_| {
-                i += 1;
-                !done.contains(&(i - 1))
-            });
-        }
+    if !st.unsent.is_empty() {
+        st.unsent.retain(|(to, b)| !mail.send(*to, DONE_TAG, b));
     }
-    let n = c_int::try_from(bytes.len()).unwrap_or(c_int::MAX);
-    // SAFETY: reading an immutable constant of the rsmpi shim.
-    let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-    // SAFETY: `bytes` holds `n` bytes and is kept with the request until it completes; the
-    // shadow communicator is live from `init` on.
-    let rc = unsafe {
-        ffi::PMPI_Isend(
-            bytes.as_ptr().cast(),
-            n,
-            bytes_type(),
-            dest,
-            tag,
-            comm,
-            &mut req,
-        )
-    };
-    if rc == 0 {
-        st.outgoing.push(Outgoing(req, bytes));
-    }
+    mail.send(dest, tag, bytes)
 }
 
-/// At `MPI_Finalize`: the protocol's sends still pending are let go (`MPI_Request_free`; their
-/// bytes are kept for good, since the real MPI may still read them).
-///
-/// # Safety
-/// MPI initialized, not yet finalized.
-pub unsafe fn finalize() {
+/// At `MPI_Finalize`: staging still lent stays allocated (a peer may not have said it is done
+/// yet).
+pub fn finalize() {
     let Some(s) = state() else { return };
-    // Staging still lent stays allocated: a peer may not have said it is done yet.
     for (_, loan) in std::mem::take(&mut lock(s).lent) {
         std::mem::forget(loan);
     }
-    for mut o in std::mem::take(&mut lock(s).outgoing) {
-        // SAFETY: a request of this module's, not yet freed.
-        unsafe { ffi::PMPI_Request_free(&mut o.0) };
-        std::mem::forget(o.1);
+}
+
+/// Sends receive `seq`'s note; whether it fit.
+fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note) -> bool {
+    post(st, dest, NOTE_TAG, &encode_note(tag, seq, note))
+}
+
+/// Reads every message that has come to this rank's mailboxes into the state's tables.
+fn drain(st: &mut State) {
+    let mut got = Vec::new();
+    if let Some(mail) = &st.mail {
+        mail.receive(|from, tag, b| got.push((from, tag, b)));
     }
-}
-
-/// # Safety
-/// MPI initialized.
-unsafe fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note) {
-    // SAFETY: the caller's contract.
-    unsafe { post(st, dest, NOTE_TAG, encode_note(tag, seq, note)) };
-}
-
-/// Receives every message with `tag` (ready messages or notes) that has arrived on the shadow
-/// communicator into the state's tables.
-///
-/// # Safety
-/// MPI initialized.
-unsafe fn drain(st: &mut State, tag: c_int) {
-    let Some(Shadow(comm)) = st.shadow else {
-        return;
-    };
-    loop {
-        let mut flag: c_int = 0;
-        let mut status = blank_status();
-        // SAFETY: valid out-pointers; the shadow communicator is live.
-        unsafe { ffi::PMPI_Iprobe(any_source(), tag, comm, &mut flag, &mut status) };
-        if flag == 0 {
-            return;
-        }
-        let mut n: c_int = 0;
-        // SAFETY: the status the probe just wrote.
-        unsafe { ffi::PMPI_Get_count(&status, bytes_type(), &mut n) };
-        let mut buf = vec![0u8; usize::try_from(n).unwrap_or(0)];
-        let from = status.MPI_SOURCE;
-        // SAFETY: `buf` holds `n` bytes; the probed message is the first from `from` with
-        // `tag` (one thread calls MPI at a time), so this receives exactly it.
-        unsafe {
-            ffi::PMPI_Recv(
-                buf.as_mut_ptr().cast::<c_void>(),
-                n,
-                bytes_type(),
-                from,
-                tag,
-                comm,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
-        };
+    for (from, tag, buf) in got {
         let read = match tag {
             READY_TAG => decode_ready(&buf).map(|(t, seq, r)| {
                 st.ready.insert((from, t, seq), r);
@@ -638,9 +526,10 @@ unsafe fn drain(st: &mut State, tag: c_int) {
             DONE_TAG => words_of(&buf, 2).map(|w| {
                 st.lent.remove(&(from, w[0] as u32 as c_int, w[1]));
             }),
-            _ => decode_lent(&buf, 0).map(|g| {
+            HELLO_TAG => decode_lent(&buf, 0).map(|g| {
                 st.greetings.insert(from, g);
             }),
+            _ => None,
         };
         if read.is_none() {
             log!("direct path: an unreadable message with tag {tag} from rank {from}");
@@ -658,8 +547,7 @@ unsafe fn reaches(st: &mut State, source: c_int, engine: &Engine) -> Option<bool
         return Some(r == Reach::Yes);
     }
     if !st.greetings.contains_key(&source) {
-        // SAFETY: the caller's contract.
-        unsafe { drain(st, HELLO_TAG) };
+        drain(st);
     }
     let g = st.greetings.remove(&source)?;
     let yes = engine.reaches(source, &g);
@@ -689,7 +577,8 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         return;
     };
     let mut st = lock(s);
-    if !st.settled || source == st.rank {
+    let node = st.mail.as_ref().is_some_and(|m| m.reaches(source));
+    if !st.settled || !node {
         return;
     }
     if let Some((skip, _)) = st.backoff.get_mut(&(source, tag)) {
@@ -707,13 +596,14 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         Engine::Cpu if config::get().direct == Direct::Carry => Landing::Carry,
         Engine::Cpu => return,
     };
-    profile::time(Phase::Announce, || {
+    let sent = profile::time(Phase::Announce, || {
         let msg = encode_ready(tag, seq, r.plan().packed_size(), landing);
-        // SAFETY: the caller's contract.
-        unsafe { post(&mut st, source, READY_TAG, msg) };
-        st.awaited.insert((source, tag, seq));
+        post(&mut st, source, READY_TAG, &msg)
     });
-    r.direct = Some(Announced((source, tag, seq)));
+    if sent {
+        st.awaited.insert((source, tag, seq));
+        r.direct = Some(Announced((source, tag, seq)));
+    }
 }
 
 /// The note of announced receive `a`, which completed with 0 bytes: waits for it (it was sent
@@ -734,8 +624,7 @@ unsafe fn claim(a: &Announced) -> Note {
                 st.backoff.remove(&(a.0 .0, a.0 .1));
                 return n;
             }
-            // SAFETY: the caller's contract.
-            unsafe { drain(&mut st, NOTE_TAG) };
+            drain(&mut st);
             if let Some(n) = st.notes.remove(&a.0) {
                 st.awaited.remove(&a.0);
                 st.backoff.remove(&(a.0 .0, a.0 .1));
@@ -813,16 +702,15 @@ pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
 }
 
 /// Tells the peer of a [`Finish::Pull`] receive that this rank is done with its staging (the
-/// unpack was waited for, or failed).
-///
-/// # Safety
-/// MPI initialized.
-pub unsafe fn done(peer: c_int, k: Key) {
+/// unpack was waited for, or failed); where its mailbox is full, at a later message.
+pub fn done(peer: c_int, k: Key) {
     if let Some(s) = state() {
         let msg = to_bytes(&[k.1 as u32 as u64, k.2]);
-        // SAFETY: the caller's contract.
-        profile::time(Phase::Loan, || unsafe {
-            post(&mut lock(s), peer, DONE_TAG, msg)
+        profile::time(Phase::Loan, || {
+            let mut st = lock(s);
+            if !post(&mut st, peer, DONE_TAG, &msg) {
+                st.unsent.push((peer, msg));
+            }
         });
     }
 }
@@ -867,7 +755,8 @@ pub unsafe fn send(
     }
     {
         let st = lock(s);
-        if !st.settled || dest == st.rank {
+        let node = st.mail.as_ref().is_some_and(|m| m.reaches(dest));
+        if !st.settled || !node {
             return Sent::No;
         }
     }
@@ -900,19 +789,26 @@ pub unsafe fn send(
     let ready = profile::time(Phase::Ready, || {
         let mut st = lock(s);
         if !carry && !st.greeted.contains(&dest) {
-            st.greeted.insert(dest);
             let fresh = match &packed {
                 Some(_) => None,
                 None => engine.staging_for(plan, Method::Device).ok(),
             };
-            if let Some(g) = packed.as_ref().or(fresh.as_ref()).and_then(|x| engine.greeting(x)) {
-                let msg = encode_lent(&mut Vec::new(), &g);
-                // SAFETY: the caller's contract.
-                unsafe { post(&mut st, dest, HELLO_TAG, msg) };
+            let greeting = packed
+                .as_ref()
+                .or(fresh.as_ref())
+                .and_then(|x| engine.greeting(x));
+            match greeting {
+                Some(g) => {
+                    if post(&mut st, dest, HELLO_TAG, &encode_lent(&mut Vec::new(), &g)) {
+                        st.greeted.insert(dest);
+                    }
+                }
+                None => {
+                    st.greeted.insert(dest);
+                }
             }
         }
-        // SAFETY: the caller's contract.
-        unsafe { drain(&mut st, READY_TAG) };
+        drain(&mut st);
         // Wait where the receiver announced one of the last few messages with this tag, or
         // announces to this rank and has not yet been waited for in vain with this tag.
         let wait = match st.readies.get(&(dest, tag)) {
@@ -932,8 +828,7 @@ pub unsafe fn send(
                 break None;
             }
             std::hint::spin_loop();
-            // SAFETY: the caller's contract.
-            unsafe { drain(&mut st, READY_TAG) };
+            drain(&mut st);
         }
     });
     let Some(ready) = ready else {
@@ -947,7 +842,14 @@ pub unsafe fn send(
         // SAFETY: the caller's contract; the CPU engine packs into a new vector.
         match unsafe { engine.pack(plan, buf, Method::OneShot) } {
             Ok(mut staging) => match &mut staging {
-                Staging::Cpu(v) => Note::Carried(std::mem::take(v)),
+                Staging::Cpu(v)
+                    if lock(s)
+                        .mail
+                        .as_ref()
+                        .is_some_and(|m| m.room(dest, 32 + v.len())) =>
+                {
+                    Note::Carried(std::mem::take(v))
+                }
                 _ => return Sent::No,
             },
             Err(_) => return Sent::No,
@@ -964,12 +866,19 @@ pub unsafe fn send(
                 }
             },
         };
+        // The note must reach the receiver once the staging is lent: room for it first.
+        if !lock(s)
+            .mail
+            .as_ref()
+            .is_some_and(|m| m.room(dest, LENT_NOTE))
+        {
+            return bytes(Some(staging));
+        }
         match profile::time(Phase::Loan, || engine.lend(staging)) {
             Ok((loan, lent)) => {
                 let mut st = lock(s);
                 if st.lent.len() >= LENT_ROUND {
-                    // SAFETY: the caller's contract.
-                    profile::time(Phase::Loan, || unsafe { drain(&mut st, DONE_TAG) });
+                    profile::time(Phase::Loan, || drain(&mut st));
                 }
                 st.lent.insert(k, loan);
                 Note::Lent(lent)
@@ -986,10 +895,11 @@ pub unsafe fn send(
     };
     let how = if carry { "carried" } else { "lent" };
     log!("{op}: message {seq} to rank {dest} with tag {tag}: {how} {n} bytes directly");
-    profile::time(Phase::Note, || {
-        // SAFETY: the caller's contract.
-        unsafe { send_note(&mut lock(s), dest, tag, seq, &note) }
+    // The room was checked above, and only this rank writes that mailbox.
+    let sent = profile::time(Phase::Note, || {
+        send_note(&mut lock(s), dest, tag, seq, &note)
     });
+    debug_assert!(sent, "the note's room was checked");
     Sent::Directly
 }
 

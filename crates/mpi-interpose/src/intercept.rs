@@ -98,8 +98,7 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
             Some(())
         });
     }
-    // SAFETY: MPI is initialized until the real call below.
-    guard(|| unsafe { direct::finalize() });
+    guard(direct::finalize);
     // SAFETY: the caller's contract.
     unsafe { ffi::PMPI_Finalize() }
 }

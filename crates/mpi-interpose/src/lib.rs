@@ -35,6 +35,7 @@ pub mod model;
 mod path;
 mod persistent;
 mod profile;
+mod shm;
 pub mod sync;
 pub mod table;
 pub mod types;
