@@ -215,6 +215,27 @@ pub unsafe fn init(provided: c_int) {
     if cfg.disabled || cfg.direct == Direct::Off || multiple {
         return;
     }
+    // Open MPI's and MPICH's Fortran bindings call the profiling interface (`PMPI_*`)
+    // themselves: their sends and receives would not be counted, and the numbers would pair
+    // a send with the wrong receive. Where they are loaded the path stays off; every rank
+    // decides alike, since the mailboxes below are made by all or none.
+    let fortran = c_int::from(fortran_bindings_loaded());
+    let mut any: c_int = 0;
+    // SAFETY: valid buffers of one int; MPI is initialized; the shim's constants.
+    unsafe {
+        ffi::PMPI_Allreduce(
+            (&fortran as *const c_int).cast(),
+            (&mut any as *mut c_int).cast(),
+            1,
+            ffi::RSMPI_INT32_T,
+            ffi::RSMPI_MAX,
+            ffi::RSMPI_COMM_WORLD,
+        );
+    }
+    if any != 0 {
+        log!("direct path: MPI's Fortran bindings are loaded (their calls cannot be counted); off");
+        return;
+    }
     // SAFETY: the caller's contract.
     let Some(mail) = (unsafe { Mailboxes::open() }) else {
         log!("direct path: no shared-memory mailboxes between the ranks; off");
@@ -225,6 +246,28 @@ pub unsafe fn init(provided: c_int) {
         settled: true,
         ..State::default()
     }));
+}
+
+/// Whether the process has MPI's Fortran bindings loaded (Open MPI's `libmpi_mpifh` or
+/// `libmpi_usempif08`, MPICH's `libmpifort`): one of their entry points resolves.
+fn fortran_bindings_loaded() -> bool {
+    const NAMES: [&std::ffi::CStr; 6] = [
+        c"mpi_send_",
+        c"mpi_send",
+        c"mpi_send__",
+        c"MPI_SEND",
+        c"ompi_send_f",
+        c"mpi_send_f08_",
+    ];
+    // SAFETY: a handle to the program's global symbols (a null file name); never closed.
+    let all = unsafe { libc::dlopen(std::ptr::null(), libc::RTLD_NOW) };
+    if all.is_null() {
+        return false;
+    }
+    // SAFETY: looking names up in that handle changes nothing.
+    NAMES
+        .iter()
+        .any(|n| !unsafe { libc::dlsym(all, n.as_ptr()) }.is_null())
 }
 
 /// Whether a count of a datatype is 0 bytes (an unknown size counts as bytes).
@@ -264,14 +307,13 @@ pub unsafe fn sent(
     *n += 1;
     let reaches = st.mail.as_ref().is_some_and(|m| m.reaches(dest));
     // SAFETY: the caller's contract.
-    if reaches
-        && unsafe { is_empty(count, dt) }
-        && !send_note(&mut st, dest, tag, seq, &Note::Empty)
-    {
-        log!("direct path: rank {dest}'s mailbox is full; its receive of message {seq} with tag {tag} may wait for its note");
+    let empty = reaches && unsafe { is_empty(count, dt) };
+    if empty && !send_note(&mut st, dest, tag, seq, &Note::Empty) {
+        log!(
+            "direct path: rank {dest}'s mailbox is full; its receive of message {seq} with tag {tag} may wait for its note"
+        );
     }
-    // SAFETY: as above.
-    unsafe { housekeeping(&mut st) };
+    housekeeping(&mut st);
     Some(seq)
 }
 
@@ -371,10 +413,7 @@ pub unsafe fn started(handles: &[u64]) {
 
 /// Drops ready messages of sends already made and notes no receive waits for, every
 /// [`HOUSEKEEPING`] operations.
-///
-/// # Safety
-/// MPI initialized.
-unsafe fn housekeeping(st: &mut State) {
+fn housekeeping(st: &mut State) {
     st.ops += 1;
     if st.ops % HOUSEKEEPING != 0 {
         return;
@@ -539,10 +578,7 @@ fn drain(st: &mut State) {
 
 /// Whether this rank's GPU reaches rank `source`'s lent staging (its greeting opened here),
 /// trying a greeting that came; `None` until one has come.
-///
-/// # Safety
-/// MPI initialized.
-unsafe fn reaches(st: &mut State, source: c_int, engine: &Engine) -> Option<bool> {
+fn reaches(st: &mut State, source: c_int, engine: &Engine) -> Option<bool> {
     if let Some(&r) = st.reach.get(&source) {
         return Some(r == Reach::Yes);
     }
@@ -588,8 +624,7 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         }
     }
     let landing = match r.engine() {
-        // SAFETY: the caller's contract.
-        Engine::Gpu(..) => match unsafe { reaches(&mut st, source, r.engine()) } {
+        Engine::Gpu(..) => match reaches(&mut st, source, r.engine()) {
             Some(true) => Landing::Pull,
             _ => return,
         },
@@ -608,10 +643,7 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
 
 /// The note of announced receive `a`, which completed with 0 bytes: waits for it (it was sent
 /// before the message). After [`NOTE_WAIT`] without one, the message counts as empty.
-///
-/// # Safety
-/// MPI initialized.
-unsafe fn claim(a: &Announced) -> Note {
+fn claim(a: &Announced) -> Note {
     let Some(s) = state() else {
         return Note::Empty;
     };
@@ -673,8 +705,7 @@ pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
         wasted(&a);
         return Finish::Bytes;
     }
-    // SAFETY: the caller's contract.
-    match profile::time(Phase::Note, || unsafe { claim(&a) }) {
+    match profile::time(Phase::Note, || claim(&a)) {
         Note::Lent(lent) => {
             let n = r.plan().packed_size();
             // SAFETY: the status is writable (the caller's contract).

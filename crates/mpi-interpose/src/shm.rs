@@ -314,8 +314,8 @@ unsafe fn create(name: &CString, len: usize) -> Option<Segment> {
     }
     // SAFETY: the descriptor just opened; a new segment reads as zeros once sized.
     let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
-    // SAFETY: as above.
     let seg = if sized {
+        // SAFETY: the descriptor just opened and sized to `len` bytes.
         unsafe { map_fd(fd, len) }
     } else {
         None
