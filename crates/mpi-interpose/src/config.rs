@@ -10,7 +10,7 @@
 //! | `COLLECTIVES_INTERPOSE_CUDA_AWARE` | `0`, `1` | override the detection of a CUDA-aware MPI (`MPIX_Query_cuda_support`) |
 //! | `COLLECTIVES_INTERPOSE_HOST_PACK` | `1`, `send`, `recv` | testing: host buffers of decoded types also take the interposer's byte path (packed by the CPU reference), for sends and receives, sends only or receives only |
 //! | `COLLECTIVES_INTERPOSE_RELAUNCH` | `0` | launch the pack and unpack kernels one by one with `cuLaunchKernel` instead of through CUDA graphs (`datatype_pack::gpu::GpuOptions::relaunch` and, for the unpacks of the receives one call completes, `datatype_pack::gpu::Batch`; on by default: about 2 µs less per kernel waited for) |
-//! | `COLLECTIVES_INTERPOSE_DIRECT` | `0`, `1`, `carry` | the direct path between ranks on `MPI_COMM_WORLD` (`crate::direct`): `1` copies device-to-device over CUDA IPC where both sides allow it, `0` (the default) sends every message through the real MPI, `carry` (testing) also takes host buffers of the byte path and carries their packed bytes in the protocol's own message; the same value on every rank |
+//! | `COLLECTIVES_INTERPOSE_DIRECT` | `0`, `1`, `carry` | the direct path between ranks of one node on `MPI_COMM_WORLD` (`crate::direct`): `1` lends a send's device staging to its receiver, which unpacks from it over CUDA IPC, where both sides allow it; `0` (the default) sends every message through the real MPI; `carry` (testing) also takes host buffers of the byte path and carries their packed bytes in the protocol's notes; the same value on every rank |
 //! | `COLLECTIVES_INTERPOSE_PROFILE` | `1` | host wall time of each phase of the interposer's calls, summed, one table per rank on stderr at `MPI_Finalize` (`crate::profile`) |
 
 use std::sync::OnceLock;
@@ -31,7 +31,7 @@ pub struct HostPack {
 pub enum Direct {
     /// Every message goes through the real MPI (the default).
     Off,
-    /// Device buffers are copied over CUDA IPC where both sides allow it
+    /// Device staging is lent to the receiver over CUDA IPC where both sides allow it
     /// (`COLLECTIVES_INTERPOSE_DIRECT=1`).
     On,
     /// As `On`, and (testing) host buffers taken by the byte path have their packed bytes

@@ -4,7 +4,7 @@
 //!
 //! | layer | module | what it does |
 //! |---|---|---|
-//! | direct | `direct`, `ipc` | on one node, a send's bytes copied straight into the receiver's device buffer over CUDA IPC, paired with its receive by message order; the counting of every send and receive on `MPI_COMM_WORLD` |
+//! | direct | `direct`, `ipc`, `shm` | on one node, a send's device staging lent to its receiver, which unpacks from it over CUDA IPC after the sender's event, paired with its receive by message order; the counting of every send and receive on `MPI_COMM_WORLD`; the protocol's shared-memory mailboxes |
 //! | counted | `counted` | the other send modes, `MPI_Sendrecv_replace`, matched probes, `MPI_Cancel`: counted for the direct path, then the real call |
 //! | symbols | `intercept` | `MPI_Finalize`, `MPI_Type_commit`/`_free`, `MPI_Pack`/`_Unpack`/`_Pack_size`, `MPI_Send`/`_Recv`/`_Isend`/`_Irecv`/`_Sendrecv`, `MPI_Send_init`/`_Recv_init`/`_Start`/`_Startall`, the waits and tests, `MPI_Request_free`: the interposer's path or `PMPI_*` |
 //! | path | `path` | whether a call is taken, its staging, pending work of requests, the unpack on completion |
