@@ -949,24 +949,75 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
     let mut scope = profile::scope("MPI_Start");
     scope.taken();
     // SAFETY: the caller starts these requests; their send buffers hold what they send.
-    match guarded(|| Some(unsafe { persistent::start(&handles, &counted) }))
-        .unwrap_or(path::ERR_INTERN)
-    {
-        0 => {
-            // SAFETY: the caller's array of `n` requests; lent sends start their markers.
-            let swapped = unsafe { persistent::swap_in(reqs, n) };
-            let rc = profile::time(Phase::Mpi, real);
-            drop(swapped);
-            if rc != 0 {
-                persistent::not_started(&handles);
-            } else {
-                // SAFETY: MPI initialized; the receives are posted.
-                guard(|| unsafe { persistent::announce_started(&handles, &counted) });
-            }
-            rc
-        }
-        code => code,
+    let packed = guarded(|| Some(unsafe { persistent::start(&handles, &counted) }))
+        .unwrap_or(path::ERR_INTERN);
+    if packed != 0 {
+        return packed;
     }
+    let rc = if persistent::any_packed_fresh(&handles) {
+        // SAFETY: the caller's array of `n` requests, which it starts.
+        unsafe { start_lending(reqs, &handles, &counted) }
+    } else {
+        let rc = profile::time(Phase::Mpi, real);
+        if rc == 0 {
+            // SAFETY: MPI initialized; the receives are posted.
+            guard(|| unsafe { persistent::announce_started(&handles, &counted) });
+        }
+        rc
+    };
+    if rc != 0 {
+        persistent::not_started(&handles);
+    }
+    rc
+}
+
+/// A start with sends the direct path may lend: the interposer's persistent receives among
+/// `handles` start first and announce themselves (`MPI_Startall` starts its requests in any
+/// order), so that the peers' sends find their ready messages; then each send is lent or
+/// packed into its own staging ([`persistent::lend_packed`]); then the rest start, lent sends
+/// by their markers ([`persistent::swap_in`]).
+///
+/// # Safety
+/// MPI initialized; `reqs` is the caller's array of the started `handles`.
+unsafe fn start_lending(
+    reqs: *mut MPI_Request,
+    handles: &[u64],
+    counted: &[Option<(c_int, c_int, u64)>],
+) -> c_int {
+    let recvs = persistent::receives(handles);
+    for &i in &recvs {
+        // SAFETY: slot `i` of the caller's array, a persistent receive of the interposer.
+        let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Start(reqs.add(i)) });
+        if rc != 0 {
+            return rc;
+        }
+    }
+    // SAFETY: MPI initialized; the receives are posted.
+    guard(|| unsafe { persistent::announce_started(handles, counted) });
+    // SAFETY: the caller's contract: the sends' buffers hold what they send.
+    let lent =
+        guarded(|| Some(unsafe { persistent::lend_packed(handles) })).unwrap_or(path::ERR_INTERN);
+    if lent != 0 {
+        return lent;
+    }
+    let mut rest: Vec<MPI_Request> = (0..handles.len())
+        .filter(|i| !recvs.contains(i))
+        // SAFETY: the caller's array holds `handles.len()` requests.
+        .map(|i| unsafe { *reqs.add(i) })
+        .collect();
+    if rest.is_empty() {
+        return 0;
+    }
+    let n = c_int::try_from(rest.len()).unwrap_or(c_int::MAX);
+    // SAFETY: `rest` holds `n` of the caller's persistent requests; lent sends start their
+    // markers (the handles in `rest` are copies: the caller's array is not changed).
+    let swapped = unsafe { persistent::swap_in(rest.as_mut_ptr(), n) };
+    // SAFETY: as above.
+    let rc = profile::time(Phase::Mpi, || unsafe {
+        ffi::PMPI_Startall(n, rest.as_mut_ptr())
+    });
+    drop(swapped);
+    rc
 }
 
 /// Completes the interposer's requests among `before` that the call completed: the ones it

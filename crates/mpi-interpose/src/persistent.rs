@@ -43,6 +43,9 @@ pub struct Outgoing {
     pub marker: Option<ffi::MPI_Request>,
     /// Whether the last start was lent on the direct path (its marker was started instead).
     lent: bool,
+    /// A start's fresh staging, packed, and its message's destination, tag and number, until
+    /// [`lend_packed`] lends it or packs the request's own staging instead.
+    fresh: Option<(Staging, (c_int, c_int, u64))>,
 }
 
 // SAFETY: the user's buffer address is only used by the thread that starts the request; MPI's
@@ -112,10 +115,8 @@ pub fn release(request: u64) -> Option<(Persistent, bool)> {
 /// persistent sends among them, all queued before one launch and one wait per GPU
 /// ([`queue_and_wait`]), then marks the interposer's requests among them started. A send the
 /// direct path may serve (`counted`, per handle: its destination, tag and number) is packed
-/// into fresh staging and lent where its receive is announced ([`direct::lend_started`]; its
-/// marker is then started in its place, [`swap_in`]), else packed again into its own staging.
-/// Returns 0, or the code of a failed pack, when nothing must be started (the requests stay
-/// inactive).
+/// into fresh staging, for [`lend_packed`] to lend. Returns 0, or the code of a failed pack,
+/// when nothing must be started (the requests stay inactive).
 ///
 /// # Safety
 /// MPI initialized; `handles` are the requests the caller starts, whose send buffers hold
@@ -170,29 +171,17 @@ pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) ->
     let mut map = lock(kept());
     for ((h, mut o, key, fresh), s) in sends.into_iter().zip(settled) {
         o.lent = false;
-        match (s, key, fresh) {
-            (Ok(()), Some(key), Some(fresh)) => {
-                match direct::lend_started(o.op, key, &o.engine, &o.plan, fresh) {
-                    Ok(()) => o.lent = true,
-                    Err(fresh) => {
-                        drop(fresh);
-                        // SAFETY: as above, for its own staging alone; waited for below.
-                        let again =
-                            unsafe { o.engine.enqueue_pack(&o.plan, o.buf, &mut o.staging, None) };
-                        if let Err(e) = again.and(o.engine.wait()) {
-                            log!("{}: the pack at the start failed: {e}", o.op);
-                            rc = ERR_INTERN;
-                        }
-                    }
-                }
+        match s {
+            Ok(()) => {
+                o.fresh = fresh.zip(key);
+                log!(
+                    "{}: packed {} bytes from a {} at the start",
+                    o.op,
+                    o.bytes,
+                    o.engine.describe()
+                );
             }
-            (Ok(()), _, _) => log!(
-                "{}: packed {} bytes from a {} at the start",
-                o.op,
-                o.bytes,
-                o.engine.describe()
-            ),
-            (Err(code), _, _) => rc = code,
+            Err(code) => rc = code,
         }
         map.insert(
             h,
@@ -204,6 +193,78 @@ pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) ->
     }
     if rc == 0 {
         mark(&mut map, handles, true);
+    } else {
+        for h in handles {
+            if let Some(Kept {
+                work: Persistent::Send(o),
+                ..
+            }) = map.get_mut(h)
+            {
+                o.fresh = None;
+            }
+        }
+    }
+    rc
+}
+
+/// Whether any of `handles` is a persistent send packed into fresh staging by [`start`].
+pub fn any_packed_fresh(handles: &[u64]) -> bool {
+    let map = lock(kept());
+    handles.iter().any(
+        |h| matches!(map.get(h), Some(Kept { work: Persistent::Send(o), .. }) if o.fresh.is_some()),
+    )
+}
+
+/// The positions among `handles` of the interposer's persistent receives.
+pub fn receives(handles: &[u64]) -> Vec<usize> {
+    let map = lock(kept());
+    (0..handles.len())
+        .filter(|&i| {
+            matches!(
+                map.get(&handles[i]),
+                Some(Kept {
+                    work: Persistent::Recv(_),
+                    ..
+                })
+            )
+        })
+        .collect()
+}
+
+/// The sends among `handles` that [`start`] packed into fresh staging: each is lent where its
+/// receive's ready message comes ([`direct::lend_started`]; its marker then starts in its
+/// place, [`swap_in`]), else its own staging is packed too and the real request goes. Returns
+/// 0, or the code of a failed pack.
+///
+/// # Safety
+/// As [`start`].
+pub unsafe fn lend_packed(handles: &[u64]) -> c_int {
+    let mut rc = 0;
+    let mut map = lock(kept());
+    for h in handles {
+        let Some(Kept {
+            work: Persistent::Send(o),
+            ..
+        }) = map.get_mut(h)
+        else {
+            continue;
+        };
+        let Some((fresh, key)) = o.fresh.take() else {
+            continue;
+        };
+        match direct::lend_started(o.op, key, &o.engine, &o.plan, fresh) {
+            Ok(()) => o.lent = true,
+            Err(fresh) => {
+                drop(fresh);
+                // SAFETY: the caller's contract; the request's own staging is untouched by
+                // the real MPI while it is inactive; waited for below.
+                let again = unsafe { o.engine.enqueue_pack(&o.plan, o.buf, &mut o.staging, None) };
+                if let Err(e) = again.and(o.engine.wait()) {
+                    log!("{}: the pack at the start failed: {e}", o.op);
+                    rc = ERR_INTERN;
+                }
+            }
+        }
     }
     rc
 }
@@ -362,6 +423,7 @@ pub unsafe fn prepare_send_init(
             op,
             marker: None,
             lent: false,
+            fresh: None,
         }),
         Err(e) => {
             log!("{op}: passes through: {e}");
