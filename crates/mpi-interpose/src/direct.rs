@@ -383,50 +383,32 @@ pub fn forget_persistent(request: u64) {
     }
 }
 
-/// Counts the starts of the persistent requests among `handles`, as their sends and receives;
-/// returns, per handle, its peer, tag and number where it was counted.
+/// Counts the starts of the persistent requests among `handles`, as their sends and receives.
 ///
 /// # Safety
 /// MPI initialized.
-pub unsafe fn started(handles: &[u64]) -> Vec<Option<(c_int, c_int, u64)>> {
-    let Some(s) = state() else {
-        return vec![None; handles.len()];
-    };
-    let starts: Vec<Option<(bool, c_int, c_int, bool)>> = {
+pub unsafe fn started(handles: &[u64]) {
+    let Some(s) = state() else { return };
+    let starts: Vec<(bool, c_int, c_int, bool)> = {
         let st = lock(s);
         if st.persistent.is_empty() {
-            return vec![None; handles.len()];
+            return;
         }
         handles
             .iter()
-            .map(|h| st.persistent.get(h).copied())
+            .filter_map(|h| st.persistent.get(h).copied())
             .collect()
     };
     // SAFETY: reading immutable constants of the rsmpi shim.
     let (world, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
-    starts
-        .into_iter()
-        .map(|start| {
-            let (send, peer, tag, empty) = start?;
-            let seq = if send {
-                // SAFETY: MPI initialized; an empty start is a count of 0.
-                unsafe { sent(world, peer, tag, if empty { 0 } else { 1 }, byte) }
-            } else {
-                posted(world, peer, tag)
-            };
-            seq.map(|n| (peer, tag, n))
-        })
-        .collect()
-}
-
-/// Whether a send to `dest` on `comm` can go by the direct path from this rank now: the path
-/// is up, `comm` is `MPI_COMM_WORLD`, the order of matching is known and `dest` is another
-/// rank of this node.
-pub fn lends_to(comm: MPI_Comm, dest: c_int) -> bool {
-    state().is_some_and(|s| {
-        let st = lock(s);
-        key(comm) == world() && st.settled && st.mail.as_ref().is_some_and(|m| m.reaches(dest))
-    })
+    for (send, peer, tag, empty) in starts {
+        if send {
+            // SAFETY: MPI initialized; an empty start is a count of 0.
+            unsafe { sent(world, peer, tag, if empty { 0 } else { 1 }, byte) };
+        } else {
+            posted(world, peer, tag);
+        }
+    }
 }
 
 /// Drops ready messages of sends already made and notes no receive waits for, every
@@ -778,10 +760,11 @@ fn wasted(a: &Announced) {
 
 /// A send the interposer took (number `seq` to `dest` with `tag`, its buffer `buf`), on the
 /// direct path where it can go: a device buffer whose bytes would go through device staging
-/// is packed first; then the send looks for its receive's ready message ([`await_ready`]).
-/// With it, the staging is lent (or, testing, host bytes carried) and the note sent:
-/// [`Sent::Directly`]. Without, the staging already packed is waited for and its bytes go
-/// through the real MPI ([`Sent::Packed`]), else [`Sent::No`].
+/// is packed first; then the send looks for its receive's ready message (waiting up to
+/// [`READY_WAIT`] where the last send to that peer and tag found one). With it, the staging is
+/// lent (or, testing, host bytes carried) and the note sent: [`Sent::Directly`]. Without, the
+/// staging already packed is waited for and its bytes go through the real MPI
+/// ([`Sent::Packed`]), else [`Sent::No`].
 ///
 /// # Safety
 /// MPI initialized; `buf` is the caller's send buffer, `taken` the interposer's plan of it.
@@ -834,92 +817,18 @@ pub unsafe fn send(
         None => Sent::No,
     };
     let k = (dest, tag, seq);
-    if !await_ready(s, engine, plan, packed.as_ref(), k, carry) {
-        return bytes(packed);
-    }
-    let staging = match packed {
-        Some(st) => st,
-        None if carry => match engine.staging_for(plan, Method::OneShot) {
-            Ok(mut st) => {
-                // SAFETY: the caller's contract; the CPU engine packs at once.
-                match unsafe { engine.enqueue_pack(plan, buf, &mut st, None) } {
-                    Ok(()) => st,
-                    Err(_) => return Sent::No,
-                }
-            }
-            Err(_) => return Sent::No,
-        },
-        // SAFETY: the caller's contract.
-        None => match unsafe { pack_into_device(engine, plan, buf) } {
-            Ok(st) => st,
-            Err(e) => {
-                log!("{op}: the pack failed, byte path: {e}");
-                return Sent::No;
-            }
-        },
-    };
-    match lend_and_note(s, op, engine, staging, k, n) {
-        Ok(()) => Sent::Directly,
-        Err(staging) => match engine.wait() {
-            // Bytes in device staging need an MPI that reads device memory.
-            Ok(()) if *method == Method::Device => Sent::Packed(staging, count),
-            _ => Sent::No,
-        },
-    }
-}
-
-/// The start of a persistent send (number `seq` to `dest` with `tag`), packed into `staging`
-/// (fresh staging of `engine`, the pack queued): lent where its receive's ready message comes
-/// ([`await_ready`]), else given back.
-pub fn lend_started(
-    op: &str,
-    (dest, tag, seq): (c_int, c_int, u64),
-    engine: &Engine,
-    plan: &datatype_pack::StridedBlock,
-    staging: Staging,
-) -> Result<(), Staging> {
-    let Some(s) = state() else {
-        return Err(staging);
-    };
-    let carry = matches!(engine, Engine::Cpu);
-    if (carry && config::get().direct != Direct::Carry) || plan.packed_size() == 0 {
-        return Err(staging);
-    }
-    {
-        let st = lock(s);
-        if !st.settled || !st.mail.as_ref().is_some_and(|m| m.reaches(dest)) {
-            return Err(staging);
-        }
-    }
-    let k = (dest, tag, seq);
-    if !await_ready(s, engine, plan, Some(&staging), k, carry) {
-        return Err(staging);
-    }
-    lend_and_note(s, op, engine, staging, k, plan.packed_size())
-}
-
-/// Looks for the ready message of message `k` (its destination, tag and number), greeting the
-/// destination first where this rank has not (with `staging`'s export, or a fresh staging's):
-/// waits up to [`READY_WAIT`] where the receiver announced one of the last few messages with
-/// that tag, or announces to this rank and has not yet been waited for in vain with that tag.
-/// Whether it came, for the same packed size and the way this engine sends (`carry`).
-fn await_ready(
-    s: &Mutex<State>,
-    engine: &Engine,
-    plan: &datatype_pack::StridedBlock,
-    staging: Option<&Staging>,
-    k: Key,
-    carry: bool,
-) -> bool {
-    let (dest, tag, seq) = k;
     let ready = profile::time(Phase::Ready, || {
         let mut st = lock(s);
         if !carry && !st.greeted.contains(&dest) {
-            let fresh = match staging {
+            let fresh = match &packed {
                 Some(_) => None,
                 None => engine.staging_for(plan, Method::Device).ok(),
             };
-            match staging.or(fresh.as_ref()).and_then(|x| engine.greeting(x)) {
+            let greeting = packed
+                .as_ref()
+                .or(fresh.as_ref())
+                .and_then(|x| engine.greeting(x));
+            match greeting {
                 Some(g) => {
                     if post(&mut st, dest, HELLO_TAG, &encode_lent(&mut Vec::new(), &g)) {
                         st.greeted.insert(dest);
@@ -931,6 +840,8 @@ fn await_ready(
             }
         }
         drain(&mut st);
+        // Wait where the receiver announced one of the last few messages with this tag, or
+        // announces to this rank and has not yet been waited for in vain with this tag.
         let wait = match st.readies.get(&(dest, tag)) {
             Some(Some(last)) => last + 4 >= seq,
             Some(None) => false,
@@ -951,43 +862,48 @@ fn await_ready(
             drain(&mut st);
         }
     });
+    let Some(ready) = ready else {
+        return bytes(packed);
+    };
     let want = if carry { Landing::Carry } else { Landing::Pull };
-    ready.is_some_and(|r| r.landing == want && r.packed == plan.packed_size() && r.packed > 0)
-}
-
-/// Lends `staging` (packed, or being packed, with message `k`'s `n` bytes) and writes its note:
-/// device staging is lent over CUDA IPC and kept until the receiver is done; host staging
-/// (testing) has its bytes carried in the note. Gives the staging back where the note would
-/// not fit its mailbox or the staging cannot be lent.
-fn lend_and_note(
-    s: &Mutex<State>,
-    op: &str,
-    engine: &Engine,
-    mut staging: Staging,
-    k: Key,
-    n: u64,
-) -> Result<(), Staging> {
-    let (dest, tag, seq) = k;
-    let carry = matches!(engine, Engine::Cpu);
-    let note = if let Staging::Cpu(v) = &mut staging {
-        let len = usize::try_from(n).unwrap_or(usize::MAX).min(v.len());
-        if !lock(s)
-            .mail
-            .as_ref()
-            .is_some_and(|m| m.room(dest, 32 + len))
-        {
-            return Err(staging);
+    if ready.landing != want || ready.packed != n || n == 0 {
+        return bytes(packed);
+    }
+    let note = if carry {
+        // SAFETY: the caller's contract; the CPU engine packs into a new vector.
+        match unsafe { engine.pack(plan, buf, Method::OneShot) } {
+            Ok(mut staging) => match &mut staging {
+                Staging::Cpu(v)
+                    if lock(s)
+                        .mail
+                        .as_ref()
+                        .is_some_and(|m| m.room(dest, 32 + v.len())) =>
+                {
+                    Note::Carried(std::mem::take(v))
+                }
+                _ => return Sent::No,
+            },
+            Err(_) => return Sent::No,
         }
-        v.truncate(len);
-        Note::Carried(std::mem::take(v))
     } else {
+        let staging = match packed {
+            Some(st) => st,
+            // SAFETY: the caller's contract.
+            None => match unsafe { pack_into_device(engine, plan, buf) } {
+                Ok(st) => st,
+                Err(e) => {
+                    log!("{op}: the pack failed, byte path: {e}");
+                    return Sent::No;
+                }
+            },
+        };
         // The note must reach the receiver once the staging is lent: room for it first.
         if !lock(s)
             .mail
             .as_ref()
             .is_some_and(|m| m.room(dest, LENT_NOTE))
         {
-            return Err(staging);
+            return bytes(Some(staging));
         }
         match profile::time(Phase::Loan, || engine.lend(staging)) {
             Ok((loan, lent)) => {
@@ -1000,7 +916,11 @@ fn lend_and_note(
             }
             Err(staging) => {
                 log!("{op}: the staging could not be lent: byte path");
-                return Err(staging);
+                return match engine.wait() {
+                    // Bytes in device staging need an MPI that reads device memory.
+                    Ok(()) if *method == Method::Device => Sent::Packed(staging, count),
+                    _ => Sent::No,
+                };
             }
         }
     };
@@ -1011,7 +931,7 @@ fn lend_and_note(
         send_note(&mut lock(s), dest, tag, seq, &note)
     });
     debug_assert!(sent, "the note's room was checked");
-    Ok(())
+    Sent::Directly
 }
 
 /// Queues the pack of `plan` from `buf` into new device staging (not waited for).
