@@ -5,7 +5,8 @@
 //! the other's kernel on the host, the sender's pack and the receiver's unpack are ordered on
 //! the GPUs, and the receiver's unpack, on its own stream, comes after the work its program
 //! queued there before the receive (as the byte path's does). Per message: one kernel each
-//! side, three small messages and no transfer by the MPI.
+//! side, three small messages through shared memory ([`crate::shm`]), a message of 0 bytes
+//! through the MPI and no transfer of the bytes by the MPI.
 //!
 //! # Pairing a send with its receive, without changing MPI's matching
 //!
@@ -17,8 +18,10 @@
 //! `MPI_ANY_TAG`) or a cancel makes the order unknowable: from then on this rank announces no
 //! receive and lends no send (its messages take the byte path; nothing is lost but speed).
 //!
-//! The protocol runs on a duplicate of `MPI_COMM_WORLD` made in `MPI_Init` (so every rank
-//! must load the interposer with the same `COLLECTIVES_INTERPOSE_DIRECT`):
+//! The protocol's messages go through mailboxes in shared memory made in `MPI_Init` by every
+//! rank (so every rank must load the interposer with the same `COLLECTIVES_INTERPOSE_DIRECT`);
+//! a message that does not fit its mailbox is not sent, and the message it would have served
+//! takes the byte path:
 //!
 //! 0. A sender greets each peer once with the export of a staging allocation and an event's
 //!    handle; a receiver announces receives only to peers whose greeting opened here (same
@@ -26,17 +29,18 @@
 //! 1. A receive the interposer takes posts its real receive (into staging, as on the byte
 //!    path), then sends the source a *ready* message: its tag, number and packed size.
 //! 2. A send the interposer takes queues its pack into device staging, then looks for the
-//!    ready message of its number (waiting a little where the last one for that peer and tag
-//!    came). With it and the same size, it records the event, sends a *note* "lent: this
-//!    staging, this event", then a message of 0 bytes on the program's communicator and tag,
-//!    which completes the receive where MPI matches it; it keeps the staging until the
-//!    receiver says it is *done*, and waits for its pack before the call returns (the program
-//!    may then write its buffer). Without, it waits for the pack and sends the bytes.
+//!    ready message of its number (waiting a little where the receiver announced one of the
+//!    last few with that tag). With it and the same size, it records the event, sends a
+//!    *note* "lent: this staging, this event", then a message of 0 bytes on the program's
+//!    communicator and tag, which completes the receive where MPI matches it; it keeps the
+//!    staging until the receiver says it is *done*, and waits for its pack before the call
+//!    returns, or before its request completes (the program may then write its buffer).
+//!    Without, it waits for the pack and sends the bytes.
 //! 3. A receive that completes with 0 bytes after announcing reads its note: "lent" (its
 //!    unpack, from the peer's staging after the peer's event, joins the completion's others;
 //!    the status says the packed size; a *done* message follows the wait) or "empty" (a
-//!    message of 0 bytes from the program: every such send on `MPI_COMM_WORLD` sends this note
-//!    first). A receive that got bytes took the byte path as before.
+//!    message of 0 bytes from the program: every such send on `MPI_COMM_WORLD` to a rank of
+//!    the node sends this note first). A receive that got bytes took the byte path as before.
 //!
 //! Notes are sent before the message they describe, so a receive that needs one finds it.
 
