@@ -132,7 +132,8 @@ pub enum Finish {
 #[derive(Debug)]
 pub enum Sent {
     /// Lent or carried: the caller sends the message of 0 bytes ([`marker`]), then waits for
-    /// the engine (the pack) before the call returns.
+    /// the engine (the pack) before the call returns, or, for a non-blocking send, when its
+    /// request completes.
     Directly,
     /// Packed into device staging and waited for: the caller sends these bytes.
     Packed(Staging, c_int),
@@ -181,6 +182,18 @@ struct State {
     /// Peers whose greeting was tried here.
     reach: HashMap<c_int, Reach>,
     ops: u64,
+}
+
+impl State {
+    /// Whether `rank` is another rank of this node, which the mailboxes reach.
+    fn on_node(&self, rank: c_int) -> bool {
+        self.mail.as_ref().is_some_and(|m| m.reaches(rank))
+    }
+
+    /// Whether a message of `len` bytes to `rank` fits its mailbox now.
+    fn room(&self, rank: c_int, len: usize) -> bool {
+        self.mail.as_ref().is_some_and(|m| m.room(rank, len))
+    }
 }
 
 static STATE: OnceLock<Mutex<State>> = OnceLock::new();
@@ -309,9 +322,8 @@ pub unsafe fn sent(
     let n = st.sent.entry((dest, tag)).or_insert(0);
     let seq = *n;
     *n += 1;
-    let reaches = st.mail.as_ref().is_some_and(|m| m.reaches(dest));
     // SAFETY: the caller's contract.
-    let empty = reaches && unsafe { is_empty(count, dt) };
+    let empty = st.on_node(dest) && unsafe { is_empty(count, dt) };
     if empty && !send_note(&mut st, dest, tag, seq, &Note::Empty) {
         log!(
             "direct path: rank {dest}'s mailbox is full; its receive of message {seq} with tag {tag} may wait for its note"
@@ -617,8 +629,7 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         return;
     };
     let mut st = lock(s);
-    let node = st.mail.as_ref().is_some_and(|m| m.reaches(source));
-    if !st.settled || !node {
+    if !st.settled || !st.on_node(source) {
         return;
     }
     if let Some((skip, _)) = st.backoff.get_mut(&(source, tag)) {
@@ -790,8 +801,7 @@ pub unsafe fn send(
     }
     {
         let st = lock(s);
-        let node = st.mail.as_ref().is_some_and(|m| m.reaches(dest));
-        if !st.settled || !node {
+        if !st.settled || !st.on_node(dest) {
             return Sent::No;
         }
     }
@@ -824,24 +834,7 @@ pub unsafe fn send(
     let ready = profile::time(Phase::Ready, || {
         let mut st = lock(s);
         if !carry && !st.greeted.contains(&dest) {
-            let fresh = match &packed {
-                Some(_) => None,
-                None => engine.staging_for(plan, Method::Device).ok(),
-            };
-            let greeting = packed
-                .as_ref()
-                .or(fresh.as_ref())
-                .and_then(|x| engine.greeting(x));
-            match greeting {
-                Some(g) => {
-                    if post(&mut st, dest, HELLO_TAG, &encode_lent(&mut Vec::new(), &g)) {
-                        st.greeted.insert(dest);
-                    }
-                }
-                None => {
-                    st.greeted.insert(dest);
-                }
-            }
+            greet(&mut st, dest, engine, plan, packed.as_ref());
         }
         drain(&mut st);
         // Wait where the receiver announced one of the last few messages with this tag, or
@@ -877,12 +870,7 @@ pub unsafe fn send(
         // SAFETY: the caller's contract; the CPU engine packs into a new vector.
         match unsafe { engine.pack(plan, buf, Method::OneShot) } {
             Ok(mut staging) => match &mut staging {
-                Staging::Cpu(v)
-                    if lock(s)
-                        .mail
-                        .as_ref()
-                        .is_some_and(|m| m.room(dest, 32 + v.len())) =>
-                {
+                Staging::Cpu(v) if lock(s).room(dest, 32 + v.len()) => {
                     Note::Carried(std::mem::take(v))
                 }
                 _ => return Sent::No,
@@ -902,11 +890,7 @@ pub unsafe fn send(
             },
         };
         // The note must reach the receiver once the staging is lent: room for it first.
-        if !lock(s)
-            .mail
-            .as_ref()
-            .is_some_and(|m| m.room(dest, LENT_NOTE))
-        {
+        if !lock(s).room(dest, LENT_NOTE) {
             return bytes(Some(staging));
         }
         match profile::time(Phase::Loan, || engine.lend(staging)) {
@@ -936,6 +920,30 @@ pub unsafe fn send(
     });
     debug_assert!(sent, "the note's room was checked");
     Sent::Directly
+}
+
+/// Greets `dest` (once; again only where the greeting did not fit its mailbox): the export of
+/// `packed` (device staging of `engine`), or of fresh staging for `plan`, and an event's
+/// handle, so that `dest` announces its receives from this rank once they open there.
+fn greet(
+    st: &mut State,
+    dest: c_int,
+    engine: &Engine,
+    plan: &datatype_pack::StridedBlock,
+    packed: Option<&Staging>,
+) {
+    let fresh = match packed {
+        Some(_) => None,
+        None => engine.staging_for(plan, Method::Device).ok(),
+    };
+    let sent = match packed.or(fresh.as_ref()).and_then(|x| engine.greeting(x)) {
+        Some(g) => post(st, dest, HELLO_TAG, &encode_lent(&mut Vec::new(), &g)),
+        // Nothing to greet with (host staging, no handle): never again.
+        None => true,
+    };
+    if sent {
+        st.greeted.insert(dest);
+    }
 }
 
 /// Queues the pack of `plan` from `buf` into new device staging (not waited for).

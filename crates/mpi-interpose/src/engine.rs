@@ -895,18 +895,7 @@ impl Engine {
     /// ([`Engine::enqueue_pull`]). The [`Loan`] keeps both until the peer is done. Gives the
     /// staging back where it cannot be lent (the CPU engine, host staging, no handle, no event).
     pub fn lend(&self, staging: Staging) -> std::result::Result<(Loan, Lent), Staging> {
-        let (g, ptr, len) = match (self, &staging) {
-            (Engine::Gpu(g, _), Staging::Device(_, Some(a))) => (g, a.ptr, a.len as u64),
-            _ => return Err(staging),
-        };
-        if g.bind().is_err() {
-            return Err(staging);
-        }
-        let Some(export) = ipc::export(ptr, len) else {
-            return Err(staging);
-        };
-        let pooled = lock(&g.events).pop();
-        let Some(event) = pooled.or_else(ipc::new_event) else {
+        let Some((g, export, event)) = self.exported(&staging) else {
             return Err(staging);
         };
         // SAFETY: an event of this context (made by `ipc::new_event` with it current), recorded
@@ -920,10 +909,11 @@ impl Engine {
             staging: export,
             event: event.handle,
         };
+        let gpu = g.clone();
         Ok((
             Loan {
                 _staging: staging,
-                gpu: g.clone(),
+                gpu,
                 event: Some(event),
             },
             lent,
@@ -935,18 +925,26 @@ impl Engine {
     /// engine's GPU) and the handle of an event of the GPU's pool; `None` where either is
     /// missing.
     pub fn greeting(&self, staging: &Staging) -> Option<Lent> {
-        let (Engine::Gpu(g, _), Staging::Device(_, Some(a))) = (self, staging) else {
-            return None;
-        };
-        g.bind().ok()?;
-        let export = ipc::export(a.ptr, a.len as u64)?;
-        let event = lock(&g.events).pop().or_else(ipc::new_event)?;
+        let (g, export, event) = self.exported(staging)?;
         let handle = event.handle;
         lock(&g.events).push(event);
         Some(Lent {
             staging: export,
             event: handle,
         })
+    }
+
+    /// The GPU of `staging` (device staging of this engine's GPU), the export of its
+    /// allocation, and an event taken from the GPU's pool (or made); `None` where any is
+    /// missing (the CPU engine, host staging, no handle, no event).
+    fn exported(&self, staging: &Staging) -> Option<(&Arc<Gpu>, Export, ipc::Event)> {
+        let (Engine::Gpu(g, _), Staging::Device(_, Some(a))) = (self, staging) else {
+            return None;
+        };
+        g.bind().ok()?;
+        let export = ipc::export(a.ptr, a.len as u64)?;
+        let event = lock(&g.events).pop().or_else(ipc::new_event)?;
+        Some((g, export, event))
     }
 
     /// Whether this engine's GPU maps the allocation and opens the event of `greeting`, from

@@ -367,28 +367,26 @@ pub unsafe extern "C" fn MPI_Send(
     };
     scope.taken();
     // SAFETY: as above.
-    match unsafe { send_directly("MPI_Send", seq, dest, tag, buf, &taken) } {
+    let packed = match unsafe { send_directly("MPI_Send", seq, dest, tag, buf, &taken) } {
         Sent::Directly => {
             // SAFETY: a message of 0 bytes.
             let rc = profile::time(Phase::Mpi, || unsafe {
                 ffi::PMPI_Send(direct::marker(), 0, bytes_type(), dest, tag, comm)
             });
             packed_before_return("MPI_Send", &taken.2);
-            rc
+            return rc;
         }
+        Sent::Packed(s, n) => Some((s, n)),
+        // SAFETY: as above.
+        Sent::No => guarded(|| unsafe { pack_taken("MPI_Send", buf, taken) }),
+    };
+    match packed {
         // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
-        Sent::Packed(mut s, n) => profile::time(Phase::Mpi, || unsafe {
+        Some((mut s, n)) => profile::time(Phase::Mpi, || unsafe {
             ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm)
         }),
-        // SAFETY: as above.
-        Sent::No => match guarded(|| unsafe { pack_taken("MPI_Send", buf, taken) }) {
-            // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
-            Some((mut s, n)) => profile::time(Phase::Mpi, || unsafe {
-                ffi::PMPI_Send(s.mpi_ptr(), n, bytes_type(), dest, tag, comm)
-            }),
-            // SAFETY: the caller's contract.
-            None => unsafe { ffi::PMPI_Send(buf, count, datatype, dest, tag, comm) },
-        },
+        // SAFETY: the caller's contract.
+        None => unsafe { ffi::PMPI_Send(buf, count, datatype, dest, tag, comm) },
     }
 }
 
@@ -683,23 +681,19 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         let mut packed = None;
         // SAFETY: MPI's contract for the send; the staging lives until the wait below.
         let (sb, sc, sty) = unsafe {
-            match send
-                .as_ref()
-                .map(|t| send_directly("MPI_Sendrecv", sseq, dest, sendtag, sendbuf, t))
-            {
-                Some(Sent::Directly) => {
-                    lent = send.as_ref().map(|t| t.2.clone());
-                    (direct::marker(), 0, bytes_type())
-                }
-                Some(Sent::Packed(s, n)) => {
-                    (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type())
-                }
-                Some(Sent::No) => match send
-                    .clone()
-                    .and_then(|t| guarded(|| pack_taken("MPI_Sendrecv", sendbuf, t)))
-                {
-                    Some((s, n)) => (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type()),
-                    None => (sendbuf, sendcount, sendtype),
+            match send {
+                Some(t) => match send_directly("MPI_Sendrecv", sseq, dest, sendtag, sendbuf, &t) {
+                    Sent::Directly => {
+                        lent = Some(t.2);
+                        (direct::marker(), 0, bytes_type())
+                    }
+                    Sent::Packed(s, n) => {
+                        (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type())
+                    }
+                    Sent::No => match guarded(|| pack_taken("MPI_Sendrecv", sendbuf, t)) {
+                        Some((s, n)) => (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type()),
+                        None => (sendbuf, sendcount, sendtype),
+                    },
                 },
                 None => (sendbuf, sendcount, sendtype),
             }

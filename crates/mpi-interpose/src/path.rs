@@ -13,8 +13,7 @@ use mpi::ffi;
 
 use crate::config;
 use crate::direct::{self, Announced, Finish};
-use crate::engine::Lent;
-use crate::engine::{Engine, Staging};
+use crate::engine::{Engine, Lent, Staging};
 use crate::log::log;
 use crate::memory;
 use crate::model::{self, Method, Shape};
