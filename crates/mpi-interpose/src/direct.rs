@@ -399,32 +399,50 @@ pub fn forget_persistent(request: u64) {
     }
 }
 
-/// Counts the starts of the persistent requests among `handles`, as their sends and receives.
+/// Counts the starts of the persistent requests among `handles`, as their sends and receives;
+/// returns, per handle, its peer, tag and number where it was counted.
 ///
 /// # Safety
 /// MPI initialized.
-pub unsafe fn started(handles: &[u64]) {
-    let Some(s) = state() else { return };
-    let starts: Vec<(bool, c_int, c_int, bool)> = {
+pub unsafe fn started(handles: &[u64]) -> Vec<Option<(c_int, c_int, u64)>> {
+    let Some(s) = state() else {
+        return vec![None; handles.len()];
+    };
+    let starts: Vec<Option<(bool, c_int, c_int, bool)>> = {
         let st = lock(s);
         if st.persistent.is_empty() {
-            return;
+            return vec![None; handles.len()];
         }
         handles
             .iter()
-            .filter_map(|h| st.persistent.get(h).copied())
+            .map(|h| st.persistent.get(h).copied())
             .collect()
     };
     // SAFETY: reading immutable constants of the rsmpi shim.
     let (world, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
-    for (send, peer, tag, empty) in starts {
-        if send {
-            // SAFETY: MPI initialized; an empty start is a count of 0.
-            unsafe { sent(world, peer, tag, if empty { 0 } else { 1 }, byte) };
-        } else {
-            posted(world, peer, tag);
-        }
-    }
+    starts
+        .into_iter()
+        .map(|start| {
+            let (send, peer, tag, empty) = start?;
+            let seq = if send {
+                // SAFETY: MPI initialized; an empty start is a count of 0.
+                unsafe { sent(world, peer, tag, if empty { 0 } else { 1 }, byte) }
+            } else {
+                posted(world, peer, tag)
+            };
+            seq.map(|n| (peer, tag, n))
+        })
+        .collect()
+}
+
+/// Whether a send to `dest` on `comm` can go by the direct path from this rank now: the path
+/// is up, `comm` is `MPI_COMM_WORLD`, the order of matching is known and `dest` is another
+/// rank of this node.
+pub fn lends_to(comm: MPI_Comm, dest: c_int) -> bool {
+    state().is_some_and(|s| {
+        let st = lock(s);
+        key(comm) == world() && st.settled && st.on_node(dest)
+    })
 }
 
 /// Drops ready messages of sends already made and notes no receive waits for, every
@@ -775,11 +793,10 @@ fn wasted(a: &Announced) {
 
 /// A send the interposer took (number `seq` to `dest` with `tag`, its buffer `buf`), on the
 /// direct path where it can go: a device buffer whose bytes would go through device staging
-/// is packed first; then the send looks for its receive's ready message (waiting up to
-/// [`READY_WAIT`] where the last send to that peer and tag found one). With it, the staging is
-/// lent (or, testing, host bytes carried) and the note sent: [`Sent::Directly`]. Without, the
-/// staging already packed is waited for and its bytes go through the real MPI
-/// ([`Sent::Packed`]), else [`Sent::No`].
+/// is packed first; then the send looks for its receive's ready message ([`await_ready`]).
+/// With it, the staging is lent (or, testing, host bytes carried) and the note sent:
+/// [`Sent::Directly`]. Without, the staging already packed is waited for and its bytes go
+/// through the real MPI ([`Sent::Packed`]), else [`Sent::No`].
 ///
 /// # Safety
 /// MPI initialized; `buf` is the caller's send buffer, `taken` the interposer's plan of it.
@@ -831,14 +848,90 @@ pub unsafe fn send(
         None => Sent::No,
     };
     let k = (dest, tag, seq);
+    if !await_ready(s, engine, plan, packed.as_ref(), k, carry) {
+        return bytes(packed);
+    }
+    let staging = match packed {
+        Some(st) => st,
+        None if carry => match engine.staging_for(plan, Method::OneShot) {
+            Ok(mut st) => {
+                // SAFETY: the caller's contract; the CPU engine packs at once.
+                match unsafe { engine.enqueue_pack(plan, buf, &mut st, None) } {
+                    Ok(()) => st,
+                    Err(_) => return Sent::No,
+                }
+            }
+            Err(_) => return Sent::No,
+        },
+        // SAFETY: the caller's contract.
+        None => match unsafe { pack_into_device(engine, plan, buf) } {
+            Ok(st) => st,
+            Err(e) => {
+                log!("{op}: the pack failed, byte path: {e}");
+                return Sent::No;
+            }
+        },
+    };
+    match lend_and_note(s, op, engine, staging, k, n) {
+        Ok(()) => Sent::Directly,
+        Err(staging) => match engine.wait() {
+            // Bytes in device staging need an MPI that reads device memory.
+            Ok(()) if *method == Method::Device => Sent::Packed(staging, count),
+            _ => Sent::No,
+        },
+    }
+}
+
+/// The start of a persistent send (number `seq` to `dest` with `tag`), packed into `staging`
+/// (fresh staging of `engine`, the pack queued): lent where its receive's ready message comes
+/// ([`await_ready`]), else given back.
+pub fn lend_started(
+    op: &str,
+    (dest, tag, seq): (c_int, c_int, u64),
+    engine: &Engine,
+    plan: &datatype_pack::StridedBlock,
+    staging: Staging,
+) -> Result<(), Staging> {
+    let Some(s) = state() else {
+        return Err(staging);
+    };
+    let carry = matches!(engine, Engine::Cpu);
+    if (carry && config::get().direct != Direct::Carry) || plan.packed_size() == 0 {
+        return Err(staging);
+    }
+    {
+        let st = lock(s);
+        if !st.settled || !st.on_node(dest) {
+            return Err(staging);
+        }
+    }
+    let k = (dest, tag, seq);
+    if !await_ready(s, engine, plan, Some(&staging), k, carry) {
+        return Err(staging);
+    }
+    lend_and_note(s, op, engine, staging, k, plan.packed_size())
+}
+
+/// Looks for the ready message of message `k` (its destination, tag and number), greeting the
+/// destination first where this rank has not (with `staging`'s export, or a fresh staging's):
+/// waits up to [`READY_WAIT`] where the receiver announced one of the last few messages with
+/// that tag, or announces to this rank and has not yet been waited for in vain with that tag.
+/// Whether it came, for the same packed size and the way this engine sends (`carry`).
+fn await_ready(
+    s: &Mutex<State>,
+    engine: &Engine,
+    plan: &datatype_pack::StridedBlock,
+    staging: Option<&Staging>,
+    k: Key,
+    carry: bool,
+) -> bool {
+    let (dest, tag, seq) = k;
     let ready = profile::time(Phase::Ready, || {
         let mut st = lock(s);
         if !carry && !st.greeted.contains(&dest) {
-            greet(&mut st, dest, engine, plan, packed.as_ref());
+            greet(&mut st, dest, engine, plan, staging);
         }
         drain(&mut st);
-        // Wait where the receiver announced one of the last few messages with this tag, or
-        // announces to this rank and has not yet been waited for in vain with this tag.
         let wait = match st.readies.get(&(dest, tag)) {
             Some(Some(last)) => last + 4 >= seq,
             Some(None) => false,
@@ -859,39 +952,35 @@ pub unsafe fn send(
             drain(&mut st);
         }
     });
-    let Some(ready) = ready else {
-        return bytes(packed);
-    };
     let want = if carry { Landing::Carry } else { Landing::Pull };
-    if ready.landing != want || ready.packed != n || n == 0 {
-        return bytes(packed);
-    }
-    let note = if carry {
-        // SAFETY: the caller's contract; the CPU engine packs into a new vector.
-        match unsafe { engine.pack(plan, buf, Method::OneShot) } {
-            Ok(mut staging) => match &mut staging {
-                Staging::Cpu(v) if lock(s).room(dest, 32 + v.len()) => {
-                    Note::Carried(std::mem::take(v))
-                }
-                _ => return Sent::No,
-            },
-            Err(_) => return Sent::No,
+    ready.is_some_and(|r| r.landing == want && r.packed == plan.packed_size() && r.packed > 0)
+}
+
+/// Lends `staging` (packed, or being packed, with message `k`'s `n` bytes) and writes its note:
+/// device staging is lent over CUDA IPC and kept until the receiver is done; host staging
+/// (testing) has its bytes carried in the note. Gives the staging back where the note would
+/// not fit its mailbox or the staging cannot be lent.
+fn lend_and_note(
+    s: &Mutex<State>,
+    op: &str,
+    engine: &Engine,
+    mut staging: Staging,
+    k: Key,
+    n: u64,
+) -> Result<(), Staging> {
+    let (dest, tag, seq) = k;
+    let carry = matches!(engine, Engine::Cpu);
+    let note = if let Staging::Cpu(v) = &mut staging {
+        let len = usize::try_from(n).unwrap_or(usize::MAX).min(v.len());
+        if !lock(s).room(dest, 32 + len) {
+            return Err(staging);
         }
+        v.truncate(len);
+        Note::Carried(std::mem::take(v))
     } else {
-        let staging = match packed {
-            Some(st) => st,
-            // SAFETY: the caller's contract.
-            None => match unsafe { pack_into_device(engine, plan, buf) } {
-                Ok(st) => st,
-                Err(e) => {
-                    log!("{op}: the pack failed, byte path: {e}");
-                    return Sent::No;
-                }
-            },
-        };
         // The note must reach the receiver once the staging is lent: room for it first.
         if !lock(s).room(dest, LENT_NOTE) {
-            return bytes(Some(staging));
+            return Err(staging);
         }
         match profile::time(Phase::Loan, || engine.lend(staging)) {
             Ok((loan, lent)) => {
@@ -904,11 +993,7 @@ pub unsafe fn send(
             }
             Err(staging) => {
                 log!("{op}: the staging could not be lent: byte path");
-                return match engine.wait() {
-                    // Bytes in device staging need an MPI that reads device memory.
-                    Ok(()) if *method == Method::Device => Sent::Packed(staging, count),
-                    _ => Sent::No,
-                };
+                return Err(staging);
             }
         }
     };
@@ -919,7 +1004,7 @@ pub unsafe fn send(
         send_note(&mut lock(s), dest, tag, seq, &note)
     });
     debug_assert!(sent, "the note's room was checked");
-    Sent::Directly
+    Ok(())
 }
 
 /// Greets `dest` (once; again only where the greeting did not fit its mailbox): the export of

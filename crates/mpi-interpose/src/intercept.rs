@@ -809,6 +809,26 @@ unsafe fn send_init(
                 )
             };
             if rc == 0 {
+                if guarded(|| direct::lends_to(comm, dest).then_some(())).is_some() {
+                    let mut m = null_request_handle();
+                    // SAFETY: a persistent message of 0 bytes at an address MPI never reads,
+                    // freed with the program's request.
+                    let made = unsafe {
+                        ffi::PMPI_Send_init(
+                            direct::marker(),
+                            0,
+                            bytes_type(),
+                            dest,
+                            tag,
+                            comm,
+                            &mut m,
+                        )
+                    };
+                    if made == 0 {
+                        o.marker = Some(m);
+                        persistent::LENT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
                 // SAFETY: the real MPI wrote the new request's handle.
                 persistent::keep(key(unsafe { *request }), Persistent::Send(o));
             }
@@ -915,23 +935,83 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
     let handles = unsafe { keys(reqs, n) };
     // SAFETY: MPI initialized (the caller's contract); counted before the real start, so an
     // empty send's note precedes its message.
-    guard(|| unsafe { direct::started(&handles) });
+    let counted = guarded(|| Some(unsafe { direct::started(&handles) }))
+        .unwrap_or_else(|| vec![None; handles.len()]);
     if !any_ours(&handles) {
         return real();
     }
     let mut scope = profile::scope("MPI_Start");
     scope.taken();
     // SAFETY: the caller starts these requests; their send buffers hold what they send.
-    match guarded(|| Some(unsafe { persistent::start(&handles) })).unwrap_or(path::ERR_INTERN) {
-        0 => {
-            let rc = profile::time(Phase::Mpi, real);
-            if rc != 0 {
-                persistent::not_started(&handles);
-            }
-            rc
-        }
-        code => code,
+    let packed = guarded(|| Some(unsafe { persistent::start(&handles, &counted) }))
+        .unwrap_or(path::ERR_INTERN);
+    if packed != 0 {
+        return packed;
     }
+    let rc = if persistent::any_packed_fresh(&handles) {
+        // SAFETY: the caller's array of `n` requests, which it starts.
+        unsafe { start_lending(reqs, &handles, &counted) }
+    } else {
+        let rc = profile::time(Phase::Mpi, real);
+        if rc == 0 {
+            // SAFETY: MPI initialized; the receives are posted.
+            guard(|| unsafe { persistent::announce_started(&handles, &counted) });
+        }
+        rc
+    };
+    if rc != 0 {
+        persistent::not_started(&handles);
+    }
+    rc
+}
+
+/// A start with sends the direct path may lend: the interposer's persistent receives among
+/// `handles` start first and announce themselves (`MPI_Startall` starts its requests in any
+/// order), so that the peers' sends find their ready messages; then each send is lent or
+/// packed into its own staging ([`persistent::lend_packed`]); then the rest start, lent sends
+/// by their markers ([`persistent::swap_in`]).
+///
+/// # Safety
+/// MPI initialized; `reqs` is the caller's array of the started `handles`.
+unsafe fn start_lending(
+    reqs: *mut MPI_Request,
+    handles: &[u64],
+    counted: &[Option<(c_int, c_int, u64)>],
+) -> c_int {
+    let recvs = persistent::receives(handles);
+    for &i in &recvs {
+        // SAFETY: slot `i` of the caller's array, a persistent receive of the interposer.
+        let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Start(reqs.add(i)) });
+        if rc != 0 {
+            return rc;
+        }
+    }
+    // SAFETY: MPI initialized; the receives are posted.
+    guard(|| unsafe { persistent::announce_started(handles, counted) });
+    // SAFETY: the caller's contract: the sends' buffers hold what they send.
+    let lent =
+        guarded(|| Some(unsafe { persistent::lend_packed(handles) })).unwrap_or(path::ERR_INTERN);
+    if lent != 0 {
+        return lent;
+    }
+    let mut rest: Vec<MPI_Request> = (0..handles.len())
+        .filter(|i| !recvs.contains(i))
+        // SAFETY: the caller's array holds `handles.len()` requests.
+        .map(|i| unsafe { *reqs.add(i) })
+        .collect();
+    if rest.is_empty() {
+        return 0;
+    }
+    let n = c_int::try_from(rest.len()).unwrap_or(c_int::MAX);
+    // SAFETY: `rest` holds `n` of the caller's persistent requests; lent sends start their
+    // markers (the handles in `rest` are copies: the caller's array is not changed).
+    let swapped = unsafe { persistent::swap_in(rest.as_mut_ptr(), n) };
+    // SAFETY: as above.
+    let rc = profile::time(Phase::Mpi, || unsafe {
+        ffi::PMPI_Startall(n, rest.as_mut_ptr())
+    });
+    drop(swapped);
+    rc
 }
 
 /// Completes the interposer's requests among `before` that the call completed: the ones it
@@ -1041,8 +1121,11 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_St
     } else {
         status
     };
+    // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
+    let swapped = unsafe { persistent::swap_in(request, 1) };
     // SAFETY: the caller's contract, with a valid status.
     let rc = unsafe { ffi::PMPI_Wait(request, st) };
+    drop(swapped);
     // SAFETY: as above.
     let after = unsafe { keys(request, 1) };
     // SAFETY: the status the real MPI just wrote.
@@ -1071,8 +1154,11 @@ pub unsafe extern "C" fn MPI_Test(
     } else {
         status
     };
+    // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
+    let swapped = unsafe { persistent::swap_in(request, 1) };
     // SAFETY: the caller's contract, with a valid status.
     let rc = unsafe { ffi::PMPI_Test(request, flag, st) };
+    drop(swapped);
     // SAFETY: as above.
     let after = unsafe { keys(request, 1) };
     // SAFETY: `flag` was written by the real MPI.
@@ -1109,8 +1195,11 @@ pub unsafe extern "C" fn MPI_Waitall(
     }
     let mut own = Vec::new();
     let st = statuses(array_of_statuses, count, &mut own);
+    // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
+    let swapped = unsafe { persistent::swap_in(array_of_requests, count) };
     // SAFETY: the caller's contract, with room for `count` statuses.
     let rc = unsafe { ffi::PMPI_Waitall(count, array_of_requests, st) };
+    drop(swapped);
     // SAFETY: as above.
     let after = unsafe { keys(array_of_requests, count) };
     // SAFETY: slot `i`'s status is `st[i]`, just written.
@@ -1144,8 +1233,11 @@ pub unsafe extern "C" fn MPI_Testall(
     }
     let mut own = Vec::new();
     let st = statuses(array_of_statuses, count, &mut own);
+    // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
+    let swapped = unsafe { persistent::swap_in(array_of_requests, count) };
     // SAFETY: the caller's contract, with room for `count` statuses.
     let rc = unsafe { ffi::PMPI_Testall(count, array_of_requests, flag, st) };
+    drop(swapped);
     // SAFETY: as above.
     let after = unsafe { keys(array_of_requests, count) };
     // SAFETY: `flag` was written by the real MPI.
@@ -1185,8 +1277,11 @@ pub unsafe extern "C" fn MPI_Waitany(
     } else {
         status
     };
+    // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
+    let swapped = unsafe { persistent::swap_in(array_of_requests, count) };
     // SAFETY: the caller's contract, with a valid status.
     let rc = unsafe { ffi::PMPI_Waitany(count, array_of_requests, index, st) };
+    drop(swapped);
     // SAFETY: as above.
     let after = unsafe { keys(array_of_requests, count) };
     // SAFETY: `index` was written by the real MPI.
@@ -1228,8 +1323,11 @@ pub unsafe extern "C" fn MPI_Testany(
     } else {
         status
     };
+    // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
+    let swapped = unsafe { persistent::swap_in(array_of_requests, count) };
     // SAFETY: the caller's contract, with a valid status.
     let rc = unsafe { ffi::PMPI_Testany(count, array_of_requests, index, flag, st) };
+    drop(swapped);
     // SAFETY: as above.
     let after = unsafe { keys(array_of_requests, count) };
     // SAFETY: `index` and `flag` were written by the real MPI.
@@ -1273,8 +1371,11 @@ unsafe fn some(
     }
     let mut own = Vec::new();
     let st = statuses(statuses_in, incount, &mut own);
+    // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
+    let swapped = unsafe { persistent::swap_in(reqs, incount) };
     // SAFETY: the caller's contract, with room for `incount` statuses.
     let rc = unsafe { call(incount, reqs, outcount, indices, st) };
+    drop(swapped);
     // SAFETY: as above.
     let after = unsafe { keys(reqs, incount) };
     // SAFETY: written by the real MPI.
@@ -1364,7 +1465,15 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         // SAFETY: the caller's contract.
         return unsafe { ffi::PMPI_Request_free(request) };
     }
-    if let Some((work, active)) = persistent::release(before[0]) {
+    if let Some((mut work, active)) = persistent::release(before[0]) {
+        if let Persistent::Send(o) = &mut work {
+            if let Some(mut m) = o.marker.take() {
+                persistent::LENT.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                // SAFETY: the marker request made with this send; if its start is active, the
+                // real MPI lets it complete (a message of 0 bytes) before freeing it.
+                unsafe { ffi::PMPI_Request_free(&mut m) };
+            }
+        }
         let code = match work {
             Persistent::Send(o) if active => {
                 std::mem::forget(o);

@@ -15,13 +15,19 @@ use datatype_pack::StridedBlock;
 use mpi::ffi;
 
 use crate::config;
+use crate::direct;
 use crate::engine::{Engine, Staging};
+use crate::handle::key;
 use crate::log::log;
+use crate::model::Method;
 use crate::path::{queue_and_wait, take, Receive, ERR_INTERN};
 use crate::sync::lock;
 
 /// A send the interposer packs at each start of a persistent request (`MPI_Send_init`): the
-/// caller's buffer and its plan, and the staging the real MPI's request sends from.
+/// caller's buffer and its plan, and the staging the real MPI's request sends from. With the
+/// direct path, also a persistent request of the real MPI for the message of 0 bytes that
+/// follows a lent start ([`Outgoing::marker`]), started and completed in the program's
+/// request's place ([`swap_in`]).
 #[derive(Debug)]
 pub struct Outgoing {
     engine: Engine,
@@ -32,6 +38,14 @@ pub struct Outgoing {
     /// Its size in bytes, as MPI's count.
     pub bytes: c_int,
     op: &'static str,
+    /// The persistent request of the 0-byte message of the direct path (`MPI_Send_init` of the
+    /// same destination, tag and communicator), where the path serves this send.
+    pub marker: Option<ffi::MPI_Request>,
+    /// Whether the last start was lent on the direct path (its marker was started instead).
+    lent: bool,
+    /// A start's fresh staging, packed, and its message's destination, tag and number, until
+    /// [`lend_packed`] lends it or packs the request's own staging instead.
+    fresh: Option<(Staging, (c_int, c_int, u64))>,
 }
 
 // SAFETY: the user's buffer address is only used by the thread that starts the request; MPI's
@@ -64,6 +78,10 @@ fn kept() -> &'static Mutex<HashMap<u64, Kept>> {
 /// Persistent requests kept, read without the lock on every wait and test.
 static KEPT: AtomicUsize = AtomicUsize::new(0);
 
+/// Persistent sends with a marker ([`Outgoing::marker`]), read without the lock by
+/// [`swap_in`].
+pub static LENT: AtomicUsize = AtomicUsize::new(0);
+
 /// Keeps the persistent request the real MPI just made, not started.
 pub fn keep(request: u64, work: Persistent) {
     let stale = lock(kept()).insert(
@@ -94,19 +112,21 @@ pub fn release(request: u64) -> Option<(Persistent, bool)> {
 }
 
 /// Before `MPI_Start`/`MPI_Startall` hands `handles` to the real MPI: packs the interposer's
-/// persistent sends among them into their staging, all queued before one launch and one wait
-/// per GPU ([`queue_and_wait`]), then marks the interposer's requests among them started.
-/// Returns 0, or the code of a failed pack, when nothing must be started (the requests stay
-/// inactive).
+/// persistent sends among them, all queued before one launch and one wait per GPU
+/// ([`queue_and_wait`]), then marks the interposer's requests among them started. A send the
+/// direct path may serve (`counted`, per handle: its destination, tag and number) is packed
+/// into fresh staging, for [`lend_packed`] to lend. Returns 0, or the code of a failed pack,
+/// when nothing must be started (the requests stay inactive).
 ///
 /// # Safety
 /// MPI initialized; `handles` are the requests the caller starts, whose send buffers hold
 /// what they send (MPI's contract for a start).
-pub unsafe fn start(handles: &[u64]) -> c_int {
-    let mut sends: Vec<(u64, Outgoing)> = Vec::new();
+pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) -> c_int {
+    type Item = (u64, Outgoing, Option<(c_int, c_int, u64)>, Option<Staging>);
+    let mut sends: Vec<Item> = Vec::new();
     {
         let mut map = lock(kept());
-        for h in handles {
+        for (i, h) in handles.iter().enumerate() {
             if !matches!(map.get(h), Some(k) if matches!(k.work, Persistent::Send(_))) {
                 continue;
             }
@@ -115,20 +135,31 @@ pub unsafe fn start(handles: &[u64]) -> c_int {
                 ..
             }) = map.remove(h)
             {
-                sends.push((*h, o));
+                let key = counted
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .filter(|_| o.marker.is_some());
+                let method = match o.engine {
+                    Engine::Cpu => Method::OneShot,
+                    Engine::Gpu(..) => Method::Device,
+                };
+                let fresh = key.and_then(|_| o.engine.staging_for(&o.plan, method).ok());
+                sends.push((*h, o, key, fresh));
             }
         }
     }
     // SAFETY: each send's buffer is readable where its plan says (the caller's contract) and
-    // its staging is its own, untouched by the real MPI while the request is inactive; the
-    // stagings are distinct, so the packs of one batch write distinct bytes.
+    // its staging (its own, untouched by the real MPI while the request is inactive, or fresh)
+    // is written by its pack alone, so the packs of one batch write distinct bytes.
     let settled = unsafe {
         queue_and_wait(
             &mut sends,
-            |(_, o)| &o.engine,
-            |(_, o), batch| {
+            |(_, o, _, _)| &o.engine,
+            |(_, o, _, fresh), batch| {
+                let into = fresh.as_mut().unwrap_or(&mut o.staging);
                 o.engine
-                    .enqueue_pack(&o.plan, o.buf, &mut o.staging, batch)
+                    .enqueue_pack(&o.plan, o.buf, into, batch)
                     .map_err(|e| {
                         log!("{}: the pack at the start failed: {e}", o.op);
                         ERR_INTERN
@@ -138,14 +169,18 @@ pub unsafe fn start(handles: &[u64]) -> c_int {
     };
     let mut rc = 0;
     let mut map = lock(kept());
-    for ((h, o), s) in sends.into_iter().zip(settled) {
+    for ((h, mut o, key, fresh), s) in sends.into_iter().zip(settled) {
+        o.lent = false;
         match s {
-            Ok(()) => log!(
-                "{}: packed {} bytes from a {} at the start",
-                o.op,
-                o.bytes,
-                o.engine.describe()
-            ),
+            Ok(()) => {
+                o.fresh = fresh.zip(key);
+                log!(
+                    "{}: packed {} bytes from a {} at the start",
+                    o.op,
+                    o.bytes,
+                    o.engine.describe()
+                );
+            }
             Err(code) => rc = code,
         }
         map.insert(
@@ -158,8 +193,155 @@ pub unsafe fn start(handles: &[u64]) -> c_int {
     }
     if rc == 0 {
         mark(&mut map, handles, true);
+    } else {
+        for h in handles {
+            if let Some(Kept {
+                work: Persistent::Send(o),
+                ..
+            }) = map.get_mut(h)
+            {
+                o.fresh = None;
+            }
+        }
     }
     rc
+}
+
+/// Whether any of `handles` is a persistent send packed into fresh staging by [`start`].
+pub fn any_packed_fresh(handles: &[u64]) -> bool {
+    let map = lock(kept());
+    handles.iter().any(
+        |h| matches!(map.get(h), Some(Kept { work: Persistent::Send(o), .. }) if o.fresh.is_some()),
+    )
+}
+
+/// The positions among `handles` of the interposer's persistent receives.
+pub fn receives(handles: &[u64]) -> Vec<usize> {
+    let map = lock(kept());
+    (0..handles.len())
+        .filter(|&i| {
+            matches!(
+                map.get(&handles[i]),
+                Some(Kept {
+                    work: Persistent::Recv(_),
+                    ..
+                })
+            )
+        })
+        .collect()
+}
+
+/// The sends among `handles` that [`start`] packed into fresh staging: each is lent where its
+/// receive's ready message comes ([`direct::lend_started`]; its marker then starts in its
+/// place, [`swap_in`]), else its own staging is packed too and the real request goes. Returns
+/// 0, or the code of a failed pack.
+///
+/// # Safety
+/// As [`start`].
+pub unsafe fn lend_packed(handles: &[u64]) -> c_int {
+    let mut rc = 0;
+    let mut map = lock(kept());
+    for h in handles {
+        let Some(Kept {
+            work: Persistent::Send(o),
+            ..
+        }) = map.get_mut(h)
+        else {
+            continue;
+        };
+        let Some((fresh, key)) = o.fresh.take() else {
+            continue;
+        };
+        match direct::lend_started(o.op, key, &o.engine, &o.plan, fresh) {
+            Ok(()) => o.lent = true,
+            Err(fresh) => {
+                drop(fresh);
+                // SAFETY: the caller's contract; the request's own staging is untouched by
+                // the real MPI while it is inactive; waited for below.
+                let again = unsafe { o.engine.enqueue_pack(&o.plan, o.buf, &mut o.staging, None) };
+                if let Err(e) = again.and(o.engine.wait()) {
+                    log!("{}: the pack at the start failed: {e}", o.op);
+                    rc = ERR_INTERN;
+                }
+            }
+        }
+    }
+    rc
+}
+
+/// The interposer's persistent requests among `reqs` whose start was lent, their handles
+/// swapped for their markers' in the caller's array while the real MPI starts, waits for or
+/// tests them; put back when dropped.
+pub struct Swapped {
+    reqs: *mut ffi::MPI_Request,
+    swaps: Vec<(usize, ffi::MPI_Request)>,
+}
+
+impl Drop for Swapped {
+    fn drop(&mut self) {
+        for &(i, program) in &self.swaps {
+            // SAFETY: slot `i` of the caller's array, which `swap_in` read and wrote.
+            unsafe { *self.reqs.add(i) = program };
+        }
+    }
+}
+
+/// Swaps the handles of the lent persistent sends among the `n` requests at `reqs` for their
+/// markers' ([`Outgoing::marker`]) until the result is dropped.
+///
+/// # Safety
+/// `reqs` points at `n` handles (or `n` is 0), writable, and outlives the result.
+pub unsafe fn swap_in(reqs: *mut ffi::MPI_Request, n: c_int) -> Swapped {
+    let mut swapped = Swapped {
+        reqs,
+        swaps: Vec::new(),
+    };
+    let n = usize::try_from(n).unwrap_or(0);
+    if reqs.is_null() || n == 0 || LENT.load(Ordering::SeqCst) == 0 {
+        return swapped;
+    }
+    let map = lock(kept());
+    for i in 0..n {
+        // SAFETY: the caller's contract.
+        let program = unsafe { *reqs.add(i) };
+        if let Some(Kept {
+            work:
+                Persistent::Send(Outgoing {
+                    marker: Some(m),
+                    lent: true,
+                    ..
+                }),
+            ..
+        }) = map.get(&key(program))
+        {
+            // SAFETY: as above.
+            unsafe { *reqs.add(i) = *m };
+            swapped.swaps.push((i, program));
+        }
+    }
+    swapped
+}
+
+/// After the real start: announces the interposer's persistent receives among `handles` to the
+/// direct path (`counted`: their source, tag and number), their real receives now posted.
+///
+/// # Safety
+/// MPI initialized.
+pub unsafe fn announce_started(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) {
+    let mut map = lock(kept());
+    for (h, c) in handles.iter().zip(counted) {
+        if let (
+            Some((source, tag, seq)),
+            Some(Kept {
+                work: Persistent::Recv(r),
+                ..
+            }),
+        ) = (c, map.get_mut(h))
+        {
+            // SAFETY: the caller's contract; the receive is posted and kept until it completes.
+            unsafe { direct::announce(r, *source, *tag, Some(*seq)) };
+        }
+    }
 }
 
 /// After the real `MPI_Start`/`MPI_Startall` failed: the interposer's requests among `handles`
@@ -239,6 +421,9 @@ pub unsafe fn prepare_send_init(
             buf,
             staging,
             op,
+            marker: None,
+            lent: false,
+            fresh: None,
         }),
         Err(e) => {
             log!("{op}: passes through: {e}");
