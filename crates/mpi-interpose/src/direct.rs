@@ -399,6 +399,19 @@ pub fn forget_persistent(request: u64) {
     }
 }
 
+/// Per handle among `handles`: whether it is a persistent send on `MPI_COMM_WORLD` that
+/// [`started`] counts.
+pub fn persistent_sends(handles: &[u64]) -> Vec<bool> {
+    let Some(s) = state() else {
+        return vec![false; handles.len()];
+    };
+    let st = lock(s);
+    handles
+        .iter()
+        .map(|h| st.persistent.get(h).is_some_and(|p| p.0))
+        .collect()
+}
+
 /// Counts the starts of the persistent requests among `handles`, as their sends and receives;
 /// returns, per handle, its peer, tag and number where it was counted.
 ///

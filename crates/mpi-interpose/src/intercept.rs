@@ -948,7 +948,7 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
     if packed != 0 {
         return packed;
     }
-    let rc = if persistent::any_packed_fresh(&handles) {
+    let rc = if persistent::packed_fresh(&handles).contains(&true) {
         // SAFETY: the caller's array of `n` requests, which it starts.
         unsafe { start_lending(reqs, &handles, &counted) }
     } else {
@@ -965,10 +965,12 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
     rc
 }
 
-/// A start with sends the direct path may lend: the interposer's persistent receives among
-/// `handles` start first and announce themselves (`MPI_Startall` starts its requests in any
-/// order), so that the peers' sends find their ready messages; then each send is lent or
-/// packed into its own staging ([`persistent::lend_packed`]); then the rest start, lent sends
+/// A start with sends the direct path may lend (`MPI_Startall` starts its requests in any
+/// order): every request but those sends, and the sends that must follow them (the same
+/// destination and tag), starts first, so that the peers' sends find the interposer's receives
+/// announced and the messages the real MPI moves (contiguous faces) are under way while the
+/// lent sends wait for their ready messages; then each lendable send is lent or packed into its
+/// own staging ([`persistent::lend_packed`]); then those sends start in their order, lent ones
 /// by their markers ([`persistent::swap_in`]).
 ///
 /// # Safety
@@ -978,10 +980,32 @@ unsafe fn start_lending(
     handles: &[u64],
     counted: &[Option<(c_int, c_int, u64)>],
 ) -> c_int {
-    let recvs = persistent::receives(handles);
-    for &i in &recvs {
-        // SAFETY: slot `i` of the caller's array, a persistent receive of the interposer.
-        let rc = profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Start(reqs.add(i)) });
+    let fresh = persistent::packed_fresh(handles);
+    let sends = direct::persistent_sends(handles);
+    let lent_to: Vec<(c_int, c_int)> = (0..handles.len())
+        .filter(|&i| fresh[i])
+        .filter_map(|i| counted[i].map(|(dest, tag, _)| (dest, tag)))
+        .collect();
+    let late: Vec<bool> = (0..handles.len())
+        .map(|i| {
+            fresh[i] || (sends[i] && counted[i].is_some_and(|(d, t, _)| lent_to.contains(&(d, t))))
+        })
+        .collect();
+    // The caller's handles of one group, copied: the caller's array is not changed.
+    let group = |late_ones: bool| -> Vec<MPI_Request> {
+        (0..handles.len())
+            .filter(|&i| late[i] == late_ones)
+            // SAFETY: the caller's array holds `handles.len()` requests.
+            .map(|i| unsafe { *reqs.add(i) })
+            .collect()
+    };
+    let mut early = group(false);
+    if !early.is_empty() {
+        let n = c_int::try_from(early.len()).unwrap_or(c_int::MAX);
+        // SAFETY: `early` holds `n` of the caller's persistent requests, none lent.
+        let rc = profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Startall(n, early.as_mut_ptr())
+        });
         if rc != 0 {
             return rc;
         }
@@ -994,17 +1018,10 @@ unsafe fn start_lending(
     if lent != 0 {
         return lent;
     }
-    let mut rest: Vec<MPI_Request> = (0..handles.len())
-        .filter(|i| !recvs.contains(i))
-        // SAFETY: the caller's array holds `handles.len()` requests.
-        .map(|i| unsafe { *reqs.add(i) })
-        .collect();
-    if rest.is_empty() {
-        return 0;
-    }
+    let mut rest = group(true);
     let n = c_int::try_from(rest.len()).unwrap_or(c_int::MAX);
     // SAFETY: `rest` holds `n` of the caller's persistent requests; lent sends start their
-    // markers (the handles in `rest` are copies: the caller's array is not changed).
+    // markers.
     let swapped = unsafe { persistent::swap_in(rest.as_mut_ptr(), n) };
     // SAFETY: as above.
     let rc = profile::time(Phase::Mpi, || unsafe {

@@ -408,22 +408,46 @@ pub unsafe fn finish_recvs(
 }
 
 /// Queues each item's kernel work on its engine's GPU with `enqueue`, then launches and waits
-/// for each GPU once: the kernels of a GPU with several items are recorded into one [`Batch`]
-/// (launched as one graph, where batches are on); a GPU's only item launches its kernel alone,
-/// through its kept graph, which costs less host time than a batch of one. `enqueue` returns
-/// what the item's work is (`Ok`) or the code it settled with when it queued nothing. Returns,
-/// per item in order, `Ok` where its work was queued and its GPU's launch and wait succeeded
-/// (the CPU engine's work is done by `enqueue`), else the code: the enqueue's, or
-/// [`ERR_INTERN`] where the launch or the wait failed.
+/// for each GPU once ([`queue_and_launch`], then one wait per GPU). Returns, per item in order,
+/// `Ok` where its work was queued and its GPU's launch and wait succeeded (the CPU engine's
+/// work is done by `enqueue`), else the code: the enqueue's, or [`ERR_INTERN`] where the launch
+/// or the wait failed.
 ///
 /// # Safety
-/// `enqueue`'s work for the items of one GPU may share a batch: their kernels touch distinct
-/// bytes; each queued kernel's buffers stay valid until this returns.
+/// As [`queue_and_launch`], each queued kernel's buffers valid until this returns.
 pub(crate) unsafe fn queue_and_wait<T, V>(
     items: &mut [T],
     engine: impl Fn(&T) -> &Engine,
-    mut enqueue: impl FnMut(&mut T, Option<&mut Batch>) -> std::result::Result<V, c_int>,
+    enqueue: impl FnMut(&mut T, Option<&mut Batch>) -> std::result::Result<V, c_int>,
 ) -> Vec<std::result::Result<V, c_int>> {
+    // SAFETY: the caller's contract; the launches are waited for below.
+    let launched = unsafe { queue_and_launch(items, &engine, enqueue) };
+    wait_launched(items, engine, launched)
+}
+
+/// What [`queue_and_launch`] did: per item, what its enqueue returned; per GPU with items, its
+/// ordinal and whether its launch succeeded.
+pub(crate) struct Launched<V> {
+    queued: Vec<std::result::Result<V, c_int>>,
+    ordinals: Vec<Option<usize>>,
+    gpus: Vec<(usize, bool)>,
+}
+
+/// Queues each item's kernel work on its engine's GPU with `enqueue`, then launches each GPU's
+/// work once, not waiting for it: the kernels of a GPU with several items are recorded into one
+/// [`Batch`] (launched as one graph, where batches are on); a GPU's only item launches its
+/// kernel alone, through its kept graph, which costs less host time than a batch of one.
+/// `enqueue` returns what the item's work is (`Ok`) or the code it settled with when it queued
+/// nothing. [`wait_launched`] waits.
+///
+/// # Safety
+/// `enqueue`'s work for the items of one GPU may share a batch: their kernels touch distinct
+/// bytes; each queued kernel's buffers stay valid until its GPU's stream is waited for.
+pub(crate) unsafe fn queue_and_launch<T, V>(
+    items: &mut [T],
+    engine: impl Fn(&T) -> &Engine,
+    mut enqueue: impl FnMut(&mut T, Option<&mut Batch>) -> std::result::Result<V, c_int>,
+) -> Launched<V> {
     let ordinals: Vec<Option<usize>> = items.iter().map(|t| engine(t).ordinal()).collect();
     let several = |o: usize| ordinals.iter().filter(|&&x| x == Some(o)).count() > 1;
     // Per GPU with items: a batch for its kernels, where it has several and batches are on.
@@ -450,12 +474,14 @@ pub(crate) unsafe fn queue_and_wait<T, V>(
             guarded(|| Some(enqueue(t, batch))).unwrap_or(Err(ERR_INTERN))
         })
         .collect();
-    // Launch each GPU's batch, then wait once per GPU, whatever happened before (a failed
-    // enqueue or launch may have queued a copy); a failed launch or wait fails that GPU's work.
-    let mut waited: Vec<(usize, bool)> = Vec::new();
-    for (ordinal, batch) in batches {
-        let launched =
-            match batch.map(|b| guarded(|| Some(profile::time(Phase::Launch, || b.launch())))) {
+    // Launch each GPU's batch, whatever happened before (a failed enqueue may have queued a
+    // copy); a failed launch fails that GPU's work.
+    let gpus = batches
+        .into_iter()
+        .map(|(ordinal, batch)| {
+            let launched = match batch
+                .map(|b| guarded(|| Some(profile::time(Phase::Launch, || b.launch()))))
+            {
                 None | Some(Some(Ok(()))) => true,
                 Some(Some(Err(e))) => {
                     log!("the launch of the kernels on device {ordinal} failed: {e}");
@@ -463,29 +489,75 @@ pub(crate) unsafe fn queue_and_wait<T, V>(
                 }
                 Some(None) => false,
             };
-        let Some(at) = ordinals.iter().position(|&o| o == Some(ordinal)) else {
-            continue;
-        };
-        let ok = match guarded(|| Some(engine(&items[at]).wait())) {
-            Some(Ok(())) => launched,
-            Some(Err(e)) => {
-                log!("the wait on device {ordinal} failed: {e}");
-                false
-            }
-            None => false,
-        };
-        waited.push((ordinal, ok));
+            (ordinal, launched)
+        })
+        .collect();
+    Launched {
+        queued,
+        ordinals,
+        gpus,
     }
+}
+
+/// Waits once for each GPU that [`queue_and_launch`] launched work on (`items` as given
+/// there), whatever happened before; returns, per item in order, `Ok` where its work was
+/// queued and its GPU's launch and wait succeeded, else the code.
+pub(crate) fn wait_launched<T, V>(
+    items: &[T],
+    engine: impl Fn(&T) -> &Engine,
+    launched: Launched<V>,
+) -> Vec<std::result::Result<V, c_int>> {
+    let Launched {
+        queued,
+        ordinals,
+        gpus,
+    } = launched;
+    let waited: Vec<(usize, bool)> = gpus
+        .into_iter()
+        .filter_map(|(ordinal, launched)| {
+            let at = ordinals.iter().position(|&o| o == Some(ordinal))?;
+            let ok = match guarded(|| Some(engine(&items[at]).wait())) {
+                Some(Ok(())) => launched,
+                Some(Err(e)) => {
+                    log!("the wait on device {ordinal} failed: {e}");
+                    false
+                }
+                None => false,
+            };
+            Some((ordinal, ok))
+        })
+        .collect();
+    settle(queued, &ordinals, |o| {
+        waited.iter().any(|&(w, ok)| w == o && ok)
+    })
+}
+
+/// The launches of [`queue_and_launch`], not waited for: per item in order, `Ok` where its work
+/// was queued and its GPU's launch succeeded, else the code.
+pub(crate) fn not_waited<V>(launched: Launched<V>) -> Vec<std::result::Result<V, c_int>> {
+    let Launched {
+        queued,
+        ordinals,
+        gpus,
+    } = launched;
+    settle(queued, &ordinals, |o| {
+        gpus.iter().any(|&(g, ok)| g == o && ok)
+    })
+}
+
+/// Per item: its enqueue's result where its GPU (if any) went well (`ok`), else the code.
+fn settle<V>(
+    queued: Vec<std::result::Result<V, c_int>>,
+    ordinals: &[Option<usize>],
+    ok: impl Fn(usize) -> bool,
+) -> Vec<std::result::Result<V, c_int>> {
     queued
         .into_iter()
-        .zip(&ordinals)
-        .map(|(q, ordinal)| {
-            let ok = ordinal.map_or(true, |o| waited.iter().any(|&(w, ok)| w == o && ok));
-            match q {
-                Ok(v) if ok => Ok(v),
-                Ok(_) => Err(ERR_INTERN),
-                Err(code) => Err(code),
-            }
+        .zip(ordinals)
+        .map(|(q, ordinal)| match q {
+            Ok(v) if ordinal.map_or(true, &ok) => Ok(v),
+            Ok(_) => Err(ERR_INTERN),
+            Err(code) => Err(code),
         })
         .collect()
 }

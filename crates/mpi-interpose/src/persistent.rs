@@ -20,7 +20,7 @@ use crate::engine::{Engine, Staging};
 use crate::handle::key;
 use crate::log::log;
 use crate::model::Method;
-use crate::path::{queue_and_wait, take, Receive, ERR_INTERN};
+use crate::path::{not_waited, queue_and_launch, take, wait_launched, Receive, ERR_INTERN};
 use crate::sync::lock;
 
 /// A send the interposer packs at each start of a persistent request (`MPI_Send_init`): the
@@ -113,10 +113,12 @@ pub fn release(request: u64) -> Option<(Persistent, bool)> {
 
 /// Before `MPI_Start`/`MPI_Startall` hands `handles` to the real MPI: packs the interposer's
 /// persistent sends among them, all queued before one launch and one wait per GPU
-/// ([`queue_and_wait`]), then marks the interposer's requests among them started. A send the
-/// direct path may serve (`counted`, per handle: its destination, tag and number) is packed
-/// into fresh staging, for [`lend_packed`] to lend. Returns 0, or the code of a failed pack,
-/// when nothing must be started (the requests stay inactive).
+/// ([`crate::path::queue_and_wait`]), then marks the interposer's requests among them started.
+/// A send the direct path may serve (`counted`, per handle: its destination, tag and number)
+/// is packed into fresh staging, for [`lend_packed`] to lend; where every send is, the packs
+/// are launched and not waited for (the loans' events order the peers' unpacks after them).
+/// Returns 0, or the code of a failed pack, when nothing must be started (the requests stay
+/// inactive).
 ///
 /// # Safety
 /// MPI initialized; `handles` are the requests the caller starts, whose send buffers hold
@@ -149,11 +151,16 @@ pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) ->
             }
         }
     }
+    // Where every send packs into fresh staging to be lent, its packs are not waited for here:
+    // a loan's event orders the receiver's unpack after them, and a send not lent waits for
+    // its stream before its staging goes anywhere ([`lend_packed`]).
+    let lending = !sends.is_empty() && sends.iter().all(|(_, _, _, fresh)| fresh.is_some());
     // SAFETY: each send's buffer is readable where its plan says (the caller's contract) and
     // its staging (its own, untouched by the real MPI while the request is inactive, or fresh)
-    // is written by its pack alone, so the packs of one batch write distinct bytes.
+    // is written by its pack alone, so the packs of one batch write distinct bytes; fresh
+    // staging not waited for here is kept until its stream is waited for or its loan ends.
     let settled = unsafe {
-        queue_and_wait(
+        let launched = queue_and_launch(
             &mut sends,
             |(_, o, _, _)| &o.engine,
             |(_, o, _, fresh), batch| {
@@ -165,7 +172,21 @@ pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) ->
                         ERR_INTERN
                     })
             },
-        )
+        );
+        if lending {
+            let settled = not_waited(launched);
+            if settled.iter().any(Result::is_err) {
+                // Nothing is lent after a failure: the fresh staging is dropped once idle.
+                for (_, o, _, _) in &sends {
+                    if let Err(e) = o.engine.wait() {
+                        log!("{}: the wait after a failed start failed: {e}", o.op);
+                    }
+                }
+            }
+            settled
+        } else {
+            wait_launched(&sends, |(_, o, _, _)| &o.engine, launched)
+        }
     };
     let mut rc = 0;
     let mut map = lock(kept());
@@ -207,27 +228,13 @@ pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) ->
     rc
 }
 
-/// Whether any of `handles` is a persistent send packed into fresh staging by [`start`].
-pub fn any_packed_fresh(handles: &[u64]) -> bool {
+/// Per handle among `handles`: whether it is a persistent send packed into fresh staging by
+/// [`start`], to be lent.
+pub fn packed_fresh(handles: &[u64]) -> Vec<bool> {
     let map = lock(kept());
-    handles.iter().any(
-        |h| matches!(map.get(h), Some(Kept { work: Persistent::Send(o), .. }) if o.fresh.is_some()),
-    )
-}
-
-/// The positions among `handles` of the interposer's persistent receives.
-pub fn receives(handles: &[u64]) -> Vec<usize> {
-    let map = lock(kept());
-    (0..handles.len())
-        .filter(|&i| {
-            matches!(
-                map.get(&handles[i]),
-                Some(Kept {
-                    work: Persistent::Recv(_),
-                    ..
-                })
-            )
-        })
+    handles
+        .iter()
+        .map(|h| matches!(map.get(h), Some(Kept { work: Persistent::Send(o), .. }) if o.fresh.is_some()))
         .collect()
 }
 
@@ -255,14 +262,16 @@ pub unsafe fn lend_packed(handles: &[u64]) -> c_int {
         match direct::lend_started(o.op, key, &o.engine, &o.plan, fresh) {
             Ok(()) => o.lent = true,
             Err(fresh) => {
-                drop(fresh);
                 // SAFETY: the caller's contract; the request's own staging is untouched by
                 // the real MPI while it is inactive; waited for below.
                 let again = unsafe { o.engine.enqueue_pack(&o.plan, o.buf, &mut o.staging, None) };
+                // The wait covers the fresh staging's pack too (the same stream, queued
+                // before): only then does it go back to its pool.
                 if let Err(e) = again.and(o.engine.wait()) {
                     log!("{}: the pack at the start failed: {e}", o.op);
                     rc = ERR_INTERN;
                 }
+                drop(fresh);
             }
         }
     }
