@@ -46,13 +46,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use mpi::ffi::{self, MPI_Comm, MPI_Datatype};
 
 use crate::config::{self, Direct};
-use crate::engine::{Engine, Lent, Loan, Staging};
+use crate::engine::{Engine, Lent, Loan, Recorded, Staging};
 use crate::handle::key;
 use crate::ipc::{Export, Handle};
 use crate::log::log;
@@ -885,7 +885,7 @@ pub unsafe fn send(
             }
         },
     };
-    match lend_and_note(s, op, engine, staging, k, n) {
+    match lend_and_note(s, op, engine, staging, k, n, &mut None) {
         Ok(()) => Sent::Directly,
         Err(staging) => match engine.wait() {
             // Bytes in device staging need an MPI that reads device memory.
@@ -897,13 +897,15 @@ pub unsafe fn send(
 
 /// The start of a persistent send (number `seq` to `dest` with `tag`), packed into `staging`
 /// (fresh staging of `engine`, the pack queued): lent where its receive's ready message comes
-/// ([`await_ready`]), else given back.
+/// ([`await_ready`]), else given back. `recorded`: the event the loans of this start share
+/// (recorded by the first, after every pack of the start was queued; see [`Engine::lend`]).
 pub fn lend_started(
     op: &str,
     (dest, tag, seq): (c_int, c_int, u64),
     engine: &Engine,
     plan: &datatype_pack::StridedBlock,
     staging: Staging,
+    recorded: &mut Option<Arc<Recorded>>,
 ) -> Result<(), Staging> {
     let Some(s) = state() else {
         return Err(staging);
@@ -922,7 +924,7 @@ pub fn lend_started(
     if !await_ready(s, engine, plan, Some(&staging), k, carry) {
         return Err(staging);
     }
-    lend_and_note(s, op, engine, staging, k, plan.packed_size())
+    lend_and_note(s, op, engine, staging, k, plan.packed_size(), recorded)
 }
 
 /// Looks for the ready message of message `k` (its destination, tag and number), greeting the
@@ -971,8 +973,8 @@ fn await_ready(
 
 /// Lends `staging` (packed, or being packed, with message `k`'s `n` bytes) and writes its note:
 /// device staging is lent over CUDA IPC and kept until the receiver is done; host staging
-/// (testing) has its bytes carried in the note. Gives the staging back where the note would
-/// not fit its mailbox or the staging cannot be lent.
+/// (testing) has its bytes carried in the note. `recorded`: as [`Engine::lend`]. Gives the
+/// staging back where the note would not fit its mailbox or the staging cannot be lent.
 fn lend_and_note(
     s: &Mutex<State>,
     op: &str,
@@ -980,6 +982,7 @@ fn lend_and_note(
     mut staging: Staging,
     k: Key,
     n: u64,
+    recorded: &mut Option<Arc<Recorded>>,
 ) -> Result<(), Staging> {
     let (dest, tag, seq) = k;
     let carry = matches!(engine, Engine::Cpu);
@@ -995,7 +998,7 @@ fn lend_and_note(
         if !lock(s).room(dest, LENT_NOTE) {
             return Err(staging);
         }
-        match profile::time(Phase::Loan, || engine.lend(staging)) {
+        match profile::time(Phase::Loan, || engine.lend(staging, recorded)) {
             Ok((loan, lent)) => {
                 let mut st = lock(s);
                 if st.lent.len() >= LENT_ROUND {

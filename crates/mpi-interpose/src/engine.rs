@@ -9,6 +9,7 @@
 //! without staging. Kernels are launched through one-node CUDA graphs
 //! ([`datatype_pack::gpu::GpuOptions::relaunch`]) unless `COLLECTIVES_INTERPOSE_RELAUNCH=0`.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -52,11 +53,24 @@ pub struct Gpu {
     costs: OnceLock<Costs>,
 }
 
-/// A device allocation of the staging pool.
+/// A device allocation of the staging pool, with its CUDA IPC export once asked for.
 #[derive(Debug)]
 pub(crate) struct DeviceAlloc {
     ptr: CUdeviceptr,
     len: usize,
+    ipc: OnceCell<Option<Box<Export>>>,
+}
+
+impl DeviceAlloc {
+    /// The allocation's export ([`ipc::export`]), asked of the driver on first use and kept:
+    /// the allocation is whole (`cuMemAlloc`'s), so its handle and offset never change. Its
+    /// context must be current.
+    fn export(&self) -> Option<Export> {
+        self.ipc
+            .get_or_init(|| ipc::export(self.ptr, self.len as u64).map(Box::new))
+            .as_deref()
+            .copied()
+    }
 }
 
 /// A mapped pinned host allocation of the staging pool: its host address and the device
@@ -328,7 +342,11 @@ impl Gpu {
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: the context is current; `ptr` is a valid out-pointer.
         cuda("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, len) })?;
-        Ok(DeviceAlloc { ptr, len })
+        Ok(DeviceAlloc {
+            ptr,
+            len,
+            ipc: OnceCell::new(),
+        })
     }
 
     fn host_alloc(&self, len: usize) -> Result<HostAlloc> {
@@ -527,16 +545,26 @@ pub struct Lent {
     pub event: ipc::Handle,
 }
 
-/// A staging buffer lent to a peer, with its event: both go back to their pools when dropped,
-/// once the peer is done with them.
+/// A staging buffer lent to a peer, with the event recorded after its pack: both go back to
+/// their pools once the peer is done with them (the event once every loan it covers is).
 #[derive(Debug)]
 pub struct Loan {
     _staging: Staging,
+    _event: Arc<Recorded>,
+}
+
+/// A peer's event a GPU's stream waits for: the GPU's ordinal, the peer and the event's handle.
+pub type Waited = (usize, i32, ipc::Handle);
+
+/// An IPC event of a GPU's pool, recorded on its stream after packs that one or more loans
+/// lend ([`Engine::lend`]); back to the pool when the last of them is dropped.
+#[derive(Debug)]
+pub struct Recorded {
     gpu: Arc<Gpu>,
     event: Option<ipc::Event>,
 }
 
-impl Drop for Loan {
+impl Drop for Recorded {
     fn drop(&mut self) {
         if let Some(e) = self.event.take() {
             lock(&self.gpu.events).push(e);
@@ -892,29 +920,51 @@ impl Engine {
     /// Lends `staging` (device staging of this engine's GPU, a pack into it queued) to a peer
     /// process: exports its allocation over CUDA IPC and records an event of the GPU's pool
     /// after the pack, which the peer's stream waits for before it unpacks from the staging
-    /// ([`Engine::enqueue_pull`]). The [`Loan`] keeps both until the peer is done. Gives the
-    /// staging back where it cannot be lent (the CPU engine, host staging, no handle, no event).
-    pub fn lend(&self, staging: Staging) -> std::result::Result<(Loan, Lent), Staging> {
-        let Some((g, export, event)) = self.exported(&staging) else {
+    /// ([`Engine::enqueue_pull`]). `recorded` is an event already recorded after this pack
+    /// (loans of one start, nothing queued between them), used instead where it is of this GPU;
+    /// where not, it becomes the event recorded here. The [`Loan`] keeps both until the peer is
+    /// done. Gives the staging back where it cannot be lent (the CPU engine, host staging, no
+    /// handle, no event).
+    pub fn lend(
+        &self,
+        staging: Staging,
+        recorded: &mut Option<Arc<Recorded>>,
+    ) -> std::result::Result<(Loan, Lent), Staging> {
+        let Some((g, export)) = self.export_of(&staging) else {
             return Err(staging);
         };
-        // SAFETY: an event of this context (made by `ipc::new_event` with it current), recorded
-        // on this GPU's stream, after the pack queued there.
-        let rc = unsafe { sys::cuEventRecord(event.event, g.stream.cu_stream()) };
-        if rc != sys::CUresult::CUDA_SUCCESS {
-            lock(&g.events).push(event);
+        let event = match recorded {
+            Some(r) if Arc::ptr_eq(&r.gpu, g) => r.clone(),
+            _ => {
+                let Some(event) = lock(&g.events).pop().or_else(ipc::new_event) else {
+                    return Err(staging);
+                };
+                // SAFETY: an event of this context (made by `ipc::new_event` with it current),
+                // recorded on this GPU's stream, after the pack queued there.
+                let rc = unsafe { sys::cuEventRecord(event.event, g.stream.cu_stream()) };
+                if rc != sys::CUresult::CUDA_SUCCESS {
+                    lock(&g.events).push(event);
+                    return Err(staging);
+                }
+                let r = Arc::new(Recorded {
+                    gpu: g.clone(),
+                    event: Some(event),
+                });
+                *recorded = Some(r.clone());
+                r
+            }
+        };
+        let Some(handle) = event.event.as_ref().map(|e| e.handle) else {
             return Err(staging);
-        }
+        };
         let lent = Lent {
             staging: export,
-            event: event.handle,
+            event: handle,
         };
-        let gpu = g.clone();
         Ok((
             Loan {
                 _staging: staging,
-                gpu,
-                event: Some(event),
+                _event: event,
             },
             lent,
         ))
@@ -925,7 +975,8 @@ impl Engine {
     /// engine's GPU) and the handle of an event of the GPU's pool; `None` where either is
     /// missing.
     pub fn greeting(&self, staging: &Staging) -> Option<Lent> {
-        let (g, export, event) = self.exported(staging)?;
+        let (g, export) = self.export_of(staging)?;
+        let event = lock(&g.events).pop().or_else(ipc::new_event)?;
         let handle = event.handle;
         lock(&g.events).push(event);
         Some(Lent {
@@ -934,17 +985,15 @@ impl Engine {
         })
     }
 
-    /// The GPU of `staging` (device staging of this engine's GPU), the export of its
-    /// allocation, and an event taken from the GPU's pool (or made); `None` where any is
-    /// missing (the CPU engine, host staging, no handle, no event).
-    fn exported(&self, staging: &Staging) -> Option<(&Arc<Gpu>, Export, ipc::Event)> {
+    /// The GPU of `staging` (device staging of this engine's GPU) and the export of its
+    /// allocation, with the GPU's context current; `None` where either is missing (the CPU
+    /// engine, host staging, no handle).
+    fn export_of(&self, staging: &Staging) -> Option<(&Arc<Gpu>, Export)> {
         let (Engine::Gpu(g, _), Staging::Device(_, Some(a))) = (self, staging) else {
             return None;
         };
         g.bind().ok()?;
-        let export = ipc::export(a.ptr, a.len as u64)?;
-        let event = lock(&g.events).pop().or_else(ipc::new_event)?;
-        Some((g, export, event))
+        Some((g, a.export()?))
     }
 
     /// Whether this engine's GPU maps the allocation and opens the event of `greeting`, from
@@ -962,11 +1011,14 @@ impl Engine {
     /// mapped here over CUDA IPC, into the buffer at `buf`: the GPU's stream first waits for
     /// the peer's event (its pack), then the unpack runs, recorded into `batch` where given,
     /// as [`Engine::enqueue_unpack`]. The caller waits for the stream before the receive
-    /// completes and before it tells the peer that it is done with the staging.
+    /// completes and before it tells the peer that it is done with the staging. The stream
+    /// waits for an event once per `waited` (the events it waits for in one completion: loans
+    /// of one start share an event, whose record stays until every one of them is done).
     ///
     /// # Safety
     /// As [`Engine::enqueue_unpack`] for `buf` and `batch`; `lent` is the peer's note for this
-    /// receive, whose staging the peer keeps until told it is done.
+    /// receive, whose staging the peer keeps until told it is done; `waited` holds only events
+    /// this stream waited for since the notes now being unpacked were read.
     ///
     /// # Errors
     /// The CPU engine, a staging shorter than the plan, a handle or event that does not open
@@ -978,6 +1030,7 @@ impl Engine {
         lent: &Lent,
         buf: *mut c_void,
         batch: Option<&mut dgpu::Batch>,
+        waited: &mut Vec<Waited>,
     ) -> Result<()> {
         let Engine::Gpu(g, d) = self else {
             return Err(Error::Unsupported {
@@ -1003,11 +1056,15 @@ impl Engine {
                 message: format!("rank {peer}'s {what} does not open here"),
             };
             let base = ipc::open(peer, &lent.staging.handle).ok_or_else(|| refused("staging"))?;
-            let event = ipc::open_event(peer, &lent.event).ok_or_else(|| refused("event"))?;
-            // SAFETY: an event opened in this context, waited for by this context's stream.
-            cuda("cuStreamWaitEvent", unsafe {
-                sys::cuStreamWaitEvent(g.stream.cu_stream(), event, 0)
-            })?;
+            let w = (g.ordinal, peer, lent.event);
+            if !waited.contains(&w) {
+                let event = ipc::open_event(peer, &lent.event).ok_or_else(|| refused("event"))?;
+                // SAFETY: an event opened in this context, waited for by this context's stream.
+                cuda("cuStreamWaitEvent", unsafe {
+                    sys::cuStreamWaitEvent(g.stream.cu_stream(), event, 0)
+                })?;
+                waited.push(w);
+            }
             Ok(base)
         })?;
         // SAFETY: `base + offset` is the peer's staging mapped here, holding the `n` packed

@@ -93,8 +93,11 @@ pub struct Event {
 }
 
 // SAFETY: an event handle is a value the driver lets any thread use; each is owned by one pool
-// or one loan at a time.
+// or by the loans of one record at a time.
 unsafe impl Send for Event {}
+// SAFETY: shared (by the loans of one record) only to be read; recorded and given back by the
+// one owner it has then.
+unsafe impl Sync for Event {}
 
 /// A new event peers can wait for, in the current context; `None` where the driver refuses.
 pub fn new_event() -> Option<Event> {

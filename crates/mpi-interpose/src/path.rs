@@ -13,7 +13,7 @@ use mpi::ffi;
 
 use crate::config;
 use crate::direct::{self, Announced, Finish};
-use crate::engine::{Engine, Lent, Staging};
+use crate::engine::{Engine, Lent, Staging, Waited};
 use crate::log::log;
 use crate::memory;
 use crate::model::{self, Method, Shape};
@@ -365,6 +365,8 @@ pub unsafe fn finish_recvs(
         .collect();
     let mut items: Vec<((Receive, *const ffi::MPI_Status), Finish)> =
         done.into_iter().zip(direct).collect();
+    // The peers' events this completion's streams already wait for.
+    let mut waited = Vec::new();
     // SAFETY: the caller's contract for each receive (`enqueue_finish`'s); the receives'
     // buffers are distinct (MPI's rule), so the unpacks of one batch write distinct bytes.
     let settled = unsafe {
@@ -377,7 +379,7 @@ pub unsafe fn finish_recvs(
             |((r, status), d), batch| match d {
                 Finish::Settled(result) => *result,
                 Finish::Bytes => enqueue_finish(r, *status, batch),
-                Finish::Pull(peer, _, lent) => enqueue_pull(r, *peer, lent, batch),
+                Finish::Pull(peer, _, lent) => enqueue_pull(r, *peer, lent, batch, &mut waited),
             },
         )
     };
@@ -563,8 +565,9 @@ fn settle<V>(
 }
 
 /// Queues the unpack of a receive whose bytes wait in rank `peer`'s lent staging
-/// ([`Engine::enqueue_pull`]): the packed size, or [`ERR_INTERN`] where it cannot (the
-/// bytes are nowhere else).
+/// ([`Engine::enqueue_pull`]; `waited`: the events the streams already wait for in this
+/// completion): the packed size, or [`ERR_INTERN`] where it cannot (the bytes are nowhere
+/// else).
 ///
 /// # Safety
 /// As [`finish_recv`].
@@ -573,10 +576,14 @@ unsafe fn enqueue_pull(
     peer: c_int,
     lent: &Lent,
     batch: Option<&mut Batch>,
+    waited: &mut Vec<Waited>,
 ) -> std::result::Result<u64, c_int> {
     // SAFETY: the caller's contract: the buffer is the caller's receive buffer, `lent` the
     // peer's note for this receive; the stream is waited for before the receive completes.
-    match unsafe { r.engine.enqueue_pull(&r.plan, peer, lent, r.buf, batch) } {
+    match unsafe {
+        r.engine
+            .enqueue_pull(&r.plan, peer, lent, r.buf, batch, waited)
+    } {
         Ok(()) => Ok(r.plan.packed_size()),
         Err(e) => {
             log!("{}: the direct unpack failed: {e}", r.op);

@@ -247,6 +247,9 @@ pub fn packed_fresh(handles: &[u64]) -> Vec<bool> {
 /// As [`start`].
 pub unsafe fn lend_packed(handles: &[u64]) -> c_int {
     let mut rc = 0;
+    // One event for the loans of this start, recorded after all its packs (queued by
+    // [`start`] before any loan): each lend queues nothing before the next.
+    let mut recorded = None;
     let mut map = lock(kept());
     for h in handles {
         let Some(Kept {
@@ -259,7 +262,7 @@ pub unsafe fn lend_packed(handles: &[u64]) -> c_int {
         let Some((fresh, key)) = o.fresh.take() else {
             continue;
         };
-        match direct::lend_started(o.op, key, &o.engine, &o.plan, fresh) {
+        match direct::lend_started(o.op, key, &o.engine, &o.plan, fresh, &mut recorded) {
             Ok(()) => o.lent = true,
             Err(fresh) => {
                 // SAFETY: the caller's contract; the request's own staging is untouched by

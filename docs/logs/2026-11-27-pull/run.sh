@@ -13,6 +13,7 @@
 #   halo    the whole exchange (interpose_bench --only halo-3d), direct path on and off in turn,
 #           three times each
 #   hprof   the same once each way with the interposer's profile
+#   pprof   the persistent exchange alone (MPI_Startall/MPI_Waitall) once each way, with the profile
 #   log     the x face's MPI_Sendrecv alone, direct path on, with the log (what each message did)
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -71,6 +72,11 @@ for part in "$@"; do
         preloaded COLLECTIVES_INTERPOSE_DIRECT=$direct COLLECTIVES_INTERPOSE_PROFILE=1 -- --budget 0.5 --only 'MPI_Isend/MPI_Irecv/MPI_Waitall halo-3d'
       done > "$out/interpose-halo-profile.txt" 2>&1
       grep -E "^\\$|bench|r0\] profile" "$out/interpose-halo-profile.txt" | head -80 ;;
+    pprof)
+      for direct in 1 0; do
+        preloaded COLLECTIVES_INTERPOSE_DIRECT=$direct COLLECTIVES_INTERPOSE_PROFILE=1 -- --budget 0.5 --only 'MPI_Startall/MPI_Waitall halo-3d'
+      done > "$out/interpose-persistent-profile.txt" 2>&1
+      grep -E "^\\$|bench|r0\] profile" "$out/interpose-persistent-profile.txt" | head -80 ;;
     log)
       preloaded COLLECTIVES_INTERPOSE_DIRECT=1 COLLECTIVES_INTERPOSE_LOG=1 -- --budget 0.05 --only 'MPI_Sendrecv face-x' > "$out/interpose-log.txt" 2>&1
       grep -E "^\\$|bench" "$out/interpose-log.txt"; grep -c "bytes directly" "$out/interpose-log.txt"
