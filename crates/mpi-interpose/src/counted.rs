@@ -14,7 +14,8 @@ use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Statu
 
 use crate::direct;
 use crate::handle::key;
-use crate::path::{guard, guarded};
+use crate::path::{self, guard, guarded};
+use crate::persistent;
 
 /// Counts a send ([`direct::sent`]); nothing unwinds into the caller.
 ///
@@ -189,11 +190,21 @@ pub unsafe extern "C" fn MPI_Improbe(
 }
 
 /// `MPI_Cancel`: the direct path stops on this rank ([`direct::unsettle`]), then the real call.
+/// A receive whose note was claimed before it completed ([`direct::claim_early`]) is not
+/// cancelled (its unpack may have written the buffer, and its message is bound to come): it
+/// completes as usual, which MPI allows of a cancel.
 ///
 /// # Safety
 /// MPI's contract for `MPI_Cancel`.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
+    if !request.is_null() {
+        // SAFETY: the caller passes a valid request handle.
+        let h = key(unsafe { *request });
+        if guarded(|| Some(path::claimed_early(h) || persistent::claimed_early(h))) == Some(true) {
+            return 0;
+        }
+    }
     guard(direct::unsettle);
     // SAFETY: the caller's contract.
     unsafe { ffi::PMPI_Cancel(request) }

@@ -126,6 +126,19 @@ pub enum Finish {
     Settled(Result<u64, c_int>),
     /// Its unpack is from the staging `Lent` by the peer; [`done`] follows the wait.
     Pull(c_int, Key, Lent),
+    /// As `Pull`, its unpack already queued before the real receive completed
+    /// ([`claim_early`]); [`done`] follows the wait.
+    Pulled(c_int, Key),
+}
+
+/// A receive's note claimed before its real receive completed ([`claim_early`]): the bytes
+/// wait in the peer's lent staging, or (testing) were carried into the receive's staging.
+#[derive(Debug)]
+pub enum Early {
+    /// Lent by rank `.0` for message `.1`; `queued` once the unpack from it is on the stream.
+    Lent(c_int, Key, Lent, bool),
+    /// Carried: this many bytes copied into the staging.
+    Carried(u64),
 }
 
 /// A send made on the direct path ([`send`]).
@@ -448,6 +461,11 @@ pub unsafe fn started(handles: &[u64]) -> Vec<Option<(c_int, c_int, u64)>> {
         .collect()
 }
 
+/// Whether the direct path is on in this rank now (set up, the order of matching known).
+pub fn on() -> bool {
+    state().is_some_and(|s| lock(s).settled)
+}
+
 /// Whether a send to `dest` on `comm` can go by the direct path from this rank now: the path
 /// is up, `comm` is `MPI_COMM_WORLD`, the order of matching is known and `dest` is another
 /// rank of this node.
@@ -725,6 +743,94 @@ fn claim(a: &Announced) -> Note {
     }
 }
 
+/// Before the real receive completes (in a wait for it): claims the note of announced receive
+/// `r` where it has come and says the bytes are lent (or, testing, carried: copied into the
+/// staging now), so that its unpack can be queued while the real MPI still moves the other
+/// messages of the wait. The note comes before its message of 0 bytes, which this receive is
+/// then bound to match (the order of matching is known while the path is on). Whether it was
+/// claimed ([`Receive::early`] set).
+pub fn claim_early(r: &mut Receive) -> bool {
+    let (Some(a), Some(s)) = (r.direct, state()) else {
+        return false;
+    };
+    let note = {
+        let mut st = lock(s);
+        if !st.notes.contains_key(&a.0) {
+            drain(&mut st);
+        }
+        let fits = match st.notes.get(&a.0) {
+            Some(Note::Lent(_)) => true,
+            Some(Note::Carried(v)) => matches!(&r.staging, Staging::Cpu(b) if v.len() <= b.len()),
+            _ => false,
+        };
+        if !fits {
+            return false;
+        }
+        st.awaited.remove(&a.0);
+        st.backoff.remove(&(a.0 .0, a.0 .1));
+        st.notes.remove(&a.0)
+    };
+    r.direct = None;
+    log!(
+        "{}: message {} from rank {} with tag {}: its note came before the receive completed",
+        r.op(),
+        a.0 .2,
+        a.0 .0,
+        a.0 .1
+    );
+    r.early = match note {
+        Some(Note::Lent(lent)) => Some(Early::Lent(a.0 .0, a.0, lent, false)),
+        Some(Note::Carried(v)) => match &mut r.staging {
+            Staging::Cpu(b) => {
+                b[..v.len()].copy_from_slice(&v);
+                Some(Early::Carried(v.len() as u64))
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    r.early.is_some()
+}
+
+/// Settles a completed receive whose note [`claim_early`] claimed: its message must be the
+/// 0-byte one that follows a note.
+///
+/// # Safety
+/// MPI initialized; `status` is the receive's completed status, writable.
+unsafe fn finish_early(r: &Receive, early: Early, status: *mut ffi::MPI_Status) -> Finish {
+    let (mut cancelled, mut got): (c_int, c_int) = (0, 0);
+    // SAFETY: the caller's contract; counted in bytes.
+    unsafe {
+        ffi::PMPI_Test_cancelled(status, &mut cancelled);
+        ffi::PMPI_Get_count(status, bytes_type(), &mut got);
+    }
+    if cancelled != 0 || got != 0 {
+        log!("{}: a receive whose note came got another message", r.op());
+        return Finish::Settled(Err(ERR_INTERN));
+    }
+    match early {
+        Early::Lent(peer, k, lent, queued) => {
+            let n = r.plan().packed_size();
+            // SAFETY: the status is writable (the caller's contract).
+            unsafe { set_bytes(status, n) };
+            log!(
+                "{}: {n} bytes unpacked directly from rank {peer}'s staging",
+                r.op()
+            );
+            if queued {
+                Finish::Pulled(peer, k)
+            } else {
+                Finish::Pull(peer, k, lent)
+            }
+        }
+        Early::Carried(n) => {
+            // SAFETY: as above.
+            unsafe { set_bytes(status, n) };
+            Finish::Bytes
+        }
+    }
+}
+
 /// Settles a completed receive that announced itself, by what came: bytes through the real
 /// MPI (its announcement wasted: [`Finish::Bytes`]), or a message of 0 bytes, whose note says
 /// whether the bytes wait in the sender's lent staging ([`Finish::Pull`]; the status is set to
@@ -734,6 +840,10 @@ fn claim(a: &Announced) -> Note {
 /// # Safety
 /// MPI initialized; `status` is the receive's completed status, writable.
 pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
+    if let Some(early) = r.early.take() {
+        // SAFETY: the caller's contract.
+        return unsafe { finish_early(r, early, status) };
+    }
     let Some(a) = r.direct.take() else {
         return Finish::Bytes;
     };

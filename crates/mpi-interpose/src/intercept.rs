@@ -44,6 +44,26 @@ fn null_request() -> u64 {
     key(unsafe { ffi::RSMPI_REQUEST_NULL })
 }
 
+/// Before a wait for `handles`: the unpacks of the interposer's receives among them whose bytes
+/// already wait in a peer's lent staging are queued now ([`path::pull_early`]), to run while the
+/// real MPI moves the rest.
+///
+/// # Safety
+/// MPI initialized; `handles` are the requests the caller waits for.
+unsafe fn pull_early(handles: &[u64]) {
+    if !direct::on() {
+        return;
+    }
+    let _ = guarded(|| {
+        // SAFETY: the caller's contract: the receives are not complete, their buffers theirs.
+        unsafe {
+            path::pull_early_among(handles);
+            persistent::pull_early(handles);
+        }
+        Some(())
+    });
+}
+
 /// `MPI_Init`: the real call, then the direct path's set-up ([`direct::init`]).
 ///
 /// # Safety
@@ -703,6 +723,12 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         let rc = profile::time(Phase::Mpi, || unsafe {
             ffi::PMPI_Isend(sb, sc, sty, dest, sendtag, comm, &mut reqs[1])
         });
+        if let Some(r) = &mut recv {
+            // The peer's note may be here already: its unpack then runs while the real MPI
+            // completes the two messages.
+            // SAFETY: MPI initialized; the receive is posted, its buffer the caller's.
+            guard(|| unsafe { path::pull_early(vec![r]) });
+        }
         // SAFETY: the two requests just made (a failed send's is null); `st` is a valid
         // status.
         let waited = profile::time(Phase::Mpi, || unsafe {
@@ -1212,6 +1238,8 @@ pub unsafe extern "C" fn MPI_Waitall(
     }
     let mut own = Vec::new();
     let st = statuses(array_of_statuses, count, &mut own);
+    // SAFETY: MPI initialized; the caller waits for these requests.
+    unsafe { pull_early(&before) };
     // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
     let swapped = unsafe { persistent::swap_in(array_of_requests, count) };
     // SAFETY: the caller's contract, with room for `count` statuses.
@@ -1294,6 +1322,8 @@ pub unsafe extern "C" fn MPI_Waitany(
     } else {
         status
     };
+    // SAFETY: MPI initialized; the caller waits for these requests.
+    unsafe { pull_early(&before) };
     // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
     let swapped = unsafe { persistent::swap_in(array_of_requests, count) };
     // SAFETY: the caller's contract, with a valid status.

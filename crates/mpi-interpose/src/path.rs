@@ -12,7 +12,7 @@ use datatype_pack::StridedBlock;
 use mpi::ffi;
 
 use crate::config;
-use crate::direct::{self, Announced, Finish};
+use crate::direct::{self, Announced, Early, Finish};
 use crate::engine::{Engine, Lent, Staging, Waited};
 use crate::log::log;
 use crate::memory;
@@ -77,6 +77,8 @@ pub struct Receive {
     op: &'static str,
     /// Its announcement to the direct path, where it made one ([`direct::announce`]).
     pub direct: Option<Announced>,
+    /// Its note, where claimed before the real receive completed ([`direct::claim_early`]).
+    pub early: Option<Early>,
 }
 
 impl Receive {
@@ -309,6 +311,7 @@ pub unsafe fn prepare_recv(
             staging,
             op,
             direct: None,
+            early: None,
         }),
         Err(e) => {
             log!("{op}: passes through: {e}");
@@ -378,13 +381,15 @@ pub unsafe fn finish_recvs(
             },
             |((r, status), d), batch| match d {
                 Finish::Settled(result) => *result,
+                // Queued before the real receive completed: waited for with the rest.
+                Finish::Pulled(..) => Ok(r.plan.packed_size()),
                 Finish::Bytes => enqueue_finish(r, *status, batch),
                 Finish::Pull(peer, _, lent) => enqueue_pull(r, *peer, lent, batch, &mut waited),
             },
         )
     };
     for (_, d) in &items {
-        if let Finish::Pull(peer, k, _) = d {
+        if let Finish::Pull(peer, k, _) | Finish::Pulled(peer, k) = d {
             // The unpack was waited for: the peer may reuse its staging.
             guard(|| direct::done(*peer, *k));
         }
@@ -407,6 +412,76 @@ pub unsafe fn finish_recvs(
         })
         .collect();
     (codes, done)
+}
+
+/// Before a wait: the receives among `rs` (the interposer's, not yet complete) whose notes
+/// have come claim them ([`direct::claim_early`]), and the unpacks of those lent are queued
+/// and launched (one batch per GPU), not waited for: they run while the real MPI moves the
+/// wait's other messages, and the completion waits for them with its own unpacks
+/// ([`Finish::Pulled`]). An unpack not queued here is queued at the completion.
+///
+/// # Safety
+/// MPI initialized; each receive's buffer is the program's, which MPI leaves to the receive
+/// until it completes.
+pub unsafe fn pull_early(rs: Vec<&mut Receive>) {
+    let mut claimed: Vec<&mut Receive> = rs
+        .into_iter()
+        .filter_map(|r| direct::claim_early(r).then_some(r))
+        .filter(|r| matches!(r.early, Some(Early::Lent(..))))
+        .collect();
+    if claimed.is_empty() {
+        return;
+    }
+    let mut waited = Vec::new();
+    // SAFETY: the caller's contract; the receives' buffers are distinct (MPI's rule), so the
+    // unpacks of one batch write distinct bytes; the peers keep their staging until told done,
+    // after the completion's wait.
+    let launched = unsafe {
+        queue_and_launch(
+            &mut claimed,
+            |r| &r.engine,
+            |r, batch| {
+                let Some(Early::Lent(peer, _, lent, _)) = &r.early else {
+                    return Err(ERR_INTERN);
+                };
+                r.engine
+                    .enqueue_pull(&r.plan, *peer, lent, r.buf, batch, &mut waited)
+                    .map_err(|e| {
+                        log!(
+                            "{}: the early unpack failed (again at completion): {e}",
+                            r.op
+                        );
+                        ERR_INTERN
+                    })
+            },
+        )
+    };
+    for (r, queued) in claimed.iter_mut().zip(not_waited(launched)) {
+        if let (Some(Early::Lent(_, _, _, q)), Ok(())) = (&mut r.early, queued) {
+            *q = true;
+        }
+    }
+}
+
+/// Whether outstanding receive `handle` (the interposer's) claimed its note before completing
+/// ([`direct::claim_early`]).
+pub fn claimed_early(handle: u64) -> bool {
+    matches!(lock(table()).get(handle), Some(Pending::Recv(r)) if r.early.is_some())
+}
+
+/// Before a wait for `handles`: [`pull_early`] for the interposer's outstanding receives among
+/// them.
+///
+/// # Safety
+/// As [`pull_early`].
+pub unsafe fn pull_early_among(handles: &[u64]) {
+    let mut t = lock(table());
+    let rs = t.pick_mut(handles, |p| match p {
+        Pending::Recv(r) => Some(&mut **r),
+        _ => None,
+    });
+    // SAFETY: the caller's contract.
+    unsafe { pull_early(rs) };
 }
 
 /// Queues each item's kernel work on its engine's GPU with `enqueue`, then launches and waits

@@ -20,7 +20,7 @@ use crate::engine::{Engine, Staging};
 use crate::handle::key;
 use crate::log::log;
 use crate::model::Method;
-use crate::path::{not_waited, queue_and_launch, take, wait_launched, Receive, ERR_INTERN};
+use crate::path::{self, not_waited, queue_and_launch, take, wait_launched, Receive, ERR_INTERN};
 use crate::sync::lock;
 
 /// A send the interposer packs at each start of a persistent request (`MPI_Send_init`): the
@@ -399,6 +399,40 @@ pub fn take_started(
         }
     }
     recvs
+}
+
+/// Before a wait for `handles`: [`path::pull_early`] for the interposer's started persistent
+/// receives among them.
+///
+/// # Safety
+/// As [`path::pull_early`].
+pub unsafe fn pull_early(handles: &[u64]) {
+    if KEPT.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    let mut map = lock(kept());
+    let mut rs: Vec<(usize, &mut Receive)> = map
+        .iter_mut()
+        .filter_map(|(h, k)| match k {
+            Kept {
+                work: Persistent::Recv(r),
+                active: true,
+            } => Some((handles.iter().position(|x| x == h)?, r)),
+            _ => None,
+        })
+        .collect();
+    rs.sort_by_key(|(i, _)| *i);
+    // SAFETY: the caller's contract.
+    unsafe { path::pull_early(rs.into_iter().map(|(_, r)| r).collect()) };
+}
+
+/// Whether persistent receive `handle` claimed its note before completing
+/// ([`path::claimed_early`]).
+pub fn claimed_early(handle: u64) -> bool {
+    matches!(
+        lock(kept()).get(&handle),
+        Some(Kept { work: Persistent::Recv(r), .. }) if r.early.is_some()
+    )
 }
 
 /// Puts a persistent receive taken by [`take_started`] back, inactive.

@@ -40,6 +40,28 @@ impl<P> RequestTable<P> {
         self.pending.contains_key(&handle)
     }
 
+    /// The entry of `handle`.
+    pub fn get(&self, handle: u64) -> Option<&P> {
+        self.pending.get(&handle)
+    }
+
+    /// The entries of `handles` that `pick` finds something in, each once, in the order of
+    /// `handles`.
+    pub fn pick_mut<'a, T>(
+        &'a mut self,
+        handles: &[u64],
+        mut pick: impl FnMut(&'a mut P) -> Option<T>,
+    ) -> Vec<T> {
+        let mut found: Vec<(usize, T)> = self
+            .pending
+            .iter_mut()
+            .filter_map(|(h, p)| Some((handles.iter().position(|x| x == h)?, p)))
+            .filter_map(|(i, p)| Some((i, pick(p)?)))
+            .collect();
+        found.sort_by_key(|(i, _)| *i);
+        found.into_iter().map(|(_, t)| t).collect()
+    }
+
     /// Removes and returns the entry of `handle`.
     pub fn remove(&mut self, handle: u64) -> Option<P> {
         self.pending.remove(&handle)
