@@ -13,6 +13,7 @@ use std::sync::{Mutex, OnceLock};
 
 use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
 
+use crate::log::log;
 use crate::sync::lock;
 
 /// The bytes of an IPC memory handle.
@@ -139,7 +140,9 @@ pub fn open_event(peer: i32, handle: &Handle) -> Option<sys::CUevent> {
     };
     let mut event: sys::CUevent = std::ptr::null_mut();
     // SAFETY: a handle a peer exported (the driver validates it), a valid out-pointer.
-    if unsafe { sys::cuIpcOpenEventHandle(&mut event, h) } != sys::CUresult::CUDA_SUCCESS {
+    let rc = unsafe { sys::cuIpcOpenEventHandle(&mut event, h) };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        log!("direct path: rank {peer}'s event does not open here ({rc:?})");
         return None;
     }
     o.insert((peer, *handle), event as usize);
@@ -187,6 +190,10 @@ pub fn open(peer: i32, handle: &Handle) -> Option<CUdeviceptr> {
         )
     };
     if rc != sys::CUresult::CUDA_SUCCESS {
+        log!(
+            "direct path: rank {peer}'s allocation does not open here ({rc:?}, {} open); rank {peer} is refused from now on",
+            o.maps.len()
+        );
         o.refused.push(peer);
         return None;
     }
