@@ -62,6 +62,11 @@ pub(crate) struct DeviceAlloc {
 }
 
 impl DeviceAlloc {
+    /// Whether the allocation was exported ([`DeviceAlloc::export`]).
+    fn exported(&self) -> bool {
+        matches!(self.ipc.get(), Some(Some(_)))
+    }
+
     /// The allocation's export ([`ipc::export`]), asked of the driver on first use and kept:
     /// the allocation is whole (`cuMemAlloc`'s), so its handle and offset never change. Its
     /// context must be current.
@@ -375,9 +380,12 @@ impl Gpu {
         Ok(HostAlloc { host, dev, len })
     }
 
+    /// Puts `a` back into the pool, or frees it where the pool is full. An allocation exported
+    /// over CUDA IPC is always kept: a peer may still have it mapped, and a new allocation the
+    /// driver placed where it was would not open there (`CUDA_ERROR_ALREADY_MAPPED`: docs/logs/2026-11-27-pull/run16).
     fn give_back_device(&self, a: DeviceAlloc) {
         let mut p = lock(&self.device_pool);
-        if p.len() < POOL_KEEP {
+        if p.len() < POOL_KEEP || a.exported() {
             p.push(a);
         } else if self.bind().is_ok() {
             // SAFETY: `a` came from cuMemAlloc, and its last use (on our stream) was synchronized.

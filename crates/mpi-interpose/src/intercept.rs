@@ -951,8 +951,10 @@ pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut MPI_
 }
 
 /// The shared body of `MPI_Start` and `MPI_Startall` on the `n` requests at `reqs`: the
-/// interposer's persistent sends among them packed first ([`persistent::start`]), then `real`,
-/// the real MPI's start; the requests are not active where either fails.
+/// interposer's persistent sends among them get fresh staging where the direct path may lend
+/// them ([`persistent::choose`]) and are packed ([`persistent::pack`]), then `real`, the real
+/// MPI's start, or, with sends to lend, [`start_lending`]; the requests are not active where
+/// either fails.
 ///
 /// # Safety
 /// MPI's contract for a start of those requests; `real` makes that call.
@@ -968,22 +970,29 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
     }
     let mut scope = profile::scope("MPI_Start");
     scope.taken();
-    // SAFETY: the caller starts these requests; their send buffers hold what they send.
-    let packed = guarded(|| Some(unsafe { persistent::start(&handles, &counted) }))
-        .unwrap_or(path::ERR_INTERN);
-    if packed != 0 {
-        return packed;
-    }
-    let rc = if persistent::packed_fresh(&handles).contains(&true) {
+    let lending = guarded(|| Some(persistent::choose(&handles, &counted))).unwrap_or(false);
+    let rc = if lending {
+        // Every send is lendable: packed after the rest starts, not waited for.
         // SAFETY: the caller's array of `n` requests, which it starts.
-        unsafe { start_lending(reqs, &handles, &counted) }
+        unsafe { start_lending(reqs, &handles, &counted, true) }
     } else {
-        let rc = profile::time(Phase::Mpi, real);
-        if rc == 0 {
-            // SAFETY: MPI initialized; the receives are posted.
-            guard(|| unsafe { persistent::announce_started(&handles, &counted) });
+        // SAFETY: the caller starts these requests; their send buffers hold what they send.
+        let packed = guarded(|| Some(unsafe { persistent::pack(&handles, true) }))
+            .unwrap_or(path::ERR_INTERN);
+        if packed != 0 {
+            return packed;
         }
-        rc
+        if persistent::packed_fresh(&handles).contains(&true) {
+            // SAFETY: as above.
+            unsafe { start_lending(reqs, &handles, &counted, false) }
+        } else {
+            let rc = profile::time(Phase::Mpi, real);
+            if rc == 0 {
+                // SAFETY: MPI initialized; the receives are posted.
+                guard(|| unsafe { persistent::announce_started(&handles, &counted) });
+            }
+            rc
+        }
     };
     if rc != 0 {
         persistent::not_started(&handles);
@@ -995,16 +1004,19 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
 /// order): every request but those sends, and the sends that must follow them (the same
 /// destination and tag), starts first, so that the peers' sends find the interposer's receives
 /// announced and the messages the real MPI moves (contiguous faces) are under way while the
-/// lent sends wait for their ready messages; then each lendable send is lent or packed into its
-/// own staging ([`persistent::lend_packed`]); then those sends start in their order, lent ones
-/// by their markers ([`persistent::swap_in`]).
+/// lent sends are packed (where `pack`: launched, not waited for) and wait for their ready
+/// messages; then each lendable send is lent or packed into its own staging
+/// ([`persistent::lend_packed`]); then those sends start in their order, lent ones by their
+/// markers ([`persistent::swap_in`]).
 ///
 /// # Safety
-/// MPI initialized; `reqs` is the caller's array of the started `handles`.
+/// MPI initialized; `reqs` is the caller's array of the started `handles`, whose send buffers
+/// hold what they send.
 unsafe fn start_lending(
     reqs: *mut MPI_Request,
     handles: &[u64],
     counted: &[Option<(c_int, c_int, u64)>],
+    pack: bool,
 ) -> c_int {
     let fresh = persistent::packed_fresh(handles);
     let sends = direct::persistent_sends(handles);
@@ -1038,6 +1050,15 @@ unsafe fn start_lending(
     }
     // SAFETY: MPI initialized; the receives are posted.
     guard(|| unsafe { persistent::announce_started(handles, counted) });
+    if pack {
+        // SAFETY: the caller's contract: the sends' buffers hold what they send; every send is
+        // lendable, so the packs need not be waited for.
+        let packed = guarded(|| Some(unsafe { persistent::pack(handles, false) }))
+            .unwrap_or(path::ERR_INTERN);
+        if packed != 0 {
+            return packed;
+        }
+    }
     // SAFETY: the caller's contract: the sends' buffers hold what they send.
     let lent =
         guarded(|| Some(unsafe { persistent::lend_packed(handles) })).unwrap_or(path::ERR_INTERN);

@@ -19,7 +19,8 @@ use crate::sync::lock;
 /// The bytes of an IPC memory handle.
 pub type Handle = [u8; 64];
 
-/// Mappings of peers' allocations kept open at most; the oldest is closed past this.
+/// Mappings of peers' allocations kept open at most; the least recently used is closed past
+/// this.
 const OPEN_KEEP: usize = 64;
 
 /// An exported allocation: its handle, where the buffer starts in it, and the bytes from there
@@ -149,7 +150,8 @@ pub fn open_event(peer: i32, handle: &Handle) -> Option<sys::CUevent> {
     Some(event)
 }
 
-/// Peers' allocations mapped here, oldest first, and the peers whose handles did not open.
+/// Peers' allocations mapped here, least recently used first, and the peers whose handles did
+/// not open.
 #[derive(Default)]
 struct Opened {
     maps: Vec<((i32, Handle), CUdeviceptr)>,
@@ -175,7 +177,11 @@ pub fn open(peer: i32, handle: &Handle) -> Option<CUdeviceptr> {
         .iter()
         .position(|(k, _)| k.0 == peer && k.1 == *handle)
     {
-        return Some(o.maps[at].1);
+        // Most recently used last: the mapping closed first is the one used longest ago.
+        let m = o.maps.remove(at);
+        let base = m.1;
+        o.maps.push(m);
+        return Some(base);
     }
     let h = sys::CUipcMemHandle_st {
         reserved: handle.map(|b| b as std::ffi::c_char),
@@ -199,9 +205,14 @@ pub fn open(peer: i32, handle: &Handle) -> Option<CUdeviceptr> {
     }
     if o.maps.len() >= OPEN_KEEP {
         let (_, old) = o.maps.remove(0);
-        // SAFETY: `old` was mapped by cuIpcOpenMemHandle here, and every unpack from it was
-        // waited for before the call that made it returned.
-        unsafe { sys::cuIpcCloseMemHandle(old) };
+        // SAFETY: `old` was mapped by cuIpcOpenMemHandle here; the context is current (the
+        // caller's contract) and synchronized first, so no unpack from it is in flight (one
+        // queued before a wait, [`crate::path::pull_early`], may be); an unpack recorded but
+        // not launched reads a mapping used more recently than the 64 others.
+        unsafe {
+            sys::cuCtxSynchronize();
+            sys::cuIpcCloseMemHandle(old);
+        }
     }
     o.maps.push(((peer, *handle), base));
     Some(base)

@@ -111,24 +111,56 @@ pub fn release(request: u64) -> Option<(Persistent, bool)> {
     Some((k.work, k.active))
 }
 
-/// Before `MPI_Start`/`MPI_Startall` hands `handles` to the real MPI: packs the interposer's
-/// persistent sends among them, all queued before one launch and one wait per GPU
-/// ([`crate::path::queue_and_wait`]), then marks the interposer's requests among them started.
-/// A send the direct path may serve (`counted`, per handle: its destination, tag and number)
-/// is packed into fresh staging, for [`lend_packed`] to lend; where every send is, the packs
-/// are launched and not waited for (the loans' events order the peers' unpacks after them).
-/// Returns 0, or the code of a failed pack, when nothing must be started (the requests stay
-/// inactive).
+/// Before `MPI_Start`/`MPI_Startall` hands `handles` to the real MPI, first step: each of the
+/// interposer's persistent sends among them that the direct path may serve (`counted`, per
+/// handle: its destination, tag and number) gets fresh staging to be packed into and lent
+/// ([`pack`], [`lend_packed`]). Whether every send of the interposer among `handles` got one
+/// (and there is one): its packs need then not be waited for.
+pub fn choose(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) -> bool {
+    let mut map = lock(kept());
+    let (mut sends, mut fresh) = (0, 0);
+    for (i, h) in handles.iter().enumerate() {
+        let Some(Kept {
+            work: Persistent::Send(o),
+            ..
+        }) = map.get_mut(h)
+        else {
+            continue;
+        };
+        sends += 1;
+        o.lent = false;
+        let key = counted
+            .get(i)
+            .copied()
+            .flatten()
+            .filter(|_| o.marker.is_some());
+        let method = match o.engine {
+            Engine::Cpu => Method::OneShot,
+            Engine::Gpu(..) => Method::Device,
+        };
+        o.fresh = key.and_then(|k| Some((o.engine.staging_for(&o.plan, method).ok()?, k)));
+        fresh += usize::from(o.fresh.is_some());
+    }
+    sends > 0 && fresh == sends
+}
+
+/// Packs the interposer's persistent sends among `handles`, each into the fresh staging
+/// [`choose`] gave it or its own, all queued before one launch per GPU
+/// ([`crate::path::queue_and_launch`]), then marks the interposer's requests among them
+/// started. The packs are waited for where `wait` (a send's own staging is read by the real
+/// MPI); where not, every send must be lendable ([`choose`]: the loans' events order the
+/// peers' unpacks after the packs, and a send not lent waits for its stream before its staging
+/// goes anywhere, [`lend_packed`]). Returns 0, or the code of a failed pack, when nothing must
+/// be started (the requests stay inactive, their fresh staging dropped).
 ///
 /// # Safety
 /// MPI initialized; `handles` are the requests the caller starts, whose send buffers hold
 /// what they send (MPI's contract for a start).
-pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) -> c_int {
-    type Item = (u64, Outgoing, Option<(c_int, c_int, u64)>, Option<Staging>);
-    let mut sends: Vec<Item> = Vec::new();
+pub unsafe fn pack(handles: &[u64], wait: bool) -> c_int {
+    let mut sends: Vec<(u64, Outgoing)> = Vec::new();
     {
         let mut map = lock(kept());
-        for (i, h) in handles.iter().enumerate() {
+        for h in handles {
             if !matches!(map.get(h), Some(k) if matches!(k.work, Persistent::Send(_))) {
                 continue;
             }
@@ -137,24 +169,10 @@ pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) ->
                 ..
             }) = map.remove(h)
             {
-                let key = counted
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .filter(|_| o.marker.is_some());
-                let method = match o.engine {
-                    Engine::Cpu => Method::OneShot,
-                    Engine::Gpu(..) => Method::Device,
-                };
-                let fresh = key.and_then(|_| o.engine.staging_for(&o.plan, method).ok());
-                sends.push((*h, o, key, fresh));
+                sends.push((*h, o));
             }
         }
     }
-    // Where every send packs into fresh staging to be lent, its packs are not waited for here:
-    // a loan's event orders the receiver's unpack after them, and a send not lent waits for
-    // its stream before its staging goes anywhere ([`lend_packed`]).
-    let lending = !sends.is_empty() && sends.iter().all(|(_, _, _, fresh)| fresh.is_some());
     // SAFETY: each send's buffer is readable where its plan says (the caller's contract) and
     // its staging (its own, untouched by the real MPI while the request is inactive, or fresh)
     // is written by its pack alone, so the packs of one batch write distinct bytes; fresh
@@ -162,9 +180,12 @@ pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) ->
     let settled = unsafe {
         let launched = queue_and_launch(
             &mut sends,
-            |(_, o, _, _)| &o.engine,
-            |(_, o, _, fresh), batch| {
-                let into = fresh.as_mut().unwrap_or(&mut o.staging);
+            |(_, o)| &o.engine,
+            |(_, o), batch| {
+                let into = match &mut o.fresh {
+                    Some((fresh, _)) => fresh,
+                    None => &mut o.staging,
+                };
                 o.engine
                     .enqueue_pack(&o.plan, o.buf, into, batch)
                     .map_err(|e| {
@@ -173,35 +194,31 @@ pub unsafe fn start(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) ->
                     })
             },
         );
-        if lending {
+        if wait {
+            wait_launched(&sends, |(_, o)| &o.engine, launched)
+        } else {
             let settled = not_waited(launched);
             if settled.iter().any(Result::is_err) {
                 // Nothing is lent after a failure: the fresh staging is dropped once idle.
-                for (_, o, _, _) in &sends {
+                for (_, o) in &sends {
                     if let Err(e) = o.engine.wait() {
                         log!("{}: the wait after a failed start failed: {e}", o.op);
                     }
                 }
             }
             settled
-        } else {
-            wait_launched(&sends, |(_, o, _, _)| &o.engine, launched)
         }
     };
     let mut rc = 0;
     let mut map = lock(kept());
-    for ((h, mut o, key, fresh), s) in sends.into_iter().zip(settled) {
-        o.lent = false;
+    for ((h, o), s) in sends.into_iter().zip(settled) {
         match s {
-            Ok(()) => {
-                o.fresh = fresh.zip(key);
-                log!(
-                    "{}: packed {} bytes from a {} at the start",
-                    o.op,
-                    o.bytes,
-                    o.engine.describe()
-                );
-            }
+            Ok(()) => log!(
+                "{}: packed {} bytes from a {} at the start",
+                o.op,
+                o.bytes,
+                o.engine.describe()
+            ),
             Err(code) => rc = code,
         }
         map.insert(
