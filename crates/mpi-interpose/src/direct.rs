@@ -148,8 +148,6 @@ pub enum Sent {
     /// the engine (the pack) before the call returns, or, for a non-blocking send, when its
     /// request completes.
     Directly,
-    /// Packed into device staging and waited for: the caller sends these bytes.
-    Packed(Staging, c_int),
     /// Not taken here: the byte path.
     No,
 }
@@ -918,8 +916,8 @@ fn wasted(a: &Announced) {
 /// direct path where it can go: a device buffer whose bytes would go through device staging
 /// is packed first; then the send looks for its receive's ready message ([`await_ready`]).
 /// With it, the staging is lent (or, testing, host bytes carried) and the note sent:
-/// [`Sent::Directly`]. Without, the staging already packed is waited for and its bytes go
-/// through the real MPI ([`Sent::Packed`]), else [`Sent::No`].
+/// [`Sent::Directly`]. Without, [`Sent::No`]: the byte path packs again, into the real MPI's
+/// staging (the direct path's is never the real MPI's, [`Engine::lend_staging_for`]).
 ///
 /// # Safety
 /// MPI initialized; `buf` is the caller's send buffer, `taken` the interposer's plan of it.
@@ -946,9 +944,6 @@ pub unsafe fn send(
         }
     }
     let n = plan.packed_size();
-    let Ok(count) = c_int::try_from(n) else {
-        return Sent::No;
-    };
     // The pack first, where the byte path would send from device staging too: the ready
     // message travels while the kernel is launched.
     let mut packed: Option<Staging> = None;
@@ -962,17 +957,10 @@ pub unsafe fn send(
             }
         }
     }
-    // Waits for the pack and hands its bytes to the caller.
-    let bytes = |st: Option<Staging>| match st {
-        Some(st) => match engine.wait() {
-            Ok(()) => Sent::Packed(st, count),
-            Err(_) => Sent::No,
-        },
-        None => Sent::No,
-    };
     let k = (dest, tag, seq);
     if !await_ready(s, engine, plan, packed.as_ref(), k, carry) {
-        return bytes(packed);
+        // The staging goes back to its pool; what is queued on the stream stays in order.
+        return Sent::No;
     }
     let staging = match packed {
         Some(st) => st,
@@ -997,11 +985,7 @@ pub unsafe fn send(
     };
     match lend_and_note(s, op, engine, staging, k, n, &mut None) {
         Ok(()) => Sent::Directly,
-        Err(staging) => match engine.wait() {
-            // Bytes in device staging need an MPI that reads device memory.
-            Ok(()) if *method == Method::Device => Sent::Packed(staging, count),
-            _ => Sent::No,
-        },
+        Err(_) => Sent::No,
     }
 }
 
@@ -1145,7 +1129,7 @@ fn greet(
 ) {
     let fresh = match packed {
         Some(_) => None,
-        None => engine.staging_for(plan, Method::Device).ok(),
+        None => engine.lend_staging_for(plan).ok(),
     };
     let sent = match packed.or(fresh.as_ref()).and_then(|x| engine.greeting(x)) {
         Some(g) => post(st, dest, HELLO_TAG, &encode_lent(&mut Vec::new(), &g)),
@@ -1168,7 +1152,7 @@ unsafe fn pack_into_device(
     buf: *const c_void,
 ) -> crate::Result<Staging> {
     engine
-        .staging_for(plan, Method::Device)
+        .lend_staging_for(plan)
         .and_then(|mut st| {
             // SAFETY: the caller's contract; the staging is fresh.
             unsafe { engine.enqueue_pack(plan, buf, &mut st, None) }.map(|()| st)

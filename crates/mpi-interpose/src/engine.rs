@@ -49,24 +49,28 @@ pub struct Gpu {
     /// Events peers wait for on lent staging ([`Engine::lend`]), kept for the next loan.
     events: Mutex<Vec<ipc::Event>>,
     device_pool: Mutex<Vec<DeviceAlloc>>,
+    /// Device allocations of the direct path's staging (exported to peers, never handed to the
+    /// real MPI), kept for the process's life.
+    lend_pool: Mutex<Vec<DeviceAlloc>>,
     host_pool: Mutex<Vec<HostAlloc>>,
     costs: OnceLock<Costs>,
 }
 
 /// A device allocation of the staging pool, with its CUDA IPC export once asked for.
+///
+/// An allocation is either the real MPI's to read and write or the direct path's to lend
+/// (`lend`), never both: a CUDA-aware MPI maps a sender's device buffers into the receiving
+/// process itself, and the driver refuses a second mapping of the same allocation there
+/// (`CUDA_ERROR_ALREADY_MAPPED`: docs/logs/2026-11-27-pull/run16, run17).
 #[derive(Debug)]
 pub(crate) struct DeviceAlloc {
     ptr: CUdeviceptr,
     len: usize,
+    lend: bool,
     ipc: OnceCell<Option<Box<Export>>>,
 }
 
 impl DeviceAlloc {
-    /// Whether the allocation was exported ([`DeviceAlloc::export`]).
-    fn exported(&self) -> bool {
-        matches!(self.ipc.get(), Some(Some(_)))
-    }
-
     /// The allocation's export ([`ipc::export`]), asked of the driver on first use and kept:
     /// the allocation is whole (`cuMemAlloc`'s), so its handle and offset never change. Its
     /// context must be current.
@@ -188,6 +192,7 @@ impl Gpu {
             packers: Mutex::new(HashMap::new()),
             events: Mutex::new(Vec::new()),
             device_pool: Mutex::new(Vec::new()),
+            lend_pool: Mutex::new(Vec::new()),
             host_pool: Mutex::new(Vec::new()),
             costs: OnceLock::new(),
         });
@@ -241,8 +246,8 @@ impl Gpu {
         const BYTES: u64 = 4 << 20;
         let big = StridedBlock::from_type(&vector(4096, 1, 2, 1024)?)?;
         let tiny = StridedBlock::from_type(&vector(2, 1, 2, 8)?)?;
-        let src = self.device_alloc(usize_of(big.extent_end())?)?;
-        let dev = self.device_alloc(usize_of(BYTES)?)?;
+        let src = self.device_alloc(usize_of(big.extent_end())?, false)?;
+        let dev = self.device_alloc(usize_of(BYTES)?, false)?;
         let host = self.host_alloc(usize_of(BYTES)?)?;
         let result = (|| {
             let (pb, pt) = (self.packer(&big)?, self.packer(&tiny)?);
@@ -338,8 +343,15 @@ impl Gpu {
         Ok(p)
     }
 
-    fn device_alloc(&self, len: usize) -> Result<DeviceAlloc> {
-        if let Some(a) = take(&self.device_pool, len, |a| a.len) {
+    /// An allocation of at least `len` bytes for the real MPI's staging (`lend` false) or the
+    /// direct path's, from its pool or new.
+    fn device_alloc(&self, len: usize, lend: bool) -> Result<DeviceAlloc> {
+        let pool = if lend {
+            &self.lend_pool
+        } else {
+            &self.device_pool
+        };
+        if let Some(a) = take(pool, len, |a| a.len) {
             return Ok(a);
         }
         self.bind()?;
@@ -350,6 +362,7 @@ impl Gpu {
         Ok(DeviceAlloc {
             ptr,
             len,
+            lend,
             ipc: OnceCell::new(),
         })
     }
@@ -380,12 +393,15 @@ impl Gpu {
         Ok(HostAlloc { host, dev, len })
     }
 
-    /// Puts `a` back into the pool, or frees it where the pool is full. An allocation exported
-    /// over CUDA IPC is always kept: a peer may still have it mapped, and a new allocation the
-    /// driver placed where it was would not open there (`CUDA_ERROR_ALREADY_MAPPED`: docs/logs/2026-11-27-pull/run16).
+    /// Puts `a` back into its pool, or frees it where the real MPI's pool is full. The direct
+    /// path's allocations are always kept: a peer may still have one mapped.
     fn give_back_device(&self, a: DeviceAlloc) {
+        if a.lend {
+            lock(&self.lend_pool).push(a);
+            return;
+        }
         let mut p = lock(&self.device_pool);
-        if p.len() < POOL_KEEP || a.exported() {
+        if p.len() < POOL_KEEP {
             p.push(a);
         } else if self.bind().is_ok() {
             // SAFETY: `a` came from cuMemAlloc, and its last use (on our stream) was synchronized.
@@ -481,11 +497,11 @@ impl Staging {
     /// An allocation fails (what was allocated goes back to the pool).
     fn new(g: &Arc<Gpu>, method: Method, n: usize) -> Result<Staging> {
         Ok(match method {
-            Method::Device => Staging::Device(g.clone(), Some(g.device_alloc(n)?)),
+            Method::Device => Staging::Device(g.clone(), Some(g.device_alloc(n, false)?)),
             Method::OneShot => Staging::Host(g.clone(), Some(g.host_alloc(n)?)),
             Method::Staged => {
                 // Owned by the staging from here, so that a failure below gives it back.
-                let mut s = Staging::Both(g.clone(), Some(g.device_alloc(n)?), None);
+                let mut s = Staging::Both(g.clone(), Some(g.device_alloc(n, false)?), None);
                 if let Staging::Both(_, _, h) = &mut s {
                     *h = Some(g.host_alloc(n)?);
                 }
@@ -506,11 +522,15 @@ impl Staging {
         }
     }
 
-    /// The address the real MPI uses.
+    /// The address the real MPI uses (never of the direct path's staging,
+    /// [`Engine::lend_staging_for`]).
     pub fn mpi_ptr(&mut self) -> *mut c_void {
         match self {
             Staging::Cpu(v) => v.as_mut_ptr().cast(),
-            Staging::Device(_, Some(d)) => d.ptr as *mut c_void,
+            Staging::Device(_, Some(d)) => {
+                debug_assert!(!d.lend, "the direct path's staging handed to the real MPI");
+                d.ptr as *mut c_void
+            }
             Staging::Host(_, Some(h)) | Staging::Both(_, _, Some(h)) => h.host,
             _ => std::ptr::null_mut(),
         }
@@ -822,12 +842,30 @@ impl Engine {
     /// # Errors
     /// As [`Engine::pack`].
     pub fn staging_for(&self, plan: &StridedBlock, method: Method) -> Result<Staging> {
+        self.staging(plan, Some(method))
+    }
+
+    /// Staging for the direct path's loans of `plan`'s packed bytes ([`Engine::lend`]): device
+    /// memory of this engine's GPU that the real MPI never reads or writes (host memory for the
+    /// CPU engine, testing).
+    ///
+    /// # Errors
+    /// As [`Engine::staging_for`].
+    pub fn lend_staging_for(&self, plan: &StridedBlock) -> Result<Staging> {
+        self.staging(plan, None)
+    }
+
+    /// Staging of `method` for the real MPI, or (`None`) the direct path's.
+    fn staging(&self, plan: &StridedBlock, method: Option<Method>) -> Result<Staging> {
         self.check_span(plan)?;
         let n = usize_of(plan.packed_size())?;
         match self {
             Engine::Cpu => Ok(Staging::Cpu(vec![0u8; n])),
             Engine::Gpu(g, d) => {
-                let staging = profile::time(Phase::Staging, || Staging::new(g, method, n))?;
+                let staging = profile::time(Phase::Staging, || match method {
+                    Some(m) => Staging::new(g, m, n),
+                    None => Ok(Staging::Device(g.clone(), Some(g.device_alloc(n, true)?))),
+                })?;
                 let (src, _) = staging.kernel_side().ok_or_else(lost)?;
                 profile::time(Phase::Packer, || {
                     g.packer(plan)?.prepare(plan.word_size(src, d.ptr))?;
@@ -993,13 +1031,17 @@ impl Engine {
         })
     }
 
-    /// The GPU of `staging` (device staging of this engine's GPU) and the export of its
-    /// allocation, with the GPU's context current; `None` where either is missing (the CPU
-    /// engine, host staging, no handle).
+    /// The GPU of `staging` (the direct path's staging of this engine's GPU,
+    /// [`Engine::lend_staging_for`]) and the export of its allocation, with the GPU's context
+    /// current; `None` where either is missing (the CPU engine, the real MPI's staging, no
+    /// handle).
     fn export_of(&self, staging: &Staging) -> Option<(&Arc<Gpu>, Export)> {
         let (Engine::Gpu(g, _), Staging::Device(_, Some(a))) = (self, staging) else {
             return None;
         };
+        if !a.lend {
+            return None;
+        }
         g.bind().ok()?;
         Some((g, a.export()?))
     }

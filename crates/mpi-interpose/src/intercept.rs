@@ -396,7 +396,6 @@ pub unsafe extern "C" fn MPI_Send(
             packed_before_return("MPI_Send", &taken.2);
             return rc;
         }
-        Sent::Packed(s, n) => Some((s, n)),
         // SAFETY: as above.
         Sent::No => guarded(|| unsafe { pack_taken("MPI_Send", buf, taken) }),
     };
@@ -476,7 +475,6 @@ pub unsafe extern "C" fn MPI_Isend(
             }
             return rc;
         }
-        Sent::Packed(s, n) => Some((s, n)),
         // SAFETY: as above.
         Sent::No => guarded(|| unsafe { pack_taken("MPI_Isend", buf, taken) }),
     };
@@ -706,9 +704,6 @@ pub unsafe extern "C" fn MPI_Sendrecv(
                     Sent::Directly => {
                         lent = Some(t.2);
                         (direct::marker(), 0, bytes_type())
-                    }
-                    Sent::Packed(s, n) => {
-                        (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type())
                     }
                     Sent::No => match guarded(|| pack_taken("MPI_Sendrecv", sendbuf, t)) {
                         Some((s, n)) => (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type()),

@@ -19,7 +19,6 @@ use crate::direct;
 use crate::engine::{Engine, Staging};
 use crate::handle::key;
 use crate::log::log;
-use crate::model::Method;
 use crate::path::{self, not_waited, queue_and_launch, take, wait_launched, Receive, ERR_INTERN};
 use crate::sync::lock;
 
@@ -134,11 +133,7 @@ pub fn choose(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) -> bool 
             .copied()
             .flatten()
             .filter(|_| o.marker.is_some());
-        let method = match o.engine {
-            Engine::Cpu => Method::OneShot,
-            Engine::Gpu(..) => Method::Device,
-        };
-        o.fresh = key.and_then(|k| Some((o.engine.staging_for(&o.plan, method).ok()?, k)));
+        o.fresh = key.and_then(|k| Some((o.engine.lend_staging_for(&o.plan).ok()?, k)));
         fresh += usize::from(o.fresh.is_some());
     }
     sends > 0 && fresh == sends
