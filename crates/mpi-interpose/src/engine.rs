@@ -33,6 +33,10 @@ use crate::sync::lock;
 /// Idle staging buffers kept per GPU and kind, for reuse.
 const POOL_KEEP: usize = 16;
 
+/// The size the direct path's staging allocations are rounded up to: the driver's granule of
+/// device memory, so that no two share one ([`Gpu::device_alloc`]).
+const LEND_GRANULE: usize = 2 << 20;
+
 /// How long a wait polls the stream before it leaves the rest to `cuStreamSynchronize`, where
 /// the context's scheduling would put the thread to sleep or yield ([`Gpu::wait`]).
 const POLL_LIMIT: Duration = Duration::from_millis(1);
@@ -60,8 +64,8 @@ pub struct Gpu {
 ///
 /// An allocation is either the real MPI's to read and write or the direct path's to lend
 /// (`lend`), never both: a CUDA-aware MPI maps a sender's device buffers into the receiving
-/// process itself, and the driver refuses a second mapping of the same allocation there
-/// (`CUDA_ERROR_ALREADY_MAPPED`: docs/logs/2026-11-27-pull/run16, run17).
+/// process itself, and the driver refuses a second mapping of the same memory there
+/// (`CUDA_ERROR_ALREADY_MAPPED`).
 #[derive(Debug)]
 pub(crate) struct DeviceAlloc {
     ptr: CUdeviceptr,
@@ -355,7 +359,15 @@ impl Gpu {
             return Ok(a);
         }
         self.bind()?;
-        let len = len.max(256);
+        // The direct path's allocations are whole multiples of the driver's 2 MiB granule: the
+        // driver places smaller ones side by side in one granule, whose pieces' IPC handles a
+        // peer cannot all open (the second is `CUDA_ERROR_ALREADY_MAPPED`:
+        // docs/logs/2026-11-27-pull/run18).
+        let len = if lend {
+            len.max(1).div_ceil(LEND_GRANULE) * LEND_GRANULE
+        } else {
+            len.max(256)
+        };
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: the context is current; `ptr` is a valid out-pointer.
         cuda("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, len) })?;
