@@ -28,19 +28,25 @@
 //!    node, memory it can map).
 //! 1. A receive the interposer takes posts its real receive (into staging, as on the byte
 //!    path), then sends the source a *ready* message: its tag, number and packed size.
-//! 2. A send the interposer takes queues its pack into device staging, then looks for the
-//!    ready message of its number (waiting a little where the receiver announced one of the
-//!    last few with that tag). With it and the same size, it records the event, sends a
-//!    *note* "lent: this staging, this event", then a message of 0 bytes on the program's
-//!    communicator and tag, which completes the receive where MPI matches it; it keeps the
-//!    staging until the receiver says it is *done*, and waits for its pack before the call
-//!    returns, or before its request completes (the program may then write its buffer).
-//!    Without, it waits for the pack and sends the bytes.
+//! 2. A send the interposer takes queues its pack into the direct path's own staging
+//!    ([`Engine::lend_staging_for`]: never the real MPI's, each allocation a whole 2 MiB
+//!    granule, since a peer cannot map memory its CUDA-aware MPI or another handle already
+//!    mapped), then looks for the ready message of its number (waiting a little where the
+//!    receiver announced one of the last few with that tag). With it and the same size, it
+//!    records the event (one for all the loans of a persistent start), sends a *note* "lent:
+//!    this staging, this event", then a message of 0 bytes on the program's communicator and
+//!    tag, which completes the receive where MPI matches it; it keeps the staging until the
+//!    receiver says it is *done*, and waits for its pack before the call returns, or before
+//!    its request completes (the program may then write its buffer). Without, the byte path
+//!    packs again into the real MPI's staging and sends the bytes.
 //! 3. A receive that completes with 0 bytes after announcing reads its note: "lent" (its
 //!    unpack, from the peer's staging after the peer's event, joins the completion's others;
 //!    the status says the packed size; a *done* message follows the wait) or "empty" (a
 //!    message of 0 bytes from the program: every such send on `MPI_COMM_WORLD` to a rank of
 //!    the node sends this note first). A receive that got bytes took the byte path as before.
+//!    A wait for several requests claims the notes already come before the real MPI completes
+//!    them ([`claim_early`]) and queues those unpacks then: the note precedes its message of 0
+//!    bytes, which the receive is bound to match.
 //!
 //! Notes are sent before the message they describe, so a receive that needs one finds it.
 

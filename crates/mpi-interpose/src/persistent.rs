@@ -4,7 +4,9 @@
 //! launch and one wait per GPU) and its receive unpacked at each completion. A persistent
 //! handle does not change when its request completes, so completion is told by the waits' and
 //! tests' flags, indices and index lists ([`take_started`]), and only a request seen started
-//! is unpacked.
+//! is unpacked. With the direct path, a send may be packed into fresh staging at a start and
+//! lent instead ([`choose`], [`pack`], [`lend_packed`]): a persistent request of the real MPI
+//! for its message of 0 bytes then starts, and is waited for, in its place ([`swap_in`]).
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -241,7 +243,7 @@ pub unsafe fn pack(handles: &[u64], wait: bool) -> c_int {
 }
 
 /// Per handle among `handles`: whether it is a persistent send packed into fresh staging by
-/// [`start`], to be lent.
+/// [`pack`], to be lent.
 pub fn packed_fresh(handles: &[u64]) -> Vec<bool> {
     let map = lock(kept());
     handles
@@ -250,13 +252,13 @@ pub fn packed_fresh(handles: &[u64]) -> Vec<bool> {
         .collect()
 }
 
-/// The sends among `handles` that [`start`] packed into fresh staging: each is lent where its
+/// The sends among `handles` that [`pack`] packed into fresh staging: each is lent where its
 /// receive's ready message comes ([`direct::lend_started`]; its marker then starts in its
 /// place, [`swap_in`]), else its own staging is packed too and the real request goes. Returns
 /// 0, or the code of a failed pack.
 ///
 /// # Safety
-/// As [`start`].
+/// As [`pack`].
 pub unsafe fn lend_packed(handles: &[u64]) -> c_int {
     let mut rc = 0;
     // One event for the loans of this start, recorded after all its packs (queued by
