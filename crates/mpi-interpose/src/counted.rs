@@ -191,8 +191,9 @@ pub unsafe extern "C" fn MPI_Improbe(
 
 /// `MPI_Cancel`: the direct path stops on this rank ([`direct::unsettle`]), then the real call.
 /// A receive whose note was claimed before it completed ([`direct::claim_early`]) is not
-/// cancelled (its unpack may have written the buffer, and its message is bound to come): it
-/// completes as usual, which MPI allows of a cancel.
+/// cancelled (its unpack may have written the buffer, and its message is bound to come), nor a
+/// persistent send whose start was lent (its note is out; the real MPI's active request is its
+/// marker): each completes as usual, which MPI allows of a cancel.
 ///
 /// # Safety
 /// MPI's contract for `MPI_Cancel`.
@@ -201,7 +202,10 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
     if !request.is_null() {
         // SAFETY: the caller passes a valid request handle.
         let h = key(unsafe { *request });
-        if guarded(|| Some(path::claimed_early(h) || persistent::claimed_early(h))) == Some(true) {
+        let bound = || {
+            path::claimed_early(h) || persistent::claimed_early(h) || persistent::lent_and_active(h)
+        };
+        if guarded(|| Some(bound())) == Some(true) {
             return 0;
         }
     }

@@ -143,8 +143,8 @@ pub enum Finish {
 pub enum Early {
     /// Lent by rank `.0` for message `.1`; `queued` once the unpack from it is on the stream.
     Lent(c_int, Key, Lent, bool),
-    /// Carried: this many bytes copied into the staging.
-    Carried(u64),
+    /// Carried: the bytes, copied into the staging once the real receive completed.
+    Carried(Vec<u8>),
 }
 
 /// A send made on the direct path ([`send`]).
@@ -749,10 +749,10 @@ fn claim(a: &Announced) -> Note {
 
 /// Before the real receive completes (in a wait for it): claims the note of announced receive
 /// `r` where it has come and says the bytes are lent (or, testing, carried: copied into the
-/// staging now), so that its unpack can be queued while the real MPI still moves the other
-/// messages of the wait. The note comes before its message of 0 bytes, which this receive is
-/// then bound to match (the order of matching is known while the path is on). Whether it was
-/// claimed ([`Receive::early`] set).
+/// staging once the real receive completes), so that its unpack can be queued while the real
+/// MPI still moves the other messages of the wait. The note comes before its message of 0
+/// bytes, which this receive is then bound to match (the order of matching is known while the
+/// path is on). Whether it was claimed ([`Receive::early`] set).
 pub fn claim_early(r: &mut Receive) -> bool {
     let (Some(a), Some(s)) = (r.direct, state()) else {
         return false;
@@ -762,6 +762,8 @@ pub fn claim_early(r: &mut Receive) -> bool {
         if !st.notes.contains_key(&a.0) {
             drain(&mut st);
         }
+        // Carried bytes are kept in the claim: the staging is the real receive's until it
+        // completes.
         let fits = match st.notes.get(&a.0) {
             Some(Note::Lent(_)) => true,
             Some(Note::Carried(v)) => matches!(&r.staging, Staging::Cpu(b) if v.len() <= b.len()),
@@ -784,16 +786,23 @@ pub fn claim_early(r: &mut Receive) -> bool {
     );
     r.early = match note {
         Some(Note::Lent(lent)) => Some(Early::Lent(a.0 .0, a.0, lent, false)),
-        Some(Note::Carried(v)) => match &mut r.staging {
-            Staging::Cpu(b) => {
-                b[..v.len()].copy_from_slice(&v);
-                Some(Early::Carried(v.len() as u64))
-            }
-            _ => None,
-        },
+        Some(Note::Carried(v)) => Some(Early::Carried(v)),
         _ => None,
     };
     r.early.is_some()
+}
+
+/// A receive that claimed its note early and will not complete here (its call failed): an
+/// unpack queued from the peer's staging is waited for, and the peer told it is done with it.
+pub fn let_go(r: &mut Receive) {
+    if let Some(Early::Lent(peer, k, _, queued)) = r.early.take() {
+        if queued {
+            if let Err(e) = r.engine().wait() {
+                log!("{}: the wait for an early unpack failed: {e}", r.op());
+            }
+        }
+        done(peer, k);
+    }
 }
 
 /// Settles a completed receive whose note [`claim_early`] claimed: its message must be the
@@ -801,7 +810,7 @@ pub fn claim_early(r: &mut Receive) -> bool {
 ///
 /// # Safety
 /// MPI initialized; `status` is the receive's completed status, writable.
-unsafe fn finish_early(r: &Receive, early: Early, status: *mut ffi::MPI_Status) -> Finish {
+unsafe fn finish_early(r: &mut Receive, early: Early, status: *mut ffi::MPI_Status) -> Finish {
     let (mut cancelled, mut got): (c_int, c_int) = (0, 0);
     // SAFETY: the caller's contract; counted in bytes.
     unsafe {
@@ -827,11 +836,15 @@ unsafe fn finish_early(r: &Receive, early: Early, status: *mut ffi::MPI_Status) 
                 Finish::Pull(peer, k, lent)
             }
         }
-        Early::Carried(n) => {
-            // SAFETY: as above.
-            unsafe { set_bytes(status, n) };
-            Finish::Bytes
-        }
+        Early::Carried(v) => match &mut r.staging {
+            Staging::Cpu(b) if v.len() <= b.len() => {
+                b[..v.len()].copy_from_slice(&v);
+                // SAFETY: as above.
+                unsafe { set_bytes(status, v.len() as u64) };
+                Finish::Bytes
+            }
+            _ => Finish::Settled(Err(ERR_INTERN)),
+        },
     }
 }
 

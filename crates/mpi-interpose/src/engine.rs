@@ -71,18 +71,20 @@ pub(crate) struct DeviceAlloc {
     ptr: CUdeviceptr,
     len: usize,
     lend: bool,
-    ipc: OnceCell<Option<Box<Export>>>,
+    ipc: OnceCell<Box<Export>>,
 }
 
 impl DeviceAlloc {
-    /// The allocation's export ([`ipc::export`]), asked of the driver on first use and kept:
-    /// the allocation is whole (`cuMemAlloc`'s), so its handle and offset never change. Its
-    /// context must be current.
+    /// The allocation's export ([`ipc::export`]), asked of the driver until it gives one, then
+    /// kept: the allocation is whole (`cuMemAlloc`'s), so its handle and offset never change.
+    /// Its context must be current.
     fn export(&self) -> Option<Export> {
-        self.ipc
-            .get_or_init(|| ipc::export(self.ptr, self.len as u64).map(Box::new))
-            .as_deref()
-            .copied()
+        if let Some(e) = self.ipc.get() {
+            return Some(**e);
+        }
+        let e = ipc::export(self.ptr, self.len as u64)?;
+        let _ = self.ipc.set(Box::new(e));
+        Some(e)
     }
 }
 

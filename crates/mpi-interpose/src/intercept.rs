@@ -745,7 +745,13 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     let code = match recv {
         // SAFETY: the receive completed with status `st`.
         Some(r) if rc == 0 => unsafe { finish_recv(r, st) },
-        _ => rc,
+        Some(mut r) => {
+            // An unpack queued early is waited for, and its staging given back, before the
+            // failed call returns.
+            guard(|| direct::let_go(&mut r));
+            rc
+        }
+        None => rc,
     };
     // After the receive's unpack on the same stream this wait has nothing left to wait for.
     if let Some(e) = &lent {
@@ -756,7 +762,9 @@ pub unsafe extern "C" fn MPI_Sendrecv(
 
 /// `MPI_Send_init`: a persistent send of a device buffer and a decoded type gets a staging
 /// buffer for good, and the real MPI's persistent request sends from it; each start packs into
-/// it first ([`MPI_Start`]).
+/// it first ([`MPI_Start`]), or, where the direct path lends the start, into fresh staging of
+/// the direct path's (then a persistent request of the real MPI for a message of 0 bytes, made
+/// here too, starts in its place).
 ///
 /// # Safety
 /// MPI's contract for `MPI_Send_init`.
@@ -966,30 +974,26 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
     let mut scope = profile::scope("MPI_Start");
     scope.taken();
     let lending = guarded(|| Some(persistent::choose(&handles, &counted))).unwrap_or(false);
-    let rc = if lending {
+    if lending {
         // Every send is lendable: packed after the rest starts, not waited for.
         // SAFETY: the caller's array of `n` requests, which it starts.
-        unsafe { start_lending(reqs, &handles, &counted, true) }
+        return unsafe { start_lending(reqs, &handles, &counted, true) };
+    }
+    // SAFETY: the caller starts these requests; their send buffers hold what they send.
+    let packed =
+        guarded(|| Some(unsafe { persistent::pack(&handles, true) })).unwrap_or(path::ERR_INTERN);
+    if packed != 0 {
+        return packed;
+    }
+    if persistent::packed_fresh(&handles).contains(&true) {
+        // SAFETY: as above.
+        return unsafe { start_lending(reqs, &handles, &counted, false) };
+    }
+    let rc = profile::time(Phase::Mpi, real);
+    if rc == 0 {
+        // SAFETY: MPI initialized; the receives are posted.
+        guard(|| unsafe { persistent::announce_started(&handles, &counted) });
     } else {
-        // SAFETY: the caller starts these requests; their send buffers hold what they send.
-        let packed = guarded(|| Some(unsafe { persistent::pack(&handles, true) }))
-            .unwrap_or(path::ERR_INTERN);
-        if packed != 0 {
-            return packed;
-        }
-        if persistent::packed_fresh(&handles).contains(&true) {
-            // SAFETY: as above.
-            unsafe { start_lending(reqs, &handles, &counted, false) }
-        } else {
-            let rc = profile::time(Phase::Mpi, real);
-            if rc == 0 {
-                // SAFETY: MPI initialized; the receives are posted.
-                guard(|| unsafe { persistent::announce_started(&handles, &counted) });
-            }
-            rc
-        }
-    };
-    if rc != 0 {
         persistent::not_started(&handles);
     }
     rc
@@ -1002,7 +1006,9 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
 /// lent sends are packed (where `pack`: launched, not waited for) and wait for their ready
 /// messages; then each lendable send is lent or packed into its own staging
 /// ([`persistent::lend_packed`]); then those sends start in their order, lent ones by their
-/// markers ([`persistent::swap_in`]).
+/// markers ([`persistent::swap_in`]). Where a step fails, the requests the real MPI started
+/// are marked active and the others not (a send whose pack failed is not started), and the
+/// first error is returned.
 ///
 /// # Safety
 /// MPI initialized; `reqs` is the caller's array of the started `handles`, whose send buffers
@@ -1032,6 +1038,12 @@ unsafe fn start_lending(
             .map(|i| unsafe { *reqs.add(i) })
             .collect()
     };
+    let handles_of = |late_ones: bool| -> Vec<u64> {
+        (0..handles.len())
+            .filter(|&i| late[i] == late_ones)
+            .map(|i| handles[i])
+            .collect()
+    };
     let mut early = group(false);
     if !early.is_empty() {
         let n = c_int::try_from(early.len()).unwrap_or(c_int::MAX);
@@ -1040,6 +1052,7 @@ unsafe fn start_lending(
             ffi::PMPI_Startall(n, early.as_mut_ptr())
         });
         if rc != 0 {
+            persistent::not_started(handles);
             return rc;
         }
     }
@@ -1051,26 +1064,45 @@ unsafe fn start_lending(
         let packed = guarded(|| Some(unsafe { persistent::pack(handles, false) }))
             .unwrap_or(path::ERR_INTERN);
         if packed != 0 {
+            // Nothing was lent: the rest does not start.
+            persistent::not_started(&handles_of(true));
+            persistent::started_anyway(&handles_of(false));
             return packed;
         }
     }
     // SAFETY: the caller's contract: the sends' buffers hold what they send.
-    let lent =
-        guarded(|| Some(unsafe { persistent::lend_packed(handles) })).unwrap_or(path::ERR_INTERN);
-    if lent != 0 {
-        return lent;
-    }
-    let mut rest = group(true);
+    let failed = guarded(|| Some(unsafe { persistent::lend_packed(handles) }))
+        .unwrap_or_else(|| handles_of(true));
+    // The rest starts, but for sends whose pack failed: the notes of those lent are out, and
+    // their markers must follow.
+    let mut rest: Vec<MPI_Request> = (0..handles.len())
+        .filter(|&i| late[i] && !failed.contains(&handles[i]))
+        // SAFETY: the caller's array holds `handles.len()` requests.
+        .map(|i| unsafe { *reqs.add(i) })
+        .collect();
     let n = c_int::try_from(rest.len()).unwrap_or(c_int::MAX);
-    // SAFETY: `rest` holds `n` of the caller's persistent requests; lent sends start their
-    // markers.
-    let swapped = unsafe { persistent::swap_in(rest.as_mut_ptr(), n) };
-    // SAFETY: as above.
-    let rc = profile::time(Phase::Mpi, || unsafe {
-        ffi::PMPI_Startall(n, rest.as_mut_ptr())
-    });
-    drop(swapped);
-    rc
+    let rc = if rest.is_empty() {
+        0
+    } else {
+        // SAFETY: `rest` holds `n` of the caller's persistent requests; lent sends start their
+        // markers.
+        let swapped = unsafe { persistent::swap_in(rest.as_mut_ptr(), n) };
+        // SAFETY: as above.
+        let rc = profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Startall(n, rest.as_mut_ptr())
+        });
+        drop(swapped);
+        rc
+    };
+    if rc != 0 {
+        persistent::not_started(&handles_of(true));
+        return rc;
+    }
+    if !failed.is_empty() {
+        persistent::not_started(&failed);
+        return path::ERR_INTERN;
+    }
+    0
 }
 
 /// Completes the interposer's requests among `before` that the call completed: the ones it
@@ -1114,6 +1146,10 @@ unsafe fn complete(
             Pending::Packing(e) => packing.push(e),
         }
     }
+    // Persistent requests the call completed: receives to unpack, and the engines of sends
+    // lent at their start.
+    let (started, lent) = persistent::take_started(before, &completed);
+    packing.extend(lent);
     // Sends lent on the direct path: their packs are waited for after the receives' unpacks
     // (the same stream per GPU: by then there is little or nothing left to wait for).
     let packed = |rc: c_int| {
@@ -1124,7 +1160,7 @@ unsafe fn complete(
         }
         rc
     };
-    for (i, handle, r) in persistent::take_started(before, &completed) {
+    for (i, handle, r) in started {
         recvs.push((r, status_or_blank(i)));
         kept.push(Some(handle));
     }
@@ -1539,6 +1575,13 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         }
         let code = match work {
             Persistent::Send(o) if active => {
+                if persistent::lent(&o) {
+                    // Its pack reads the program's buffer, which the program may take this
+                    // call to give back.
+                    if let Err(e) = o.engine().wait() {
+                        log!("MPI_Request_free: the wait for a direct pack failed: {e}");
+                    }
+                }
                 std::mem::forget(o);
                 0
             }

@@ -19,10 +19,6 @@ use crate::sync::lock;
 /// The bytes of an IPC memory handle.
 pub type Handle = [u8; 64];
 
-/// Mappings of peers' allocations kept open at most; the least recently used is closed past
-/// this.
-const OPEN_KEEP: usize = 64;
-
 /// An exported allocation: its handle, where the buffer starts in it, and the bytes from there
 /// to the allocation's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,11 +146,13 @@ pub fn open_event(peer: i32, handle: &Handle) -> Option<sys::CUevent> {
     Some(event)
 }
 
-/// Peers' allocations mapped here, least recently used first, and the peers whose handles did
-/// not open.
+/// Peers' allocations mapped here, and the peers whose handles did not open. A mapping is kept
+/// for the process's life: the direct path's allocations it maps are never freed by their
+/// owners ([`crate::engine`]), so there are no more of them than the peers' staging at its
+/// peak, and none is closed while an unpack recorded for a later launch may still read it.
 #[derive(Default)]
 struct Opened {
-    maps: Vec<((i32, Handle), CUdeviceptr)>,
+    maps: HashMap<(i32, Handle), CUdeviceptr>,
     refused: Vec<i32>,
 }
 
@@ -172,15 +170,7 @@ pub fn open(peer: i32, handle: &Handle) -> Option<CUdeviceptr> {
     if o.refused.contains(&peer) {
         return None;
     }
-    if let Some(at) = o
-        .maps
-        .iter()
-        .position(|(k, _)| k.0 == peer && k.1 == *handle)
-    {
-        // Most recently used last: the mapping closed first is the one used longest ago.
-        let m = o.maps.remove(at);
-        let base = m.1;
-        o.maps.push(m);
+    if let Some(&base) = o.maps.get(&(peer, *handle)) {
         return Some(base);
     }
     let h = sys::CUipcMemHandle_st {
@@ -203,17 +193,6 @@ pub fn open(peer: i32, handle: &Handle) -> Option<CUdeviceptr> {
         o.refused.push(peer);
         return None;
     }
-    if o.maps.len() >= OPEN_KEEP {
-        let (_, old) = o.maps.remove(0);
-        // SAFETY: `old` was mapped by cuIpcOpenMemHandle here; the context is current (the
-        // caller's contract) and synchronized first, so no unpack from it is in flight (one
-        // queued before a wait, [`crate::path::pull_early`], may be); an unpack recorded but
-        // not launched reads a mapping used more recently than the 64 others.
-        unsafe {
-            sys::cuCtxSynchronize();
-            sys::cuIpcCloseMemHandle(old);
-        }
-    }
-    o.maps.push(((peer, *handle), base));
+    o.maps.insert((peer, *handle), base);
     Some(base)
 }

@@ -53,6 +53,27 @@ pub struct Outgoing {
 // rules keep the buffer alive until the request is freed.
 unsafe impl Send for Outgoing {}
 
+impl Outgoing {
+    /// The engine of its buffer.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+/// Whether the last start of `o` was lent on the direct path (its pack not waited for there).
+pub fn lent(o: &Outgoing) -> bool {
+    o.lent
+}
+
+/// Whether `handle` is a persistent send of the interposer whose active start was lent: the
+/// real MPI's request then is its marker, and the program's is not active there.
+pub fn lent_and_active(handle: u64) -> bool {
+    matches!(
+        lock(kept()).get(&handle),
+        Some(Kept { work: Persistent::Send(o), active: true }) if o.lent
+    )
+}
+
 /// A persistent request of the interposer (`MPI_Send_init`, `MPI_Recv_init`), kept until
 /// `MPI_Request_free`: its send is packed at each `MPI_Start`, its receive unpacked at each
 /// completion. The real MPI's request moves the staging's bytes.
@@ -255,14 +276,14 @@ pub fn packed_fresh(handles: &[u64]) -> Vec<bool> {
 /// The sends among `handles` that [`pack`] packed into fresh staging: each is lent where its
 /// receive's ready message comes ([`direct::lend_started`]; its marker then starts in its
 /// place, [`swap_in`]), else its own staging is packed too and the real request goes. Returns
-/// 0, or the code of a failed pack.
+/// the handles of the sends whose pack into their own staging failed (not to be started).
 ///
 /// # Safety
 /// As [`pack`].
-pub unsafe fn lend_packed(handles: &[u64]) -> c_int {
-    let mut rc = 0;
-    // One event for the loans of this start, recorded after all its packs (queued by
-    // [`start`] before any loan): each lend queues nothing before the next.
+pub unsafe fn lend_packed(handles: &[u64]) -> Vec<u64> {
+    let mut failed = Vec::new();
+    // One event for the loans of this start, recorded after all its packs (queued by [`pack`]
+    // before any loan): each lend queues nothing before the next.
     let mut recorded = None;
     let mut map = lock(kept());
     for h in handles {
@@ -286,13 +307,13 @@ pub unsafe fn lend_packed(handles: &[u64]) -> c_int {
                 // before): only then does it go back to its pool.
                 if let Err(e) = again.and(o.engine.wait()) {
                     log!("{}: the pack at the start failed: {e}", o.op);
-                    rc = ERR_INTERN;
+                    failed.push(*h);
                 }
                 drop(fresh);
             }
         }
     }
-    rc
+    failed
 }
 
 /// The interposer's persistent requests among `reqs` whose start was lent, their handles
@@ -376,6 +397,12 @@ pub fn not_started(handles: &[u64]) {
     mark(&mut lock(kept()), handles, false);
 }
 
+/// The interposer's requests among `handles` are active: the real MPI started them (a start
+/// that failed after starting some, [`pack`] having marked none).
+pub fn started_anyway(handles: &[u64]) {
+    mark(&mut lock(kept()), handles, true);
+}
+
 /// Marks the interposer's requests among `handles` active or not.
 fn mark(map: &mut HashMap<u64, Kept>, handles: &[u64], active: bool) {
     for h in handles {
@@ -387,21 +414,30 @@ fn mark(map: &mut HashMap<u64, Kept>, handles: &[u64], active: bool) {
 
 /// After a wait or test: the interposer's started persistent requests among `handles` that the
 /// call completed (`completed(i)` for array slot `i`) are marked inactive; their receives are
-/// taken out, with their slot and handle, to be unpacked and put back ([`put_back`]).
+/// taken out, with their slot and handle, to be unpacked and put back ([`put_back`]), and the
+/// engines of their sends that were lent given, whose packs (not waited for at the start) must
+/// be waited for before the program has its buffers back.
+#[allow(clippy::type_complexity)]
 pub fn take_started(
     handles: &[u64],
     completed: impl Fn(usize) -> bool,
-) -> Vec<(usize, u64, Receive)> {
+) -> (Vec<(usize, u64, Receive)>, Vec<Engine>) {
     if KEPT.load(Ordering::SeqCst) == 0 {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let mut map = lock(kept());
     let mut recvs = Vec::new();
+    let mut lent = Vec::new();
     for (i, h) in handles.iter().enumerate() {
         let Some(k) = map.get_mut(h).filter(|k| k.active && completed(i)) else {
             continue;
         };
         k.active = false;
+        if let Persistent::Send(o) = &k.work {
+            if o.lent {
+                lent.push(o.engine.clone());
+            }
+        }
         if matches!(k.work, Persistent::Recv(_)) {
             if let Some(Kept {
                 work: Persistent::Recv(r),
@@ -412,7 +448,7 @@ pub fn take_started(
             }
         }
     }
-    recvs
+    (recvs, lent)
 }
 
 /// Before a wait for `handles`: [`path::pull_early`] for the interposer's started persistent
