@@ -375,12 +375,13 @@ pub fn posted(comm: MPI_Comm, source: c_int, tag: c_int) -> Option<u64> {
     Some(seq)
 }
 
-/// A cancel: the order of matching is no longer known here.
+/// A cancel, or a counted send that did not start: the order of matching is no longer known
+/// here.
 pub fn unsettle() {
     if let Some(s) = state() {
         let mut st = lock(s);
         if st.settled {
-            log!("MPI_Cancel: the direct path stops");
+            log!("direct path: the order of matching is not known any more: the path stops");
         }
         st.settled = false;
     }

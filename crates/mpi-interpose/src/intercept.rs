@@ -667,7 +667,9 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     // The engine of a send that went by the direct path: its pack is waited for before the
     // return.
     let mut lent: Option<Engine> = None;
-    let rc = if sseq.is_none() && rseq.is_none() {
+    // The call's code, and whether the receive completed (its bytes are to be unpacked even
+    // where the send failed).
+    let (rc, received) = if sseq.is_none() && rseq.is_none() {
         // SAFETY: MPI's contract for the send triple.
         let mut packed =
             send.and_then(|t| guarded(|| unsafe { pack_taken("MPI_Sendrecv", sendbuf, t) }));
@@ -677,11 +679,12 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         };
         // SAFETY: each side is the caller's triple or a staging buffer of the stated bytes,
         // alive until the blocking call returns.
-        profile::time(Phase::Mpi, || unsafe {
+        let rc = profile::time(Phase::Mpi, || unsafe {
             ffi::PMPI_Sendrecv(
                 sb, sc, st_, dest, sendtag, rb, rcount, rt, source, recvtag, comm, st,
             )
-        })
+        });
+        (rc, rc == 0)
     } else {
         let mut reqs = [null_request_handle(); 2];
         // SAFETY: the receive side is the caller's triple or a staging buffer of `rcount`
@@ -726,25 +729,26 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         }
         // SAFETY: the two requests just made (a failed send's is null); `st` is a valid
         // status.
-        let waited = profile::time(Phase::Mpi, || unsafe {
-            let r0 = ffi::PMPI_Wait(&mut reqs[0], st);
-            let r1 = ffi::PMPI_Wait(&mut reqs[1], status_ignore());
-            if r0 != 0 {
-                r0
-            } else {
-                r1
-            }
+        let (r0, r1) = profile::time(Phase::Mpi, || unsafe {
+            (
+                ffi::PMPI_Wait(&mut reqs[0], st),
+                ffi::PMPI_Wait(&mut reqs[1], status_ignore()),
+            )
         });
         drop(packed);
-        if rc != 0 {
-            rc
-        } else {
-            waited
-        }
+        let code = [rc, r0, r1].into_iter().find(|&c| c != 0).unwrap_or(0);
+        (code, r0 == 0)
     };
     let code = match recv {
-        // SAFETY: the receive completed with status `st`.
-        Some(r) if rc == 0 => unsafe { finish_recv(r, st) },
+        Some(r) if received => {
+            // SAFETY: the receive completed with status `st`.
+            let unpacked = unsafe { finish_recv(r, st) };
+            if rc != 0 {
+                rc
+            } else {
+                unpacked
+            }
+        }
         Some(mut r) => {
             // An unpack queued early is waited for, and its staging given back, before the
             // failed call returns.
@@ -1007,8 +1011,10 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
 /// messages; then each lendable send is lent or packed into its own staging
 /// ([`persistent::lend_packed`]); then those sends start in their order, lent ones by their
 /// markers ([`persistent::swap_in`]). Where a step fails, the requests the real MPI started
-/// are marked active and the others not (a send whose pack failed is not started), and the
-/// first error is returned.
+/// are marked active and the others not (a send whose pack failed is not started, the packs of
+/// lent sends not started are waited for), and the first error is returned; where a counted
+/// send did not start, the direct path stops on this rank ([`direct::unsettle`]: the peers'
+/// receives and this rank's sends no longer pair by number).
 ///
 /// # Safety
 /// MPI initialized; `reqs` is the caller's array of the started `handles`, whose send buffers
@@ -1067,12 +1073,20 @@ unsafe fn start_lending(
             // Nothing was lent: the rest does not start.
             persistent::not_started(&handles_of(true));
             persistent::started_anyway(&handles_of(false));
+            direct::unsettle();
             return packed;
         }
     }
     // SAFETY: the caller's contract: the sends' buffers hold what they send.
-    let failed = guarded(|| Some(unsafe { persistent::lend_packed(handles) }))
-        .unwrap_or_else(|| handles_of(true));
+    let failed =
+        guarded(|| Some(unsafe { persistent::lend_packed(handles) })).unwrap_or_else(|| {
+            // Sends already lent still start (their notes are out); the others do not.
+            let lent = persistent::lent_among(handles);
+            handles_of(true)
+                .into_iter()
+                .filter(|h| !lent.contains(h))
+                .collect()
+        });
     // The rest starts, but for sends whose pack failed: the notes of those lent are out, and
     // their markers must follow.
     let mut rest: Vec<MPI_Request> = (0..handles.len())
@@ -1095,11 +1109,14 @@ unsafe fn start_lending(
         rc
     };
     if rc != 0 {
+        persistent::wait_lent(&handles_of(true));
         persistent::not_started(&handles_of(true));
+        direct::unsettle();
         return rc;
     }
     if !failed.is_empty() {
         persistent::not_started(&failed);
+        direct::unsettle();
         return path::ERR_INTERN;
     }
     0

@@ -397,6 +397,35 @@ pub fn not_started(handles: &[u64]) {
     mark(&mut lock(kept()), handles, false);
 }
 
+/// The interposer's persistent sends among `handles` whose start was lent.
+pub fn lent_among(handles: &[u64]) -> Vec<u64> {
+    let map = lock(kept());
+    handles
+        .iter()
+        .filter(|h| matches!(map.get(h), Some(Kept { work: Persistent::Send(o), .. }) if o.lent))
+        .copied()
+        .collect()
+}
+
+/// Waits for the packs of the lent starts among `handles` (a start that failed after lending:
+/// the program has its buffers back).
+pub fn wait_lent(handles: &[u64]) {
+    let map = lock(kept());
+    for h in handles {
+        if let Some(Kept {
+            work: Persistent::Send(o),
+            ..
+        }) = map.get(h)
+        {
+            if o.lent {
+                if let Err(e) = o.engine.wait() {
+                    log!("{}: the wait for a direct pack failed: {e}", o.op);
+                }
+            }
+        }
+    }
+}
+
 /// The interposer's requests among `handles` are active: the real MPI started them (a start
 /// that failed after starting some, [`pack`] having marked none).
 pub fn started_anyway(handles: &[u64]) {
