@@ -1153,6 +1153,9 @@ unsafe fn complete(
     let mut recvs = Vec::new();
     let mut kept = Vec::new();
     let mut packing = Vec::new();
+    // Receives `MPI_Request_get_status` already unpacked: their codes (their statuses are set
+    // to what that call said).
+    let mut settled = Vec::new();
     for (i, work) in take_completed(before, after, null_request()) {
         match work {
             Pending::Send(s) => drop(s),
@@ -1161,12 +1164,27 @@ unsafe fn complete(
                 kept.push(None);
             }
             Pending::Packing(e) => packing.push(e),
+            Pending::Settled(code, n) => {
+                // SAFETY: the slot's status (or a blank of our own), writable.
+                unsafe { direct::set_bytes(status_or_blank(i).cast_mut(), n as u64) };
+                settled.push(code);
+            }
         }
     }
-    // Persistent requests the call completed: receives to unpack, and the engines of sends
-    // lent at their start.
-    let (started, lent) = persistent::take_started(before, &completed);
-    packing.extend(lent);
+    // Persistent requests the call completed: receives to unpack, receives already unpacked,
+    // and the engines of sends lent at their start.
+    let done = persistent::take_started(before, &completed);
+    packing.extend(done.lent);
+    for (i, code, n) in done.seen {
+        // SAFETY: as above.
+        unsafe { direct::set_bytes(status_or_blank(i).cast_mut(), n as u64) };
+        settled.push(code);
+    }
+    let rc = if rc == 0 {
+        settled.into_iter().find(|&c| c != 0).unwrap_or(0)
+    } else {
+        rc
+    };
     // Sends lent on the direct path: their packs are waited for after the receives' unpacks
     // (the same stream per GPU: by then there is little or nothing left to wait for).
     let packed = |rc: c_int| {
@@ -1177,7 +1195,7 @@ unsafe fn complete(
         }
         rc
     };
-    for (i, handle, r) in started {
+    for (i, handle, r) in done.recvs {
         recvs.push((r, status_or_blank(i)));
         kept.push(Some(handle));
     }
@@ -1563,6 +1581,44 @@ pub unsafe extern "C" fn MPI_Testsome(
     }
 }
 
+/// `MPI_Request_get_status`: where the real MPI says a request of the interposer is complete,
+/// the program may use its buffer from then on without a wait: a receive is unpacked now (its
+/// status set as the wait or test that completes it will set it again), and a send lent on the
+/// direct path has its pack waited for. A lent persistent send is asked about by its marker,
+/// the real MPI's active request.
+///
+/// # Safety
+/// MPI's contract for `MPI_Request_get_status`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status(
+    request: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    let h = key(request);
+    if !any_ours(&[h]) {
+        // SAFETY: the caller's contract.
+        return unsafe { ffi::PMPI_Request_get_status(request, flag, status) };
+    }
+    let mut own = blank_status();
+    let st = if status == status_ignore() {
+        &mut own as *mut MPI_Status
+    } else {
+        status
+    };
+    let real = guarded(|| persistent::marker_if_lent(h)).unwrap_or(request);
+    // SAFETY: the caller's contract, with a valid status; `real` is the request or its marker.
+    let rc = unsafe { ffi::PMPI_Request_get_status(real, flag, st) };
+    // SAFETY: `flag` was written by the real MPI where it succeeded.
+    if rc != 0 || flag.is_null() || unsafe { *flag } == 0 {
+        return rc;
+    }
+    // SAFETY: MPI initialized; `st` is the request's status, just written.
+    let settled =
+        guarded(|| unsafe { path::settle_seen(h, st).or_else(|| persistent::settle_seen(h, st)) });
+    settled.unwrap_or(0)
+}
+
 /// `MPI_Request_free`: a send of the interposer keeps its staging for good (the real MPI may
 /// still read it); a receive of the interposer is waited for and unpacked first, since nothing
 /// else would ever unpack it. A persistent request of the interposer is let go of: if it is
@@ -1602,6 +1658,11 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
                 std::mem::forget(o);
                 0
             }
+            // Unpacked when `MPI_Request_get_status` saw it complete: the real request is done.
+            Persistent::Recv(r) if active && persistent::take_seen(before[0]) => {
+                drop(r);
+                0
+            }
             // SAFETY: the caller's request, a started receive of the interposer (a persistent
             // request stays allocated through the wait, and is freed below).
             Persistent::Recv(r) if active => unsafe { wait_and_unpack(request, r) },
@@ -1620,6 +1681,9 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
             // SAFETY: the caller's contract.
             unsafe { ffi::PMPI_Request_free(request) }
         }
+        // Unpacked when `MPI_Request_get_status` saw it complete.
+        // SAFETY: the caller's contract.
+        Some(Pending::Settled(..)) => unsafe { ffi::PMPI_Request_free(request) },
         Some(Pending::Packing(e)) => {
             // The program lets go of the send: its pack must be done before the buffer is
             // the program's again, which it may take this call to mean.

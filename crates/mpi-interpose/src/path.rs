@@ -112,6 +112,9 @@ pub enum Pending {
     /// A send lent on the direct path: its pack, which reads the program's buffer, is waited
     /// for when the request completes (MPI leaves the buffer to the send until then).
     Packing(Engine),
+    /// A receive that `MPI_Request_get_status` saw complete, and unpacked then ([`settle_seen`]):
+    /// its code and its status's count in bytes, for the wait or test that completes it.
+    Settled(c_int, c_int),
 }
 
 fn table() -> &'static Mutex<RequestTable<Pending>> {
@@ -140,6 +143,48 @@ pub fn take_completed(before: &[u64], after: &[u64], null: u64) -> Vec<(usize, P
     let done = lock(table()).take_completed(before, after, null);
     OUTSTANDING.fetch_sub(done.len(), Ordering::SeqCst);
     done
+}
+
+/// `MPI_Request_get_status` said outstanding request `handle` is complete (its `status` just
+/// written): a receive is unpacked now, since the program may read its buffer from here on, and
+/// kept as [`Pending::Settled`] for the wait or test that completes it (its status then reads
+/// the same); a lent send's pack is waited for. The code for the call, or `None` where
+/// `handle` is not an outstanding request of the interposer.
+///
+/// # Safety
+/// MPI initialized; `status` is writable, the request's, just written by the real MPI.
+pub unsafe fn settle_seen(handle: u64, status: *mut ffi::MPI_Status) -> Option<c_int> {
+    let work = {
+        let mut t = lock(table());
+        match t.get(handle)? {
+            Pending::Recv(_) => t.remove(handle),
+            &Pending::Settled(code, n) => {
+                drop(t);
+                // SAFETY: the caller's contract.
+                unsafe { direct::set_bytes(status, u64::try_from(n).unwrap_or(0)) };
+                return Some(code);
+            }
+            Pending::Packing(e) => {
+                let e = e.clone();
+                drop(t);
+                if let Err(e) = e.wait() {
+                    log!("MPI_Request_get_status: the wait for a direct pack failed: {e}");
+                }
+                return Some(0);
+            }
+            Pending::Send(_) => return Some(0),
+        }
+    };
+    let Some(Pending::Recv(r)) = work else {
+        return None;
+    };
+    // SAFETY: the receive completed with `status` (the caller's contract).
+    let code = unsafe { finish_recv(*r, status) };
+    let mut n: c_int = 0;
+    // SAFETY: a written status; counted in bytes.
+    unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut n) };
+    lock(table()).insert(handle, Pending::Settled(code, n));
+    Some(code)
 }
 
 /// Removes one request's entry (`MPI_Request_free`).

@@ -92,6 +92,27 @@ struct Kept {
     active: bool,
 }
 
+/// Started persistent receives that `MPI_Request_get_status` saw complete and unpacked
+/// ([`settle_seen`]): the code and the status's count in bytes, until the wait or test that
+/// completes them.
+fn seen() -> &'static Mutex<HashMap<u64, (c_int, c_int)>> {
+    static S: OnceLock<Mutex<HashMap<u64, (c_int, c_int)>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// What a wait or test completed among the interposer's persistent requests
+/// ([`take_started`]).
+#[derive(Debug, Default)]
+pub struct Completed {
+    /// Receives to unpack, with their slot and handle, to be put back ([`put_back`]).
+    pub recvs: Vec<(usize, u64, Receive)>,
+    /// The engines of sends lent at their start, whose packs must be waited for.
+    pub lent: Vec<Engine>,
+    /// Receives already unpacked when `MPI_Request_get_status` saw them complete: their slot,
+    /// code and status's count in bytes.
+    pub seen: Vec<(usize, c_int, c_int)>,
+}
+
 fn kept() -> &'static Mutex<HashMap<u64, Kept>> {
     static T: OnceLock<Mutex<HashMap<u64, Kept>>> = OnceLock::new();
     T.get_or_init(|| Mutex::new(HashMap::new()))
@@ -432,31 +453,112 @@ pub fn started_anyway(handles: &[u64]) {
     mark(&mut lock(kept()), handles, true);
 }
 
-/// Marks the interposer's requests among `handles` active or not.
+/// Marks the interposer's requests among `handles` active or not (a new start is not seen
+/// complete yet).
 fn mark(map: &mut HashMap<u64, Kept>, handles: &[u64], active: bool) {
+    let mut seen = lock(seen());
     for h in handles {
         if let Some(k) = map.get_mut(h) {
             k.active = active;
+            seen.remove(h);
         }
     }
 }
 
+/// The real MPI's request of persistent send `handle` where its active start was lent (its
+/// marker), for a call that asks about the request without completing it.
+pub fn marker_if_lent(handle: u64) -> Option<ffi::MPI_Request> {
+    match lock(kept()).get(&handle) {
+        Some(Kept {
+            work: Persistent::Send(o),
+            active: true,
+        }) if o.lent => o.marker,
+        _ => None,
+    }
+}
+
+/// `MPI_Request_get_status` said persistent request `handle` is complete (its `status` just
+/// written): an active receive is unpacked now and remembered as seen, so that the wait or test
+/// that completes it neither unpacks it again nor reads another status; an active lent send's
+/// pack is waited for. The code for the call, or `None` where `handle` is not a persistent
+/// request of the interposer.
+///
+/// # Safety
+/// MPI initialized; `status` is writable, the request's, just written by the real MPI.
+pub unsafe fn settle_seen(handle: u64, status: *mut ffi::MPI_Status) -> Option<c_int> {
+    if KEPT.load(Ordering::SeqCst) == 0 {
+        return None;
+    }
+    if let Some(&(code, n)) = lock(seen()).get(&handle) {
+        // SAFETY: the caller's contract.
+        unsafe { direct::set_bytes(status, u64::try_from(n).unwrap_or(0)) };
+        return Some(code);
+    }
+    let r = {
+        let mut map = lock(kept());
+        match map.get(&handle)? {
+            Kept {
+                work: Persistent::Recv(_),
+                active: true,
+            } => match map.remove(&handle) {
+                Some(Kept {
+                    work: Persistent::Recv(r),
+                    ..
+                }) => r,
+                _ => return None,
+            },
+            Kept {
+                work: Persistent::Send(o),
+                active: true,
+            } if o.lent => {
+                let e = o.engine.clone();
+                drop(map);
+                if let Err(e) = e.wait() {
+                    log!("MPI_Request_get_status: the wait for a direct pack failed: {e}");
+                }
+                return Some(0);
+            }
+            _ => return Some(0),
+        }
+    };
+    // SAFETY: the receive completed with `status` (the caller's contract).
+    let (codes, mut recvs) = unsafe { path::finish_recvs(vec![(r, status.cast_const())]) };
+    let code = codes.first().copied().unwrap_or(ERR_INTERN);
+    let mut n: c_int = 0;
+    // SAFETY: a written status; counted in bytes.
+    unsafe { ffi::PMPI_Get_count(status, path::bytes_type(), &mut n) };
+    if let Some((r, _)) = recvs.pop() {
+        lock(kept()).insert(
+            handle,
+            Kept {
+                work: Persistent::Recv(r),
+                active: true,
+            },
+        );
+    }
+    lock(seen()).insert(handle, (code, n));
+    Some(code)
+}
+
+/// Whether started persistent receive `handle` was seen complete and unpacked
+/// ([`settle_seen`]); forgets it (`MPI_Request_free`).
+pub fn take_seen(handle: u64) -> bool {
+    lock(seen()).remove(&handle).is_some()
+}
+
 /// After a wait or test: the interposer's started persistent requests among `handles` that the
 /// call completed (`completed(i)` for array slot `i`) are marked inactive; their receives are
-/// taken out, with their slot and handle, to be unpacked and put back ([`put_back`]), and the
-/// engines of their sends that were lent given, whose packs (not waited for at the start) must
-/// be waited for before the program has its buffers back.
-#[allow(clippy::type_complexity)]
-pub fn take_started(
-    handles: &[u64],
-    completed: impl Fn(usize) -> bool,
-) -> (Vec<(usize, u64, Receive)>, Vec<Engine>) {
+/// taken out, with their slot and handle, to be unpacked and put back ([`put_back`]) (those
+/// `MPI_Request_get_status` already unpacked are only said), and the engines of their sends
+/// that were lent given, whose packs (not waited for at the start) must be waited for before
+/// the program has its buffers back.
+pub fn take_started(handles: &[u64], completed: impl Fn(usize) -> bool) -> Completed {
+    let mut done = Completed::default();
     if KEPT.load(Ordering::SeqCst) == 0 {
-        return (Vec::new(), Vec::new());
+        return done;
     }
     let mut map = lock(kept());
-    let mut recvs = Vec::new();
-    let mut lent = Vec::new();
+    let mut seen = lock(seen());
     for (i, h) in handles.iter().enumerate() {
         let Some(k) = map.get_mut(h).filter(|k| k.active && completed(i)) else {
             continue;
@@ -464,8 +566,12 @@ pub fn take_started(
         k.active = false;
         if let Persistent::Send(o) = &k.work {
             if o.lent {
-                lent.push(o.engine.clone());
+                done.lent.push(o.engine.clone());
             }
+        }
+        if let Some((code, n)) = seen.remove(h) {
+            done.seen.push((i, code, n));
+            continue;
         }
         if matches!(k.work, Persistent::Recv(_)) {
             if let Some(Kept {
@@ -473,11 +579,11 @@ pub fn take_started(
                 ..
             }) = map.remove(h)
             {
-                recvs.push((i, *h, r));
+                done.recvs.push((i, *h, r));
             }
         }
     }
-    (recvs, lent)
+    done
 }
 
 /// Before a wait for `handles`: [`path::pull_early`] for the interposer's started persistent

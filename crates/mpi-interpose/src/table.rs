@@ -138,7 +138,12 @@ mod tests {
     #[test]
     fn picked_entries_come_in_the_order_of_the_handles() {
         let mut t = RequestTable::default();
-        for (h, w) in [(10, "recv a"), (20, "send b"), (30, "recv c"), (40, "recv d")] {
+        for (h, w) in [
+            (10, "recv a"),
+            (20, "send b"),
+            (30, "recv c"),
+            (40, "recv d"),
+        ] {
             t.insert(h, w.to_owned());
         }
         // 99 is not ours, 40 is not asked for, 20 is not picked; the order is the array's.
@@ -150,7 +155,7 @@ mod tests {
         assert_eq!(t.get(30).map(String::as_str), Some("recv c (claimed)"));
         assert_eq!(t.get(40).map(String::as_str), Some("recv d"));
         assert_eq!(t.get(99), None);
-        assert!(t.pick_mut(&[], |w| Some(w)).is_empty());
+        assert!(t.pick_mut(&[], Some).is_empty());
     }
 
     #[test]

@@ -321,6 +321,95 @@ static void same_tag(const char *name, MPI_Datatype t, int test) {
   free(got);
 }
 
+/* A receive waited for only after its message was sent: posted, a barrier, the send made and
+ * completed, a barrier, then MPI_Waitall (with the interposer's direct path, the receive finds
+ * its note there already and queues its unpack before the real wait). */
+static void sent_before_the_wait(const char *name, MPI_Datatype t, int test) {
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  size_t bytes = span(t, 1);
+  uint8_t *hs = malloc(bytes), *hr = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes);
+  fill(hs, bytes, rank, test);
+  fill(hr, bytes, 1000 + rank, test);
+  void *s = dev_alloc(bytes, dev()), *r = dev_alloc(bytes, dev());
+  upload(s, hs, bytes, dev());
+  upload(r, hr, bytes, dev());
+  MPI_Request rq, sq;
+  MPI_Status st;
+  MPI_Irecv(r, 1, t, prev, 600 + test, MPI_COMM_WORLD, &rq);
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Isend(s, 1, t, next, 600 + test, MPI_COMM_WORLD, &sq);
+  MPI_Wait(&sq, MPI_STATUS_IGNORE);
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Waitall(1, &rq, &st);
+  int n = -1;
+  MPI_Get_count(&st, t, &n);
+  download(got, r, bytes, dev());
+  expect(want, hr, bytes, prev, test, t, 1, t, 1);
+  report(name, memcmp(got, want, bytes) == 0 && n == 1, fnv(got, bytes));
+  dev_free(s, dev());
+  dev_free(r, dev());
+  free(hs); free(hr); free(want); free(got);
+}
+
+/* MPI_Request_get_status polled until it says a request is complete, and the buffers used
+ * before any wait (MPI allows it): the send buffer is overwritten at once (the peer must get what
+ * it held before), the receive buffer must hold the message with its count, and is then
+ * overwritten too; the wait that completes both must change neither buffer nor count. With
+ * MPI_Isend/MPI_Irecv, or (`persistent_reqs`) two rounds of persistent requests. */
+static void get_status(const char *name, MPI_Datatype t, int test, int persistent_reqs) {
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  size_t bytes = span(t, 1);
+  uint8_t *hs = malloc(bytes), *hr = malloc(bytes), *junk = malloc(bytes), *want = malloc(bytes),
+          *got = malloc(bytes);
+  void *s = dev_alloc(bytes, dev()), *r = dev_alloc(bytes, dev());
+  MPI_Request rq[2];
+  int tag = 500 + test, ok = 1;
+  uint64_t sum = 1469598103934665603ull;
+  if (persistent_reqs) {
+    MPI_Recv_init(r, 1, t, prev, tag, MPI_COMM_WORLD, &rq[0]);
+    MPI_Send_init(s, 1, t, next, tag, MPI_COMM_WORLD, &rq[1]);
+  }
+  for (int round = 0; round < (persistent_reqs ? 2 : 1); round++) {
+    int tt = test + 1000 * round;
+    fill(hs, bytes, rank, tt);
+    fill(hr, bytes, 1000 + rank, tt);
+    fill(junk, bytes, 2000 + rank, tt);
+    upload(s, hs, bytes, dev());
+    upload(r, hr, bytes, dev());
+    if (persistent_reqs) {
+      MPI_Startall(2, rq);
+    } else {
+      MPI_Irecv(r, 1, t, prev, tag, MPI_COMM_WORLD, &rq[0]);
+      MPI_Isend(s, 1, t, next, tag, MPI_COMM_WORLD, &rq[1]);
+    }
+    int sflag = 0, rflag = 0, n = -1, n2 = -1;
+    MPI_Status st, st2[2];
+    while (!sflag) MPI_Request_get_status(rq[1], &sflag, MPI_STATUS_IGNORE);
+    upload(s, junk, bytes, dev());
+    while (!rflag) MPI_Request_get_status(rq[0], &rflag, &st);
+    download(got, r, bytes, dev());
+    expect(want, hr, bytes, prev, tt, t, 1, t, 1);
+    MPI_Get_count(&st, t, &n);
+    ok &= memcmp(got, want, bytes) == 0 && n == 1;
+    sum = sum * 31 + fnv(got, bytes);
+    upload(r, junk, bytes, dev());
+    MPI_Waitall(2, rq, st2);
+    download(got, r, bytes, dev());
+    MPI_Get_count(&st2[0], t, &n2);
+    ok &= memcmp(got, junk, bytes) == 0 && n2 == 1;
+    MPI_Barrier(MPI_COMM_WORLD); /* every peer has checked what it got before the next round */
+  }
+  if (persistent_reqs) {
+    MPI_Request_free(&rq[0]);
+    MPI_Request_free(&rq[1]);
+  }
+  if (!ok) fprintf(stderr, "rank %d: %s: a buffer or count after MPI_Request_get_status\n", rank, name);
+  report(name, ok, sum);
+  dev_free(s, dev());
+  dev_free(r, dev());
+  free(hs); free(hr); free(junk); free(want); free(got);
+}
+
 /* MPI_Request_free on a started send (the receive completes it), and MPI_Cancel of a receive
  * nothing matches (its buffer must stay as it was). */
 static void free_and_cancel(MPI_Datatype t, int test) {
@@ -707,6 +796,9 @@ int main(int argc, char **argv) {
     persistent("persistent-indexed-passes-through", 15 * 16 + 11, P_WAITANY, idx, 4, idx, 4, 4, dev_passthrough(), dev_passthrough());
     MPI_Type_free(&idx);
   }
+  sent_before_the_wait("sent-before-the-wait", column, 14 * 16 + 11);
+  get_status("request-get-status", column, 14 * 16 + 9, 0);
+  get_status("persistent-request-get-status", column, 14 * 16 + 10, 1);
   /* The 3-D halo exchange of subarray faces. */
   halo("halo-3d-isend-irecv-waitall", 13 * 16, HALO_ISEND);
   halo("halo-3d-sendrecv", 13 * 16 + 1, HALO_SENDRECV);
