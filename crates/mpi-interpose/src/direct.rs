@@ -932,6 +932,16 @@ fn wasted(a: &Announced) {
     }
 }
 
+/// Whether a send of `engine` to `dest` may be lent now: the order of matching is known,
+/// `dest` is on this node, and host bytes (the CPU engine) only in the carry mode.
+fn lends(s: &Mutex<State>, engine: &Engine, dest: c_int) -> bool {
+    if matches!(engine, Engine::Cpu) && config::get().direct != Direct::Carry {
+        return false;
+    }
+    let st = lock(s);
+    st.settled && st.on_node(dest)
+}
+
 /// A send the interposer took (number `seq` to `dest` with `tag`, its buffer `buf`), on the
 /// direct path where it can go: a device buffer whose bytes would go through device staging
 /// is packed first; then the send looks for its receive's ready message ([`await_ready`]).
@@ -954,14 +964,8 @@ pub unsafe fn send(
     };
     let (_, plan, engine, method) = taken;
     let carry = matches!(engine, Engine::Cpu);
-    if carry && config::get().direct != Direct::Carry {
+    if !lends(s, engine, dest) {
         return Sent::No;
-    }
-    {
-        let st = lock(s);
-        if !st.settled || !st.on_node(dest) {
-            return Sent::No;
-        }
     }
     let n = plan.packed_size();
     // The pack first, where the byte path would send from device staging too: the ready
@@ -1025,14 +1029,8 @@ pub fn lend_started(
         return Err(staging);
     };
     let carry = matches!(engine, Engine::Cpu);
-    if (carry && config::get().direct != Direct::Carry) || plan.packed_size() == 0 {
+    if plan.packed_size() == 0 || !lends(s, engine, dest) {
         return Err(staging);
-    }
-    {
-        let st = lock(s);
-        if !st.settled || !st.on_node(dest) {
-            return Err(staging);
-        }
     }
     let k = (dest, tag, seq);
     if !await_ready(s, engine, plan, Some(&staging), k, carry) {

@@ -1648,7 +1648,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         }
         let code = match work {
             Persistent::Send(o) if active => {
-                if persistent::lent(&o) {
+                if o.lent() {
                     // Its pack reads the program's buffer, which the program may take this
                     // call to give back.
                     if let Err(e) = o.engine().wait() {

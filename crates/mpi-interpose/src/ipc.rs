@@ -1,12 +1,9 @@
 //! CUDA IPC for the direct path ([`crate::direct`]): a sender exports the staging allocation it
-//! packed a message into (`cuIpcGetMemHandle`, kept per allocation) and an event recorded after
-//! the pack (`cuIpcGetEventHandle`, made once per event of its pool); the receiver maps the
-//! allocation into its own context (`cuIpcOpenMemHandle`) and opens the event
-//! (`cuIpcOpenEventHandle`), both kept per peer and handle.
-//!
-//! A handle names one allocation: an address freed and allocated again gets a new handle, so
-//! the exporter keys its handles by the driver's buffer id (`CU_POINTER_ATTRIBUTE_BUFFER_ID`)
-//! and the importer by the handle's bytes.
+//! packed a message into (`cuIpcGetMemHandle`, once per allocation, whose owner keeps it) and
+//! an event recorded after the pack (`cuIpcGetEventHandle`, made once per event of its pool);
+//! the receiver maps the allocation into its own context (`cuIpcOpenMemHandle`) and opens the
+//! event (`cuIpcOpenEventHandle`), both kept per peer and handle. The direct path's
+//! allocations are never freed, so a handle always names the same memory.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -31,52 +28,20 @@ pub struct Export {
     pub len: u64,
 }
 
-fn exported() -> &'static Mutex<HashMap<(u64, u64), Handle>> {
-    static E: OnceLock<Mutex<HashMap<(u64, u64), Handle>>> = OnceLock::new();
-    E.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// The export of the allocation the `len` bytes at device address `ptr` lie in, or `None`
+/// The export of the allocation of `len` bytes that `cuMemAlloc` gave at `base`, or `None`
 /// where the driver gives no handle. The calling thread must have the allocation's context
-/// current.
-pub fn export(ptr: CUdeviceptr, len: u64) -> Option<Export> {
-    let ok = sys::CUresult::CUDA_SUCCESS;
-    let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
-    // SAFETY: two valid out-pointers; the driver fills them for an address it allocated.
-    if unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) } != ok || ptr < base {
+/// current. Asked once per allocation: its owner keeps the answer
+/// (`engine::DeviceAlloc::export`).
+pub fn export(base: CUdeviceptr, len: u64) -> Option<Export> {
+    let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+    // SAFETY: `base` is the start of a live allocation of this context (the caller's
+    // contract); `h` is a valid out-pointer.
+    if unsafe { sys::cuIpcGetMemHandle(&mut h, base) } != sys::CUresult::CUDA_SUCCESS {
         return None;
     }
-    let mut id: u64 = 0;
-    // SAFETY: the buffer id attribute is an `unsigned long long`; `id` is a valid out-pointer.
-    let rc = unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut id as *mut u64).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
-            ptr,
-        )
-    };
-    if rc != ok {
-        return None;
-    }
-    let key = (base, id);
-    let cached = lock(exported()).get(&key).copied();
-    let handle = match cached {
-        Some(h) => h,
-        None => {
-            let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
-            // SAFETY: `base` is the start of a live allocation of this context; `h` is a valid
-            // out-pointer.
-            if unsafe { sys::cuIpcGetMemHandle(&mut h, base) } != ok {
-                return None;
-            }
-            let bytes: Handle = h.reserved.map(|c| c as u8);
-            lock(exported()).insert(key, bytes);
-            bytes
-        }
-    };
     Some(Export {
-        handle,
-        offset: ptr - base,
+        handle: h.reserved.map(|c| c as u8),
+        offset: 0,
         len,
     })
 }

@@ -58,11 +58,11 @@ impl Outgoing {
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
-}
 
-/// Whether the last start of `o` was lent on the direct path (its pack not waited for there).
-pub fn lent(o: &Outgoing) -> bool {
-    o.lent
+    /// Whether its last start was lent on the direct path (its pack not waited for there).
+    pub fn lent(&self) -> bool {
+        self.lent
+    }
 }
 
 /// Whether `handle` is a persistent send of the interposer whose active start was lent: the

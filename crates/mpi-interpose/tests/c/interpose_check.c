@@ -321,34 +321,54 @@ static void same_tag(const char *name, MPI_Datatype t, int test) {
   free(got);
 }
 
+/* One element of `t` to send to the next rank and one to receive from the previous one, on the
+ * device where this build puts buffers: the send holding this rank's pattern for `test`, the
+ * receive the pattern it starts with (also kept in `hr`); `want` and `got` for the checks. */
+struct ring_pair {
+  int next, prev;
+  size_t bytes;
+  uint8_t *hs, *hr, *want, *got;
+  void *s, *r;
+};
+static struct ring_pair ring_pair_new(MPI_Datatype t, int test) {
+  struct ring_pair p = {(rank + 1) % nranks, (rank + nranks - 1) % nranks, span(t, 1)};
+  p.hs = malloc(p.bytes);
+  p.hr = malloc(p.bytes);
+  p.want = malloc(p.bytes);
+  p.got = malloc(p.bytes);
+  p.s = dev_alloc(p.bytes, dev());
+  p.r = dev_alloc(p.bytes, dev());
+  fill(p.hs, p.bytes, rank, test);
+  fill(p.hr, p.bytes, 1000 + rank, test);
+  upload(p.s, p.hs, p.bytes, dev());
+  upload(p.r, p.hr, p.bytes, dev());
+  return p;
+}
+static void ring_pair_free(struct ring_pair *p) {
+  dev_free(p->s, dev());
+  dev_free(p->r, dev());
+  free(p->hs); free(p->hr); free(p->want); free(p->got);
+}
+
 /* A receive waited for only after its message was sent: posted, a barrier, the send made and
  * completed, a barrier, then MPI_Waitall (with the interposer's direct path, the receive finds
  * its note there already and queues its unpack before the real wait). */
 static void sent_before_the_wait(const char *name, MPI_Datatype t, int test) {
-  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-  size_t bytes = span(t, 1);
-  uint8_t *hs = malloc(bytes), *hr = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes);
-  fill(hs, bytes, rank, test);
-  fill(hr, bytes, 1000 + rank, test);
-  void *s = dev_alloc(bytes, dev()), *r = dev_alloc(bytes, dev());
-  upload(s, hs, bytes, dev());
-  upload(r, hr, bytes, dev());
+  struct ring_pair p = ring_pair_new(t, test);
   MPI_Request rq, sq;
   MPI_Status st;
-  MPI_Irecv(r, 1, t, prev, 600 + test, MPI_COMM_WORLD, &rq);
+  MPI_Irecv(p.r, 1, t, p.prev, 600 + test, MPI_COMM_WORLD, &rq);
   MPI_Barrier(MPI_COMM_WORLD);
-  MPI_Isend(s, 1, t, next, 600 + test, MPI_COMM_WORLD, &sq);
+  MPI_Isend(p.s, 1, t, p.next, 600 + test, MPI_COMM_WORLD, &sq);
   MPI_Wait(&sq, MPI_STATUS_IGNORE);
   MPI_Barrier(MPI_COMM_WORLD);
   MPI_Waitall(1, &rq, &st);
   int n = -1;
   MPI_Get_count(&st, t, &n);
-  download(got, r, bytes, dev());
-  expect(want, hr, bytes, prev, test, t, 1, t, 1);
-  report(name, memcmp(got, want, bytes) == 0 && n == 1, fnv(got, bytes));
-  dev_free(s, dev());
-  dev_free(r, dev());
-  free(hs); free(hr); free(want); free(got);
+  download(p.got, p.r, p.bytes, dev());
+  expect(p.want, p.hr, p.bytes, p.prev, test, t, 1, t, 1);
+  report(name, memcmp(p.got, p.want, p.bytes) == 0 && n == 1, fnv(p.got, p.bytes));
+  ring_pair_free(&p);
 }
 
 /* MPI_Request_get_status polled until it says a request is complete, and the buffers used
@@ -357,46 +377,43 @@ static void sent_before_the_wait(const char *name, MPI_Datatype t, int test) {
  * overwritten too; the wait that completes both must change neither buffer nor count. With
  * MPI_Isend/MPI_Irecv, or (`persistent_reqs`) two rounds of persistent requests. */
 static void get_status(const char *name, MPI_Datatype t, int test, int persistent_reqs) {
-  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-  size_t bytes = span(t, 1);
-  uint8_t *hs = malloc(bytes), *hr = malloc(bytes), *junk = malloc(bytes), *want = malloc(bytes),
-          *got = malloc(bytes);
-  void *s = dev_alloc(bytes, dev()), *r = dev_alloc(bytes, dev());
+  struct ring_pair p = ring_pair_new(t, test);
+  uint8_t *junk = malloc(p.bytes);
   MPI_Request rq[2];
   int tag = 500 + test, ok = 1;
   uint64_t sum = 1469598103934665603ull;
   if (persistent_reqs) {
-    MPI_Recv_init(r, 1, t, prev, tag, MPI_COMM_WORLD, &rq[0]);
-    MPI_Send_init(s, 1, t, next, tag, MPI_COMM_WORLD, &rq[1]);
+    MPI_Recv_init(p.r, 1, t, p.prev, tag, MPI_COMM_WORLD, &rq[0]);
+    MPI_Send_init(p.s, 1, t, p.next, tag, MPI_COMM_WORLD, &rq[1]);
   }
   for (int round = 0; round < (persistent_reqs ? 2 : 1); round++) {
     int tt = test + 1000 * round;
-    fill(hs, bytes, rank, tt);
-    fill(hr, bytes, 1000 + rank, tt);
-    fill(junk, bytes, 2000 + rank, tt);
-    upload(s, hs, bytes, dev());
-    upload(r, hr, bytes, dev());
+    fill(p.hs, p.bytes, rank, tt);
+    fill(p.hr, p.bytes, 1000 + rank, tt);
+    fill(junk, p.bytes, 2000 + rank, tt);
+    upload(p.s, p.hs, p.bytes, dev());
+    upload(p.r, p.hr, p.bytes, dev());
     if (persistent_reqs) {
       MPI_Startall(2, rq);
     } else {
-      MPI_Irecv(r, 1, t, prev, tag, MPI_COMM_WORLD, &rq[0]);
-      MPI_Isend(s, 1, t, next, tag, MPI_COMM_WORLD, &rq[1]);
+      MPI_Irecv(p.r, 1, t, p.prev, tag, MPI_COMM_WORLD, &rq[0]);
+      MPI_Isend(p.s, 1, t, p.next, tag, MPI_COMM_WORLD, &rq[1]);
     }
     int sflag = 0, rflag = 0, n = -1, n2 = -1;
     MPI_Status st, st2[2];
     while (!sflag) MPI_Request_get_status(rq[1], &sflag, MPI_STATUS_IGNORE);
-    upload(s, junk, bytes, dev());
+    upload(p.s, junk, p.bytes, dev());
     while (!rflag) MPI_Request_get_status(rq[0], &rflag, &st);
-    download(got, r, bytes, dev());
-    expect(want, hr, bytes, prev, tt, t, 1, t, 1);
+    download(p.got, p.r, p.bytes, dev());
+    expect(p.want, p.hr, p.bytes, p.prev, tt, t, 1, t, 1);
     MPI_Get_count(&st, t, &n);
-    ok &= memcmp(got, want, bytes) == 0 && n == 1;
-    sum = sum * 31 + fnv(got, bytes);
-    upload(r, junk, bytes, dev());
+    ok &= memcmp(p.got, p.want, p.bytes) == 0 && n == 1;
+    sum = sum * 31 + fnv(p.got, p.bytes);
+    upload(p.r, junk, p.bytes, dev());
     MPI_Waitall(2, rq, st2);
-    download(got, r, bytes, dev());
+    download(p.got, p.r, p.bytes, dev());
     MPI_Get_count(&st2[0], t, &n2);
-    ok &= memcmp(got, junk, bytes) == 0 && n2 == 1;
+    ok &= memcmp(p.got, junk, p.bytes) == 0 && n2 == 1;
     MPI_Barrier(MPI_COMM_WORLD); /* every peer has checked what it got before the next round */
   }
   if (persistent_reqs) {
@@ -405,47 +422,37 @@ static void get_status(const char *name, MPI_Datatype t, int test, int persisten
   }
   if (!ok) fprintf(stderr, "rank %d: %s: a buffer or count after MPI_Request_get_status\n", rank, name);
   report(name, ok, sum);
-  dev_free(s, dev());
-  dev_free(r, dev());
-  free(hs); free(hr); free(junk); free(want); free(got);
+  ring_pair_free(&p);
+  free(junk);
 }
 
 /* MPI_Request_free on a started send (the receive completes it), and MPI_Cancel of a receive
  * nothing matches (its buffer must stay as it was). */
 static void free_and_cancel(MPI_Datatype t, int test) {
-  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-  size_t bytes = span(t, 1);
-  uint8_t *hs = malloc(bytes), *hr = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes);
-  fill(hs, bytes, rank, test);
-  fill(hr, bytes, 1000 + rank, test);
-  void *s = dev_alloc(bytes, dev()), *r = dev_alloc(bytes, dev());
-  upload(s, hs, bytes, dev());
-  upload(r, hr, bytes, dev());
+  struct ring_pair p = ring_pair_new(t, test);
   MPI_Request rq, sq;
-  MPI_Irecv(r, 1, t, prev, 300 + test, MPI_COMM_WORLD, &rq);
-  MPI_Isend(s, 1, t, next, 300 + test, MPI_COMM_WORLD, &sq);
+  MPI_Irecv(p.r, 1, t, p.prev, 300 + test, MPI_COMM_WORLD, &rq);
+  MPI_Isend(p.s, 1, t, p.next, 300 + test, MPI_COMM_WORLD, &sq);
   MPI_Request_free(&sq);
   MPI_Status st;
   MPI_Wait(&rq, &st);
   int ok = sq == MPI_REQUEST_NULL;
-  download(got, r, bytes, dev());
-  expect(want, hr, bytes, prev, test, t, 1, t, 1);
-  ok &= memcmp(got, want, bytes) == 0;
+  download(p.got, p.r, p.bytes, dev());
+  expect(p.want, p.hr, p.bytes, p.prev, test, t, 1, t, 1);
+  ok &= memcmp(p.got, p.want, p.bytes) == 0;
   MPI_Barrier(MPI_COMM_WORLD); /* every freed send has been received */
-  report("request-free-of-a-send", ok, fnv(got, bytes));
+  report("request-free-of-a-send", ok, fnv(p.got, p.bytes));
 
-  upload(r, hr, bytes, dev());
-  MPI_Irecv(r, 1, t, prev, 999, MPI_COMM_WORLD, &rq);
+  upload(p.r, p.hr, p.bytes, dev());
+  MPI_Irecv(p.r, 1, t, p.prev, 999, MPI_COMM_WORLD, &rq);
   MPI_Cancel(&rq);
   MPI_Wait(&rq, &st);
   int cancelled = 0;
   MPI_Test_cancelled(&st, &cancelled);
-  download(got, r, bytes, dev());
-  ok = cancelled && memcmp(got, hr, bytes) == 0;
-  report("cancelled-receive", ok, fnv(got, bytes));
-  dev_free(s, dev());
-  dev_free(r, dev());
-  free(hs); free(hr); free(want); free(got);
+  download(p.got, p.r, p.bytes, dev());
+  ok = cancelled && memcmp(p.got, p.hr, p.bytes) == 0;
+  report("cancelled-receive", ok, fnv(p.got, p.bytes));
+  ring_pair_free(&p);
 }
 
 /* Persistent requests: MPI_Recv_init and MPI_Send_init once, then `rounds` rounds of starts and a
