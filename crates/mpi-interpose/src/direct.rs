@@ -65,6 +65,7 @@ use crate::log::log;
 use crate::model::Method;
 use crate::path::{bytes_type, Receive, Taken, ERR_INTERN};
 use crate::profile::{self, Phase};
+use crate::progress;
 use crate::shm::Mailboxes;
 use crate::sync::lock;
 
@@ -280,6 +281,8 @@ pub unsafe fn init(provided: c_int) {
         settled: true,
         ..State::default()
     }));
+    // SAFETY: the caller's contract.
+    unsafe { progress::init() };
 }
 
 /// Whether the process has MPI's Fortran bindings loaded (Open MPI's `libmpi_mpifh` or
@@ -612,6 +615,14 @@ pub fn finalize() {
 /// Sends receive `seq`'s note; whether it fit.
 fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note) -> bool {
     post(st, dest, NOTE_TAG, &encode_note(tag, seq, note))
+}
+
+/// Reads the mailboxes now, where the direct path is on: the done messages come give their
+/// lent staging back to its pool before a start asks for staging again.
+pub fn read_mail() {
+    if let Some(s) = state() {
+        drain(&mut lock(s));
+    }
 }
 
 /// Reads every message that has come to this rank's mailboxes into the state's tables.
@@ -1075,7 +1086,9 @@ fn await_ready(
                 }
                 break None;
             }
-            std::hint::spin_loop();
+            // The real MPI's messages of the start (contiguous faces) move meanwhile.
+            // SAFETY: MPI initialized (a send is being made), not finalized.
+            unsafe { progress::poke() };
             drain(&mut st);
         }
     });
@@ -1147,7 +1160,7 @@ fn greet(
 ) {
     let fresh = match packed {
         Some(_) => None,
-        None => engine.lend_staging_for(plan).ok(),
+        None => engine.lend_staging_for(plan, &[]).ok(),
     };
     let sent = match packed.or(fresh.as_ref()).and_then(|x| engine.greeting(x)) {
         Some(g) => post(st, dest, HELLO_TAG, &encode_lent(&mut Vec::new(), &g)),
@@ -1170,7 +1183,7 @@ unsafe fn pack_into_device(
     buf: *const c_void,
 ) -> crate::Result<Staging> {
     engine
-        .lend_staging_for(plan)
+        .lend_staging_for(plan, &[])
         .and_then(|mut st| {
             // SAFETY: the caller's contract; the staging is fresh.
             unsafe { engine.enqueue_pack(plan, buf, &mut st, None) }.map(|()| st)

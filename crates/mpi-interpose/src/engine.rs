@@ -252,8 +252,8 @@ impl Gpu {
         const BYTES: u64 = 4 << 20;
         let big = StridedBlock::from_type(&vector(4096, 1, 2, 1024)?)?;
         let tiny = StridedBlock::from_type(&vector(2, 1, 2, 8)?)?;
-        let src = self.device_alloc(usize_of(big.extent_end())?, false)?;
-        let dev = self.device_alloc(usize_of(BYTES)?, false)?;
+        let src = self.device_alloc(usize_of(big.extent_end())?, false, &[])?;
+        let dev = self.device_alloc(usize_of(BYTES)?, false, &[])?;
         let host = self.host_alloc(usize_of(BYTES)?)?;
         let result = (|| {
             let (pb, pt) = (self.packer(&big)?, self.packer(&tiny)?);
@@ -351,12 +351,24 @@ impl Gpu {
 
     /// An allocation of at least `len` bytes for the real MPI's staging (`lend` false) or the
     /// direct path's, from its pool or new.
-    fn device_alloc(&self, len: usize, lend: bool) -> Result<DeviceAlloc> {
+    /// A device allocation of at least `len` bytes for the real MPI or (`lend`) the direct
+    /// path, from its pool where one is there: the first of `prefer` (addresses of the direct
+    /// path's allocations) that is, else the smallest that fits.
+    fn device_alloc(&self, len: usize, lend: bool, prefer: &[u64]) -> Result<DeviceAlloc> {
         let pool = if lend {
             &self.lend_pool
         } else {
             &self.device_pool
         };
+        if lend && !prefer.is_empty() {
+            let mut p = lock(pool);
+            let found = prefer
+                .iter()
+                .find_map(|&ptr| p.iter().position(|a| a.ptr == ptr && a.len >= len));
+            if let Some(i) = found {
+                return Ok(p.swap_remove(i));
+            }
+        }
         if let Some(a) = take(pool, len, |a| a.len) {
             return Ok(a);
         }
@@ -511,11 +523,11 @@ impl Staging {
     /// An allocation fails (what was allocated goes back to the pool).
     fn new(g: &Arc<Gpu>, method: Method, n: usize) -> Result<Staging> {
         Ok(match method {
-            Method::Device => Staging::Device(g.clone(), Some(g.device_alloc(n, false)?)),
+            Method::Device => Staging::Device(g.clone(), Some(g.device_alloc(n, false, &[])?)),
             Method::OneShot => Staging::Host(g.clone(), Some(g.host_alloc(n)?)),
             Method::Staged => {
                 // Owned by the staging from here, so that a failure below gives it back.
-                let mut s = Staging::Both(g.clone(), Some(g.device_alloc(n, false)?), None);
+                let mut s = Staging::Both(g.clone(), Some(g.device_alloc(n, false, &[])?), None);
                 if let Staging::Both(_, _, h) = &mut s {
                     *h = Some(g.host_alloc(n)?);
                 }
@@ -532,6 +544,15 @@ impl Staging {
                 Some((a.ptr, a.len))
             }
             Staging::Host(_, Some(h)) => Some((h.dev, h.len)),
+            _ => None,
+        }
+    }
+
+    /// The device address of the direct path's staging ([`Engine::lend_staging_for`]), by
+    /// which the same allocation may be asked for again; `None` for any other.
+    pub fn lend_address(&self) -> Option<u64> {
+        match self {
+            Staging::Device(_, Some(a)) if a.lend => Some(a.ptr),
             _ => None,
         }
     }
@@ -856,21 +877,30 @@ impl Engine {
     /// # Errors
     /// As [`Engine::pack`].
     pub fn staging_for(&self, plan: &StridedBlock, method: Method) -> Result<Staging> {
-        self.staging(plan, Some(method))
+        self.staging(plan, Some(method), &[])
     }
 
     /// Staging for the direct path's loans of `plan`'s packed bytes ([`Engine::lend`]): device
     /// memory of this engine's GPU that the real MPI never reads or writes (host memory for the
-    /// CPU engine, testing).
+    /// CPU engine, testing). The first allocation of `prefer` ([`Staging::lend_address`]s) back
+    /// in the pool is taken where there is one: a persistent send that packs into the same few
+    /// allocations at each start launches kernels whose arguments its graphs hold already, and
+    /// its receiver unpacks from memory it has mapped.
     ///
     /// # Errors
     /// As [`Engine::staging_for`].
-    pub fn lend_staging_for(&self, plan: &StridedBlock) -> Result<Staging> {
-        self.staging(plan, None)
+    pub fn lend_staging_for(&self, plan: &StridedBlock, prefer: &[u64]) -> Result<Staging> {
+        self.staging(plan, None, prefer)
     }
 
-    /// Staging of `method` for the real MPI, or (`None`) the direct path's.
-    fn staging(&self, plan: &StridedBlock, method: Option<Method>) -> Result<Staging> {
+    /// Staging of `method` for the real MPI, or (`None`) the direct path's, `prefer` as
+    /// [`Engine::lend_staging_for`]'s.
+    fn staging(
+        &self,
+        plan: &StridedBlock,
+        method: Option<Method>,
+        prefer: &[u64],
+    ) -> Result<Staging> {
         self.check_span(plan)?;
         let n = usize_of(plan.packed_size())?;
         match self {
@@ -878,7 +908,10 @@ impl Engine {
             Engine::Gpu(g, d) => {
                 let staging = profile::time(Phase::Staging, || match method {
                     Some(m) => Staging::new(g, m, n),
-                    None => Ok(Staging::Device(g.clone(), Some(g.device_alloc(n, true)?))),
+                    None => Ok(Staging::Device(
+                        g.clone(),
+                        Some(g.device_alloc(n, true, prefer)?),
+                    )),
                 })?;
                 let (src, _) = staging.kernel_side().ok_or_else(lost)?;
                 profile::time(Phase::Packer, || {

@@ -21,6 +21,7 @@ use crate::path::{
 };
 use crate::persistent::{self, prepare_send_init, Persistent};
 use crate::profile::{self, Phase};
+use crate::progress;
 use crate::table::status_slot_of_some;
 use crate::types;
 
@@ -1077,6 +1078,11 @@ unsafe fn start_lending(
             return packed;
         }
     }
+    if !early.is_empty() {
+        // The messages started first move while the sends are lent.
+        // SAFETY: MPI initialized (the caller's contract).
+        unsafe { progress::poke() };
+    }
     // SAFETY: the caller's contract: the sends' buffers hold what they send.
     let failed =
         guarded(|| Some(unsafe { persistent::lend_packed(handles) })).unwrap_or_else(|| {
@@ -1185,10 +1191,17 @@ unsafe fn complete(
     } else {
         rc
     };
-    // Sends lent on the direct path: their packs are waited for after the receives' unpacks
-    // (the same stream per GPU: by then there is little or nothing left to wait for).
-    let packed = |rc: c_int| {
+    // Sends lent on the direct path: their packs are waited for after the receives' unpacks,
+    // once per GPU, and not at all on a GPU whose stream the unpacks' wait covered (the packs
+    // were queued there before).
+    let packed = |rc: c_int, waited: &[usize]| {
+        let mut seen: Vec<Option<usize>> = Vec::new();
         for e in &packing {
+            let o = e.ordinal();
+            if o.is_some_and(|o| waited.contains(&o)) || seen.contains(&o) {
+                continue;
+            }
+            seen.push(o);
             if let Err(e) = e.wait() {
                 log!("a send's completion: the wait for its direct pack failed: {e}");
             }
@@ -1200,21 +1213,22 @@ unsafe fn complete(
         kept.push(Some(handle));
     }
     if recvs.is_empty() {
-        return packed(rc);
+        return packed(rc, &[]);
     }
     let mut scope = profile::scope(profile::COMPLETION);
     scope.taken();
     // SAFETY: each request completed with its status (or the zeroed one, alive until here).
-    let (codes, recvs) = unsafe { finish_recvs(recvs) };
-    for ((r, _), handle) in recvs.into_iter().zip(kept) {
+    let finished = unsafe { finish_recvs(recvs) };
+    for ((r, _), handle) in finished.recvs.into_iter().zip(kept) {
         if let Some(h) = handle {
             persistent::put_back(h, r);
         }
     }
     if rc != 0 {
-        return packed(rc);
+        return packed(rc, &finished.waited);
     }
-    packed(codes.into_iter().find(|&c| c != 0).unwrap_or(0))
+    let code = finished.codes.into_iter().find(|&c| c != 0).unwrap_or(0);
+    packed(code, &finished.waited)
 }
 
 /// The handles of `n` requests at `reqs`.

@@ -385,21 +385,28 @@ static CPU: Engine = Engine::Cpu;
 /// the caller's, as MPI requires until completion.
 pub unsafe fn finish_recv(r: Receive, status: *const ffi::MPI_Status) -> c_int {
     // SAFETY: the caller's contract.
-    let (codes, _) = unsafe { finish_recvs(vec![(r, status)]) };
-    codes[0]
+    let finished = unsafe { finish_recvs(vec![(r, status)]) };
+    finished.codes[0]
+}
+
+/// What [`finish_recvs`] did.
+pub struct Finished {
+    /// MPI's code for each completion, in order.
+    pub codes: Vec<c_int>,
+    /// The receives, in order (a persistent request's is kept for its next start).
+    pub recvs: Vec<(Receive, *const ffi::MPI_Status)>,
+    /// The GPUs whose streams were waited for, successfully: work queued on them before the
+    /// call (a lent send's pack) has run.
+    pub waited: Vec<usize>,
 }
 
 /// Unpacks receives completed by one call, each by its status: every unpack is queued first,
 /// then each GPU is launched and waited for once ([`queue_and_wait`]), so `n` receives cost one
-/// launch and one wait instead of `n` of each. Returns MPI's code for each completion, in order,
-/// and the receives (a persistent request's is kept for its next start).
+/// launch and one wait instead of `n` of each.
 ///
 /// # Safety
 /// As [`finish_recv`], for every pair.
-#[allow(clippy::type_complexity)]
-pub unsafe fn finish_recvs(
-    mut done: Vec<(Receive, *const ffi::MPI_Status)>,
-) -> (Vec<c_int>, Vec<(Receive, *const ffi::MPI_Status)>) {
+pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> Finished {
     // The direct path's receives read their notes first ([`direct::finish`]): settled there,
     // they count as the CPU engine's (nothing to wait for on their GPU); lent bytes are
     // unpacked from the peer's staging with the other unpacks.
@@ -439,6 +446,15 @@ pub unsafe fn finish_recvs(
             guard(|| direct::done(*peer, *k));
         }
     }
+    // A GPU item settled well only where its GPU's wait succeeded.
+    let mut waited: Vec<usize> = items
+        .iter()
+        .zip(&settled)
+        .filter(|((_, d), s)| s.is_ok() && !matches!(d, Finish::Settled(_)))
+        .filter_map(|(((r, _), _), _)| r.engine.ordinal())
+        .collect();
+    waited.sort_unstable();
+    waited.dedup();
     let done: Vec<(Receive, *const ffi::MPI_Status)> = items.into_iter().map(|(x, _)| x).collect();
     let codes = done
         .iter()
@@ -456,7 +472,11 @@ pub unsafe fn finish_recvs(
             Err(code) => code,
         })
         .collect();
-    (codes, done)
+    Finished {
+        codes,
+        recvs: done,
+        waited,
+    }
 }
 
 /// Before a wait: the receives among `rs` (the interposer's, not yet complete) whose notes

@@ -47,6 +47,23 @@ pub struct Outgoing {
     /// A start's fresh staging, packed, and its message's destination, tag and number, until
     /// [`lend_packed`] lends it or packs the request's own staging instead.
     fresh: Option<(Staging, (c_int, c_int, u64))>,
+    /// The direct path's allocations its last starts packed into, the latest last (at most
+    /// [`RECENT`]): asked for again, oldest first ([`Engine::lend_staging_for`]).
+    recent: Vec<u64>,
+}
+
+/// Allocations a persistent send remembers ([`Outgoing::recent`]): a loan comes back once its
+/// receiver is done, which may be after the next start, so a start finds one of the last few
+/// back.
+const RECENT: usize = 3;
+
+/// Remembers `at` as the latest of `recent`, keeping at most [`RECENT`].
+fn remember(recent: &mut Vec<u64>, at: u64) {
+    recent.retain(|&a| a != at);
+    recent.push(at);
+    if recent.len() > RECENT {
+        recent.remove(0);
+    }
 }
 
 // SAFETY: the user's buffer address is only used by the thread that starts the request; MPI's
@@ -160,6 +177,10 @@ pub fn release(request: u64) -> Option<(Persistent, bool)> {
 /// ([`pack`], [`lend_packed`]). Whether every send of the interposer among `handles` got one
 /// (and there is one): its packs need then not be waited for.
 pub fn choose(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) -> bool {
+    if counted.iter().any(Option::is_some) {
+        // Loans the receivers are done with go back to the pool first.
+        direct::read_mail();
+    }
     let mut map = lock(kept());
     let (mut sends, mut fresh) = (0, 0);
     for (i, h) in handles.iter().enumerate() {
@@ -177,7 +198,10 @@ pub fn choose(handles: &[u64], counted: &[Option<(c_int, c_int, u64)>]) -> bool 
             .copied()
             .flatten()
             .filter(|_| o.marker.is_some());
-        o.fresh = key.and_then(|k| Some((o.engine.lend_staging_for(&o.plan).ok()?, k)));
+        o.fresh = key.and_then(|k| Some((o.engine.lend_staging_for(&o.plan, &o.recent).ok()?, k)));
+        if let Some(at) = o.fresh.as_ref().and_then(|(f, _)| f.lend_address()) {
+            remember(&mut o.recent, at);
+        }
         fresh += usize::from(o.fresh.is_some());
     }
     sends > 0 && fresh == sends
@@ -522,7 +546,9 @@ pub unsafe fn settle_seen(handle: u64, status: *mut ffi::MPI_Status) -> Option<c
         }
     };
     // SAFETY: the receive completed with `status` (the caller's contract).
-    let (codes, mut recvs) = unsafe { path::finish_recvs(vec![(r, status.cast_const())]) };
+    let path::Finished {
+        codes, mut recvs, ..
+    } = unsafe { path::finish_recvs(vec![(r, status.cast_const())]) };
     let code = codes.first().copied().unwrap_or(ERR_INTERN);
     let mut n: c_int = 0;
     // SAFETY: a written status; counted in bytes.
@@ -655,10 +681,28 @@ pub unsafe fn prepare_send_init(
             marker: None,
             lent: false,
             fresh: None,
+            recent: Vec::new(),
         }),
         Err(e) => {
             log!("{op}: passes through: {e}");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_send_remembers_its_last_allocations_oldest_first() {
+        let mut recent = Vec::new();
+        for at in [10, 20, 10, 30, 40] {
+            remember(&mut recent, at);
+        }
+        // 10 came again after 20 (moved to the end), then 30 and 40 pushed 20 out.
+        assert_eq!(recent, vec![10, 30, 40]);
+        remember(&mut recent, 30);
+        assert_eq!(recent, vec![10, 40, 30]);
     }
 }

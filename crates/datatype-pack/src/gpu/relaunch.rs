@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode};
@@ -253,10 +254,56 @@ impl Graphs {
     }
 }
 
-/// A batch's executable graph and the kernels its nodes launch (kept loaded with it).
+/// Executable graphs kept per sequence of kernels, each holding the arguments of its last
+/// launch: a loop that alternates between a few sets of buffers (double-buffered staging, a
+/// persistent request's few loans) finds one that holds its arguments already.
+const EXECS_PER_BATCH: usize = 4;
+
+/// A batch's executable graphs (up to [`EXECS_PER_BATCH`]), each with the tick of its last
+/// launch, and the kernels their nodes launch (kept loaded with them).
 struct BatchGraph {
-    graph: KernelGraph,
+    execs: Vec<(KernelGraph, u64)>,
     _funcs: Vec<CudaFunction>,
+}
+
+/// Which executable graph of a batch launches `want`.
+#[derive(Debug, PartialEq, Eq)]
+enum Pick {
+    /// This one holds these launches already: launched as it is.
+    Holds(usize),
+    /// None does and there is room: a new one.
+    New,
+    /// None does: the least recently launched one, its nodes set again.
+    Reset(usize),
+}
+
+/// Picks among graphs given by what their nodes launch now and their last launch's tick.
+fn pick<'a>(
+    execs: impl Iterator<Item = (&'a [Option<NodeLaunch>], u64)>,
+    want: &[NodeLaunch],
+    room: usize,
+) -> Pick {
+    let mut oldest: Option<(usize, u64)> = None;
+    let mut n = 0;
+    for (i, (set, tick)) in execs.enumerate() {
+        n += 1;
+        if set.len() == want.len() && set.iter().zip(want).all(|(s, w)| *s == Some(*w)) {
+            return Pick::Holds(i);
+        }
+        if oldest.map_or(true, |(_, t)| tick < t) {
+            oldest = Some((i, tick));
+        }
+    }
+    match oldest {
+        Some((i, _)) if n >= room => Pick::Reset(i),
+        _ => Pick::New,
+    }
+}
+
+/// A count of batch launches, telling the least recently launched graph.
+fn next_tick() -> u64 {
+    static TICK: AtomicU64 = AtomicU64::new(0);
+    TICK.fetch_add(1, Ordering::Relaxed) + 1
 }
 
 /// The batch graphs, keyed by their kernels in order.
@@ -366,29 +413,78 @@ impl Batch {
                 .map(|l| l.func.cu_function() as usize)
                 .collect();
             let mut graphs = lock(batch_graphs());
-            if !graphs.contains_key(&key) {
-                if graphs.len() >= BATCH_GRAPHS_KEPT {
-                    graphs.clear();
-                }
-                let graph = KernelGraph::new(&params).map_err(drv(OP))?;
-                let funcs = self.launches.iter().map(|l| l.func.clone()).collect();
-                graphs.insert(
-                    key.clone(),
-                    BatchGraph {
-                        graph,
-                        _funcs: funcs,
-                    },
-                );
+            if !graphs.contains_key(&key) && graphs.len() >= BATCH_GRAPHS_KEPT {
+                graphs.clear();
             }
-            let Some(g) = graphs.get_mut(&key) else {
-                return Err(crate::Error::Cuda {
-                    op: OP,
-                    message: "the batch graph made for these kernels is not kept".to_owned(),
-                });
+            let g = graphs.entry(key).or_insert_with(|| BatchGraph {
+                execs: Vec::new(),
+                _funcs: self.launches.iter().map(|l| l.func.clone()).collect(),
+            });
+            let want: Vec<NodeLaunch> = self.launches.iter().map(NodeLaunch::from).collect();
+            let at = match pick(
+                g.execs.iter().map(|(k, t)| (k.set.as_slice(), *t)),
+                &want,
+                EXECS_PER_BATCH,
+            ) {
+                Pick::Holds(i) | Pick::Reset(i) => i,
+                Pick::New => {
+                    g.execs
+                        .push((KernelGraph::new(&params).map_err(drv(OP))?, 0));
+                    g.execs.len() - 1
+                }
             };
+            let tick = next_tick();
+            let (graph, last) = &mut g.execs[at];
+            *last = tick;
             // SAFETY: the graph was made for these kernels in this order; each launch was
             // promised sound when recorded; the stream is live and not capturing.
-            unsafe { g.graph.launch(&params, &self.launches, stream) }.map_err(drv(OP))
+            unsafe { graph.launch(&params, &self.launches, stream) }.map_err(drv(OP))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(src: CUdeviceptr) -> NodeLaunch {
+        NodeLaunch {
+            func: 7,
+            grid: [1, 1, 1],
+            block: [256, 1, 1],
+            src,
+            dst: 0x100,
+        }
+    }
+
+    #[test]
+    fn a_graph_holding_the_launches_is_picked_as_it_is() {
+        let a = [Some(node(1)), Some(node(2))];
+        let b = [Some(node(3)), Some(node(4))];
+        let execs = [(&a[..], 5), (&b[..], 9)];
+        assert_eq!(
+            pick(execs.into_iter(), &[node(3), node(4)], 4),
+            Pick::Holds(1)
+        );
+        assert_eq!(
+            pick(execs.into_iter(), &[node(1), node(2)], 4),
+            Pick::Holds(0)
+        );
+    }
+
+    #[test]
+    fn other_launches_get_a_new_graph_until_the_room_is_full_then_the_oldest() {
+        let a = [Some(node(1))];
+        let b = [Some(node(2))];
+        let unset = [None];
+        assert_eq!(pick(std::iter::empty(), &[node(1)], 4), Pick::New);
+        assert_eq!(pick([(&a[..], 5)].into_iter(), &[node(9)], 4), Pick::New);
+        let full = [(&a[..], 8), (&b[..], 3)];
+        assert_eq!(pick(full.into_iter(), &[node(9)], 2), Pick::Reset(1));
+        // A node left unset by a failed launch never holds anything.
+        assert_eq!(
+            pick([(&unset[..], 1)].into_iter(), &[node(1)], 1),
+            Pick::Reset(0)
+        );
     }
 }
