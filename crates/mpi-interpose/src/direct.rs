@@ -65,7 +65,6 @@ use crate::log::log;
 use crate::model::Method;
 use crate::path::{bytes_type, Receive, Taken, ERR_INTERN};
 use crate::profile::{self, Phase};
-use crate::progress;
 use crate::shm::Mailboxes;
 use crate::sync::lock;
 
@@ -281,8 +280,6 @@ pub unsafe fn init(provided: c_int) {
         settled: true,
         ..State::default()
     }));
-    // SAFETY: the caller's contract.
-    unsafe { progress::init() };
 }
 
 /// Whether the process has MPI's Fortran bindings loaded (Open MPI's `libmpi_mpifh` or
@@ -1086,9 +1083,7 @@ fn await_ready(
                 }
                 break None;
             }
-            // The real MPI's messages of the start (contiguous faces) move meanwhile.
-            // SAFETY: MPI initialized (a send is being made), not finalized.
-            unsafe { progress::poke() };
+            std::hint::spin_loop();
             drain(&mut st);
         }
     });

@@ -349,8 +349,6 @@ impl Gpu {
         Ok(p)
     }
 
-    /// An allocation of at least `len` bytes for the real MPI's staging (`lend` false) or the
-    /// direct path's, from its pool or new.
     /// A device allocation of at least `len` bytes for the real MPI or (`lend`) the direct
     /// path, from its pool where one is there: the first of `prefer` (addresses of the direct
     /// path's allocations) that is, else the smallest that fits.

@@ -21,7 +21,6 @@ use crate::path::{
 };
 use crate::persistent::{self, prepare_send_init, Persistent};
 use crate::profile::{self, Phase};
-use crate::progress;
 use crate::table::status_slot_of_some;
 use crate::types;
 
@@ -1077,11 +1076,6 @@ unsafe fn start_lending(
             direct::unsettle();
             return packed;
         }
-    }
-    if !early.is_empty() {
-        // The messages started first move while the sends are lent.
-        // SAFETY: MPI initialized (the caller's contract).
-        unsafe { progress::poke() };
     }
     // SAFETY: the caller's contract: the sends' buffers hold what they send.
     let failed =
