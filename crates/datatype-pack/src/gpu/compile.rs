@@ -1,4 +1,4 @@
-//! NVRTC compilation and the module cache: [`compile`] keeps every image in memory, keyed by
+//! NVRTC compilation and the module cache: [`compile()`] keeps every image in memory, keyed by
 //! (source, architecture, options), and in the directory [`CACHE_ENV`] names when it is set.
 
 use std::collections::HashMap;

@@ -8,7 +8,7 @@
 //! | [`FusedPacker`] | many [`Region`](crate::fused::Region)s (a halo's faces) packed or unpacked in one launch |
 //! | [`Batch`] | launches of several packers (`record_pack_raw`/`record_unpack_raw`) launched together as one CUDA graph |
 //! | [`FusedCopier`] | many [`CopyRegion`](crate::fused::CopyRegion)s copied strided to strided in one launch, between two buffers or within one |
-//! | [`compile`] | NVRTC with an in-memory cache keyed by (source, arch, options) and an optional on-disk cache |
+//! | `compile` | NVRTC with an in-memory cache keyed by (source, arch, options) and an optional on-disk cache |
 //!
 //! One module per concern inside, every public item re-exported here:
 //!
@@ -64,7 +64,7 @@
 //!
 //! # Compile cache
 //!
-//! [`compile`] keeps every image it produced in memory, keyed by the exact source, architecture
+//! [`compile()`] keeps every image it produced in memory, keyed by the exact source, architecture
 //! and options. When the environment variable `DATATYPE_PACK_CACHE` names a directory, images
 //! are also stored there (one file per key, named by a hash of the key, holding the full key,
 //! which is compared on load) and read back by later processes. The disk cache is best effort:
