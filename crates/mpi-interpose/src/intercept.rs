@@ -46,22 +46,50 @@ fn null_request() -> u64 {
 
 /// Before a wait for `handles`: the unpacks of the interposer's receives among them whose bytes
 /// already wait in a peer's lent staging are queued now ([`path::pull_early`]), to run while the
-/// real MPI moves the rest.
+/// real MPI moves the rest. Whether some of those receives still wait for their notes.
 ///
 /// # Safety
 /// MPI initialized; `handles` are the requests the caller waits for.
-unsafe fn pull_early(handles: &[u64]) {
+unsafe fn pull_early(handles: &[u64]) -> bool {
     if !direct::on() {
-        return;
+        return false;
     }
-    let _ = guarded(|| {
+    guarded(|| {
         // SAFETY: the caller's contract: the receives are not complete, their buffers theirs.
-        unsafe {
-            path::pull_early_among(handles);
-            persistent::pull_early(handles);
+        let waiting = unsafe { path::pull_early_among(handles) + persistent::pull_early(handles) };
+        Some(waiting > 0)
+    })
+    .unwrap_or(false)
+}
+
+/// `PMPI_Waitall` on the caller's `n` requests at `reqs` (statuses into `st`), where
+/// `waiting`: while some of the interposer's receives among `handles` wait for their notes, the
+/// requests are tested instead, and each note that comes has its unpack queued at once
+/// ([`pull_early`]), to run while the real MPI moves the rest; then the wait. The same
+/// completion as one `PMPI_Waitall` (`PMPI_Testall` completes all or none).
+///
+/// # Safety
+/// MPI's contract for `MPI_Waitall` of those requests; `handles` are their keys as the caller
+/// gave them.
+unsafe fn wait_pulling(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    st: *mut MPI_Status,
+    handles: &[u64],
+    mut waiting: bool,
+) -> c_int {
+    while waiting {
+        let mut flag: c_int = 0;
+        // SAFETY: the caller's contract.
+        let rc = unsafe { ffi::PMPI_Testall(n, reqs, &mut flag, st) };
+        if rc != 0 || flag != 0 {
+            return rc;
         }
-        Some(())
-    });
+        // SAFETY: the requests are not complete (the test said so); the caller's contract.
+        waiting = unsafe { pull_early(handles) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { ffi::PMPI_Waitall(n, reqs, st) }
 }
 
 /// `MPI_Init`: the real call, then the direct path's set-up ([`direct::init`]).
@@ -724,8 +752,10 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         if let Some(r) = &mut recv {
             // The peer's note may be here already: its unpack then runs while the real MPI
             // completes the two messages.
-            // SAFETY: MPI initialized; the receive is posted, its buffer the caller's.
-            guard(|| unsafe { path::pull_early(vec![r]) });
+            guard(|| {
+                // SAFETY: MPI initialized; the receive is posted, its buffer the caller's.
+                unsafe { path::pull_early(vec![r]) };
+            });
         }
         // SAFETY: the two requests just made (a failed send's is null); `st` is a valid
         // status.
@@ -1334,11 +1364,11 @@ pub unsafe extern "C" fn MPI_Waitall(
     let mut own = Vec::new();
     let st = statuses(array_of_statuses, count, &mut own);
     // SAFETY: MPI initialized; the caller waits for these requests.
-    unsafe { pull_early(&before) };
+    let waiting = unsafe { pull_early(&before) };
     // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
     let swapped = unsafe { persistent::swap_in(array_of_requests, count) };
     // SAFETY: the caller's contract, with room for `count` statuses.
-    let rc = unsafe { ffi::PMPI_Waitall(count, array_of_requests, st) };
+    let rc = unsafe { wait_pulling(count, array_of_requests, st, &before, waiting) };
     drop(swapped);
     // SAFETY: as above.
     let after = unsafe { keys(array_of_requests, count) };

@@ -483,19 +483,27 @@ pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> 
 /// have come claim them ([`direct::claim_early`]), and the unpacks of those lent are queued
 /// and launched (one batch per GPU), not waited for: they run while the real MPI moves the
 /// wait's other messages, and the completion waits for them with its own unpacks
-/// ([`Finish::Pulled`]). An unpack not queued here is queued at the completion.
+/// ([`Finish::Pulled`]). An unpack not queued here is queued at the completion. Returns how
+/// many of `rs` were announced and still wait for their notes.
 ///
 /// # Safety
 /// MPI initialized; each receive's buffer is the program's, which MPI leaves to the receive
 /// until it completes.
-pub unsafe fn pull_early(rs: Vec<&mut Receive>) {
-    let mut claimed: Vec<&mut Receive> = rs
-        .into_iter()
-        .filter_map(|r| direct::claim_early(r).then_some(r))
-        .filter(|r| matches!(r.early, Some(Early::Lent(..))))
-        .collect();
+pub unsafe fn pull_early(rs: Vec<&mut Receive>) -> usize {
+    // Receives announced whose notes have not come.
+    let mut waiting = 0;
+    let mut claimed: Vec<&mut Receive> = Vec::new();
+    for r in rs {
+        if direct::claim_early(r) {
+            if matches!(r.early, Some(Early::Lent(..))) {
+                claimed.push(r);
+            }
+        } else if r.direct.is_some() {
+            waiting += 1;
+        }
+    }
     if claimed.is_empty() {
-        return;
+        return waiting;
     }
     let mut waited = Vec::new();
     // SAFETY: the caller's contract; the receives' buffers are distinct (MPI's rule), so the
@@ -526,6 +534,7 @@ pub unsafe fn pull_early(rs: Vec<&mut Receive>) {
             *q = true;
         }
     }
+    waiting
 }
 
 /// Whether outstanding receive `handle` (the interposer's) claimed its note before completing
@@ -535,18 +544,18 @@ pub fn claimed_early(handle: u64) -> bool {
 }
 
 /// Before a wait for `handles`: [`pull_early`] for the interposer's outstanding receives among
-/// them.
+/// them; how many still wait for their notes.
 ///
 /// # Safety
 /// As [`pull_early`].
-pub unsafe fn pull_early_among(handles: &[u64]) {
+pub unsafe fn pull_early_among(handles: &[u64]) -> usize {
     let mut t = lock(table());
     let rs = t.pick_mut(handles, |p| match p {
         Pending::Recv(r) => Some(&mut **r),
         _ => None,
     });
     // SAFETY: the caller's contract.
-    unsafe { pull_early(rs) };
+    unsafe { pull_early(rs) }
 }
 
 /// Queues each item's kernel work on its engine's GPU with `enqueue`, then launches and waits

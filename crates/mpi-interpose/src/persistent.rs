@@ -613,13 +613,13 @@ pub fn take_started(handles: &[u64], completed: impl Fn(usize) -> bool) -> Compl
 }
 
 /// Before a wait for `handles`: [`path::pull_early`] for the interposer's started persistent
-/// receives among them.
+/// receives among them; how many still wait for their notes.
 ///
 /// # Safety
 /// As [`path::pull_early`].
-pub unsafe fn pull_early(handles: &[u64]) {
+pub unsafe fn pull_early(handles: &[u64]) -> usize {
     if KEPT.load(Ordering::SeqCst) == 0 {
-        return;
+        return 0;
     }
     let mut map = lock(kept());
     let mut rs: Vec<(usize, &mut Receive)> = map
@@ -634,7 +634,7 @@ pub unsafe fn pull_early(handles: &[u64]) {
         .collect();
     rs.sort_by_key(|(i, _)| *i);
     // SAFETY: the caller's contract.
-    unsafe { path::pull_early(rs.into_iter().map(|(_, r)| r).collect()) };
+    unsafe { path::pull_early(rs.into_iter().map(|(_, r)| r).collect()) }
 }
 
 /// Whether persistent receive `handle` claimed its note before completing
