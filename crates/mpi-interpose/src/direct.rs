@@ -45,7 +45,8 @@
 //!    message of 0 bytes from the program: every such send on `MPI_COMM_WORLD` to a rank of
 //!    the node sends this note first). A receive that got bytes took the byte path as before.
 //!    A wait for several requests claims the notes already come before the real MPI completes
-//!    them ([`claim_early`]) and queues those unpacks then: the note precedes its message of 0
+//!    them ([`claim_early`]) and queues those unpacks then (`MPI_Waitall` tests its requests
+//!    while notes are missing, claiming each as it comes): the note precedes its message of 0
 //!    bytes, which the receive is bound to match.
 //!
 //! Notes are sent before the message they describe, so a receive that needs one finds it.
@@ -65,6 +66,7 @@ use crate::log::log;
 use crate::model::Method;
 use crate::path::{bytes_type, Receive, Taken, ERR_INTERN};
 use crate::profile::{self, Phase};
+use crate::progress;
 use crate::shm::Mailboxes;
 use crate::sync::lock;
 
@@ -280,6 +282,8 @@ pub unsafe fn init(provided: c_int) {
         settled: true,
         ..State::default()
     }));
+    // SAFETY: the caller's contract.
+    unsafe { progress::init() };
 }
 
 /// Whether the process has MPI's Fortran bindings loaded (Open MPI's `libmpi_mpifh` or
@@ -1083,7 +1087,9 @@ fn await_ready(
                 }
                 break None;
             }
-            std::hint::spin_loop();
+            // The real MPI's messages (a start's contiguous faces) move meanwhile.
+            // SAFETY: MPI initialized (a send is being made), not finalized.
+            unsafe { progress::poke() };
             drain(&mut st);
         }
     });

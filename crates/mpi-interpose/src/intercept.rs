@@ -21,6 +21,7 @@ use crate::path::{
 };
 use crate::persistent::{self, prepare_send_init, Persistent};
 use crate::profile::{self, Phase};
+use crate::progress;
 use crate::table::status_slot_of_some;
 use crate::types;
 
@@ -1107,6 +1108,16 @@ unsafe fn start_lending(
             return packed;
         }
     }
+    // The real MPI moves the messages started first (contiguous faces) only inside its calls:
+    // a step of theirs here, one after the loans and one after the markers start, so that
+    // their transfers overlap the start's own work instead of following it.
+    let poke = || {
+        if !early.is_empty() {
+            // SAFETY: MPI initialized (the caller's contract).
+            unsafe { progress::poke() };
+        }
+    };
+    poke();
     // SAFETY: the caller's contract: the sends' buffers hold what they send.
     let failed =
         guarded(|| Some(unsafe { persistent::lend_packed(handles) })).unwrap_or_else(|| {
@@ -1131,11 +1142,13 @@ unsafe fn start_lending(
         // SAFETY: `rest` holds `n` of the caller's persistent requests; lent sends start their
         // markers.
         let swapped = unsafe { persistent::swap_in(rest.as_mut_ptr(), n) };
+        poke();
         // SAFETY: as above.
         let rc = profile::time(Phase::Mpi, || unsafe {
             ffi::PMPI_Startall(n, rest.as_mut_ptr())
         });
         drop(swapped);
+        poke();
         rc
     };
     if rc != 0 {
