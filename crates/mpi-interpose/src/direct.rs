@@ -765,10 +765,10 @@ fn claim(a: &Announced) -> Note {
 /// staging once the real receive completes), so that its unpack can be queued while the real
 /// MPI still moves the other messages of the wait. The note comes before its message of 0
 /// bytes, which this receive is then bound to match (the order of matching is known while the
-/// path is on). Whether it was claimed ([`Receive::early`] set).
-pub fn claim_early(r: &mut Receive) -> bool {
+/// path is on). What became of it.
+pub fn claim_early(r: &mut Receive) -> Claim {
     let (Some(a), Some(s)) = (r.direct, state()) else {
-        return false;
+        return Claim::Left;
     };
     let note = {
         let mut st = lock(s);
@@ -780,10 +780,11 @@ pub fn claim_early(r: &mut Receive) -> bool {
         let fits = match st.notes.get(&a.0) {
             Some(Note::Lent(_)) => true,
             Some(Note::Carried(v)) => matches!(&r.staging, Staging::Cpu(b) if v.len() <= b.len()),
-            _ => false,
+            Some(Note::Empty) => return Claim::Left,
+            None => return Claim::Awaited,
         };
         if !fits {
-            return false;
+            return Claim::Left;
         }
         st.awaited.remove(&a.0);
         st.backoff.remove(&(a.0 .0, a.0 .1));
@@ -802,7 +803,23 @@ pub fn claim_early(r: &mut Receive) -> bool {
         Some(Note::Carried(v)) => Some(Early::Carried(v)),
         _ => None,
     };
-    r.early.is_some()
+    if r.early.is_some() {
+        Claim::Claimed
+    } else {
+        Claim::Left
+    }
+}
+
+/// What [`claim_early`] found for a receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Its note had come and is claimed ([`Receive::early`] set).
+    Claimed,
+    /// It is announced and its note has not come yet.
+    Awaited,
+    /// Nothing to claim before it completes: not announced, or its note is read then (an empty
+    /// message, carried bytes that do not fit).
+    Left,
 }
 
 /// A receive that claimed its note early and will not complete here (its call failed): an
@@ -1087,9 +1104,7 @@ fn await_ready(
                 }
                 break None;
             }
-            // The real MPI's messages (a start's contiguous faces) move meanwhile.
-            // SAFETY: MPI initialized (a send is being made), not finalized.
-            unsafe { progress::poke() };
+            std::hint::spin_loop();
             drain(&mut st);
         }
     });

@@ -6,6 +6,7 @@
 #![allow(non_snake_case)]
 
 use std::ffi::{c_int, c_void};
+use std::time::{Duration, Instant};
 
 use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
 
@@ -63,11 +64,15 @@ unsafe fn pull_early(handles: &[u64]) -> bool {
     .unwrap_or(false)
 }
 
+/// How long [`wait_pulling`] tests at most before it waits: notes come within microseconds of
+/// their messages' sends, and the real MPI's own wait may block where a test loop would spin.
+const NOTE_POLL: Duration = Duration::from_micros(500);
+
 /// `PMPI_Waitall` on the caller's `n` requests at `reqs` (statuses into `st`), where
-/// `waiting`: while some of the interposer's receives among `handles` wait for their notes, the
-/// requests are tested instead, and each note that comes has its unpack queued at once
-/// ([`pull_early`]), to run while the real MPI moves the rest; then the wait. The same
-/// completion as one `PMPI_Waitall` (`PMPI_Testall` completes all or none).
+/// `waiting`: while some of the interposer's receives among `handles` wait for their notes (for
+/// up to [`NOTE_POLL`]), the requests are tested instead, and each note that comes has its
+/// unpack queued at once ([`pull_early`]), to run while the real MPI moves the rest; then the
+/// wait. The same completion as one `PMPI_Waitall` (`PMPI_Testall` completes all or none).
 ///
 /// # Safety
 /// MPI's contract for `MPI_Waitall` of those requests; `handles` are their keys as the caller
@@ -79,7 +84,8 @@ unsafe fn wait_pulling(
     handles: &[u64],
     mut waiting: bool,
 ) -> c_int {
-    while waiting {
+    let start = Instant::now();
+    while waiting && start.elapsed() < NOTE_POLL {
         let mut flag: c_int = 0;
         // SAFETY: the caller's contract.
         let rc = unsafe { ffi::PMPI_Testall(n, reqs, &mut flag, st) };

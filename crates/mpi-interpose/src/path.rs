@@ -12,7 +12,7 @@ use datatype_pack::StridedBlock;
 use mpi::ffi;
 
 use crate::config;
-use crate::direct::{self, Announced, Early, Finish};
+use crate::direct::{self, Announced, Claim, Early, Finish};
 use crate::engine::{Engine, Lent, Staging, Waited};
 use crate::log::log;
 use crate::memory;
@@ -494,12 +494,10 @@ pub unsafe fn pull_early(rs: Vec<&mut Receive>) -> usize {
     let mut waiting = 0;
     let mut claimed: Vec<&mut Receive> = Vec::new();
     for r in rs {
-        if direct::claim_early(r) {
-            if matches!(r.early, Some(Early::Lent(..))) {
-                claimed.push(r);
-            }
-        } else if r.direct.is_some() {
-            waiting += 1;
+        match direct::claim_early(r) {
+            Claim::Claimed if matches!(r.early, Some(Early::Lent(..))) => claimed.push(r),
+            Claim::Awaited => waiting += 1,
+            Claim::Claimed | Claim::Left => {}
         }
     }
     if claimed.is_empty() {
