@@ -63,10 +63,9 @@ use crate::engine::{Engine, Lent, Loan, Recorded, Staging};
 use crate::handle::key;
 use crate::ipc::{Export, Handle};
 use crate::log::log;
+use crate::message::{bytes_type, Announced, Early, Key, Receive, Taken, ERR_INTERN};
 use crate::model::Method;
-use crate::path::{bytes_type, Receive, Taken, ERR_INTERN};
 use crate::profile::{self, Phase};
-use crate::progress;
 use crate::shm::Mailboxes;
 use crate::sync::lock;
 
@@ -90,9 +89,6 @@ const LENT_NOTE: usize = 6 * 8 + 2 * 64;
 const LENT_ROUND: usize = 8;
 /// Stale ready messages and notes are dropped every this many counted operations.
 const HOUSEKEEPING: u64 = 64;
-
-/// A peer, a tag and a message's number.
-type Key = (c_int, c_int, u64);
 
 /// How a receive takes a message sent directly, as its ready message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,10 +117,6 @@ pub enum Note {
     Carried(Vec<u8>),
 }
 
-/// A receive that announced itself: its source, tag and number.
-#[derive(Debug, Clone, Copy)]
-pub struct Announced(Key);
-
 /// How a completed receive settles on the direct path ([`finish`]).
 #[derive(Debug)]
 pub enum Finish {
@@ -137,16 +129,6 @@ pub enum Finish {
     /// As `Pull`, its unpack already queued before the real receive completed
     /// ([`claim_early`]); [`done`] follows the wait.
     Pulled(c_int, Key),
-}
-
-/// A receive's note claimed before its real receive completed ([`claim_early`]): the bytes
-/// wait in the peer's lent staging, or (testing) were carried into the receive's staging.
-#[derive(Debug)]
-pub enum Early {
-    /// Lent by rank `.0` for message `.1`; `queued` once the unpack from it is on the stream.
-    Lent(c_int, Key, Lent, bool),
-    /// Carried: the bytes, copied into the staging once the real receive completed.
-    Carried(Vec<u8>),
 }
 
 /// A send made on the direct path ([`send`]).
@@ -282,8 +264,6 @@ pub unsafe fn init(provided: c_int) {
         settled: true,
         ..State::default()
     }));
-    // SAFETY: the caller's contract.
-    unsafe { progress::init() };
 }
 
 /// Whether the process has MPI's Fortran bindings loaded (Open MPI's `libmpi_mpifh` or
@@ -704,8 +684,8 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
             return;
         }
     }
-    let landing = match r.engine() {
-        Engine::Gpu(..) => match reaches(&mut st, source, r.engine()) {
+    let landing = match &r.engine {
+        Engine::Gpu(..) => match reaches(&mut st, source, &r.engine) {
             Some(true) => Landing::Pull,
             _ => return,
         },
@@ -713,7 +693,7 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         Engine::Cpu => return,
     };
     let sent = profile::time(Phase::Announce, || {
-        let msg = encode_ready(tag, seq, r.plan().packed_size(), landing);
+        let msg = encode_ready(tag, seq, r.plan.packed_size(), landing);
         post(&mut st, source, READY_TAG, &msg)
     });
     if sent {
@@ -793,7 +773,7 @@ pub fn claim_early(r: &mut Receive) -> Claim {
     r.direct = None;
     log!(
         "{}: message {} from rank {} with tag {}: its note came before the receive completed",
-        r.op(),
+        r.op,
         a.0 .2,
         a.0 .0,
         a.0 .1
@@ -827,8 +807,8 @@ pub enum Claim {
 pub fn let_go(r: &mut Receive) {
     if let Some(Early::Lent(peer, k, _, queued)) = r.early.take() {
         if queued {
-            if let Err(e) = r.engine().wait() {
-                log!("{}: the wait for an early unpack failed: {e}", r.op());
+            if let Err(e) = &r.engine.wait() {
+                log!("{}: the wait for an early unpack failed: {e}", r.op);
             }
         }
         done(peer, k);
@@ -848,17 +828,17 @@ unsafe fn finish_early(r: &mut Receive, early: Early, status: *mut ffi::MPI_Stat
         ffi::PMPI_Get_count(status, bytes_type(), &mut got);
     }
     if cancelled != 0 || got != 0 {
-        log!("{}: a receive whose note came got another message", r.op());
+        log!("{}: a receive whose note came got another message", r.op);
         return Finish::Settled(Err(ERR_INTERN));
     }
     match early {
         Early::Lent(peer, k, lent, queued) => {
-            let n = r.plan().packed_size();
+            let n = r.plan.packed_size();
             // SAFETY: the status is writable (the caller's contract).
             unsafe { set_bytes(status, n) };
             log!(
                 "{}: {n} bytes unpacked directly from rank {peer}'s staging",
-                r.op()
+                r.op
             );
             if queued {
                 Finish::Pulled(peer, k)
@@ -894,7 +874,7 @@ pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
     let Some(a) = r.direct.take() else {
         return Finish::Bytes;
     };
-    let op = r.op();
+    let op = r.op;
     let (mut cancelled, mut got): (c_int, c_int) = (0, 0);
     // SAFETY: the caller's contract; counted in bytes.
     unsafe {
@@ -910,7 +890,7 @@ pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
     }
     match profile::time(Phase::Note, || claim(&a)) {
         Note::Lent(lent) => {
-            let n = r.plan().packed_size();
+            let n = r.plan.packed_size();
             // SAFETY: the status is writable (the caller's contract).
             unsafe { set_bytes(status, n) };
             log!(

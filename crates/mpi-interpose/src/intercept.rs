@@ -16,9 +16,10 @@ use crate::engine::{self, Engine};
 use crate::handle::key;
 use crate::log::{self, log};
 use crate::memory::{self, DeviceBuffer};
+use crate::message::{self, bytes_type, Taken};
 use crate::path::{
-    self, any_started, blank_status, bytes_type, finish_recv, finish_recvs, forget, guard, guarded,
-    pack_taken, prepare_recv, remember, take_completed, take_send, Pending, Taken,
+    self, any_started, blank_status, finish_recv, finish_recvs, forget, guard, guarded, pack_taken,
+    prepare_recv, remember, take_completed, take_send, Pending,
 };
 use crate::persistent::{self, prepare_send_init, Persistent};
 use crate::profile::{self, Phase};
@@ -99,7 +100,19 @@ unsafe fn wait_pulling(
     unsafe { ffi::PMPI_Waitall(n, reqs, st) }
 }
 
-/// `MPI_Init`: the real call, then the direct path's set-up ([`direct::init`]).
+/// Where the direct path came up: the communicator of [`progress::poke`], which a lending start
+/// uses.
+///
+/// # Safety
+/// MPI initialized, after [`direct::init`].
+unsafe fn init_progress() {
+    if direct::on() {
+        // SAFETY: the caller's contract.
+        unsafe { progress::init() };
+    }
+}
+
+/// `MPI_Init`: the real call, then the direct path's set-up ([`direct::init`], [`init_progress`]).
 ///
 /// # Safety
 /// MPI's contract for `MPI_Init`.
@@ -115,6 +128,8 @@ pub unsafe extern "C" fn MPI_Init(
         let single = unsafe { ffi::RSMPI_THREAD_SINGLE };
         // SAFETY: as above.
         guard(|| unsafe { direct::init(single) });
+        // SAFETY: as above.
+        guard(|| unsafe { init_progress() });
     }
     rc
 }
@@ -137,6 +152,8 @@ pub unsafe extern "C" fn MPI_Init_thread(
         let level = unsafe { *provided };
         // SAFETY: MPI was just initialized, on every rank.
         guard(|| unsafe { direct::init(level) });
+        // SAFETY: as above.
+        guard(|| unsafe { init_progress() });
     }
     rc
 }
@@ -1021,8 +1038,8 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
         return unsafe { start_lending(reqs, &handles, &counted, true) };
     }
     // SAFETY: the caller starts these requests; their send buffers hold what they send.
-    let packed =
-        guarded(|| Some(unsafe { persistent::pack(&handles, true) })).unwrap_or(path::ERR_INTERN);
+    let packed = guarded(|| Some(unsafe { persistent::pack(&handles, true) }))
+        .unwrap_or(message::ERR_INTERN);
     if packed != 0 {
         return packed;
     }
@@ -1105,7 +1122,7 @@ unsafe fn start_lending(
         // SAFETY: the caller's contract: the sends' buffers hold what they send; every send is
         // lendable, so the packs need not be waited for.
         let packed = guarded(|| Some(unsafe { persistent::pack(handles, false) }))
-            .unwrap_or(path::ERR_INTERN);
+            .unwrap_or(message::ERR_INTERN);
         if packed != 0 {
             // Nothing was lent: the rest does not start.
             persistent::not_started(&handles_of(true));
@@ -1166,7 +1183,7 @@ unsafe fn start_lending(
     if !failed.is_empty() {
         persistent::not_started(&failed);
         direct::unsettle();
-        return path::ERR_INTERN;
+        return message::ERR_INTERN;
     }
     0
 }
@@ -1764,7 +1781,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
 ///
 /// # Safety
 /// MPI initialized; `request` is the started receive `r` was made for.
-unsafe fn wait_and_unpack(request: *mut MPI_Request, r: path::Receive) -> c_int {
+unsafe fn wait_and_unpack(request: *mut MPI_Request, r: message::Receive) -> c_int {
     let mut scope = profile::scope(profile::COMPLETION);
     scope.taken();
     let mut st = blank_status();

@@ -7,6 +7,7 @@
 //! | direct | `direct`, `ipc`, `shm` | on one node, a send's device staging lent to its receiver, which unpacks from it over CUDA IPC after the sender's event, paired with its receive by message order; the counting of every send and receive on `MPI_COMM_WORLD`; the protocol's shared-memory mailboxes |
 //! | counted | `counted` | the other send modes, `MPI_Sendrecv_replace`, matched probes, `MPI_Cancel`: counted for the direct path, then the real call |
 //! | symbols | `intercept` | `MPI_Finalize`, `MPI_Type_commit`/`_free`, `MPI_Pack`/`_Unpack`/`_Pack_size`, `MPI_Send`/`_Recv`/`_Isend`/`_Irecv`/`_Sendrecv`, `MPI_Send_init`/`_Recv_init`/`_Start`/`_Startall`, the waits and tests, `MPI_Request_get_status`, `MPI_Request_free`: the interposer's path or `PMPI_*` |
+//! | messages | `message` | what both paths share of a message: how a call is taken, a receive's target and its direct-path state, the packed bytes' MPI type |
 //! | path | `path` | whether a call is taken, its staging, pending work of requests, the unpack on completion |
 //! | persistent | `persistent` | persistent requests: staging for their life, packed at each start, unpacked at each completion |
 //! | datatypes | [`types`] | committed datatypes decoded into the IR (datatype-pack's `mpi_decode`), cached per handle, plans per count |
@@ -32,6 +33,7 @@ mod intercept;
 mod ipc;
 mod log;
 pub mod memory;
+mod message;
 pub mod model;
 mod path;
 mod persistent;

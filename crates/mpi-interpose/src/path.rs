@@ -12,10 +12,11 @@ use datatype_pack::StridedBlock;
 use mpi::ffi;
 
 use crate::config;
-use crate::direct::{self, Announced, Claim, Early, Finish};
+use crate::direct::{self, Claim, Finish};
 use crate::engine::{Engine, Lent, Staging, Waited};
 use crate::log::log;
 use crate::memory;
+use crate::message::{bytes_type, Early, Receive, Taken, ERR_INTERN};
 use crate::model::{self, Method, Shape};
 use crate::profile::{self, Phase};
 use crate::sync::lock;
@@ -55,52 +56,6 @@ pub fn cuda_aware() -> bool {
         query() == 1
     })
 }
-
-/// The bytes of a packed message as the real MPI sees them.
-pub fn bytes_type() -> ffi::MPI_Datatype {
-    // SAFETY: reading an immutable handle constant of the rsmpi shim.
-    unsafe { ffi::RSMPI_UINT8_T }
-}
-
-/// A receive's target, kept until its bytes arrived.
-#[derive(Debug)]
-pub struct Receive {
-    engine: Engine,
-    layout: Arc<Layout>,
-    count: u64,
-    plan: StridedBlock,
-    buf: *mut c_void,
-    /// The buffer the real MPI receives into.
-    pub staging: Staging,
-    /// Its size in bytes, as MPI's count.
-    pub bytes: c_int,
-    op: &'static str,
-    /// Its announcement to the direct path, where it made one ([`direct::announce`]).
-    pub direct: Option<Announced>,
-    /// Its note, where claimed before the real receive completed ([`direct::claim_early`]).
-    pub early: Option<Early>,
-}
-
-impl Receive {
-    /// The plan of the receive's elements in its buffer.
-    pub fn plan(&self) -> &StridedBlock {
-        &self.plan
-    }
-
-    /// The engine of its buffer.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// The call that posted it, for the log.
-    pub fn op(&self) -> &'static str {
-        self.op
-    }
-}
-
-// SAFETY: the user's buffer address is only used by the thread that completes the request;
-// MPI's rules keep the buffer alive and untouched until then.
-unsafe impl Send for Receive {}
 
 /// Work pending on a request of the interposer.
 #[derive(Debug)]
@@ -232,10 +187,6 @@ unsafe fn plan_for(
     }
     Some((layout, plan, dev))
 }
-
-/// A call the interposer takes: the layout, its plan, the engine for the buffer and the method
-/// of moving the bytes.
-pub type Taken = (Arc<Layout>, StridedBlock, Engine, Method);
 
 /// Whether the interposer takes `(buf, count, dt)` for `op`, and how ([`Taken`]); `None`
 /// passes the call through.
@@ -370,9 +321,6 @@ pub fn blank_status() -> ffi::MPI_Status {
     // SAFETY: MPI_Status is a plain C struct of integers, for which all-zero is a valid value.
     unsafe { std::mem::zeroed() }
 }
-
-/// The code for an unpack that failed after its bytes arrived.
-pub const ERR_INTERN: c_int = ffi::MPI_ERR_INTERN as c_int;
 
 /// The engine of receives settled without a GPU wait.
 static CPU: Engine = Engine::Cpu;

@@ -21,7 +21,8 @@ use crate::direct;
 use crate::engine::{Engine, Staging};
 use crate::handle::key;
 use crate::log::log;
-use crate::path::{self, not_waited, queue_and_launch, take, wait_launched, Receive, ERR_INTERN};
+use crate::message::{bytes_type, Receive, ERR_INTERN};
+use crate::path::{self, not_waited, queue_and_launch, take, wait_launched};
 use crate::sync::lock;
 
 /// A send the interposer packs at each start of a persistent request (`MPI_Send_init`): the
@@ -552,7 +553,7 @@ pub unsafe fn settle_seen(handle: u64, status: *mut ffi::MPI_Status) -> Option<c
     let code = codes.first().copied().unwrap_or(ERR_INTERN);
     let mut n: c_int = 0;
     // SAFETY: a written status; counted in bytes.
-    unsafe { ffi::PMPI_Get_count(status, path::bytes_type(), &mut n) };
+    unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut n) };
     if let Some((r, _)) = recvs.pop() {
         lock(kept()).insert(
             handle,
