@@ -171,6 +171,8 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
         });
     }
     guard(direct::finalize);
+    // SAFETY: MPI initialized and not finalized (the caller's contract).
+    guard(|| unsafe { progress::finalize() });
     // SAFETY: the caller's contract.
     unsafe { ffi::PMPI_Finalize() }
 }

@@ -7,11 +7,12 @@
 //! on which no message is ever sent, so it never matches and always progresses.
 
 use std::ffi::c_int;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 use mpi::ffi;
 
 use crate::path::blank_status;
+use crate::sync::lock;
 
 /// The communicator [`poke`] probes.
 struct Comm(ffi::MPI_Comm);
@@ -19,14 +20,12 @@ struct Comm(ffi::MPI_Comm);
 // SAFETY: an MPI handle, only passed by value to MPI calls, which MPI allows from any thread
 // at the thread levels where the direct path (its only user) is on.
 unsafe impl Send for Comm {}
-// SAFETY: as above; never written after `init`.
-unsafe impl Sync for Comm {}
 
-static COMM: OnceLock<Comm> = OnceLock::new();
+/// [`poke`]'s communicator, from [`init`] until [`finalize`].
+static COMM: Mutex<Option<Comm>> = Mutex::new(None);
 
-/// Makes [`poke`]'s communicator (a local call: a duplicate of `MPI_COMM_SELF`). Left to
-/// `MPI_Finalize`, like the program's own communicators it does not free. Without it, [`poke`]
-/// does nothing.
+/// Makes [`poke`]'s communicator (a local call: a duplicate of `MPI_COMM_SELF`). Without it,
+/// [`poke`] does nothing.
 ///
 /// # Safety
 /// MPI initialized.
@@ -37,30 +36,44 @@ pub unsafe fn init() {
         (ffi::PMPI_Comm_dup(ffi::RSMPI_COMM_SELF, &mut comm), comm)
     };
     if rc == 0 {
-        let _ = COMM.set(Comm(comm));
+        *lock(&COMM) = Some(Comm(comm));
     }
 }
 
 /// One call of the real MPI that progresses the transfers under way (`MPI_Iprobe` on
-/// [`init`]'s communicator, which finds nothing).
+/// [`init`]'s communicator, which finds nothing). Call it holding none of the interposer's
+/// locks: the real MPI's progress may run program code (a nonblocking collective's operation)
+/// that calls back into the interposer.
 ///
 /// # Safety
 /// MPI initialized and not finalized.
 pub unsafe fn poke() {
-    let Some(Comm(comm)) = COMM.get() else {
+    let Some(comm) = lock(&COMM).as_ref().map(|c| c.0) else {
         return;
     };
     let mut flag: c_int = 0;
     let mut status = blank_status();
-    // SAFETY: a live communicator of this process (made by `init`, MPI not finalized: the
-    // caller's contract); valid out-pointers; the shim's constants.
+    // SAFETY: a live communicator of this process (made by `init`, not freed by `finalize`
+    // while MPI is not finalized: the caller's contract); valid out-pointers; the shim's
+    // constants.
     unsafe {
         ffi::PMPI_Iprobe(
             ffi::RSMPI_ANY_SOURCE,
             ffi::RSMPI_ANY_TAG,
-            *comm,
+            comm,
             &mut flag,
             &mut status,
         );
+    }
+}
+
+/// Before `MPI_Finalize`: frees [`poke`]'s communicator (it then does nothing).
+///
+/// # Safety
+/// MPI initialized and not finalized.
+pub unsafe fn finalize() {
+    if let Some(Comm(mut comm)) = lock(&COMM).take() {
+        // SAFETY: the communicator `init` made, freed once (taken out above).
+        unsafe { ffi::PMPI_Comm_free(&mut comm) };
     }
 }
