@@ -797,8 +797,8 @@ pub enum Claim {
     Claimed,
     /// It is announced and its note has not come yet.
     Awaited,
-    /// Nothing to claim before it completes: not announced, or its note is read then (an empty
-    /// message, carried bytes that do not fit).
+    /// Nothing to claim before it completes: not announced (or the direct path is off), or its
+    /// note is read then (an empty message, carried bytes that do not fit).
     Left,
 }
 
@@ -807,7 +807,7 @@ pub enum Claim {
 pub fn let_go(r: &mut Receive) {
     if let Some(Early::Lent(peer, k, _, queued)) = r.early.take() {
         if queued {
-            if let Err(e) = &r.engine.wait() {
+            if let Err(e) = r.engine.wait() {
                 log!("{}: the wait for an early unpack failed: {e}", r.op);
             }
         }

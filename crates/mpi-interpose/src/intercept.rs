@@ -158,7 +158,9 @@ pub unsafe extern "C" fn MPI_Init_thread(
     rc
 }
 
-/// `MPI_Finalize`: with the profile on, prints this rank's table first; then the real call.
+/// `MPI_Finalize`: with the profile on, prints this rank's table first; keeps staging still
+/// lent ([`direct::finalize`]) and frees the probing communicator ([`progress::finalize`]); then
+/// the real call.
 ///
 /// # Safety
 /// MPI's contract for `MPI_Finalize`.
