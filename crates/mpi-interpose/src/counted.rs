@@ -203,7 +203,9 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
         // SAFETY: the caller passes a valid request handle.
         let h = key(unsafe { *request });
         let bound = || {
-            path::claimed_early(h) || persistent::claimed_early(h) || persistent::lent_and_active(h)
+            path::claimed_early(h)
+                || persistent::claimed_early(h)
+                || persistent::marker_if_lent(h).is_some()
         };
         if guarded(|| Some(bound())) == Some(true) {
             return 0;

@@ -575,11 +575,7 @@ pub unsafe extern "C" fn MPI_Recv(
     };
     scope.taken();
     let mut own = blank_status();
-    let st = if status == status_ignore() {
-        &mut own as *mut MPI_Status
-    } else {
-        status
-    };
+    let st = status_or(status, &mut own);
     let rc = if seq.is_some() {
         let mut req = null_request_handle();
         // SAFETY: the staging holds `r.bytes` bytes until the wait below.
@@ -711,11 +707,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     }
     scope.taken();
     let mut own = blank_status();
-    let st = if status == status_ignore() {
-        &mut own as *mut MPI_Status
-    } else {
-        status
-    };
+    let st = status_or(status, &mut own);
     let (rb, rcount, rt) = match &mut recv {
         Some(r) => (r.staging.mpi_ptr(), r.bytes, bytes_type()),
         None => (recvbuf, recvcount, recvtype),
@@ -1324,11 +1316,7 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_St
         return unsafe { ffi::PMPI_Wait(request, status) };
     }
     let mut own = blank_status();
-    let st = if status == status_ignore() {
-        &mut own as *mut MPI_Status
-    } else {
-        status
-    };
+    let st = status_or(status, &mut own);
     // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
     let swapped = unsafe { persistent::swap_in(request, 1) };
     // SAFETY: the caller's contract, with a valid status.
@@ -1357,11 +1345,7 @@ pub unsafe extern "C" fn MPI_Test(
         return unsafe { ffi::PMPI_Test(request, flag, status) };
     }
     let mut own = blank_status();
-    let st = if status == status_ignore() {
-        &mut own as *mut MPI_Status
-    } else {
-        status
-    };
+    let st = status_or(status, &mut own);
     // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
     let swapped = unsafe { persistent::swap_in(request, 1) };
     // SAFETY: the caller's contract, with a valid status.
@@ -1373,6 +1357,16 @@ pub unsafe extern "C" fn MPI_Test(
     let done = rc == 0 && unsafe { *flag } != 0;
     // SAFETY: the status the real MPI just wrote.
     unsafe { complete(rc, &before, &after, |_| Some(st.cast_const()), |_| done) }
+}
+
+/// The caller's status, or `own` where the caller passed `MPI_STATUS_IGNORE`: the interposer
+/// reads every status it completes.
+fn status_or(user: *mut MPI_Status, own: &mut MPI_Status) -> *mut MPI_Status {
+    if user == status_ignore() {
+        own
+    } else {
+        user
+    }
 }
 
 /// Statuses the real MPI writes for `n` requests: the caller's array, or an own one.
@@ -1482,11 +1476,7 @@ pub unsafe extern "C" fn MPI_Waitany(
         return unsafe { ffi::PMPI_Waitany(count, array_of_requests, index, status) };
     }
     let mut own = blank_status();
-    let st = if status == status_ignore() {
-        &mut own as *mut MPI_Status
-    } else {
-        status
-    };
+    let st = status_or(status, &mut own);
     // SAFETY: MPI initialized; the caller waits for these requests.
     unsafe { pull_early(&before) };
     // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
@@ -1530,11 +1520,7 @@ pub unsafe extern "C" fn MPI_Testany(
         return unsafe { ffi::PMPI_Testany(count, array_of_requests, index, flag, status) };
     }
     let mut own = blank_status();
-    let st = if status == status_ignore() {
-        &mut own as *mut MPI_Status
-    } else {
-        status
-    };
+    let st = status_or(status, &mut own);
     // SAFETY: the caller's array; lent persistent sends are waited for by their markers.
     let swapped = unsafe { persistent::swap_in(array_of_requests, count) };
     // SAFETY: the caller's contract, with a valid status.
@@ -1679,11 +1665,7 @@ pub unsafe extern "C" fn MPI_Request_get_status(
         return unsafe { ffi::PMPI_Request_get_status(request, flag, status) };
     }
     let mut own = blank_status();
-    let st = if status == status_ignore() {
-        &mut own as *mut MPI_Status
-    } else {
-        status
-    };
+    let st = status_or(status, &mut own);
     let real = guarded(|| persistent::marker_if_lent(h)).unwrap_or(request);
     // SAFETY: the caller's contract, with a valid status; `real` is the request or its marker.
     let rc = unsafe { ffi::PMPI_Request_get_status(real, flag, st) };

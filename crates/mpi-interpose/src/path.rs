@@ -134,12 +134,31 @@ pub unsafe fn settle_seen(handle: u64, status: *mut ffi::MPI_Status) -> Option<c
         return None;
     };
     // SAFETY: the receive completed with `status` (the caller's contract).
-    let code = unsafe { finish_recv(*r, status) };
+    let (code, n, _) = unsafe { settle_receive(*r, status) };
+    lock(table()).insert(handle, Pending::Settled(code, n));
+    Some(code)
+}
+
+/// Unpacks receive `r`, which `MPI_Request_get_status` saw complete with `status`: MPI's code
+/// for it, its status's count in bytes (for the wait or test that completes it), and the
+/// receive (a persistent request keeps it for its next start).
+///
+/// # Safety
+/// MPI initialized; `status` is the receive's, just written by the real MPI; the receive's
+/// buffer is still the caller's.
+pub unsafe fn settle_receive(
+    r: Receive,
+    status: *mut ffi::MPI_Status,
+) -> (c_int, c_int, Option<Receive>) {
+    // SAFETY: the caller's contract.
+    let Finished {
+        codes, mut recvs, ..
+    } = unsafe { finish_recvs(vec![(r, status.cast_const())]) };
+    let code = codes.first().copied().unwrap_or(ERR_INTERN);
     let mut n: c_int = 0;
     // SAFETY: a written status; counted in bytes.
     unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut n) };
-    lock(table()).insert(handle, Pending::Settled(code, n));
-    Some(code)
+    (code, n, recvs.pop().map(|(r, _)| r))
 }
 
 /// Removes one request's entry (`MPI_Request_free`).

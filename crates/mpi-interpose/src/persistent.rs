@@ -21,7 +21,7 @@ use crate::direct;
 use crate::engine::{Engine, Staging};
 use crate::handle::key;
 use crate::log::log;
-use crate::message::{bytes_type, Receive, ERR_INTERN};
+use crate::message::{Receive, ERR_INTERN};
 use crate::path::{self, not_waited, queue_and_launch, take, wait_launched};
 use crate::sync::lock;
 
@@ -81,15 +81,6 @@ impl Outgoing {
     pub fn lent(&self) -> bool {
         self.lent
     }
-}
-
-/// Whether `handle` is a persistent send of the interposer whose active start was lent: the
-/// real MPI's request then is its marker, and the program's is not active there.
-pub fn lent_and_active(handle: u64) -> bool {
-    matches!(
-        lock(kept()).get(&handle),
-        Some(Kept { work: Persistent::Send(o), active: true }) if o.lent
-    )
 }
 
 /// A persistent request of the interposer (`MPI_Send_init`, `MPI_Recv_init`), kept until
@@ -547,14 +538,8 @@ pub unsafe fn settle_seen(handle: u64, status: *mut ffi::MPI_Status) -> Option<c
         }
     };
     // SAFETY: the receive completed with `status` (the caller's contract).
-    let path::Finished {
-        codes, mut recvs, ..
-    } = unsafe { path::finish_recvs(vec![(r, status.cast_const())]) };
-    let code = codes.first().copied().unwrap_or(ERR_INTERN);
-    let mut n: c_int = 0;
-    // SAFETY: a written status; counted in bytes.
-    unsafe { ffi::PMPI_Get_count(status, bytes_type(), &mut n) };
-    if let Some((r, _)) = recvs.pop() {
+    let (code, n, r) = unsafe { path::settle_receive(r, status) };
+    if let Some(r) = r {
         lock(kept()).insert(
             handle,
             Kept {
