@@ -51,7 +51,7 @@
 //!
 //! Notes are sent before the message they describe, so a receive that needs one finds it.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -155,33 +155,33 @@ enum Reach {
 struct State {
     mail: Option<Mailboxes>,
     /// Messages sent per (destination, tag).
-    sent: HashMap<(c_int, c_int), u64>,
+    sent: FxHashMap<(c_int, c_int), u64>,
     /// Receives posted per (source, tag).
-    posted: HashMap<(c_int, c_int), u64>,
+    posted: FxHashMap<(c_int, c_int), u64>,
     /// Whether the order of matching is still known (no wildcard receive, no cancel).
     settled: bool,
-    ready: HashMap<Key, Ready>,
-    notes: HashMap<Key, Note>,
-    awaited: HashSet<Key>,
+    ready: FxHashMap<Key, Ready>,
+    notes: FxHashMap<Key, Note>,
+    awaited: FxHashSet<Key>,
     /// Per (destination, tag): the highest number of a ready message come, or `None` once a
     /// send waited for one in vain before any came.
-    readies: HashMap<(c_int, c_int), Option<u64>>,
+    readies: FxHashMap<(c_int, c_int), Option<u64>>,
     /// Peers that have announced receives to this rank.
-    announcing: HashSet<c_int>,
+    announcing: FxHashSet<c_int>,
     /// Per (source, tag): receives to post without announcing, and the next such run.
-    backoff: HashMap<(c_int, c_int), (u32, u32)>,
+    backoff: FxHashMap<(c_int, c_int), (u32, u32)>,
     /// Persistent requests on `MPI_COMM_WORLD`: send or receive, peer, tag, empty.
-    persistent: HashMap<u64, (bool, c_int, c_int, bool)>,
+    persistent: FxHashMap<u64, (bool, c_int, c_int, bool)>,
     /// Done messages that did not fit their mailbox yet: to whom, and the message.
     unsent: Vec<(c_int, Vec<u8>)>,
     /// Staging lent per message sent directly, until its receiver is done.
-    lent: HashMap<Key, Loan>,
+    lent: FxHashMap<Key, Loan>,
     /// Peers greeted by this rank.
-    greeted: HashSet<c_int>,
+    greeted: FxHashSet<c_int>,
     /// Greetings received, not yet tried.
-    greetings: HashMap<c_int, Lent>,
+    greetings: FxHashMap<c_int, Lent>,
     /// Peers whose greeting was tried here.
-    reach: HashMap<c_int, Reach>,
+    reach: FxHashMap<c_int, Reach>,
     ops: u64,
 }
 

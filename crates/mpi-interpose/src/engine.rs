@@ -9,8 +9,8 @@
 //! without staging. Kernels are launched through one-node CUDA graphs
 //! ([`datatype_pack::gpu::GpuOptions::relaunch`]) unless `COLLECTIVES_INTERPOSE_RELAUNCH=0`.
 
+use rustc_hash::FxHashMap;
 use std::cell::OnceCell;
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -49,7 +49,7 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     /// The primary context's scheduling flags (`CU_CTX_SCHED_*`) when the GPU was first used.
     sched: Option<u32>,
-    packers: Mutex<HashMap<StridedBlock, Arc<Packer>>>,
+    packers: Mutex<FxHashMap<StridedBlock, Arc<Packer>>>,
     /// Events peers wait for on lent staging ([`Engine::lend`]), kept for the next loan.
     events: Mutex<Vec<ipc::Event>>,
     device_pool: Mutex<Vec<DeviceAlloc>>,
@@ -113,9 +113,9 @@ fn take<T>(pool: &Mutex<Vec<T>>, len: usize, size: impl Fn(&T) -> usize) -> Opti
 }
 
 /// The GPUs used so far, by ordinal.
-fn gpus() -> &'static Mutex<HashMap<usize, Arc<Gpu>>> {
-    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
-    GPUS.get_or_init(|| Mutex::new(HashMap::new()))
+fn gpus() -> &'static Mutex<FxHashMap<usize, Arc<Gpu>>> {
+    static GPUS: OnceLock<Mutex<FxHashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+    GPUS.get_or_init(|| Mutex::new(FxHashMap::default()))
 }
 
 /// The scheduling flags (`CU_CTX_SCHED_*`) of `ctx`'s device's primary context.
@@ -195,7 +195,7 @@ impl Gpu {
             ctx,
             stream,
             sched,
-            packers: Mutex::new(HashMap::new()),
+            packers: Mutex::new(FxHashMap::default()),
             events: Mutex::new(Vec::new()),
             device_pool: Mutex::new(Vec::new()),
             lend_pool: Mutex::new(Vec::new()),

@@ -5,7 +5,7 @@
 //! event (`cuIpcOpenEventHandle`), both kept per peer and handle. The direct path's
 //! allocations are never freed, so a handle always names the same memory.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Mutex, OnceLock};
 
 use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
@@ -85,9 +85,9 @@ pub fn new_event() -> Option<Event> {
     })
 }
 
-fn opened_events() -> &'static Mutex<HashMap<(i32, Handle), usize>> {
-    static E: OnceLock<Mutex<HashMap<(i32, Handle), usize>>> = OnceLock::new();
-    E.get_or_init(|| Mutex::new(HashMap::new()))
+fn opened_events() -> &'static Mutex<FxHashMap<(i32, Handle), usize>> {
+    static E: OnceLock<Mutex<FxHashMap<(i32, Handle), usize>>> = OnceLock::new();
+    E.get_or_init(|| Mutex::new(FxHashMap::default()))
 }
 
 /// The event `handle` that rank `peer` exported, opened in the current context on first use
@@ -117,7 +117,7 @@ pub fn open_event(peer: i32, handle: &Handle) -> Option<sys::CUevent> {
 /// peak, and none is closed while an unpack recorded for a later launch may still read it.
 #[derive(Default)]
 struct Opened {
-    maps: HashMap<(i32, Handle), CUdeviceptr>,
+    maps: FxHashMap<(i32, Handle), CUdeviceptr>,
     refused: Vec<i32>,
 }
 

@@ -8,7 +8,7 @@
 //! lent instead ([`choose`], [`pack`], [`lend_packed`]): a persistent request of the real MPI
 //! for its message of 0 bytes then starts, and is waited for, in its place ([`swap_in`]).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -104,9 +104,9 @@ struct Kept {
 /// Started persistent receives that `MPI_Request_get_status` saw complete and unpacked
 /// ([`settle_seen`]): the code and the status's count in bytes, until the wait or test that
 /// completes them.
-fn seen() -> &'static Mutex<HashMap<u64, (c_int, c_int)>> {
-    static S: OnceLock<Mutex<HashMap<u64, (c_int, c_int)>>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(HashMap::new()))
+fn seen() -> &'static Mutex<FxHashMap<u64, (c_int, c_int)>> {
+    static S: OnceLock<Mutex<FxHashMap<u64, (c_int, c_int)>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(FxHashMap::default()))
 }
 
 /// What a wait or test completed among the interposer's persistent requests
@@ -122,9 +122,9 @@ pub struct Completed {
     pub seen: Vec<(usize, c_int, c_int)>,
 }
 
-fn kept() -> &'static Mutex<HashMap<u64, Kept>> {
-    static T: OnceLock<Mutex<HashMap<u64, Kept>>> = OnceLock::new();
-    T.get_or_init(|| Mutex::new(HashMap::new()))
+fn kept() -> &'static Mutex<FxHashMap<u64, Kept>> {
+    static T: OnceLock<Mutex<FxHashMap<u64, Kept>>> = OnceLock::new();
+    T.get_or_init(|| Mutex::new(FxHashMap::default()))
 }
 
 /// Persistent requests kept, read without the lock on every wait and test.
@@ -471,7 +471,7 @@ pub fn started_anyway(handles: &[u64]) {
 
 /// Marks the interposer's requests among `handles` active or not (a new start is not seen
 /// complete yet).
-fn mark(map: &mut HashMap<u64, Kept>, handles: &[u64], active: bool) {
+fn mark(map: &mut FxHashMap<u64, Kept>, handles: &[u64], active: bool) {
     let mut seen = lock(seen());
     for h in handles {
         if let Some(k) = map.get_mut(h) {

@@ -15,7 +15,7 @@
 //! the other ranks of the node, and unlinked once all have mapped them, so nothing stays behind
 //! in `/dev/shm` after a crash past `MPI_Init`. If any rank fails, none uses them.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ffi::{c_int, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -38,7 +38,7 @@ struct Segment(*mut u8);
 #[derive(Debug)]
 pub struct Mailboxes {
     /// World rank → index among the ranks of this node.
-    index: HashMap<c_int, usize>,
+    index: FxHashMap<c_int, usize>,
     /// The world ranks of this node, by index.
     ranks: Vec<c_int>,
     /// This rank's index.

@@ -7,18 +7,18 @@
 //! test alike ([`RequestTable::take_completed`]). An entry is removed as it completes, before
 //! the real MPI can hand the same handle out again.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// Outstanding requests of the interposer, each with its pending work `P`.
 #[derive(Debug)]
 pub struct RequestTable<P> {
-    pending: HashMap<u64, P>,
+    pending: FxHashMap<u64, P>,
 }
 
 impl<P> Default for RequestTable<P> {
     fn default() -> Self {
         Self {
-            pending: HashMap::new(),
+            pending: FxHashMap::default(),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The datatype cache: each committed datatype the IR can express, decoded once at
 //! `MPI_Type_commit` and dropped at `MPI_Type_free`, with its plans per element count.
 
+use rustc_hash::FxHashMap;
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use datatype_pack::{mpi_decode, StridedBlock, Type};
@@ -50,7 +50,7 @@ pub struct Layout {
     pub one: Type,
     /// MPI's signature of the datatype at commit.
     pub signature: Signature,
-    plans: Mutex<HashMap<u64, Option<StridedBlock>>>,
+    plans: Mutex<FxHashMap<u64, Option<StridedBlock>>>,
 }
 
 /// Elements per message above which plans are not kept (each count is its own plan).
@@ -62,7 +62,7 @@ impl Layout {
         Layout {
             one,
             signature,
-            plans: Mutex::new(HashMap::new()),
+            plans: Mutex::new(FxHashMap::default()),
         }
     }
 
@@ -99,9 +99,9 @@ impl Layout {
 
 pub use crate::sync::lock;
 
-fn cache() -> &'static Mutex<HashMap<u64, Arc<Layout>>> {
-    static CACHE: OnceLock<Mutex<HashMap<u64, Arc<Layout>>>> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+fn cache() -> &'static Mutex<FxHashMap<u64, Arc<Layout>>> {
+    static CACHE: OnceLock<Mutex<FxHashMap<u64, Arc<Layout>>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(FxHashMap::default()))
 }
 
 thread_local! {

@@ -1,7 +1,7 @@
 //! NVRTC compilation and the module cache: [`compile()`] keeps every image in memory, keyed by
 //! (source, architecture, options), and in the directory [`CACHE_ENV`] names when it is set.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ffi::{c_char, CString};
 use std::panic::catch_unwind;
 use std::path::PathBuf;
@@ -65,8 +65,8 @@ pub(super) struct Key {
     options: Vec<String>,
 }
 
-pub(super) fn memory_cache() -> MutexGuard<'static, HashMap<Key, Arc<[u8]>>> {
-    static CACHE: OnceLock<Mutex<HashMap<Key, Arc<[u8]>>>> = OnceLock::new();
+pub(super) fn memory_cache() -> MutexGuard<'static, FxHashMap<Key, Arc<[u8]>>> {
+    static CACHE: OnceLock<Mutex<FxHashMap<Key, Arc<[u8]>>>> = OnceLock::new();
     lock(CACHE.get_or_init(Default::default))
 }
 

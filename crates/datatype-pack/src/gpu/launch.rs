@@ -8,8 +8,8 @@
 //! launched. A launcher contributes only its kernel generator, its key (the word sizes) and its
 //! length check.
 
+use rustc_hash::FxHashMap;
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
@@ -217,7 +217,7 @@ pub(super) struct Launcher<K, const N: usize> {
     /// kernels' modules.
     graphs: Graphs,
     pub(super) dev: Device,
-    kernels: Mutex<HashMap<K, Arc<Kernels<N>>>>,
+    kernels: Mutex<FxHashMap<K, Arc<Kernels<N>>>>,
 }
 
 impl<K: Clone + Eq + Hash + Ord, const N: usize> Launcher<K, N> {
@@ -225,7 +225,7 @@ impl<K: Clone + Eq + Hash + Ord, const N: usize> Launcher<K, N> {
         Self {
             graphs: Graphs::default(),
             dev,
-            kernels: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(FxHashMap::default()),
         }
     }
 

@@ -20,7 +20,7 @@
 //! those launches. A stream being captured into a graph gets plain launches (a graph launch
 //! there would nest).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -207,7 +207,7 @@ fn launchable(stream: &CudaStream) -> bool {
 /// destroyed with the launcher (before its kernels' modules are unloaded).
 #[derive(Default)]
 pub(super) struct Graphs {
-    map: Mutex<HashMap<usize, KernelGraph>>,
+    map: Mutex<FxHashMap<usize, KernelGraph>>,
 }
 
 impl Graphs {
@@ -309,9 +309,9 @@ fn next_tick() -> u64 {
 }
 
 /// The batch graphs, keyed by their kernels in order.
-fn batch_graphs() -> &'static Mutex<HashMap<Vec<usize>, BatchGraph>> {
-    static G: OnceLock<Mutex<HashMap<Vec<usize>, BatchGraph>>> = OnceLock::new();
-    G.get_or_init(|| Mutex::new(HashMap::new()))
+fn batch_graphs() -> &'static Mutex<FxHashMap<Vec<usize>, BatchGraph>> {
+    static G: OnceLock<Mutex<FxHashMap<Vec<usize>, BatchGraph>>> = OnceLock::new();
+    G.get_or_init(|| Mutex::new(FxHashMap::default()))
 }
 
 /// Kernel launches of one or more packers on one stream, gathered by
