@@ -173,6 +173,19 @@ pub fn waits() -> Vec<String> {
     v.into_iter().map(|(_, l)| l).collect()
 }
 
+/// The profile's line on the graph launches of this process (datatype-pack's
+/// [`dgpu::graph_counts`]), where there were any: how often a kept graph held a batch's
+/// arguments, and how many nodes had their parameters set.
+pub fn graphs() -> Option<String> {
+    let c = dgpu::graph_counts();
+    (c.batches + c.single > 0).then(|| {
+        format!(
+            "graphs: {} batches launched ({} held their arguments, {} reset, {} made), {} single kernels; {} nodes set",
+            c.batches, c.held, c.reset, c.made, c.single, c.nodes_set
+        )
+    })
+}
+
 impl Gpu {
     /// The GPU of device `ordinal`, made on first use.
     ///
@@ -685,7 +698,7 @@ unsafe fn enqueue_pack(
 ) -> Result<()> {
     let packer = profile::time(Phase::Packer, || g.packer(plan))?;
     let src_len = usize_of(d.len)?;
-    profile::time(Phase::Launch, || match batch {
+    profile::time(launch_phase(&batch), || match batch {
         // SAFETY: as below; the batch is launched on this GPU's stream (its caller's
         // contract), after everything queued here so far.
         Some(b) => unsafe { packer.record_pack_raw(b, d.ptr, src_len, dst, dst_len) },
@@ -694,6 +707,16 @@ unsafe fn enqueue_pack(
         None => unsafe { packer.pack_raw(&g.stream, d.ptr, src_len, dst, dst_len) },
     })?;
     Ok(())
+}
+
+/// The profile's phase of a kernel launched now ([`Phase::Launch`]) or recorded into a batch
+/// ([`Phase::Record`]).
+fn launch_phase(batch: &Option<&mut dgpu::Batch>) -> Phase {
+    if batch.is_some() {
+        Phase::Record
+    } else {
+        Phase::Launch
+    }
 }
 
 /// Enqueues the unpack of the `n` packed bytes at device address `src` into the device buffer
@@ -718,7 +741,7 @@ unsafe fn enqueue_unpack(
     }
     let packer = profile::time(Phase::Packer, || g.packer(plan))?;
     let dst_len = usize_of(d.len)?;
-    profile::time(Phase::Launch, || match batch {
+    profile::time(launch_phase(&batch), || match batch {
         // SAFETY: as below; the batch is launched on this GPU's stream (its caller's
         // contract), after everything queued here so far.
         Some(b) => unsafe { packer.record_unpack_raw(b, src, n, d.ptr, dst_len) },
@@ -940,12 +963,18 @@ impl Engine {
         queued.and(waited)
     }
 
-    /// A batch for the unpack kernels of receives completed together on this GPU
-    /// ([`Engine::enqueue_unpack`]), launched as one graph; `None` for the CPU engine and with
-    /// `COLLECTIVES_INTERPOSE_RELAUNCH=0` (the kernels are then launched one by one).
-    pub fn new_batch(&self) -> Option<dgpu::Batch> {
+    /// A batch for the kernels of several messages of one call on this GPU (packs,
+    /// [`Engine::enqueue_pack`]; unpacks, [`Engine::enqueue_unpack`]), launched as one graph:
+    /// its kernels free to run at the same time, or (`in_line`) one after another, which
+    /// launches in less host time ([`dgpu::Batch::in_line`]). `None` for the CPU engine and
+    /// with `COLLECTIVES_INTERPOSE_RELAUNCH=0` (the kernels are then launched one by one).
+    pub fn new_batch(&self, in_line: bool) -> Option<dgpu::Batch> {
         match self {
-            Engine::Gpu(g, _) if config::get().relaunch => Some(dgpu::Batch::new(&g.stream)),
+            Engine::Gpu(g, _) if config::get().relaunch => Some(if in_line {
+                dgpu::Batch::in_line(&g.stream)
+            } else {
+                dgpu::Batch::new(&g.stream)
+            }),
             _ => None,
         }
     }

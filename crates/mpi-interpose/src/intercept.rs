@@ -168,7 +168,11 @@ pub unsafe extern "C" fn MPI_Init_thread(
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     if profile::on() {
         let _ = guarded(|| {
-            profile::report(log::world_rank(), &engine::waits());
+            let notes: Vec<String> = engine::waits()
+                .into_iter()
+                .chain(engine::graphs())
+                .collect();
+            profile::report(log::world_rank(), &notes);
             Some(())
         });
     }
@@ -1133,7 +1137,7 @@ unsafe fn start_lending(
     let poke = || {
         if !early.is_empty() {
             // SAFETY: MPI initialized (the caller's contract).
-            unsafe { progress::poke() };
+            profile::time(Phase::Progress, || unsafe { progress::poke() });
         }
     };
     poke();

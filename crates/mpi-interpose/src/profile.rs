@@ -10,10 +10,12 @@
 //! | `engine` | the GPU's state and the model's choice of method |
 //! | `packer` | the plan's kernels (compiled and loaded on first use) |
 //! | `staging` | a staging buffer from the pool (allocated when the pool has none) |
-//! | `launch` | a pack or unpack kernel's launch, with its checks |
+//! | `launch` | a pack or unpack kernel's launch (or a batch's graph launch), with its checks |
+//! | `record` | a kernel recorded into a batch, with its checks, launched later with the batch's graph |
 //! | `copy` | a DMA copy enqueued |
 //! | `wait` | the wait for the stream: the kernels and copies themselves, and the driver's notice |
 //! | `mpi` | the real MPI's call on the packed bytes |
+//! | `progress` | a lending start's probes of the real MPI ([`crate::progress::poke`]): the real MPI's own work on the messages it carries |
 //! | `other` | `call` less the phases above (printed, not recorded) |
 //!
 //! Rows are kept per call: `MPI_Pack`, `MPI_Unpack`, `MPI_Send`, `MPI_Isend`, `MPI_Recv`,
@@ -45,14 +47,18 @@ pub enum Phase {
     Packer,
     /// A staging buffer.
     Staging,
-    /// A kernel launch.
+    /// A kernel launch, or a batch's graph launch.
     Launch,
+    /// A kernel recorded into a batch.
+    Record,
     /// A DMA copy enqueued.
     Copy,
     /// The wait for the stream.
     Wait,
     /// The real MPI's call.
     Mpi,
+    /// The real MPI's progress, probed by a lending start.
+    Progress,
     /// The direct path: a receive's ready message made and sent.
     Announce,
     /// The direct path: a send waiting for its receive's ready message.
@@ -65,7 +71,7 @@ pub enum Phase {
 }
 
 /// Every phase, in the order of the table.
-const PHASES: [Phase; 14] = [
+const PHASES: [Phase; 16] = [
     Phase::Call,
     Phase::Datatype,
     Phase::Memory,
@@ -73,9 +79,11 @@ const PHASES: [Phase; 14] = [
     Phase::Packer,
     Phase::Staging,
     Phase::Launch,
+    Phase::Record,
     Phase::Copy,
     Phase::Wait,
     Phase::Mpi,
+    Phase::Progress,
     Phase::Announce,
     Phase::Ready,
     Phase::Note,
@@ -93,9 +101,11 @@ impl Phase {
             Phase::Packer => "packer",
             Phase::Staging => "staging",
             Phase::Launch => "launch",
+            Phase::Record => "record",
             Phase::Copy => "copy",
             Phase::Wait => "wait",
             Phase::Mpi => "mpi",
+            Phase::Progress => "progress",
             Phase::Announce => "announce",
             Phase::Ready => "ready",
             Phase::Note => "note",

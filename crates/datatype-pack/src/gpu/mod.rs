@@ -119,7 +119,7 @@ pub use fused_copier::FusedCopier;
 pub use fused_packer::FusedPacker;
 pub use options::{GpuOptions, GridCap, AUTO_FULL_ABOVE_WAVES};
 pub use packer::Packer;
-pub use relaunch::Batch;
+pub use relaunch::{graph_counts, Batch, GraphCounts};
 
 #[cfg(test)]
 mod tests {

@@ -119,8 +119,14 @@ fn node_params(
 }
 
 impl KernelGraph {
-    /// A graph of one independent kernel node per entry of `params`, instantiated.
-    fn new(params: &[sys::CUDA_KERNEL_NODE_PARAMS]) -> std::result::Result<Self, DriverError> {
+    /// A graph of one kernel node per entry of `params`, instantiated: independent nodes, or
+    /// (`in_line`) each after the one before. Its nodes hold `launches`, which `params`
+    /// describe (so its first launch sets none).
+    fn new(
+        params: &[sys::CUDA_KERNEL_NODE_PARAMS],
+        launches: &[Launch],
+        in_line: bool,
+    ) -> std::result::Result<Self, DriverError> {
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: `graph` is a valid out-pointer; flags must be 0.
         unsafe { sys::cuGraphCreate(&mut graph, 0) }.result()?;
@@ -128,15 +134,18 @@ impl KernelGraph {
             graph,
             nodes: Vec::with_capacity(params.len()),
             exec: std::ptr::null_mut(),
-            set: vec![None; params.len()],
+            set: launches.iter().map(|l| Some(NodeLaunch::from(l))).collect(),
         };
         for p in params {
             let mut node: CUgraphNode = std::ptr::null_mut();
-            // SAFETY: `g.graph` is live; the node has no dependencies; `p` and the arguments
-            // it points at are valid for the call, which copies them. On an error `g` is
-            // dropped, which destroys the graph.
-            unsafe { sys::cuGraphAddKernelNode_v2(&mut node, g.graph, std::ptr::null(), 0, p) }
-                .result()?;
+            let (deps, n) = match g.nodes.last() {
+                Some(prev) if in_line => (prev as *const CUgraphNode, 1),
+                _ => (std::ptr::null(), 0),
+            };
+            // SAFETY: `g.graph` is live; `deps` points at `n` of its nodes; `p` and the
+            // arguments it points at are valid for the call, which copies them. On an error
+            // `g` is dropped, which destroys the graph.
+            unsafe { sys::cuGraphAddKernelNode_v2(&mut node, g.graph, deps, n, p) }.result()?;
             g.nodes.push(node);
         }
         // SAFETY: `g.graph` holds the nodes; `g.exec` is a valid out-pointer.
@@ -158,6 +167,7 @@ impl KernelGraph {
         launches: &[Launch],
         stream: &CudaStream,
     ) -> std::result::Result<(), DriverError> {
+        let mut set_now = 0;
         for (((&node, p), l), set) in self
             .nodes
             .iter()
@@ -174,7 +184,9 @@ impl KernelGraph {
             // `p` and its arguments live through the call, which copies them.
             unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec, node, p) }.result()?;
             *set = Some(now);
+            set_now += 1;
         }
+        COUNTS.nodes_set.fetch_add(set_now, Ordering::Relaxed);
         // SAFETY: the executable graph is live with every node's arguments just set; the
         // caller's contract for the stream.
         unsafe { sys::cuGraphLaunch(self.exec, stream.cu_stream()) }.result()
@@ -241,13 +253,14 @@ impl Graphs {
         let (mut addresses, mut args) = ([[0; 2]], [[std::ptr::null_mut(); 2]]);
         let params = node_params(&one, &mut addresses, &mut args);
         let mut map = lock(&self.map);
+        COUNTS.single.fetch_add(1, Ordering::Relaxed);
         let key = func.cu_function() as usize;
         if let Some(g) = map.get_mut(&key) {
             // SAFETY: the graph's one node launches `func`; the caller's contract for the
             // launch; the stream is not capturing.
             unsafe { g.launch(&params, &one, stream) }?;
         } else {
-            let mut g = KernelGraph::new(&params)?;
+            let mut g = KernelGraph::new(&params, &one, false)?;
             // SAFETY: as above; the node was just made with these parameters.
             unsafe { g.launch(&params, &one, stream) }?;
             map.insert(key, g);
@@ -302,15 +315,70 @@ fn pick<'a>(
     }
 }
 
+/// How the graph launches of this process went, for profiles: batches launched and whether a
+/// kept executable graph held their arguments, one-kernel graph launches, and the nodes whose
+/// parameters had to be set (`cuGraphExecKernelNodeSetParams`, a cost a loop over the same
+/// buffers avoids).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GraphCounts {
+    /// Batches launched as one graph ([`Batch::launch`]).
+    pub batches: u64,
+    /// Of those, launched on a kept graph whose nodes held their arguments already.
+    pub held: u64,
+    /// Of those, launched on the least recently used kept graph, some nodes set again.
+    pub reset: u64,
+    /// Of those, launched on a graph made for them.
+    pub made: u64,
+    /// Single kernels launched through their one-node graph.
+    pub single: u64,
+    /// Nodes whose parameters were set before a launch, over both kinds.
+    pub nodes_set: u64,
+}
+
+/// The counters behind [`graph_counts`].
+struct Counters {
+    batches: AtomicU64,
+    held: AtomicU64,
+    reset: AtomicU64,
+    made: AtomicU64,
+    single: AtomicU64,
+    nodes_set: AtomicU64,
+}
+
+static COUNTS: Counters = Counters {
+    batches: AtomicU64::new(0),
+    held: AtomicU64::new(0),
+    reset: AtomicU64::new(0),
+    made: AtomicU64::new(0),
+    single: AtomicU64::new(0),
+    nodes_set: AtomicU64::new(0),
+};
+
+/// The graph launches of this process so far ([`GraphCounts`]).
+pub fn graph_counts() -> GraphCounts {
+    let c = &COUNTS;
+    GraphCounts {
+        batches: c.batches.load(Ordering::Relaxed),
+        held: c.held.load(Ordering::Relaxed),
+        reset: c.reset.load(Ordering::Relaxed),
+        made: c.made.load(Ordering::Relaxed),
+        single: c.single.load(Ordering::Relaxed),
+        nodes_set: c.nodes_set.load(Ordering::Relaxed),
+    }
+}
+
 /// A count of batch launches, telling the least recently launched graph.
 fn next_tick() -> u64 {
     static TICK: AtomicU64 = AtomicU64::new(0);
     TICK.fetch_add(1, Ordering::Relaxed) + 1
 }
 
-/// The batch graphs, keyed by their kernels in order.
-fn batch_graphs() -> &'static Mutex<FxHashMap<Vec<usize>, BatchGraph>> {
-    static G: OnceLock<Mutex<FxHashMap<Vec<usize>, BatchGraph>>> = OnceLock::new();
+/// What a batch graph is kept by: whether its nodes are in line, and its kernels in order.
+type BatchKey = (bool, Vec<usize>);
+
+/// The batch graphs, by [`BatchKey`].
+fn batch_graphs() -> &'static Mutex<FxHashMap<BatchKey, BatchGraph>> {
+    static G: OnceLock<Mutex<FxHashMap<BatchKey, BatchGraph>>> = OnceLock::new();
     G.get_or_init(|| Mutex::new(FxHashMap::default()))
 }
 
@@ -320,25 +388,44 @@ fn batch_graphs() -> &'static Mutex<FxHashMap<Vec<usize>, BatchGraph>> {
 /// launched together by [`Batch::launch`]: one graph launch for all of them, the graph kept
 /// for the next batch of the same kernels. The launches may run at the same time and in any
 /// order, so they must not touch the same bytes (receive buffers of distinct receives, say).
+///
+/// A batch made by [`Batch::in_line`] launches its kernels one after another instead, as a
+/// graph of one straight line: the driver launches that as one stream's work, where
+/// independent nodes are spread over internal streams and joined, which costs host time on
+/// every launch (on an H100, a graph of four nodes launched in about 4 µs in line against
+/// about 8 µs independent, docs/logs/2026-11-27-lean). The kernels then run one at a time: the
+/// choice for work nobody waits for at once.
 pub struct Batch {
     stream: Arc<CudaStream>,
     launches: Vec<Launch>,
+    in_line: bool,
 }
 
 impl std::fmt::Debug for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Batch")
             .field("launches", &self.launches.len())
+            .field("in_line", &self.in_line)
             .finish_non_exhaustive()
     }
 }
 
 impl Batch {
-    /// An empty batch for `stream`.
+    /// An empty batch for `stream`, its kernels free to run at the same time.
     pub fn new(stream: &Arc<CudaStream>) -> Self {
         Batch {
             stream: stream.clone(),
             launches: Vec::new(),
+            in_line: false,
+        }
+    }
+
+    /// An empty batch for `stream` whose kernels run one after another, in the order
+    /// recorded, launched as a graph of one straight line (cheaper to launch; see [`Batch`]).
+    pub fn in_line(stream: &Arc<CudaStream>) -> Self {
+        Batch {
+            in_line: true,
+            ..Batch::new(stream)
         }
     }
 
@@ -414,6 +501,7 @@ impl Batch {
                 .iter()
                 .map(|l| l.func.cu_function() as usize)
                 .collect();
+            let key = (self.in_line, key);
             let mut graphs = lock(batch_graphs());
             if !graphs.contains_key(&key) && graphs.len() >= BATCH_GRAPHS_KEPT {
                 graphs.clear();
@@ -423,15 +511,25 @@ impl Batch {
                 _funcs: self.launches.iter().map(|l| l.func.clone()).collect(),
             });
             let want: Vec<NodeLaunch> = self.launches.iter().map(NodeLaunch::from).collect();
-            let at = match pick(
+            let picked = pick(
                 g.execs.iter().map(|(k, t)| (k.set.as_slice(), *t)),
                 &want,
                 EXECS_PER_BATCH,
-            ) {
+            );
+            COUNTS.batches.fetch_add(1, Ordering::Relaxed);
+            let counter = match picked {
+                Pick::Holds(_) => &COUNTS.held,
+                Pick::Reset(_) => &COUNTS.reset,
+                Pick::New => &COUNTS.made,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            let at = match picked {
                 Pick::Holds(i) | Pick::Reset(i) => i,
                 Pick::New => {
-                    g.execs
-                        .push((KernelGraph::new(&params).map_err(drv(OP))?, 0));
+                    g.execs.push((
+                        KernelGraph::new(&params, &self.launches, self.in_line).map_err(drv(OP))?,
+                        0,
+                    ));
                     g.execs.len() - 1
                 }
             };
