@@ -1132,15 +1132,17 @@ unsafe fn start_lending(
         }
     }
     // The real MPI moves the messages started first (contiguous faces) only inside its calls:
-    // a step of theirs here, one after the loans and one after the markers start, so that
-    // their transfers overlap the start's own work instead of following it.
+    // a step of theirs after the loans and one after the markers start, so that their
+    // transfers overlap the start's own work instead of following it. Not before the loans:
+    // a step there (several microseconds of the real MPI's work) held the notes back, and with
+    // them the peers' unpacks (run 35, docs/logs/2026-11-27-lean: 45 µs an exchange without
+    // it, 51 µs with it).
     let poke = || {
         if !early.is_empty() {
             // SAFETY: MPI initialized (the caller's contract).
             profile::time(Phase::Progress, || unsafe { progress::poke() });
         }
     };
-    poke();
     // SAFETY: the caller's contract: the sends' buffers hold what they send.
     let failed =
         guarded(|| Some(unsafe { persistent::lend_packed(handles) })).unwrap_or_else(|| {
