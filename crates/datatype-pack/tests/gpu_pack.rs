@@ -1208,26 +1208,31 @@ fn relaunch_matches_the_cpu_oracle() {
     ran("relaunch_matches_the_cpu_oracle", t0);
 }
 
+/// How a test batch is made, and its name in failures.
+type MakeBatch = (fn(&Arc<CudaStream>) -> gpu::Batch, &'static str);
+
+/// The three orders of a batch's kernels.
+const BATCH_ORDERS: [MakeBatch; 3] = [
+    (gpu::Batch::new, "independent"),
+    (gpu::Batch::in_line, "in line"),
+    (gpu::Batch::in_launch_order, "in launch order"),
+];
+
 /// One batch round over `cases`: each case's pack (or unpack) recorded into one batch on
-/// `stream` (its kernels one after another where `in_line`) from a fresh source into a fresh
-/// destination at offset `shift`, the batch launched, every destination compared with the CPU
-/// reference.
+/// `stream` (made by `make`) from a fresh source into a fresh destination at offset `shift`,
+/// the batch launched, every destination compared with the CPU reference.
 fn batch_round(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
     cases: &[Case],
-    (unpack, in_line): (bool, bool),
+    (unpack, make): (bool, MakeBatch),
     shift: usize,
 ) -> Result<(), String> {
     let packers: Vec<Packer> = cases
         .iter()
         .map(|c| Packer::new(ctx, &c.plan).map_err(|e| format!("case {}: {e}", c.index)))
         .collect::<Result<_, _>>()?;
-    let mut batch = if in_line {
-        gpu::Batch::in_line(stream)
-    } else {
-        gpu::Batch::new(stream)
-    };
+    let mut batch = (make.0)(stream);
     let mut kept = Vec::new();
     for (c, p) in cases.iter().zip(&packers) {
         let (extent, packed) = (c.plan.extent_end() as usize, c.plan.packed_size() as usize);
@@ -1276,10 +1281,10 @@ fn batch_round(
         r.map_err(|e| e.to_string())?;
         check(got == want, || {
             format!(
-                "case {} batched {}{} (shift {shift}): {}",
+                "case {} batched {} {} (shift {shift}): {}",
                 c.index,
                 if unpack { "unpack" } else { "pack" },
-                if in_line { " in line" } else { "" },
+                make.1,
                 first_diff(&got, &want)
             )
         })?;
@@ -1296,15 +1301,15 @@ fn batch_matches_the_cpu_oracle() {
     // Twelve layouts of every kind, in batches of four: packs on a stream of its own, unpacks
     // on the legacy stream, each batch three times with other buffers: the graph made, kept
     // and launched with new arguments (shift 256 keeps the word sizes), then another set of
-    // kernels where the shift of 24 bytes narrows them; each as a batch of independent
-    // kernels and as one in line.
+    // kernels where the shift of 24 bytes narrows them; each batch in each order of its
+    // kernels.
     let cases: Vec<Case> = pool().into_iter().skip(3).step_by(97).take(12).collect();
     let mut failures = Vec::new();
     for chunk in cases.chunks(4) {
         for (stream, unpack) in [(&own, false), (&legacy, true)] {
-            for in_line in [false, true] {
+            for make in BATCH_ORDERS {
                 for shift in [0, 256, 24] {
-                    if let Err(e) = batch_round(&ctx, stream, chunk, (unpack, in_line), shift) {
+                    if let Err(e) = batch_round(&ctx, stream, chunk, (unpack, make), shift) {
                         failures.push(e);
                     }
                 }

@@ -478,7 +478,6 @@ pub unsafe fn pull_early(rs: Vec<&mut Receive>) -> usize {
         queue_and_launch(
             &mut claimed,
             |r| &r.engine,
-            false,
             |r, batch| {
                 let Some(Early::Lent(peer, _, lent, _)) = &r.early else {
                     return Err(ERR_INTERN);
@@ -538,7 +537,7 @@ pub(crate) unsafe fn queue_and_wait<T, V>(
     enqueue: impl FnMut(&mut T, Option<&mut Batch>) -> std::result::Result<V, c_int>,
 ) -> Vec<std::result::Result<V, c_int>> {
     // SAFETY: the caller's contract; the launches are waited for below.
-    let launched = unsafe { queue_and_launch(items, &engine, false, enqueue) };
+    let launched = unsafe { queue_and_launch(items, &engine, enqueue) };
     wait_launched(items, engine, launched)
 }
 
@@ -555,10 +554,7 @@ pub(crate) struct Launched<V> {
 /// [`Batch`] (launched as one graph, where batches are on); a GPU's only item launches its
 /// kernel alone, through its kept graph, which costs less host time than a batch of one.
 /// `enqueue` returns what the item's work is (`Ok`) or the code it settled with when it queued
-/// nothing. [`wait_launched`] waits. `in_line`: a batch's kernels run one after another
-/// ([`Engine::new_batch`]), for work not waited for at once (the packs of loans: their
-/// receivers' unpacks come many microseconds later), where the launch's host time counts more
-/// than the kernels' running together.
+/// nothing. [`wait_launched`] waits.
 ///
 /// # Safety
 /// `enqueue`'s work for the items of one GPU may share a batch: their kernels touch distinct
@@ -566,7 +562,6 @@ pub(crate) struct Launched<V> {
 pub(crate) unsafe fn queue_and_launch<T, V>(
     items: &mut [T],
     engine: impl Fn(&T) -> &Engine,
-    in_line: bool,
     mut enqueue: impl FnMut(&mut T, Option<&mut Batch>) -> std::result::Result<V, c_int>,
 ) -> Launched<V> {
     let ordinals: Vec<Option<usize>> = items.iter().map(|t| engine(t).ordinal()).collect();
@@ -582,7 +577,7 @@ pub(crate) unsafe fn queue_and_launch<T, V>(
                     Some(at) => at,
                     None => {
                         let batch = if several(o) {
-                            engine(t).new_batch(in_line)
+                            engine(t).new_batch()
                         } else {
                             None
                         };

@@ -233,12 +233,9 @@ pub unsafe fn pack(handles: &[u64], wait: bool) -> c_int {
     // is written by its pack alone, so the packs of one batch write distinct bytes; fresh
     // staging not waited for here is kept until its stream is waited for or its loan ends.
     let settled = unsafe {
-        // Packs not waited for here are only read by the peers' unpacks, many microseconds
-        // later: one after another, launched in less host time.
         let launched = queue_and_launch(
             &mut sends,
             |(_, o)| &o.engine,
-            !wait,
             |(_, o), batch| {
                 let into = match &mut o.fresh {
                     Some((fresh, _)) => fresh,

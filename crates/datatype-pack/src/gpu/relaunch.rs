@@ -9,8 +9,9 @@
 //! them. The driver then replays a prepared launch instead of
 //! building one. On an H100 (docs/logs/2026-11-27-floor) that took 1.7 µs of host time against
 //! 3.7 µs for `cuLaunchKernel`, and a pack of 512 KiB launched and waited for 7.6 µs against
-//! 10.1 µs. A batch's graph has one node per launch, none depending on another (the launches
-//! must not touch the same bytes), and is kept per sequence of kernels, so that the same calls
+//! 10.1 µs. A batch's graph has one node per launch (the launches must not touch the same
+//! bytes), independent, in one line, or in a line of launch-order edges (see [`Batch`]), and
+//! is kept per order and sequence of kernels, so that the same calls
 //! in a loop (a halo exchange's unpacks) reuse it; up to [`EXECS_PER_BATCH`] executable graphs
 //! are kept per sequence, each holding the arguments of its last launch, so that a loop
 //! alternating between a few sets of buffers (double-buffered staging) sets none.
@@ -119,13 +120,13 @@ fn node_params(
 }
 
 impl KernelGraph {
-    /// A graph of one kernel node per entry of `params`, instantiated: independent nodes, or
-    /// (`in_line`) each after the one before. Its nodes hold `launches`, which `params`
-    /// describe (so its first launch sets none).
+    /// A graph of one kernel node per entry of `params`, instantiated, its nodes ordered as
+    /// `order` says. Its nodes hold `launches`, which `params` describe (so its first launch
+    /// sets none).
     fn new(
         params: &[sys::CUDA_KERNEL_NODE_PARAMS],
         launches: &[Launch],
-        in_line: bool,
+        order: Order,
     ) -> std::result::Result<Self, DriverError> {
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: `graph` is a valid out-pointer; flags must be 0.
@@ -139,7 +140,7 @@ impl KernelGraph {
         for p in params {
             let mut node: CUgraphNode = std::ptr::null_mut();
             let (deps, n) = match g.nodes.last() {
-                Some(prev) if in_line => (prev as *const CUgraphNode, 1),
+                Some(prev) if order == Order::Line => (prev as *const CUgraphNode, 1),
                 _ => (std::ptr::null(), 0),
             };
             // SAFETY: `g.graph` is live; `deps` points at `n` of its nodes; `p` and the
@@ -147,6 +148,23 @@ impl KernelGraph {
             // `g` is dropped, which destroys the graph.
             unsafe { sys::cuGraphAddKernelNode_v2(&mut node, g.graph, deps, n, p) }.result()?;
             g.nodes.push(node);
+        }
+        if order == Order::Launches {
+            // Each node launched once every block of the one before has begun: an edge of the
+            // launch order (a programmatic dependency from its launch-order port), which does
+            // not wait for the kernel before to finish.
+            let edge = sys::CUgraphEdgeData {
+                from_port: sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER as u8,
+                to_port: 0,
+                type_: sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8,
+                reserved: [0; 5],
+            };
+            for pair in g.nodes.windows(2) {
+                // SAFETY: both nodes are `g.graph`'s; one edge, described by `edge`, which the
+                // call copies.
+                unsafe { sys::cuGraphAddDependencies_v2(g.graph, &pair[0], &pair[1], &edge, 1) }
+                    .result()?;
+            }
         }
         // SAFETY: `g.graph` holds the nodes; `g.exec` is a valid out-pointer.
         unsafe { sys::cuGraphInstantiateWithFlags(&mut g.exec, g.graph, 0) }.result()?;
@@ -260,7 +278,7 @@ impl Graphs {
             // launch; the stream is not capturing.
             unsafe { g.launch(&params, &one, stream) }?;
         } else {
-            let mut g = KernelGraph::new(&params, &one, false)?;
+            let mut g = KernelGraph::new(&params, &one, Order::Free)?;
             // SAFETY: as above; the node was just made with these parameters.
             unsafe { g.launch(&params, &one, stream) }?;
             map.insert(key, g);
@@ -373,8 +391,20 @@ fn next_tick() -> u64 {
     TICK.fetch_add(1, Ordering::Relaxed) + 1
 }
 
-/// What a batch graph is kept by: whether its nodes are in line, and its kernels in order.
-type BatchKey = (bool, Vec<usize>);
+/// What a batch graph is kept by: how its nodes are ordered, and its kernels in order.
+type BatchKey = (Order, Vec<usize>);
+
+/// How the kernels of a batch are ordered in its graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Order {
+    /// Independent nodes ([`Batch::new`]).
+    Free,
+    /// Each node after the one before has finished ([`Batch::in_line`]).
+    Line,
+    /// Each node launched once every block of the one before has begun
+    /// ([`Batch::in_launch_order`]).
+    Launches,
+}
 
 /// The batch graphs, by [`BatchKey`].
 fn batch_graphs() -> &'static Mutex<FxHashMap<BatchKey, BatchGraph>> {
@@ -392,20 +422,24 @@ fn batch_graphs() -> &'static Mutex<FxHashMap<BatchKey, BatchGraph>> {
 /// A batch made by [`Batch::in_line`] launches its kernels one after another instead, as a
 /// graph of one straight line: the driver launches that as one stream's work, where
 /// independent nodes are spread over internal streams and joined, which costs host time on
-/// every launch (on an H100, a graph of four nodes launched in about 4 µs in line against
-/// about 8 µs independent, docs/logs/2026-11-27-lean). The kernels then run one at a time: the
-/// choice for work nobody waits for at once.
+/// every launch (on an H100 host of the same kind, a graph of four nodes launched in about
+/// 3-4 µs in line against about 7-8 µs independent, docs/logs/2026-11-27-lean runs 32-33). The
+/// kernels then run one at a time. A batch made by [`Batch::in_launch_order`] is a straight
+/// line whose edges only order the launches (each kernel starts once every block of the one
+/// before has begun), so that its kernels still run together, and it launches as cheaply as a
+/// line (3.1-3.4 µs for four unpacks from a peer's memory, run 37, where in line they ran one
+/// at a time and the wait for them grew from 2 to 15 µs, run 35).
 pub struct Batch {
     stream: Arc<CudaStream>,
     launches: Vec<Launch>,
-    in_line: bool,
+    order: Order,
 }
 
 impl std::fmt::Debug for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Batch")
             .field("launches", &self.launches.len())
-            .field("in_line", &self.in_line)
+            .field("order", &self.order)
             .finish_non_exhaustive()
     }
 }
@@ -416,7 +450,7 @@ impl Batch {
         Batch {
             stream: stream.clone(),
             launches: Vec::new(),
-            in_line: false,
+            order: Order::Free,
         }
     }
 
@@ -424,7 +458,20 @@ impl Batch {
     /// recorded, launched as a graph of one straight line (cheaper to launch; see [`Batch`]).
     pub fn in_line(stream: &Arc<CudaStream>) -> Self {
         Batch {
-            in_line: true,
+            order: Order::Line,
+            ..Batch::new(stream)
+        }
+    }
+
+    /// An empty batch for `stream` whose kernels are launched one after another, in the order
+    /// recorded, each once every thread block of the one before has begun (a straight line of
+    /// launch-order edges, `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER`): they run together, as
+    /// [`Batch::new`]'s do, and the graph launches as one stream's work, as
+    /// [`Batch::in_line`]'s does. Such edges need a GPU of compute capability 9.0 or later;
+    /// where the driver refuses them, the batch's graph has independent nodes.
+    pub fn in_launch_order(stream: &Arc<CudaStream>) -> Self {
+        Batch {
+            order: Order::Launches,
             ..Batch::new(stream)
         }
     }
@@ -501,7 +548,7 @@ impl Batch {
                 .iter()
                 .map(|l| l.func.cu_function() as usize)
                 .collect();
-            let key = (self.in_line, key);
+            let key = (self.order, key);
             let mut graphs = lock(batch_graphs());
             if !graphs.contains_key(&key) && graphs.len() >= BATCH_GRAPHS_KEPT {
                 graphs.clear();
@@ -526,10 +573,16 @@ impl Batch {
             let at = match picked {
                 Pick::Holds(i) | Pick::Reset(i) => i,
                 Pick::New => {
-                    g.execs.push((
-                        KernelGraph::new(&params, &self.launches, self.in_line).map_err(drv(OP))?,
-                        0,
-                    ));
+                    let made = KernelGraph::new(&params, &self.launches, self.order)
+                        .or_else(|e| match self.order {
+                            // Launch-order edges refused (an older GPU): independent nodes.
+                            Order::Launches => {
+                                KernelGraph::new(&params, &self.launches, Order::Free)
+                            }
+                            _ => Err(e),
+                        })
+                        .map_err(drv(OP))?;
+                    g.execs.push((made, 0));
                     g.execs.len() - 1
                 }
             };
