@@ -467,8 +467,9 @@ impl Batch {
     /// recorded, each once every thread block of the one before has begun (a straight line of
     /// launch-order edges, `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER`): they run together, as
     /// [`Batch::new`]'s do, and the graph launches as one stream's work, as
-    /// [`Batch::in_line`]'s does. Such edges need a GPU of compute capability 9.0 or later;
-    /// where the driver refuses them, the batch's graph has independent nodes.
+    /// [`Batch::in_line`]'s does. Such edges let kernels overlap on GPUs of compute
+    /// capability 9.0 or later; before, the kernels may run one after another, as in line.
+    /// Where the driver refuses the edges, the batch's graph has independent nodes.
     pub fn in_launch_order(stream: &Arc<CudaStream>) -> Self {
         Batch {
             order: Order::Launches,
