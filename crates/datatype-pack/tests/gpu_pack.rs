@@ -1299,10 +1299,10 @@ fn batch_matches_the_cpu_oracle() {
     let own = ctx.new_stream().unwrap();
     let legacy = ctx.default_stream();
     // Twelve layouts of every kind, in batches of four: packs on a stream of its own, unpacks
-    // on the legacy stream, each batch three times with other buffers: the graph made, kept
-    // and launched with new arguments (shift 256 keeps the word sizes), then another set of
-    // kernels where the shift of 24 bytes narrows them; each batch in each order of its
-    // kernels.
+    // on the legacy stream, each batch three times with other buffers: a graph made, a second
+    // one kept beside it for the same kernels with other arguments (shift 256 keeps the word
+    // sizes), then another set of kernels where the shift of 24 bytes narrows them; each
+    // batch in each order of its kernels.
     let cases: Vec<Case> = pool().into_iter().skip(3).step_by(97).take(12).collect();
     let mut failures = Vec::new();
     for chunk in cases.chunks(4) {

@@ -1060,7 +1060,7 @@ unsafe fn start(reqs: *mut MPI_Request, n: c_int, real: impl FnOnce() -> c_int) 
 /// A start with sends the direct path may lend (`MPI_Startall` starts its requests in any
 /// order): every request but those sends, and the sends that must follow them (the same
 /// destination and tag), starts first, so that the peers' sends find the interposer's receives
-/// announced and the messages the real MPI moves (contiguous faces) are under way while the
+/// announced and the messages the real MPI moves (contiguous faces) are started before the
 /// lent sends are packed (where `pack`: launched, not waited for) and wait for their ready
 /// messages; then each lendable send is lent or packed into its own staging
 /// ([`persistent::lend_packed`]); then those sends start in their order, lent ones by their

@@ -16,7 +16,7 @@
 //! | memory | [`memory`] | device or host, asked of the CUDA driver loaded at run time |
 //! | engines | `engine` | GPU packers and staging pools; the CPU reference for the testing mode |
 //! | settings | [`config`] | the `COLLECTIVES_INTERPOSE_*` variables |
-//! | progress | `progress` | lets the real MPI move its messages while a lending start packs and lends (a probe that finds nothing) |
+//! | progress | `progress` | lets the real MPI move its messages during a lending start, after its loans (a probe that finds nothing) |
 //! | profile | `profile` | host wall time per phase of each call, printed at `MPI_Finalize` (`COLLECTIVES_INTERPOSE_PROFILE=1`) |
 //!
 //! Anything the interposer does not take, and any failure before the real MPI has the

@@ -11,9 +11,9 @@
 //! 3.7 µs for `cuLaunchKernel`, and a pack of 512 KiB launched and waited for 7.6 µs against
 //! 10.1 µs. A batch's graph has one node per launch (the launches must not touch the same
 //! bytes), independent, in one line, or in a line of launch-order edges (see [`Batch`]), and
-//! is kept per order and sequence of kernels, so that the same calls
-//! in a loop (a halo exchange's unpacks) reuse it; up to [`EXECS_PER_BATCH`] executable graphs
-//! are kept per sequence, each holding the arguments of its last launch, so that a loop
+//! is kept per order and sequence of kernels, so that the same calls in a loop (a halo
+//! exchange's unpacks) reuse it; up to [`EXECS_PER_BATCH`] executable graphs are kept per
+//! order and sequence, each holding the arguments of its last launch, so that a loop
 //! alternating between a few sets of buffers (double-buffered staging) sets none.
 //!
 //! What it changes besides the time: launches of one executable graph run in the order they
@@ -37,8 +37,9 @@ use super::driver::{drv, guard};
 /// Batch graphs kept at most, over all contexts; more are made after dropping all.
 const BATCH_GRAPHS_KEPT: usize = 64;
 
-/// A graph of kernel nodes without dependencies between them and the executable graph made
-/// from it, with what each node launches now (its parameters as last set).
+/// A graph of kernel nodes, ordered as its batch's [`Order`] says (none for a single kernel),
+/// and the executable graph made from it, with what each node launches now (its parameters as
+/// made or last set).
 struct KernelGraph {
     graph: CUgraph,
     nodes: Vec<CUgraphNode>,
@@ -205,8 +206,8 @@ impl KernelGraph {
             set_now += 1;
         }
         COUNTS.nodes_set.fetch_add(set_now, Ordering::Relaxed);
-        // SAFETY: the executable graph is live with every node's arguments just set; the
-        // caller's contract for the stream.
+        // SAFETY: the executable graph is live and every node holds its launch's parameters
+        // (set above, or held already); the caller's contract for the stream.
         unsafe { sys::cuGraphLaunch(self.exec, stream.cu_stream()) }.result()
     }
 }
@@ -242,8 +243,9 @@ pub(super) struct Graphs {
 
 impl Graphs {
     /// Launches `func` on `stream` with `grid`, `block` and the arguments `(src, dst)` through
-    /// its graph (the parameters made as a batch's, [`node_params`]). Returns `Ok(false)`, launching nothing, when the stream is being captured (or
-    /// the driver cannot say), for the caller to launch the kernel directly.
+    /// its graph (the parameters made as a batch's, [`node_params`]). Returns `Ok(false)`,
+    /// launching nothing, when the stream is being captured (or the driver cannot say), for
+    /// the caller to launch the kernel directly.
     ///
     /// # Safety
     /// `func` is a kernel of the stream's context taking `(const unsigned char*, unsigned
@@ -287,9 +289,9 @@ impl Graphs {
     }
 }
 
-/// Executable graphs kept per sequence of kernels, each holding the arguments of its last
-/// launch: a loop that alternates between a few sets of buffers (double-buffered staging, a
-/// persistent request's few loans) finds one that holds its arguments already.
+/// Executable graphs kept per order and sequence of kernels, each holding the arguments of its
+/// last launch: a loop that alternates between a few sets of buffers (double-buffered staging,
+/// a persistent request's few loans) finds one that holds its arguments already.
 const EXECS_PER_BATCH: usize = 4;
 
 /// A batch's executable graphs (up to [`EXECS_PER_BATCH`]), each with the tick of its last
@@ -469,7 +471,8 @@ impl Batch {
     /// [`Batch::new`]'s do, and the graph launches as one stream's work, as
     /// [`Batch::in_line`]'s does. Such edges let kernels overlap on GPUs of compute
     /// capability 9.0 or later; before, the kernels may run one after another, as in line.
-    /// Where the driver refuses the edges, the batch's graph has independent nodes.
+    /// They need a driver of CUDA 12.3 or later (`cuGraphAddDependencies_v2`); where the
+    /// driver returns an error for them, the batch's graph has independent nodes.
     pub fn in_launch_order(stream: &Arc<CudaStream>) -> Self {
         Batch {
             order: Order::Launches,
@@ -576,7 +579,7 @@ impl Batch {
                 Pick::New => {
                     let made = KernelGraph::new(&params, &self.launches, self.order)
                         .or_else(|e| match self.order {
-                            // Launch-order edges refused (an older GPU): independent nodes.
+                            // Launch-order edges refused by the driver: independent nodes.
                             Order::Launches => {
                                 KernelGraph::new(&params, &self.launches, Order::Free)
                             }
