@@ -1211,10 +1211,9 @@ fn relaunch_matches_the_cpu_oracle() {
 /// How a test batch is made, and its name in failures.
 type MakeBatch = (fn(&Arc<CudaStream>) -> gpu::Batch, &'static str);
 
-/// The three orders of a batch's kernels.
-const BATCH_ORDERS: [MakeBatch; 3] = [
+/// The two orders of a batch's kernels.
+const BATCH_ORDERS: [MakeBatch; 2] = [
     (gpu::Batch::new, "independent"),
-    (gpu::Batch::in_line, "in line"),
     (gpu::Batch::in_launch_order, "in launch order"),
 ];
 

@@ -10,7 +10,7 @@
 //! building one. On an H100 (docs/logs/2026-11-27-floor) that took 1.7 µs of host time against
 //! 3.7 µs for `cuLaunchKernel`, and a pack of 512 KiB launched and waited for 7.6 µs against
 //! 10.1 µs. A batch's graph has one node per launch (the launches must not touch the same
-//! bytes), independent, in one line, or in a line of launch-order edges (see [`Batch`]), and
+//! bytes), independent or in a line of launch-order edges (see [`Batch`]), and
 //! is kept per order and sequence of kernels, so that the same calls in a loop (a halo
 //! exchange's unpacks) reuse it; up to [`EXECS_PER_BATCH`] executable graphs are kept per
 //! order and sequence, each holding the arguments of its last launch, so that a loop
@@ -140,14 +140,11 @@ impl KernelGraph {
         };
         for p in params {
             let mut node: CUgraphNode = std::ptr::null_mut();
-            let (deps, n) = match g.nodes.last() {
-                Some(prev) if order == Order::Line => (prev as *const CUgraphNode, 1),
-                _ => (std::ptr::null(), 0),
-            };
-            // SAFETY: `g.graph` is live; `deps` points at `n` of its nodes; `p` and the
-            // arguments it points at are valid for the call, which copies them. On an error
-            // `g` is dropped, which destroys the graph.
-            unsafe { sys::cuGraphAddKernelNode_v2(&mut node, g.graph, deps, n, p) }.result()?;
+            // SAFETY: `g.graph` is live; the node has no dependencies (edges come below); `p`
+            // and the arguments it points at are valid for the call, which copies them. On an
+            // error `g` is dropped, which destroys the graph.
+            unsafe { sys::cuGraphAddKernelNode_v2(&mut node, g.graph, std::ptr::null(), 0, p) }
+                .result()?;
             g.nodes.push(node);
         }
         if order == Order::Launches {
@@ -401,8 +398,6 @@ type BatchKey = (Order, Vec<usize>);
 enum Order {
     /// Independent nodes ([`Batch::new`]).
     Free,
-    /// Each node after the one before has finished ([`Batch::in_line`]).
-    Line,
     /// Each node launched once every block of the one before has begun
     /// ([`Batch::in_launch_order`]).
     Launches,
@@ -421,16 +416,14 @@ fn batch_graphs() -> &'static Mutex<FxHashMap<BatchKey, BatchGraph>> {
 /// for the next batch of the same kernels. The launches may run at the same time and in any
 /// order, so they must not touch the same bytes (receive buffers of distinct receives, say).
 ///
-/// A batch made by [`Batch::in_line`] launches its kernels one after another instead, as a
-/// graph of one straight line: the driver launches that as one stream's work, where
-/// independent nodes are spread over internal streams and joined, which costs host time on
-/// every launch (on an H100 host of the same kind, a graph of four nodes launched in about
-/// 3-4 µs in line against about 7-8 µs independent, docs/logs/2026-11-27-lean runs 32-33). The
-/// kernels then run one at a time. A batch made by [`Batch::in_launch_order`] is a straight
-/// line whose edges only order the launches (each kernel starts once every block of the one
-/// before has begun), so that its kernels still run together, and it launches as cheaply as a
-/// line (3.1-3.4 µs for four unpacks from a peer's memory, run 37, where in line they ran one
-/// at a time and the wait for them grew from 2 to 15 µs, run 35).
+/// The driver spreads a graph's independent nodes over internal streams and joins them, which
+/// costs host time on every launch; a straight line of nodes launches as one stream's work (on
+/// an H100 host of the same kind, four nodes in about 3-4 µs against about 7-8 µs,
+/// docs/logs/2026-11-27-lean runs 32-33), but with plain edges its kernels run one at a time
+/// (four unpacks from a peer's memory waited for in 15 µs against 2, run 35). A batch made by
+/// [`Batch::in_launch_order`] is a straight line whose edges only order the launches (each
+/// kernel starts once every block of the one before has begun): its kernels still run
+/// together, and it launches as cheaply as a line (3.1-3.4 µs for those four unpacks, run 37).
 pub struct Batch {
     stream: Arc<CudaStream>,
     launches: Vec<Launch>,
@@ -456,21 +449,12 @@ impl Batch {
         }
     }
 
-    /// An empty batch for `stream` whose kernels run one after another, in the order
-    /// recorded, launched as a graph of one straight line (cheaper to launch; see [`Batch`]).
-    pub fn in_line(stream: &Arc<CudaStream>) -> Self {
-        Batch {
-            order: Order::Line,
-            ..Batch::new(stream)
-        }
-    }
-
     /// An empty batch for `stream` whose kernels are launched one after another, in the order
     /// recorded, each once every thread block of the one before has begun (a straight line of
     /// launch-order edges, `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER`): they run together, as
-    /// [`Batch::new`]'s do, and the graph launches as one stream's work, as
-    /// [`Batch::in_line`]'s does. Such edges let kernels overlap on GPUs of compute
-    /// capability 9.0 or later; before, the kernels may run one after another, as in line.
+    /// [`Batch::new`]'s do, and the graph launches as one stream's work (see [`Batch`]). Such
+    /// edges let kernels overlap on GPUs of compute capability 9.0 or later; before, the
+    /// kernels may run one after another.
     /// They need a driver of CUDA 12.3 or later (`cuGraphAddDependencies_v2`); where the
     /// driver returns an error for them, the batch's graph has independent nodes.
     pub fn in_launch_order(stream: &Arc<CudaStream>) -> Self {
