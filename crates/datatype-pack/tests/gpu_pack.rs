@@ -1374,7 +1374,10 @@ fn relaunch_with_the_same_arguments_runs_again() {
     // A kept graph launched again with the arguments it already holds skips setting them: the
     // kernel must still run each time (the destination is cleared before every launch), and
     // arguments that change back and forth must be set again: single launches go through six
-    // argument sets in turn (two sources, three destination slots), batches through two.
+    // argument sets in turn (two sources, three destination slots), batches through two; then
+    // batches of each order through six sets of the same kernels, more than the graphs kept
+    // per sequence of kernels (four), so the least recently launched graph has its nodes set
+    // again (a reset), and back to the first sets.
     let ctx = ctx();
     let stream = ctx.new_stream().unwrap();
     let plan = StridedBlock::from_type(&vector(4096, 3, 7, 4).unwrap()).unwrap();
@@ -1396,29 +1399,9 @@ fn relaunch_with_the_same_arguments_runs_again() {
     ];
     let slots = 3;
     let mut d_out = stream.alloc_zeros::<u8>(slots * packed).unwrap();
-    // Rounds of launches (source, destination slot), one launch or a batch of them.
-    let rounds: [&[(usize, usize)]; 19] = [
-        &[(0, 0)],
-        &[(0, 0)],
-        &[(1, 1)],
-        &[(0, 0)],
-        &[(0, 0), (1, 1)],
-        &[(0, 0), (1, 1)],
-        &[(1, 0), (0, 1)],
-        &[(0, 0), (1, 1)],
-        &[(0, 0), (1, 1)],
-        &[(1, 2)],
-        &[(0, 2)],
-        &[(1, 0)],
-        &[(0, 1)],
-        &[(1, 2)],
-        &[(0, 0)],
-        &[(1, 1)],
-        &[(0, 2)],
-        &[(0, 0)],
-        &[(1, 2)],
-    ];
-    for (r, launches) in rounds.iter().enumerate() {
+    // One round: the launches (source, destination slot), alone or as a batch made by
+    // `make`, into a cleared destination, every slot checked after.
+    let mut round = |r: &str, launches: &[(usize, usize)], make: MakeBatch| {
         {
             let (a, _ra) = d_src[0].device_ptr(&stream);
             let (b, _rb) = d_src[1].device_ptr(&stream);
@@ -1435,7 +1418,7 @@ fn relaunch_with_the_same_arguments_runs_again() {
             }
             .result()
             .unwrap();
-            let mut batch = gpu::Batch::new(&stream);
+            let mut batch = (make.0)(&stream);
             for &(src, slot) in launches.iter() {
                 let sp = [a, b][src];
                 let dp = out + (slot * packed) as u64;
@@ -1459,15 +1442,66 @@ fn relaunch_with_the_same_arguments_runs_again() {
             match launches.iter().find(|&&(_, s)| s == slot) {
                 Some(&(src, _)) => assert!(
                     span == &wants[src][..],
-                    "round {r}, slot {slot}: {}",
+                    "round {r} ({}), slot {slot}: {}",
+                    make.1,
                     first_diff(span, &wants[src])
                 ),
                 None => assert!(
                     span.iter().all(|&x| x == 0),
-                    "round {r}, slot {slot} written"
+                    "round {r} ({}), slot {slot} written",
+                    make.1
                 ),
             }
         }
+    };
+    let rounds: [&[(usize, usize)]; 19] = [
+        &[(0, 0)],
+        &[(0, 0)],
+        &[(1, 1)],
+        &[(0, 0)],
+        &[(0, 0), (1, 1)],
+        &[(0, 0), (1, 1)],
+        &[(1, 0), (0, 1)],
+        &[(0, 0), (1, 1)],
+        &[(0, 0), (1, 1)],
+        &[(1, 2)],
+        &[(0, 2)],
+        &[(1, 0)],
+        &[(0, 1)],
+        &[(1, 2)],
+        &[(0, 0)],
+        &[(1, 1)],
+        &[(0, 2)],
+        &[(0, 0)],
+        &[(1, 2)],
+    ];
+    for (r, launches) in rounds.iter().enumerate() {
+        round(&r.to_string(), launches, BATCH_ORDERS[0]);
+    }
+    // Six sets of the same two kernels, then the first two again: at least four resets per
+    // order (the fifth and sixth sets, and the first two, which were reset away).
+    let sets: [&[(usize, usize)]; 8] = [
+        &[(0, 0), (1, 1)],
+        &[(1, 0), (0, 1)],
+        &[(0, 1), (1, 2)],
+        &[(1, 1), (0, 2)],
+        &[(0, 2), (1, 0)],
+        &[(1, 2), (0, 0)],
+        &[(0, 0), (1, 1)],
+        &[(1, 0), (0, 1)],
+    ];
+    for make in BATCH_ORDERS {
+        let before = gpu::graph_counts();
+        for (r, launches) in sets.iter().enumerate() {
+            round(&format!("set {r}"), launches, make);
+        }
+        let after = gpu::graph_counts();
+        assert!(
+            after.reset >= before.reset + 4,
+            "{}: {} resets over eight batches of six sets ({before:?} then {after:?})",
+            make.1,
+            after.reset - before.reset
+        );
     }
 }
 

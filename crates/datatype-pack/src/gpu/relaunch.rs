@@ -23,7 +23,7 @@
 
 use rustc_hash::FxHashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode};
@@ -270,7 +270,6 @@ impl Graphs {
         let (mut addresses, mut args) = ([[0; 2]], [[std::ptr::null_mut(); 2]]);
         let params = node_params(&one, &mut addresses, &mut args);
         let mut map = lock(&self.map);
-        COUNTS.single.fetch_add(1, Ordering::Relaxed);
         let key = func.cu_function() as usize;
         if let Some(g) = map.get_mut(&key) {
             // SAFETY: the graph's one node launches `func`; the caller's contract for the
@@ -282,6 +281,7 @@ impl Graphs {
             unsafe { g.launch(&params, &one, stream) }?;
             map.insert(key, g);
         }
+        COUNTS.single.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
 }
@@ -333,9 +333,9 @@ fn pick<'a>(
 }
 
 /// How the graph launches of this process went, for profiles: batches launched and whether a
-/// kept executable graph held their arguments, one-kernel graph launches, and the nodes whose
-/// parameters had to be set (`cuGraphExecKernelNodeSetParams`, a cost a loop over the same
-/// buffers avoids).
+/// kept executable graph held their arguments, one-kernel graph launches (launches that
+/// succeeded), and the nodes whose parameters had to be set (`cuGraphExecKernelNodeSetParams`,
+/// a cost a loop over the same buffers avoids).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GraphCounts {
     /// Batches launched as one graph ([`Batch::launch`]).
@@ -403,6 +403,45 @@ enum Order {
     Launches,
 }
 
+/// The first driver with launch-order edges (`cuGraphAddDependencies_v2`): CUDA 12.3, as
+/// `cuDriverGetVersion` writes it.
+const LAUNCH_ORDER_DRIVER: i32 = 12030;
+
+/// Whether a driver of this version (`cuDriverGetVersion`'s number) has launch-order edges.
+fn has_launch_order(driver_version: i32) -> bool {
+    driver_version >= LAUNCH_ORDER_DRIVER
+}
+
+/// Set once the driver refused launch-order edges: later batches asked for launch order get
+/// independent nodes without asking again.
+static LAUNCH_ORDER_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The order a batch asked for `order` gets: launch order only where the driver has it (CUDA
+/// 12.3 or later, asked once per process; an older driver lacks the function, which the
+/// bindings would panic on) and has not refused it; else independent nodes.
+fn usable(order: Order) -> Order {
+    static DRIVER_HAS_IT: OnceLock<bool> = OnceLock::new();
+    if order != Order::Launches || LAUNCH_ORDER_REFUSED.load(Ordering::Relaxed) {
+        return Order::Free;
+    }
+    let has = *DRIVER_HAS_IT.get_or_init(|| {
+        let version = std::panic::catch_unwind(|| {
+            let mut v = 0;
+            // SAFETY: `v` is a valid out-pointer; `cuDriverGetVersion` may be called before
+            // `cuInit` and is in every driver. A panic (the library not loadable) is caught.
+            unsafe { sys::cuDriverGetVersion(&mut v) }
+                .result()
+                .map(|()| v)
+        });
+        matches!(version, Ok(Ok(v)) if has_launch_order(v))
+    });
+    if has {
+        Order::Launches
+    } else {
+        Order::Free
+    }
+}
+
 /// The batch graphs, by [`BatchKey`].
 fn batch_graphs() -> &'static Mutex<FxHashMap<BatchKey, BatchGraph>> {
     static G: OnceLock<Mutex<FxHashMap<BatchKey, BatchGraph>>> = OnceLock::new();
@@ -455,8 +494,9 @@ impl Batch {
     /// [`Batch::new`]'s do, and the graph launches as one stream's work (see [`Batch`]). Such
     /// edges let kernels overlap on GPUs of compute capability 9.0 or later; before, the
     /// kernels may run one after another.
-    /// They need a driver of CUDA 12.3 or later (`cuGraphAddDependencies_v2`); where the
-    /// driver returns an error for them, the batch's graph has independent nodes.
+    /// They need a driver of CUDA 12.3 or later (`cuGraphAddDependencies_v2`): under an
+    /// older driver (asked once per process), or once the driver has returned an error for
+    /// them, the batch's graph has independent nodes.
     pub fn in_launch_order(stream: &Arc<CudaStream>) -> Self {
         Batch {
             order: Order::Launches,
@@ -536,7 +576,8 @@ impl Batch {
                 .iter()
                 .map(|l| l.func.cu_function() as usize)
                 .collect();
-            let key = (self.order, key);
+            let order = usable(self.order);
+            let key = (order, key);
             let mut graphs = lock(batch_graphs());
             if !graphs.contains_key(&key) && graphs.len() >= BATCH_GRAPHS_KEPT {
                 graphs.clear();
@@ -551,23 +592,19 @@ impl Batch {
                 &want,
                 EXECS_PER_BATCH,
             );
-            COUNTS.batches.fetch_add(1, Ordering::Relaxed);
-            let counter = match picked {
-                Pick::Holds(_) => &COUNTS.held,
-                Pick::Reset(_) => &COUNTS.reset,
-                Pick::New => &COUNTS.made,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
             let at = match picked {
                 Pick::Holds(i) | Pick::Reset(i) => i,
                 Pick::New => {
-                    let made = KernelGraph::new(&params, &self.launches, self.order)
-                        .or_else(|e| match self.order {
-                            // Launch-order edges refused by the driver: independent nodes.
+                    let made = KernelGraph::new(&params, &self.launches, order)
+                        .or_else(|e| match order {
+                            // Launch-order edges refused by the driver: independent nodes,
+                            // now and for every later batch (this graph is kept under the
+                            // launch-order key until the graphs are dropped).
                             Order::Launches => {
+                                LAUNCH_ORDER_REFUSED.store(true, Ordering::Relaxed);
                                 KernelGraph::new(&params, &self.launches, Order::Free)
                             }
-                            _ => Err(e),
+                            Order::Free => Err(e),
                         })
                         .map_err(drv(OP))?;
                     g.execs.push((made, 0));
@@ -579,7 +616,15 @@ impl Batch {
             *last = tick;
             // SAFETY: the graph was made for these kernels in this order; each launch was
             // promised sound when recorded; the stream is live and not capturing.
-            unsafe { graph.launch(&params, &self.launches, stream) }.map_err(drv(OP))
+            unsafe { graph.launch(&params, &self.launches, stream) }.map_err(drv(OP))?;
+            COUNTS.batches.fetch_add(1, Ordering::Relaxed);
+            let counter = match picked {
+                Pick::Holds(_) => &COUNTS.held,
+                Pick::Reset(_) => &COUNTS.reset,
+                Pick::New => &COUNTS.made,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            Ok(())
         })
     }
 }
@@ -596,6 +641,16 @@ mod tests {
             src,
             dst: 0x100,
         }
+    }
+
+    #[test]
+    fn launch_order_needs_a_driver_of_cuda_12_3() {
+        assert!(!has_launch_order(12020));
+        assert!(!has_launch_order(11080));
+        assert!(has_launch_order(12030));
+        assert!(has_launch_order(13000));
+        // Independent nodes are asked for as they are, whatever the driver.
+        assert_eq!(usable(Order::Free), Order::Free);
     }
 
     #[test]
