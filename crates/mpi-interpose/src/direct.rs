@@ -97,6 +97,10 @@ enum Landing {
     Carry,
     /// Unpacked from the sender's lent staging (a device buffer).
     Pull,
+    /// Not announced: the receive takes its message through the real MPI, as a receive of
+    /// that source and tag lately did (see [`wasted`]); its sender need not wait for a ready
+    /// message.
+    Bytes,
 }
 
 /// A receive's ready message, as the sender reads it.
@@ -501,6 +505,7 @@ fn encode_ready(tag: c_int, seq: u64, packed: u64, landing: Landing) -> Vec<u8> 
     let kind = match landing {
         Landing::Carry => 0,
         Landing::Pull => 1,
+        Landing::Bytes => 2,
     };
     to_bytes(&[tag as u32 as u64, seq, packed, kind])
 }
@@ -510,6 +515,7 @@ fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
     let landing = match w[3] {
         0 => Landing::Carry,
         1 => Landing::Pull,
+        2 => Landing::Bytes,
         _ => return None,
     };
     Some((
@@ -678,12 +684,6 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
     if !st.settled || !st.on_node(source) {
         return;
     }
-    if let Some((skip, _)) = st.backoff.get_mut(&(source, tag)) {
-        if *skip > 0 {
-            *skip -= 1;
-            return;
-        }
-    }
     let landing = match &r.engine {
         Engine::Gpu(..) => match reaches(&mut st, source, &r.engine) {
             Some(true) => Landing::Pull,
@@ -692,6 +692,20 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         Engine::Cpu if config::get().direct == Direct::Carry => Landing::Carry,
         Engine::Cpu => return,
     };
+    if let Some((skip, _)) = st.backoff.get_mut(&(source, tag)) {
+        if *skip > 0 {
+            *skip -= 1;
+            // Said all the same, so that a sender that saw the last ones of this tag come
+            // sends its bytes at once instead of waiting for a ready message in vain.
+            let msg = encode_ready(tag, seq, r.plan.packed_size(), Landing::Bytes);
+            if profile::time(Phase::Announce, || post(&mut st, source, READY_TAG, &msg)) {
+                log!(
+                    "direct path: message {seq} from rank {source} with tag {tag}: asks for bytes"
+                );
+            }
+            return;
+        }
+    }
     let sent = profile::time(Phase::Announce, || {
         let msg = encode_ready(tag, seq, r.plan.packed_size(), landing);
         post(&mut st, source, READY_TAG, &msg)
@@ -1088,6 +1102,12 @@ fn await_ready(
             drain(&mut st);
         }
     });
+    if ready.as_ref().is_some_and(|r| r.landing == Landing::Bytes) {
+        log!(
+            "direct path: message {seq} to rank {dest} with tag {tag}: its receive asks for bytes"
+        );
+        return false;
+    }
     let want = if carry { Landing::Carry } else { Landing::Pull };
     ready.is_some_and(|r| r.landing == want && r.packed == plan.packed_size() && r.packed > 0)
 }
@@ -1232,6 +1252,8 @@ mod tests {
             (0x7fff_ffff, 0, 3, Landing::Carry)
         );
         assert!(decode_ready(&[1, 2, 3]).is_none());
+        let (t, n, r) = decode_ready(&encode_ready(9, 5, 64, Landing::Bytes)).unwrap();
+        assert_eq!((t, n, r.packed, r.landing), (9, 5, 64, Landing::Bytes));
         let mut bad = encode_ready(7, 42, 8, Landing::Pull);
         bad[24] = 9;
         assert!(decode_ready(&bad).is_none());

@@ -1206,6 +1206,8 @@ unsafe fn complete(
     status_of: impl Fn(usize) -> Option<*const MPI_Status>,
     completed: impl Fn(usize) -> bool,
 ) -> c_int {
+    // No settle of `MPI_Request_get_status` meanwhile (threads calling MPI at once).
+    let _gate = crate::sync::completing();
     // Where MPI gave no status, a zeroed one of the receive's own (which reads as nothing
     // received, and which the direct path may write), alive until the end.
     let mut blanks: Vec<Box<MPI_Status>> = Vec::new();
@@ -1679,6 +1681,8 @@ pub unsafe extern "C" fn MPI_Request_get_status(
     if rc != 0 || flag.is_null() || unsafe { *flag } == 0 {
         return rc;
     }
+    // No completion of another thread meanwhile (see `sync::completing`).
+    let _gate = crate::sync::settling();
     // SAFETY: MPI initialized; `st` is the request's status, just written.
     let settled =
         guarded(|| unsafe { path::settle_seen(h, st).or_else(|| persistent::settle_seen(h, st)) });
@@ -1783,6 +1787,7 @@ unsafe fn wait_and_unpack(request: *mut MPI_Request, r: message::Receive) -> c_i
         std::mem::forget(r);
         return rc;
     }
+    let _gate = crate::sync::completing();
     // SAFETY: the receive completed with `st`.
     unsafe { finish_recv(r, &st) }
 }

@@ -17,6 +17,7 @@
 //! | engines | `engine` | GPU packers and staging pools; the CPU reference for the testing mode |
 //! | settings | [`config`] | the `COLLECTIVES_INTERPOSE_*` variables |
 //! | progress | `progress` | lets the real MPI move its messages during a lending start, after its loans (a probe that finds nothing) |
+//! | locking | [`sync`] | one mutex per shared map; the gate that keeps a completion and `MPI_Request_get_status`'s unpack of the same request apart |
 //! | profile | `profile` | host wall time per phase of each call, printed at `MPI_Finalize` (`COLLECTIVES_INTERPOSE_PROFILE=1`) |
 //!
 //! Anything the interposer does not take, and any failure before the real MPI has the

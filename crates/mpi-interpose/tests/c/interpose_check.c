@@ -371,6 +371,51 @@ static void sent_before_the_wait(const char *name, MPI_Datatype t, int test) {
   ring_pair_free(&p);
 }
 
+/* A receive that got its message through the MPI although it could have been lent (the send
+ * made of plain doubles, the same values), and the receives of that source and tag after it:
+ * four rounds, typed, plain, typed, typed; each round's receive is posted before a barrier and
+ * its send made after it, so that a sender finds what its receiver said of the receive before
+ * it looks. Every round's buffer and count are checked. */
+static void plain_then_typed(const char *name, MPI_Datatype t, int test) {
+  struct ring_pair p = ring_pair_new(t, test);
+  int tag = 700 + test, ok = 1, psize = 0;
+  uint64_t sum = 1469598103934665603ull;
+  PMPI_Pack_size(1, t, MPI_COMM_WORLD, &psize);
+  uint8_t *packed = malloc((size_t)psize + 1);
+  void *flat = dev_alloc((size_t)psize, dev_passthrough());
+  for (int round = 0; round < 4; round++) {
+    int tt = test + 1000 * round, n = -1;
+    MPI_Request rq;
+    MPI_Status st;
+    fill(p.hs, p.bytes, rank, tt);
+    fill(p.hr, p.bytes, 1000 + rank, tt);
+    upload(p.s, p.hs, p.bytes, dev());
+    upload(p.r, p.hr, p.bytes, dev());
+    MPI_Irecv(p.r, 1, t, p.prev, tag, MPI_COMM_WORLD, &rq);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (round == 1) {
+      int pos = 0;
+      PMPI_Pack(p.hs, 1, t, packed, psize, &pos, MPI_COMM_WORLD);
+      upload(flat, packed, (size_t)pos, dev_passthrough());
+      MPI_Send(flat, pos / (int)sizeof(double), MPI_DOUBLE, p.next, tag, MPI_COMM_WORLD);
+    } else {
+      MPI_Send(p.s, 1, t, p.next, tag, MPI_COMM_WORLD);
+    }
+    MPI_Wait(&rq, &st);
+    MPI_Get_count(&st, t, &n);
+    download(p.got, p.r, p.bytes, dev());
+    expect(p.want, p.hr, p.bytes, p.prev, tt, t, 1, t, 1);
+    ok &= memcmp(p.got, p.want, p.bytes) == 0 && n == 1;
+    sum = sum * 31 + fnv(p.got, p.bytes);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (!ok) fprintf(stderr, "rank %d: %s: a buffer or count after a plain send\n", rank, name);
+  report(name, ok, sum);
+  dev_free(flat, dev_passthrough());
+  free(packed);
+  ring_pair_free(&p);
+}
+
 /* MPI_Request_get_status polled until it says a request is complete, and the buffers used
  * before any wait (MPI allows it): the send buffer is overwritten at once (the peer must get what
  * it held before), the receive buffer must hold the message with its count, and is then
@@ -804,6 +849,7 @@ int main(int argc, char **argv) {
     MPI_Type_free(&idx);
   }
   sent_before_the_wait("sent-before-the-wait", column, 14 * 16 + 11);
+  plain_then_typed("plain-then-typed", column, 14 * 16 + 12);
   get_status("request-get-status", column, 14 * 16 + 9, 0);
   get_status("persistent-request-get-status", column, 14 * 16 + 10, 1);
   /* The 3-D halo exchange of subarray faces. */
