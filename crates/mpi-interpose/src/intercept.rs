@@ -793,10 +793,18 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         let code = [rc, r0, r1].into_iter().find(|&c| c != 0).unwrap_or(0);
         (code, r0 == 0)
     };
+    // The GPUs the receive's unpack was waited for on.
+    let mut waited: Vec<usize> = Vec::new();
     let code = match recv {
         Some(r) if received => {
             // SAFETY: the receive completed with status `st`.
-            let unpacked = unsafe { finish_recv(r, st) };
+            let finished = unsafe { finish_recvs(vec![(r, st.cast_const())]) };
+            waited = finished.waited;
+            let unpacked = finished
+                .codes
+                .first()
+                .copied()
+                .unwrap_or(message::ERR_INTERN);
             if rc != 0 {
                 rc
             } else {
@@ -811,9 +819,10 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         }
         None => rc,
     };
-    // After the receive's unpack on the same stream this wait has nothing left to wait for.
-    if let Some(e) = &lent {
-        packed_before_return("MPI_Sendrecv", e);
+    // The pack was queued on its GPU's stream before the receive's unpack: where that GPU
+    // was waited for, so was the pack.
+    if let Some(e) = lent.filter(|e| !e.ordinal().is_some_and(|o| waited.contains(&o))) {
+        packed_before_return("MPI_Sendrecv", &e);
     }
     code
 }
