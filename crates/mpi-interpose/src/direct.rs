@@ -89,6 +89,9 @@ const LENT_NOTE: usize = 6 * 8 + 2 * 64;
 const LENT_ROUND: usize = 8;
 /// Stale ready messages and notes are dropped every this many counted operations.
 const HOUSEKEEPING: u64 = 64;
+/// Ready messages of the last this many sends counted per destination and tag outlive the
+/// housekeeping: those sends may not have looked for them yet.
+const READIES_KEPT: u64 = 64;
 
 /// How a receive takes a message sent directly, as its ready message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -470,7 +473,9 @@ pub fn lends_to(comm: MPI_Comm, dest: c_int) -> bool {
 }
 
 /// Drops ready messages of sends already made and notes no receive waits for, every
-/// [`HOUSEKEEPING`] operations.
+/// [`HOUSEKEEPING`] operations. A send is counted before it looks for its ready message (the
+/// send counting now among them, and a start counts all its sends first), so the ready
+/// messages of the last [`READIES_KEPT`] numbers of each destination and tag stay.
 fn housekeeping(st: &mut State) {
     st.ops += 1;
     if st.ops % HOUSEKEEPING != 0 {
@@ -478,8 +483,9 @@ fn housekeeping(st: &mut State) {
     }
     drain(st);
     let sent = st.sent.clone();
-    st.ready
-        .retain(|&(p, t, n), _| n >= sent.get(&(p, t)).copied().unwrap_or(0));
+    st.ready.retain(|&(p, t, n), _| {
+        n.saturating_add(READIES_KEPT) >= sent.get(&(p, t)).copied().unwrap_or(0)
+    });
     let (posted, awaited) = (st.posted.clone(), st.awaited.clone());
     st.notes
         .retain(|k, _| awaited.contains(k) || k.2 >= posted.get(&(k.0, k.1)).copied().unwrap_or(0));
@@ -952,6 +958,13 @@ fn wasted(a: &Announced) {
         let e = st.backoff.entry((a.0 .0, a.0 .1)).or_insert((0, 1));
         e.0 = e.1;
         e.1 = (e.1 * 2).min(64);
+        let skip = e.0;
+        log!(
+            "direct path: message {} from rank {} with tag {} was announced and came through the MPI: the next {skip} not announced",
+            a.0 .2,
+            a.0 .0,
+            a.0 .1
+        );
     }
 }
 
@@ -1095,6 +1108,10 @@ fn await_ready(
             if !wait || start.elapsed() > READY_WAIT {
                 if wait {
                     st.readies.entry((dest, tag)).or_insert(None);
+                    log!(
+                        "direct path: message {seq} to rank {dest} with tag {tag}: no ready message in {} us: byte path",
+                        READY_WAIT.as_micros()
+                    );
                 }
                 break None;
             }
@@ -1229,6 +1246,36 @@ pub fn marker() -> *const c_void {
 
 #[cfg(test)]
 mod tests {
+
+    fn ready(packed: u64) -> Ready {
+        Ready {
+            packed,
+            landing: Landing::Pull,
+        }
+    }
+
+    #[test]
+    fn housekeeping_keeps_the_ready_messages_of_sends_still_to_look_for_them() {
+        let mut st = State::default();
+        // Message 199 to rank 1 with tag 25 was just counted (200 counted); its ready message
+        // and that of message 150 may still be looked for; that of message 100 is stale.
+        st.sent.insert((1, 25), 200);
+        for n in [100, 150, 199] {
+            st.ready.insert((1, 25, n), ready(8));
+        }
+        // A ready message of a destination and tag with no send counted yet stays.
+        st.ready.insert((2, 7, 0), ready(8));
+        st.ops = HOUSEKEEPING - 1;
+        housekeeping(&mut st);
+        let mut kept: Vec<Key> = st.ready.keys().copied().collect();
+        kept.sort_unstable();
+        assert_eq!(kept, vec![(1, 25, 150), (1, 25, 199), (2, 7, 0)]);
+        // Between housekeeping rounds nothing is dropped.
+        st.sent.insert((1, 25), 1000);
+        housekeeping(&mut st);
+        assert_eq!(st.ready.len(), 3);
+    }
+
     use super::*;
 
     fn lent(k: u8, offset: u64, len: u64) -> Lent {
