@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bash docs/logs/2026-11-27-night/run.sh OUT ROUNDS LIB...   (from the checkout, .gpu-box/ staged)
+# bash docs/logs/2026-11-27-ready/run.sh OUT ROUNDS LIB...   (from the checkout, .gpu-box/ staged)
 # The faces' MPI_Sendrecv and the whole halo exchange (interpose_bench --only 'MPI_Sendrecv
 # face', then --only halo-3d; 2 ranks, the CUDA-aware Open MPI), preloaded with each library
 # LIB (a path) in turn, direct path on, then the first LIB with the direct path off; ROUNDS
