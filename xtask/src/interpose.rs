@@ -811,13 +811,13 @@ pub fn bench_runs(cuda_aware_mpirun: bool, profile: bool) -> Vec<Run> {
 /// One benchmark result: `((call, object, bytes), median in microseconds)`.
 pub type BenchRow = ((String, String, u64), f64);
 
-/// `bench KIND NAME BYTES MEDIAN_US N` lines as [`BenchRow`]s.
+/// `bench KIND NAME BYTES MEDIAN_US N [MEAN_US P90_US]` lines as [`BenchRow`]s (the median).
 pub fn bench_lines(output: &str) -> Vec<BenchRow> {
     output
         .lines()
         .filter_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            if w.len() != 6 || w[0] != "bench" {
+            if !(w.len() == 6 || w.len() == 8) || w[0] != "bench" {
                 return None;
             }
             Some((
@@ -1027,7 +1027,8 @@ mod tests {
     #[test]
     fn bench_table_side_by_side() {
         let a = bench_lines("bench MPI_Pack 2d-block-1 262144 7000.5 8\nbench MPI_Sendrecv face-x 512 100.0 3\nnoise\n");
-        let b = bench_lines("bench MPI_Pack 2d-block-1 262144 10.0 99\n");
+        // With the mean and the 90th percentile after the count: the median is still read.
+        let b = bench_lines("bench MPI_Pack 2d-block-1 262144 10.0 99 12.5 14.0\n");
         assert_eq!(a.len(), 2);
         let t = bench_table(&["plain".to_owned(), "preloaded".to_owned()], &[a, b]);
         assert!(

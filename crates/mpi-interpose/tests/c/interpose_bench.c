@@ -9,7 +9,8 @@
  *     every side, beside six contiguous messages of the same sizes (with --host-mpi the four
  *     x and y faces only), and the same exchange through persistent requests (MPI_Recv_init
  *     and MPI_Send_init once, then MPI_Startall and MPI_Waitall each time).
- * Rank 0 prints `bench KIND NAME BYTES MEDIAN_US ITERATIONS` lines.
+ * Rank 0 prints `bench KIND NAME BYTES MEDIAN_US ITERATIONS MEAN_US P90_US` lines (the mean and
+ * the 90th percentile show the slow runs a median hides).
  *
  *   mpicc -O2 -DUSE_CUDA -o interpose_bench interpose_bench.c -lcudart
  *
@@ -60,7 +61,10 @@ static void measure(const char *kind, const char *name, long bytes, op_fn op, vo
   }
   if (rank == 0) {
     qsort(t, (size_t)n, sizeof t[0], cmp);
-    printf("bench %s %s %ld %.3f %d\n", kind, name, bytes, t[n / 2] * 1e6, n);
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += t[i];
+    printf("bench %s %s %ld %.3f %d %.3f %.3f\n", kind, name, bytes, t[n / 2] * 1e6, n, sum / n * 1e6,
+           t[(n * 9) / 10] * 1e6);
     fflush(stdout);
   }
 }
