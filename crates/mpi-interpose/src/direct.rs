@@ -1246,6 +1246,7 @@ pub fn marker() -> *const c_void {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     fn ready(packed: u64) -> Ready {
         Ready {
@@ -1275,8 +1276,6 @@ mod tests {
         housekeeping(&mut st);
         assert_eq!(st.ready.len(), 3);
     }
-
-    use super::*;
 
     fn lent(k: u8, offset: u64, len: u64) -> Lent {
         Lent {

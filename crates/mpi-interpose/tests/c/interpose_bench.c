@@ -14,7 +14,7 @@
  *
  *   mpicc -O2 -DUSE_CUDA -o interpose_bench interpose_bench.c -lcudart
  *
- * Flags: --budget SECONDS   time per case after one warm-up (default 1; at least 3 timed runs
+ * Flags: --budget SECONDS   time per case after the warm-up runs (default 1; at least 3 timed runs
  *                           unless one run alone exceeds the budget)
  *        --grid N           the halo grid's edge (default 256)
  *        --host-mpi         the MPI cannot read device memory: leave out the contiguous
@@ -48,7 +48,12 @@ static void measure(const char *kind, const char *name, long bytes, op_fn op, vo
   }
   double t[1000];
   int n = 0;
-  op(ctx); /* warm-up: kernels compiled, staging allocated */
+  /* Warm-up: kernels compiled, staging allocated, and with an interposer's direct path its
+   * greetings read and the peers' staging mapped (the first messages go by bytes): one run,
+   * and four more where one is short against the budget (rank 0 decides for all). */
+  int more = op(ctx) < budget / 20;
+  MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  for (int w = 0; more && w < 4; w++) op(ctx);
   double spent = 0;
   for (;;) {
     int go = 1;
