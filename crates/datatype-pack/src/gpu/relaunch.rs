@@ -425,15 +425,18 @@ fn usable(order: Order) -> Order {
         return Order::Free;
     }
     let has = *DRIVER_HAS_IT.get_or_init(|| {
-        let version = std::panic::catch_unwind(|| {
+        const OP: &str = "cuDriverGetVersion";
+        let version = guard(OP, || {
             let mut v = 0;
             // SAFETY: `v` is a valid out-pointer; `cuDriverGetVersion` may be called before
-            // `cuInit` and is in every driver. A panic (the library not loadable) is caught.
+            // `cuInit` and is in every driver (a library that does not load panics, which
+            // `guard` turns into an error).
             unsafe { sys::cuDriverGetVersion(&mut v) }
                 .result()
-                .map(|()| v)
+                .map_err(drv(OP))?;
+            Ok(v)
         });
-        matches!(version, Ok(Ok(v)) if has_launch_order(v))
+        version.is_ok_and(has_launch_order)
     });
     if has {
         Order::Launches
