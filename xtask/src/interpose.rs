@@ -8,8 +8,8 @@
 //!
 //! | flavour | where | runs at each rank count |
 //! |---|---|---|
-//! | host | `cargo xtask test`, `xtask interpose` | plain; preloaded (host buffers pass through); preloaded with `COLLECTIVES_INTERPOSE_HOST_PACK=1` (host buffers take the byte path, CPU packer; with the log, which must show the path taken), `=send`, `=recv` (mixed: bytes one side, typed datatypes the other); `=1` with `COLLECTIVES_INTERPOSE_DIRECT=carry` (the direct path's protocol, host bytes carried in its notes; on 2 ranks or more the log must show messages sent directly, receives claiming their notes before completing, and a receive asking for bytes after one that got them) |
-//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model (the log must show the byte path), with `COLLECTIVES_INTERPOSE_DIRECT=1` (on 2 ranks or more the log must show messages sent directly, notes claimed early and a receive asking for bytes), forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, with the direct path, one-shot, staged |
+//! | host | `cargo xtask test`, `xtask interpose` | plain; preloaded (host buffers pass through); preloaded with `COLLECTIVES_INTERPOSE_HOST_PACK=1` (host buffers take the byte path, CPU packer; with the log, which must show the path taken), `=send`, `=recv` (mixed: bytes one side, typed datatypes the other); `=1` with `COLLECTIVES_INTERPOSE_DIRECT=carry` (the direct path's protocol, host bytes carried in its notes; on 2 ranks or more the log must show messages sent directly, receives claiming their notes before completing, a receive asking for bytes after one that got them, and messages to blocking receives with nothing through the MPI) |
+//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model (the log must show the byte path), with `COLLECTIVES_INTERPOSE_DIRECT=1` (on 2 ranks or more the log must show messages sent directly, notes claimed early, a receive asking for bytes and messages with nothing through the MPI), forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, with the direct path, one-shot, staged |
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -47,6 +47,10 @@ pub const EARLY_MARK: &str = "its note came before the receive completed";
 /// What the interposer's log says of a receive not announced after one that got its bytes
 /// through the real MPI (and of its send, which then takes the byte path at once).
 pub const BYTES_MARK: &str = "asks for bytes";
+
+/// What the interposer's log says of a message sent directly to a blocking receive that
+/// posted no real receive (nothing of it went through the real MPI).
+pub const QUIET_MARK: &str = "nothing through the MPI";
 
 /// The marker of the interposer's log lines.
 pub const LOG_MARKER: &str = "[collectives-interpose";
@@ -425,6 +429,14 @@ pub fn run_all(runs: &[Run], s: &Setup, ranks: &[u32]) -> Tally {
                     tally.pass(1);
                 } else {
                     tally.fail(1, format!("{what}: no receive asked for bytes"));
+                }
+                if out.contains(QUIET_MARK) {
+                    tally.pass(1);
+                } else {
+                    tally.fail(
+                        1,
+                        format!("{what}: no message went to a blocking receive quietly"),
+                    );
                 }
             }
             match &reference {

@@ -6,7 +6,8 @@
 //! the GPUs, and the receiver's unpack, on its own stream, comes after the work its program
 //! queued there before the receive (as the byte path's does). Per message: one kernel each
 //! side, three small messages through shared memory ([`crate::shm`]), a message of 0 bytes
-//! through the MPI and no transfer of the bytes by the MPI.
+//! through the MPI (none between a blocking send and a blocking receive) and no transfer of the
+//! bytes by the MPI.
 //!
 //! # Pairing a send with its receive, without changing MPI's matching
 //!
@@ -27,7 +28,10 @@
 //!    handle; a receiver announces receives only to peers whose greeting opened here (same
 //!    node, memory it can map).
 //! 1. A receive the interposer takes posts its real receive (into staging, as on the byte
-//!    path), then sends the source a *ready* message: its tag, number and packed size.
+//!    path), then sends the source a *ready* message: its tag, number and packed size. A
+//!    blocking receive (`MPI_Recv`, `MPI_Sendrecv`) posts none: its ready message says so
+//!    (*quiet*), and it waits for its note or for a message through the MPI ([`arrival`]),
+//!    receiving the latter for real.
 //! 2. A send the interposer takes queues its pack into the direct path's own staging
 //!    ([`Engine::lend_staging_for`]: never the real MPI's, each allocation a whole 2 MiB
 //!    granule, since a peer cannot map memory its CUDA-aware MPI or another handle already
@@ -35,7 +39,8 @@
 //!    receiver announced one of the last few with that tag). With it and the same size, it
 //!    records the event (one for all the loans of a persistent start), sends a *note* "lent:
 //!    this staging, this event", then a message of 0 bytes on the program's communicator and
-//!    tag, which completes the receive where MPI matches it; it keeps the staging until the
+//!    tag, which completes the receive where MPI matches it (a blocking send to a quiet
+//!    receive sends none, and its note says so: [`Sent::Quietly`]); it keeps the staging until the
 //!    receiver says it is *done*, and waits for its pack before the call returns, or before
 //!    its request completes (the program may then write its buffer). Without, the byte path
 //!    packs again into the real MPI's staging and sends the bytes.
@@ -111,6 +116,9 @@ enum Landing {
 struct Ready {
     packed: u64,
     landing: Landing,
+    /// The receive posted no real receive ([`announce`] of a blocking receive): a send lent
+    /// to it may send nothing through the MPI ([`Sent::Quietly`]).
+    quiet: bool,
 }
 
 /// What became of a message, as its receiver reads it.
@@ -145,6 +153,10 @@ pub enum Sent {
     /// the engine (the pack) before the call returns, or, for a non-blocking send, when its
     /// request completes.
     Directly,
+    /// Lent or carried to a receive that posted no real receive (a blocking one, its ready
+    /// message says): nothing goes through the MPI; the caller waits for the engine before
+    /// the call returns.
+    Quietly,
     /// Not taken here: the byte path.
     No,
 }
@@ -169,6 +181,8 @@ struct State {
     settled: bool,
     ready: FxHashMap<Key, Ready>,
     notes: FxHashMap<Key, Note>,
+    /// Messages whose note came with nothing sent through the MPI ([`Sent::Quietly`]).
+    quiet: FxHashSet<Key>,
     awaited: FxHashSet<Key>,
     /// Per (destination, tag): the highest number of a ready message come, or `None` once a
     /// send waited for one in vain before any came.
@@ -332,7 +346,7 @@ pub unsafe fn sent(
     *n += 1;
     // SAFETY: the caller's contract.
     let empty = st.on_node(dest) && unsafe { is_empty(count, dt) };
-    if empty && !send_note(&mut st, dest, tag, seq, &Note::Empty) {
+    if empty && !send_note(&mut st, dest, tag, seq, &Note::Empty, false) {
         log!(
             "direct path: rank {dest}'s mailbox is full; its receive of message {seq} with tag {tag} may wait for its note"
         );
@@ -489,6 +503,8 @@ fn housekeeping(st: &mut State) {
     let (posted, awaited) = (st.posted.clone(), st.awaited.clone());
     st.notes
         .retain(|k, _| awaited.contains(k) || k.2 >= posted.get(&(k.0, k.1)).copied().unwrap_or(0));
+    let notes = &st.notes;
+    st.quiet.retain(|k| notes.contains_key(k));
 }
 
 /// Words as the bytes of a message.
@@ -506,22 +522,28 @@ fn words_of(bytes: &[u8], n: usize) -> Option<Vec<u64>> {
     )
 }
 
-/// A ready message: tag, number, packed bytes, how the receive takes a direct message.
-fn encode_ready(tag: c_int, seq: u64, packed: u64, landing: Landing) -> Vec<u8> {
-    let kind = match landing {
+/// A ready message: tag, number, packed bytes, how the receive takes a direct message and
+/// whether it posted a real receive.
+fn encode_ready(tag: c_int, seq: u64, r: &Ready) -> Vec<u8> {
+    let kind = match r.landing {
         Landing::Carry => 0,
         Landing::Pull => 1,
         Landing::Bytes => 2,
     };
-    to_bytes(&[tag as u32 as u64, seq, packed, kind])
+    to_bytes(&[tag as u32 as u64, seq, r.packed, kind, u64::from(r.quiet)])
 }
 
 fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
-    let w = words_of(b, 4)?;
+    let w = words_of(b, 5)?;
     let landing = match w[3] {
         0 => Landing::Carry,
         1 => Landing::Pull,
         2 => Landing::Bytes,
+        _ => return None,
+    };
+    let quiet = match w[4] {
+        0 => false,
+        1 => true,
         _ => return None,
     };
     Some((
@@ -530,6 +552,7 @@ fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
         Ready {
             packed: w[2],
             landing,
+            quiet,
         },
     ))
 }
@@ -560,8 +583,13 @@ fn decode_lent(b: &[u8], at: usize) -> Option<Lent> {
     })
 }
 
-fn encode_note(tag: c_int, seq: u64, note: &Note) -> Vec<u8> {
-    let head = |kind: u64, n: u64| vec![tag as u32 as u64, seq, kind, n];
+/// The bit of a note's kind that says its message sends nothing through the MPI.
+const QUIET_NOTE: u64 = 1 << 8;
+
+/// A note: tag, number, kind (with [`QUIET_NOTE`] where `quiet`), then what it carries.
+fn encode_note(tag: c_int, seq: u64, note: &Note, quiet: bool) -> Vec<u8> {
+    let flag = if quiet { QUIET_NOTE } else { 0 };
+    let head = |kind: u64, n: u64| vec![tag as u32 as u64, seq, kind | flag, n];
     match note {
         Note::Lent(l) => encode_lent(&mut head(0, 0), l),
         Note::Empty => to_bytes(&head(1, 0)),
@@ -573,15 +601,17 @@ fn encode_note(tag: c_int, seq: u64, note: &Note) -> Vec<u8> {
     }
 }
 
-fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note)> {
+/// A note's tag, number, the note and whether its message sends nothing through the MPI.
+fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note, bool)> {
     let w = words_of(b, 4)?;
-    let note = match w[2] {
+    let quiet = w[2] & QUIET_NOTE != 0;
+    let note = match w[2] & !QUIET_NOTE {
         0 => Note::Lent(decode_lent(b, 4)?),
-        1 => Note::Empty,
+        1 if !quiet => Note::Empty,
         2 => Note::Carried(b.get(32..32 + usize::try_from(w[3]).ok()?)?.to_vec()),
         _ => return None,
     };
-    Some((w[0] as u32 as c_int, w[1], note))
+    Some((w[0] as u32 as c_int, w[1], note, quiet))
 }
 
 /// Sends `bytes` with `tag` to `dest` through its mailbox; whether it fit (done messages
@@ -605,9 +635,10 @@ pub fn finalize() {
     }
 }
 
-/// Sends receive `seq`'s note; whether it fit.
-fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note) -> bool {
-    post(st, dest, NOTE_TAG, &encode_note(tag, seq, note))
+/// Sends receive `seq`'s note (`quiet`: its message sends nothing through the MPI); whether
+/// it fit.
+fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note, quiet: bool) -> bool {
+    post(st, dest, NOTE_TAG, &encode_note(tag, seq, note, quiet))
 }
 
 /// Reads the mailboxes now, where the direct path is on: the done messages come give their
@@ -632,8 +663,11 @@ fn drain(st: &mut State) {
                 *last = Some(last.map_or(seq, |l| l.max(seq)));
                 st.announcing.insert(from);
             }),
-            NOTE_TAG => decode_note(&buf).map(|(t, seq, note)| {
+            NOTE_TAG => decode_note(&buf).map(|(t, seq, note, quiet)| {
                 st.notes.insert((from, t, seq), note);
+                if quiet {
+                    st.quiet.insert((from, t, seq));
+                }
             }),
             // A receiver is done with a lent staging: it goes back to the pool.
             DONE_TAG => words_of(&buf, 2).map(|w| {
@@ -674,15 +708,21 @@ fn reaches(st: &mut State, source: c_int, engine: &Engine) -> Option<bool> {
     Some(yes)
 }
 
-/// Announces receive `r` (number `seq` from `source` with `tag`, its real receive already
-/// posted) to its source, where the direct path can serve it: the order is settled, the
-/// source is another rank whose staging this rank's GPU maps (or, with
-/// `COLLECTIVES_INTERPOSE_DIRECT=carry`, the buffer is host memory), and announcing has not
-/// been wasted on this source and tag lately.
+/// Announces receive `r` (number `seq` from `source` with `tag`) to its source, where the
+/// direct path can serve it: the order is settled, the source is another rank whose staging
+/// this rank's GPU maps (or, with `COLLECTIVES_INTERPOSE_DIRECT=carry`, the buffer is host
+/// memory), and announcing has not been wasted on this source and tag lately. Announced, `r`
+/// says so ([`Receive::direct`]).
+///
+/// `quiet`: the receive is a blocking one that has posted no real receive and will not
+/// unless its message turns out to come through the MPI ([`arrival`]), so a send lent to it
+/// may send nothing through the MPI. Else its real receive is already posted. A receive not
+/// announced posts its real receive as on the byte path.
 ///
 /// # Safety
-/// MPI initialized; `r` is a posted receive, kept until it completes.
-pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u64>) {
+/// MPI initialized; `r` is a posted receive (or, `quiet`, one its caller completes through
+/// [`arrival`]), kept until it completes.
+pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u64>, quiet: bool) {
     let (Some(s), Some(seq)) = (state(), seq) else {
         return;
     };
@@ -698,12 +738,18 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         Engine::Cpu if config::get().direct == Direct::Carry => Landing::Carry,
         Engine::Cpu => return,
     };
+    let packed = r.plan.packed_size();
     if let Some((skip, _)) = st.backoff.get_mut(&(source, tag)) {
         if *skip > 0 {
             *skip -= 1;
             // Said all the same, so that a sender that saw the last ones of this tag come
             // sends its bytes at once instead of waiting for a ready message in vain.
-            let msg = encode_ready(tag, seq, r.plan.packed_size(), Landing::Bytes);
+            let bytes = Ready {
+                packed,
+                landing: Landing::Bytes,
+                quiet: false,
+            };
+            let msg = encode_ready(tag, seq, &bytes);
             if profile::time(Phase::Announce, || post(&mut st, source, READY_TAG, &msg)) {
                 log!(
                     "direct path: message {seq} from rank {source} with tag {tag}: asks for bytes"
@@ -713,12 +759,96 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         }
     }
     let sent = profile::time(Phase::Announce, || {
-        let msg = encode_ready(tag, seq, r.plan.packed_size(), landing);
+        let msg = encode_ready(
+            tag,
+            seq,
+            &Ready {
+                packed,
+                landing,
+                quiet,
+            },
+        );
         post(&mut st, source, READY_TAG, &msg)
     });
     if sent {
         st.awaited.insert((source, tag, seq));
         r.direct = Some(Announced((source, tag, seq)));
+    }
+}
+
+/// How the message of a receive announced quietly arrived ([`arrival`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Its note came, and its sender sent nothing through the MPI: the receive completes
+    /// without a real one, as a message of 0 bytes that its note describes.
+    Noted,
+    /// A message through the MPI is the receive's: its bytes (the byte path), the message of
+    /// 0 bytes its note says follows, or an empty message. The caller receives it for real.
+    Mpi,
+}
+
+/// Waits for the message of receive `a`, announced quietly ([`announce`]) on `comm` by a
+/// blocking call that posted no real receive: reads the mailboxes for its note, and probes
+/// the real MPI (which also moves this rank's own messages) for a message from its source
+/// with its tag. A message the probe finds is this receive's unless the note has come by
+/// then: the receives posted before this one from that source and tag match the earlier
+/// messages as those arrive, so the first one left unmatched is this receive's, or a later
+/// one's where its own went quietly, whose note was written before the later message was
+/// sent. The real MPI's code where the probe fails.
+///
+/// # Safety
+/// MPI initialized; `comm` is the receive's communicator; no other receive is posted by this
+/// process until the caller has received what this says (the direct path is off where
+/// threads may call MPI at once).
+pub unsafe fn arrival(a: &Announced, comm: MPI_Comm) -> Result<Arrival, c_int> {
+    let Some(s) = state() else {
+        return Ok(Arrival::Mpi);
+    };
+    let (source, tag, _) = a.0;
+    let noted = |st: &mut State| -> Option<Arrival> {
+        if !st.notes.contains_key(&a.0) {
+            drain(st);
+        }
+        st.notes.get(&a.0).map(|_| {
+            if st.quiet.contains(&a.0) {
+                Arrival::Noted
+            } else {
+                Arrival::Mpi
+            }
+        })
+    };
+    loop {
+        if let Some(how) = noted(&mut lock(s)) {
+            return Ok(how);
+        }
+        let mut flag: c_int = 0;
+        // SAFETY: the caller's contract; a valid flag and the shim's status-ignore constant.
+        let rc =
+            unsafe { ffi::PMPI_Iprobe(source, tag, comm, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+        if rc != 0 {
+            return Err(rc);
+        }
+        if flag != 0 {
+            return Ok(noted(&mut lock(s)).unwrap_or(Arrival::Mpi));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Fills `status` as the real MPI would for a message of 0 bytes from `source` with `tag`:
+/// the status of a receive whose message came quietly ([`Arrival::Noted`]), which
+/// [`finish`] then reads its note for.
+///
+/// # Safety
+/// `status` is a writable status.
+pub unsafe fn noted_status(status: *mut ffi::MPI_Status, source: c_int, tag: c_int) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        (*status).MPI_SOURCE = source;
+        (*status).MPI_TAG = tag;
+        (*status).MPI_ERROR = 0;
+        ffi::PMPI_Status_set_cancelled(status, 0);
+        ffi::PMPI_Status_set_elements(status, bytes_type(), 0);
     }
 }
 
@@ -734,12 +864,14 @@ fn claim(a: &Announced) -> Note {
             let mut st = lock(s);
             if let Some(n) = st.notes.remove(&a.0) {
                 st.awaited.remove(&a.0);
+                st.quiet.remove(&a.0);
                 st.backoff.remove(&(a.0 .0, a.0 .1));
                 return n;
             }
             drain(&mut st);
             if let Some(n) = st.notes.remove(&a.0) {
                 st.awaited.remove(&a.0);
+                st.quiet.remove(&a.0);
                 st.backoff.remove(&(a.0 .0, a.0 .1));
                 return n;
             }
@@ -787,6 +919,7 @@ pub fn claim_early(r: &mut Receive) -> Claim {
             return Claim::Left;
         }
         st.awaited.remove(&a.0);
+        st.quiet.remove(&a.0);
         st.backoff.remove(&(a.0 .0, a.0 .1));
         st.notes.remove(&a.0)
     };
@@ -982,18 +1115,20 @@ fn lends(s: &Mutex<State>, engine: &Engine, dest: c_int) -> bool {
 /// direct path where it can go: a device buffer whose bytes would go through device staging
 /// is packed first; then the send looks for its receive's ready message ([`await_ready`]).
 /// With it, the staging is lent (or, testing, host bytes carried) and the note sent:
-/// [`Sent::Directly`]. Without, [`Sent::No`]: the byte path packs again, into the real MPI's
-/// staging (the direct path's is never the real MPI's, [`Engine::lend_staging_for`]).
+/// [`Sent::Directly`], or, where `quiet` (a blocking send, which needs no request of the real
+/// MPI) and the receive posted no real receive, [`Sent::Quietly`]. Without, [`Sent::No`]: the
+/// byte path packs again, into the real MPI's staging (the direct path's is never the real
+/// MPI's, [`Engine::lend_staging_for`]).
 ///
 /// # Safety
 /// MPI initialized; `buf` is the caller's send buffer, `taken` the interposer's plan of it.
 pub unsafe fn send(
     op: &str,
     seq: Option<u64>,
-    dest: c_int,
-    tag: c_int,
+    (dest, tag): (c_int, c_int),
     buf: *const c_void,
     taken: &Taken,
+    quiet: bool,
 ) -> Sent {
     let (Some(s), Some(seq)) = (state(), seq) else {
         return Sent::No;
@@ -1018,10 +1153,11 @@ pub unsafe fn send(
         }
     }
     let k = (dest, tag, seq);
-    if !await_ready(s, engine, plan, packed.as_ref(), k, carry) {
+    let Some(unposted) = await_ready(s, engine, plan, packed.as_ref(), k, carry) else {
         // The staging goes back to its pool; what is queued on the stream stays in order.
         return Sent::No;
-    }
+    };
+    let quiet = quiet && unposted;
     let staging = match packed {
         Some(st) => st,
         None if carry => match engine.staging_for(plan, Method::OneShot) {
@@ -1043,7 +1179,8 @@ pub unsafe fn send(
             }
         },
     };
-    match lend_and_note(s, op, engine, staging, k, n, &mut None) {
+    match lend_and_note(s, op, engine, staging, (k, n), &mut None, quiet) {
+        Ok(()) if quiet => Sent::Quietly,
         Ok(()) => Sent::Directly,
         Err(_) => Sent::No,
     }
@@ -1069,17 +1206,27 @@ pub fn lend_started(
         return Err(staging);
     }
     let k = (dest, tag, seq);
-    if !await_ready(s, engine, plan, Some(&staging), k, carry) {
+    if await_ready(s, engine, plan, Some(&staging), k, carry).is_none() {
         return Err(staging);
     }
-    lend_and_note(s, op, engine, staging, k, plan.packed_size(), recorded)
+    // The start's message of 0 bytes goes through the MPI (its request is the program's).
+    lend_and_note(
+        s,
+        op,
+        engine,
+        staging,
+        (k, plan.packed_size()),
+        recorded,
+        false,
+    )
 }
 
 /// Looks for the ready message of message `k` (its destination, tag and number), greeting the
 /// destination first where this rank has not (with `staging`'s export, or a fresh staging's):
 /// waits up to [`READY_WAIT`] where the receiver announced one of the last few messages with
 /// that tag, or announces to this rank and has not yet been waited for in vain with that tag.
-/// Whether it came, for the same packed size and the way this engine sends (`carry`).
+/// Where it came, for the same packed size and the way this engine sends (`carry`): whether
+/// the receive posted no real receive (its ready message is quiet, [`announce`]).
 fn await_ready(
     s: &Mutex<State>,
     engine: &Engine,
@@ -1087,7 +1234,7 @@ fn await_ready(
     staging: Option<&Staging>,
     k: Key,
     carry: bool,
-) -> bool {
+) -> Option<bool> {
     let (dest, tag, seq) = k;
     let ready = profile::time(Phase::Ready, || {
         let mut st = lock(s);
@@ -1123,24 +1270,27 @@ fn await_ready(
         log!(
             "direct path: message {seq} to rank {dest} with tag {tag}: its receive asks for bytes"
         );
-        return false;
+        return None;
     }
     let want = if carry { Landing::Carry } else { Landing::Pull };
-    ready.is_some_and(|r| r.landing == want && r.packed == plan.packed_size() && r.packed > 0)
+    ready
+        .filter(|r| r.landing == want && r.packed == plan.packed_size() && r.packed > 0)
+        .map(|r| r.quiet)
 }
 
 /// Lends `staging` (packed, or being packed, with message `k`'s `n` bytes) and writes its note:
 /// device staging is lent over CUDA IPC and kept until the receiver is done; host staging
-/// (testing) has its bytes carried in the note. `recorded`: as [`Engine::lend`]. Gives the
-/// staging back where the note would not fit its mailbox or the staging cannot be lent.
+/// (testing) has its bytes carried in the note. `recorded`: as [`Engine::lend`]. `quiet`: the
+/// note says that nothing follows through the MPI. Gives the staging back where the note
+/// would not fit its mailbox or the staging cannot be lent.
 fn lend_and_note(
     s: &Mutex<State>,
     op: &str,
     engine: &Engine,
     mut staging: Staging,
-    k: Key,
-    n: u64,
+    (k, n): (Key, u64),
     recorded: &mut Option<Arc<Recorded>>,
+    quiet: bool,
 ) -> Result<(), Staging> {
     let (dest, tag, seq) = k;
     let carry = matches!(engine, Engine::Cpu);
@@ -1172,10 +1322,15 @@ fn lend_and_note(
         }
     };
     let how = if carry { "carried" } else { "lent" };
-    log!("{op}: message {seq} to rank {dest} with tag {tag}: {how} {n} bytes directly");
+    let after = if quiet {
+        ", nothing through the MPI"
+    } else {
+        ""
+    };
+    log!("{op}: message {seq} to rank {dest} with tag {tag}: {how} {n} bytes directly{after}");
     // The room was checked above, and only this rank writes that mailbox.
     let sent = profile::time(Phase::Note, || {
-        send_note(&mut lock(s), dest, tag, seq, &note)
+        send_note(&mut lock(s), dest, tag, seq, &note, quiet)
     });
     debug_assert!(sent, "the note's room was checked");
     Ok(())
@@ -1252,6 +1407,7 @@ mod tests {
         Ready {
             packed,
             landing: Landing::Pull,
+            quiet: false,
         }
     }
 
@@ -1290,33 +1446,50 @@ mod tests {
 
     #[test]
     fn ready_messages_round_trip() {
-        let (t, n, r) = decode_ready(&encode_ready(7, 42, 1 << 19, Landing::Pull)).unwrap();
-        assert_eq!((t, n, r.packed, r.landing), (7, 42, 1 << 19, Landing::Pull));
-        let (t, n, r) = decode_ready(&encode_ready(0x7fff_ffff, 0, 3, Landing::Carry)).unwrap();
-        assert_eq!(
-            (t, n, r.packed, r.landing),
-            (0x7fff_ffff, 0, 3, Landing::Carry)
-        );
+        for (tag, seq, packed, landing, quiet) in [
+            (7, 42, 1 << 19, Landing::Pull, false),
+            (0x7fff_ffff, 0, 3, Landing::Carry, true),
+            (9, 5, 64, Landing::Bytes, false),
+            (3, 1, 8, Landing::Pull, true),
+        ] {
+            let r = Ready {
+                packed,
+                landing,
+                quiet,
+            };
+            let (t, n, back) = decode_ready(&encode_ready(tag, seq, &r)).unwrap();
+            assert_eq!(
+                (t, n, back.packed, back.landing, back.quiet),
+                (tag, seq, packed, landing, quiet)
+            );
+        }
         assert!(decode_ready(&[1, 2, 3]).is_none());
-        let (t, n, r) = decode_ready(&encode_ready(9, 5, 64, Landing::Bytes)).unwrap();
-        assert_eq!((t, n, r.packed, r.landing), (9, 5, 64, Landing::Bytes));
-        let mut bad = encode_ready(7, 42, 8, Landing::Pull);
+        let r = ready(8);
+        let mut bad = encode_ready(7, 42, &r);
         bad[24] = 9;
         assert!(decode_ready(&bad).is_none());
+        let mut bad = encode_ready(7, 42, &r);
+        bad[32] = 2;
+        assert!(decode_ready(&bad).is_none());
+        // A ready message without the word that says whether a real receive was posted.
+        assert!(decode_ready(&encode_ready(7, 42, &r)[..32]).is_none());
     }
 
     #[test]
     fn notes_round_trip() {
-        for note in [
-            Note::Lent(lent(1, 24, 4096)),
-            Note::Empty,
-            Note::Carried(vec![1, 2, 3]),
-        ] {
-            let b = encode_note(5, 9, &note);
-            assert_eq!(decode_note(&b), Some((5, 9, note)));
+        for quiet in [false, true] {
+            for note in [Note::Lent(lent(1, 24, 4096)), Note::Carried(vec![1, 2, 3])] {
+                let b = encode_note(5, 9, &note, quiet);
+                assert_eq!(decode_note(&b), Some((5, 9, note, quiet)));
+            }
         }
-        assert!(decode_note(&encode_note(5, 9, &Note::Carried(vec![1, 2]))[..33]).is_none());
-        let cut = encode_note(5, 9, &Note::Lent(lent(2, 0, 1 << 20)));
+        let empty = encode_note(5, 9, &Note::Empty, false);
+        assert_eq!(decode_note(&empty), Some((5, 9, Note::Empty, false)));
+        // An empty message always goes through the MPI: a quiet empty note is unreadable.
+        assert!(decode_note(&encode_note(5, 9, &Note::Empty, true)).is_none());
+        let carried = encode_note(5, 9, &Note::Carried(vec![1, 2]), false);
+        assert!(decode_note(&carried[..33]).is_none());
+        let cut = encode_note(5, 9, &Note::Lent(lent(2, 0, 1 << 20)), true);
         assert!(decode_note(&cut[..cut.len() - 1]).is_none());
     }
 

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
 
 use crate::config;
-use crate::direct::{self, Sent};
+use crate::direct::{self, Arrival, Sent};
 use crate::engine::{self, Engine};
 use crate::handle::key;
 use crate::log::{self, log};
 use crate::memory::{self, DeviceBuffer};
-use crate::message::{self, bytes_type, Taken};
+use crate::message::{self, bytes_type, Receive, Taken};
 use crate::path::{
     self, any_started, blank_status, finish_recv, finish_recvs, forget, guard, guarded, pack_taken,
     prepare_recv, remember, take_completed, take_send, Pending,
@@ -447,7 +447,11 @@ pub unsafe extern "C" fn MPI_Send(
     };
     scope.taken();
     // SAFETY: as above.
-    let packed = match unsafe { send_directly("MPI_Send", seq, dest, tag, buf, &taken) } {
+    let packed = match unsafe { send_directly("MPI_Send", seq, (dest, tag), buf, &taken, true) } {
+        Sent::Quietly => {
+            packed_before_return("MPI_Send", &taken.2);
+            return 0;
+        }
         Sent::Directly => {
             // SAFETY: a message of 0 bytes.
             let rc = profile::time(Phase::Mpi, || unsafe {
@@ -469,7 +473,8 @@ pub unsafe extern "C" fn MPI_Send(
     }
 }
 
-/// A send the interposer took, on the direct path where it can go ([`direct::send`]);
+/// A send the interposer took, to `dest` with `tag`, on the direct path where it can go
+/// ([`direct::send`]; `quiet`: a blocking send, which may send nothing through the MPI);
 /// [`Sent::No`] where anything in it failed.
 ///
 /// # Safety
@@ -477,16 +482,16 @@ pub unsafe extern "C" fn MPI_Send(
 unsafe fn send_directly(
     op: &str,
     seq: Option<u64>,
-    dest: c_int,
-    tag: c_int,
+    to: (c_int, c_int),
     buf: *const c_void,
     taken: &Taken,
+    quiet: bool,
 ) -> Sent {
     if seq.is_none() {
         return Sent::No;
     }
     // SAFETY: the caller's contract.
-    guarded(|| Some(unsafe { direct::send(op, seq, dest, tag, buf, taken) })).unwrap_or(Sent::No)
+    guarded(|| Some(unsafe { direct::send(op, seq, to, buf, taken, quiet) })).unwrap_or(Sent::No)
 }
 
 /// After a send went by the direct path and its message of 0 bytes was handed to the MPI:
@@ -521,8 +526,9 @@ pub unsafe extern "C" fn MPI_Isend(
     };
     scope.taken();
     // SAFETY: as above.
-    let packed = match unsafe { send_directly("MPI_Isend", seq, dest, tag, buf, &taken) } {
-        Sent::Directly => {
+    let packed = match unsafe { send_directly("MPI_Isend", seq, (dest, tag), buf, &taken, false) } {
+        // Never quietly (not asked for): the program's request is the real MPI's.
+        Sent::Directly | Sent::Quietly => {
             // SAFETY: a message of 0 bytes; the request is the program's, as for any send.
             let rc = profile::time(Phase::Mpi, || unsafe {
                 ffi::PMPI_Isend(direct::marker(), 0, bytes_type(), dest, tag, comm, request)
@@ -555,8 +561,9 @@ pub unsafe extern "C" fn MPI_Isend(
     }
 }
 
-/// `MPI_Recv`. With the direct path up, a receive the interposer takes is posted, announced
-/// ([`direct::announce`]) and waited for.
+/// `MPI_Recv`. With the direct path up, a receive the interposer takes is announced quietly
+/// ([`direct::announce`]) and its real receive made only where its message comes through the
+/// MPI ([`receive_blocking`]).
 ///
 /// # Safety
 /// MPI's contract for `MPI_Recv`.
@@ -581,26 +588,10 @@ pub unsafe extern "C" fn MPI_Recv(
     let mut own = blank_status();
     let st = status_or(status, &mut own);
     let rc = if seq.is_some() {
-        let mut req = null_request_handle();
-        // SAFETY: the staging holds `r.bytes` bytes until the wait below.
-        let rc = profile::time(Phase::Mpi, || unsafe {
-            ffi::PMPI_Irecv(
-                r.staging.mpi_ptr(),
-                r.bytes,
-                bytes_type(),
-                source,
-                tag,
-                comm,
-                &mut req,
-            )
-        });
-        if rc != 0 {
-            return rc;
-        }
-        // SAFETY: MPI initialized; the real receive is posted.
-        guard(|| unsafe { direct::announce(&mut r, source, tag, seq) });
-        // SAFETY: the request just posted; `st` is a valid status.
-        profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Wait(&mut req, st) })
+        // SAFETY: MPI initialized; the receive completes below.
+        guard(|| unsafe { direct::announce(&mut r, source, tag, seq, true) });
+        // SAFETY: `st` is a valid status; nothing else is received meanwhile.
+        unsafe { receive_blocking(&mut r, source, tag, comm, st) }
     } else {
         // SAFETY: the staging holds `r.bytes` bytes; `st` is a valid status.
         profile::time(Phase::Mpi, || unsafe {
@@ -620,6 +611,52 @@ pub unsafe extern "C" fn MPI_Recv(
     }
     // SAFETY: the receive completed with status `st`; the buffer is the caller's.
     unsafe { finish_recv(r, st) }
+}
+
+/// The real side of a blocking receive the interposer took from `source` with `tag` on `comm`,
+/// once [`direct::announce`] was asked to announce it quietly: announced, it waits for its
+/// message ([`direct::arrival`]) and receives it for real only where it comes through the MPI
+/// (else `status` is made to say so, [`direct::noted_status`]); not announced, it receives it
+/// for real at once. MPI's code.
+///
+/// # Safety
+/// MPI initialized; `r`'s staging holds `r.bytes` bytes; `status` is writable; no other
+/// receive is posted by this process until this returns.
+unsafe fn receive_blocking(
+    r: &mut Receive,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    let how = match r.direct {
+        Some(a) => profile::time(Phase::Note, || {
+            // SAFETY: the caller's contract.
+            guarded(|| Some(unsafe { direct::arrival(&a, comm) }))
+        })
+        .unwrap_or(Ok(Arrival::Mpi)),
+        None => Ok(Arrival::Mpi),
+    };
+    match how {
+        Ok(Arrival::Noted) => {
+            // SAFETY: the caller's contract.
+            unsafe { direct::noted_status(status, source, tag) };
+            0
+        }
+        // SAFETY: the staging holds `r.bytes` bytes; `status` is valid.
+        Ok(Arrival::Mpi) => profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Recv(
+                r.staging.mpi_ptr(),
+                r.bytes,
+                bytes_type(),
+                source,
+                tag,
+                comm,
+                status,
+            )
+        }),
+        Err(rc) => rc,
+    }
 }
 
 fn null_request_handle() -> MPI_Request {
@@ -663,7 +700,7 @@ pub unsafe extern "C" fn MPI_Irecv(
     });
     if rc == 0 {
         // SAFETY: MPI initialized; the real receive is posted.
-        guard(|| unsafe { direct::announce(&mut r, source, tag, seq) });
+        guard(|| unsafe { direct::announce(&mut r, source, tag, seq, false) });
         // SAFETY: the real MPI wrote the new request's handle.
         remember(key(unsafe { *request }), Pending::Recv(Box::new(r)));
     }
@@ -671,8 +708,9 @@ pub unsafe extern "C" fn MPI_Irecv(
 }
 
 /// `MPI_Sendrecv`. Each side is taken or not on its own; with the direct path up on this
-/// communicator the receive is posted and announced first, then the send made (directly where
-/// it can), then both waited for.
+/// communicator the receive is announced quietly first (or, not announced, posted), then the
+/// send made (directly where it can, and then, to a receive announced quietly, with nothing
+/// through the MPI), then both completed ([`receive_blocking`]).
 ///
 /// # Safety
 /// MPI's contract for `MPI_Sendrecv`.
@@ -738,56 +776,67 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         });
         (rc, rc == 0)
     } else {
-        let mut reqs = [null_request_handle(); 2];
-        // SAFETY: the receive side is the caller's triple or a staging buffer of `rcount`
-        // bytes, alive until the wait below.
-        let rc = profile::time(Phase::Mpi, || unsafe {
-            ffi::PMPI_Irecv(rb, rcount, rt, source, recvtag, comm, &mut reqs[0])
-        });
-        if rc != 0 {
-            return rc;
-        }
+        // The receive is announced first, quietly: its real receive is made only where its
+        // message comes through the MPI ([`receive_blocking`]); one not announced is posted
+        // at once.
         if let Some(r) = &mut recv {
-            // SAFETY: MPI initialized; the real receive is posted.
-            guard(|| unsafe { direct::announce(r, source, recvtag, rseq) });
+            // SAFETY: MPI initialized; the receive completes below.
+            guard(|| unsafe { direct::announce(r, source, recvtag, rseq, true) });
+        }
+        let quiet = recv.as_ref().is_some_and(|r| r.direct.is_some());
+        let mut reqs = [null_request_handle(); 2];
+        if !quiet {
+            // SAFETY: the receive side is the caller's triple or a staging buffer of `rcount`
+            // bytes, alive until the wait below.
+            let rc = profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Irecv(rb, rcount, rt, source, recvtag, comm, &mut reqs[0])
+            });
+            if rc != 0 {
+                return rc;
+            }
         }
         let mut packed = None;
         // SAFETY: MPI's contract for the send; the staging lives until the wait below.
-        let (sb, sc, sty) = unsafe {
+        let sending = unsafe {
             match send {
-                Some(t) => match send_directly("MPI_Sendrecv", sseq, dest, sendtag, sendbuf, &t) {
-                    Sent::Directly => {
-                        lent = Some(t.2);
-                        (direct::marker(), 0, bytes_type())
+                Some(t) => {
+                    match send_directly("MPI_Sendrecv", sseq, (dest, sendtag), sendbuf, &t, true) {
+                        Sent::Quietly => {
+                            lent = Some(t.2);
+                            None
+                        }
+                        Sent::Directly => {
+                            lent = Some(t.2);
+                            Some((direct::marker(), 0, bytes_type()))
+                        }
+                        Sent::No => match guarded(|| pack_taken("MPI_Sendrecv", sendbuf, t)) {
+                            Some((s, n)) => {
+                                Some((packed.insert(s).mpi_ptr().cast_const(), n, bytes_type()))
+                            }
+                            None => Some((sendbuf, sendcount, sendtype)),
+                        },
                     }
-                    Sent::No => match guarded(|| pack_taken("MPI_Sendrecv", sendbuf, t)) {
-                        Some((s, n)) => (packed.insert(s).mpi_ptr().cast_const(), n, bytes_type()),
-                        None => (sendbuf, sendcount, sendtype),
-                    },
-                },
-                None => (sendbuf, sendcount, sendtype),
+                }
+                None => Some((sendbuf, sendcount, sendtype)),
             }
         };
-        // SAFETY: the caller's send triple, the staging (kept until the wait below) or the
-        // message of 0 bytes.
-        let rc = profile::time(Phase::Mpi, || unsafe {
-            ffi::PMPI_Isend(sb, sc, sty, dest, sendtag, comm, &mut reqs[1])
+        // Nothing where the send went quietly.
+        let rc = sending.map_or(0, |(sb, sc, sty)| {
+            // SAFETY: the caller's send triple, the staging (kept until the wait below) or
+            // the message of 0 bytes.
+            profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Isend(sb, sc, sty, dest, sendtag, comm, &mut reqs[1])
+            })
         });
-        if let Some(r) = &mut recv {
-            // The peer's note may be here already: its unpack then runs while the real MPI
-            // completes the two messages.
-            guard(|| {
-                // SAFETY: MPI initialized; the receive is posted, its buffer the caller's.
-                unsafe { path::pull_early(vec![r]) };
-            });
-        }
-        // SAFETY: the two requests just made (a failed send's is null); `st` is a valid
-        // status.
-        let (r0, r1) = profile::time(Phase::Mpi, || unsafe {
-            (
-                ffi::PMPI_Wait(&mut reqs[0], st),
-                ffi::PMPI_Wait(&mut reqs[1], status_ignore()),
-            )
+        let r0 = match &mut recv {
+            // SAFETY: `st` is a valid status; this process posts no other receive meanwhile.
+            Some(r) if quiet => unsafe { receive_blocking(r, source, recvtag, comm, st) },
+            // SAFETY: the receive posted above; `st` is a valid status.
+            _ => profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Wait(&mut reqs[0], st) }),
+        };
+        // SAFETY: the send's request (null where none was made).
+        let r1 = profile::time(Phase::Mpi, || unsafe {
+            ffi::PMPI_Wait(&mut reqs[1], status_ignore())
         });
         drop(packed);
         let code = [rc, r0, r1].into_iter().find(|&c| c != 0).unwrap_or(0);

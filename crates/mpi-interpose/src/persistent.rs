@@ -423,7 +423,7 @@ pub unsafe fn announce_started(handles: &[u64], counted: &[Option<(c_int, c_int,
         ) = (c, map.get_mut(h))
         {
             // SAFETY: the caller's contract; the receive is posted and kept until it completes.
-            unsafe { direct::announce(r, *source, *tag, Some(*seq)) };
+            unsafe { direct::announce(r, *source, *tag, Some(*seq), false) };
         }
     }
 }

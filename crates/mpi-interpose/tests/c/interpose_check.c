@@ -124,9 +124,14 @@ static void report(const char *name, int ok, uint64_t sum) {
   }
 }
 
-enum mode { SENDRECV, SEND_RECV, WAITALL, TEST, TESTALL, WAITANY, WAITSOME, TESTSOME, NMODES };
+/* ISEND_RECV and SEND_IRECV pair a blocking call with a non-blocking one: with the direct path
+ * a blocking receive posts no real receive, and a blocking send to it sends nothing through
+ * the MPI; against a non-blocking peer each must still take its message of 0 bytes. */
+enum mode { SENDRECV, SEND_RECV, WAITALL, TEST, TESTALL, WAITANY, WAITSOME, TESTSOME, ISEND_RECV,
+            SEND_IRECV, NMODES };
 static const char *mode_name[NMODES] = {"sendrecv", "send-recv", "waitall", "test",
-                                        "testall", "waitany", "waitsome", "testsome"};
+                                        "testall", "waitany", "waitsome", "testsome",
+                                        "isend-recv", "send-irecv"};
 
 /* One ring exchange: send `scount` of `st` to the next rank, receive `rcount` of `rt` from the
  * previous one (`sent` elements arrive), by `mode`; buffers on the device where asked. */
@@ -161,6 +166,16 @@ static void exchange(const char *name, int test, enum mode mode, MPI_Datatype st
       MPI_Recv(r, rcount, rt, prev, tag, MPI_COMM_WORLD, &stat[0]);
       MPI_Send(s, scount, st, next, tag, MPI_COMM_WORLD);
     }
+    break;
+  case ISEND_RECV:
+    MPI_Isend(s, scount, st, next, tag, MPI_COMM_WORLD, &req[1]);
+    MPI_Recv(r, rcount, rt, prev, tag, MPI_COMM_WORLD, &stat[0]);
+    MPI_Wait(&req[1], MPI_STATUS_IGNORE);
+    break;
+  case SEND_IRECV:
+    MPI_Irecv(r, rcount, rt, prev, tag, MPI_COMM_WORLD, &req[0]);
+    MPI_Send(s, scount, st, next, tag, MPI_COMM_WORLD);
+    MPI_Wait(&req[0], &stat[0]);
     break;
   default: {
     MPI_Irecv(r, rcount, rt, prev, tag, MPI_COMM_WORLD, &req[0]);
@@ -197,11 +212,12 @@ static void exchange(const char *name, int test, enum mode mode, MPI_Datatype st
   MPI_Get_count(&stat[0], rt, &n);
   download(got, r, rbytes, recv_dev);
   expect(want, hr, rbytes, prev, test, st, scount, rt, sent);
-  int ok = memcmp(got, want, rbytes) == 0 && n == sent && stat[0].MPI_SOURCE == prev;
+  int ok = memcmp(got, want, rbytes) == 0 && n == sent && stat[0].MPI_SOURCE == prev &&
+           stat[0].MPI_TAG == tag;
   if (!ok)
-    fprintf(stderr, "rank %d: %s (%s): bytes %s, count %d (want %d), source %d\n", rank, name,
-            mode_name[mode], memcmp(got, want, rbytes) == 0 ? "equal" : "DIFFER", n, sent,
-            stat[0].MPI_SOURCE);
+    fprintf(stderr, "rank %d: %s (%s): bytes %s, count %d (want %d), source %d, tag %d\n", rank,
+            name, mode_name[mode], memcmp(got, want, rbytes) == 0 ? "equal" : "DIFFER", n, sent,
+            stat[0].MPI_SOURCE, stat[0].MPI_TAG);
   char label[160];
   snprintf(label, sizeof label, "%s/%s", name, mode_name[mode]);
   report(label, ok, fnv(got, rbytes));
