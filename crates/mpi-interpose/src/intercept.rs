@@ -587,25 +587,11 @@ pub unsafe extern "C" fn MPI_Recv(
     scope.taken();
     let mut own = blank_status();
     let st = status_or(status, &mut own);
-    let rc = if seq.is_some() {
-        // SAFETY: MPI initialized; the receive completes below.
-        guard(|| unsafe { direct::announce(&mut r, source, tag, seq, true) });
-        // SAFETY: `st` is a valid status; nothing else is received meanwhile.
-        unsafe { receive_blocking(&mut r, source, tag, comm, st) }
-    } else {
-        // SAFETY: the staging holds `r.bytes` bytes; `st` is a valid status.
-        profile::time(Phase::Mpi, || unsafe {
-            ffi::PMPI_Recv(
-                r.staging.mpi_ptr(),
-                r.bytes,
-                bytes_type(),
-                source,
-                tag,
-                comm,
-                st,
-            )
-        })
-    };
+    // Announced only where the direct path numbered it (`seq`).
+    // SAFETY: MPI initialized; the receive completes below.
+    guard(|| unsafe { direct::announce(&mut r, source, tag, seq, true) });
+    // SAFETY: `st` is a valid status; nothing else is received meanwhile.
+    let rc = unsafe { receive_blocking(&mut r, source, tag, comm, st) };
     if rc != 0 {
         return rc;
     }
