@@ -126,12 +126,14 @@ static void report(const char *name, int ok, uint64_t sum) {
 
 /* ISEND_RECV and SEND_IRECV pair a blocking call with a non-blocking one: with the direct path
  * a blocking receive posts no real receive, and a blocking send to it sends nothing through
- * the MPI; against a non-blocking peer each must still take its message of 0 bytes. */
+ * the MPI; against a non-blocking peer each must still take its message of 0 bytes. PROBE_RECV
+ * probes for the message before receiving it (the receive is posted only once the message has
+ * come, so its send cannot have waited for it): the probe must see the message's size. */
 enum mode { SENDRECV, SEND_RECV, WAITALL, TEST, TESTALL, WAITANY, WAITSOME, TESTSOME, ISEND_RECV,
-            SEND_IRECV, NMODES };
+            SEND_IRECV, PROBE_RECV, NMODES };
 static const char *mode_name[NMODES] = {"sendrecv", "send-recv", "waitall", "test",
                                         "testall", "waitany", "waitsome", "testsome",
-                                        "isend-recv", "send-irecv"};
+                                        "isend-recv", "send-irecv", "probe-recv"};
 
 /* One ring exchange: send `scount` of `st` to the next rank, receive `rcount` of `rt` from the
  * previous one (`sent` elements arrive), by `mode`; buffers on the device where asked. */
@@ -150,6 +152,8 @@ static void exchange(const char *name, int test, enum mode mode, MPI_Datatype st
   MPI_Request req[2];
   memset(stat, 0, sizeof stat);
   int tag = 100 + test;
+  /* PROBE_RECV: the size the probe saw, in bytes (-1 where no probe ran). */
+  int probed = -1;
   switch (mode) {
   case SENDRECV:
     MPI_Sendrecv(s, scount, st, next, tag, r, rcount, rt, prev, tag, MPI_COMM_WORLD, &stat[0]);
@@ -177,6 +181,23 @@ static void exchange(const char *name, int test, enum mode mode, MPI_Datatype st
     MPI_Send(s, scount, st, next, tag, MPI_COMM_WORLD);
     MPI_Wait(&req[0], &stat[0]);
     break;
+  case PROBE_RECV: {
+    MPI_Status seen;
+    if (nranks == 1 || rank % 2 == 1) {
+      if (nranks == 1) MPI_Isend(s, scount, st, next, tag, MPI_COMM_WORLD, &req[1]);
+      MPI_Probe(prev, tag, MPI_COMM_WORLD, &seen);
+      MPI_Get_count(&seen, MPI_BYTE, &probed);
+      MPI_Recv(r, rcount, rt, prev, tag, MPI_COMM_WORLD, &stat[0]);
+      if (nranks == 1) MPI_Wait(&req[1], MPI_STATUS_IGNORE);
+      else MPI_Send(s, scount, st, next, tag, MPI_COMM_WORLD);
+    } else {
+      MPI_Send(s, scount, st, next, tag, MPI_COMM_WORLD);
+      MPI_Probe(prev, tag, MPI_COMM_WORLD, &seen);
+      MPI_Get_count(&seen, MPI_BYTE, &probed);
+      MPI_Recv(r, rcount, rt, prev, tag, MPI_COMM_WORLD, &stat[0]);
+    }
+    break;
+  }
   default: {
     MPI_Irecv(r, rcount, rt, prev, tag, MPI_COMM_WORLD, &req[0]);
     MPI_Isend(s, scount, st, next, tag, MPI_COMM_WORLD, &req[1]);
@@ -212,12 +233,14 @@ static void exchange(const char *name, int test, enum mode mode, MPI_Datatype st
   MPI_Get_count(&stat[0], rt, &n);
   download(got, r, rbytes, recv_dev);
   expect(want, hr, rbytes, prev, test, st, scount, rt, sent);
+  int tsize = 0;
+  MPI_Type_size(rt, &tsize);
   int ok = memcmp(got, want, rbytes) == 0 && n == sent && stat[0].MPI_SOURCE == prev &&
-           stat[0].MPI_TAG == tag;
+           stat[0].MPI_TAG == tag && (probed < 0 || probed == sent * tsize);
   if (!ok)
-    fprintf(stderr, "rank %d: %s (%s): bytes %s, count %d (want %d), source %d, tag %d\n", rank,
-            name, mode_name[mode], memcmp(got, want, rbytes) == 0 ? "equal" : "DIFFER", n, sent,
-            stat[0].MPI_SOURCE, stat[0].MPI_TAG);
+    fprintf(stderr, "rank %d: %s (%s): bytes %s, count %d (want %d), source %d, tag %d, probed %d\n",
+            rank, name, mode_name[mode], memcmp(got, want, rbytes) == 0 ? "equal" : "DIFFER", n,
+            sent, stat[0].MPI_SOURCE, stat[0].MPI_TAG, probed);
   char label[160];
   snprintf(label, sizeof label, "%s/%s", name, mode_name[mode]);
   report(label, ok, fnv(got, rbytes));
