@@ -52,6 +52,14 @@ pub const BYTES_MARK: &str = "asks for bytes";
 /// posted no real receive (nothing of it went through the real MPI).
 pub const QUIET_MARK: &str = "nothing through the MPI";
 
+/// What a direct run on 2 ranks or more must log, each with what its absence says.
+const DIRECT_MARKS: [(&str, &str); 4] = [
+    (DIRECT_MARK, "no message went by the direct path"),
+    (EARLY_MARK, "no receive claimed its note early"),
+    (BYTES_MARK, "no receive asked for bytes"),
+    (QUIET_MARK, "no message went to a blocking receive quietly"),
+];
+
 /// The marker of the interposer's log lines.
 pub const LOG_MARKER: &str = "[collectives-interpose";
 
@@ -415,28 +423,12 @@ pub fn run_all(runs: &[Run], s: &Setup, ranks: &[u32]) -> Tally {
                 }
             }
             if r.expect_direct && k > 1 {
-                if out.contains(DIRECT_MARK) {
-                    tally.pass(1);
-                } else {
-                    tally.fail(1, format!("{what}: no message went by the direct path"));
-                }
-                if out.contains(EARLY_MARK) {
-                    tally.pass(1);
-                } else {
-                    tally.fail(1, format!("{what}: no receive claimed its note early"));
-                }
-                if out.contains(BYTES_MARK) {
-                    tally.pass(1);
-                } else {
-                    tally.fail(1, format!("{what}: no receive asked for bytes"));
-                }
-                if out.contains(QUIET_MARK) {
-                    tally.pass(1);
-                } else {
-                    tally.fail(
-                        1,
-                        format!("{what}: no message went to a blocking receive quietly"),
-                    );
+                for (mark, missing) in DIRECT_MARKS {
+                    if out.contains(mark) {
+                        tally.pass(1);
+                    } else {
+                        tally.fail(1, format!("{what}: {missing}"));
+                    }
                 }
             }
             match &reference {
