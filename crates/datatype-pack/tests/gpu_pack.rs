@@ -1374,7 +1374,9 @@ fn relaunch_with_the_same_arguments_runs_again() {
     // A kept graph launched again with the arguments it already holds skips setting them: the
     // kernel must still run each time (the destination is cleared before every launch), and
     // arguments that change back and forth must be set again: single launches go through six
-    // argument sets in turn (two sources, three destination slots), batches through two; then
+    // argument sets in turn (two sources, three destination slots), more than the graphs kept
+    // per kernel (four), and then alternate between two sets, each held by a graph of its own;
+    // batches go through two; then
     // batches of each order through six sets of the same kernels, more than the graphs kept
     // per sequence of kernels (four), so the least recently launched graph has its nodes set
     // again (a reset), and back to the first sets.
@@ -1478,6 +1480,20 @@ fn relaunch_with_the_same_arguments_runs_again() {
     for (r, launches) in rounds.iter().enumerate() {
         round(&r.to_string(), launches, BATCH_ORDERS[0]);
     }
+    // Single launches alternating between two argument sets (a send packing into one of two
+    // stagings): each set keeps a graph of its own, so after the first two none is set again.
+    // (Other tests running meanwhile can only add to the count.)
+    let before = gpu::graph_counts();
+    for k in 0..8 {
+        let set: &[(usize, usize)] = if k % 2 == 0 { &[(0, 1)] } else { &[(1, 2)] };
+        round(&format!("alternating {k}"), set, BATCH_ORDERS[0]);
+    }
+    let after = gpu::graph_counts();
+    assert!(
+        after.single_held >= before.single_held + 6,
+        "{} of eight alternating single launches held their arguments ({before:?} then {after:?})",
+        after.single_held - before.single_held
+    );
     // Six sets of the same two kernels, then the first two again: at least four resets per
     // order (the fifth and sixth sets, and the first two, which were reset away).
     let sets: [&[(usize, usize)]; 8] = [

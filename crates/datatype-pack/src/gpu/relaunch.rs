@@ -2,24 +2,25 @@
 //! one kernel at a time ([`GpuOptions::relaunch`](super::GpuOptions::relaunch)), or several
 //! packers' launches gathered into a [`Batch`] and launched as one graph.
 //!
-//! A kernel gets a graph of one kernel node, instantiated on its first launch and kept; a later
-//! launch sets the node's arguments in the executable graph (`cuGraphExecKernelNodeSetParams`)
-//! and launches it (`cuGraphLaunch`); a node whose arguments and dimensions are those it
-//! already holds (the same buffers as last time, as in a loop) is launched without setting
-//! them. The driver then replays a prepared launch instead of
+//! A kernel gets graphs of one kernel node, instantiated on first launch and kept (up to
+//! [`EXECS_KEPT`] per kernel, each holding the arguments of its last launch); a launch takes
+//! the one whose node already holds its arguments and dimensions (the same buffers as a
+//! launch before, as in a loop, also one alternating between a few stagings) and launches it
+//! (`cuGraphLaunch`) without setting them; where none does, a new one or the least recently
+//! launched one, its node's arguments set (`cuGraphExecKernelNodeSetParams`). The driver then replays a prepared launch instead of
 //! building one. On an H100 (docs/logs/2026-11-27-floor) that took 1.7 µs of host time against
 //! 3.7 µs for `cuLaunchKernel`, and a pack of 512 KiB launched and waited for 7.6 µs against
 //! 10.1 µs. A batch's graph has one node per launch (the launches must not touch the same
 //! bytes), independent or in a line of launch-order edges (see [`Batch`]), and
 //! is kept per order and sequence of kernels, so that the same calls in a loop (a halo
-//! exchange's unpacks) reuse it; up to [`EXECS_PER_BATCH`] executable graphs are kept per
+//! exchange's unpacks) reuse it; up to [`EXECS_KEPT`] executable graphs are kept per
 //! order and sequence, each holding the arguments of its last launch, so that a loop
 //! alternating between a few sets of buffers (double-buffered staging) sets none.
 //!
 //! What it changes besides the time: launches of one executable graph run in the order they
-//! were made, also across streams, so two streams launching the same kernel no longer overlap
-//! those launches. A stream being captured into a graph gets plain launches (a graph launch
-//! there would nest).
+//! were made, also across streams, so launches of one kernel on two streams that share a kept
+//! graph no longer overlap. A stream being captured into a graph gets plain launches (a graph
+//! launch there would nest).
 
 use rustc_hash::FxHashMap;
 use std::ffi::c_void;
@@ -231,16 +232,21 @@ fn launchable(stream: &CudaStream) -> bool {
     )
 }
 
-/// The one-node graphs of a launcher's kernels, keyed by kernel, made on first launch and
-/// destroyed with the launcher (before its kernels' modules are unloaded).
+/// The one-node graphs of a launcher's kernels, keyed by kernel: up to [`EXECS_KEPT`]
+/// executable graphs per kernel, each holding the arguments of its last launch (so a loop
+/// alternating between a few buffers, a send packing into one of two stagings, sets none),
+/// made on first launch and destroyed with the launcher (before its kernels' modules are
+/// unloaded).
 #[derive(Default)]
 pub(super) struct Graphs {
-    map: Mutex<FxHashMap<usize, KernelGraph>>,
+    map: Mutex<FxHashMap<usize, Vec<(KernelGraph, u64)>>>,
 }
 
 impl Graphs {
     /// Launches `func` on `stream` with `grid`, `block` and the arguments `(src, dst)` through
-    /// its graph (the parameters made as a batch's, [`node_params`]). Returns `Ok(false)`,
+    /// one of its graphs (the parameters made as a batch's, [`node_params`]): one that holds
+    /// them already where there is one, else a new one while fewer than [`EXECS_KEPT`] are
+    /// kept, else the least recently launched one, its node set again. Returns `Ok(false)`,
     /// launching nothing, when the stream is being captured (or the driver cannot say), for
     /// the caller to launch the kernel directly.
     ///
@@ -270,28 +276,39 @@ impl Graphs {
         let (mut addresses, mut args) = ([[0; 2]], [[std::ptr::null_mut(); 2]]);
         let params = node_params(&one, &mut addresses, &mut args);
         let mut map = lock(&self.map);
-        let key = func.cu_function() as usize;
-        if let Some(g) = map.get_mut(&key) {
-            // SAFETY: the graph's one node launches `func`; the caller's contract for the
-            // launch; the stream is not capturing.
-            unsafe { g.launch(&params, &one, stream) }?;
-        } else {
-            let mut g = KernelGraph::new(&params, &one, Order::Free)?;
-            // SAFETY: as above; the node was just made with these parameters.
-            unsafe { g.launch(&params, &one, stream) }?;
-            map.insert(key, g);
-        }
+        let execs = map.entry(func.cu_function() as usize).or_default();
+        let picked = pick(
+            execs.iter().map(|(k, t)| (k.set.as_slice(), *t)),
+            &[NodeLaunch::from(&one[0])],
+            EXECS_KEPT,
+        );
+        let at = match picked {
+            Pick::Holds(i) | Pick::Reset(i) => i,
+            Pick::New => {
+                execs.push((KernelGraph::new(&params, &one, Order::Free)?, 0));
+                execs.len() - 1
+            }
+        };
+        let (graph, last) = &mut execs[at];
+        *last = next_tick();
+        // SAFETY: the graph's one node launches `func` (a new one was just made with these
+        // parameters); the caller's contract for the launch; the stream is not capturing.
+        unsafe { graph.launch(&params, &one, stream) }?;
         COUNTS.single.fetch_add(1, Ordering::Relaxed);
+        if matches!(picked, Pick::Holds(_)) {
+            COUNTS.single_held.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(true)
     }
 }
 
-/// Executable graphs kept per order and sequence of kernels, each holding the arguments of its
-/// last launch: a loop that alternates between a few sets of buffers (double-buffered staging,
-/// a persistent request's few loans) finds one that holds its arguments already.
-const EXECS_PER_BATCH: usize = 4;
+/// Executable graphs kept per kernel (single launches) and per order and sequence of kernels
+/// (batches), each holding the arguments of its last launch: a loop that alternates between a
+/// few sets of buffers (double-buffered staging, a persistent request's few loans) finds one
+/// that holds its arguments already.
+const EXECS_KEPT: usize = 4;
 
-/// A batch's executable graphs (up to [`EXECS_PER_BATCH`]), each with the tick of its last
+/// A batch's executable graphs (up to [`EXECS_KEPT`]), each with the tick of its last
 /// launch, and the kernels their nodes launch (kept loaded with them).
 struct BatchGraph {
     execs: Vec<(KernelGraph, u64)>,
@@ -348,6 +365,8 @@ pub struct GraphCounts {
     pub made: u64,
     /// Single kernels launched through their one-node graph.
     pub single: u64,
+    /// Of those, launched on a kept graph whose node held their arguments already.
+    pub single_held: u64,
     /// Nodes whose parameters were set before a launch, over both kinds.
     pub nodes_set: u64,
 }
@@ -359,6 +378,7 @@ struct Counters {
     reset: AtomicU64,
     made: AtomicU64,
     single: AtomicU64,
+    single_held: AtomicU64,
     nodes_set: AtomicU64,
 }
 
@@ -368,6 +388,7 @@ static COUNTS: Counters = Counters {
     reset: AtomicU64::new(0),
     made: AtomicU64::new(0),
     single: AtomicU64::new(0),
+    single_held: AtomicU64::new(0),
     nodes_set: AtomicU64::new(0),
 };
 
@@ -380,11 +401,12 @@ pub fn graph_counts() -> GraphCounts {
         reset: c.reset.load(Ordering::Relaxed),
         made: c.made.load(Ordering::Relaxed),
         single: c.single.load(Ordering::Relaxed),
+        single_held: c.single_held.load(Ordering::Relaxed),
         nodes_set: c.nodes_set.load(Ordering::Relaxed),
     }
 }
 
-/// A count of batch launches, telling the least recently launched graph.
+/// A count of graph launches, telling the least recently launched graph.
 fn next_tick() -> u64 {
     static TICK: AtomicU64 = AtomicU64::new(0);
     TICK.fetch_add(1, Ordering::Relaxed) + 1
@@ -593,7 +615,7 @@ impl Batch {
             let picked = pick(
                 g.execs.iter().map(|(k, t)| (k.set.as_slice(), *t)),
                 &want,
-                EXECS_PER_BATCH,
+                EXECS_KEPT,
             );
             let at = match picked {
                 Pick::Holds(i) | Pick::Reset(i) => i,
