@@ -88,6 +88,12 @@ const READY_WAIT: Duration = Duration::from_micros(100);
 /// sent before the message it describes, so this is only a guard against a peer that does
 /// not follow the protocol).
 const NOTE_WAIT: Duration = Duration::from_secs(10);
+/// How often a blocking receive waiting for its note also probes the real MPI ([`arrival`]):
+/// between probes it reads only its mailbox, which a note reaches in well under a
+/// microsecond, where a probe makes the real MPI progress every transfer it holds (on a
+/// CUDA-aware MPI, queries of the GPUs' events among them) and so sees a note late by as long
+/// as it takes. A message through the MPI, this wait's rare case, is seen this much later.
+const PROBE_EVERY: Duration = Duration::from_micros(2);
 /// Bytes of a note of a lent staging: four words, the staging's offset and length, two handles.
 const LENT_NOTE: usize = 6 * 8 + 2 * 64;
 /// Done messages are read once this many stagings are lent.
@@ -790,7 +796,7 @@ pub enum Arrival {
 /// Waits for the message of receive `a`, announced quietly ([`announce`]) on `comm` by a
 /// blocking call that posted no real receive: reads the mailboxes for its note, and probes
 /// the real MPI (which also moves this rank's own messages) for a message from its source
-/// with its tag. A message the probe finds is this receive's unless the note has come by
+/// with its tag every [`PROBE_EVERY`]. A message the probe finds is this receive's unless the note has come by
 /// then: the receives posted before this one from that source and tag match the earlier
 /// messages as those arrive, so the first one left unmatched is this receive's, or a later
 /// one's where its own went quietly, whose note was written before the later message was
@@ -817,10 +823,16 @@ pub unsafe fn arrival(a: &Announced, comm: MPI_Comm) -> Result<Arrival, c_int> {
             }
         })
     };
+    let mut probed = Instant::now();
     loop {
         if let Some(how) = noted(&mut lock(s)) {
             return Ok(how);
         }
+        if probed.elapsed() < PROBE_EVERY {
+            std::hint::spin_loop();
+            continue;
+        }
+        probed = Instant::now();
         let mut flag: c_int = 0;
         // SAFETY: the caller's contract; a valid flag and the shim's status-ignore constant.
         let rc =
@@ -1152,11 +1164,13 @@ pub unsafe fn send(
             }
         }
     }
+    profile::mark("pack launched");
     let k = (dest, tag, seq);
     let Some(unposted) = await_ready(s, engine, plan, packed.as_ref(), k, carry) else {
         // The staging goes back to its pool; what is queued on the stream stays in order.
         return Sent::No;
     };
+    profile::mark("ready came");
     let quiet = quiet && unposted;
     let staging = match packed {
         Some(st) => st,
@@ -1313,6 +1327,7 @@ fn lend_and_note(
                     profile::time(Phase::Loan, || drain(&mut st));
                 }
                 st.lent.insert(k, loan);
+                profile::mark("lent");
                 Note::Lent(lent)
             }
             Err(staging) => {
@@ -1333,6 +1348,7 @@ fn lend_and_note(
         send_note(&mut lock(s), dest, tag, seq, &note, quiet)
     });
     debug_assert!(sent, "the note's room was checked");
+    profile::mark("noted");
     Ok(())
 }
 
@@ -1373,6 +1389,7 @@ unsafe fn pack_into_device(
     engine
         .lend_staging_for(plan, &[])
         .and_then(|mut st| {
+            profile::mark("staging taken");
             // SAFETY: the caller's contract; the staging is fresh.
             unsafe { engine.enqueue_pack(plan, buf, &mut st, None) }.map(|()| st)
         })

@@ -180,8 +180,8 @@ pub fn graphs() -> Option<String> {
     let c = dgpu::graph_counts();
     (c.batches + c.single > 0).then(|| {
         format!(
-            "graphs: {} batches launched ({} held their arguments, {} reset, {} made), {} single kernels; {} nodes set",
-            c.batches, c.held, c.reset, c.made, c.single, c.nodes_set
+            "graphs: {} batches launched ({} held their arguments, {} reset, {} made), {} single kernels ({} held their arguments); {} nodes set",
+            c.batches, c.held, c.reset, c.made, c.single, c.single_held, c.nodes_set
         )
     })
 }
@@ -1192,6 +1192,7 @@ impl Engine {
             }
             Ok(base)
         })?;
+        profile::mark("peer's event waited on");
         // SAFETY: `base + offset` is the peer's staging mapped here, holding the `n` packed
         // bytes once its event has passed (waited for above, on this stream), kept by the peer
         // until this process is done with it; `d` is the caller's receive buffer.

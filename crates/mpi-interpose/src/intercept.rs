@@ -719,11 +719,14 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     // SAFETY: MPI's contract for the send.
     let sseq = guarded(|| unsafe { direct::sent(comm, dest, sendtag, sendcount, sendtype) });
     let rseq = guarded(|| direct::posted(comm, source, recvtag));
+    profile::mark("counted");
     // SAFETY: MPI's contract for the send triple.
     let send = guarded(|| unsafe { take_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
+    profile::mark("send taken");
     // SAFETY: MPI's contract for the receive triple.
     let mut recv =
         guarded(|| unsafe { prepare_recv("MPI_Sendrecv", recvbuf, recvcount, recvtype) });
+    profile::mark("receive prepared");
     if send.is_none() && recv.is_none() {
         // SAFETY: the caller's contract.
         return unsafe {
@@ -769,6 +772,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
             // SAFETY: MPI initialized; the receive completes below.
             guard(|| unsafe { direct::announce(r, source, recvtag, rseq, true) });
         }
+        profile::mark("announced");
         let quiet = recv.as_ref().is_some_and(|r| r.direct.is_some());
         let mut reqs = [null_request_handle(); 2];
         if !quiet {
@@ -806,6 +810,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
                 None => Some((sendbuf, sendcount, sendtype)),
             }
         };
+        profile::mark("sent");
         // Nothing where the send went quietly.
         let rc = sending.map_or(0, |(sb, sc, sty)| {
             // SAFETY: the caller's send triple, the staging (kept until the wait below) or
@@ -820,10 +825,17 @@ pub unsafe extern "C" fn MPI_Sendrecv(
             // SAFETY: the receive posted above; `st` is a valid status.
             _ => profile::time(Phase::Mpi, || unsafe { ffi::PMPI_Wait(&mut reqs[0], st) }),
         };
-        // SAFETY: the send's request (null where none was made).
-        let r1 = profile::time(Phase::Mpi, || unsafe {
-            ffi::PMPI_Wait(&mut reqs[1], status_ignore())
-        });
+        profile::mark("received");
+        // No request where the send went quietly: nothing to wait for.
+        let r1 = if reqs[1] == null_request_handle() {
+            0
+        } else {
+            // SAFETY: the send's request, made above.
+            profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Wait(&mut reqs[1], status_ignore())
+            })
+        };
+        profile::mark("send waited");
         drop(packed);
         let code = [rc, r0, r1].into_iter().find(|&c| c != 0).unwrap_or(0);
         (code, r0 == 0)

@@ -385,6 +385,7 @@ pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> 
                 .unwrap_or(Finish::Settled(Err(ERR_INTERN)))
         })
         .collect();
+    profile::mark("notes claimed");
     let mut items: Vec<((Receive, *const ffi::MPI_Status), Finish)> =
         done.into_iter().zip(direct).collect();
     // The peers' events this completion's streams already wait for.
@@ -413,6 +414,7 @@ pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> 
             guard(|| direct::done(*peer, *k));
         }
     }
+    profile::mark("unpacks waited, done sent");
     // A GPU item settled well only where its GPU's wait succeeded.
     let mut waited: Vec<usize> = items
         .iter()
@@ -538,6 +540,7 @@ pub(crate) unsafe fn queue_and_wait<T, V>(
 ) -> Vec<std::result::Result<V, c_int>> {
     // SAFETY: the caller's contract; the launches are waited for below.
     let launched = unsafe { queue_and_launch(items, &engine, enqueue) };
+    profile::mark("unpacks launched");
     wait_launched(items, engine, launched)
 }
 

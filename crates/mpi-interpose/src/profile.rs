@@ -23,10 +23,17 @@
 //! wait, a test or `MPI_Request_free`). Phases of a call that then passed through are counted
 //! too, so a phase's count may exceed the calls'.
 //!
+//! Beside the table, each call's **timeline**: named marks ([`mark`]) along the path a call
+//! takes, each step the time from the mark before (or the call's entry) to it, and `return`
+//! the time from the last mark to the return; summed per call and step, so the steps of a call
+//! add up to its whole time, with nothing left as `other` (a phase that waits for another rank,
+//! or for the GPU, shows as the step that ends when it does).
+//!
 //! Off, each timing point costs one check of a setting read once.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::config;
@@ -166,6 +173,68 @@ static SLOTS: [[Slot; PHASES.len()]; CALLS.len()] =
 thread_local! {
     /// The row of the call the calling thread is in.
     static CURRENT: Cell<usize> = const { Cell::new(CALLS.len() - 1) };
+    /// The marks of the calls the calling thread is in, outermost first ([`mark`]).
+    static MARKS: RefCell<Vec<(&'static str, Instant)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A step of a call's timeline: its row, the mark that ends it, how often and how long in all,
+/// and the first [`SAMPLES_KEPT`] times one by one (for the median: a call's first run, which
+/// compiles kernels and maps peers' memory, would swamp a mean).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Step {
+    row: usize,
+    name: &'static str,
+    count: u64,
+    nanos: u64,
+    samples: Vec<u32>,
+}
+
+/// The times kept one by one per step of a timeline.
+const SAMPLES_KEPT: usize = 1 << 16;
+
+/// The steps of every call's timeline, in the order first seen.
+static STEPS: Mutex<Vec<Step>> = Mutex::new(Vec::new());
+
+/// The name of the step from a call's last mark to its return.
+const RETURN: &str = "return";
+
+/// Marks `name` on the calling thread's timeline of the call it is in (see the module's
+/// docs): the step that ends here is the time since the call's mark before, or its entry.
+pub fn mark(name: &'static str) {
+    if on() {
+        MARKS.with(|m| m.borrow_mut().push((name, Instant::now())));
+    }
+}
+
+/// Adds the steps of one call of `row`, entered at `start` and marked at `marks`, returning
+/// now, to `steps`.
+fn add_steps(steps: &mut Vec<Step>, row: usize, start: Instant, marks: &[(&'static str, Instant)]) {
+    let now = Instant::now();
+    let mut before = start;
+    let ends = marks.iter().copied().chain(std::iter::once((RETURN, now)));
+    for (name, at) in ends {
+        let ns = u64::try_from(at.saturating_duration_since(before).as_nanos()).unwrap_or(u64::MAX);
+        before = at;
+        let i = match steps.iter().position(|s| s.row == row && s.name == name) {
+            Some(i) => i,
+            None => {
+                steps.push(Step {
+                    row,
+                    name,
+                    count: 0,
+                    nanos: 0,
+                    samples: Vec::new(),
+                });
+                steps.len() - 1
+            }
+        };
+        let s = &mut steps[i];
+        s.count += 1;
+        s.nanos = s.nanos.saturating_add(ns);
+        if s.samples.len() < SAMPLES_KEPT {
+            s.samples.push(u32::try_from(ns).unwrap_or(u32::MAX));
+        }
+    }
 }
 
 /// Whether the profile is on.
@@ -200,8 +269,9 @@ pub fn time<T>(phase: Phase, f: impl FnOnce() -> T) -> T {
 /// call's row, and, once [`Scope::taken`], the whole call's time for its `call` phase.
 #[derive(Debug)]
 pub struct Scope {
-    /// The row before, the start, and whether the interposer took the call; `None` when off.
-    inner: Option<(usize, Instant, bool)>,
+    /// The row before, the start, whether the interposer took the call, and where its marks
+    /// begin on the thread's list; `None` when off.
+    inner: Option<(usize, Instant, bool, usize)>,
 }
 
 /// Enters `call` (an MPI function's name, or [`COMPLETION`]).
@@ -210,15 +280,16 @@ pub fn scope(call: &str) -> Scope {
         return Scope { inner: None };
     }
     let prev = CURRENT.with(|c| c.replace(row_of(call)));
+    let marks = MARKS.with(|m| m.borrow().len());
     Scope {
-        inner: Some((prev, Instant::now(), false)),
+        inner: Some((prev, Instant::now(), false, marks)),
     }
 }
 
 impl Scope {
     /// The interposer took the call: its time counts when the scope ends.
     pub fn taken(&mut self) {
-        if let Some((_, _, taken)) = &mut self.inner {
+        if let Some((_, _, taken, _)) = &mut self.inner {
             *taken = true;
         }
     }
@@ -226,9 +297,19 @@ impl Scope {
 
 impl Drop for Scope {
     fn drop(&mut self) {
-        if let Some((prev, start, taken)) = self.inner {
+        if let Some((prev, start, taken, from)) = self.inner {
             if taken {
                 record(Phase::Call, start.elapsed());
+            }
+            let marks: Vec<_> = MARKS.with(|m| {
+                let mut m = m.borrow_mut();
+                let from = from.min(m.len());
+                m.split_off(from)
+            });
+            if taken {
+                let row = CURRENT.with(Cell::get);
+                let mut steps = STEPS.lock().unwrap_or_else(|p| p.into_inner());
+                add_steps(&mut steps, row, start, &marks);
             }
             CURRENT.with(|c| c.set(prev));
         }
@@ -286,6 +367,52 @@ fn table(counts: &[[(u64, u64); PHASES.len()]; CALLS.len()]) -> Vec<String> {
     lines
 }
 
+/// The value at quantile `q` (0 to 1) of `sorted` (ascending, not empty).
+fn quantile(sorted: &[u32], q: f64) -> u32 {
+    let at = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+/// The timeline's lines for `steps`: per call, each step in the order first seen, with its
+/// count, its mean time per call of the row (`calls[row]`, the calls taken) and per step, and
+/// the median and 90th percentile of its kept times.
+fn timeline(steps: &[Step], calls: &[u64]) -> Vec<String> {
+    let us = |ns: u64| ns as f64 / 1e3;
+    let mut lines = vec![format!(
+        "{:<13} {:<26} {:>7} {:>8} {:>8} {:>8} {:>8}",
+        "call", "step to", "count", "us/call", "us/each", "median", "p90"
+    )];
+    for (row, name) in CALLS.iter().enumerate() {
+        for s in steps.iter().filter(|s| s.row == row) {
+            let per_call = match calls.get(row) {
+                Some(&n) if n > 0 => format!("{:.2}", us(s.nanos) / n as f64),
+                _ => "-".to_owned(),
+            };
+            let mut sorted = s.samples.clone();
+            sorted.sort_unstable();
+            let (median, p90) = if sorted.is_empty() {
+                ("-".to_owned(), "-".to_owned())
+            } else {
+                (
+                    format!("{:.2}", us(quantile(&sorted, 0.5).into())),
+                    format!("{:.2}", us(quantile(&sorted, 0.9).into())),
+                )
+            };
+            lines.push(format!(
+                "{:<13} {:<26} {:>7} {:>8} {:>8.2} {:>8} {:>8}",
+                name,
+                s.name,
+                s.count,
+                per_call,
+                us(s.nanos) / s.count.max(1) as f64,
+                median,
+                p90
+            ));
+        }
+    }
+    lines
+}
+
 /// Prints the table on stderr, each line prefixed with `[collectives-interpose rN] profile:`,
 /// after `notes` (one line each). Nothing when the profile is off or recorded nothing.
 pub fn report(rank: i32, notes: &[String]) {
@@ -306,6 +433,16 @@ pub fn report(rank: i32, notes: &[String]) {
     }
     for l in table(&counts) {
         stderr_line(format_args!("{prefix} {l}"));
+    }
+    let steps = STEPS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if !steps.is_empty() {
+        stderr_line(format_args!(
+            "{prefix} timeline: host wall time from each mark to the next, per call"
+        ));
+        let calls: Vec<u64> = counts.iter().map(|r| r[Phase::Call as usize].0).collect();
+        for l in timeline(&steps, &calls) {
+            stderr_line(format_args!("{prefix} {l}"));
+        }
     }
 }
 
@@ -351,6 +488,38 @@ mod tests {
         let t = table(&counts);
         assert_eq!(t.len(), 2);
         assert!(t[1].contains(" - ") && t[1].ends_with(" 1.00"), "{}", t[1]);
+    }
+
+    #[test]
+    fn a_timeline_adds_up_to_the_call() {
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        let mut steps = Vec::new();
+        let sr = row_of("MPI_Sendrecv");
+        add_steps(&mut steps, sr, t0, &[("packed", at(3)), ("noted", at(10))]);
+        add_steps(&mut steps, sr, t0, &[("packed", at(5)), ("noted", at(6))]);
+        let names: Vec<_> = steps.iter().map(|s| s.name).collect();
+        assert_eq!(names, ["packed", "noted", RETURN]);
+        assert_eq!((steps[0].count, steps[0].nanos), (2, 8_000));
+        assert_eq!((steps[1].count, steps[1].nanos), (2, 8_000));
+        // The steps of a call add up to its whole time, the return's step included.
+        let whole: u64 = steps.iter().map(|s| s.nanos).sum();
+        assert!(whole >= 2 * 10_000 - 4_000, "{steps:?}");
+        let mut calls = vec![0; CALLS.len()];
+        calls[sr] = 2;
+        let lines = timeline(&steps, &calls);
+        assert_eq!(lines.len(), 4);
+        // Packed: 3 and 5 us, 4 on average per call and per step; the median of two is the
+        // upper one (rounded), the 90th percentile too.
+        assert!(
+            lines[1].starts_with("MPI_Sendrecv  packed")
+                && lines[1].contains(" 4.00 ")
+                && lines[1].ends_with(" 5.00     5.00"),
+            "{}",
+            lines[1]
+        );
+        assert_eq!(quantile(&[1, 2, 3, 4, 5], 0.5), 3);
+        assert_eq!(quantile(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 0.9), 9);
     }
 
     #[test]
