@@ -8,8 +8,8 @@
 //!
 //! | flavour | where | runs at each rank count |
 //! |---|---|---|
-//! | host | `cargo xtask test`, `xtask interpose` | plain; preloaded (host buffers pass through); preloaded with `COLLECTIVES_INTERPOSE_HOST_PACK=1` (host buffers take the byte path, CPU packer; with the log, which must show the path taken), `=send`, `=recv` (mixed: bytes one side, typed datatypes the other); `=1` with `COLLECTIVES_INTERPOSE_DIRECT=carry` (the direct path's protocol, host bytes carried in its notes; on 2 ranks or more the log must show messages sent directly, receives claiming their notes before completing, a receive asking for bytes after one that got them, and messages to blocking receives with nothing through the MPI) |
-//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model (the log must show the byte path), with `COLLECTIVES_INTERPOSE_DIRECT=1` (on 2 ranks or more the log must show messages sent directly, notes claimed early, a receive asking for bytes and messages with nothing through the MPI), forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, with the direct path, one-shot, staged |
+//! | host | `cargo xtask test`, `xtask interpose` | plain; preloaded (host buffers pass through); preloaded with `COLLECTIVES_INTERPOSE_HOST_PACK=1` (host buffers take the byte path, CPU packer; with the log, which must show the path taken), `=send`, `=recv` (mixed: bytes one side, typed datatypes the other); `=1` with `COLLECTIVES_INTERPOSE_DIRECT=carry` (the direct path's protocol, host bytes carried in its notes; on 2 ranks or more the log must show messages sent directly, receives claiming their notes before completing, a receive asking for bytes after one that got them, messages to blocking receives with nothing through the MPI, and a probe asking its sender for bytes) |
+//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model (the log must show the byte path), with `COLLECTIVES_INTERPOSE_DIRECT=1` (on 2 ranks or more the log must show messages sent directly, notes claimed early, a receive asking for bytes, messages with nothing through the MPI and a probe asking its sender for bytes), forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, with the direct path, one-shot, staged |
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -52,12 +52,16 @@ pub const BYTES_MARK: &str = "asks for bytes";
 /// posted no real receive (nothing of it went through the real MPI).
 pub const QUIET_MARK: &str = "nothing through the MPI";
 
+/// What the interposer's log says of a probe that told its message's sender to send bytes.
+pub const PROBE_MARK: &str = "a probe for message";
+
 /// What a direct run on 2 ranks or more must log, each with what its absence says.
-const DIRECT_MARKS: [(&str, &str); 4] = [
+const DIRECT_MARKS: [(&str, &str); 5] = [
     (DIRECT_MARK, "no message went by the direct path"),
     (EARLY_MARK, "no receive claimed its note early"),
     (BYTES_MARK, "no receive asked for bytes"),
     (QUIET_MARK, "no message went to a blocking receive quietly"),
+    (PROBE_MARK, "no probe asked its sender for bytes"),
 ];
 
 /// The marker of the interposer's log lines.

@@ -2,7 +2,8 @@
 //! order ([`crate::direct`]): the send modes other than standard (buffered, synchronous,
 //! ready; blocking, non-blocking and persistent), `MPI_Sendrecv_replace`, the matched probes
 //! (which take a message as a receive does) and `MPI_Cancel` (after which the order is no
-//! longer known). Each counts, then makes the real call unchanged.
+//! longer known); and the probes, which tell the message's sender not to wait for a ready
+//! message ([`direct::probing`]). Each counts, then makes the real call unchanged.
 //!
 //! Every function here has the C prototype of `mpi.h`; its safety contract is MPI's own for
 //! that call.
@@ -146,8 +147,44 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     }
 }
 
-/// `MPI_Mprobe`: the real call; the message it takes is counted as a receive (a wildcard one
-/// stops the direct path).
+/// `MPI_Probe`: its message's sender is told to send bytes ([`direct::probing`]), then the
+/// real call.
+///
+/// # Safety
+/// MPI's contract for `MPI_Probe`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Probe(
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(|| direct::probing(comm, source, tag));
+    // SAFETY: the caller's contract.
+    unsafe { ffi::PMPI_Probe(source, tag, comm, status) }
+}
+
+/// `MPI_Iprobe`: as [`MPI_Probe`] (the sender is told once per message, however often the
+/// program polls), then the real call.
+///
+/// # Safety
+/// MPI's contract for `MPI_Iprobe`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard(|| direct::probing(comm, source, tag));
+    // SAFETY: the caller's contract.
+    unsafe { ffi::PMPI_Iprobe(source, tag, comm, flag, status) }
+}
+
+/// `MPI_Mprobe`: its message's sender is told to send bytes ([`direct::probing`]: a matched
+/// message is received as bytes); the real call; the message it takes is counted as a
+/// receive (a wildcard one stops the direct path).
 ///
 /// # Safety
 /// MPI's contract for `MPI_Mprobe`.
@@ -159,6 +196,7 @@ pub unsafe extern "C" fn MPI_Mprobe(
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) -> c_int {
+    guard(|| direct::probing(comm, source, tag));
     // SAFETY: the caller's contract.
     let rc = unsafe { ffi::PMPI_Mprobe(source, tag, comm, message, status) };
     if rc == 0 {
@@ -167,7 +205,8 @@ pub unsafe extern "C" fn MPI_Mprobe(
     rc
 }
 
-/// `MPI_Improbe`: the real call; a message it takes is counted as a receive.
+/// `MPI_Improbe`: as [`MPI_Mprobe`], its sender told first; the real call; a message it
+/// takes is counted as a receive.
 ///
 /// # Safety
 /// MPI's contract for `MPI_Improbe`.
@@ -180,6 +219,7 @@ pub unsafe extern "C" fn MPI_Improbe(
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) -> c_int {
+    guard(|| direct::probing(comm, source, tag));
     // SAFETY: the caller's contract.
     let rc = unsafe { ffi::PMPI_Improbe(source, tag, comm, flag, message, status) };
     // SAFETY: the real MPI wrote the flag where it succeeded.

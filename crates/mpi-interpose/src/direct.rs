@@ -209,6 +209,8 @@ struct State {
     greetings: FxHashMap<c_int, Lent>,
     /// Peers whose greeting was tried here.
     reach: FxHashMap<c_int, Reach>,
+    /// Receives a probe asked bytes for before they were posted ([`probing`]): not announced.
+    asked: FxHashSet<Key>,
     ops: u64,
 }
 
@@ -361,6 +363,49 @@ pub unsafe fn sent(
     Some(seq)
 }
 
+/// A probe for a message from `source` with `tag` on `comm` (`MPI_Probe`, `MPI_Iprobe`, the
+/// matched probes), about to be made: a program that probes waits to see a message before it
+/// posts the receive that takes it, so that receive's ready message would come only after its
+/// sender had waited for it in vain. The sender is told at once that the receive counted next
+/// from that source and tag takes its bytes through the real MPI (a ready message that asks
+/// for bytes), and that receive, once posted, is not announced. Nothing for wildcards, other
+/// communicators and ranks of other nodes.
+pub fn probing(comm: MPI_Comm, source: c_int, tag: c_int) {
+    let Some(s) = state() else {
+        return;
+    };
+    if key(comm) != world() || source == any_source() || tag == any_tag() || source < 0 {
+        return;
+    }
+    let mut st = lock(s);
+    if !st.settled || !st.on_node(source) {
+        return;
+    }
+    let Some(k) = probed(&st, source, tag) else {
+        return;
+    };
+    let bytes = Ready {
+        packed: 0,
+        landing: Landing::Bytes,
+        quiet: false,
+    };
+    if post(&mut st, source, READY_TAG, &encode_ready(tag, k.2, &bytes)) {
+        st.asked.insert(k);
+        log!(
+            "direct path: a probe for message {} from rank {source} with tag {tag}: asks for bytes",
+            k.2
+        );
+    }
+}
+
+/// The receive a probe for `(source, tag)` asks bytes for ([`probing`]): the next one counted
+/// from that source and tag, unless a probe asked for it already or it was announced.
+fn probed(st: &State, source: c_int, tag: c_int) -> Option<Key> {
+    let seq = st.posted.get(&(source, tag)).copied().unwrap_or(0);
+    let k = (source, tag, seq);
+    (!st.asked.contains(&k) && !st.awaited.contains(&k)).then_some(k)
+}
+
 /// Counts a receive posted from `source` with `tag` on `comm`, and returns its number where
 /// it is on `MPI_COMM_WORLD` with the direct path up; a wildcard settles nothing from then on.
 pub fn posted(comm: MPI_Comm, source: c_int, tag: c_int) -> Option<u64> {
@@ -511,6 +556,8 @@ fn housekeeping(st: &mut State) {
         .retain(|k, _| awaited.contains(k) || k.2 >= posted.get(&(k.0, k.1)).copied().unwrap_or(0));
     let notes = &st.notes;
     st.quiet.retain(|k| notes.contains_key(k));
+    st.asked
+        .retain(|k| k.2 >= posted.get(&(k.0, k.1)).copied().unwrap_or(0));
 }
 
 /// Words as the bytes of a message.
@@ -734,6 +781,10 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
     };
     let mut st = lock(s);
     if !st.settled || !st.on_node(source) {
+        return;
+    }
+    if st.asked.remove(&(source, tag, seq)) {
+        // A probe asked its sender for bytes: the real MPI's receive takes them.
         return;
     }
     let landing = match &r.engine {
@@ -1448,6 +1499,35 @@ mod tests {
         st.sent.insert((1, 25), 1000);
         housekeeping(&mut st);
         assert_eq!(st.ready.len(), 3);
+    }
+
+    #[test]
+    fn a_probe_asks_bytes_for_the_next_receive_once() {
+        let mut st = State::default();
+        // Three receives from rank 1 with tag 5 counted: a probe is for the fourth (number 3).
+        st.posted.insert((1, 5), 3);
+        assert_eq!(probed(&st, 1, 5), Some((1, 5, 3)));
+        // A probe of a source and tag never received from is for their first message.
+        assert_eq!(probed(&st, 2, 5), Some((2, 5, 0)));
+        // Asked once: a probe polled again asks nothing more.
+        st.asked.insert((1, 5, 3));
+        assert_eq!(probed(&st, 1, 5), None);
+        // The receive counted, the next probe is for the next message.
+        st.posted.insert((1, 5), 4);
+        assert_eq!(probed(&st, 1, 5), Some((1, 5, 4)));
+        // One announced already (a receive posted, then a probe for the same number) is not
+        // asked for.
+        st.awaited.insert((1, 5, 4));
+        assert_eq!(probed(&st, 1, 5), None);
+        // Housekeeping drops the asks of receives counted since (the one just posted kept).
+        st.asked.insert((1, 5, 4));
+        st.asked.insert((1, 5, 9));
+        st.posted.insert((1, 5), 5);
+        st.ops = HOUSEKEEPING - 1;
+        housekeeping(&mut st);
+        let mut kept: Vec<Key> = st.asked.iter().copied().collect();
+        kept.sort_unstable();
+        assert_eq!(kept, vec![(1, 5, 9)]);
     }
 
     fn lent(k: u8, offset: u64, len: u64) -> Lent {

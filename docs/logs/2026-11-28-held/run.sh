@@ -8,6 +8,9 @@
 #   halo    the whole exchange, s11 and s9 in turn, the order swapped every round (4 rounds)
 #   ichk    the device checks on 2 and 4 ranks (the staged library)
 #   ichk3   the device checks on 3 ranks, and with ranks sharing GPUs
+#   probe   the ping-pongs with and without a probe before each receive, LIB_A and LIB_B in
+#           turn (default s16 and s13), the order swapped every round (2 rounds), into
+#           OUT/probe-LIB_A-LIB_B/ and OUT/pingpong-LIB_A-LIB_B/
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="$1"; shift
@@ -29,6 +32,12 @@ for part in "$@"; do
           python3 "$quiet/ratios.py" "$out/halo-ab.txt" | tee "$out/halo-ratios.txt" ;;
     ichk) bash "$pull/run.sh" "$out" ichk ;;
     ichk3) bash "$pull/run.sh" "$out" ichk3 shared ;;
+    probe) a="${LIB_A:-s16}"; b="${LIB_B:-s13}"
+           for only in 'MPI_Probe/MPI_Recv' 'MPI_Send/MPI_Recv'; do
+             d="$out/probe-$a-$b"; [ "$only" = 'MPI_Send/MPI_Recv' ] && d="$out/pingpong-$a-$b"
+             mkdir -p "$d"; bash "$quiet/halo-ab.sh" "$d" "${ROUNDS:-2}" ".gpu-box/lib/$a.so" ".gpu-box/lib/$b.so" "$only"
+             grep -E '^\$|bench' "$d/ab.txt" | sed -E 's/.*LD_PRELOAD=[^ ]*\/(s[0-9]+\.so).*/== \1/; s/^bench [^ ]+ ([^ ]+) [0-9]+ ([0-9.]+).*/\1 \2/' | paste -sd' ' | sed 's/ == /\n== /g'; echo
+           done ;;
     *) echo "unknown part $part" ;;
   esac
 done

@@ -1,7 +1,8 @@
 /* interpose_bench: an ordinary MPI program timing derived datatypes on device buffers, the same
  * with and without the interposer (2 ranks, a CUDA-aware MPI for the plain run):
  *   - MPI_Pack of 2-D and 3-D objects with blocks of 1 to 512 bytes (TEMPI's shapes);
- *   - MPI_Send/MPI_Recv ping-pong of the same objects (half the round trip);
+ *   - MPI_Send/MPI_Recv ping-pong of the same objects (half the round trip), and the same with
+ *     each receive posted only once MPI_Probe has seen its message (MPI_Probe/MPI_Recv);
  *   - MPI_Sendrecv of faces of a 256^3 f64 grid (MPI_Type_create_subarray), beside the same
  *     bytes sent contiguous (MPI_BYTE) from device memory;
  *   - a whole halo exchange of that grid as codes write it: the six faces (x, y, z, both
@@ -84,16 +85,21 @@ static double pack_op(void *p) {
   return MPI_Wtime() - t0;
 }
 
-struct pp_ctx { void *buf; MPI_Datatype t; int count; };
+/* With `probe`, each receive is posted only once MPI_Probe has seen its message. */
+struct pp_ctx { void *buf; MPI_Datatype t; int count; int probe; };
+static void pp_recv(struct pp_ctx *c, int from) {
+  if (c->probe) MPI_Probe(from, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Recv(c->buf, c->count, c->t, from, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
 static double pingpong_op(void *p) {
   struct pp_ctx *c = p;
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
   if (rank == 0) {
     MPI_Send(c->buf, c->count, c->t, 1, 7, MPI_COMM_WORLD);
-    MPI_Recv(c->buf, c->count, c->t, 1, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    pp_recv(c, 1);
   } else if (rank == 1) {
-    MPI_Recv(c->buf, c->count, c->t, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    pp_recv(c, 0);
     MPI_Send(c->buf, c->count, c->t, 0, 7, MPI_COMM_WORLD);
   }
   return (MPI_Wtime() - t0) / 2;
@@ -198,8 +204,9 @@ int main(int argc, char **argv) {
       snprintf(name, sizeof name, "%dd-block-%d", dims, bl);
       struct pack_ctx pc = {dmalloc((size_t)ext), dmalloc((size_t)total), t, (int)total};
       measure("MPI_Pack", name, total, pack_op, &pc);
-      struct pp_ctx pp = {pc.src, t, 1};
+      struct pp_ctx pp = {pc.src, t, 1, 0}, probed = {pc.src, t, 1, 1};
       measure("MPI_Send/MPI_Recv", name, total, pingpong_op, &pp);
+      measure("MPI_Probe/MPI_Recv", name, total, pingpong_op, &probed);
       cudaFree(pc.src);
       cudaFree(pc.dst);
       MPI_Type_free(&t);
