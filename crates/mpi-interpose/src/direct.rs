@@ -847,11 +847,11 @@ pub enum Arrival {
 /// Waits for the message of receive `a`, announced quietly ([`announce`]) on `comm` by a
 /// blocking call that posted no real receive: reads the mailboxes for its note, and probes
 /// the real MPI (which also moves this rank's own messages) for a message from its source
-/// with its tag every [`PROBE_EVERY`]. A message the probe finds is this receive's unless the note has come by
-/// then: the receives posted before this one from that source and tag match the earlier
-/// messages as those arrive, so the first one left unmatched is this receive's, or a later
-/// one's where its own went quietly, whose note was written before the later message was
-/// sent. The real MPI's code where the probe fails.
+/// with its tag every [`PROBE_EVERY`]. A message the probe finds is this receive's unless the
+/// note has come by then: the receives posted before this one from that source and tag match
+/// the earlier messages as those arrive, so the first one left unmatched is this receive's,
+/// or a later one's where its own went quietly, whose note was written before the later
+/// message was sent. The real MPI's code where the probe fails.
 ///
 /// # Safety
 /// MPI initialized; `comm` is the receive's communicator; no other receive is posted by this
