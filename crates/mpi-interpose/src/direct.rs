@@ -224,6 +224,27 @@ impl State {
     fn room(&self, rank: c_int, len: usize) -> bool {
         self.mail.as_ref().is_some_and(|m| m.room(rank, len))
     }
+
+    /// Claims the note of announced receive `k` where it has come: the receive is no longer
+    /// awaited, and its source and tag are announced to again without back-off.
+    fn take_note(&mut self, k: &Key) -> Option<Note> {
+        let n = self.notes.remove(k)?;
+        self.awaited.remove(k);
+        self.quiet.remove(k);
+        self.backoff.remove(&(k.0, k.1));
+        Some(n)
+    }
+
+    /// Sends `source` a ready message for its message `seq` with `tag` that asks for bytes
+    /// through the real MPI (`packed` of them, 0 where unknown); whether it fit.
+    fn ask_for_bytes(&mut self, source: c_int, tag: c_int, seq: u64, packed: u64) -> bool {
+        let bytes = Ready {
+            packed,
+            landing: Landing::Bytes,
+            quiet: false,
+        };
+        post(self, source, READY_TAG, &encode_ready(tag, seq, &bytes))
+    }
 }
 
 static STATE: OnceLock<Mutex<State>> = OnceLock::new();
@@ -384,12 +405,7 @@ pub fn probing(comm: MPI_Comm, source: c_int, tag: c_int) {
     let Some(k) = probed(&st, source, tag) else {
         return;
     };
-    let bytes = Ready {
-        packed: 0,
-        landing: Landing::Bytes,
-        quiet: false,
-    };
-    if post(&mut st, source, READY_TAG, &encode_ready(tag, k.2, &bytes)) {
+    if st.ask_for_bytes(source, tag, k.2, 0) {
         st.asked.insert(k);
         log!(
             "direct path: a probe for message {} from rank {source} with tag {tag}: asks for bytes",
@@ -801,13 +817,9 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
             *skip -= 1;
             // Said all the same, so that a sender that saw the last ones of this tag come
             // sends its bytes at once instead of waiting for a ready message in vain.
-            let bytes = Ready {
-                packed,
-                landing: Landing::Bytes,
-                quiet: false,
-            };
-            let msg = encode_ready(tag, seq, &bytes);
-            if profile::time(Phase::Announce, || post(&mut st, source, READY_TAG, &msg)) {
+            if profile::time(Phase::Announce, || {
+                st.ask_for_bytes(source, tag, seq, packed)
+            }) {
                 log!(
                     "direct path: message {seq} from rank {source} with tag {tag}: asks for bytes"
                 );
@@ -925,17 +937,10 @@ fn claim(a: &Announced) -> Note {
     loop {
         {
             let mut st = lock(s);
-            if let Some(n) = st.notes.remove(&a.0) {
-                st.awaited.remove(&a.0);
-                st.quiet.remove(&a.0);
-                st.backoff.remove(&(a.0 .0, a.0 .1));
-                return n;
+            if !st.notes.contains_key(&a.0) {
+                drain(&mut st);
             }
-            drain(&mut st);
-            if let Some(n) = st.notes.remove(&a.0) {
-                st.awaited.remove(&a.0);
-                st.quiet.remove(&a.0);
-                st.backoff.remove(&(a.0 .0, a.0 .1));
+            if let Some(n) = st.take_note(&a.0) {
                 return n;
             }
         }
@@ -981,10 +986,7 @@ pub fn claim_early(r: &mut Receive) -> Claim {
         if !fits {
             return Claim::Left;
         }
-        st.awaited.remove(&a.0);
-        st.quiet.remove(&a.0);
-        st.backoff.remove(&(a.0 .0, a.0 .1));
-        st.notes.remove(&a.0)
+        st.take_note(&a.0)
     };
     r.direct = None;
     log!(
