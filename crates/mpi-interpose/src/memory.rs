@@ -1,6 +1,7 @@
-//! Where a buffer lives, asked of the CUDA driver loaded at run time: two driver calls per
-//! buffer (`cuPointerGetAttributes`, `cuMemGetAddressRange`), nothing cached (an address freed
-//! and allocated again may change what it is).
+//! Where a buffer lives, asked of the CUDA driver loaded at run time: one driver call per
+//! buffer (`cuPointerGetAttributes`, the allocation's range among the attributes; a second,
+//! `cuMemGetAddressRange`, only under a driver that does not give the range so), nothing
+//! cached (an address freed and allocated again may change what it is).
 //!
 //! A buffer is device memory only when the driver says so for certain: `libcuda` opens, the
 //! process has initialized CUDA (otherwise it cannot hold device memory, and the query says
@@ -43,27 +44,37 @@ fn query(p: u64) -> Option<DeviceBuffer> {
     let mut memtype: u32 = 0;
     let mut managed: u32 = 0;
     let mut ordinal: i32 = -1;
+    let mut start: sys::CUdeviceptr = 0;
+    let mut size: usize = 0;
     let mut context: sys::CUcontext = std::ptr::null_mut();
-    // One driver call for the four attributes; the context last, so that where the driver
-    // refuses it the other three are asked again alone (context 0: none named).
+    // One driver call for the six attributes, the allocation's range among them; the context
+    // last, so that where the driver refuses it the other five are asked again alone (context
+    // 0: none named). A driver that knows no range attributes refuses both: then the first
+    // three, and the range by `cuMemGetAddressRange`.
     let mut attributes = [
         A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
         A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
         A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
         A::CU_POINTER_ATTRIBUTE_CONTEXT,
     ];
-    let mut data: [*mut std::ffi::c_void; 4] = [
+    let mut data: [*mut std::ffi::c_void; 6] = [
         (&mut memtype as *mut u32).cast(),
         (&mut managed as *mut u32).cast(),
         (&mut ordinal as *mut i32).cast(),
+        (&mut start as *mut sys::CUdeviceptr).cast(),
+        (&mut size as *mut usize).cast(),
         (&mut context as *mut sys::CUcontext).cast(),
     ];
     let mut rc = ok;
-    for n in [4u32, 3] {
+    let mut ranged = true;
+    for n in [6u32, 5, 3] {
+        ranged = n >= 5;
         // SAFETY: `attributes` and `data` hold at least `n` entries; each data pointer is a
         // valid out-pointer of the attribute's type (an `unsigned int` CUmemorytype, a
-        // `bool`-like `unsigned int`, an `int`, a `CUcontext`); any address may be asked about
-        // (one the driver does not know reads as memory type 0).
+        // `bool`-like `unsigned int`, an `int`, a `CUdeviceptr`, a `size_t`, a `CUcontext`);
+        // any address may be asked about (one the driver does not know reads as memory type 0).
         rc = unsafe {
             sys::cuPointerGetAttributes(n, attributes.as_mut_ptr(), data.as_mut_ptr(), p)
         };
@@ -75,13 +86,20 @@ fn query(p: u64) -> Option<DeviceBuffer> {
     if rc != ok || memtype != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || managed != 0 {
         return None;
     }
-    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
-    // SAFETY: two valid out-pointers; the driver fills them for an address it allocated.
-    let rc = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, p) };
-    if rc != ok || p < base {
+    if !ranged || size == 0 {
+        // SAFETY: two valid out-pointers; the driver fills them for an address it allocated.
+        let rc = unsafe { sys::cuMemGetAddressRange_v2(&mut start, &mut size, p) };
+        if rc != ok {
+            return None;
+        }
+    }
+    if p < start {
         return None;
     }
-    let end = base.checked_add(size as u64)?;
+    let end = start.checked_add(size as u64)?;
+    if p >= end {
+        return None;
+    }
     Some(DeviceBuffer {
         ordinal: usize::try_from(ordinal).ok()?,
         ptr: p,
