@@ -11,7 +11,7 @@
 //! | `COLLECTIVES_INTERPOSE_HOST_PACK` | `1`, `send`, `recv` | testing: host buffers of decoded types also take the interposer's byte path (packed by the CPU reference), for sends and receives, sends only or receives only |
 //! | `COLLECTIVES_INTERPOSE_RELAUNCH` | `0` | launch the pack and unpack kernels one by one with `cuLaunchKernel` instead of through CUDA graphs (`datatype_pack::gpu::GpuOptions::relaunch` and, for the unpacks of the receives one call completes, `datatype_pack::gpu::Batch`; on by default: about 2 µs less per kernel waited for) |
 //! | `COLLECTIVES_INTERPOSE_DIRECT` | `0`, `1`, `carry` | the direct path between ranks of one node on `MPI_COMM_WORLD` (`crate::direct`): `1` lends a send's device staging to its receiver, which unpacks from it over CUDA IPC, where both sides allow it; `0` (the default) sends every message through the real MPI; `carry` (testing) also takes host buffers of the byte path and carries their packed bytes in the protocol's notes; the same value on every rank |
-//! | `COLLECTIVES_INTERPOSE_PROFILE` | `1` | host wall time of each phase of the interposer's calls, summed, one table per rank on stderr at `MPI_Finalize` (`crate::profile`) |
+//! | `COLLECTIVES_INTERPOSE_PROFILE` | `1`, `timeline` | host wall time of each phase of the interposer's calls and each call's timeline, summed, one table per rank on stderr at `MPI_Finalize` (`crate::profile`); `timeline`: the timelines alone, without the phases' clock reads |
 
 use std::sync::OnceLock;
 
@@ -58,14 +58,27 @@ pub struct Config {
     pub cuda_aware: Option<bool>,
     /// The host testing mode.
     pub host_pack: HostPack,
-    /// Time the phases of the interposer's calls and print them at `MPI_Finalize`.
+    /// Time the interposer's calls (their timelines) and print them at `MPI_Finalize`.
     pub profile: bool,
+    /// Time the phases of the calls too (`COLLECTIVES_INTERPOSE_PROFILE=1`; off with
+    /// `=timeline`, whose figures then carry only the timeline's own few clock reads).
+    pub profile_phases: bool,
     /// Launch kernels through one-node CUDA graphs (off with `COLLECTIVES_INTERPOSE_RELAUNCH=0`).
     pub relaunch: bool,
     /// The direct path (`COLLECTIVES_INTERPOSE_DIRECT`).
     pub direct: Direct,
     /// Settings that could not be read, to report once.
     pub problems: Vec<String>,
+}
+
+/// How much `COLLECTIVES_INTERPOSE_PROFILE` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Profile {
+    Off,
+    /// `1`: the phases and the timelines.
+    Full,
+    /// `timeline`: the timelines alone.
+    Timeline,
 }
 
 fn flag(v: Option<String>) -> bool {
@@ -133,6 +146,14 @@ impl Config {
                 HostPack::default()
             }
         };
+        let profile = match get("COLLECTIVES_INTERPOSE_PROFILE")
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("timeline") => Profile::Timeline,
+            v if flag(v.map(str::to_owned)) => Profile::Full,
+            _ => Profile::Off,
+        };
         let direct = match get("COLLECTIVES_INTERPOSE_DIRECT")
             .as_deref()
             .map(str::trim)
@@ -156,7 +177,8 @@ impl Config {
             calibrate: flag(get("COLLECTIVES_INTERPOSE_CALIBRATE")),
             cuda_aware,
             host_pack,
-            profile: flag(get("COLLECTIVES_INTERPOSE_PROFILE")),
+            profile: profile != Profile::Off,
+            profile_phases: profile == Profile::Full,
             relaunch: !matches!(
                 get("COLLECTIVES_INTERPOSE_RELAUNCH")
                     .as_deref()
@@ -190,8 +212,10 @@ mod tests {
     #[test]
     fn defaults_and_values() {
         let c = from(&[]);
-        assert!(!c.log && !c.disabled && !c.profile && c.relaunch);
+        assert!(!c.log && !c.disabled && !c.profile && !c.profile_phases && c.relaunch);
         assert!(c.method.is_none() && c.cuda_aware.is_none());
+        let t = from(&[("COLLECTIVES_INTERPOSE_PROFILE", " timeline ")]);
+        assert!(t.profile && !t.profile_phases);
         assert_eq!(c.host_pack, HostPack::default());
         assert_eq!(c.direct, Direct::Off);
         assert!(c.problems.is_empty());
@@ -206,7 +230,7 @@ mod tests {
             ("COLLECTIVES_INTERPOSE_PROFILE", "1"),
             ("COLLECTIVES_INTERPOSE_RELAUNCH", "0"),
         ]);
-        assert!(c.log && c.profile && !c.relaunch);
+        assert!(c.log && c.profile && c.profile_phases && !c.relaunch);
         assert_eq!(c.method, Some(Method::Staged));
         assert_eq!(c.cuda_aware, Some(false));
         assert_eq!(

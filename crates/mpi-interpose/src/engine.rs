@@ -697,6 +697,7 @@ unsafe fn enqueue_pack(
     batch: Option<&mut dgpu::Batch>,
 ) -> Result<()> {
     let packer = profile::time(Phase::Packer, || g.packer(plan))?;
+    profile::mark("pack: kernels found");
     let src_len = usize_of(d.len)?;
     profile::time(launch_phase(&batch), || match batch {
         // SAFETY: as below; the batch is launched on this GPU's stream (its caller's
@@ -740,6 +741,7 @@ unsafe fn enqueue_unpack(
         return profile::time(Phase::Copy, || g.copy(d.ptr + plan.start(), src, n));
     }
     let packer = profile::time(Phase::Packer, || g.packer(plan))?;
+    profile::mark("unpack: kernels found");
     let dst_len = usize_of(d.len)?;
     profile::time(launch_phase(&batch), || match batch {
         // SAFETY: as below; the batch is launched on this GPU's stream (its caller's
@@ -1060,9 +1062,11 @@ impl Engine {
                 let Some(event) = lock(&g.events).pop().or_else(ipc::new_event) else {
                     return Err(staging);
                 };
+                profile::mark("lend: event taken");
                 // SAFETY: an event of this context (made by `ipc::new_event` with it current),
                 // recorded on this GPU's stream, after the pack queued there.
                 let rc = unsafe { sys::cuEventRecord(event.event, g.stream.cu_stream()) };
+                profile::mark("lend: event recorded");
                 if rc != sys::CUresult::CUDA_SUCCESS {
                     lock(&g.events).push(event);
                     return Err(staging);
@@ -1181,6 +1185,7 @@ impl Engine {
                 message: format!("rank {peer}'s {what} does not open here"),
             };
             let base = ipc::open(peer, &lent.staging.handle).ok_or_else(|| refused("staging"))?;
+            profile::mark("pull: staging mapped");
             let w = (g.ordinal, peer, lent.event);
             if !waited.contains(&w) {
                 let event = ipc::open_event(peer, &lent.event).ok_or_else(|| refused("event"))?;
