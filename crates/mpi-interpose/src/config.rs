@@ -71,16 +71,6 @@ pub struct Config {
     pub problems: Vec<String>,
 }
 
-/// How much `COLLECTIVES_INTERPOSE_PROFILE` times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Profile {
-    Off,
-    /// `1`: the phases and the timelines.
-    Full,
-    /// `timeline`: the timelines alone.
-    Timeline,
-}
-
 fn flag(v: Option<String>) -> bool {
     matches!(
         v.as_deref().map(str::trim),
@@ -146,14 +136,10 @@ impl Config {
                 HostPack::default()
             }
         };
-        let profile = match get("COLLECTIVES_INTERPOSE_PROFILE")
-            .as_deref()
-            .map(str::trim)
-        {
-            Some("timeline") => Profile::Timeline,
-            v if flag(v.map(str::to_owned)) => Profile::Full,
-            _ => Profile::Off,
-        };
+        // `1`: the phases and the timelines; `timeline`: the timelines alone.
+        let profile = get("COLLECTIVES_INTERPOSE_PROFILE");
+        let timelines_only = profile.as_deref().map(str::trim) == Some("timeline");
+        let profile_phases = flag(profile);
         let direct = match get("COLLECTIVES_INTERPOSE_DIRECT")
             .as_deref()
             .map(str::trim)
@@ -177,8 +163,8 @@ impl Config {
             calibrate: flag(get("COLLECTIVES_INTERPOSE_CALIBRATE")),
             cuda_aware,
             host_pack,
-            profile: profile != Profile::Off,
-            profile_phases: profile == Profile::Full,
+            profile: profile_phases || timelines_only,
+            profile_phases,
             relaunch: !matches!(
                 get("COLLECTIVES_INTERPOSE_RELAUNCH")
                     .as_deref()
