@@ -212,6 +212,8 @@ struct State {
     /// Receives a probe asked bytes for before they were posted ([`probing`]): not announced.
     asked: FxHashSet<Key>,
     ops: u64,
+    /// The bytes of the message being filed ([`drain`]), kept between reads.
+    scratch: Vec<u8>,
 }
 
 impl State {
@@ -576,19 +578,23 @@ fn housekeeping(st: &mut State) {
         .retain(|k| k.2 >= posted.get(&(k.0, k.1)).copied().unwrap_or(0));
 }
 
-/// Words as the bytes of a message.
-fn to_bytes(words: &[u64]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+/// Words as the bytes of a message, with room for `more` bytes after them.
+fn to_bytes(words: &[u64], more: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(words.len() * 8 + more);
+    for w in words {
+        b.extend_from_slice(&w.to_le_bytes());
+    }
+    b
 }
 
-/// The words of a message's first `n * 8` bytes.
-fn words_of(bytes: &[u8], n: usize) -> Option<Vec<u64>> {
-    let b = bytes.get(..n.checked_mul(8)?)?;
-    Some(
-        b.chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect(),
-    )
+/// The `N` words of a message from its word `at` on.
+fn words<const N: usize>(bytes: &[u8], at: usize) -> Option<[u64; N]> {
+    let b = bytes.get(at.checked_mul(8)?..at.checked_add(N)?.checked_mul(8)?)?;
+    let mut w = [0u64; N];
+    for (w, c) in w.iter_mut().zip(b.chunks_exact(8)) {
+        *w = u64::from_le_bytes(c.try_into().ok()?);
+    }
+    Some(w)
 }
 
 /// A ready message: tag, number, packed bytes, how the receive takes a direct message and
@@ -599,11 +605,14 @@ fn encode_ready(tag: c_int, seq: u64, r: &Ready) -> Vec<u8> {
         Landing::Pull => 1,
         Landing::Bytes => 2,
     };
-    to_bytes(&[tag as u32 as u64, seq, r.packed, kind, u64::from(r.quiet)])
+    to_bytes(
+        &[tag as u32 as u64, seq, r.packed, kind, u64::from(r.quiet)],
+        0,
+    )
 }
 
 fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
-    let w = words_of(b, 5)?;
+    let w = words::<5>(b, 0)?;
     let landing = match w[3] {
         0 => Landing::Carry,
         1 => Landing::Pull,
@@ -627,9 +636,10 @@ fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
 }
 
 /// A lent staging's words (offset, length) and handles (the allocation's, the event's).
-fn encode_lent(words: &mut Vec<u64>, lent: &Lent) -> Vec<u8> {
-    words.extend([lent.staging.offset, lent.staging.len]);
-    let mut b = to_bytes(words);
+fn encode_lent(head: &[u64], lent: &Lent) -> Vec<u8> {
+    let mut b = to_bytes(head, 2 * 8 + 2 * 64);
+    b.extend_from_slice(&lent.staging.offset.to_le_bytes());
+    b.extend_from_slice(&lent.staging.len.to_le_bytes());
     b.extend_from_slice(&lent.staging.handle);
     b.extend_from_slice(&lent.event);
     b
@@ -637,7 +647,7 @@ fn encode_lent(words: &mut Vec<u64>, lent: &Lent) -> Vec<u8> {
 
 /// The lent staging whose words start at word `at` of `b`.
 fn decode_lent(b: &[u8], at: usize) -> Option<Lent> {
-    let w = words_of(b, at + 2)?;
+    let [offset, len] = words::<2>(b, at)?;
     let handle = |i: usize| -> Option<Handle> {
         let from = (at + 2) * 8 + i * 64;
         b.get(from..from + 64)?.try_into().ok()
@@ -645,8 +655,8 @@ fn decode_lent(b: &[u8], at: usize) -> Option<Lent> {
     Some(Lent {
         staging: Export {
             handle: handle(0)?,
-            offset: w[at],
-            len: w[at + 1],
+            offset,
+            len,
         },
         event: handle(1)?,
     })
@@ -658,12 +668,12 @@ const QUIET_NOTE: u64 = 1 << 8;
 /// A note: tag, number, kind (with [`QUIET_NOTE`] where `quiet`), then what it carries.
 fn encode_note(tag: c_int, seq: u64, note: &Note, quiet: bool) -> Vec<u8> {
     let flag = if quiet { QUIET_NOTE } else { 0 };
-    let head = |kind: u64, n: u64| vec![tag as u32 as u64, seq, kind | flag, n];
+    let head = |kind: u64, n: u64| [tag as u32 as u64, seq, kind | flag, n];
     match note {
-        Note::Lent(l) => encode_lent(&mut head(0, 0), l),
-        Note::Empty => to_bytes(&head(1, 0)),
+        Note::Lent(l) => encode_lent(&head(0, 0), l),
+        Note::Empty => to_bytes(&head(1, 0), 0),
         Note::Carried(v) => {
-            let mut b = to_bytes(&head(2, v.len() as u64));
+            let mut b = to_bytes(&head(2, v.len() as u64), v.len());
             b.extend_from_slice(v);
             b
         }
@@ -672,7 +682,7 @@ fn encode_note(tag: c_int, seq: u64, note: &Note, quiet: bool) -> Vec<u8> {
 
 /// A note's tag, number, the note and whether its message sends nothing through the MPI.
 fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note, bool)> {
-    let w = words_of(b, 4)?;
+    let w = words::<4>(b, 0)?;
     let quiet = w[2] & QUIET_NOTE != 0;
     let note = match w[2] & !QUIET_NOTE {
         0 => Note::Lent(decode_lent(b, 4)?),
@@ -720,36 +730,43 @@ pub fn read_mail() {
 
 /// Reads every message that has come to this rank's mailboxes into the state's tables.
 fn drain(st: &mut State) {
-    let mut got = Vec::new();
-    if let Some(mail) = &st.mail {
-        mail.receive(|from, tag, b| got.push((from, tag, b)));
-    }
-    for (from, tag, buf) in got {
-        let read = match tag {
-            READY_TAG => decode_ready(&buf).map(|(t, seq, r)| {
-                st.ready.insert((from, t, seq), r);
-                let last = st.readies.entry((from, t)).or_insert(None);
-                *last = Some(last.map_or(seq, |l| l.max(seq)));
-                st.announcing.insert(from);
-            }),
-            NOTE_TAG => decode_note(&buf).map(|(t, seq, note, quiet)| {
-                st.notes.insert((from, t, seq), note);
-                if quiet {
-                    st.quiet.insert((from, t, seq));
-                }
-            }),
-            // A receiver is done with a lent staging: it goes back to the pool.
-            DONE_TAG => words_of(&buf, 2).map(|w| {
-                st.lent.remove(&(from, w[0] as u32 as c_int, w[1]));
-            }),
-            HELLO_TAG => decode_lent(&buf, 0).map(|g| {
-                st.greetings.insert(from, g);
-            }),
-            _ => None,
-        };
-        if read.is_none() {
-            log!("direct path: an unreadable message with tag {tag} from rank {from}");
-        }
+    // The mailboxes and the scratch are set aside while the messages are filed (neither is
+    // touched by filing; a panic there leaves the direct path without mailboxes: the byte path).
+    let Some(mail) = st.mail.take() else {
+        return;
+    };
+    let mut scratch = std::mem::take(&mut st.scratch);
+    mail.receive(&mut scratch, |from, tag, buf| file(st, from, tag, buf));
+    st.scratch = scratch;
+    st.mail = Some(mail);
+}
+
+/// Files message `buf` with `tag` from rank `from` into the state's tables.
+fn file(st: &mut State, from: c_int, tag: u32, buf: &[u8]) {
+    let read = match tag {
+        READY_TAG => decode_ready(buf).map(|(t, seq, r)| {
+            st.ready.insert((from, t, seq), r);
+            let last = st.readies.entry((from, t)).or_insert(None);
+            *last = Some(last.map_or(seq, |l| l.max(seq)));
+            st.announcing.insert(from);
+        }),
+        NOTE_TAG => decode_note(buf).map(|(t, seq, note, quiet)| {
+            st.notes.insert((from, t, seq), note);
+            if quiet {
+                st.quiet.insert((from, t, seq));
+            }
+        }),
+        // A receiver is done with a lent staging: it goes back to the pool.
+        DONE_TAG => words::<2>(buf, 0).map(|w| {
+            st.lent.remove(&(from, w[0] as u32 as c_int, w[1]));
+        }),
+        HELLO_TAG => decode_lent(buf, 0).map(|g| {
+            st.greetings.insert(from, g);
+        }),
+        _ => None,
+    };
+    if read.is_none() {
+        log!("direct path: an unreadable message with tag {tag} from rank {from}");
     }
 }
 
@@ -1137,7 +1154,7 @@ pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
 /// unpack was waited for, or failed); where its mailbox is full, at a later message.
 pub fn done(peer: c_int, k: Key) {
     if let Some(s) = state() {
-        let msg = to_bytes(&[k.1 as u32 as u64, k.2]);
+        let msg = to_bytes(&[k.1 as u32 as u64, k.2], 0);
         profile::time(Phase::Loan, || {
             let mut st = lock(s);
             if !post(&mut st, peer, DONE_TAG, &msg) {
@@ -1420,7 +1437,7 @@ fn greet(
         None => engine.lend_staging_for(plan, &[]).ok(),
     };
     let sent = match packed.or(fresh.as_ref()).and_then(|x| engine.greeting(x)) {
-        Some(g) => post(st, dest, HELLO_TAG, &encode_lent(&mut Vec::new(), &g)),
+        Some(g) => post(st, dest, HELLO_TAG, &encode_lent(&[], &g)),
         // Nothing to greet with (host staging, no handle): never again.
         None => true,
     };
@@ -1595,7 +1612,7 @@ mod tests {
     #[test]
     fn greetings_round_trip() {
         let g = lent(3, 0, 1 << 21);
-        assert_eq!(decode_lent(&encode_lent(&mut Vec::new(), &g), 0), Some(g));
+        assert_eq!(decode_lent(&encode_lent(&[], &g), 0), Some(g));
         assert!(decode_lent(&[0; 16], 0).is_none());
     }
 }

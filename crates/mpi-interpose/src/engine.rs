@@ -514,6 +514,10 @@ pub enum Staging {
     Host(Arc<Gpu>, Option<HostAlloc>),
     /// Device memory and pinned host memory (staged).
     Both(Arc<Gpu>, Option<DeviceAlloc>, Option<HostAlloc>),
+    /// Not made yet, for this method: a blocking receive's, which the direct path may serve
+    /// without one (made where its bytes come through the real MPI,
+    /// [`crate::message::Receive::make_staging`]).
+    Later(Method),
 }
 
 // SAFETY: a staging buffer is owned by one request or call at a time; its addresses are valid
@@ -586,7 +590,7 @@ impl Staging {
 impl Drop for Staging {
     fn drop(&mut self) {
         match self {
-            Staging::Cpu(_) => {}
+            Staging::Cpu(_) | Staging::Later(_) => {}
             Staging::Device(g, d) => {
                 if let Some(d) = d.take() {
                     g.give_back_device(d);

@@ -6,6 +6,7 @@
 #![allow(non_snake_case)]
 
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
@@ -19,7 +20,7 @@ use crate::memory::{self, DeviceBuffer};
 use crate::message::{self, bytes_type, Receive, Taken};
 use crate::path::{
     self, any_started, blank_status, finish_recv, finish_recvs, forget, guard, guarded, pack_taken,
-    prepare_recv, remember, take_completed, take_send, Pending,
+    prepare_recv, remember, take_completed, take_send, where_taken, Pending,
 };
 use crate::persistent::{self, prepare_send_init, Persistent};
 use crate::profile::{self, Phase};
@@ -240,7 +241,7 @@ pub unsafe extern "C" fn MPI_Pack_size(
 /// many bytes it has from there and whether that is device memory, and the engine for the
 /// user's buffer.
 struct PackWindow {
-    plan: datatype_pack::StridedBlock,
+    plan: Arc<datatype_pack::StridedBlock>,
     bytes: c_int,
     at: *mut c_void,
     left: u64,
@@ -580,7 +581,9 @@ pub unsafe extern "C" fn MPI_Recv(
     let mut scope = profile::scope("MPI_Recv");
     let seq = guarded(|| direct::posted(comm, source, tag));
     // SAFETY: MPI's contract for the receive triple.
-    let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Recv", buf, count, datatype) }) else {
+    let Some(mut r) =
+        guarded(|| unsafe { prepare_recv("MPI_Recv", buf, count, datatype, None, true) })
+    else {
         // SAFETY: the caller's contract.
         return unsafe { ffi::PMPI_Recv(buf, count, datatype, source, tag, comm, status) };
     };
@@ -629,18 +632,24 @@ unsafe fn receive_blocking(
             unsafe { direct::noted_status(status, source, tag) };
             0
         }
-        // SAFETY: the staging holds `r.bytes` bytes; `status` is valid.
-        Ok(Arrival::Mpi) => profile::time(Phase::Mpi, || unsafe {
-            ffi::PMPI_Recv(
-                r.staging.mpi_ptr(),
-                r.bytes,
-                bytes_type(),
-                source,
-                tag,
-                comm,
-                status,
-            )
-        }),
+        Ok(Arrival::Mpi) => {
+            if let Err(e) = r.make_staging() {
+                log!("{}: no staging for the bytes that came: {e}", r.op);
+                return message::ERR_INTERN;
+            }
+            // SAFETY: the staging holds `r.bytes` bytes; `status` is valid.
+            profile::time(Phase::Mpi, || unsafe {
+                ffi::PMPI_Recv(
+                    r.staging.mpi_ptr(),
+                    r.bytes,
+                    bytes_type(),
+                    source,
+                    tag,
+                    comm,
+                    status,
+                )
+            })
+        }
         Err(rc) => rc,
     }
 }
@@ -667,7 +676,9 @@ pub unsafe extern "C" fn MPI_Irecv(
     let mut scope = profile::scope("MPI_Irecv");
     let seq = guarded(|| direct::posted(comm, source, tag));
     // SAFETY: MPI's contract for the receive triple.
-    let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Irecv", buf, count, datatype) }) else {
+    let Some(mut r) =
+        guarded(|| unsafe { prepare_recv("MPI_Irecv", buf, count, datatype, None, false) })
+    else {
         // SAFETY: the caller's contract.
         return unsafe { ffi::PMPI_Irecv(buf, count, datatype, source, tag, comm, request) };
     };
@@ -723,9 +734,16 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     // SAFETY: MPI's contract for the send triple.
     let send = guarded(|| unsafe { take_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
     profile::mark("send taken");
-    // SAFETY: MPI's contract for the receive triple.
-    let mut recv =
-        guarded(|| unsafe { prepare_recv("MPI_Sendrecv", recvbuf, recvcount, recvtype) });
+    // One buffer for both sides (a halo code's grid): the driver was asked once.
+    let known = send
+        .as_ref()
+        .filter(|_| recvbuf.cast_const() == sendbuf)
+        .map(where_taken);
+    // SAFETY: MPI's contract for the receive triple; `known` is the driver's answer for the
+    // same address in this call.
+    let mut recv = guarded(|| unsafe {
+        prepare_recv("MPI_Sendrecv", recvbuf, recvcount, recvtype, known, true)
+    });
     profile::mark("receive prepared");
     if send.is_none() && recv.is_none() {
         // SAFETY: the caller's contract.
@@ -739,9 +757,17 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     scope.taken();
     let mut own = blank_status();
     let st = status_or(status, &mut own);
-    let (rb, rcount, rt) = match &mut recv {
-        Some(r) => (r.staging.mpi_ptr(), r.bytes, bytes_type()),
-        None => (recvbuf, recvcount, recvtype),
+    // The receive side as the real MPI takes it: the staging (made now, where it was left for
+    // later) or, where none can be made, the caller's triple (the receive passes through).
+    let real_side = |recv: &mut Option<Receive>| {
+        if let Some(r) = recv {
+            match r.make_staging() {
+                Ok(()) => return (r.staging.mpi_ptr(), r.bytes, bytes_type()),
+                Err(e) => log!("MPI_Sendrecv: the receive passes through: {e}"),
+            }
+        }
+        *recv = None;
+        (recvbuf, recvcount, recvtype)
     };
     // The engine of a send that went by the direct path: its pack is waited for before the
     // return.
@@ -749,6 +775,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     // The call's code, and whether the receive completed (its bytes are to be unpacked even
     // where the send failed).
     let (rc, received) = if sseq.is_none() && rseq.is_none() {
+        let (rb, rcount, rt) = real_side(&mut recv);
         // SAFETY: MPI's contract for the send triple.
         let mut packed =
             send.and_then(|t| guarded(|| unsafe { pack_taken("MPI_Sendrecv", sendbuf, t) }));
@@ -776,6 +803,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         let quiet = recv.as_ref().is_some_and(|r| r.direct.is_some());
         let mut reqs = [null_request_handle(); 2];
         if !quiet {
+            let (rb, rcount, rt) = real_side(&mut recv);
             // SAFETY: the receive side is the caller's triple or a staging buffer of `rcount`
             // bytes, alive until the wait below.
             let rc = profile::time(Phase::Mpi, || unsafe {
@@ -1018,7 +1046,8 @@ unsafe fn recv_init(
     request: *mut MPI_Request,
 ) -> c_int {
     // SAFETY: MPI's contract for the receive triple.
-    let Some(mut r) = guarded(|| unsafe { prepare_recv("MPI_Recv_init", buf, count, datatype) })
+    let Some(mut r) =
+        guarded(|| unsafe { prepare_recv("MPI_Recv_init", buf, count, datatype, None, false) })
     else {
         // SAFETY: the caller's contract.
         return unsafe { ffi::PMPI_Recv_init(buf, count, datatype, source, tag, comm, request) };

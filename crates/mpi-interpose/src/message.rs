@@ -16,7 +16,7 @@ use crate::types::Layout;
 
 /// A call the interposer takes: the layout, its plan, the engine for the buffer and the method
 /// of moving the bytes.
-pub type Taken = (Arc<Layout>, StridedBlock, Engine, Method);
+pub type Taken = (Arc<Layout>, Arc<StridedBlock>, Engine, Method);
 
 /// The bytes of a packed message as the real MPI sees them.
 pub fn bytes_type() -> ffi::MPI_Datatype {
@@ -55,7 +55,7 @@ pub struct Receive {
     /// The count of elements posted.
     pub(crate) count: u64,
     /// The plan of its elements in its buffer.
-    pub(crate) plan: StridedBlock,
+    pub(crate) plan: Arc<StridedBlock>,
     /// The program's buffer.
     pub(crate) buf: *mut c_void,
     /// The buffer the real MPI receives into.
@@ -68,6 +68,20 @@ pub struct Receive {
     pub direct: Option<Announced>,
     /// Its note, where claimed before the real receive completed ([`crate::direct::claim_early`]).
     pub early: Option<Early>,
+}
+
+impl Receive {
+    /// Makes the receive's staging where it was left for later ([`Staging::Later`]), before
+    /// the real MPI receives into it.
+    ///
+    /// # Errors
+    /// As [`Engine::staging_for`].
+    pub fn make_staging(&mut self) -> crate::Result<()> {
+        if let Staging::Later(method) = self.staging {
+            self.staging = self.engine.staging_for(&self.plan, method)?;
+        }
+        Ok(())
+    }
 }
 
 // SAFETY: the user's buffer address is only used by the thread that completes the request;

@@ -104,7 +104,7 @@ impl Default for Costs {
 }
 
 /// What one message looks like to the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
     /// Packed bytes.
     pub bytes: u64,

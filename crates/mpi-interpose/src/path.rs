@@ -7,6 +7,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use rustc_hash::FxHashMap;
+
 use datatype_pack::gpu::Batch;
 use datatype_pack::StridedBlock;
 use mpi::ffi;
@@ -170,8 +172,22 @@ pub fn forget(request: u64) -> Option<Pending> {
     p
 }
 
+/// Where a buffer lives when the caller knows already: the driver's answer for the same
+/// address earlier in the same call (`MPI_Sendrecv` with one buffer for both sides, as a halo
+/// code's grid), `None` to ask the driver.
+pub type Known = Option<Option<memory::DeviceBuffer>>;
+
+/// What the driver said of the buffer `taken` was made for: its device allocation, or `None`
+/// for host memory ([`Known`] for another side of the same call with the same buffer).
+pub fn where_taken(taken: &Taken) -> Option<memory::DeviceBuffer> {
+    match &taken.2 {
+        Engine::Gpu(_, d) => Some(*d),
+        Engine::Cpu => None,
+    }
+}
+
 /// The layout and plan of `(buf, count, dt)` when the interposer takes it for `engine`, and
-/// where the buffer is.
+/// where the buffer is (`known`: as the caller was told already).
 ///
 /// # Safety
 /// MPI initialized; `dt` a datatype handle the caller passed to MPI.
@@ -181,14 +197,18 @@ unsafe fn plan_for(
     count: c_int,
     dt: ffi::MPI_Datatype,
     host_pack: bool,
-) -> Option<(Arc<Layout>, StridedBlock, Option<memory::DeviceBuffer>)> {
+    known: Known,
+) -> Option<(Arc<Layout>, Arc<StridedBlock>, Option<memory::DeviceBuffer>)> {
     let cfg = config::get();
     if cfg.disabled || count <= 0 || buf.is_null() {
         return None;
     }
     // SAFETY: the caller's contract.
     let layout = profile::time(Phase::Datatype, || unsafe { types::lookup(dt) })?;
-    let dev = profile::time(Phase::Memory, || memory::device_buffer(buf));
+    let dev = match known {
+        Some(dev) => dev,
+        None => profile::time(Phase::Memory, || memory::device_buffer(buf)),
+    };
     if dev.is_none() && !host_pack {
         return None;
     }
@@ -218,9 +238,10 @@ pub(crate) unsafe fn take(
     count: c_int,
     dt: ffi::MPI_Datatype,
     host_pack: bool,
+    known: Known,
 ) -> Option<Taken> {
     // SAFETY: the caller's contract.
-    let (layout, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack) }?;
+    let (layout, plan, dev) = unsafe { plan_for(op, buf, count, dt, host_pack, known) }?;
     let engine = match profile::time(Phase::Engine, || Engine::for_buffer(dev)) {
         Ok(e) => e,
         Err(e) => {
@@ -232,17 +253,32 @@ pub(crate) unsafe fn take(
     Some((layout, plan, engine, method))
 }
 
+/// The method for a message of `plan` from `engine`'s buffer: the model's choice
+/// ([`model::decide`]), which depends only on the GPU's cost table (fixed once made), the
+/// settings and the message's shape, so it is kept per GPU and shape ([`decided`]) and weighed
+/// again only where the log is on (which prints every decision with its estimates).
 fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
-    if let Engine::Cpu = engine {
+    let Some(ordinal) = engine.ordinal() else {
         return Method::OneShot;
-    }
+    };
     let cfg = config::get();
-    let aware = cuda_aware();
     let shape = Shape {
         bytes: plan.packed_size(),
         block_len: plan.block_len(),
     };
+    if !cfg.log {
+        if let Some(&m) = lock(decided()).get(&(ordinal, shape)) {
+            return m;
+        }
+    }
+    let aware = cuda_aware();
     let (m, weighed) = model::decide(&engine.costs(), cfg.method, shape, aware);
+    let mut kept = lock(decided());
+    if kept.len() >= DECIDED_KEPT {
+        kept.clear();
+    }
+    kept.insert((ordinal, shape), m);
+    drop(kept);
     log!(
         "{op}: {} packed bytes in blocks of {} B: {m} (estimates: {}; MPI {}CUDA-aware{})",
         shape.bytes,
@@ -258,6 +294,15 @@ fn method_for(op: &str, engine: &Engine, plan: &StridedBlock) -> Method {
     m
 }
 
+/// Methods kept per GPU and shape before the table is cleared.
+const DECIDED_KEPT: usize = 256;
+
+/// The methods decided so far, per GPU ordinal and message shape ([`method_for`]).
+fn decided() -> &'static Mutex<FxHashMap<(usize, Shape), Method>> {
+    static D: OnceLock<Mutex<FxHashMap<(usize, Shape), Method>>> = OnceLock::new();
+    D.get_or_init(|| Mutex::new(FxHashMap::default()))
+}
+
 /// Whether the interposer takes a send (`take` with the testing mode's choice for sends);
 /// [`pack_taken`] then packs it.
 ///
@@ -271,7 +316,7 @@ pub unsafe fn take_send(
 ) -> Option<Taken> {
     let host_pack = config::get().host_pack.send;
     // SAFETY: the caller's contract.
-    unsafe { take(op, buf, count, dt, host_pack) }
+    unsafe { take(op, buf, count, dt, host_pack, None) }
 }
 
 /// Packs a send the interposer took into staging: the staging and its byte count, or `None`
@@ -302,20 +347,32 @@ pub unsafe fn pack_taken(
     }
 }
 
-/// A receive's staging and target, or `None` to pass the call through.
+/// A receive's staging and target, or `None` to pass the call through; `known`: where the
+/// buffer lives, where the caller was told already ([`Known`]). `later`: a blocking receive,
+/// which the direct path may serve with no staging of its own: a device buffer's staging is
+/// left to be made where the bytes come through the real MPI ([`Receive::make_staging`],
+/// before anything reads [`Receive::staging`]); its packer is made now all the same, so that
+/// a failure there passes the call through before anything is posted.
 ///
 /// # Safety
-/// MPI initialized; the arguments are the caller's receive triple (writable, as MPI requires).
+/// MPI initialized; the arguments are the caller's receive triple (writable, as MPI requires);
+/// `known` is the driver's answer for `buf` in this call.
 pub unsafe fn prepare_recv(
     op: &'static str,
     buf: *mut c_void,
     count: c_int,
     dt: ffi::MPI_Datatype,
+    known: Known,
+    later: bool,
 ) -> Option<Receive> {
     let host_pack = config::get().host_pack.recv;
     // SAFETY: the caller's contract.
-    let (layout, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack) }?;
-    match engine.staging_for(&plan, method) {
+    let (layout, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack, known) }?;
+    let staging = match &engine {
+        Engine::Gpu(g, _) if later => g.packer(&plan).map(|_| Staging::Later(method)),
+        _ => engine.staging_for(&plan, method),
+    };
+    match staging {
         Ok(staging) => Some(Receive {
             bytes: c_int::try_from(plan.packed_size()).ok()?,
             engine,
@@ -744,7 +801,7 @@ unsafe fn enqueue_finish(
     let plan = if n == r.count {
         Some(r.plan.clone())
     } else {
-        r.layout.raw_plan(n)
+        r.layout.raw_plan(n).map(Arc::new)
     };
     let Some(plan) = plan else {
         log!("{op}: no plan for {n} element(s) received");

@@ -11,7 +11,7 @@
 use rustc_hash::FxHashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datatype_pack::StridedBlock;
 use mpi::ffi;
@@ -33,7 +33,7 @@ use crate::sync::lock;
 #[derive(Debug)]
 pub struct Outgoing {
     engine: Engine,
-    plan: StridedBlock,
+    plan: Arc<StridedBlock>,
     buf: *const c_void,
     /// The buffer the real MPI sends from.
     pub staging: Staging,
@@ -655,7 +655,7 @@ pub unsafe fn prepare_send_init(
 ) -> Option<Outgoing> {
     let host_pack = config::get().host_pack.send;
     // SAFETY: the caller's contract.
-    let (_, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack) }?;
+    let (_, plan, engine, method) = unsafe { take(op, buf, count, dt, host_pack, None) }?;
     match engine.staging_for(&plan, method) {
         Ok(staging) => Some(Outgoing {
             bytes: c_int::try_from(plan.packed_size()).ok()?,

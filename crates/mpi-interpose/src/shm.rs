@@ -117,8 +117,10 @@ fn write(ring: &Ring, tag: u32, bytes: &[u8]) -> bool {
     true
 }
 
-/// Reads every message in `ring`, oldest first, into `f(tag, bytes)`.
-fn read(ring: &Ring, mut f: impl FnMut(u32, Vec<u8>)) {
+/// Reads every message in `ring`, oldest first, into `f(tag, bytes)`, each message's bytes
+/// copied out of the ring into `scratch` (kept by the caller, so that reading allocates
+/// nothing once it has held the largest message).
+fn read(ring: &Ring, scratch: &mut Vec<u8>, mut f: impl FnMut(u32, &[u8])) {
     let mut tail = ring.tail().load(Ordering::Relaxed);
     let head = ring.head().load(Ordering::Acquire);
     while tail < head {
@@ -126,10 +128,10 @@ fn read(ring: &Ring, mut f: impl FnMut(u32, Vec<u8>)) {
         ring.get(tail, &mut header);
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
         let tag = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        let mut bytes = vec![0u8; len.min(MAX_MESSAGE)];
-        ring.get(tail + 8, &mut bytes);
+        scratch.resize(len.min(MAX_MESSAGE), 0);
+        ring.get(tail + 8, scratch);
         tail += footprint(len) as u64;
-        f(tag, bytes);
+        f(tag, scratch);
     }
     ring.tail().store(tail, Ordering::Release);
 }
@@ -264,11 +266,11 @@ impl Mailboxes {
     }
 
     /// Reads every message sent to this rank, each ring's in order, into
-    /// `f(world rank of the sender, tag, bytes)`.
-    pub fn receive(&self, mut f: impl FnMut(c_int, u32, Vec<u8>)) {
+    /// `f(world rank of the sender, tag, bytes)`, the bytes in `scratch` (see [`read`]).
+    pub fn receive(&self, scratch: &mut Vec<u8>, mut f: impl FnMut(c_int, u32, &[u8])) {
         for (w, &from) in self.ranks.iter().enumerate() {
             if w != self.me {
-                read(&self.ring(self.me, w), |tag, b| f(from, tag, b));
+                read(&self.ring(self.me, w), scratch, |tag, b| f(from, tag, b));
             }
         }
     }
@@ -381,15 +383,16 @@ mod tests {
         let (_keep, r) = ring();
         let mut sent = Vec::new();
         let mut got = Vec::new();
+        let mut scratch = Vec::new();
         for i in 0..10_000u32 {
             let msg: Vec<u8> = (0..(i % 61) as u8).map(|b| b ^ i as u8).collect();
             assert!(write(&r, i, &msg));
             sent.push((i, msg));
             if i % 7 == 0 {
-                read(&r, |t, b| got.push((t, b)));
+                read(&r, &mut scratch, |t, b| got.push((t, b.to_vec())));
             }
         }
-        read(&r, |t, b| got.push((t, b)));
+        read(&r, &mut scratch, |t, b| got.push((t, b.to_vec())));
         assert_eq!(got, sent);
     }
 
@@ -404,7 +407,7 @@ mod tests {
         assert_eq!(n, CAPACITY / footprint(1000));
         assert!(!write(&r, 1, &vec![0u8; MAX_MESSAGE + 1]));
         let mut got = 0;
-        read(&r, |t, b| {
+        read(&r, &mut Vec::new(), |t, b| {
             assert_eq!((t, b.len()), (1, 1000));
             got += 1;
         });

@@ -50,7 +50,7 @@ pub struct Layout {
     pub one: Type,
     /// MPI's signature of the datatype at commit.
     pub signature: Signature,
-    plans: Mutex<FxHashMap<u64, Option<StridedBlock>>>,
+    plans: Mutex<FxHashMap<u64, Option<Arc<StridedBlock>>>>,
 }
 
 /// Elements per message above which plans are not kept (each count is its own plan).
@@ -74,7 +74,7 @@ impl Layout {
     /// The plan of `count` elements placed one extent apart, or `None` where the plan cannot be
     /// lowered (a negative stride, bytes before the buffer address) or is contiguous (nothing
     /// to gain: the real MPI moves it as it is).
-    pub fn plan(&self, count: u64) -> Option<StridedBlock> {
+    pub fn plan(&self, count: u64) -> Option<Arc<StridedBlock>> {
         let mut plans = lock(&self.plans);
         if let Some(p) = plans.get(&count) {
             return p.clone();
@@ -82,7 +82,8 @@ impl Layout {
         let t = Type::stream(count, self.signature.extent, self.one.clone());
         let p = StridedBlock::from_type(&t)
             .ok()
-            .filter(|p| !p.is_contiguous() && p.packed_size() == self.element_size() * count);
+            .filter(|p| !p.is_contiguous() && p.packed_size() == self.element_size() * count)
+            .map(Arc::new);
         if plans.len() >= PLAN_CACHE_LIMIT {
             plans.clear();
         }

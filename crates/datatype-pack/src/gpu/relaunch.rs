@@ -225,11 +225,15 @@ impl Drop for KernelGraph {
 }
 
 /// Whether `stream` may take a graph launch: not being captured (and the driver can say so).
+/// The legacy default stream (the null handle) never is: the driver refuses to capture it,
+/// and where another stream captures in a mode that forbids work on it, a direct launch fails
+/// as the graph's would; it is not asked (a driver call saved on every launch).
 fn launchable(stream: &CudaStream) -> bool {
-    matches!(
-        stream.capture_status(),
-        Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-    )
+    stream.cu_stream().is_null()
+        || matches!(
+            stream.capture_status(),
+            Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        )
 }
 
 /// The one-node graphs of a launcher's kernels, keyed by kernel: up to [`EXECS_KEPT`]
