@@ -5,7 +5,8 @@
 //! the other's kernel on the host, the sender's pack and the receiver's unpack are ordered on
 //! the GPUs, and the receiver's unpack, on its own stream, comes after the work its program
 //! queued there before the receive (as the byte path's does). Per message: one kernel each
-//! side, three small messages through shared memory ([`crate::shm`]), a message of 0 bytes
+//! side, two small messages through shared memory ([`crate::shm`]) and a third that rides with
+//! the receiver's next message to the sender (its *done*), a message of 0 bytes
 //! through the MPI (none between a blocking send and a blocking receive) and no transfer of the
 //! bytes by the MPI.
 //!
@@ -46,7 +47,8 @@
 //!    packs again into the real MPI's staging and sends the bytes.
 //! 3. A receive that completes with 0 bytes after announcing reads its note: "lent" (its
 //!    unpack, from the peer's staging after the peer's event, joins the completion's others;
-//!    the status says the packed size; a *done* message follows the wait) or "empty" (a
+//!    the status says the packed size; after the wait a *done* message is owed, and sent with
+//!    the next message to the sender, or on its own once a few are owed) or "empty" (a
 //!    message of 0 bytes from the program: every such send on `MPI_COMM_WORLD` to a rank of
 //!    the node sends this note first). A receive that got bytes took the byte path as before.
 //!    A wait for several requests claims the notes already come before the real MPI completes
@@ -98,6 +100,8 @@ const PROBE_EVERY: Duration = Duration::from_micros(2);
 const LENT_NOTE: usize = 6 * 8 + 2 * 64;
 /// Done messages are read once this many stagings are lent.
 const LENT_ROUND: usize = 8;
+/// Done messages owed to one peer that are sent without waiting for another message to it.
+const OWED_MAX: usize = 4;
 /// Stale ready messages and notes are dropped every this many counted operations.
 const HOUSEKEEPING: u64 = 64;
 /// Ready messages of the last this many sends counted per destination and tag outlive the
@@ -199,8 +203,12 @@ struct State {
     backoff: FxHashMap<(c_int, c_int), (u32, u32)>,
     /// Persistent requests on `MPI_COMM_WORLD`: send or receive, peer, tag, empty.
     persistent: FxHashMap<u64, (bool, c_int, c_int, bool)>,
-    /// Done messages that did not fit their mailbox yet: to whom, and the message.
-    unsent: Vec<(c_int, Vec<u8>)>,
+    /// Done messages owed: to whom, and the message they end. Sent together with the next
+    /// message to that peer (its next ready message, as a rule), or on their own once
+    /// [`OWED_MAX`] are owed to it or at the housekeeping: never waited for by anyone, they
+    /// only give the peer's staging back to its pool, and one write to a mailbox the peer
+    /// reads anyway costs less than one at the end of each receive.
+    owed: Vec<(c_int, Key)>,
     /// Staging lent per message sent directly, until its receiver is done.
     lent: FxHashMap<Key, Loan>,
     /// Peers greeted by this rank.
@@ -565,6 +573,12 @@ fn housekeeping(st: &mut State) {
         return;
     }
     drain(st);
+    let mut peers: Vec<c_int> = st.owed.iter().map(|&(p, _)| p).collect();
+    peers.sort_unstable();
+    peers.dedup();
+    for p in peers {
+        pay(st, p);
+    }
     let sent = st.sent.clone();
     st.ready.retain(|&(p, t, n), _| {
         n.saturating_add(READIES_KEPT) >= sent.get(&(p, t)).copied().unwrap_or(0)
@@ -693,16 +707,44 @@ fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note, bool)> {
     Some((w[0] as u32 as c_int, w[1], note, quiet))
 }
 
-/// Sends `bytes` with `tag` to `dest` through its mailbox; whether it fit (done messages
-/// that did not fit earlier go first).
+/// Sends `bytes` with `tag` to `dest` through its mailbox; whether it fit (the done messages
+/// owed to `dest` go first, [`pay`]).
 fn post(st: &mut State, dest: c_int, tag: u32, bytes: &[u8]) -> bool {
-    let Some(mail) = &st.mail else {
-        return false;
-    };
-    if !st.unsent.is_empty() {
-        st.unsent.retain(|(to, b)| !mail.send(*to, DONE_TAG, b));
+    pay(st, dest);
+    st.mail.as_ref().is_some_and(|m| m.send(dest, tag, bytes))
+}
+
+/// Sends `dest` the done messages owed to it, as one message of their tags and numbers; kept
+/// owed where it does not fit.
+fn pay(st: &mut State, dest: c_int) {
+    if !st.owed.iter().any(|&(p, _)| p == dest) {
+        return;
     }
-    mail.send(dest, tag, bytes)
+    let msg = encode_done(st.owed.iter().filter(|&&(p, _)| p == dest).map(|&(_, k)| k));
+    if st
+        .mail
+        .as_ref()
+        .is_some_and(|m| m.send(dest, DONE_TAG, &msg))
+    {
+        st.owed.retain(|&(p, _)| p != dest);
+    }
+}
+
+/// A done message: the tag and number of each message whose lent staging its receiver is
+/// done with.
+fn encode_done(keys: impl Iterator<Item = Key>) -> Vec<u8> {
+    let words: Vec<u64> = keys.flat_map(|k| [k.1 as u32 as u64, k.2]).collect();
+    to_bytes(&words, 0)
+}
+
+/// The tags and numbers of a done message.
+fn decode_done(b: &[u8]) -> Option<Vec<(c_int, u64)>> {
+    if b.is_empty() || b.len() % 16 != 0 {
+        return None;
+    }
+    b.chunks_exact(16)
+        .map(|pair| words::<2>(pair, 0).map(|[tag, seq]| (tag as u32 as c_int, seq)))
+        .collect()
 }
 
 /// At `MPI_Finalize`: staging still lent stays allocated (a peer may not have said it is done
@@ -756,9 +798,11 @@ fn file(st: &mut State, from: c_int, tag: u32, buf: &[u8]) {
                 st.quiet.insert((from, t, seq));
             }
         }),
-        // A receiver is done with a lent staging: it goes back to the pool.
-        DONE_TAG => words::<2>(buf, 0).map(|w| {
-            st.lent.remove(&(from, w[0] as u32 as c_int, w[1]));
+        // A receiver is done with lent stagings (a tag and number each): back to the pool.
+        DONE_TAG => decode_done(buf).map(|done| {
+            for (tag, seq) in done {
+                st.lent.remove(&(from, tag, seq));
+            }
         }),
         HELLO_TAG => decode_lent(buf, 0).map(|g| {
             st.greetings.insert(from, g);
@@ -886,17 +930,21 @@ pub enum Arrival {
 /// MPI initialized; `comm` is the receive's communicator; no other receive is posted by this
 /// process until the caller has received what this says (the direct path is off where
 /// threads may call MPI at once).
-pub unsafe fn arrival(a: &Announced, comm: MPI_Comm) -> Result<Arrival, c_int> {
-    let Some(s) = state() else {
+pub unsafe fn arrival(r: &mut Receive, comm: MPI_Comm) -> Result<Arrival, c_int> {
+    let (Some(s), Some(a)) = (state(), r.direct) else {
         return Ok(Arrival::Mpi);
     };
     let (source, tag, _) = a.0;
-    let noted = |st: &mut State| -> Option<Arrival> {
+    // How the message came, where its note has; a quiet one's note is claimed at once (the
+    // receive then settles as one whose note came early, [`finish_early`]): nothing follows
+    // it through the MPI, so it is this receive's.
+    let mut noted = |st: &mut State| -> Option<Arrival> {
         if !st.notes.contains_key(&a.0) {
             drain(st);
         }
-        st.notes.get(&a.0).map(|_| {
+        st.notes.contains_key(&a.0).then(|| {
             if st.quiet.contains(&a.0) {
+                claim_into(st, r, a);
                 Arrival::Noted
             } else {
                 Arrival::Mpi
@@ -987,11 +1035,17 @@ pub fn claim_early(r: &mut Receive) -> Claim {
     let (Some(a), Some(s)) = (r.direct, state()) else {
         return Claim::Left;
     };
+    let mut st = lock(s);
+    if !st.notes.contains_key(&a.0) {
+        drain(&mut st);
+    }
+    claim_into(&mut st, r, a)
+}
+
+/// [`claim_early`] with the state locked and the mailboxes read: the note of `r` (announced
+/// as `a`) claimed into [`Receive::early`] where it has come (lent, or carried bytes that fit).
+fn claim_into(st: &mut State, r: &mut Receive, a: Announced) -> Claim {
     let note = {
-        let mut st = lock(s);
-        if !st.notes.contains_key(&a.0) {
-            drain(&mut st);
-        }
         // Carried bytes are kept in the claim: the staging is the real receive's until it
         // completes.
         let fits = match st.notes.get(&a.0) {
@@ -1151,14 +1205,14 @@ pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
 }
 
 /// Tells the peer of a [`Finish::Pull`] receive that this rank is done with its staging (the
-/// unpack was waited for, or failed); where its mailbox is full, at a later message.
+/// unpack was waited for, or failed): owed, and sent with the next message to it ([`pay`]).
 pub fn done(peer: c_int, k: Key) {
     if let Some(s) = state() {
-        let msg = to_bytes(&[k.1 as u32 as u64, k.2], 0);
         profile::time(Phase::Loan, || {
             let mut st = lock(s);
-            if !post(&mut st, peer, DONE_TAG, &msg) {
-                st.unsent.push((peer, msg));
+            st.owed.push((peer, k));
+            if st.owed.iter().filter(|&&(p, _)| p == peer).count() >= OWED_MAX {
+                pay(&mut st, peer);
             }
         });
     }
@@ -1211,30 +1265,27 @@ pub unsafe fn send(
     buf: *const c_void,
     taken: &Taken,
     quiet: bool,
+    ahead: Option<Staging>,
 ) -> Sent {
     let (Some(s), Some(seq)) = (state(), seq) else {
         return Sent::No;
     };
-    let (_, plan, engine, method) = taken;
+    let (_, plan, engine, _) = taken;
     let carry = matches!(engine, Engine::Cpu);
     if !lends(s, engine, dest) {
         return Sent::No;
     }
     let n = plan.packed_size();
-    // The pack first, where the byte path would send from device staging too: the ready
-    // message travels while the kernel is launched.
-    let mut packed: Option<Staging> = None;
-    if !carry && *method == Method::Device && n > 0 {
+    // The pack first (unless launched ahead), where the byte path would send from device
+    // staging too: the ready message travels while the kernel is launched.
+    let packed = match ahead {
+        Some(st) => Some(st),
         // SAFETY: the caller's contract.
-        match unsafe { pack_into_device(engine, plan, buf) } {
-            Ok(st) => packed = Some(st),
-            Err(e) => {
-                log!("{op}: the pack failed, byte path: {e}");
-                return Sent::No;
-            }
-        }
-    }
-    profile::mark("pack launched");
+        None => match unsafe { pack_lent(op, taken, buf) } {
+            Ok(packed) => packed,
+            Err(()) => return Sent::No,
+        },
+    };
     let k = (dest, tag, seq);
     let Some(unposted) = await_ready(s, engine, plan, packed.as_ref(), k, carry) else {
         // The staging goes back to its pool; what is queued on the stream stays in order.
@@ -1268,6 +1319,50 @@ pub unsafe fn send(
         Ok(()) => Sent::Directly,
         Err(_) => Sent::No,
     }
+}
+
+/// The pack of a send the interposer took (number `seq` to `dest`, its buffer `buf`) into the
+/// direct path's device staging, launched (not waited for) where [`send`] would pack it
+/// first: the direct path is up and lends to `dest`, and the bytes would go through device
+/// staging. `MPI_Sendrecv` launches it before it announces its receive, so that the kernel
+/// runs while the announcement and the receive's ready message travel; [`send`] lends it.
+/// `Ok(None)`: nothing to pack ahead; `Err`: the pack failed (logged; the send takes the byte
+/// path).
+///
+/// # Safety
+/// As [`send`].
+pub unsafe fn pack_ahead(
+    op: &str,
+    seq: Option<u64>,
+    dest: c_int,
+    buf: *const c_void,
+    taken: &Taken,
+) -> Result<Option<Staging>, ()> {
+    let (Some(s), Some(_)) = (state(), seq) else {
+        return Ok(None);
+    };
+    if !lends(s, &taken.2, dest) {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { pack_lent(op, taken, buf) }
+}
+
+/// [`pack_ahead`] once the direct path is known to lend to the send's destination.
+///
+/// # Safety
+/// As [`send`].
+unsafe fn pack_lent(op: &str, taken: &Taken, buf: *const c_void) -> Result<Option<Staging>, ()> {
+    let (_, plan, engine, method) = taken;
+    if matches!(engine, Engine::Cpu) || *method != Method::Device || plan.packed_size() == 0 {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract.
+    let packed = unsafe { pack_into_device(engine, plan, buf) };
+    profile::mark("pack launched");
+    packed.map(Some).map_err(|e| {
+        log!("{op}: the pack failed, byte path: {e}");
+    })
 }
 
 /// The start of a persistent send (number `seq` to `dest` with `tag`), packed into `staging`
@@ -1607,6 +1702,16 @@ mod tests {
         assert!(decode_note(&carried[..33]).is_none());
         let cut = encode_note(5, 9, &Note::Lent(lent(2, 0, 1 << 20)), true);
         assert!(decode_note(&cut[..cut.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn done_messages_round_trip_several_at_once() {
+        let keys = [(1, 7, 42), (1, -3, 0), (1, 7, 43)];
+        let b = encode_done(keys.into_iter());
+        assert_eq!(b.len(), 48);
+        assert_eq!(decode_done(&b), Some(vec![(7, 42), (-3, 0), (7, 43)]));
+        assert!(decode_done(&b[..40]).is_none());
+        assert!(decode_done(&[]).is_none());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
 
 use crate::config;
 use crate::direct::{self, Arrival, Sent};
-use crate::engine::{self, Engine};
+use crate::engine::{self, Engine, Staging};
 use crate::handle::key;
 use crate::log::{self, log};
 use crate::memory::{self, DeviceBuffer};
@@ -448,22 +448,23 @@ pub unsafe extern "C" fn MPI_Send(
     };
     scope.taken();
     // SAFETY: as above.
-    let packed = match unsafe { send_directly("MPI_Send", seq, (dest, tag), buf, &taken, true) } {
-        Sent::Quietly => {
-            packed_before_return("MPI_Send", &taken.2);
-            return 0;
-        }
-        Sent::Directly => {
-            // SAFETY: a message of 0 bytes.
-            let rc = profile::time(Phase::Mpi, || unsafe {
-                ffi::PMPI_Send(direct::marker(), 0, bytes_type(), dest, tag, comm)
-            });
-            packed_before_return("MPI_Send", &taken.2);
-            return rc;
-        }
-        // SAFETY: as above.
-        Sent::No => guarded(|| unsafe { pack_taken("MPI_Send", buf, taken) }),
-    };
+    let packed =
+        match unsafe { send_directly("MPI_Send", seq, (dest, tag), buf, &taken, true, None) } {
+            Sent::Quietly => {
+                packed_before_return("MPI_Send", &taken.2);
+                return 0;
+            }
+            Sent::Directly => {
+                // SAFETY: a message of 0 bytes.
+                let rc = profile::time(Phase::Mpi, || unsafe {
+                    ffi::PMPI_Send(direct::marker(), 0, bytes_type(), dest, tag, comm)
+                });
+                packed_before_return("MPI_Send", &taken.2);
+                return rc;
+            }
+            // SAFETY: as above.
+            Sent::No => guarded(|| unsafe { pack_taken("MPI_Send", buf, taken) }),
+        };
     match packed {
         // SAFETY: the staging holds `n` packed bytes until the blocking send returns.
         Some((mut s, n)) => profile::time(Phase::Mpi, || unsafe {
@@ -487,12 +488,14 @@ unsafe fn send_directly(
     buf: *const c_void,
     taken: &Taken,
     quiet: bool,
+    ahead: Option<Staging>,
 ) -> Sent {
     if seq.is_none() {
         return Sent::No;
     }
     // SAFETY: the caller's contract.
-    guarded(|| Some(unsafe { direct::send(op, seq, to, buf, taken, quiet) })).unwrap_or(Sent::No)
+    guarded(|| Some(unsafe { direct::send(op, seq, to, buf, taken, quiet, ahead) }))
+        .unwrap_or(Sent::No)
 }
 
 /// After a send went by the direct path and its message of 0 bytes was handed to the MPI:
@@ -527,24 +530,25 @@ pub unsafe extern "C" fn MPI_Isend(
     };
     scope.taken();
     // SAFETY: as above.
-    let packed = match unsafe { send_directly("MPI_Isend", seq, (dest, tag), buf, &taken, false) } {
-        // Never quietly (not asked for): the program's request is the real MPI's.
-        Sent::Directly | Sent::Quietly => {
-            // SAFETY: a message of 0 bytes; the request is the program's, as for any send.
-            let rc = profile::time(Phase::Mpi, || unsafe {
-                ffi::PMPI_Isend(direct::marker(), 0, bytes_type(), dest, tag, comm, request)
-            });
-            if rc == 0 {
-                // SAFETY: the real MPI wrote the new request's handle.
-                remember(key(unsafe { *request }), Pending::Packing(taken.2));
-            } else {
-                packed_before_return("MPI_Isend", &taken.2);
+    let packed =
+        match unsafe { send_directly("MPI_Isend", seq, (dest, tag), buf, &taken, false, None) } {
+            // Never quietly (not asked for): the program's request is the real MPI's.
+            Sent::Directly | Sent::Quietly => {
+                // SAFETY: a message of 0 bytes; the request is the program's, as for any send.
+                let rc = profile::time(Phase::Mpi, || unsafe {
+                    ffi::PMPI_Isend(direct::marker(), 0, bytes_type(), dest, tag, comm, request)
+                });
+                if rc == 0 {
+                    // SAFETY: the real MPI wrote the new request's handle.
+                    remember(key(unsafe { *request }), Pending::Packing(taken.2));
+                } else {
+                    packed_before_return("MPI_Isend", &taken.2);
+                }
+                return rc;
             }
-            return rc;
-        }
-        // SAFETY: as above.
-        Sent::No => guarded(|| unsafe { pack_taken("MPI_Isend", buf, taken) }),
-    };
+            // SAFETY: as above.
+            Sent::No => guarded(|| unsafe { pack_taken("MPI_Isend", buf, taken) }),
+        };
     match packed {
         Some((mut s, n)) => {
             // SAFETY: the staging is kept in the request table until the request completes.
@@ -619,9 +623,9 @@ unsafe fn receive_blocking(
     status: *mut MPI_Status,
 ) -> c_int {
     let how = match r.direct {
-        Some(a) => profile::time(Phase::Note, || {
+        Some(_) => profile::time(Phase::Note, || {
             // SAFETY: the caller's contract.
-            guarded(|| Some(unsafe { direct::arrival(&a, comm) }))
+            guarded(|| Some(unsafe { direct::arrival(r, comm) }))
         })
         .unwrap_or(Ok(Arrival::Mpi)),
         None => Ok(Arrival::Mpi),
@@ -734,6 +738,16 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     // SAFETY: MPI's contract for the send triple.
     let send = guarded(|| unsafe { take_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
     profile::mark("send taken");
+    // A send the direct path may lend has its pack launched first: the kernel runs while the
+    // receive is prepared and announced and the peer's ready message comes.
+    let mut ahead = match (&send, sseq) {
+        (Some(t), Some(_)) => guarded(|| {
+            // SAFETY: MPI's contract for the send; the stream is waited for before the return.
+            unsafe { direct::pack_ahead("MPI_Sendrecv", sseq, dest, sendbuf, t) }.ok()
+        })
+        .flatten(),
+        _ => None,
+    };
     // One buffer for both sides (a halo code's grid): the driver was asked once.
     let known = send
         .as_ref()
@@ -818,7 +832,15 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         let sending = unsafe {
             match send {
                 Some(t) => {
-                    match send_directly("MPI_Sendrecv", sseq, (dest, sendtag), sendbuf, &t, true) {
+                    match send_directly(
+                        "MPI_Sendrecv",
+                        sseq,
+                        (dest, sendtag),
+                        sendbuf,
+                        &t,
+                        true,
+                        ahead.take(),
+                    ) {
                         Sent::Quietly => {
                             lent = Some(t.2);
                             None
