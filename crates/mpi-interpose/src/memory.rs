@@ -30,7 +30,7 @@ pub struct DeviceBuffer {
 
 /// The device allocation `ptr` points into, or `None` for host memory (or anything not certain).
 pub fn device_buffer(ptr: *const std::ffi::c_void) -> Option<DeviceBuffer> {
-    if ptr.is_null() || datatype_pack::gpu::driver_available().is_err() {
+    if ptr.is_null() || !datatype_pack::gpu::driver_present() {
         return None;
     }
     catch_unwind(AssertUnwindSafe(|| query(ptr as u64)))

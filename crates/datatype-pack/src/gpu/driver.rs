@@ -50,25 +50,34 @@ pub(super) fn candidates(names: &[&str]) -> Vec<String> {
 /// # Errors
 /// [`Error::LibraryNotFound`] with every file name tried.
 pub fn driver_available() -> Result<()> {
+    probe().clone()
+}
+
+/// Whether the CUDA driver library can be opened ([`driver_available`] without its error's
+/// details): a check cheap enough for every call of a hot path.
+pub fn driver_present() -> bool {
+    probe().is_ok()
+}
+
+/// The outcome of the one probe for the driver library.
+fn probe() -> &'static Result<()> {
     static PROBE: OnceLock<Result<()>> = OnceLock::new();
-    PROBE
-        .get_or_init(|| {
-            // SAFETY: this only opens (dlopen) the driver library under cudarc's candidate
-            // names and closes it again; opening the vendor's library runs its initialisers,
-            // which are sound to run in any process. No symbol is called.
-            let found = catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() })
-                .unwrap_or(false);
-            if found {
-                Ok(())
-            } else {
-                Err(Error::LibraryNotFound {
-                    op: "gpu::driver_available",
-                    library: "cuda",
-                    tried: candidates(&["cuda", "nvcuda"]),
-                })
-            }
-        })
-        .clone()
+    PROBE.get_or_init(|| {
+        // SAFETY: this only opens (dlopen) the driver library under cudarc's candidate
+        // names and closes it again; opening the vendor's library runs its initialisers,
+        // which are sound to run in any process. No symbol is called.
+        let found =
+            catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false);
+        if found {
+            Ok(())
+        } else {
+            Err(Error::LibraryNotFound {
+                op: "gpu::driver_available",
+                library: "cuda",
+                tried: candidates(&["cuda", "nvcuda"]),
+            })
+        }
+    })
 }
 
 /// The primary CUDA context of device `ordinal`.

@@ -114,7 +114,7 @@ pub use cudarc;
 pub use compile::{
     clear_memory_cache, compile, nvrtc_available, nvrtc_options, nvrtc_version, CACHE_ENV,
 };
-pub use driver::{context, device_arch, driver_available, Residency};
+pub use driver::{context, device_arch, driver_available, driver_present, Residency};
 pub use fused_copier::FusedCopier;
 pub use fused_packer::FusedPacker;
 pub use options::{GpuOptions, GridCap, AUTO_FULL_ABOVE_WAVES};
