@@ -1326,8 +1326,8 @@ pub unsafe fn send(
 /// first: the direct path is up and lends to `dest`, and the bytes would go through device
 /// staging. `MPI_Sendrecv` launches it before it announces its receive, so that the kernel
 /// runs while the announcement and the receive's ready message travel; [`send`] lends it.
-/// `Ok(None)`: nothing to pack ahead; `Err`: the pack failed (logged; the send takes the byte
-/// path).
+/// `None` where there is nothing to pack ahead, or the pack failed (logged; [`send`] then
+/// packs itself, or takes the byte path).
 ///
 /// # Safety
 /// As [`send`].
@@ -1337,15 +1337,15 @@ pub unsafe fn pack_ahead(
     dest: c_int,
     buf: *const c_void,
     taken: &Taken,
-) -> Result<Option<Staging>, ()> {
+) -> Option<Staging> {
     let (Some(s), Some(_)) = (state(), seq) else {
-        return Ok(None);
+        return None;
     };
     if !lends(s, &taken.2, dest) {
-        return Ok(None);
+        return None;
     }
     // SAFETY: the caller's contract.
-    unsafe { pack_lent(op, taken, buf) }
+    unsafe { pack_lent(op, taken, buf) }.ok().flatten()
 }
 
 /// [`pack_ahead`] once the direct path is known to lend to the send's destination.

@@ -482,7 +482,9 @@ impl Gpu {
 /// the GPU already), compile the kernels of one element of `plan` for that device now rather
 /// than at the first message. Best effort: `None` when there is nothing to do or it failed.
 pub fn precompile(plan: &StridedBlock) -> Option<usize> {
-    dgpu::driver_present().then_some(())?;
+    if !dgpu::driver_present() {
+        return None;
+    }
     let ordinal = std::panic::catch_unwind(|| {
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: a valid out-pointer; asking for the current context initializes nothing.

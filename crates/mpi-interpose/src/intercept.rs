@@ -740,14 +740,10 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     profile::mark("send taken");
     // A send the direct path may lend has its pack launched first: the kernel runs while the
     // receive is prepared and announced and the peer's ready message comes.
-    let mut ahead = match (&send, sseq) {
-        (Some(t), Some(_)) => guarded(|| {
-            // SAFETY: MPI's contract for the send; the stream is waited for before the return.
-            unsafe { direct::pack_ahead("MPI_Sendrecv", sseq, dest, sendbuf, t) }.ok()
-        })
-        .flatten(),
-        _ => None,
-    };
+    let mut ahead = send.as_ref().and_then(|t| {
+        // SAFETY: MPI's contract for the send; the stream is waited for before the return.
+        guarded(|| unsafe { direct::pack_ahead("MPI_Sendrecv", sseq, dest, sendbuf, t) })
+    });
     // One buffer for both sides (a halo code's grid): the driver was asked once.
     let known = send
         .as_ref()
