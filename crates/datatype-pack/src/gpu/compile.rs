@@ -3,14 +3,13 @@
 
 use rustc_hash::FxHashMap;
 use std::ffi::{c_char, CString};
-use std::panic::catch_unwind;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::codegen::Fnv64;
 use crate::error::{invalid, Error, Result};
 
-use super::driver::{candidates, guard};
+use super::driver::{guard, probe_library};
 
 /// Environment variable naming the on-disk cache directory of compiled kernels.
 pub const CACHE_ENV: &str = "DATATYPE_PACK_CACHE";
@@ -21,22 +20,13 @@ pub const CACHE_ENV: &str = "DATATYPE_PACK_CACHE";
 /// [`Error::LibraryNotFound`] with every file name tried.
 pub fn nvrtc_available() -> Result<()> {
     static PROBE: OnceLock<Result<()>> = OnceLock::new();
-    PROBE
-        .get_or_init(|| {
-            // SAFETY: as in `driver_available`: the library is opened and closed, nothing called.
-            let found =
-                catch_unwind(|| unsafe { cudarc::nvrtc::sys::is_culib_present() }).unwrap_or(false);
-            if found {
-                Ok(())
-            } else {
-                Err(Error::LibraryNotFound {
-                    op: "gpu::nvrtc_available",
-                    library: "nvrtc",
-                    tried: candidates(&["nvrtc"]),
-                })
-            }
-        })
-        .clone()
+    probe_library(
+        &PROBE,
+        // SAFETY: as in `driver_available`: the library is opened and closed, nothing called.
+        || unsafe { cudarc::nvrtc::sys::is_culib_present() },
+        ("gpu::nvrtc_available", "nvrtc", &["nvrtc"]),
+    )
+    .clone()
 }
 
 /// NVRTC's version, `(major, minor)`.

@@ -38,11 +38,32 @@ pub(super) fn drv(op: &'static str) -> impl Fn(DriverError) -> Error {
     }
 }
 
-pub(super) fn candidates(names: &[&str]) -> Vec<String> {
+fn candidates(names: &[&str]) -> Vec<String> {
     names
         .iter()
         .flat_map(|n| cudarc::get_lib_name_candidates(n))
         .collect()
+}
+
+/// The outcome of probing once per process (into `cell`) whether a library opens: `present`
+/// says so (a panic counts as no); where not, [`Error::LibraryNotFound`] for `op`, naming
+/// `library` and every file name of `names` tried.
+pub(super) fn probe_library(
+    cell: &'static OnceLock<Result<()>>,
+    present: impl FnOnce() -> bool + std::panic::UnwindSafe,
+    (op, library, names): (&'static str, &'static str, &[&str]),
+) -> &'static Result<()> {
+    cell.get_or_init(|| {
+        if catch_unwind(present).unwrap_or(false) {
+            Ok(())
+        } else {
+            Err(Error::LibraryNotFound {
+                op,
+                library,
+                tried: candidates(names),
+            })
+        }
+    })
 }
 
 /// Checks once per process that the CUDA driver library (`libcuda`) can be opened.
@@ -62,22 +83,14 @@ pub fn driver_present() -> bool {
 /// The outcome of the one probe for the driver library.
 fn probe() -> &'static Result<()> {
     static PROBE: OnceLock<Result<()>> = OnceLock::new();
-    PROBE.get_or_init(|| {
-        // SAFETY: this only opens (dlopen) the driver library under cudarc's candidate
-        // names and closes it again; opening the vendor's library runs its initialisers,
-        // which are sound to run in any process. No symbol is called.
-        let found =
-            catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false);
-        if found {
-            Ok(())
-        } else {
-            Err(Error::LibraryNotFound {
-                op: "gpu::driver_available",
-                library: "cuda",
-                tried: candidates(&["cuda", "nvcuda"]),
-            })
-        }
-    })
+    probe_library(
+        &PROBE,
+        // SAFETY: this only opens (dlopen) the driver library under cudarc's candidate names
+        // and closes it again; opening the vendor's library runs its initialisers, which are
+        // sound to run in any process. No symbol is called.
+        || unsafe { cudarc::driver::sys::is_culib_present() },
+        ("gpu::driver_available", "cuda", &["cuda", "nvcuda"]),
+    )
 }
 
 /// The primary CUDA context of device `ordinal`.
