@@ -9,7 +9,7 @@
 //! | flavour | where | runs at each rank count |
 //! |---|---|---|
 //! | host | `cargo xtask test`, `xtask interpose` | plain; preloaded (host buffers pass through); preloaded with `COLLECTIVES_INTERPOSE_HOST_PACK=1` (host buffers take the byte path, CPU packer; with the log, which must show the path taken), `=send`, `=recv` (mixed: bytes one side, typed datatypes the other); `=1` with `COLLECTIVES_INTERPOSE_DIRECT=carry` (the direct path's protocol, host bytes carried in its notes; on 2 ranks or more the log must show messages sent directly, receives claiming their notes before completing, a receive asking for bytes after one that got them, messages to blocking receives with nothing through the MPI, and a probe asking its sender for bytes) |
-//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model (the log must show the byte path), with `COLLECTIVES_INTERPOSE_DIRECT=1` (on 2 ranks or more the log must show messages sent directly, notes claimed early, a receive asking for bytes, messages with nothing through the MPI and a probe asking its sender for bytes), forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, with the direct path, one-shot, staged |
+//! | device | `xtask interpose --device` (GPU machine; `run-interpose.sh` when staged) | host build plain (the reference); device build preloaded under `mpirun` (not CUDA-aware, `--host-mpi`) by the model (the log must show the byte path), with `COLLECTIVES_INTERPOSE_DIRECT=1` (on 2 ranks or more the log must show messages sent directly, notes claimed early, a receive asking for bytes, messages with nothing through the MPI, a probe asking its sender for bytes and a send written into its receive's buffer), forced one-shot, forced staged; under the CUDA-aware `mpirun` plain, preloaded by the model, forced device, with the direct path, one-shot, staged |
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -55,6 +55,10 @@ pub const QUIET_MARK: &str = "nothing through the MPI";
 /// What the interposer's log says of a probe that told its message's sender to send bytes.
 pub const PROBE_MARK: &str = "a probe for message";
 
+/// What the interposer's log says of a send whose kernel wrote straight into the buffer its
+/// receive offered (the direct path's write landing, device buffers only).
+pub const WRITE_MARK: &str = "written into its buffer";
+
 /// What a direct run on 2 ranks or more must log, each with what its absence says.
 const DIRECT_MARKS: [(&str, &str); 5] = [
     (DIRECT_MARK, "no message went by the direct path"),
@@ -86,6 +90,9 @@ pub struct Run {
     pub expect_log: bool,
     /// Whether, on 2 ranks or more, the log must show messages that went by the direct path.
     pub expect_direct: bool,
+    /// Whether, on 2 ranks or more, the log must also show a send written into its receive's
+    /// buffer (device buffers).
+    pub expect_write: bool,
 }
 
 fn new_run(label: &str, device_build: bool, preload: bool, cuda_aware: bool) -> Run {
@@ -98,6 +105,7 @@ fn new_run(label: &str, device_build: bool, preload: bool, cuda_aware: bool) -> 
         args: Vec::new(),
         expect_log: false,
         expect_direct: false,
+        expect_write: false,
     }
 }
 
@@ -112,6 +120,13 @@ impl Run {
 
     fn direct(mut self) -> Self {
         self.expect_direct = true;
+        self
+    }
+
+    /// A direct run on device buffers: on 2 ranks or more its log must also show a send
+    /// written into its receive's buffer.
+    fn writes(mut self) -> Self {
+        self.expect_write = true;
         self
     }
 
@@ -157,7 +172,8 @@ pub fn device_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
             .arg("--host-mpi")
             .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
             .with("COLLECTIVES_INTERPOSE_LOG", "1")
-            .direct(),
+            .direct()
+            .writes(),
         new_run("device, preloaded, one-shot", true, true, false)
             .arg("--host-mpi")
             .with("COLLECTIVES_INTERPOSE_METHOD", "one-shot"),
@@ -190,7 +206,8 @@ pub fn device_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
             )
             .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
             .with("COLLECTIVES_INTERPOSE_LOG", "1")
-            .direct(),
+            .direct()
+            .writes(),
             new_run(
                 "device, CUDA-aware MPI, preloaded, one-shot",
                 true,
@@ -427,7 +444,9 @@ pub fn run_all(runs: &[Run], s: &Setup, ranks: &[u32]) -> Tally {
                 }
             }
             if r.expect_direct && k > 1 {
-                for (mark, missing) in DIRECT_MARKS {
+                let write = (WRITE_MARK, "no send wrote into its receive's buffer");
+                let writes = r.expect_write.then_some(write);
+                for (mark, missing) in DIRECT_MARKS.into_iter().chain(writes) {
                     if out.contains(mark) {
                         tally.pass(1);
                     } else {

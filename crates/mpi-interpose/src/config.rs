@@ -11,6 +11,7 @@
 //! | `COLLECTIVES_INTERPOSE_HOST_PACK` | `1`, `send`, `recv` | testing: host buffers of decoded types also take the interposer's byte path (packed by the CPU reference), for sends and receives, sends only or receives only |
 //! | `COLLECTIVES_INTERPOSE_RELAUNCH` | `0` | launch the pack and unpack kernels one by one with `cuLaunchKernel` instead of through CUDA graphs (`datatype_pack::gpu::GpuOptions::relaunch` and, for the unpacks of the receives one call completes, `datatype_pack::gpu::Batch`; on by default: about 2 µs less per kernel waited for) |
 //! | `COLLECTIVES_INTERPOSE_DIRECT` | `0`, `1`, `carry` | the direct path between ranks of one node on `MPI_COMM_WORLD` (`crate::direct`): `1` lends a send's device staging to its receiver, which unpacks from it over CUDA IPC, where both sides allow it; `0` (the default) sends every message through the real MPI; `carry` (testing) also takes host buffers of the byte path and carries their packed bytes in the protocol's notes; the same value on every rank |
+//! | `COLLECTIVES_INTERPOSE_WRITE` | `0` | with the direct path on, lend every send's staging instead of writing a send straight into the receive buffer its receiver offers (`crate::target`; on by default: one kernel, on the sender's GPU, instead of a pack and an unpack) |
 //! | `COLLECTIVES_INTERPOSE_PROFILE` | `1`, `timeline` | host wall time of each phase of the interposer's calls and each call's timeline, summed, one table per rank on stderr at `MPI_Finalize` (`crate::profile`); `timeline`: the timelines alone, without the phases' clock reads |
 
 use std::sync::OnceLock;
@@ -67,6 +68,9 @@ pub struct Config {
     pub relaunch: bool,
     /// The direct path (`COLLECTIVES_INTERPOSE_DIRECT`).
     pub direct: Direct,
+    /// The direct path's write landing: a send writes straight into a receive buffer its
+    /// receiver offers (off with `COLLECTIVES_INTERPOSE_WRITE=0`).
+    pub write: bool,
     /// Settings that could not be read, to report once.
     pub problems: Vec<String>,
 }
@@ -172,6 +176,10 @@ impl Config {
                 Some("0" | "no" | "false" | "off")
             ),
             direct,
+            write: !matches!(
+                get("COLLECTIVES_INTERPOSE_WRITE").as_deref().map(str::trim),
+                Some("0" | "no" | "false" | "off")
+            ),
             problems,
         }
     }
@@ -199,6 +207,8 @@ mod tests {
     fn defaults_and_values() {
         let c = from(&[]);
         assert!(!c.log && !c.disabled && !c.profile && !c.profile_phases && c.relaunch);
+        assert!(c.write && !from(&[("COLLECTIVES_INTERPOSE_WRITE", "0")]).write);
+        assert!(from(&[("COLLECTIVES_INTERPOSE_WRITE", "1")]).write);
         assert!(c.method.is_none() && c.cuda_aware.is_none());
         let t = from(&[("COLLECTIVES_INTERPOSE_PROFILE", " timeline ")]);
         assert!(t.profile && !t.profile_phases);

@@ -56,6 +56,20 @@
 //!    while notes are missing, claiming each as it comes): the note precedes its message of 0
 //!    bytes, which the receive is bound to match.
 //!
+//! 4. *The write landing* ([`crate::target`]). A blocking receive (`MPI_Recv`, `MPI_Sendrecv`)
+//!    whose blocks are at least [`target::MIN_BLOCK`] bytes also offers its buffer in its
+//!    ready message: the export of its allocation, the driver's id of that allocation, and its
+//!    plan, where its GPU's stream is idle (the program's earlier work on it has run, as the
+//!    other landings' unpack would have waited for). A send whose plan has the same shape
+//!    maps that allocation and writes its layout straight into the receive's layout with one
+//!    kernel on its own GPU, waits for it, and sends a note "written" (then nothing else, or
+//!    the message of 0 bytes where the receive posted a real one); the receive completes on
+//!    that note with nothing left to do. No staging, no event, one kernel instead of two. A
+//!    send expecting a target (the last ready message of its destination and tag offered
+//!    one, or its own blocks are that long) waits for its ready message before it packs; any
+//!    failure lends as before, over what the write left. Requests never offer their buffers:
+//!    a cancelled one would be the program's again while a sender may still write.
+//!
 //! Notes are sent before the message they describe, so a receive that needs one finds it.
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -75,6 +89,7 @@ use crate::model::Method;
 use crate::profile::{self, Phase};
 use crate::shm::Mailboxes;
 use crate::sync::lock;
+use crate::target::{self, Target};
 
 /// The mailboxes' tag of ready messages.
 const READY_TAG: u32 = 1;
@@ -98,6 +113,8 @@ const NOTE_WAIT: Duration = Duration::from_secs(10);
 const PROBE_EVERY: Duration = Duration::from_micros(2);
 /// Bytes of a note of a lent staging: four words, the staging's offset and length, two handles.
 const LENT_NOTE: usize = 6 * 8 + 2 * 64;
+/// Bytes of a note of a write ([`Note::Written`]): four words.
+const WRITTEN_NOTE: usize = 4 * 8;
 /// Done messages are read once this many stagings are lent.
 const LENT_ROUND: usize = 8;
 /// Done messages owed to one peer that are sent without waiting for another message to it.
@@ -129,6 +146,9 @@ struct Ready {
     /// The receive posted no real receive ([`announce`] of a blocking receive): a send lent
     /// to it may send nothing through the MPI ([`Sent::Quietly`]).
     quiet: bool,
+    /// The receive's buffer, offered to the sender's kernel (the write landing,
+    /// [`crate::target`]): only a blocking receive offers it, which no cancel can end.
+    target: Option<Target>,
 }
 
 /// What became of a message, as its receiver reads it.
@@ -136,6 +156,9 @@ struct Ready {
 pub enum Note {
     /// Its packed bytes are in the sender's staging, lent.
     Lent(Lent),
+    /// Its bytes are in the receive's buffer already: the sender's kernel wrote them there,
+    /// and the sender waited for it (the write landing).
+    Written,
     /// The program sent 0 bytes.
     Empty,
     /// Testing (`COLLECTIVES_INTERPOSE_DIRECT=carry`): its packed bytes.
@@ -167,6 +190,10 @@ pub enum Sent {
     /// message says): nothing goes through the MPI; the caller waits for the engine before
     /// the call returns.
     Quietly,
+    /// Written into the receive's buffer (the write landing), the kernel already waited for:
+    /// the caller sends the message of 0 bytes unless `.0` (quietly, as [`Sent::Quietly`]),
+    /// and has nothing to wait for.
+    Written(bool),
     /// Not taken here: the byte path.
     No,
 }
@@ -219,6 +246,9 @@ struct State {
     reach: FxHashMap<c_int, Reach>,
     /// Receives a probe asked bytes for before they were posted ([`probing`]): not announced.
     asked: FxHashSet<Key>,
+    /// Per (destination, tag): the last ready message offered a buffer this rank's sends fit
+    /// (the write landing), so the next send waits for its ready message before it packs.
+    writes: FxHashSet<(c_int, c_int)>,
     ops: u64,
     /// The bytes of the message being filed ([`drain`]), kept between reads.
     scratch: Vec<u8>,
@@ -252,6 +282,7 @@ impl State {
             packed,
             landing: Landing::Bytes,
             quiet: false,
+            target: None,
         };
         post(self, source, READY_TAG, &encode_ready(tag, seq, &bytes))
     }
@@ -612,21 +643,31 @@ fn words<const N: usize>(bytes: &[u8], at: usize) -> Option<[u64; N]> {
 }
 
 /// A ready message: tag, number, packed bytes, how the receive takes a direct message and
-/// whether it posted a real receive.
+/// whether it posted a real receive; then, where the receive offers its buffer, its target
+/// ([`Target::encode`]).
 fn encode_ready(tag: c_int, seq: u64, r: &Ready) -> Vec<u8> {
     let kind = match r.landing {
         Landing::Carry => 0,
         Landing::Pull => 1,
         Landing::Bytes => 2,
     };
-    to_bytes(
+    let mut b = to_bytes(
         &[tag as u32 as u64, seq, r.packed, kind, u64::from(r.quiet)],
         0,
-    )
+    );
+    if let Some(t) = &r.target {
+        t.encode(&mut b);
+    }
+    b
 }
 
 fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
     let w = words::<5>(b, 0)?;
+    let target = match b.get(40..) {
+        Some([]) => None,
+        Some(rest) => Some(Target::decode(rest)?),
+        None => return None,
+    };
     let landing = match w[3] {
         0 => Landing::Carry,
         1 => Landing::Pull,
@@ -645,6 +686,7 @@ fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
             packed: w[2],
             landing,
             quiet,
+            target,
         },
     ))
 }
@@ -686,6 +728,7 @@ fn encode_note(tag: c_int, seq: u64, note: &Note, quiet: bool) -> Vec<u8> {
     match note {
         Note::Lent(l) => encode_lent(&head(0, 0), l),
         Note::Empty => to_bytes(&head(1, 0), 0),
+        Note::Written => to_bytes(&head(3, 0), 0),
         Note::Carried(v) => {
             let mut b = to_bytes(&head(2, v.len() as u64), v.len());
             b.extend_from_slice(v);
@@ -702,6 +745,7 @@ fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note, bool)> {
         0 => Note::Lent(decode_lent(b, 4)?),
         1 if !quiet => Note::Empty,
         2 => Note::Carried(b.get(32..32 + usize::try_from(w[3]).ok()?)?.to_vec()),
+        3 if b.len() == 32 => Note::Written,
         _ => return None,
     };
     Some((w[0] as u32 as c_int, w[1], note, quiet))
@@ -889,6 +933,14 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         }
     }
     let sent = profile::time(Phase::Announce, || {
+        // A blocking receive offers its buffer to the sender's kernel (the write landing); a
+        // request could be cancelled, and its buffer then be the program's again while the
+        // sender writes.
+        let target = if quiet && landing == Landing::Pull && config::get().write {
+            r.engine.offer(&r.plan)
+        } else {
+            None
+        };
         let msg = encode_ready(
             tag,
             seq,
@@ -896,6 +948,7 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
                 packed,
                 landing,
                 quiet,
+                target,
             },
         );
         post(&mut st, source, READY_TAG, &msg)
@@ -1049,7 +1102,7 @@ fn claim_into(st: &mut State, r: &mut Receive, a: Announced) -> Claim {
         // Carried bytes are kept in the claim: the staging is the real receive's until it
         // completes.
         let fits = match st.notes.get(&a.0) {
-            Some(Note::Lent(_)) => true,
+            Some(Note::Lent(_) | Note::Written) => true,
             Some(Note::Carried(v)) => matches!(&r.staging, Staging::Cpu(b) if v.len() <= b.len()),
             Some(Note::Empty) => return Claim::Left,
             None => return Claim::Awaited,
@@ -1069,6 +1122,7 @@ fn claim_into(st: &mut State, r: &mut Receive, a: Announced) -> Claim {
     );
     r.early = match note {
         Some(Note::Lent(lent)) => Some(Early::Lent(a.0 .0, a.0, lent, false)),
+        Some(Note::Written) => Some(Early::Written(a.0 .0)),
         Some(Note::Carried(v)) => Some(Early::Carried(v)),
         _ => None,
     };
@@ -1135,6 +1189,10 @@ unsafe fn finish_early(r: &mut Receive, early: Early, status: *mut ffi::MPI_Stat
                 Finish::Pull(peer, k, lent)
             }
         }
+        Early::Written(peer) => {
+            // SAFETY: the status is writable (the caller's contract).
+            unsafe { written(r, peer, status) }
+        }
         Early::Carried(v) => match &mut r.staging {
             Staging::Cpu(b) if v.len() <= b.len() => {
                 b[..v.len()].copy_from_slice(&v);
@@ -1145,6 +1203,20 @@ unsafe fn finish_early(r: &mut Receive, early: Early, status: *mut ffi::MPI_Stat
             _ => Finish::Settled(Err(ERR_INTERN)),
         },
     }
+}
+
+/// Settles receive `r`, whose bytes rank `peer`'s kernel wrote into its buffer (the write
+/// landing; the peer waited for the kernel before its note): nothing left to do here but say
+/// how many bytes came.
+///
+/// # Safety
+/// `status` is the receive's completed status, writable.
+unsafe fn written(r: &Receive, peer: c_int, status: *mut ffi::MPI_Status) -> Finish {
+    let n = r.plan.packed_size();
+    // SAFETY: the caller's contract.
+    unsafe { set_bytes(status, n) };
+    log!("{}: {n} bytes written into the buffer by rank {peer}", r.op);
+    Finish::Settled(Ok(n))
 }
 
 /// Settles a completed receive that announced itself, by what came: bytes through the real
@@ -1188,6 +1260,8 @@ pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
             );
             Finish::Pull(a.0 .0, a.0, lent)
         }
+        // SAFETY: the status is writable (the caller's contract).
+        Note::Written => unsafe { written(r, a.0 .0, status) },
         Note::Empty => Finish::Bytes,
         Note::Carried(v) => match &mut r.staging {
             Staging::Cpu(s) if v.len() <= s.len() => {
@@ -1277,9 +1351,13 @@ pub unsafe fn send(
     }
     let n = plan.packed_size();
     // The pack first (unless launched ahead), where the byte path would send from device
-    // staging too: the ready message travels while the kernel is launched.
+    // staging too: the ready message travels while the kernel is launched. Where the last
+    // receive of this destination and tag offered its buffer, the ready message first: this
+    // send may write there instead.
+    let writing = ahead.is_none() && expects_target(s, dest, tag);
     let packed = match ahead {
         Some(st) => Some(st),
+        None if writing => None,
         // SAFETY: the caller's contract.
         None => match unsafe { pack_lent(op, taken, buf) } {
             Ok(packed) => packed,
@@ -1287,12 +1365,27 @@ pub unsafe fn send(
         },
     };
     let k = (dest, tag, seq);
-    let Some(unposted) = await_ready(s, engine, plan, packed.as_ref(), k, carry) else {
+    let Some(ready) = await_ready(s, engine, plan, packed.as_ref(), k, carry) else {
         // The staging goes back to its pool; what is queued on the stream stays in order.
         return Sent::No;
     };
     profile::mark("ready came");
-    let quiet = quiet && unposted;
+    let quiet = quiet && ready.quiet;
+    let target = ready.target.filter(|t| !carry && t.fits(plan));
+    {
+        let mut st = lock(s);
+        if target.is_some() {
+            st.writes.insert((dest, tag));
+        } else {
+            st.writes.remove(&(dest, tag));
+        }
+    }
+    if let (Some(t), None) = (&target, &packed) {
+        // SAFETY: the caller's contract; `t` is the ready message of this send's receive.
+        if let Some(sent) = unsafe { write_and_note(s, op, taken, buf, t, (k, n), quiet) } {
+            return sent;
+        }
+    }
     let staging = match packed {
         Some(st) => st,
         None if carry => match engine.staging_for(plan, Method::OneShot) {
@@ -1321,10 +1414,12 @@ pub unsafe fn send(
     }
 }
 
-/// The pack of a send the interposer took (number `seq` to `dest`, its buffer `buf`) into the
-/// direct path's device staging, launched (not waited for) where [`send`] would pack it
-/// first: the direct path is up and lends to `dest`, and the bytes would go through device
-/// staging. `MPI_Sendrecv` launches it before it announces its receive, so that the kernel
+/// The pack of a send the interposer took (number `seq` to `dest` with `tag`, its buffer
+/// `buf`) into the direct path's device staging, launched (not waited for) where [`send`]
+/// would pack it first: the direct path is up and lends to `dest`, the bytes would go through
+/// device staging, and the send is not one that may be written instead (blocks of at least
+/// [`target::MIN_BLOCK`] bytes, or the last receive of this destination and tag offered its
+/// buffer). `MPI_Sendrecv` launches it before it announces its receive, so that the kernel
 /// runs while the announcement and the receive's ready message travel; [`send`] lends it.
 /// `None` where there is nothing to pack ahead, or the pack failed (logged; [`send`] then
 /// packs itself, or takes the byte path).
@@ -1334,14 +1429,19 @@ pub unsafe fn send(
 pub unsafe fn pack_ahead(
     op: &str,
     seq: Option<u64>,
-    dest: c_int,
+    (dest, tag): (c_int, c_int),
     buf: *const c_void,
     taken: &Taken,
 ) -> Option<Staging> {
     let (Some(s), Some(_)) = (state(), seq) else {
         return None;
     };
-    if !lends(s, &taken.2, dest) {
+    // A send whose blocks its receive would offer to take written (a halo code's faces have
+    // the same shape both ways) packs only once the ready message says it is not written: a
+    // pack on the stream would keep this rank's own receive from offering its buffer
+    // ([`Engine::offer`] asks that the stream be idle).
+    let writable = config::get().write && taken.1.block_len() >= target::MIN_BLOCK;
+    if !lends(s, &taken.2, dest) || writable || expects_target(s, dest, tag) {
         return None;
     }
     // SAFETY: the caller's contract.
@@ -1404,8 +1504,9 @@ pub fn lend_started(
 /// destination first where this rank has not (with `staging`'s export, or a fresh staging's):
 /// waits up to [`READY_WAIT`] where the receiver announced one of the last few messages with
 /// that tag, or announces to this rank and has not yet been waited for in vain with that tag.
-/// Where it came, for the same packed size and the way this engine sends (`carry`): whether
-/// the receive posted no real receive (its ready message is quiet, [`announce`]).
+/// Where it came, for the same packed size and the way this engine sends (`carry`): the ready
+/// message (whether the receive posted no real receive, [`announce`], and the buffer it
+/// offers, if any).
 fn await_ready(
     s: &Mutex<State>,
     engine: &Engine,
@@ -1413,7 +1514,7 @@ fn await_ready(
     staging: Option<&Staging>,
     k: Key,
     carry: bool,
-) -> Option<bool> {
+) -> Option<Ready> {
     let (dest, tag, seq) = k;
     let ready = profile::time(Phase::Ready, || {
         let mut st = lock(s);
@@ -1452,9 +1553,60 @@ fn await_ready(
         return None;
     }
     let want = if carry { Landing::Carry } else { Landing::Pull };
-    ready
-        .filter(|r| r.landing == want && r.packed == plan.packed_size() && r.packed > 0)
-        .map(|r| r.quiet)
+    ready.filter(|r| r.landing == want && r.packed == plan.packed_size() && r.packed > 0)
+}
+
+/// Whether the last ready message from `dest` with `tag` offered a buffer this rank's sends
+/// fit, with the write landing on here: the next send waits for its ready message before it
+/// packs ([`send`], [`pack_ahead`]).
+fn expects_target(s: &Mutex<State>, dest: c_int, tag: c_int) -> bool {
+    config::get().write && lock(s).writes.contains(&(dest, tag))
+}
+
+/// The write landing of message `k` (`n` bytes): the send's kernel writes its buffer `buf`
+/// straight into the receive buffer `target` offers, is waited for, and the note says so
+/// (`quiet`: nothing follows through the MPI). `None` where there is no room for the note or
+/// the write fails (logged): the caller lends instead (or sends the bytes), and the receive
+/// unpacks them over whatever the write left.
+///
+/// # Safety
+/// As [`send`]; `target` came in the ready message of message `k`.
+unsafe fn write_and_note(
+    s: &Mutex<State>,
+    op: &str,
+    taken: &Taken,
+    buf: *const c_void,
+    target: &Target,
+    (k, n): (Key, u64),
+    quiet: bool,
+) -> Option<Sent> {
+    let (dest, tag, seq) = k;
+    let (_, plan, engine, _) = taken;
+    if !lock(s).room(dest, WRITTEN_NOTE) {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    if let Err(e) = unsafe { engine.write(plan, buf, dest, target) } {
+        log!(
+            "{op}: message {seq} to {}: not written ({e}); lent",
+            target::describe(dest, target)
+        );
+        return None;
+    }
+    let after = if quiet {
+        ", nothing through the MPI"
+    } else {
+        ""
+    };
+    log!("{op}: message {seq} to rank {dest} with tag {tag}: {n} bytes written into its buffer directly{after}");
+    // The room was checked above, and only this rank writes that mailbox; done messages owed
+    // to the peer go first and may take it: then the bytes go again another way (the receive
+    // still waits for its note or for a message through the MPI).
+    let sent = profile::time(Phase::Note, || {
+        send_note(&mut lock(s), dest, tag, seq, &Note::Written, quiet)
+    });
+    profile::mark("noted");
+    sent.then_some(Sent::Written(quiet))
 }
 
 /// Lends `staging` (packed, or being packed, with message `k`'s `n` bytes) and writes its note:
@@ -1590,6 +1742,21 @@ mod tests {
             packed,
             landing: Landing::Pull,
             quiet: false,
+            target: None,
+        }
+    }
+
+    fn target() -> Target {
+        Target {
+            alloc: Export {
+                handle: std::array::from_fn(|i| (i as u8).wrapping_mul(7)),
+                offset: 1 << 20,
+                len: 64 << 20,
+            },
+            id: 12,
+            base: 0x7f10_0000_0000,
+            plan: datatype_pack::StridedBlock::new(2040, 8, vec![256, 256], vec![2048, 524_288])
+                .unwrap(),
         }
     }
 
@@ -1663,17 +1830,28 @@ mod tests {
             (9, 5, 64, Landing::Bytes, false),
             (3, 1, 8, Landing::Pull, true),
         ] {
-            let r = Ready {
-                packed,
-                landing,
-                quiet,
-            };
-            let (t, n, back) = decode_ready(&encode_ready(tag, seq, &r)).unwrap();
-            assert_eq!(
-                (t, n, back.packed, back.landing, back.quiet),
-                (tag, seq, packed, landing, quiet)
-            );
+            for offered in [None, Some(target())] {
+                let r = Ready {
+                    packed,
+                    landing,
+                    quiet,
+                    target: offered.clone(),
+                };
+                let (t, n, back) = decode_ready(&encode_ready(tag, seq, &r)).unwrap();
+                assert_eq!(
+                    (t, n, back.packed, back.landing, back.quiet, back.target),
+                    (tag, seq, packed, landing, quiet, offered)
+                );
+            }
         }
+        // A ready message whose target is cut short is unreadable.
+        let offered = Ready {
+            target: Some(target()),
+            ..ready(1 << 19)
+        };
+        let b = encode_ready(7, 42, &offered);
+        assert!(decode_ready(&b[..b.len() - 1]).is_none());
+        assert!(decode_ready(&b[..41]).is_none());
         assert!(decode_ready(&[1, 2, 3]).is_none());
         let r = ready(8);
         let mut bad = encode_ready(7, 42, &r);
@@ -1689,7 +1867,11 @@ mod tests {
     #[test]
     fn notes_round_trip() {
         for quiet in [false, true] {
-            for note in [Note::Lent(lent(1, 24, 4096)), Note::Carried(vec![1, 2, 3])] {
+            for note in [
+                Note::Lent(lent(1, 24, 4096)),
+                Note::Carried(vec![1, 2, 3]),
+                Note::Written,
+            ] {
                 let b = encode_note(5, 9, &note, quiet);
                 assert_eq!(decode_note(&b), Some((5, 9, note, quiet)));
             }
@@ -1700,6 +1882,10 @@ mod tests {
         assert!(decode_note(&encode_note(5, 9, &Note::Empty, true)).is_none());
         let carried = encode_note(5, 9, &Note::Carried(vec![1, 2]), false);
         assert!(decode_note(&carried[..33]).is_none());
+        // A written note carries nothing after its words.
+        let mut long = encode_note(5, 9, &Note::Written, true);
+        long.push(0);
+        assert!(decode_note(&long).is_none());
         let cut = encode_note(5, 9, &Note::Lent(lent(2, 0, 1 << 20)), true);
         assert!(decode_note(&cut[..cut.len() - 1]).is_none());
     }

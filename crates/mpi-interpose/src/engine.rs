@@ -16,9 +16,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use datatype_pack::construct::vector;
+use datatype_pack::fused::CopyRegion;
 use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
 use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaStream};
-use datatype_pack::gpu::{self as dgpu, GpuOptions, Packer};
+use datatype_pack::gpu::{self as dgpu, FusedCopier, GpuOptions, Packer};
 use datatype_pack::{cpu, StridedBlock};
 
 use crate::config;
@@ -29,6 +30,7 @@ use crate::memory::DeviceBuffer;
 use crate::model::{Costs, Measured, Method};
 use crate::profile::{self, Phase};
 use crate::sync::lock;
+use crate::target::{self, Target};
 
 /// Idle staging buffers kept per GPU and kind, for reuse.
 const POOL_KEEP: usize = 16;
@@ -50,6 +52,12 @@ pub struct Gpu {
     /// The primary context's scheduling flags (`CU_CTX_SCHED_*`) when the GPU was first used.
     sched: Option<u32>,
     packers: Mutex<FxHashMap<StridedBlock, Arc<Packer>>>,
+    /// Copiers of the write landing, per plan shape (start 0): a send's layout straight into
+    /// a peer's receive buffer ([`Engine::write`]).
+    copiers: Mutex<FxHashMap<StridedBlock, Arc<FusedCopier>>>,
+    /// Handles of program allocations offered to peers ([`Engine::offer`]), per base and
+    /// buffer id; `None` where the driver gave none.
+    exports: Mutex<FxHashMap<(u64, u64), Option<ipc::Handle>>>,
     /// Events peers wait for on lent staging ([`Engine::lend`]), kept for the next loan.
     events: Mutex<Vec<ipc::Event>>,
     device_pool: Mutex<Vec<DeviceAlloc>>,
@@ -209,6 +217,8 @@ impl Gpu {
             stream,
             sched,
             packers: Mutex::new(FxHashMap::default()),
+            copiers: Mutex::new(FxHashMap::default()),
+            exports: Mutex::new(FxHashMap::default()),
             events: Mutex::new(Vec::new()),
             device_pool: Mutex::new(Vec::new()),
             lend_pool: Mutex::new(Vec::new()),
@@ -360,6 +370,22 @@ impl Gpu {
         let p = Arc::new(Packer::with_options(&self.ctx, plan, &options)?);
         lock(&self.packers).insert(plan.clone(), p.clone());
         Ok(p)
+    }
+
+    /// The copier of the write landing for plans of `shape` (a plan moved to start 0), compiled
+    /// on first use and kept, launching as [`Gpu::packer`]'s kernels do.
+    ///
+    /// # Errors
+    /// NVRTC or the driver fail.
+    fn copier(&self, shape: &StridedBlock) -> Result<Arc<FusedCopier>> {
+        if let Some(c) = lock(&self.copiers).get(shape) {
+            return Ok(c.clone());
+        }
+        let options = GpuOptions::default().with_relaunch(config::get().relaunch);
+        let regions = vec![CopyRegion::new(shape.clone(), 0)];
+        let c = Arc::new(FusedCopier::new(&self.ctx, regions, &options)?);
+        lock(&self.copiers).insert(shape.clone(), c.clone());
+        Ok(c)
     }
 
     /// A device allocation of at least `len` bytes for the real MPI or (`lend`) the direct
@@ -1208,6 +1234,120 @@ impl Engine {
         // bytes once its event has passed (waited for above, on this stream), kept by the peer
         // until this process is done with it; `d` is the caller's receive buffer.
         unsafe { enqueue_unpack(g, d, plan, base + lent.staging.offset, usize_of(n)?, batch) }
+    }
+
+    /// The offer of this receive buffer (the engine's device buffer, `plan` its layout) to its
+    /// sender's kernel ([`Target`], the direct path's write landing): the export of its
+    /// allocation (asked once per allocation), where the driver gives the allocation's id and
+    /// a handle, the layout's blocks are at least [`target::MIN_BLOCK`] bytes and lie within the
+    /// allocation, and the GPU's stream is idle. The last
+    /// keeps the ordering a receive has on the other landings: their unpack runs on this
+    /// stream after the program's earlier work there, while the sender's kernel is ordered
+    /// only on its own GPU, so a receive offers its buffer only when no work queued here
+    /// before it is still to run. `None` for the CPU engine, and wherever any of these fails.
+    pub fn offer(&self, plan: &StridedBlock) -> Option<Target> {
+        let Engine::Gpu(g, d) = self else {
+            return None;
+        };
+        if d.id == 0
+            || plan.block_len() < target::MIN_BLOCK
+            || plan.packed_size() == 0
+            || plan.extent_end() > d.len
+        {
+            return None;
+        }
+        g.bind().ok()?;
+        // SAFETY: the stream is this context's (current, bound above); asking whether it is
+        // idle changes nothing.
+        if unsafe { sys::cuStreamQuery(g.stream.cu_stream()) } != sys::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        let handle = *lock(&g.exports)
+            .entry((d.base, d.id))
+            .or_insert_with(|| ipc::export(d.base, 0).map(|e| e.handle));
+        Some(Target {
+            alloc: Export {
+                handle: handle?,
+                offset: d.ptr - d.base,
+                len: d.len,
+            },
+            id: d.id,
+            base: d.base,
+            plan: plan.clone(),
+        })
+    }
+
+    /// The write landing's copy: `plan`'s bytes of this engine's buffer `buf` written straight
+    /// into rank `peer`'s receive buffer that `target` offers (mapped here over CUDA IPC), in
+    /// the same shape, by one kernel on this GPU's stream, waited for: once this returns, the
+    /// bytes are in the peer's buffer and the program may write its own.
+    ///
+    /// # Safety
+    /// `buf` with `plan` describes memory the caller may read (MPI's contract for a send
+    /// buffer), the device buffer this engine was made for; `target` is the ready message of
+    /// the receive this send is matched to, whose buffer its process leaves to the sender until
+    /// the note that follows this copy.
+    ///
+    /// # Errors
+    /// The CPU engine, a target of another shape, an allocation that does not open here, or a
+    /// CUDA/NVRTC failure (bytes may then be partly written: the receive then unpacks all of
+    /// them from a loan, over them).
+    pub unsafe fn write(
+        &self,
+        plan: &StridedBlock,
+        buf: *const c_void,
+        peer: i32,
+        target: &Target,
+    ) -> Result<()> {
+        let refused = |message: String| Error::Unsupported {
+            op: "direct write",
+            message,
+        };
+        let Engine::Gpu(g, d) = self else {
+            return Err(refused("a host buffer".to_owned()));
+        };
+        self.check_span(plan)?;
+        if d.ptr != buf as u64 {
+            return Err(lost());
+        }
+        if !target.fits(plan) {
+            return Err(refused(format!("rank {peer}'s receive has another shape")));
+        }
+        let shape = StridedBlock::with_reversed(
+            0,
+            plan.block_len(),
+            plan.counts().to_vec(),
+            plan.strides().to_vec(),
+            plan.reversed().to_vec(),
+        )?;
+        g.bind()?;
+        let base = profile::time(Phase::Loan, || {
+            ipc::open_target(peer, &target.alloc.handle, (target.id, target.base))
+        })
+        .ok_or_else(|| refused(format!("rank {peer}'s buffer does not open here")))?;
+        profile::mark("write: peer's buffer mapped");
+        let copier = profile::time(Phase::Packer, || g.copier(&shape))?;
+        let (src, dst) = (plan.start(), target.plan.start());
+        let (src_len, dst_len) = (usize_of(d.len - src)?, usize_of(target.alloc.len - dst)?);
+        // SAFETY: `d.ptr + src` starts the `d.len - src` bytes from the layout's first byte to
+        // the end of this engine's allocation, read by the copy only where `plan` says (the
+        // caller's contract); `base + offset + dst` starts the `alloc.len - dst` bytes of the
+        // peer's receive buffer from its layout's first byte to its allocation's end, mapped
+        // here, written only where the receive's plan says and left to this send until its
+        // note (the caller's contract); the stream is waited for below.
+        let launched = profile::time(Phase::Launch, || unsafe {
+            copier.copy_raw(
+                &g.stream,
+                d.ptr + src,
+                src_len,
+                base + target.alloc.offset + dst,
+                dst_len,
+            )
+        });
+        profile::mark("write: launched");
+        let waited = profile::time(Phase::Wait, || g.wait());
+        launched.map_err(Error::from)?;
+        waited
     }
 
     /// Waits for everything queued on the GPU's stream (nothing for the CPU engine).

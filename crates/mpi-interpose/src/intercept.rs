@@ -454,12 +454,15 @@ pub unsafe extern "C" fn MPI_Send(
                 packed_before_return("MPI_Send", &taken.2);
                 return 0;
             }
-            Sent::Directly => {
+            Sent::Written(true) => return 0,
+            sent @ (Sent::Directly | Sent::Written(false)) => {
                 // SAFETY: a message of 0 bytes.
                 let rc = profile::time(Phase::Mpi, || unsafe {
                     ffi::PMPI_Send(direct::marker(), 0, bytes_type(), dest, tag, comm)
                 });
-                packed_before_return("MPI_Send", &taken.2);
+                if matches!(sent, Sent::Directly) {
+                    packed_before_return("MPI_Send", &taken.2);
+                }
                 return rc;
             }
             // SAFETY: as above.
@@ -533,11 +536,16 @@ pub unsafe extern "C" fn MPI_Isend(
     let packed =
         match unsafe { send_directly("MPI_Isend", seq, (dest, tag), buf, &taken, false, None) } {
             // Never quietly (not asked for): the program's request is the real MPI's.
-            Sent::Directly | Sent::Quietly => {
+            sent @ (Sent::Directly | Sent::Quietly | Sent::Written(_)) => {
                 // SAFETY: a message of 0 bytes; the request is the program's, as for any send.
                 let rc = profile::time(Phase::Mpi, || unsafe {
                     ffi::PMPI_Isend(direct::marker(), 0, bytes_type(), dest, tag, comm, request)
                 });
+                // A write was waited for already: nothing of the interposer's is left to wait
+                // for when the request completes.
+                if matches!(sent, Sent::Written(_)) {
+                    return rc;
+                }
                 if rc == 0 {
                     // SAFETY: the real MPI wrote the new request's handle.
                     remember(key(unsafe { *request }), Pending::Packing(taken.2));
@@ -742,7 +750,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     // receive is prepared and announced and the peer's ready message comes.
     let mut ahead = send.as_ref().and_then(|t| {
         // SAFETY: MPI's contract for the send; the stream is waited for before the return.
-        guarded(|| unsafe { direct::pack_ahead("MPI_Sendrecv", sseq, dest, sendbuf, t) })
+        guarded(|| unsafe { direct::pack_ahead("MPI_Sendrecv", sseq, (dest, sendtag), sendbuf, t) })
     });
     // One buffer for both sides (a halo code's grid): the driver was asked once.
     let known = send
@@ -845,6 +853,8 @@ pub unsafe extern "C" fn MPI_Sendrecv(
                             lent = Some(t.2);
                             Some((direct::marker(), 0, bytes_type()))
                         }
+                        Sent::Written(true) => None,
+                        Sent::Written(false) => Some((direct::marker(), 0, bytes_type())),
                         Sent::No => match guarded(|| pack_taken("MPI_Sendrecv", sendbuf, t)) {
                             Some((s, n)) => {
                                 Some((packed.insert(s).mpi_ptr().cast_const(), n, bytes_type()))

@@ -3,9 +3,11 @@
 //! an event recorded after the pack (`cuIpcGetEventHandle`, made once per event of its pool);
 //! the receiver maps the allocation into its own context (`cuIpcOpenMemHandle`) and opens the
 //! event (`cuIpcOpenEventHandle`), both kept per peer and handle. The direct path's
-//! allocations are never freed, so a handle always names the same memory.
+//! allocations are never freed, so a handle always names the same memory. For the write
+//! landing a sender also maps the program allocation a receive offered ([`open_target`]),
+//! kept per peer, handle and buffer id.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::{Mutex, OnceLock};
 
 use datatype_pack::gpu::cudarc::driver::sys::{self, CUdeviceptr};
@@ -111,6 +113,24 @@ pub fn open_event(peer: i32, handle: &Handle) -> Option<sys::CUevent> {
     Some(event)
 }
 
+/// Maps the allocation `handle` that a peer exported into the current context (peer access
+/// enabled as needed): its base address here, and the driver's result.
+fn map(handle: &Handle) -> (CUdeviceptr, sys::CUresult) {
+    let h = sys::CUipcMemHandle_st {
+        reserved: handle.map(|b| b as std::ffi::c_char),
+    };
+    let mut base: CUdeviceptr = 0;
+    // SAFETY: a handle a peer exported (the driver validates it), a valid out-pointer.
+    let rc = unsafe {
+        sys::cuIpcOpenMemHandle_v2(
+            &mut base,
+            h,
+            sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+        )
+    };
+    (base, rc)
+}
+
 /// Peers' allocations mapped here, and the peers whose handles did not open. A mapping is kept
 /// for the process's life: the direct path's allocations it maps are never freed by their
 /// owners ([`crate::engine`]), so there are no more of them than the peers' staging at its
@@ -138,18 +158,7 @@ pub fn open(peer: i32, handle: &Handle) -> Option<CUdeviceptr> {
     if let Some(&base) = o.maps.get(&(peer, *handle)) {
         return Some(base);
     }
-    let h = sys::CUipcMemHandle_st {
-        reserved: handle.map(|b| b as std::ffi::c_char),
-    };
-    let mut base: CUdeviceptr = 0;
-    // SAFETY: a handle a peer exported (the driver validates it), a valid out-pointer.
-    let rc = unsafe {
-        sys::cuIpcOpenMemHandle_v2(
-            &mut base,
-            h,
-            sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
-        )
-    };
+    let (base, rc) = map(handle);
     if rc != sys::CUresult::CUDA_SUCCESS {
         log!(
             "direct path: rank {peer}'s allocation does not open here ({rc:?}, {} open); rank {peer} is refused from now on",
@@ -159,5 +168,104 @@ pub fn open(peer: i32, handle: &Handle) -> Option<CUdeviceptr> {
         return None;
     }
     o.maps.insert((peer, *handle), base);
+    Some(base)
+}
+
+/// How many peers' program allocations stay mapped here for the write landing
+/// ([`open_target`]); past this, the least recently used is closed.
+const TARGETS_KEPT: usize = 64;
+
+/// Peers' program allocations mapped here for the write landing, by peer, handle and the
+/// driver's buffer id, with their address here, their address in the peer and the use that
+/// last wrote into them; and those that did not open.
+#[derive(Default)]
+struct Targets {
+    maps: FxHashMap<(i32, Handle, u64), Mapped>,
+    refused: FxHashSet<(i32, Handle, u64)>,
+    uses: u64,
+}
+
+/// A peer's allocation mapped here ([`Targets`]).
+struct Mapped {
+    here: CUdeviceptr,
+    there: u64,
+    used: u64,
+}
+
+impl Targets {
+    /// Closes the mapping of `k` (no kernel uses it: each was waited for before its call
+    /// returned).
+    fn close(&mut self, k: &(i32, Handle, u64)) {
+        if let Some(m) = self.maps.remove(k) {
+            // SAFETY: a mapping this module opened, used by no kernel any more.
+            let rc = unsafe { sys::cuIpcCloseMemHandle(m.here) };
+            if rc != sys::CUresult::CUDA_SUCCESS {
+                log!("write landing: closing a peer's allocation failed ({rc:?})");
+            }
+        }
+    }
+}
+
+fn targets() -> &'static Mutex<Targets> {
+    static T: OnceLock<Mutex<Targets>> = OnceLock::new();
+    T.get_or_init(|| Mutex::new(Targets::default()))
+}
+
+/// The base address, in the current context, of rank `peer`'s program allocation `handle`
+/// (`(id, there)`: its buffer id and its address in the peer), which a receive of that rank
+/// offered to be written into ([`crate::target::Target`]); mapped on first use and kept, up
+/// to [`TARGETS_KEPT`] of them (the least recently used closed first). `None` where the driver
+/// refuses it, and from then on for that allocation; other allocations of the peer are still
+/// tried.
+///
+/// The program owns these allocations, unlike the direct path's staging: it may free one and
+/// allocate again at the same address, which then has another buffer id and so another
+/// mapping here; the mapping of the allocation that was there is closed then (as a CUDA-aware
+/// MPI's cache of its peers' buffers does). A CUDA-aware MPI maps the same allocations for
+/// its own transfers; the driver counts the openings of one handle in one context, so neither
+/// mapping disturbs the other. A mapping is closed only between calls: every kernel that
+/// wrote through it was waited for before its call returned. The calling thread must have the
+/// context current.
+pub fn open_target(peer: i32, handle: &Handle, (id, there): (u64, u64)) -> Option<CUdeviceptr> {
+    let mut t = lock(targets());
+    let k = (peer, *handle, id);
+    t.uses += 1;
+    let now = t.uses;
+    if let Some(m) = t.maps.get_mut(&k) {
+        m.used = now;
+        return Some(m.here);
+    }
+    if t.refused.contains(&k) {
+        return None;
+    }
+    // An allocation of the peer at the same address with another id is gone.
+    let gone: Vec<_> = t
+        .maps
+        .iter()
+        .filter(|(o, m)| o.0 == peer && m.there == there)
+        .map(|(&o, _)| o)
+        .collect();
+    for o in gone {
+        t.close(&o);
+    }
+    if t.maps.len() >= TARGETS_KEPT {
+        if let Some(&old) = t.maps.iter().min_by_key(|(_, m)| m.used).map(|(o, _)| o) {
+            t.close(&old);
+        }
+    }
+    let (base, rc) = map(handle);
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        log!("write landing: rank {peer}'s buffer does not open here ({rc:?}): its receives are lent to");
+        t.refused.insert(k);
+        return None;
+    }
+    t.maps.insert(
+        k,
+        Mapped {
+            here: base,
+            there,
+            used: now,
+        },
+    );
     Some(base)
 }

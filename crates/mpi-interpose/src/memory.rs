@@ -23,6 +23,12 @@ pub struct DeviceBuffer {
     pub ptr: u64,
     /// Bytes from the pointer to the end of its allocation.
     pub len: u64,
+    /// The start of its allocation.
+    pub base: u64,
+    /// The driver's id of its allocation (`CU_POINTER_ATTRIBUTE_BUFFER_ID`), unique in the
+    /// process's life (an address freed and allocated again gets another); 0 where the driver
+    /// gives none.
+    pub id: u64,
     /// The context the allocation belongs to (`CU_POINTER_ATTRIBUTE_CONTEXT`), 0 when the
     /// driver names none (stream-ordered and virtual-memory allocations).
     pub context: usize,
@@ -47,10 +53,12 @@ fn query(p: u64) -> Option<DeviceBuffer> {
     let mut start: sys::CUdeviceptr = 0;
     let mut size: usize = 0;
     let mut context: sys::CUcontext = std::ptr::null_mut();
-    // One driver call for the six attributes, the allocation's range among them; the context
-    // last, so that where the driver refuses it the other five are asked again alone (context
-    // 0: none named). A driver that knows no range attributes refuses both: then the first
-    // three, and the range by `cuMemGetAddressRange`.
+    let mut id: u64 = 0;
+    // One driver call for the seven attributes, the allocation's range among them; the buffer
+    // id and the context last, so that where the driver refuses them the others are asked
+    // again without (id 0: none; context 0: none named). A driver that knows no range
+    // attributes refuses those too: then the first three, and the range by
+    // `cuMemGetAddressRange`.
     let mut attributes = [
         A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
         A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
@@ -58,30 +66,36 @@ fn query(p: u64) -> Option<DeviceBuffer> {
         A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
         A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
         A::CU_POINTER_ATTRIBUTE_CONTEXT,
+        A::CU_POINTER_ATTRIBUTE_BUFFER_ID,
     ];
-    let mut data: [*mut std::ffi::c_void; 6] = [
+    let mut data: [*mut std::ffi::c_void; 7] = [
         (&mut memtype as *mut u32).cast(),
         (&mut managed as *mut u32).cast(),
         (&mut ordinal as *mut i32).cast(),
         (&mut start as *mut sys::CUdeviceptr).cast(),
         (&mut size as *mut usize).cast(),
         (&mut context as *mut sys::CUcontext).cast(),
+        (&mut id as *mut u64).cast(),
     ];
     let mut rc = ok;
     let mut ranged = true;
-    for n in [6u32, 5, 3] {
+    for n in [7u32, 6, 5, 3] {
         ranged = n >= 5;
         // SAFETY: `attributes` and `data` hold at least `n` entries; each data pointer is a
         // valid out-pointer of the attribute's type (an `unsigned int` CUmemorytype, a
-        // `bool`-like `unsigned int`, an `int`, a `CUdeviceptr`, a `size_t`, a `CUcontext`);
-        // any address may be asked about (one the driver does not know reads as memory type 0).
+        // `bool`-like `unsigned int`, an `int`, a `CUdeviceptr`, a `size_t`, a `CUcontext`,
+        // an `unsigned long long` buffer id); any address may be asked about (one the driver
+        // does not know reads as memory type 0).
         rc = unsafe {
             sys::cuPointerGetAttributes(n, attributes.as_mut_ptr(), data.as_mut_ptr(), p)
         };
         if rc == ok || rc == sys::CUresult::CUDA_ERROR_NOT_INITIALIZED {
             break;
         }
-        context = std::ptr::null_mut();
+        id = 0;
+        if n <= 6 {
+            context = std::ptr::null_mut();
+        }
     }
     if rc != ok || memtype != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || managed != 0 {
         return None;
@@ -104,6 +118,8 @@ fn query(p: u64) -> Option<DeviceBuffer> {
         ordinal: usize::try_from(ordinal).ok()?,
         ptr: p,
         len: end - p,
+        base: start,
+        id,
         context: context as usize,
     })
 }

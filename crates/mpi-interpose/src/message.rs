@@ -35,12 +35,14 @@ pub type Key = (c_int, c_int, u64);
 pub struct Announced(pub Key);
 
 /// A receive's note claimed before its real receive completed
-/// ([`crate::direct::claim_early`]): the bytes wait in the peer's lent staging, or (testing)
-/// were carried into the receive's staging.
+/// ([`crate::direct::claim_early`]): the bytes wait in the peer's lent staging, are in the
+/// receive's buffer already, or (testing) were carried into the receive's staging.
 #[derive(Debug)]
 pub enum Early {
     /// Lent by rank `.0` for message `.1`; `queued` once the unpack from it is on the stream.
     Lent(c_int, Key, Lent, bool),
+    /// Written into the receive's buffer by rank `.0`'s kernel (the write landing).
+    Written(c_int),
     /// Carried: the bytes, copied into the staging once the real receive completed.
     Carried(Vec<u8>),
 }
