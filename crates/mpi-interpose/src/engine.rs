@@ -55,9 +55,10 @@ pub struct Gpu {
     /// Copiers of the write landing, per plan shape (start 0): a send's layout straight into
     /// a peer's receive buffer ([`Engine::write`]).
     copiers: Mutex<FxHashMap<StridedBlock, Arc<FusedCopier>>>,
-    /// Handles of program allocations offered to peers ([`Engine::offer`]), per base and
-    /// buffer id; `None` where the driver gave none.
-    exports: Mutex<FxHashMap<(u64, u64), Option<ipc::Handle>>>,
+    /// Handles of program allocations offered to peers ([`Engine::offer`]), per base: the
+    /// buffer id asked for and the handle (`None` where the driver gave none); an allocation
+    /// at the same base with another id replaces it.
+    exports: Mutex<FxHashMap<u64, (u64, Option<ipc::Handle>)>>,
     /// Events peers wait for on lent staging ([`Engine::lend`]), kept for the next loan.
     events: Mutex<Vec<ipc::Event>>,
     device_pool: Mutex<Vec<DeviceAlloc>>,
@@ -1262,9 +1263,14 @@ impl Engine {
         if unsafe { sys::cuStreamQuery(g.stream.cu_stream()) } != sys::CUresult::CUDA_SUCCESS {
             return None;
         }
-        let handle = *lock(&g.exports)
-            .entry((d.base, d.id))
-            .or_insert_with(|| ipc::export(d.base, 0).map(|e| e.handle));
+        let handle = {
+            let mut exports = lock(&g.exports);
+            let e = exports.entry(d.base).or_insert((0, None));
+            if e.0 != d.id {
+                *e = (d.id, ipc::export(d.base, 0).map(|x| x.handle));
+            }
+            e.1
+        };
         Some(Target {
             alloc: Export {
                 handle: handle?,

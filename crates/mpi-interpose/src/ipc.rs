@@ -180,8 +180,8 @@ const TARGETS_KEPT: usize = 64;
 /// last wrote into them; and those that did not open.
 #[derive(Default)]
 struct Targets {
-    maps: FxHashMap<(i32, Handle, u64), Mapped>,
-    refused: FxHashSet<(i32, Handle, u64)>,
+    maps: FxHashMap<TargetKey, Mapped>,
+    refused: FxHashSet<TargetKey>,
     uses: u64,
 }
 
@@ -192,10 +192,36 @@ struct Mapped {
     used: u64,
 }
 
+/// A mapping's key in [`Targets`]: the peer, the allocation's handle and its buffer id there.
+type TargetKey = (i32, Handle, u64);
+
 impl Targets {
+    /// The mappings to close before a new allocation of rank `peer` at address `there` (in the
+    /// peer) is mapped: any other of that peer at that address (freed there: its address was
+    /// given out again), and, where the rest would leave no room under [`TARGETS_KEPT`], the
+    /// least recently used.
+    fn to_close(&self, peer: i32, there: u64) -> Vec<TargetKey> {
+        let mut gone: Vec<TargetKey> = self
+            .maps
+            .iter()
+            .filter(|(o, m)| o.0 == peer && m.there == there)
+            .map(|(&o, _)| o)
+            .collect();
+        if self.maps.len() - gone.len() >= TARGETS_KEPT {
+            let lru = self
+                .maps
+                .iter()
+                .filter(|(o, _)| !gone.contains(o))
+                .min_by_key(|(_, m)| m.used)
+                .map(|(&o, _)| o);
+            gone.extend(lru);
+        }
+        gone
+    }
+
     /// Closes the mapping of `k` (no kernel uses it: each was waited for before its call
     /// returned).
-    fn close(&mut self, k: &(i32, Handle, u64)) {
+    fn close(&mut self, k: &TargetKey) {
         if let Some(m) = self.maps.remove(k) {
             // SAFETY: a mapping this module opened, used by no kernel any more.
             let rc = unsafe { sys::cuIpcCloseMemHandle(m.here) };
@@ -238,20 +264,8 @@ pub fn open_target(peer: i32, handle: &Handle, (id, there): (u64, u64)) -> Optio
     if t.refused.contains(&k) {
         return None;
     }
-    // An allocation of the peer at the same address with another id is gone.
-    let gone: Vec<_> = t
-        .maps
-        .iter()
-        .filter(|(o, m)| o.0 == peer && m.there == there)
-        .map(|(&o, _)| o)
-        .collect();
-    for o in gone {
+    for o in t.to_close(peer, there) {
         t.close(&o);
-    }
-    if t.maps.len() >= TARGETS_KEPT {
-        if let Some(&old) = t.maps.iter().min_by_key(|(_, m)| m.used).map(|(o, _)| o) {
-            t.close(&old);
-        }
     }
     let (base, rc) = map(handle);
     if rc != sys::CUresult::CUDA_SUCCESS {
@@ -268,4 +282,52 @@ pub fn open_target(peer: i32, handle: &Handle, (id, there): (u64, u64)) -> Optio
         },
     );
     Some(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapped(t: &mut Targets, peer: i32, h: u8, id: u64, there: u64) {
+        t.uses += 1;
+        let used = t.uses;
+        t.maps.insert(
+            (peer, [h; 64], id),
+            Mapped {
+                here: 0x1000 * used,
+                there,
+                used,
+            },
+        );
+    }
+
+    #[test]
+    fn a_peer_allocation_given_out_again_closes_the_old_mapping() {
+        let mut t = Targets::default();
+        mapped(&mut t, 1, 1, 10, 0x7000);
+        mapped(&mut t, 1, 2, 11, 0x9000);
+        mapped(&mut t, 2, 3, 12, 0x7000);
+        // Rank 1 offers a new allocation at 0x7000: the one mapped there is gone; rank 2's
+        // allocation at the same address in its own process is not.
+        assert_eq!(t.to_close(1, 0x7000), vec![(1, [1; 64], 10)]);
+        // A new address closes nothing while there is room.
+        assert!(t.to_close(1, 0xb000).is_empty());
+    }
+
+    #[test]
+    fn at_capacity_the_least_recently_used_mapping_is_closed() {
+        let mut t = Targets::default();
+        for i in 0..TARGETS_KEPT as u64 {
+            mapped(&mut t, 1, i as u8, i, 0x10_0000 * (i + 1));
+        }
+        // The first mapped is the least recently used...
+        assert_eq!(t.to_close(1, 0xdead_0000), vec![(1, [0; 64], 0)]);
+        // ...until it is used again.
+        t.uses += 1;
+        let now = t.uses;
+        t.maps.get_mut(&(1, [0; 64], 0)).unwrap().used = now;
+        assert_eq!(t.to_close(1, 0xdead_0000), vec![(1, [1; 64], 1)]);
+        // A reused address frees a place itself: nothing else is closed.
+        assert_eq!(t.to_close(1, 0x10_0000 * 3), vec![(1, [2; 64], 2)]);
+    }
 }
