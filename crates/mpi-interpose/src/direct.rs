@@ -115,6 +115,9 @@ const PROBE_EVERY: Duration = Duration::from_micros(2);
 const LENT_NOTE: usize = 6 * 8 + 2 * 64;
 /// Bytes of a note of a write ([`Note::Written`]): four words.
 const WRITTEN_NOTE: usize = 4 * 8;
+/// Receives from a source and tag announced without an offer of their buffer after the sender
+/// lent where one was offered; then one offers again.
+const DECLINED_SKIP: u32 = 64;
 /// Done messages are read once this many stagings are lent.
 const LENT_ROUND: usize = 8;
 /// Done messages owed to one peer that are sent without waiting for another message to it.
@@ -249,6 +252,11 @@ struct State {
     /// Per (destination, tag): the last ready message offered a buffer this rank's sends fit
     /// (the write landing), so the next send waits for its ready message before it packs.
     writes: FxHashSet<(c_int, c_int)>,
+    /// Receives whose ready message offered their buffer, until their note is claimed.
+    offered: FxHashSet<Key>,
+    /// Per (source, tag): receives still to announce without offering their buffers, since
+    /// the sender lent where one was offered (its layout of another shape, say).
+    declined: FxHashMap<(c_int, c_int), u32>,
     ops: u64,
     /// The bytes of the message being filed ([`drain`]), kept between reads.
     scratch: Vec<u8>,
@@ -272,7 +280,27 @@ impl State {
         self.awaited.remove(k);
         self.quiet.remove(k);
         self.backoff.remove(&(k.0, k.1));
+        if self.offered.remove(k) {
+            if matches!(n, Note::Lent(_)) {
+                self.declined.insert((k.0, k.1), DECLINED_SKIP);
+            } else {
+                self.declined.remove(&(k.0, k.1));
+            }
+        }
         Some(n)
+    }
+
+    /// Whether a receive from `source` with `tag` may offer its buffer now: not while a few
+    /// offers to that source and tag were lately declined (each such receive counted here; an
+    /// offer costs the receive a query of its stream).
+    fn may_offer(&mut self, source: c_int, tag: c_int) -> bool {
+        match self.declined.get_mut(&(source, tag)) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        }
     }
 
     /// Sends `source` a ready message for its message `seq` with `tag` that asks for bytes
@@ -619,6 +647,8 @@ fn housekeeping(st: &mut State) {
         .retain(|k, _| awaited.contains(k) || k.2 >= posted.get(&(k.0, k.1)).copied().unwrap_or(0));
     let notes = &st.notes;
     st.quiet.retain(|k| notes.contains_key(k));
+    let awaited = &st.awaited;
+    st.offered.retain(|k| awaited.contains(k));
     st.asked
         .retain(|k| k.2 >= posted.get(&(k.0, k.1)).copied().unwrap_or(0));
 }
@@ -936,11 +966,16 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
         // A blocking receive offers its buffer to the sender's kernel (the write landing); a
         // request could be cancelled, and its buffer then be the program's again while the
         // sender writes.
-        let target = if quiet && landing == Landing::Pull && config::get().write {
+        let target = if quiet
+            && landing == Landing::Pull
+            && config::get().write
+            && st.may_offer(source, tag)
+        {
             r.engine.offer(&r.plan)
         } else {
             None
         };
+        let offering = target.is_some();
         let msg = encode_ready(
             tag,
             seq,
@@ -951,10 +986,13 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
                 target,
             },
         );
-        post(&mut st, source, READY_TAG, &msg)
+        (post(&mut st, source, READY_TAG, &msg), offering)
     });
-    if sent {
+    if let (true, offered) = sent {
         st.awaited.insert((source, tag, seq));
+        if offered {
+            st.offered.insert((source, tag, seq));
+        }
         r.direct = Some(Announced((source, tag, seq)));
     }
 }
@@ -1780,6 +1818,36 @@ mod tests {
         st.sent.insert((1, 25), 1000);
         housekeeping(&mut st);
         assert_eq!(st.ready.len(), 3);
+    }
+
+    #[test]
+    fn offers_a_sender_lent_past_pause_for_a_while() {
+        let mut st = State::default();
+        let k = (1, 7, 0);
+        // A receive that offered its buffer gets a loan: the next receives from that source
+        // and tag do not offer, then one does.
+        st.offered.insert(k);
+        st.notes.insert(k, Note::Lent(lent(1, 0, 4096)));
+        assert!(matches!(st.take_note(&k), Some(Note::Lent(_))));
+        assert!(!st.offered.contains(&k));
+        for _ in 0..DECLINED_SKIP {
+            assert!(!st.may_offer(1, 7));
+        }
+        assert!(st.may_offer(1, 7));
+        // Other sources and tags offer all along.
+        assert!(st.may_offer(1, 8) && st.may_offer(2, 7));
+        // A written note ends a pause at once; a receive that offered nothing changes nothing.
+        let k2 = (1, 7, 1);
+        st.declined.insert((1, 7), 5);
+        st.offered.insert(k2);
+        st.notes.insert(k2, Note::Written);
+        assert_eq!(st.take_note(&k2), Some(Note::Written));
+        assert!(st.may_offer(1, 7));
+        let k3 = (1, 7, 2);
+        st.declined.insert((1, 7), 5);
+        st.notes.insert(k3, Note::Lent(lent(1, 0, 4096)));
+        let _ = st.take_note(&k3);
+        assert_eq!(st.declined.get(&(1, 7)), Some(&5));
     }
 
     #[test]
