@@ -254,6 +254,8 @@ struct State {
     writes: FxHashSet<(c_int, c_int)>,
     /// Receives whose ready message offered their buffer, until their note is claimed.
     offered: FxHashSet<Key>,
+    /// Notes come that declined their receive's offer ([`DECLINED_NOTE`]), until claimed.
+    declines: FxHashSet<Key>,
     /// Per (source, tag): receives still to announce without offering their buffers, since
     /// the sender lent where one was offered (its layout of another shape, say).
     declined: FxHashMap<(c_int, c_int), u32>,
@@ -280,10 +282,11 @@ impl State {
         self.awaited.remove(k);
         self.quiet.remove(k);
         self.backoff.remove(&(k.0, k.1));
+        let declined = self.declines.remove(k);
         if self.offered.remove(k) {
-            if matches!(n, Note::Lent(_)) {
+            if declined {
                 self.declined.insert((k.0, k.1), DECLINED_SKIP);
-            } else {
+            } else if n == Note::Written {
                 self.declined.remove(&(k.0, k.1));
             }
         }
@@ -444,7 +447,7 @@ pub unsafe fn sent(
     *n += 1;
     // SAFETY: the caller's contract.
     let empty = st.on_node(dest) && unsafe { is_empty(count, dt) };
-    if empty && !send_note(&mut st, dest, tag, seq, &Note::Empty, false) {
+    if empty && !send_note(&mut st, dest, tag, seq, &Note::Empty, 0) {
         log!(
             "direct path: rank {dest}'s mailbox is full; its receive of message {seq} with tag {tag} may wait for its note"
         );
@@ -649,6 +652,8 @@ fn housekeeping(st: &mut State) {
     st.quiet.retain(|k| notes.contains_key(k));
     let awaited = &st.awaited;
     st.offered.retain(|k| awaited.contains(k));
+    let notes = &st.notes;
+    st.declines.retain(|k| notes.contains_key(k));
     st.asked
         .retain(|k| k.2 >= posted.get(&(k.0, k.1)).copied().unwrap_or(0));
 }
@@ -750,11 +755,19 @@ fn decode_lent(b: &[u8], at: usize) -> Option<Lent> {
 
 /// The bit of a note's kind that says its message sends nothing through the MPI.
 const QUIET_NOTE: u64 = 1 << 8;
+/// The bit of a note's kind that says its receive offered its buffer and the sender could
+/// not write there (a layout of another shape, a persistent start, a failed write): the
+/// receive pauses its offers to that sender and tag ([`State::may_offer`]).
+const DECLINED_NOTE: u64 = 1 << 9;
 
-/// A note: tag, number, kind (with [`QUIET_NOTE`] where `quiet`), then what it carries.
-fn encode_note(tag: c_int, seq: u64, note: &Note, quiet: bool) -> Vec<u8> {
-    let flag = if quiet { QUIET_NOTE } else { 0 };
-    let head = |kind: u64, n: u64| [tag as u32 as u64, seq, kind | flag, n];
+/// A note's flags ([`QUIET_NOTE`], [`DECLINED_NOTE`]).
+fn note_flags(quiet: bool, declined: bool) -> u64 {
+    (if quiet { QUIET_NOTE } else { 0 }) | (if declined { DECLINED_NOTE } else { 0 })
+}
+
+/// A note: tag, number, kind (with its `flags`, [`note_flags`]), then what it carries.
+fn encode_note(tag: c_int, seq: u64, note: &Note, flags: u64) -> Vec<u8> {
+    let head = |kind: u64, n: u64| [tag as u32 as u64, seq, kind | flags, n];
     match note {
         Note::Lent(l) => encode_lent(&head(0, 0), l),
         Note::Empty => to_bytes(&head(1, 0), 0),
@@ -767,18 +780,19 @@ fn encode_note(tag: c_int, seq: u64, note: &Note, quiet: bool) -> Vec<u8> {
     }
 }
 
-/// A note's tag, number, the note and whether its message sends nothing through the MPI.
-fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note, bool)> {
+/// A note's tag, number, the note and its flags ([`note_flags`]).
+fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note, u64)> {
     let w = words::<4>(b, 0)?;
-    let quiet = w[2] & QUIET_NOTE != 0;
-    let note = match w[2] & !QUIET_NOTE {
+    let flags = w[2] & (QUIET_NOTE | DECLINED_NOTE);
+    let quiet = flags & QUIET_NOTE != 0;
+    let note = match w[2] & !flags {
         0 => Note::Lent(decode_lent(b, 4)?),
         1 if !quiet => Note::Empty,
         2 => Note::Carried(b.get(32..32 + usize::try_from(w[3]).ok()?)?.to_vec()),
         3 if b.len() == 32 => Note::Written,
         _ => return None,
     };
-    Some((w[0] as u32 as c_int, w[1], note, quiet))
+    Some((w[0] as u32 as c_int, w[1], note, flags))
 }
 
 /// Sends `bytes` with `tag` to `dest` through its mailbox; whether it fit (the done messages
@@ -830,10 +844,9 @@ pub fn finalize() {
     }
 }
 
-/// Sends receive `seq`'s note (`quiet`: its message sends nothing through the MPI); whether
-/// it fit.
-fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note, quiet: bool) -> bool {
-    post(st, dest, NOTE_TAG, &encode_note(tag, seq, note, quiet))
+/// Sends receive `seq`'s note with its `flags` ([`note_flags`]); whether it fit.
+fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note, flags: u64) -> bool {
+    post(st, dest, NOTE_TAG, &encode_note(tag, seq, note, flags))
 }
 
 /// Reads the mailboxes now, where the direct path is on: the done messages come give their
@@ -866,10 +879,13 @@ fn file(st: &mut State, from: c_int, tag: u32, buf: &[u8]) {
             *last = Some(last.map_or(seq, |l| l.max(seq)));
             st.announcing.insert(from);
         }),
-        NOTE_TAG => decode_note(buf).map(|(t, seq, note, quiet)| {
+        NOTE_TAG => decode_note(buf).map(|(t, seq, note, flags)| {
             st.notes.insert((from, t, seq), note);
-            if quiet {
+            if flags & QUIET_NOTE != 0 {
                 st.quiet.insert((from, t, seq));
+            }
+            if flags & DECLINED_NOTE != 0 {
+                st.declines.insert((from, t, seq));
             }
         }),
         // A receiver is done with lent stagings (a tag and number each): back to the pool.
@@ -1409,7 +1425,11 @@ pub unsafe fn send(
     };
     profile::mark("ready came");
     let quiet = quiet && ready.quiet;
+    let offered = ready.target.is_some();
     let target = ready.target.filter(|t| !carry && t.fits(plan));
+    // The receive's offer is declined where this send lends for any other reason than a
+    // pack already under way (it did not know to wait for the offer).
+    let declined = offered && (target.is_none() || packed.is_none());
     {
         let mut st = lock(s);
         if target.is_some() {
@@ -1445,7 +1465,8 @@ pub unsafe fn send(
             }
         },
     };
-    match lend_and_note(s, op, engine, staging, (k, n), &mut None, quiet) {
+    let flags = note_flags(quiet, declined);
+    match lend_and_note(s, op, engine, staging, (k, n), &mut None, flags) {
         Ok(()) if quiet => Sent::Quietly,
         Ok(()) => Sent::Directly,
         Err(_) => Sent::No,
@@ -1523,10 +1544,11 @@ pub fn lend_started(
         return Err(staging);
     }
     let k = (dest, tag, seq);
-    if await_ready(s, engine, plan, Some(&staging), k, carry).is_none() {
+    let Some(ready) = await_ready(s, engine, plan, Some(&staging), k, carry) else {
         return Err(staging);
-    }
-    // The start's message of 0 bytes goes through the MPI (its request is the program's).
+    };
+    // The start's message of 0 bytes goes through the MPI (its request is the program's); a
+    // start packs ahead, so a receive's offer of its buffer is declined.
     lend_and_note(
         s,
         op,
@@ -1534,7 +1556,7 @@ pub fn lend_started(
         staging,
         (k, plan.packed_size()),
         recorded,
-        false,
+        note_flags(false, ready.target.is_some()),
     )
 }
 
@@ -1641,7 +1663,14 @@ unsafe fn write_and_note(
     // to the peer go first and may take it: then the bytes go again another way (the receive
     // still waits for its note or for a message through the MPI).
     let sent = profile::time(Phase::Note, || {
-        send_note(&mut lock(s), dest, tag, seq, &Note::Written, quiet)
+        send_note(
+            &mut lock(s),
+            dest,
+            tag,
+            seq,
+            &Note::Written,
+            note_flags(quiet, false),
+        )
     });
     profile::mark("noted");
     sent.then_some(Sent::Written(quiet))
@@ -1649,9 +1678,10 @@ unsafe fn write_and_note(
 
 /// Lends `staging` (packed, or being packed, with message `k`'s `n` bytes) and writes its note:
 /// device staging is lent over CUDA IPC and kept until the receiver is done; host staging
-/// (testing) has its bytes carried in the note. `recorded`: as [`Engine::lend`]. `quiet`: the
-/// note says that nothing follows through the MPI. Gives the staging back where the note
-/// would not fit its mailbox or the staging cannot be lent.
+/// (testing) has its bytes carried in the note. `recorded`: as [`Engine::lend`]. `flags`: the
+/// note's ([`note_flags`]: nothing follows through the MPI; the receive's offer of its buffer
+/// declined). Gives the staging back where the note would not fit its mailbox or the staging
+/// cannot be lent.
 fn lend_and_note(
     s: &Mutex<State>,
     op: &str,
@@ -1659,7 +1689,7 @@ fn lend_and_note(
     mut staging: Staging,
     (k, n): (Key, u64),
     recorded: &mut Option<Arc<Recorded>>,
-    quiet: bool,
+    flags: u64,
 ) -> Result<(), Staging> {
     let (dest, tag, seq) = k;
     let carry = matches!(engine, Engine::Cpu);
@@ -1692,7 +1722,7 @@ fn lend_and_note(
         }
     };
     let how = if carry { "carried" } else { "lent" };
-    let after = if quiet {
+    let after = if flags & QUIET_NOTE != 0 {
         ", nothing through the MPI"
     } else {
         ""
@@ -1700,7 +1730,7 @@ fn lend_and_note(
     log!("{op}: message {seq} to rank {dest} with tag {tag}: {how} {n} bytes directly{after}");
     // The room was checked above, and only this rank writes that mailbox.
     let sent = profile::time(Phase::Note, || {
-        send_note(&mut lock(s), dest, tag, seq, &note, quiet)
+        send_note(&mut lock(s), dest, tag, seq, &note, flags)
     });
     debug_assert!(sent, "the note's room was checked");
     profile::mark("noted");
@@ -1824,9 +1854,10 @@ mod tests {
     fn offers_a_sender_lent_past_pause_for_a_while() {
         let mut st = State::default();
         let k = (1, 7, 0);
-        // A receive that offered its buffer gets a loan: the next receives from that source
-        // and tag do not offer, then one does.
+        // A receive that offered its buffer gets a loan that declines the offer: the next
+        // receives from that source and tag do not offer, then one does.
         st.offered.insert(k);
+        st.declines.insert(k);
         st.notes.insert(k, Note::Lent(lent(1, 0, 4096)));
         assert!(matches!(st.take_note(&k), Some(Note::Lent(_))));
         assert!(!st.offered.contains(&k));
@@ -1848,6 +1879,13 @@ mod tests {
         st.notes.insert(k3, Note::Lent(lent(1, 0, 4096)));
         let _ = st.take_note(&k3);
         assert_eq!(st.declined.get(&(1, 7)), Some(&5));
+        // A loan that does not decline (the sender had packed before it saw the offer) starts
+        // no pause.
+        let k4 = (2, 7, 0);
+        st.offered.insert(k4);
+        st.notes.insert(k4, Note::Lent(lent(1, 0, 4096)));
+        let _ = st.take_note(&k4);
+        assert!(st.may_offer(2, 7));
     }
 
     #[test]
@@ -1935,26 +1973,29 @@ mod tests {
     #[test]
     fn notes_round_trip() {
         for quiet in [false, true] {
-            for note in [
-                Note::Lent(lent(1, 24, 4096)),
-                Note::Carried(vec![1, 2, 3]),
-                Note::Written,
-            ] {
-                let b = encode_note(5, 9, &note, quiet);
-                assert_eq!(decode_note(&b), Some((5, 9, note, quiet)));
+            for declined in [false, true] {
+                let flags = note_flags(quiet, declined);
+                for note in [
+                    Note::Lent(lent(1, 24, 4096)),
+                    Note::Carried(vec![1, 2, 3]),
+                    Note::Written,
+                ] {
+                    let b = encode_note(5, 9, &note, flags);
+                    assert_eq!(decode_note(&b), Some((5, 9, note, flags)));
+                }
             }
         }
-        let empty = encode_note(5, 9, &Note::Empty, false);
-        assert_eq!(decode_note(&empty), Some((5, 9, Note::Empty, false)));
+        let empty = encode_note(5, 9, &Note::Empty, 0);
+        assert_eq!(decode_note(&empty), Some((5, 9, Note::Empty, 0)));
         // An empty message always goes through the MPI: a quiet empty note is unreadable.
-        assert!(decode_note(&encode_note(5, 9, &Note::Empty, true)).is_none());
-        let carried = encode_note(5, 9, &Note::Carried(vec![1, 2]), false);
+        assert!(decode_note(&encode_note(5, 9, &Note::Empty, QUIET_NOTE)).is_none());
+        let carried = encode_note(5, 9, &Note::Carried(vec![1, 2]), 0);
         assert!(decode_note(&carried[..33]).is_none());
         // A written note carries nothing after its words.
-        let mut long = encode_note(5, 9, &Note::Written, true);
+        let mut long = encode_note(5, 9, &Note::Written, QUIET_NOTE);
         long.push(0);
         assert!(decode_note(&long).is_none());
-        let cut = encode_note(5, 9, &Note::Lent(lent(2, 0, 1 << 20)), true);
+        let cut = encode_note(5, 9, &Note::Lent(lent(2, 0, 1 << 20)), QUIET_NOTE);
         assert!(decode_note(&cut[..cut.len() - 1]).is_none());
     }
 
