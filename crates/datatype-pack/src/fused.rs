@@ -234,15 +234,6 @@ pub struct CopyRegion {
     dst_start: u64,
 }
 
-/// Whether two plans select blocks of the same length on the same lattice, in the same order
-/// (starts aside).
-fn same_shape(a: &StridedBlock, b: &StridedBlock) -> bool {
-    a.block_len() == b.block_len()
-        && a.counts() == b.counts()
-        && a.strides() == b.strides()
-        && a.reversed() == b.reversed()
-}
-
 impl CopyRegion {
     /// A region that copies the bytes `src` selects to the same shape starting at `dst_start`:
     /// the block at source offset `src.start() + d` goes to destination offset
@@ -258,7 +249,7 @@ impl CopyRegion {
     /// # Errors
     /// [`Error::InvalidArgument`] if the shapes differ.
     pub fn between(src: StridedBlock, dst: &StridedBlock) -> Result<Self> {
-        if !same_shape(&src, dst) {
+        if !src.same_shape(dst) {
             return Err(invalid(
                 "CopyRegion::between",
                 format!(
@@ -295,13 +286,7 @@ impl CopyRegion {
     /// # Errors
     /// [`Error::Overflow`] if the destination's extent end does not fit a `u64`.
     pub fn dst_plan(&self) -> Result<StridedBlock> {
-        StridedBlock::with_reversed(
-            self.dst_start,
-            self.src.block_len(),
-            self.src.counts().to_vec(),
-            self.src.strides().to_vec(),
-            self.src.reversed().to_vec(),
-        )
+        self.src.moved_to(self.dst_start)
     }
 
     /// Bytes the region copies.
@@ -347,7 +332,7 @@ pub(crate) fn copy_spans(op: &'static str, regions: &[CopyRegion]) -> Result<Cop
             Error::Overflow { message, .. } => overflow(op, format!("region {i}: {message}")),
             other => other,
         })?;
-        if !same_shape(&r.src, &d) {
+        if !r.src.same_shape(&d) {
             return Err(invalid(
                 op,
                 format!("region {i}: the destination's shape differs from the source's"),

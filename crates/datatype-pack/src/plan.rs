@@ -243,6 +243,30 @@ impl StridedBlock {
         self.reversed.contains(&true)
     }
 
+    /// Whether `other` selects blocks of the same length on the same lattice, in the same
+    /// order: the same block length, counts, strides and directions, starts aside (a halo's
+    /// interior layer and the ghost layer it fills).
+    pub fn same_shape(&self, other: &StridedBlock) -> bool {
+        self.block_len == other.block_len
+            && self.counts == other.counts
+            && self.strides == other.strides
+            && self.reversed == other.reversed
+    }
+
+    /// The plan of the same shape ([`same_shape`](Self::same_shape)) starting at `start`.
+    ///
+    /// # Errors
+    /// [`Error::Overflow`] if its extent end does not fit a `u64`.
+    pub fn moved_to(&self, start: u64) -> Result<StridedBlock> {
+        StridedBlock::with_reversed(
+            start,
+            self.block_len,
+            self.counts.clone(),
+            self.strides.clone(),
+            self.reversed.clone(),
+        )
+    }
+
     /// Byte offset of the first packed block (multi-index `(0, 0, ..)`) from the buffer's start:
     /// [`start`](Self::start) for a forward plan, the highest copy of every reversed dimension
     /// otherwise.
@@ -825,6 +849,29 @@ mod tests {
         assert_eq!(p.strides(), &[8, 100]);
         assert_eq!(p.reversed(), &[false, true]);
         assert_eq!((p.start(), p.origin()), (100, 200));
+    }
+
+    #[test]
+    fn a_plan_moved_keeps_its_shape() {
+        let p = StridedBlock::with_reversed(100, 8, vec![3, 2], vec![16, 200], vec![false, true])
+            .unwrap();
+        let m = p.moved_to(0).unwrap();
+        assert_eq!((m.start(), m.extent_end()), (0, p.extent_end() - 100));
+        assert!(m.same_shape(&p) && p.same_shape(&m));
+        assert_eq!(m.packed_size(), p.packed_size());
+        // Another block length, count, stride or direction is another shape.
+        for other in [
+            StridedBlock::with_reversed(100, 4, vec![3, 2], vec![16, 200], vec![false, true]),
+            StridedBlock::with_reversed(100, 8, vec![3, 3], vec![16, 200], vec![false, true]),
+            StridedBlock::with_reversed(100, 8, vec![3, 2], vec![24, 200], vec![false, true]),
+            StridedBlock::with_reversed(100, 8, vec![3, 2], vec![16, 200], vec![false, false]),
+        ] {
+            assert!(!p.same_shape(&other.unwrap()));
+        }
+        assert!(matches!(
+            p.moved_to(u64::MAX - 8),
+            Err(Error::Overflow { .. })
+        ));
     }
 
     #[test]

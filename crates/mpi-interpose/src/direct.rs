@@ -1647,10 +1647,7 @@ unsafe fn write_and_note(
     }
     // SAFETY: the caller's contract.
     if let Err(e) = unsafe { engine.write(plan, buf, dest, target) } {
-        log!(
-            "{op}: message {seq} to {}: not written ({e}); lent",
-            target::describe(dest, target)
-        );
+        log!("{op}: message {seq} to rank {dest} with tag {tag}: not written ({e}); lent");
         return None;
     }
     let after = if quiet {

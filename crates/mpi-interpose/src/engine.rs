@@ -1253,7 +1253,7 @@ impl Engine {
         if d.id == 0
             || plan.block_len() < target::MIN_BLOCK
             || plan.packed_size() == 0
-            || plan.extent_end() > d.len
+            || self.check_span(plan).is_err()
         {
             return None;
         }
@@ -1319,13 +1319,7 @@ impl Engine {
         if !target.fits(plan) {
             return Err(refused(format!("rank {peer}'s receive has another shape")));
         }
-        let shape = StridedBlock::with_reversed(
-            0,
-            plan.block_len(),
-            plan.counts().to_vec(),
-            plan.strides().to_vec(),
-            plan.reversed().to_vec(),
-        )?;
+        let shape = plan.moved_to(0)?;
         g.bind()?;
         let base = profile::time(Phase::Loan, || {
             ipc::open_target(peer, &target.alloc.handle, (target.id, target.base))

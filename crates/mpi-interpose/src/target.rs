@@ -5,8 +5,6 @@
 //! driver's id of that allocation, and the receive's plan in its buffer. The sender writes only
 //! where its own plan has the same shape ([`Target::fits`]); else it lends as before.
 
-use std::ffi::c_int;
-
 use datatype_pack::StridedBlock;
 
 use crate::ipc::{Export, Handle};
@@ -42,13 +40,9 @@ impl Target {
     /// length, counts, strides, directions), so the same packed bytes land where the
     /// receive's own unpack would put them, and the receive's layout inside the allocation.
     pub fn fits(&self, send: &StridedBlock) -> bool {
-        let r = &self.plan;
         send.packed_size() > 0
-            && send.block_len() == r.block_len()
-            && send.counts() == r.counts()
-            && send.strides() == r.strides()
-            && send.reversed() == r.reversed()
-            && r.extent_end() <= self.alloc.len
+            && send.same_shape(&self.plan)
+            && self.plan.extent_end() <= self.alloc.len
     }
 
     /// Appends the target's wire form to `b`: its words (id, base, offset, length, the plan's start,
@@ -114,15 +108,6 @@ impl Target {
             plan,
         })
     }
-}
-
-/// A target's peer, for the log.
-pub fn describe(peer: c_int, t: &Target) -> String {
-    format!(
-        "rank {peer}'s buffer ({} bytes in an allocation of id {})",
-        t.plan.packed_size(),
-        t.id
-    )
 }
 
 #[cfg(test)]
