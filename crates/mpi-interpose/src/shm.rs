@@ -11,11 +11,17 @@
 //! and tag (4 bytes each) and its bytes, padded to 8. A full ring refuses a message; the
 //! protocol then does without it (the message goes through the real MPI's byte path).
 //!
+//! Each side touches the other's counter only when it must, so that the counters' cache lines
+//! do not move between the two cores on every message: the writer keeps the last `tail` it
+//! read and reads it again only when that one says the ring is full, and the reader stores
+//! `tail` only when it has read something.
+//!
 //! The segments are made in `MPI_Init` by every rank (collective on `MPI_COMM_WORLD`), mapped by
 //! the other ranks of the node, and unlinked once all have mapped them, so nothing stays behind
 //! in `/dev/shm` after a crash past `MPI_Init`. If any rank fails, none uses them.
 
 use rustc_hash::FxHashMap;
+use std::cell::Cell;
 use std::ffi::{c_int, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -45,6 +51,9 @@ pub struct Mailboxes {
     me: usize,
     /// Every rank's segment, by index.
     segments: Vec<Segment>,
+    /// By index of the reader: the last `tail` this rank read of the ring it writes in that
+    /// rank's segment ([`fits`]).
+    seen: Vec<Cell<u64>>,
 }
 
 // SAFETY: the segments are shared memory mapped for the process's life; the rings are only
@@ -100,14 +109,30 @@ fn footprint(len: usize) -> usize {
     8 + len.div_ceil(8) * 8
 }
 
-/// Writes a message into `ring` where it fits; returns whether it did.
-fn write(ring: &Ring, tag: u32, bytes: &[u8]) -> bool {
-    let need = footprint(bytes.len()) as u64;
-    let head = ring.head().load(Ordering::Relaxed);
-    let tail = ring.tail().load(Ordering::Acquire);
-    if bytes.len() > MAX_MESSAGE || head - tail + need > CAPACITY as u64 {
+/// Whether a message of `len` bytes fits in `ring` now, for its writer, whose last read of the
+/// ring's `tail` is `seen`: read again (and kept) only where the last one says it does not.
+/// A `tail` read earlier is never ahead of the reader, so the bytes below it are free.
+fn fits(ring: &Ring, seen: &Cell<u64>, len: usize) -> bool {
+    if len > MAX_MESSAGE {
         return false;
     }
+    let need = footprint(len) as u64;
+    let head = ring.head().load(Ordering::Relaxed);
+    if head - seen.get() + need <= CAPACITY as u64 {
+        return true;
+    }
+    seen.set(ring.tail().load(Ordering::Acquire));
+    head - seen.get() + need <= CAPACITY as u64
+}
+
+/// Writes a message into `ring` where it fits ([`fits`], `seen` its writer's last read of
+/// `tail`); returns whether it did.
+fn write(ring: &Ring, seen: &Cell<u64>, tag: u32, bytes: &[u8]) -> bool {
+    if !fits(ring, seen, bytes.len()) {
+        return false;
+    }
+    let need = footprint(bytes.len()) as u64;
+    let head = ring.head().load(Ordering::Relaxed);
     let mut header = [0u8; 8];
     header[..4].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
     header[4..].copy_from_slice(&tag.to_le_bytes());
@@ -121,7 +146,8 @@ fn write(ring: &Ring, tag: u32, bytes: &[u8]) -> bool {
 /// copied out of the ring into `scratch` (kept by the caller, so that reading allocates
 /// nothing once it has held the largest message).
 fn read(ring: &Ring, scratch: &mut Vec<u8>, mut f: impl FnMut(u32, &[u8])) {
-    let mut tail = ring.tail().load(Ordering::Relaxed);
+    let start = ring.tail().load(Ordering::Relaxed);
+    let mut tail = start;
     let head = ring.head().load(Ordering::Acquire);
     while tail < head {
         let mut header = [0u8; 8];
@@ -133,7 +159,11 @@ fn read(ring: &Ring, scratch: &mut Vec<u8>, mut f: impl FnMut(u32, &[u8])) {
         tail += footprint(len) as u64;
         f(tag, scratch);
     }
-    ring.tail().store(tail, Ordering::Release);
+    // Only what was read is released to the writer: an empty ring's `tail` is not stored,
+    // so that polling it leaves that cache line where it is.
+    if tail != start {
+        ring.tail().store(tail, Ordering::Release);
+    }
 }
 
 impl Mailboxes {
@@ -229,6 +259,7 @@ impl Mailboxes {
         let index = ranks.iter().enumerate().map(|(i, &r)| (r, i)).collect();
         Some(Mailboxes {
             index,
+            seen: vec![Cell::new(0); ranks.len()],
             ranks,
             me,
             segments,
@@ -252,15 +283,13 @@ impl Mailboxes {
         let Some(&r) = self.index.get(&to) else {
             return false;
         };
-        let ring = self.ring(r, self.me);
-        let used = ring.head().load(Ordering::Relaxed) - ring.tail().load(Ordering::Acquire);
-        len <= MAX_MESSAGE && used + footprint(len) as u64 <= CAPACITY as u64
+        fits(&self.ring(r, self.me), &self.seen[r], len)
     }
 
     /// Sends `bytes` with `tag` to world rank `to` of this node; whether it fit.
     pub fn send(&self, to: c_int, tag: u32, bytes: &[u8]) -> bool {
         match self.index.get(&to) {
-            Some(&r) if r != self.me => write(&self.ring(r, self.me), tag, bytes),
+            Some(&r) if r != self.me => write(&self.ring(r, self.me), &self.seen[r], tag, bytes),
             _ => false,
         }
     }
@@ -381,12 +410,13 @@ mod tests {
     #[test]
     fn messages_come_out_in_order_across_the_wrap() {
         let (_keep, r) = ring();
+        let seen = Cell::new(0);
         let mut sent = Vec::new();
         let mut got = Vec::new();
         let mut scratch = Vec::new();
         for i in 0..10_000u32 {
             let msg: Vec<u8> = (0..(i % 61) as u8).map(|b| b ^ i as u8).collect();
-            assert!(write(&r, i, &msg));
+            assert!(write(&r, &seen, i, &msg));
             sent.push((i, msg));
             if i % 7 == 0 {
                 read(&r, &mut scratch, |t, b| got.push((t, b.to_vec())));
@@ -399,19 +429,20 @@ mod tests {
     #[test]
     fn a_full_ring_refuses_and_then_takes_again() {
         let (_keep, r) = ring();
+        let seen = Cell::new(0);
         let msg = vec![7u8; 1000];
         let mut n = 0;
-        while write(&r, 1, &msg) {
+        while write(&r, &seen, 1, &msg) {
             n += 1;
         }
         assert_eq!(n, CAPACITY / footprint(1000));
-        assert!(!write(&r, 1, &vec![0u8; MAX_MESSAGE + 1]));
+        assert!(!write(&r, &seen, 1, &vec![0u8; MAX_MESSAGE + 1]));
         let mut got = 0;
         read(&r, &mut Vec::new(), |t, b| {
             assert_eq!((t, b.len()), (1, 1000));
             got += 1;
         });
         assert_eq!(got, n);
-        assert!(write(&r, 2, &msg));
+        assert!(write(&r, &seen, 2, &msg));
     }
 }
