@@ -1329,25 +1329,25 @@ impl Engine {
         let copier = profile::time(Phase::Packer, || g.copier(&shape))?;
         let (src, dst) = (plan.start(), target.plan.start());
         let (src_len, dst_len) = (usize_of(d.len - src)?, usize_of(target.alloc.len - dst)?);
-        // SAFETY: `d.ptr + src` starts the `d.len - src` bytes from the layout's first byte to
-        // the end of this engine's allocation, read by the copy only where `plan` says (the
-        // caller's contract); `base + offset + dst` starts the `alloc.len - dst` bytes of the
-        // peer's receive buffer from its layout's first byte to its allocation's end, mapped
-        // here, written only where the receive's plan says and left to this send until its
-        // note (the caller's contract); the stream is waited for below.
-        let launched = profile::time(Phase::Launch, || unsafe {
-            copier.copy_raw(
-                &g.stream,
-                d.ptr + src,
-                src_len,
-                base + target.alloc.offset + dst,
-                dst_len,
-            )
-        });
-        profile::mark("write: launched");
-        let waited = profile::time(Phase::Wait, || g.wait());
-        launched.map_err(Error::from)?;
-        waited
+        g.run(|| {
+            // SAFETY: `d.ptr + src` starts the `d.len - src` bytes from the layout's first byte
+            // to the end of this engine's allocation, read by the copy only where `plan` says
+            // (the caller's contract); `base + offset + dst` starts the `alloc.len - dst` bytes
+            // of the peer's receive buffer from its layout's first byte to its allocation's
+            // end, mapped here, written only where the receive's plan says and left to this
+            // send until its note (the caller's contract); `run` waits for the stream.
+            let launched = profile::time(Phase::Launch, || unsafe {
+                copier.copy_raw(
+                    &g.stream,
+                    d.ptr + src,
+                    src_len,
+                    base + target.alloc.offset + dst,
+                    dst_len,
+                )
+            });
+            profile::mark("write: launched");
+            launched.map_err(Error::from)
+        })
     }
 
     /// Waits for everything queued on the GPU's stream (nothing for the CPU engine).
