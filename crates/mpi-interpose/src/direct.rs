@@ -92,13 +92,16 @@ use crate::sync::lock;
 use crate::target::{self, Target};
 
 /// The mailboxes' tag of ready messages.
-const READY_TAG: u32 = 1;
+const READY_TAG: u16 = 1;
 /// The mailboxes' tag of notes.
-const NOTE_TAG: u32 = 2;
+const NOTE_TAG: u16 = 2;
 /// The mailboxes' tag of done messages (a receiver is done with a lent staging).
-const DONE_TAG: u32 = 3;
+const DONE_TAG: u16 = 3;
 /// The mailboxes' tag of greetings.
-const HELLO_TAG: u32 = 4;
+const HELLO_TAG: u16 = 4;
+/// The mailboxes' tag of names: a number that stands for a CUDA IPC handle in this rank's
+/// later notes to the peer ([`name`]).
+const NAME_TAG: u16 = 5;
 /// How long a send waits for the ready message of its receive, where the last one came.
 const READY_WAIT: Duration = Duration::from_micros(100);
 /// How long a receive waits for its note before it reads its message as empty (a note is
@@ -111,8 +114,12 @@ const NOTE_WAIT: Duration = Duration::from_secs(10);
 /// CUDA-aware MPI, queries of the GPUs' events among them) and so sees a note late by as long
 /// as it takes. A message through the MPI, this wait's rare case, is seen this much later.
 const PROBE_EVERY: Duration = Duration::from_micros(2);
-/// Bytes of a note of a lent staging: four words, the staging's offset and length, two handles.
-const LENT_NOTE: usize = 6 * 8 + 2 * 64;
+/// Bytes of a note of a lent staging: four words, the staging's offset and length, and the
+/// numbers its sender named the staging's and the event's handles by ([`name`]): one
+/// mailbox cell ([`crate::shm::CELL_BYTES`]).
+const LENT_NOTE: usize = 7 * 8;
+/// Bytes of a name: its number and the handle.
+const NAME: usize = 8 + 64;
 /// Bytes of a note of a write ([`Note::Written`]): four words.
 const WRITTEN_NOTE: usize = 4 * 8;
 /// Receives from a source and tag announced without an offer of their buffer after the sender
@@ -245,6 +252,10 @@ struct State {
     greeted: FxHashSet<c_int>,
     /// Greetings received, not yet tried.
     greetings: FxHashMap<c_int, Lent>,
+    /// The numbers this rank named CUDA IPC handles by, per peer ([`name`]).
+    named: FxHashMap<(c_int, Handle), u32>,
+    /// The handles each peer named, by number: what its notes' numbers stand for.
+    names: FxHashMap<c_int, Vec<Handle>>,
     /// Peers whose greeting was tried here.
     reach: FxHashMap<c_int, Reach>,
     /// Receives a probe asked bytes for before they were posted ([`probing`]): not announced.
@@ -270,9 +281,9 @@ impl State {
         self.mail.as_ref().is_some_and(|m| m.reaches(rank))
     }
 
-    /// Whether a message of `len` bytes to `rank` fits its mailbox now.
-    fn room(&self, rank: c_int, len: usize) -> bool {
-        self.mail.as_ref().is_some_and(|m| m.room(rank, len))
+    /// Whether messages of `lens` bytes to `rank` fit its mailbox now, one after another.
+    fn room(&self, rank: c_int, lens: &[usize]) -> bool {
+        self.mail.as_ref().is_some_and(|m| m.room(rank, lens))
     }
 
     /// Claims the note of announced receive `k` where it has come: the receive is no longer
@@ -765,11 +776,17 @@ fn note_flags(quiet: bool, declined: bool) -> u64 {
     (if quiet { QUIET_NOTE } else { 0 }) | (if declined { DECLINED_NOTE } else { 0 })
 }
 
-/// A note: tag, number, kind (with its `flags`, [`note_flags`]), then what it carries.
-fn encode_note(tag: c_int, seq: u64, note: &Note, flags: u64) -> Vec<u8> {
+/// A note: tag, number, kind (with its `flags`, [`note_flags`]), then what it carries; a lent
+/// staging's offset and length, and its handles by the numbers `names` (the staging's, the
+/// event's) this rank named them by to the receiver ([`name`]).
+fn encode_note(tag: c_int, seq: u64, note: &Note, flags: u64, names: (u32, u32)) -> Vec<u8> {
     let head = |kind: u64, n: u64| [tag as u32 as u64, seq, kind | flags, n];
     match note {
-        Note::Lent(l) => encode_lent(&head(0, 0), l),
+        Note::Lent(l) => {
+            let [a, b, c, d] = head(0, 0);
+            let numbers = u64::from(names.0) | u64::from(names.1) << 32;
+            to_bytes(&[a, b, c, d, l.staging.offset, l.staging.len, numbers], 0)
+        }
         Note::Empty => to_bytes(&head(1, 0), 0),
         Note::Written => to_bytes(&head(3, 0), 0),
         Note::Carried(v) => {
@@ -780,13 +797,25 @@ fn encode_note(tag: c_int, seq: u64, note: &Note, flags: u64) -> Vec<u8> {
     }
 }
 
-/// A note's tag, number, the note and its flags ([`note_flags`]).
-fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note, u64)> {
+/// A note's tag, number, the note and its flags ([`note_flags`]); `named`: the handles its
+/// sender named, by number.
+fn decode_note(b: &[u8], named: &[Handle]) -> Option<(c_int, u64, Note, u64)> {
     let w = words::<4>(b, 0)?;
     let flags = w[2] & (QUIET_NOTE | DECLINED_NOTE);
     let quiet = flags & QUIET_NOTE != 0;
     let note = match w[2] & !flags {
-        0 => Note::Lent(decode_lent(b, 4)?),
+        0 if b.len() == LENT_NOTE => {
+            let [offset, len, numbers] = words::<3>(b, 4)?;
+            let handle = |n: u64| named.get(usize::try_from(n).ok()?).copied();
+            Note::Lent(Lent {
+                staging: Export {
+                    handle: handle(numbers & 0xffff_ffff)?,
+                    offset,
+                    len,
+                },
+                event: handle(numbers >> 32)?,
+            })
+        }
         1 if !quiet => Note::Empty,
         2 => Note::Carried(b.get(32..32 + usize::try_from(w[3]).ok()?)?.to_vec()),
         3 if b.len() == 32 => Note::Written,
@@ -797,7 +826,7 @@ fn decode_note(b: &[u8]) -> Option<(c_int, u64, Note, u64)> {
 
 /// Sends `bytes` with `tag` to `dest` through its mailbox; whether it fit (the done messages
 /// owed to `dest` go first, [`pay`]).
-fn post(st: &mut State, dest: c_int, tag: u32, bytes: &[u8]) -> bool {
+fn post(st: &mut State, dest: c_int, tag: u16, bytes: &[u8]) -> bool {
     pay(st, dest);
     st.mail.as_ref().is_some_and(|m| m.send(dest, tag, bytes))
 }
@@ -844,9 +873,47 @@ pub fn finalize() {
     }
 }
 
-/// Sends receive `seq`'s note with its `flags` ([`note_flags`]); whether it fit.
+/// Sends receive `seq`'s note with its `flags` ([`note_flags`]); whether it fit (with the
+/// names of a lent staging's handles, where they are new to `dest`).
 fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note, flags: u64) -> bool {
-    post(st, dest, NOTE_TAG, &encode_note(tag, seq, note, flags))
+    let names = match note {
+        Note::Lent(l) => match (name(st, dest, &l.staging.handle), name(st, dest, &l.event)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return false,
+        },
+        _ => (0, 0),
+    };
+    post(
+        st,
+        dest,
+        NOTE_TAG,
+        &encode_note(tag, seq, note, flags, names),
+    )
+}
+
+/// The number `handle` goes by in this rank's notes to `dest`: named once, in a message of
+/// its own before the first note that uses it, so that a note of a lent staging fits one
+/// mailbox cell where two handles would take three more (each cell a cache line the
+/// receiver's core must fetch). `None` where the name does not fit the mailbox.
+fn name(st: &mut State, dest: c_int, handle: &Handle) -> Option<u32> {
+    if let Some(&n) = st.named.get(&(dest, *handle)) {
+        return Some(n);
+    }
+    let n = u32::try_from(st.named.keys().filter(|&&(d, _)| d == dest).count()).ok()?;
+    let mut msg = u64::from(n).to_le_bytes().to_vec();
+    msg.extend_from_slice(handle);
+    if !post(st, dest, NAME_TAG, &msg) {
+        return None;
+    }
+    st.named.insert((dest, *handle), n);
+    Some(n)
+}
+
+/// The number and handle of a name ([`name`]); numbers past a million are refused.
+fn decode_name(b: &[u8]) -> Option<(usize, Handle)> {
+    let [n] = words::<1>(b, 0)?;
+    let n = usize::try_from(n).ok().filter(|&n| n < 1 << 20)?;
+    Some((n, b.get(8..)?.try_into().ok()?))
 }
 
 /// Reads the mailboxes now, where the direct path is on: the done messages come give their
@@ -871,7 +938,7 @@ fn drain(st: &mut State) {
 }
 
 /// Files message `buf` with `tag` from rank `from` into the state's tables.
-fn file(st: &mut State, from: c_int, tag: u32, buf: &[u8]) {
+fn file(st: &mut State, from: c_int, tag: u16, buf: &[u8]) {
     let read = match tag {
         READY_TAG => decode_ready(buf).map(|(t, seq, r)| {
             st.ready.insert((from, t, seq), r);
@@ -879,15 +946,17 @@ fn file(st: &mut State, from: c_int, tag: u32, buf: &[u8]) {
             *last = Some(last.map_or(seq, |l| l.max(seq)));
             st.announcing.insert(from);
         }),
-        NOTE_TAG => decode_note(buf).map(|(t, seq, note, flags)| {
-            st.notes.insert((from, t, seq), note);
-            if flags & QUIET_NOTE != 0 {
-                st.quiet.insert((from, t, seq));
-            }
-            if flags & DECLINED_NOTE != 0 {
-                st.declines.insert((from, t, seq));
-            }
-        }),
+        NOTE_TAG => decode_note(buf, st.names.get(&from).map_or(&[], Vec::as_slice)).map(
+            |(t, seq, note, flags)| {
+                st.notes.insert((from, t, seq), note);
+                if flags & QUIET_NOTE != 0 {
+                    st.quiet.insert((from, t, seq));
+                }
+                if flags & DECLINED_NOTE != 0 {
+                    st.declines.insert((from, t, seq));
+                }
+            },
+        ),
         // A receiver is done with lent stagings (a tag and number each): back to the pool.
         DONE_TAG => decode_done(buf).map(|done| {
             for (tag, seq) in done {
@@ -896,6 +965,13 @@ fn file(st: &mut State, from: c_int, tag: u32, buf: &[u8]) {
         }),
         HELLO_TAG => decode_lent(buf, 0).map(|g| {
             st.greetings.insert(from, g);
+        }),
+        NAME_TAG => decode_name(buf).map(|(n, handle)| {
+            let names = st.names.entry(from).or_default();
+            if names.len() <= n {
+                names.resize(n + 1, [0; 64]);
+            }
+            names[n] = handle;
         }),
         _ => None,
     };
@@ -1642,7 +1718,7 @@ unsafe fn write_and_note(
 ) -> Option<Sent> {
     let (dest, tag, seq) = k;
     let (_, plan, engine, _) = taken;
-    if !lock(s).room(dest, WRITTEN_NOTE) {
+    if !lock(s).room(dest, &[WRITTEN_NOTE]) {
         return None;
     }
     // SAFETY: the caller's contract.
@@ -1692,14 +1768,15 @@ fn lend_and_note(
     let carry = matches!(engine, Engine::Cpu);
     let note = if let Staging::Cpu(v) = &mut staging {
         let len = usize::try_from(n).unwrap_or(usize::MAX).min(v.len());
-        if !lock(s).room(dest, 32 + len) {
+        if !lock(s).room(dest, &[32 + len]) {
             return Err(staging);
         }
         v.truncate(len);
         Note::Carried(std::mem::take(v))
     } else {
-        // The note must reach the receiver once the staging is lent: room for it first.
-        if !lock(s).room(dest, LENT_NOTE) {
+        // The note must reach the receiver once the staging is lent: room for it first, and
+        // for the names of its two handles where they are new to the receiver.
+        if !lock(s).room(dest, &[LENT_NOTE, NAME, NAME]) {
             return Err(staging);
         }
         match profile::time(Phase::Loan, || engine.lend(staging, recorded)) {
@@ -1969,6 +2046,10 @@ mod tests {
 
     #[test]
     fn notes_round_trip() {
+        // The handles of `lent(1, ..)` by the numbers its sender named them by: the event 0,
+        // the staging 2 (the same as `lent(2, ..)`'s handles by 0 and 1 below).
+        let one = lent(1, 0, 0);
+        let named = [one.event, [9; 64], one.staging.handle];
         for quiet in [false, true] {
             for declined in [false, true] {
                 let flags = note_flags(quiet, declined);
@@ -1977,23 +2058,28 @@ mod tests {
                     Note::Carried(vec![1, 2, 3]),
                     Note::Written,
                 ] {
-                    let b = encode_note(5, 9, &note, flags);
-                    assert_eq!(decode_note(&b), Some((5, 9, note, flags)));
+                    let b = encode_note(5, 9, &note, flags, (2, 0));
+                    assert_eq!(decode_note(&b, &named), Some((5, 9, note, flags)));
                 }
             }
         }
-        let empty = encode_note(5, 9, &Note::Empty, 0);
-        assert_eq!(decode_note(&empty), Some((5, 9, Note::Empty, 0)));
+        let empty = encode_note(5, 9, &Note::Empty, 0, (0, 0));
+        assert_eq!(decode_note(&empty, &[]), Some((5, 9, Note::Empty, 0)));
         // An empty message always goes through the MPI: a quiet empty note is unreadable.
-        assert!(decode_note(&encode_note(5, 9, &Note::Empty, QUIET_NOTE)).is_none());
-        let carried = encode_note(5, 9, &Note::Carried(vec![1, 2]), 0);
-        assert!(decode_note(&carried[..33]).is_none());
+        assert!(decode_note(&encode_note(5, 9, &Note::Empty, QUIET_NOTE, (0, 0)), &[]).is_none());
+        let carried = encode_note(5, 9, &Note::Carried(vec![1, 2]), 0, (0, 0));
+        assert!(decode_note(&carried[..33], &[]).is_none());
         // A written note carries nothing after its words.
-        let mut long = encode_note(5, 9, &Note::Written, QUIET_NOTE);
+        let mut long = encode_note(5, 9, &Note::Written, QUIET_NOTE, (0, 0));
         long.push(0);
-        assert!(decode_note(&long).is_none());
-        let cut = encode_note(5, 9, &Note::Lent(lent(2, 0, 1 << 20)), QUIET_NOTE);
-        assert!(decode_note(&cut[..cut.len() - 1]).is_none());
+        assert!(decode_note(&long, &[]).is_none());
+        // A lent note is one mailbox cell; cut, or naming a handle never named, unreadable.
+        let l = Note::Lent(lent(1, 0, 1 << 20));
+        let cut = encode_note(5, 9, &l, QUIET_NOTE, (2, 0));
+        assert_eq!(cut.len(), crate::shm::CELL_BYTES);
+        assert!(decode_note(&cut[..cut.len() - 1], &named).is_none());
+        assert!(decode_note(&encode_note(5, 9, &l, 0, (0, 3)), &named).is_none());
+        assert!(decode_note(&encode_note(5, 9, &l, 0, (3, 0)), &named).is_none());
     }
 
     #[test]
@@ -2011,5 +2097,17 @@ mod tests {
         let g = lent(3, 0, 1 << 21);
         assert_eq!(decode_lent(&encode_lent(&[], &g), 0), Some(g));
         assert!(decode_lent(&[0; 16], 0).is_none());
+    }
+
+    #[test]
+    fn names_round_trip() {
+        let h = lent(4, 0, 0).event;
+        let mut b = 7u64.to_le_bytes().to_vec();
+        b.extend_from_slice(&h);
+        assert_eq!(b.len(), NAME);
+        assert_eq!(decode_name(&b), Some((7, h)));
+        assert!(decode_name(&b[..NAME - 1]).is_none());
+        b[..8].copy_from_slice(&(1u64 << 20).to_le_bytes());
+        assert!(decode_name(&b).is_none());
     }
 }

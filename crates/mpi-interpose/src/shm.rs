@@ -5,16 +5,19 @@
 //!
 //! Every rank of a node makes one POSIX shared-memory segment holding one ring per rank of the
 //! node: ring `w` of rank `r`'s segment carries the messages rank `w` sends to `r` (one writer,
-//! one reader). A ring is a byte queue of [`CAPACITY`] bytes with two counters on their own
-//! cache lines: `head` (bytes written, advanced by the writer with release ordering after the
-//! message's bytes) and `tail` (bytes read, advanced by the reader). A message is its length
-//! and tag (4 bytes each) and its bytes, padded to 8. A full ring refuses a message; the
-//! protocol then does without it (the message goes through the real MPI's byte path).
-//!
-//! Each side touches the other's counter only when it must, so that the counters' cache lines
-//! do not move between the two cores on every message: the writer keeps the last `tail` it
-//! read and reads it again only when that one says the ring is full, and the reader stores
-//! `tail` only when it has read something.
+//! one reader). A ring is [`CELLS`] cells of one cache line each; a message takes one cell, or
+//! more where its bytes pass [`CELL_BYTES`], and every cell begins with a header word: the
+//! cell's position in the ring's stream as a marker (which tells a cell written in this lap
+//! from one of the last), and in a message's first cell its length and tag. The writer fills a
+//! message's later cells first and stores its first cell's header last, with release ordering;
+//! the reader looks at the header of the cell at its position and reads what it finds there.
+//! So a message of up to [`CELL_BYTES`] bytes (a ready message, a note) moves one cache line
+//! from the writer's core to the reader's, where a counter beside the queue would move a second.
+//! The reader's position (`tail`, cells read) has a line of its own, which the writer keeps its
+//! last read of and reads again only when that one says the ring is full; the reader stores it
+//! only when it has read something. The writer's position is its own. A full ring refuses a
+//! message; the protocol then does without it (the message goes through the real MPI's byte
+//! path).
 //!
 //! The segments are made in `MPI_Init` by every rank (collective on `MPI_COMM_WORLD`), mapped by
 //! the other ranks of the node, and unlinked once all have mapped them, so nothing stays behind
@@ -27,14 +30,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use mpi::ffi;
 
-/// Bytes of a ring's queue.
-pub const CAPACITY: usize = 64 * 1024;
-/// Bytes before a ring's queue: `head` and `tail`, each on its own cache line.
-const HEADER: usize = 128;
+/// Bytes of a cell: one cache line.
+const CELL: usize = 64;
+/// A message's bytes per cell (after the cell's header word).
+pub const CELL_BYTES: usize = CELL - 8;
+/// Cells per ring.
+pub const CELLS: usize = 1024;
+/// Bytes before a ring's cells: the reader's position, on a cache line of its own.
+const HEADER: usize = 64;
 /// Bytes per ring.
-const STRIDE: usize = HEADER + CAPACITY;
+const STRIDE: usize = HEADER + CELLS * CELL;
 /// The largest message's bytes.
-pub const MAX_MESSAGE: usize = CAPACITY / 4;
+pub const MAX_MESSAGE: usize = CELLS * CELL_BYTES / 4;
 
 /// One mapped segment.
 #[derive(Debug)]
@@ -51,9 +58,16 @@ pub struct Mailboxes {
     me: usize,
     /// Every rank's segment, by index.
     segments: Vec<Segment>,
-    /// By index of the reader: the last `tail` this rank read of the ring it writes in that
-    /// rank's segment ([`fits`]).
-    seen: Vec<Cell<u64>>,
+    /// By index of the reader: this rank's position (cells written) in the ring it writes in
+    /// that rank's segment, and the last `tail` it read of that ring ([`fits`]).
+    ends: Vec<Ends>,
+}
+
+/// A writer's view of one ring: its own position and its last read of the reader's.
+#[derive(Debug, Default)]
+struct Ends {
+    head: Cell<u64>,
+    seen: Cell<u64>,
 }
 
 // SAFETY: the segments are shared memory mapped for the process's life; the rings are only
@@ -61,102 +75,111 @@ pub struct Mailboxes {
 // at a time (the direct path is off where threads may call MPI at once).
 unsafe impl Send for Mailboxes {}
 
-/// A ring: `head`, `tail` and the queue, at `base`.
+/// A ring: the reader's position, then the cells, at `base`.
 struct Ring(*mut u8);
 
 impl Ring {
-    fn head(&self) -> &AtomicU64 {
+    fn tail(&self) -> &AtomicU64 {
         // SAFETY: the first 8 bytes of the ring's header, 8-aligned (segments are page-aligned,
-        // rings a multiple of 128 bytes apart), shared memory mapped for the process's life.
+        // rings a multiple of 64 bytes apart), shared memory mapped for the process's life.
         unsafe { &*self.0.cast::<AtomicU64>() }
     }
 
-    fn tail(&self) -> &AtomicU64 {
-        // SAFETY: as `head`, 64 bytes on.
-        unsafe { &*self.0.add(64).cast::<AtomicU64>() }
+    /// The cell at stream position `at` (its index modulo [`CELLS`]).
+    fn cell(&self, at: u64) -> *mut u8 {
+        // SAFETY: the index is below `CELLS`: the cell lies inside the ring's `STRIDE` bytes.
+        unsafe { self.0.add(HEADER + (at % CELLS as u64) as usize * CELL) }
     }
 
-    /// Copies `bytes` into the queue from position `at` (wrapping).
-    fn put(&self, at: u64, bytes: &[u8]) {
-        let from = (at % CAPACITY as u64) as usize;
-        let first = bytes.len().min(CAPACITY - from);
-        // SAFETY: both parts lie inside the queue (`from + first <= CAPACITY`, the rest from
-        // its start, `bytes.len() <= CAPACITY`); the writer owns these bytes until it advances
-        // `head` (the reader reads only below `head`).
-        unsafe {
-            let q = self.0.add(HEADER);
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), q.add(from), first);
-            std::ptr::copy_nonoverlapping(bytes.as_ptr().add(first), q, bytes.len() - first);
-        }
-    }
-
-    /// Copies `out.len()` bytes of the queue from position `at` (wrapping).
-    fn get(&self, at: u64, out: &mut [u8]) {
-        let from = (at % CAPACITY as u64) as usize;
-        let first = out.len().min(CAPACITY - from);
-        // SAFETY: as `put`; the reader reads only bytes the writer published (below `head`,
-        // loaded with acquire ordering) and not yet released (at or above `tail`).
-        unsafe {
-            let q = self.0.add(HEADER);
-            std::ptr::copy_nonoverlapping(q.add(from), out.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(q, out.as_mut_ptr().add(first), out.len() - first);
-        }
+    /// The header word of the cell at `at`.
+    fn header(&self, at: u64) -> &AtomicU64 {
+        // SAFETY: a cell's first 8 bytes, 64-aligned, shared memory mapped for the process's
+        // life.
+        unsafe { &*self.cell(at).cast::<AtomicU64>() }
     }
 }
 
-/// Bytes a message of `len` bytes takes in a ring.
-fn footprint(len: usize) -> usize {
-    8 + len.div_ceil(8) * 8
+/// Cells a message of `len` bytes takes.
+fn cells(len: usize) -> u64 {
+    len.div_ceil(CELL_BYTES).max(1) as u64
 }
 
-/// Whether a message of `len` bytes fits in `ring` now, for its writer, whose last read of the
-/// ring's `tail` is `seen`: read again (and kept) only where the last one says it does not.
-/// A `tail` read earlier is never ahead of the reader, so the bytes below it are free.
-fn fits(ring: &Ring, seen: &Cell<u64>, len: usize) -> bool {
-    if len > MAX_MESSAGE {
+/// The marker of the cell at stream position `at`: never 0, the header of a cell never
+/// written; a cell of the last lap (`at - CELLS`) reads another.
+fn marker(at: u64) -> u64 {
+    u64::from((at as u32).wrapping_add(1))
+}
+
+/// Whether messages of `lens` bytes fit in `ring` now, for its writer (`ends`: its position
+/// and its last read of the ring's `tail`, read again and kept only where that one says they
+/// do not). A `tail` read earlier is never ahead of the reader, so the cells below it are
+/// free.
+fn fits(ring: &Ring, ends: &Ends, lens: &[usize]) -> bool {
+    if lens.iter().any(|&len| len > MAX_MESSAGE) {
         return false;
     }
-    let need = footprint(len) as u64;
-    let head = ring.head().load(Ordering::Relaxed);
-    if head - seen.get() + need <= CAPACITY as u64 {
+    let need: u64 = lens.iter().map(|&len| cells(len)).sum();
+    let head = ends.head.get();
+    if head - ends.seen.get() + need <= CELLS as u64 {
         return true;
     }
-    seen.set(ring.tail().load(Ordering::Acquire));
-    head - seen.get() + need <= CAPACITY as u64
+    ends.seen.set(ring.tail().load(Ordering::Acquire));
+    head - ends.seen.get() + need <= CELLS as u64
 }
 
-/// Writes a message into `ring` where it fits ([`fits`], `seen` its writer's last read of
-/// `tail`); returns whether it did.
-fn write(ring: &Ring, seen: &Cell<u64>, tag: u32, bytes: &[u8]) -> bool {
-    if !fits(ring, seen, bytes.len()) {
+/// Writes a message into `ring` where it fits ([`fits`]); returns whether it did. Its later
+/// cells first, then its first cell's bytes, then that cell's header (release): the reader
+/// finds the whole message once it sees the header.
+fn write(ring: &Ring, ends: &Ends, tag: u16, bytes: &[u8]) -> bool {
+    if !fits(ring, ends, &[bytes.len()]) {
         return false;
     }
-    let need = footprint(bytes.len()) as u64;
-    let head = ring.head().load(Ordering::Relaxed);
-    let mut header = [0u8; 8];
-    header[..4].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
-    header[4..].copy_from_slice(&tag.to_le_bytes());
-    ring.put(head, &header);
-    ring.put(head + 8, bytes);
-    ring.head().store(head + need, Ordering::Release);
+    let head = ends.head.get();
+    let need = cells(bytes.len());
+    let mut chunks = bytes.chunks(CELL_BYTES);
+    let first = chunks.next().unwrap_or(&[]);
+    for (i, chunk) in (1..).zip(chunks) {
+        let at = head + i;
+        // SAFETY: a cell of this ring the reader has released (`fits`): only the writer touches
+        // it until its header says otherwise; `chunk` fits its `CELL_BYTES`.
+        unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), ring.cell(at).add(8), chunk.len()) };
+        ring.header(at).store(marker(at), Ordering::Relaxed);
+    }
+    // SAFETY: as above, for the first cell.
+    unsafe { std::ptr::copy_nonoverlapping(first.as_ptr(), ring.cell(head).add(8), first.len()) };
+    let word = marker(head) | (bytes.len() as u64) << 32 | u64::from(tag) << 48;
+    ring.header(head).store(word, Ordering::Release);
+    ends.head.set(head + need);
     true
 }
 
 /// Reads every message in `ring`, oldest first, into `f(tag, bytes)`, each message's bytes
 /// copied out of the ring into `scratch` (kept by the caller, so that reading allocates
 /// nothing once it has held the largest message).
-fn read(ring: &Ring, scratch: &mut Vec<u8>, mut f: impl FnMut(u32, &[u8])) {
+fn read(ring: &Ring, scratch: &mut Vec<u8>, mut f: impl FnMut(u16, &[u8])) {
     let start = ring.tail().load(Ordering::Relaxed);
     let mut tail = start;
-    let head = ring.head().load(Ordering::Acquire);
-    while tail < head {
-        let mut header = [0u8; 8];
-        ring.get(tail, &mut header);
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        let tag = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    loop {
+        let word = ring.header(tail).load(Ordering::Acquire);
+        if word & 0xffff_ffff != marker(tail) {
+            break;
+        }
+        let len = ((word >> 32) & 0xffff) as usize;
+        let tag = (word >> 48) as u16;
         scratch.resize(len.min(MAX_MESSAGE), 0);
-        ring.get(tail + 8, scratch);
-        tail += footprint(len) as u64;
+        for (i, chunk) in (0..).zip(scratch.chunks_mut(CELL_BYTES)) {
+            // SAFETY: a cell of this message, published by the header loaded above (release
+            // by the writer after every cell of the message), not reused by the writer until
+            // `tail` passes it; `chunk` fits its `CELL_BYTES`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    ring.cell(tail + i).add(8),
+                    chunk.as_mut_ptr(),
+                    chunk.len(),
+                );
+            }
+        }
+        tail += cells(len);
         f(tag, scratch);
     }
     // Only what was read is released to the writer: an empty ring's `tail` is not stored,
@@ -259,7 +282,7 @@ impl Mailboxes {
         let index = ranks.iter().enumerate().map(|(i, &r)| (r, i)).collect();
         Some(Mailboxes {
             index,
-            seen: vec![Cell::new(0); ranks.len()],
+            ends: (0..ranks.len()).map(|_| Ends::default()).collect(),
             ranks,
             me,
             segments,
@@ -277,26 +300,26 @@ impl Mailboxes {
         Ring(unsafe { self.segments[reader].0.add(writer * STRIDE) })
     }
 
-    /// Whether a message of `len` bytes to world rank `to` would fit now (only this rank
-    /// writes that ring, so it still fits until this rank writes it).
-    pub fn room(&self, to: c_int, len: usize) -> bool {
+    /// Whether messages of `lens` bytes to world rank `to` would fit now, one after another
+    /// (only this rank writes that ring, so they still fit until this rank writes it).
+    pub fn room(&self, to: c_int, lens: &[usize]) -> bool {
         let Some(&r) = self.index.get(&to) else {
             return false;
         };
-        fits(&self.ring(r, self.me), &self.seen[r], len)
+        fits(&self.ring(r, self.me), &self.ends[r], lens)
     }
 
     /// Sends `bytes` with `tag` to world rank `to` of this node; whether it fit.
-    pub fn send(&self, to: c_int, tag: u32, bytes: &[u8]) -> bool {
+    pub fn send(&self, to: c_int, tag: u16, bytes: &[u8]) -> bool {
         match self.index.get(&to) {
-            Some(&r) if r != self.me => write(&self.ring(r, self.me), &self.seen[r], tag, bytes),
+            Some(&r) if r != self.me => write(&self.ring(r, self.me), &self.ends[r], tag, bytes),
             _ => false,
         }
     }
 
     /// Reads every message sent to this rank, each ring's in order, into
     /// `f(world rank of the sender, tag, bytes)`, the bytes in `scratch` (see [`read`]).
-    pub fn receive(&self, scratch: &mut Vec<u8>, mut f: impl FnMut(c_int, u32, &[u8])) {
+    pub fn receive(&self, scratch: &mut Vec<u8>, mut f: impl FnMut(c_int, u16, &[u8])) {
         for (w, &from) in self.ranks.iter().enumerate() {
             if w != self.me {
                 read(&self.ring(self.me, w), scratch, |tag, b| f(from, tag, b));
@@ -410,39 +433,61 @@ mod tests {
     #[test]
     fn messages_come_out_in_order_across_the_wrap() {
         let (_keep, r) = ring();
-        let seen = Cell::new(0);
+        let ends = Ends::default();
         let mut sent = Vec::new();
         let mut got = Vec::new();
         let mut scratch = Vec::new();
-        for i in 0..10_000u32 {
-            let msg: Vec<u8> = (0..(i % 61) as u8).map(|b| b ^ i as u8).collect();
-            assert!(write(&r, &seen, i, &msg));
-            sent.push((i, msg));
+        // Lengths from 0 to 180: one to four cells, so that messages straddle the wrap.
+        for i in 0..20_000u32 {
+            let msg: Vec<u8> = (0..(i % 181) as u8).map(|b| b ^ i as u8).collect();
+            assert!(write(&r, &ends, i as u16, &msg));
+            sent.push((i as u16, msg));
             if i % 7 == 0 {
                 read(&r, &mut scratch, |t, b| got.push((t, b.to_vec())));
             }
         }
         read(&r, &mut scratch, |t, b| got.push((t, b.to_vec())));
         assert_eq!(got, sent);
+        // Read out: the cells of the last laps are not read again.
+        read(&r, &mut scratch, |_, _| panic!("a message read twice"));
+    }
+
+    #[test]
+    fn a_fresh_ring_reads_nothing_and_a_message_fits_one_cell() {
+        let (_keep, r) = ring();
+        read(&r, &mut Vec::new(), |_, _| {
+            panic!("a message in a fresh ring")
+        });
+        let ends = Ends::default();
+        assert!(write(&r, &ends, 3, &[9u8; CELL_BYTES]));
+        assert_eq!(ends.head.get(), 1);
+        assert!(write(&r, &ends, 4, &[]));
+        assert!(write(&r, &ends, 5, &[1u8; CELL_BYTES + 1]));
+        assert_eq!(ends.head.get(), 4);
+        let mut got = Vec::new();
+        read(&r, &mut Vec::new(), |t, b| got.push((t, b.len())));
+        assert_eq!(got, [(3, CELL_BYTES), (4, 0), (5, CELL_BYTES + 1)]);
     }
 
     #[test]
     fn a_full_ring_refuses_and_then_takes_again() {
         let (_keep, r) = ring();
-        let seen = Cell::new(0);
+        let ends = Ends::default();
         let msg = vec![7u8; 1000];
         let mut n = 0;
-        while write(&r, &seen, 1, &msg) {
+        while write(&r, &ends, 1, &msg) {
             n += 1;
         }
-        assert_eq!(n, CAPACITY / footprint(1000));
-        assert!(!write(&r, &seen, 1, &vec![0u8; MAX_MESSAGE + 1]));
+        assert_eq!(n, CELLS as u64 / cells(1000));
+        assert!(!write(&r, &ends, 1, &vec![0u8; MAX_MESSAGE + 1]));
+        assert!(!fits(&r, &ends, &[CELL_BYTES; CELLS]));
         let mut got = 0;
         read(&r, &mut Vec::new(), |t, b| {
             assert_eq!((t, b.len()), (1, 1000));
             got += 1;
         });
         assert_eq!(got, n);
-        assert!(write(&r, &seen, 2, &msg));
+        assert!(fits(&r, &ends, &[CELL_BYTES; CELLS]));
+        assert!(write(&r, &ends, 2, &msg));
     }
 }
