@@ -120,6 +120,9 @@ const PROBE_EVERY: Duration = Duration::from_micros(2);
 const LENT_NOTE: usize = 7 * 8;
 /// Bytes of a name: its number and the handle.
 const NAME: usize = 8 + 64;
+/// Handles one rank names to a peer, at most: a peer names no more than its staging
+/// allocations (2 MiB each, kept) and its events, far fewer.
+const NAMES_MAX: usize = 1 << 20;
 /// Bytes of a note of a write ([`Note::Written`]): four words.
 const WRITTEN_NOTE: usize = 4 * 8;
 /// Receives from a source and tag announced without an offer of their buffer after the sender
@@ -281,9 +284,15 @@ impl State {
         self.mail.as_ref().is_some_and(|m| m.reaches(rank))
     }
 
-    /// Whether messages of `lens` bytes to `rank` fit its mailbox now, one after another.
+    /// Whether messages of `lens` bytes (three at most) to `rank` fit its mailbox now, one
+    /// after another, behind the done message owed to it, which goes first ([`pay`]).
     fn room(&self, rank: c_int, lens: &[usize]) -> bool {
-        self.mail.as_ref().is_some_and(|m| m.room(rank, lens))
+        let owed = 16 * self.owed.iter().filter(|&&(p, _)| p == rank).count();
+        let n = lens.len().min(3);
+        let mut all = [owed; 4];
+        all[1..=n].copy_from_slice(&lens[..n]);
+        let all = if owed > 0 { &all[..=n] } else { &all[1..=n] };
+        self.mail.as_ref().is_some_and(|m| m.room(rank, all))
     }
 
     /// Claims the note of announced receive `k` where it has come: the receive is no longer
@@ -899,7 +908,11 @@ fn name(st: &mut State, dest: c_int, handle: &Handle) -> Option<u32> {
     if let Some(&n) = st.named.get(&(dest, *handle)) {
         return Some(n);
     }
-    let n = u32::try_from(st.named.keys().filter(|&&(d, _)| d == dest).count()).ok()?;
+    let n = st.named.keys().filter(|&&(d, _)| d == dest).count();
+    if n >= NAMES_MAX {
+        return None;
+    }
+    let n = u32::try_from(n).ok()?;
     let mut msg = u64::from(n).to_le_bytes().to_vec();
     msg.extend_from_slice(handle);
     if !post(st, dest, NAME_TAG, &msg) {
@@ -909,10 +922,10 @@ fn name(st: &mut State, dest: c_int, handle: &Handle) -> Option<u32> {
     Some(n)
 }
 
-/// The number and handle of a name ([`name`]); numbers past a million are refused.
+/// The number and handle of a name ([`name`]); numbers from [`NAMES_MAX`] on are refused.
 fn decode_name(b: &[u8]) -> Option<(usize, Handle)> {
     let [n] = words::<1>(b, 0)?;
-    let n = usize::try_from(n).ok().filter(|&n| n < 1 << 20)?;
+    let n = usize::try_from(n).ok().filter(|&n| n < NAMES_MAX)?;
     Some((n, b.get(8..)?.try_into().ok()?))
 }
 
@@ -1732,9 +1745,9 @@ unsafe fn write_and_note(
         ""
     };
     log!("{op}: message {seq} to rank {dest} with tag {tag}: {n} bytes written into its buffer directly{after}");
-    // The room was checked above, and only this rank writes that mailbox; done messages owed
-    // to the peer go first and may take it: then the bytes go again another way (the receive
-    // still waits for its note or for a message through the MPI).
+    // The room was checked above, behind the done messages owed to the peer, and only this
+    // rank writes that mailbox; were the note refused all the same, the bytes go again another
+    // way (the receive still waits for its note or for a message through the MPI).
     let sent = profile::time(Phase::Note, || {
         send_note(
             &mut lock(s),
@@ -1802,7 +1815,8 @@ fn lend_and_note(
         ""
     };
     log!("{op}: message {seq} to rank {dest} with tag {tag}: {how} {n} bytes directly{after}");
-    // The room was checked above, and only this rank writes that mailbox.
+    // The room was checked above (behind the done messages owed, with the handles' names), and
+    // only this rank writes that mailbox.
     let sent = profile::time(Phase::Note, || {
         send_note(&mut lock(s), dest, tag, seq, &note, flags)
     });
@@ -2107,7 +2121,7 @@ mod tests {
         assert_eq!(b.len(), NAME);
         assert_eq!(decode_name(&b), Some((7, h)));
         assert!(decode_name(&b[..NAME - 1]).is_none());
-        b[..8].copy_from_slice(&(1u64 << 20).to_le_bytes());
+        b[..8].copy_from_slice(&(NAMES_MAX as u64).to_le_bytes());
         assert!(decode_name(&b).is_none());
     }
 }
