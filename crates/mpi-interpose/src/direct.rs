@@ -256,7 +256,7 @@ struct State {
     /// Greetings received, not yet tried.
     greetings: FxHashMap<c_int, Lent>,
     /// The numbers this rank named CUDA IPC handles by, per peer ([`name`]).
-    named: FxHashMap<(c_int, Handle), u32>,
+    named: FxHashMap<c_int, FxHashMap<Handle, u32>>,
     /// The handles each peer named, by number: what its notes' numbers stand for.
     names: FxHashMap<c_int, Vec<Handle>>,
     /// Peers whose greeting was tried here.
@@ -284,15 +284,14 @@ impl State {
         self.mail.as_ref().is_some_and(|m| m.reaches(rank))
     }
 
-    /// Whether messages of `lens` bytes (three at most) to `rank` fit its mailbox now, one
-    /// after another, behind the done message owed to it, which goes first ([`pay`]).
+    /// Whether messages of `lens` bytes to `rank` fit its mailbox now, one after another,
+    /// behind the done message owed to it, which goes first ([`pay`]).
     fn room(&self, rank: c_int, lens: &[usize]) -> bool {
-        let owed = 16 * self.owed.iter().filter(|&&(p, _)| p == rank).count();
-        let n = lens.len().min(3);
-        let mut all = [owed; 4];
-        all[1..=n].copy_from_slice(&lens[..n]);
-        let all = if owed > 0 { &all[..=n] } else { &all[1..=n] };
-        self.mail.as_ref().is_some_and(|m| m.room(rank, all))
+        let owed = self.owed.iter().filter(|&&(p, _)| p == rank).count();
+        let done = (owed > 0).then_some(owed * DONE_ENTRY);
+        self.mail
+            .as_ref()
+            .is_some_and(|m| m.room(rank, done.into_iter().chain(lens.iter().copied())))
     }
 
     /// Claims the note of announced receive `k` where it has come: the receive is no longer
@@ -746,9 +745,10 @@ fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
     ))
 }
 
-/// A lent staging's words (offset, length) and handles (the allocation's, the event's).
-fn encode_lent(head: &[u64], lent: &Lent) -> Vec<u8> {
-    let mut b = to_bytes(head, 2 * 8 + 2 * 64);
+/// A greeting: a lent staging's words (offset, length) and handles (the allocation's, the
+/// event's).
+fn encode_lent(lent: &Lent) -> Vec<u8> {
+    let mut b = Vec::with_capacity(2 * 8 + 2 * 64);
     b.extend_from_slice(&lent.staging.offset.to_le_bytes());
     b.extend_from_slice(&lent.staging.len.to_le_bytes());
     b.extend_from_slice(&lent.staging.handle);
@@ -756,11 +756,11 @@ fn encode_lent(head: &[u64], lent: &Lent) -> Vec<u8> {
     b
 }
 
-/// The lent staging whose words start at word `at` of `b`.
-fn decode_lent(b: &[u8], at: usize) -> Option<Lent> {
-    let [offset, len] = words::<2>(b, at)?;
+/// The lent staging of a greeting.
+fn decode_lent(b: &[u8]) -> Option<Lent> {
+    let [offset, len] = words::<2>(b, 0)?;
     let handle = |i: usize| -> Option<Handle> {
-        let from = (at + 2) * 8 + i * 64;
+        let from = 2 * 8 + i * 64;
         b.get(from..from + 64)?.try_into().ok()
     };
     Some(Lent {
@@ -856,6 +856,9 @@ fn pay(st: &mut State, dest: c_int) {
     }
 }
 
+/// Bytes of each message a done message names: its tag and number.
+const DONE_ENTRY: usize = 16;
+
 /// A done message: the tag and number of each message whose lent staging its receiver is
 /// done with.
 fn encode_done(keys: impl Iterator<Item = Key>) -> Vec<u8> {
@@ -865,10 +868,10 @@ fn encode_done(keys: impl Iterator<Item = Key>) -> Vec<u8> {
 
 /// The tags and numbers of a done message.
 fn decode_done(b: &[u8]) -> Option<Vec<(c_int, u64)>> {
-    if b.is_empty() || b.len() % 16 != 0 {
+    if b.is_empty() || b.len() % DONE_ENTRY != 0 {
         return None;
     }
-    b.chunks_exact(16)
+    b.chunks_exact(DONE_ENTRY)
         .map(|pair| words::<2>(pair, 0).map(|[tag, seq]| (tag as u32 as c_int, seq)))
         .collect()
 }
@@ -905,10 +908,10 @@ fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note, fla
 /// mailbox cell where two handles would take three more (each cell a cache line the
 /// receiver's core must fetch). `None` where the name does not fit the mailbox.
 fn name(st: &mut State, dest: c_int, handle: &Handle) -> Option<u32> {
-    if let Some(&n) = st.named.get(&(dest, *handle)) {
-        return Some(n);
+    let n = st.named.get(&dest).map_or(0, |m| m.len());
+    if let Some(&known) = st.named.get(&dest).and_then(|m| m.get(handle)) {
+        return Some(known);
     }
-    let n = st.named.keys().filter(|&&(d, _)| d == dest).count();
     if n >= NAMES_MAX {
         return None;
     }
@@ -918,7 +921,7 @@ fn name(st: &mut State, dest: c_int, handle: &Handle) -> Option<u32> {
     if !post(st, dest, NAME_TAG, &msg) {
         return None;
     }
-    st.named.insert((dest, *handle), n);
+    st.named.entry(dest).or_default().insert(*handle, n);
     Some(n)
 }
 
@@ -976,7 +979,7 @@ fn file(st: &mut State, from: c_int, tag: u16, buf: &[u8]) {
                 st.lent.remove(&(from, tag, seq));
             }
         }),
-        HELLO_TAG => decode_lent(buf, 0).map(|g| {
+        HELLO_TAG => decode_lent(buf).map(|g| {
             st.greetings.insert(from, g);
         }),
         NAME_TAG => decode_name(buf).map(|(n, handle)| {
@@ -1840,7 +1843,7 @@ fn greet(
         None => engine.lend_staging_for(plan, &[]).ok(),
     };
     let sent = match packed.or(fresh.as_ref()).and_then(|x| engine.greeting(x)) {
-        Some(g) => post(st, dest, HELLO_TAG, &encode_lent(&[], &g)),
+        Some(g) => post(st, dest, HELLO_TAG, &encode_lent(&g)),
         // Nothing to greet with (host staging, no handle): never again.
         None => true,
     };
@@ -2109,8 +2112,8 @@ mod tests {
     #[test]
     fn greetings_round_trip() {
         let g = lent(3, 0, 1 << 21);
-        assert_eq!(decode_lent(&encode_lent(&[], &g), 0), Some(g));
-        assert!(decode_lent(&[0; 16], 0).is_none());
+        assert_eq!(decode_lent(&encode_lent(&g)), Some(g));
+        assert!(decode_lent(&[0; 16]).is_none());
     }
 
     #[test]

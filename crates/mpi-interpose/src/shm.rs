@@ -104,21 +104,22 @@ fn cells(len: usize) -> u64 {
     len.div_ceil(CELL_BYTES).max(1) as u64
 }
 
-/// The marker of the cell at stream position `at`: never 0, the header of a cell never
-/// written; a cell of the last lap (`at - CELLS`) reads another.
+/// The marker of the cell at stream position `at`, from 1 to 2^31: never 0, the header of a
+/// cell never written, and a cell of an earlier lap (`at - CELLS`, ...) reads another.
 fn marker(at: u64) -> u64 {
-    u64::from((at as u32).wrapping_add(1))
+    (at & 0x7fff_ffff) + 1
 }
 
 /// Whether messages of `lens` bytes fit in `ring` now, for its writer (`ends`: its position
 /// and its last read of the ring's `tail`, read again and kept only where that one says they
 /// do not). A `tail` read earlier is never ahead of the reader, so the cells below it are
 /// free.
-fn fits(ring: &Ring, ends: &Ends, lens: &[usize]) -> bool {
-    if lens.iter().any(|&len| len > MAX_MESSAGE) {
+fn fits(ring: &Ring, ends: &Ends, lens: impl IntoIterator<Item = usize>) -> bool {
+    let Some(need) = lens.into_iter().try_fold(0, |need, len| {
+        (len <= MAX_MESSAGE).then(|| need + cells(len))
+    }) else {
         return false;
-    }
-    let need: u64 = lens.iter().map(|&len| cells(len)).sum();
+    };
     let head = ends.head.get();
     if head - ends.seen.get() + need <= CELLS as u64 {
         return true;
@@ -131,7 +132,7 @@ fn fits(ring: &Ring, ends: &Ends, lens: &[usize]) -> bool {
 /// cells first, then its first cell's bytes, then that cell's header (release): the reader
 /// finds the whole message once it sees the header.
 fn write(ring: &Ring, ends: &Ends, tag: u16, bytes: &[u8]) -> bool {
-    if !fits(ring, ends, &[bytes.len()]) {
+    if !fits(ring, ends, [bytes.len()]) {
         return false;
     }
     let head = ends.head.get();
@@ -302,7 +303,7 @@ impl Mailboxes {
 
     /// Whether messages of `lens` bytes to world rank `to` would fit now, one after another
     /// (only this rank writes that ring, so they still fit until this rank writes it).
-    pub fn room(&self, to: c_int, lens: &[usize]) -> bool {
+    pub fn room(&self, to: c_int, lens: impl IntoIterator<Item = usize>) -> bool {
         let Some(&r) = self.index.get(&to) else {
             return false;
         };
@@ -454,6 +455,11 @@ mod tests {
 
     #[test]
     fn a_fresh_ring_reads_nothing_and_a_message_fits_one_cell() {
+        // A marker is never a fresh cell's 0 and never its position's in the lap before.
+        for at in [0, 1, CELLS as u64 - 1, u64::from(u32::MAX), 1 << 31, (1 << 31) - 1] {
+            assert_ne!(marker(at), 0);
+            assert_ne!(marker(at), marker(at + CELLS as u64));
+        }
         let (_keep, r) = ring();
         read(&r, &mut Vec::new(), |_, _| {
             panic!("a message in a fresh ring")
@@ -480,14 +486,14 @@ mod tests {
         }
         assert_eq!(n, CELLS as u64 / cells(1000));
         assert!(!write(&r, &ends, 1, &vec![0u8; MAX_MESSAGE + 1]));
-        assert!(!fits(&r, &ends, &[CELL_BYTES; CELLS]));
+        assert!(!fits(&r, &ends, [CELL_BYTES; CELLS]));
         let mut got = 0;
         read(&r, &mut Vec::new(), |t, b| {
             assert_eq!((t, b.len()), (1, 1000));
             got += 1;
         });
         assert_eq!(got, n);
-        assert!(fits(&r, &ends, &[CELL_BYTES; CELLS]));
+        assert!(fits(&r, &ends, [CELL_BYTES; CELLS]));
         assert!(write(&r, &ends, 2, &msg));
     }
 }
