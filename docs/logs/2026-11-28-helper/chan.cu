@@ -10,6 +10,9 @@
 //                memory, mapped here); the unpack's blocks spin on their own flag word, then
 //                read the peer's staging; the notes as in `loan`, then synchronize
 //   channel graph: the same two kernels as one CUDA graph, their arguments set per launch
+//   channel line: a graph of four nodes in a line with plain edges: the plain pack, a
+//                one-thread kernel storing the number into the peer's flag, a one-thread
+//                kernel spinning on the own flag, the plain unpack (arguments set per launch)
 // Staging alternates between two slots per rank (an exchange's slot is read by the peer
 // before the peer's next exchange starts, so two suffice for one pair in lockstep). Every
 // unpack checks each value against the peer's grid plus the exchange's number (the pack adds
@@ -85,6 +88,19 @@ __global__ void unpack_wait(double* grid, const double* src, double seq, int pee
   __syncthreads();
   unpack_body(grid, src, seq, peer_rank, bad);
 }
+// One thread: the peer's flag set to `seq` once what came before on the stream has run.
+__global__ void flag_signal(unsigned long long* peer_flag, unsigned long long seq) {
+  __threadfence_system();
+  *(volatile unsigned long long*)peer_flag = seq;
+}
+// One thread: spins until the own flag reaches `seq` (at most 1 s; a give-up counts in `lost`).
+__global__ void flag_wait(const unsigned long long* flag, unsigned long long seq, unsigned int* lost) {
+  unsigned long long t0 = gtime();
+  while (*(const volatile unsigned long long*)flag < seq) {
+    if (gtime() - t0 > 1000000000ull) { atomicAdd(lost, 1u); break; }
+  }
+  __threadfence();
+}
 __global__ void init(double* grid, int r) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < (size_t)N * N * N) grid[i] = (double)r * 1e9 + (double)i;
@@ -145,12 +161,32 @@ int main(int argc, char** argv) {
     CK(cudaGraphAddKernelNode(&un, g, &pn, 1, &uk));
     CK(cudaGraphInstantiate(&gx, g, 0));
   }
+  // The channel as a line of four nodes with plain edges: the plan's pack and unpack as they
+  // are (two arguments), a one-thread signal after the pack and a one-thread wait before the
+  // unpack.
+  cudaGraphExec_t gx4; cudaGraphNode_t n4[4];
+  unsigned long long useq_arg = 0;
+  void* a0[] = {&grid, &dst_arg, &seq_arg};
+  void* a1[] = {&peer_flag, &useq_arg};
+  void* a2[] = {&flag, &useq_arg, &lost};
+  void* a3[] = {&grid, &src_arg, &seq_arg, &peer_rank, &bad};
+  cudaKernelNodeParams k4[4] = {};
+  k4[0].func = (void*)pack; k4[0].gridDim = dim3(BLOCKS); k4[0].blockDim = dim3(THREADS); k4[0].kernelParams = a0;
+  k4[1].func = (void*)flag_signal; k4[1].gridDim = dim3(1); k4[1].blockDim = dim3(1); k4[1].kernelParams = a1;
+  k4[2].func = (void*)flag_wait; k4[2].gridDim = dim3(1); k4[2].blockDim = dim3(1); k4[2].kernelParams = a2;
+  k4[3].func = (void*)unpack; k4[3].gridDim = dim3(BLOCKS); k4[3].blockDim = dim3(THREADS); k4[3].kernelParams = a3;
+  {
+    cudaGraph_t g; CK(cudaGraphCreate(&g, 0));
+    for (int i = 0; i < 4; i++) CK(cudaGraphAddKernelNode(&n4[i], g, i ? &n4[i - 1] : nullptr, i ? 1 : 0, &k4[i]));
+    CK(cudaGraphInstantiate(&gx4, g, 0));
+  }
   CK(cudaDeviceSynchronize());
   MPI_Barrier(MPI_COMM_WORLD);
 
   const char* names[] = {"contiguous (MPI_Sendrecv, CUDA-aware)", "loan (pack, IPC event, note, unpack)",
-                         "channel (two launches, GPU flag, note)", "channel graph (one launch, GPU flag, note)"};
-  const int ways = 4;
+                         "channel (two launches, GPU flag, note)", "channel graph (one launch, GPU flag, note)",
+                         "channel line (pack, signal, wait, unpack)"};
+  const int ways = 5;
   long round_no = 0;
   unsigned long long seq = 0;   // exchanges through staging, both ranks alike
   for (int set = 0; set < sets; set++) {
@@ -177,6 +213,12 @@ int main(int argc, char** argv) {
           } else if (way == 2) {
             pack_signal<<<BLOCKS, THREADS>>>(grid, mine, s, done, peer_flag);
             unpack_wait<<<BLOCKS, THREADS>>>(grid, theirs, s, peer, bad, flag, lost);
+            __sync_synchronize(); sh->note[rank] = round_no;
+            while (sh->note[peer] < round_no) {}
+          } else if (way == 4) {
+            seq_arg = s; dst_arg = mine; src_arg = theirs; useq_arg = seq;
+            for (int i = 0; i < 4; i++) CK(cudaGraphExecKernelNodeSetParams(gx4, n4[i], &k4[i]));
+            CK(cudaGraphLaunch(gx4, 0));
             __sync_synchronize(); sh->note[rank] = round_no;
             while (sh->note[peer] < round_no) {}
           } else {
