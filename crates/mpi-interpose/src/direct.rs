@@ -908,10 +908,11 @@ fn send_note(st: &mut State, dest: c_int, tag: c_int, seq: u64, note: &Note, fla
 /// mailbox cell where two handles would take three more (each cell a cache line the
 /// receiver's core must fetch). `None` where the name does not fit the mailbox.
 fn name(st: &mut State, dest: c_int, handle: &Handle) -> Option<u32> {
-    let n = st.named.get(&dest).map_or(0, |m| m.len());
-    if let Some(&known) = st.named.get(&dest).and_then(|m| m.get(handle)) {
+    let named = st.named.get(&dest);
+    if let Some(&known) = named.and_then(|m| m.get(handle)) {
         return Some(known);
     }
+    let n = named.map_or(0, FxHashMap::len);
     if n >= NAMES_MAX {
         return None;
     }

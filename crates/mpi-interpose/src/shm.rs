@@ -456,7 +456,14 @@ mod tests {
     #[test]
     fn a_fresh_ring_reads_nothing_and_a_message_fits_one_cell() {
         // A marker is never a fresh cell's 0 and never its position's in the lap before.
-        for at in [0, 1, CELLS as u64 - 1, u64::from(u32::MAX), 1 << 31, (1 << 31) - 1] {
+        for at in [
+            0,
+            1,
+            CELLS as u64 - 1,
+            u64::from(u32::MAX),
+            1 << 31,
+            (1 << 31) - 1,
+        ] {
             assert_ne!(marker(at), 0);
             assert_ne!(marker(at), marker(at + CELLS as u64));
         }
