@@ -59,6 +59,10 @@ pub const PROBE_MARK: &str = "a probe for message";
 /// receive offered (the direct path's write landing, device buffers only).
 pub const WRITE_MARK: &str = "written into its buffer";
 
+/// What the interposer's log says of a message that came through a channel (the channel's
+/// runs, on 2 ranks or more).
+pub const CHANNEL_MARK: &str = "through the channel from rank";
+
 /// What a direct run on 2 ranks or more must log, each with what its absence says.
 const DIRECT_MARKS: [(&str, &str); 5] = [
     (DIRECT_MARK, "no message went by the direct path"),
@@ -93,6 +97,9 @@ pub struct Run {
     /// Whether, on 2 ranks or more, the log must also show a send written into its receive's
     /// buffer (device buffers).
     pub expect_write: bool,
+    /// Whether, on 2 ranks or more, the log must also show a message that came through a
+    /// channel (`COLLECTIVES_INTERPOSE_CHANNEL=shared`, which opens them on one GPU too).
+    pub expect_channel: bool,
 }
 
 fn new_run(label: &str, device_build: bool, preload: bool, cuda_aware: bool) -> Run {
@@ -106,6 +113,7 @@ fn new_run(label: &str, device_build: bool, preload: bool, cuda_aware: bool) -> 
         expect_log: false,
         expect_direct: false,
         expect_write: false,
+        expect_channel: false,
     }
 }
 
@@ -128,6 +136,13 @@ impl Run {
     fn writes(mut self) -> Self {
         self.expect_write = true;
         self
+    }
+
+    /// A direct run with channels between any two ranks (`shared`): on 2 ranks or more its
+    /// log must show a message through a channel.
+    fn channels(mut self) -> Self {
+        self.expect_channel = true;
+        self.with("COLLECTIVES_INTERPOSE_CHANNEL", "shared")
     }
 
     fn arg(mut self, a: &str) -> Self {
@@ -174,6 +189,17 @@ pub fn device_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
             .with("COLLECTIVES_INTERPOSE_LOG", "1")
             .direct()
             .writes(),
+        new_run(
+            "device, preloaded, direct path, channels",
+            true,
+            true,
+            false,
+        )
+        .arg("--host-mpi")
+        .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
+        .with("COLLECTIVES_INTERPOSE_LOG", "1")
+        .direct()
+        .channels(),
         new_run("device, preloaded, one-shot", true, true, false)
             .arg("--host-mpi")
             .with("COLLECTIVES_INTERPOSE_METHOD", "one-shot"),
@@ -208,6 +234,26 @@ pub fn device_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
             .with("COLLECTIVES_INTERPOSE_LOG", "1")
             .direct()
             .writes(),
+            new_run(
+                "device, CUDA-aware MPI, preloaded, direct path, channels where GPUs differ",
+                true,
+                true,
+                true,
+            )
+            .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
+            .with("COLLECTIVES_INTERPOSE_CHANNEL", "1")
+            .with("COLLECTIVES_INTERPOSE_LOG", "1")
+            .direct(),
+            new_run(
+                "device, CUDA-aware MPI, preloaded, direct path, channels",
+                true,
+                true,
+                true,
+            )
+            .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
+            .with("COLLECTIVES_INTERPOSE_LOG", "1")
+            .direct()
+            .channels(),
             new_run(
                 "device, CUDA-aware MPI, preloaded, one-shot",
                 true,
@@ -446,7 +492,9 @@ pub fn run_all(runs: &[Run], s: &Setup, ranks: &[u32]) -> Tally {
             if r.expect_direct && k > 1 {
                 let write = (WRITE_MARK, "no send wrote into its receive's buffer");
                 let writes = r.expect_write.then_some(write);
-                for (mark, missing) in DIRECT_MARKS.into_iter().chain(writes) {
+                let channel = (CHANNEL_MARK, "no message came through a channel");
+                let channels = r.expect_channel.then_some(channel);
+                for (mark, missing) in DIRECT_MARKS.into_iter().chain(writes).chain(channels) {
                     if out.contains(mark) {
                         tally.pass(1);
                     } else {
@@ -818,6 +866,16 @@ pub fn bench_runs(cuda_aware_mpirun: bool, profile: bool) -> Vec<Run> {
             new_run("CUDA-aware MPI + interposer, direct path", true, true, true)
                 .with("COLLECTIVES_INTERPOSE_DIRECT", "1"),
         );
+        v.push(
+            new_run(
+                "CUDA-aware MPI + interposer, direct path, channels",
+                true,
+                true,
+                true,
+            )
+            .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
+            .with("COLLECTIVES_INTERPOSE_CHANNEL", "1"),
+        );
     }
     v.push(new_run("MPI + interposer", true, true, false).arg("--host-mpi"));
     if profile {
@@ -980,8 +1038,8 @@ mod tests {
             assert!(runs[1..].iter().any(|r| r.expect_direct && r.expect_log));
         }
         assert_eq!(host_runs().len(), 6);
-        assert_eq!(device_runs(false).len(), 5);
-        assert_eq!(device_runs(true).len(), 11);
+        assert_eq!(device_runs(false).len(), 6);
+        assert_eq!(device_runs(true).len(), 14);
         // Without a CUDA-aware MPI the device build never runs plain, and always says so.
         assert!(device_runs(false)[1..]
             .iter()
@@ -1068,15 +1126,15 @@ mod tests {
         );
         assert!(t.starts_with("| call | object | bytes | plain (us) | preloaded (us) | speed-up |"));
         assert_eq!(bench_runs(false, false).len(), 1);
-        assert_eq!(bench_runs(true, false).len(), 4);
+        assert_eq!(bench_runs(true, false).len(), 5);
         let o = parse_args(&strings(&["--bench"])).unwrap();
         assert!(o.bench && o.device && !o.profile);
         // The profile: each preloaded run once more, with the variable, after the timed ones.
         let runs = bench_runs(true, true);
-        assert_eq!(runs.len(), 7);
+        assert_eq!(runs.len(), 9);
         let profiled = |r: &Run| r.env.iter().any(|(k, _)| k == PROFILE_VARIABLE);
-        assert!(runs[..4].iter().all(|r| !profiled(r)));
-        assert!(runs[4..].iter().all(|r| r.preload
+        assert!(runs[..5].iter().all(|r| !profiled(r)));
+        assert!(runs[5..].iter().all(|r| r.preload
             && r.label.ends_with(", profiled")
             && r.env.last() == Some(&(PROFILE_VARIABLE.to_owned(), "1".to_owned()))));
         let o = parse_args(&strings(&["--profile"])).unwrap();

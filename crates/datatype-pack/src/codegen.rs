@@ -226,7 +226,8 @@ fn check_word(
 /// The kernels of one plan at one word size: CUDA C source and the names of its two
 /// `extern "C"` kernels, `pack(const unsigned char* src, unsigned char* dst)` and
 /// `unpack(const unsigned char* src, unsigned char* dst)` (both take the buffers' base
-/// addresses; the plan's start offset is baked in).
+/// addresses; the plan's start offset is baked in). [`generate_channel`]'s take more
+/// arguments after these two.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanKernels {
     source: String,
@@ -296,16 +297,55 @@ pub fn generate_with_limits(
     word_size: u32,
     limits: &LaunchLimits,
 ) -> Result<PlanKernels> {
-    let shape = check_word(
-        "codegen::generate",
-        plan,
-        word_size,
-        limits,
-        LaunchShape::for_plan,
-    )?;
+    let b = bodies("codegen::generate", plan, word_size, limits, false)?;
+    let pack_name = format!("dtp_pack_{:016x}", b.hash);
+    let unpack_name = format!("dtp_unpack_{:016x}", b.hash);
+    let mut src = b.source;
+    for (dir, name) in [
+        (Direction::Pack, &pack_name),
+        (Direction::Unpack, &unpack_name),
+    ] {
+        let _ = writeln!(
+            src,
+            "extern \"C\" __global__ void __launch_bounds__({threads}) {name}(\n\
+             \x20   const unsigned char* __restrict__ src, unsigned char* __restrict__ dst)\n{{\n\
+             \x20   dtp_body_{d}(src, dst, {args});\n}}\n",
+            threads = b.threads,
+            d = dir.name(),
+            args = b.args,
+        );
+    }
+    Ok(PlanKernels {
+        source: src,
+        pack_name,
+        unpack_name,
+        shape: b.shape,
+    })
+}
+
+/// The part of a plan's source its kernels share: the prelude, the plan's comments and the
+/// pack and unpack bodies (`dtp_body_pack`, `dtp_body_unpack`), with the shape they implement,
+/// the plan's hash, the threads per block and the arguments an entry passes its body after
+/// the two buffers. `peer_input`: the unpack body reads its packed side without `__restrict__`,
+/// so that its loads go through the coherent path (the packed bytes are written by another
+/// GPU while the kernel runs, [`generate_channel`]).
+struct Bodies {
+    source: String,
+    shape: LaunchShape,
+    hash: u64,
+    threads: u32,
+    args: String,
+}
+
+fn bodies(
+    op: &'static str,
+    plan: &StridedBlock,
+    word_size: u32,
+    limits: &LaunchLimits,
+    peer_input: bool,
+) -> Result<Bodies> {
+    let shape = check_word(op, plan, word_size, limits, LaunchShape::for_plan)?;
     let hash = plan_hash(plan, &shape);
-    let pack_name = format!("dtp_pack_{hash:016x}");
-    let unpack_name = format!("dtp_unpack_{hash:016x}");
     let mut src = String::new();
     prelude(&mut src);
     let _ = writeln!(
@@ -329,13 +369,11 @@ pub fn generate_with_limits(
     if shape.is_flat() {
         flat_offset(&mut src, "dtp_flat_offset", plan, shape.word_size());
     }
+    let mut args = String::new();
     for dir in [Direction::Pack, Direction::Unpack] {
         let body = format!("dtp_body_{}", dir.name());
-        let name = match dir {
-            Direction::Pack => &pack_name,
-            Direction::Unpack => &unpack_name,
-        };
-        let args = if shape.is_flat() {
+        let from = src.len();
+        args = if shape.is_flat() {
             flat_body(
                 &mut src,
                 &body,
@@ -352,18 +390,102 @@ pub fn generate_with_limits(
              \x20       threadIdx.x, threadIdx.y, threadIdx.z, gridDim.x, gridDim.y, gridDim.z"
                 .to_string()
         };
-        let _ = writeln!(
-            src,
-            "extern \"C\" __global__ void __launch_bounds__({threads}) {name}(\n\
-             \x20   const unsigned char* __restrict__ src, unsigned char* __restrict__ dst)\n{{\n\
-             \x20   {body}(src, dst, {args});\n}}\n"
-        );
+        if peer_input && dir == Direction::Unpack {
+            let emitted = src.split_off(from);
+            src.push_str(&emitted.replacen(
+                "const unsigned char* __restrict__ in",
+                "const unsigned char* in",
+                1,
+            ));
+        }
     }
+    Ok(Bodies {
+        source: src,
+        shape,
+        hash,
+        threads,
+        args,
+    })
+}
+
+/// Generates the channel kernels of `plan` in words of `word_size` bytes, launched as
+/// [`LaunchShape::for_plan`] under `limits`: the plan's pack followed by a store into a flag once
+/// every thread block has packed, and the plan's unpack preceded by a wait for that flag. Two
+/// processes on two GPUs order a pack and the peer's unpack with them, both launched at once.
+/// Their names are the plan kernels' with `chan_` after `dtp_`; they take more arguments than
+/// [`PlanKernels`]' two:
+///
+/// - pack: `(const unsigned char* src, unsigned char* dst, unsigned long long seq,
+///   unsigned int* arrived, unsigned long long* flag)`: the plan's pack; then every thread
+///   fences system-wide, and the last thread block to count itself into `arrived` sets it back
+///   to 0 and stores `seq` into `flag` (a word of another GPU's memory, mapped).
+/// - unpack: `(const unsigned char* src, unsigned char* dst, unsigned long long seq,
+///   const unsigned long long* flag, const unsigned long long* cancel,
+///   unsigned long long* gave_up, unsigned long long patience_ns)`: one thread of each block
+///   waits until `*flag >= seq` (then the block unpacks), or `*cancel >= seq`, or `patience_ns`
+///   of the GPU's clock have passed (then it stores `seq` into `gave_up`); a block that does
+///   not unpack writes nothing. The packed side is read after the flag, without
+///   `__restrict__` (through the coherent path: another GPU writes it while the kernel waits).
+///
+/// # Errors
+/// As [`generate_with_limits`].
+pub fn generate_channel(
+    plan: &StridedBlock,
+    word_size: u32,
+    limits: &LaunchLimits,
+) -> Result<PlanKernels> {
+    let b = bodies("codegen::generate_channel", plan, word_size, limits, true)?;
+    let pack_name = format!("dtp_chan_pack_{:016x}", b.hash);
+    let unpack_name = format!("dtp_chan_unpack_{:016x}", b.hash);
+    let (threads, args) = (b.threads, &b.args);
+    let mut src = b.source;
+    let _ = writeln!(
+        src,
+        "static __device__ __forceinline__ dtp_u64 dtp_clock()\n{{\n\
+         \x20   dtp_u64 t;\n\
+         \x20   asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n\
+         \x20   return t;\n}}\n\n\
+         extern \"C\" __global__ void __launch_bounds__({threads}) {pack_name}(\n\
+         \x20   const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,\n\
+         \x20   dtp_u64 seq, unsigned int* arrived, dtp_u64* flag)\n{{\n\
+         \x20   dtp_body_pack(src, dst, {args});\n\
+         \x20   // Every thread's stores before the block counts itself; the last block signals.\n\
+         \x20   __threadfence_system();\n\
+         \x20   __syncthreads();\n\
+         \x20   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {{\n\
+         \x20       const unsigned int blocks = gridDim.x * gridDim.y * gridDim.z;\n\
+         \x20       if (atomicAdd(arrived, 1u) == blocks - 1u) {{\n\
+         \x20           *arrived = 0u;\n\
+         \x20           __threadfence_system();\n\
+         \x20           *(volatile dtp_u64*)flag = seq;\n\
+         \x20       }}\n\
+         \x20   }}\n}}\n\n\
+         extern \"C\" __global__ void __launch_bounds__({threads}) {unpack_name}(\n\
+         \x20   const unsigned char* src, unsigned char* __restrict__ dst,\n\
+         \x20   dtp_u64 seq, const dtp_u64* flag, const dtp_u64* cancel, dtp_u64* gave_up,\n\
+         \x20   dtp_u64 patience_ns)\n{{\n\
+         \x20   __shared__ int go;\n\
+         \x20   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {{\n\
+         \x20       const dtp_u64 t0 = dtp_clock();\n\
+         \x20       int g = 0;\n\
+         \x20       for (;;) {{\n\
+         \x20           if (*(const volatile dtp_u64*)flag >= seq) {{ g = 1; break; }}\n\
+         \x20           if (*(const volatile dtp_u64*)cancel >= seq) break;\n\
+         \x20           if (dtp_clock() - t0 > patience_ns) {{ *(volatile dtp_u64*)gave_up = seq; break; }}\n\
+         \x20       }}\n\
+         \x20       go = g;\n\
+         \x20       __threadfence();\n\
+         \x20   }}\n\
+         \x20   __syncthreads();\n\
+         \x20   if (go) {{\n\
+         \x20       dtp_body_unpack(src, dst, {args});\n\
+         \x20   }}\n}}\n"
+    );
     Ok(PlanKernels {
         source: src,
         pack_name,
         unpack_name,
-        shape,
+        shape: b.shape,
     })
 }
 
@@ -1260,6 +1382,50 @@ mod tests {
         assert!(!k.shape().is_flat());
         assert!(!k.source().contains("if (sx >= EX)"));
         assert!(k.source().contains("y += 4ull * sy"));
+    }
+
+    #[test]
+    fn channel_kernels_wrap_the_plan_bodies() {
+        let flat = StridedBlock::new(0, 4 << 20, vec![], vec![]).unwrap();
+        for (p, w) in [(plan(), 8), (flat, 16)] {
+            let c = generate_channel(&p, w, &LaunchLimits::CUDA).unwrap();
+            let k = generate(&p, w).unwrap();
+            assert_eq!(c, generate_channel(&p, w, &LaunchLimits::CUDA).unwrap());
+            assert_eq!(c.shape(), k.shape());
+            let s = c.source();
+            assert!(!s.contains("#include"));
+            // Named by the plan's hash, beside the plan's own kernels.
+            assert_eq!(
+                c.pack_name(),
+                k.pack_name().replace("dtp_pack_", "dtp_chan_pack_")
+            );
+            assert_eq!(
+                c.unpack_name(),
+                k.unpack_name().replace("dtp_unpack_", "dtp_chan_unpack_")
+            );
+            for needle in [
+                format!("{}(\n    const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,\n    dtp_u64 seq, unsigned int* arrived, dtp_u64* flag)", c.pack_name()),
+                format!("{}(\n    const unsigned char* src, unsigned char* __restrict__ dst,\n    dtp_u64 seq, const dtp_u64* flag, const dtp_u64* cancel, dtp_u64* gave_up,\n    dtp_u64 patience_ns)", c.unpack_name()),
+                "if (atomicAdd(arrived, 1u) == blocks - 1u)".to_string(),
+                "*(volatile dtp_u64*)flag = seq;".to_string(),
+                "if (*(const volatile dtp_u64*)flag >= seq) { g = 1; break; }".to_string(),
+                "if (*(const volatile dtp_u64*)cancel >= seq) break;".to_string(),
+                "*(volatile dtp_u64*)gave_up = seq;".to_string(),
+                "mov.u64 %0, %%globaltimer;".to_string(),
+            ] {
+                assert!(s.contains(&needle), "{needle} missing from\n{s}");
+            }
+            // The unpack body reads the packed side coherently (another GPU writes it while
+            // the kernel waits); the pack body keeps `__restrict__`.
+            assert!(s.contains(
+                "dtp_body_unpack(\n    const unsigned char* in, unsigned char* __restrict__ out"
+            ));
+            assert!(s.contains("dtp_body_pack(\n    const unsigned char* __restrict__ in, unsigned char* __restrict__ out"));
+            let count = |ch: char| s.chars().filter(|&x| x == ch).count();
+            assert_eq!(count('{'), count('}'));
+            assert_eq!(count('('), count(')'));
+        }
+        assert!(generate_channel(&plan(), 3, &LaunchLimits::CUDA).is_err());
     }
 
     #[test]

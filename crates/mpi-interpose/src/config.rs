@@ -12,6 +12,7 @@
 //! | `COLLECTIVES_INTERPOSE_RELAUNCH` | `0` | launch the pack and unpack kernels one by one with `cuLaunchKernel` instead of through CUDA graphs (`datatype_pack::gpu::GpuOptions::relaunch` and, for the unpacks of the receives one call completes, `datatype_pack::gpu::Batch`; on by default: about 2 µs less per kernel waited for) |
 //! | `COLLECTIVES_INTERPOSE_DIRECT` | `0`, `1`, `carry` | the direct path between ranks of one node on `MPI_COMM_WORLD` (`crate::direct`): `1` lends a send's device staging to its receiver, which unpacks from it over CUDA IPC, where both sides allow it; `0` (the default) sends every message through the real MPI; `carry` (testing) also takes host buffers of the byte path and carries their packed bytes in the protocol's notes; the same value on every rank |
 //! | `COLLECTIVES_INTERPOSE_WRITE` | `0` | with the direct path on, lend every send's staging instead of writing a send straight into the receive buffer its receiver offers (`crate::target`; on by default: one kernel, on the sender's GPU, instead of a pack and an unpack) |
+//! | `COLLECTIVES_INTERPOSE_CHANNEL` | `0`, `1`, `shared` | with the direct path on, `1` opens a channel per pair and tag of `MPI_Sendrecv` calls whose both sides take short blocks (`crate::channel`): the pack and the peer's unpack go out as one graph at the call's start, ordered on the GPUs by a flag; `0` (the default) does not; `shared` (testing) also between ranks of one GPU |
 //! | `COLLECTIVES_INTERPOSE_PROFILE` | `1`, `timeline` | host wall time of each phase of the interposer's calls and each call's timeline, summed, one table per rank on stderr at `MPI_Finalize` (`crate::profile`); `timeline`: the timelines alone, without the phases' clock reads |
 
 use std::sync::OnceLock;
@@ -38,6 +39,18 @@ pub enum Direct {
     /// As `On`, and (testing) host buffers taken by the byte path have their packed bytes
     /// carried in the protocol's note instead of a CUDA IPC copy.
     Carry,
+}
+
+/// Whether the direct path opens channels (`crate::channel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// Never (the default).
+    Off,
+    /// Between ranks of different GPUs (`COLLECTIVES_INTERPOSE_CHANNEL=1`).
+    On,
+    /// Testing: also between ranks of one GPU, whose spinning kernels wait for each other's
+    /// time slices (slow, but every step of the channel runs on one GPU).
+    Shared,
 }
 
 /// The settings.
@@ -71,6 +84,8 @@ pub struct Config {
     /// The direct path's write landing: a send writes straight into a receive buffer its
     /// receiver offers (off with `COLLECTIVES_INTERPOSE_WRITE=0`).
     pub write: bool,
+    /// The direct path's channels (`COLLECTIVES_INTERPOSE_CHANNEL`).
+    pub channel: Channel,
     /// Settings that could not be read, to report once.
     pub problems: Vec<String>,
 }
@@ -158,6 +173,20 @@ impl Config {
                 Direct::Off
             }
         };
+        let channel = match get("COLLECTIVES_INTERPOSE_CHANNEL")
+            .as_deref()
+            .map(str::trim)
+        {
+            None | Some("" | "0") => Channel::Off,
+            Some("1") => Channel::On,
+            Some("shared") => Channel::Shared,
+            Some(other) => {
+                problems.push(format!(
+                    "COLLECTIVES_INTERPOSE_CHANNEL={other} is not 0, 1 or shared"
+                ));
+                Channel::Off
+            }
+        };
         Config {
             log: flag(get("COLLECTIVES_INTERPOSE_LOG")),
             disabled: flag(get("COLLECTIVES_INTERPOSE_DISABLE")),
@@ -180,6 +209,7 @@ impl Config {
                 get("COLLECTIVES_INTERPOSE_WRITE").as_deref().map(str::trim),
                 Some("0" | "no" | "false" | "off")
             ),
+            channel,
             problems,
         }
     }
@@ -214,7 +244,16 @@ mod tests {
         assert!(t.profile && !t.profile_phases);
         assert_eq!(c.host_pack, HostPack::default());
         assert_eq!(c.direct, Direct::Off);
+        assert_eq!(c.channel, Channel::Off);
         assert!(c.problems.is_empty());
+        assert_eq!(
+            from(&[("COLLECTIVES_INTERPOSE_CHANNEL", "1")]).channel,
+            Channel::On
+        );
+        assert_eq!(
+            from(&[("COLLECTIVES_INTERPOSE_CHANNEL", "shared")]).channel,
+            Channel::Shared
+        );
         let c = from(&[
             ("COLLECTIVES_INTERPOSE_DIRECT", "carry"),
             ("COLLECTIVES_INTERPOSE_LOG", "1"),
@@ -253,10 +292,12 @@ mod tests {
             ("COLLECTIVES_INTERPOSE_HOST_PACK", "both"),
             ("COLLECTIVES_INTERPOSE_COSTS", "x=1"),
             ("COLLECTIVES_INTERPOSE_DIRECT", "ipc"),
+            ("COLLECTIVES_INTERPOSE_CHANNEL", "2"),
         ]);
         assert!(c.method.is_none() && c.cuda_aware.is_none());
         assert_eq!(c.host_pack, HostPack::default());
         assert_eq!(c.direct, Direct::Off);
-        assert_eq!(c.problems.len(), 5);
+        assert_eq!(c.channel, Channel::Off);
+        assert_eq!(c.problems.len(), 6);
     }
 }

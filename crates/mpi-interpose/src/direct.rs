@@ -79,12 +79,13 @@ use std::time::{Duration, Instant};
 
 use mpi::ffi::{self, MPI_Comm, MPI_Datatype};
 
-use crate::config::{self, Direct};
+use crate::channel::{self, RecvCell};
+use crate::config::{self, Channel, Direct};
 use crate::engine::{Engine, Lent, Loan, Recorded, Staging};
 use crate::handle::key;
-use crate::ipc::{Export, Handle};
+use crate::ipc::{self, Export, Handle};
 use crate::log::log;
-use crate::message::{bytes_type, Announced, Early, Key, Receive, Taken, ERR_INTERN};
+use crate::message::{bytes_type, Announced, Armed, Early, Key, Receive, Taken, ERR_INTERN};
 use crate::model::Method;
 use crate::profile::{self, Phase};
 use crate::shm::Mailboxes;
@@ -162,6 +163,50 @@ struct Ready {
     /// The receive's buffer, offered to the sender's kernel (the write landing,
     /// [`crate::target`]): only a blocking receive offers it, which no cancel can end.
     target: Option<Target>,
+    /// The receive channel's words, offered to the sender ([`crate::channel`]): never with a
+    /// target.
+    channel: Option<Offer>,
+}
+
+/// A receive channel's offer in a ready message: the receiver's words, by the number it named
+/// their allocation by ([`name`]) and the cell's offset in it, and, where the receive's
+/// unpack is armed, the message whose slot it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Offer {
+    name: u32,
+    offset: u32,
+    armed_from: Option<u64>,
+}
+
+/// A send channel to one destination and tag ([`crate::channel`]).
+#[derive(Debug)]
+struct SendChan {
+    /// The packed size its messages have.
+    packed: u64,
+    /// The receiver's offer it was made from (name and offset).
+    offer: (u32, u32),
+    /// The receiver's flags, mapped here (none where the channel is refused: one GPU).
+    flags: Option<u64>,
+    /// This rank's block counter for the packs.
+    counter: u64,
+    /// The two slots: the staging lent for message `.1`, given back by the receiver, by
+    /// that message's parity.
+    slots: [Option<(Staging, u64)>; 2],
+}
+
+/// A receive channel from one source and tag ([`crate::channel`]).
+#[derive(Debug)]
+struct RecvChan {
+    /// The packed size its messages have.
+    packed: u64,
+    /// Its words.
+    cell: RecvCell,
+    /// Its words' allocation as the sender maps it, `offset` at the cell.
+    export: Export,
+    /// The staging the sender lent for message `.0`, by that message's parity.
+    lent: [Option<(u64, Lent)>; 2],
+    /// Whether the sender's staging is on this rank's GPU (asked once it maps).
+    shared: Option<bool>,
 }
 
 /// What became of a message, as its receiver reads it.
@@ -174,6 +219,9 @@ pub enum Note {
     Written,
     /// The program sent 0 bytes.
     Empty,
+    /// Its packed bytes came through the channel into the slot the receive's armed unpack
+    /// reads ([`crate::channel`]).
+    Channel,
     /// Testing (`COLLECTIVES_INTERPOSE_DIRECT=carry`): its packed bytes.
     Carried(Vec<u8>),
 }
@@ -190,6 +238,9 @@ pub enum Finish {
     /// As `Pull`, its unpack already queued before the real receive completed
     /// ([`claim_early`]); [`done`] follows the wait.
     Pulled(c_int, Key),
+    /// Through the channel: the armed unpack is on the stream; [`settle_channel`], then
+    /// [`done`], follow the wait.
+    Channel(c_int, Key),
 }
 
 /// A send made on the direct path ([`send`]).
@@ -273,6 +324,10 @@ struct State {
     /// Per (source, tag): receives still to announce without offering their buffers, since
     /// the sender lent where one was offered (its layout of another shape, say).
     declined: FxHashMap<(c_int, c_int), u32>,
+    /// Send channels per (destination, tag).
+    sends: FxHashMap<(c_int, c_int), SendChan>,
+    /// Receive channels per (source, tag).
+    recvs: FxHashMap<(c_int, c_int), RecvChan>,
     ops: u64,
     /// The bytes of the message being filed ([`drain`]), kept between reads.
     scratch: Vec<u8>,
@@ -298,6 +353,19 @@ impl State {
     /// awaited, and its source and tag are announced to again without back-off.
     fn take_note(&mut self, k: &Key) -> Option<Note> {
         let n = self.notes.remove(k)?;
+        if let Some(rc) = self.recvs.get_mut(&(k.0, k.1)) {
+            let at = (k.2 % 2) as usize;
+            match &n {
+                Note::Lent(l) => rc.lent[at] = Some((k.2, *l)),
+                Note::Channel => {
+                    // The slot the armed unpack read, now message `k`'s.
+                    rc.lent[at] = rc.lent[at]
+                        .filter(|(m, _)| m + 2 == k.2)
+                        .map(|(_, l)| (k.2, l));
+                }
+                _ => rc.lent[at] = None,
+            }
+        }
         self.awaited.remove(k);
         self.quiet.remove(k);
         self.backoff.remove(&(k.0, k.1));
@@ -333,6 +401,7 @@ impl State {
             landing: Landing::Bytes,
             quiet: false,
             target: None,
+            channel: None,
         };
         post(self, source, READY_TAG, &encode_ready(tag, seq, &bytes))
     }
@@ -705,11 +774,22 @@ fn encode_ready(tag: c_int, seq: u64, r: &Ready) -> Vec<u8> {
         Landing::Pull => 1,
         Landing::Bytes => 2,
     };
+    let offered = if r.channel.is_some() { 2 } else { 0 };
     let mut b = to_bytes(
-        &[tag as u32 as u64, seq, r.packed, kind, u64::from(r.quiet)],
-        0,
+        &[
+            tag as u32 as u64,
+            seq,
+            r.packed,
+            kind,
+            u64::from(r.quiet) | offered,
+        ],
+        16,
     );
-    if let Some(t) = &r.target {
+    if let Some(o) = &r.channel {
+        let armed = o.armed_from.map_or(0, |m| m + 1);
+        b.extend_from_slice(&(u64::from(o.name) | u64::from(o.offset) << 32).to_le_bytes());
+        b.extend_from_slice(&armed.to_le_bytes());
+    } else if let Some(t) = &r.target {
         t.encode(&mut b);
     }
     b
@@ -717,18 +797,30 @@ fn encode_ready(tag: c_int, seq: u64, r: &Ready) -> Vec<u8> {
 
 fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
     let w = words::<5>(b, 0)?;
-    let target = match b.get(40..) {
-        Some([]) => None,
-        Some(rest) => Some(Target::decode(rest)?),
+    let (target, channel) = match b.get(40..) {
+        Some([]) => (None, None),
+        Some(rest) if w[4] & 2 != 0 => {
+            let [cell, armed] = words::<2>(rest, 0).filter(|_| rest.len() == 16)?;
+            let offer = Offer {
+                name: (cell & 0xffff_ffff) as u32,
+                offset: (cell >> 32) as u32,
+                armed_from: armed.checked_sub(1),
+            };
+            (None, Some(offer))
+        }
+        Some(rest) => (Some(Target::decode(rest)?), None),
         None => return None,
     };
+    if w[4] & 2 != 0 && channel.is_none() {
+        return None;
+    }
     let landing = match w[3] {
         0 => Landing::Carry,
         1 => Landing::Pull,
         2 => Landing::Bytes,
         _ => return None,
     };
-    let quiet = match w[4] {
+    let quiet = match w[4] & !2 {
         0 => false,
         1 => true,
         _ => return None,
@@ -741,6 +833,7 @@ fn decode_ready(b: &[u8]) -> Option<(c_int, u64, Ready)> {
             landing,
             quiet,
             target,
+            channel,
         },
     ))
 }
@@ -798,6 +891,7 @@ fn encode_note(tag: c_int, seq: u64, note: &Note, flags: u64, names: (u32, u32))
         }
         Note::Empty => to_bytes(&head(1, 0), 0),
         Note::Written => to_bytes(&head(3, 0), 0),
+        Note::Channel => to_bytes(&head(4, 0), 0),
         Note::Carried(v) => {
             let mut b = to_bytes(&head(2, v.len() as u64), v.len());
             b.extend_from_slice(v);
@@ -828,6 +922,7 @@ fn decode_note(b: &[u8], named: &[Handle]) -> Option<(c_int, u64, Note, u64)> {
         1 if !quiet => Note::Empty,
         2 => Note::Carried(b.get(32..32 + usize::try_from(w[3]).ok()?)?.to_vec()),
         3 if b.len() == 32 => Note::Written,
+        4 if b.len() == 32 && quiet => Note::Channel,
         _ => return None,
     };
     Some((w[0] as u32 as c_int, w[1], note, flags))
@@ -977,7 +1072,19 @@ fn file(st: &mut State, from: c_int, tag: u16, buf: &[u8]) {
         // A receiver is done with lent stagings (a tag and number each): back to the pool.
         DONE_TAG => decode_done(buf).map(|done| {
             for (tag, seq) in done {
-                st.lent.remove(&(from, tag, seq));
+                let Some(loan) = st.lent.remove(&(from, tag, seq)) else {
+                    continue;
+                };
+                // A send channel to that receiver keeps it as the slot of message `seq + 2`.
+                if let Some(sc) = st.sends.get_mut(&(from, tag)) {
+                    let staging = loan.into_staging();
+                    let fits = staging
+                        .kernel_side()
+                        .is_some_and(|(_, len)| len as u64 >= sc.packed);
+                    if fits && staging.lend_address().is_some() {
+                        sc.slots[(seq % 2) as usize] = Some((staging, seq));
+                    }
+                }
             }
         }),
         HELLO_TAG => decode_lent(buf).map(|g| {
@@ -1085,6 +1192,12 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
             None
         };
         let offering = target.is_some();
+        // Short blocks, where no buffer is offered: the receive channel's words instead.
+        let channel = if quiet && landing == Landing::Pull && target.is_none() {
+            offer_channel(&mut st, source, tag, seq, r)
+        } else {
+            None
+        };
         let msg = encode_ready(
             tag,
             seq,
@@ -1093,6 +1206,7 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
                 landing,
                 quiet,
                 target,
+                channel,
             },
         );
         (post(&mut st, source, READY_TAG, &msg), offering)
@@ -1103,6 +1217,361 @@ pub unsafe fn announce(r: &mut Receive, source: c_int, tag: c_int, seq: Option<u
             st.offered.insert((source, tag, seq));
         }
         r.direct = Some(Announced((source, tag, seq)));
+    }
+}
+
+/// The offer of the receive channel from `source` with `tag` in the ready message of blocking
+/// receive `r` (number `seq`), made where there is none for its packed size: where channels
+/// are on, the receive's blocks are short (no buffer offered, [`target::MIN_BLOCK`]) and its
+/// GPU has words left. Says the message whose slot `r`'s unpack reads, where it is armed.
+fn offer_channel(
+    st: &mut State,
+    source: c_int,
+    tag: c_int,
+    seq: u64,
+    r: &Receive,
+) -> Option<Offer> {
+    let mode = config::get().channel;
+    let packed = r.plan.packed_size();
+    let Engine::Gpu(g, _) = &r.engine else {
+        return None;
+    };
+    if mode == Channel::Off || packed == 0 || r.plan.block_len() >= target::MIN_BLOCK {
+        return None;
+    }
+    let export = match st.recvs.get_mut(&(source, tag)) {
+        Some(rc) if rc.packed == packed => rc.export,
+        Some(rc) => {
+            // Another size: the same words, slots known afresh.
+            rc.packed = packed;
+            rc.lent = [None, None];
+            rc.export
+        }
+        None => {
+            let (cell, export) = channel::recv_cell(g)?;
+            log!("direct path: receives from rank {source} with tag {tag} offer a channel");
+            st.recvs.insert(
+                (source, tag),
+                RecvChan {
+                    packed,
+                    cell,
+                    export,
+                    lent: [None, None],
+                    shared: None,
+                },
+            );
+            export
+        }
+    };
+    if st.recvs[&(source, tag)].shared == Some(true) && mode != Channel::Shared {
+        return None;
+    }
+    let name = name(st, source, &export.handle)?;
+    Some(Offer {
+        name,
+        offset: u32::try_from(export.offset).ok()?,
+        armed_from: r.armed.filter(|a| a.k == seq).map(|a| a.from),
+    })
+}
+
+/// Keeps the receive channel `offer` of the ready message from `dest` with `tag` as this
+/// rank's send channel there, for sends of `plan` from `engine`: mapped on first sight (or
+/// where the receiver's words changed), refused between ranks of one GPU unless testing asks.
+fn keep_offer(
+    st: &mut State,
+    engine: &Engine,
+    plan: &datatype_pack::StridedBlock,
+    (dest, tag): (c_int, c_int),
+    offer: Offer,
+) {
+    let Engine::Gpu(g, _) = engine else {
+        return;
+    };
+    let mode = config::get().channel;
+    let packed = plan.packed_size();
+    if mode == Channel::Off || plan.block_len() >= target::MIN_BLOCK {
+        return;
+    }
+    let key = (offer.name, offer.offset);
+    if let Some(sc) = st.sends.get_mut(&(dest, tag)) {
+        if sc.offer == key {
+            if sc.packed != packed {
+                sc.packed = packed;
+                sc.slots = [None, None];
+            }
+            return;
+        }
+    }
+    let handle = st
+        .names
+        .get(&dest)
+        .and_then(|n| n.get(offer.name as usize))
+        .copied();
+    let flags = handle.and_then(|h| {
+        g.bind().ok()?;
+        let base = ipc::open(dest, &h)? + u64::from(offer.offset);
+        let shared = channel::same_device(g, base);
+        (!shared || mode == Channel::Shared).then_some(base)
+    });
+    let counter = st
+        .sends
+        .get(&(dest, tag))
+        .map(|sc| sc.counter)
+        .or_else(|| channel::send_counter(g));
+    let Some(counter) = counter else {
+        return;
+    };
+    log!(
+        "direct path: sends to rank {dest} with tag {tag} {}",
+        if flags.is_some() {
+            "have a channel"
+        } else {
+            "take no channel (one GPU, or its words do not map)"
+        }
+    );
+    st.sends.insert(
+        (dest, tag),
+        SendChan {
+            packed,
+            offer: key,
+            flags,
+            counter,
+            slots: [None, None],
+        },
+    );
+}
+
+/// The slot for message `seq` of a send of `plan` to `dest` with `tag` (taken: the send packs
+/// into it), where its channel has one: the staging lent for message `seq - 2`, given back.
+/// With the flag of that slot in the receiver and the pack's block counter.
+fn take_slot(
+    st: &mut State,
+    (dest, tag, seq): Key,
+    plan: &datatype_pack::StridedBlock,
+) -> Option<((Staging, u64), u64, u64)> {
+    let sc = st.sends.get_mut(&(dest, tag))?;
+    let flags = sc.flags?;
+    if sc.packed != plan.packed_size() {
+        return None;
+    }
+    let at = (seq % 2) as usize;
+    match sc.slots[at].take() {
+        Some((staging, m)) if m + 2 == seq => {
+            Some(((staging, m), flags + 8 * (seq % 2), sc.counter))
+        }
+        other => {
+            sc.slots[at] = other;
+            None
+        }
+    }
+}
+
+/// Whether an `MPI_Sendrecv` of send number `sseq` to `dest` with `stag` and receive number
+/// `rseq` from `source` with `rtag` may open channels ([`open_channel`]): both have one, with
+/// the slot of their number known. Asked before the send's pack is launched ahead.
+pub fn may_open(
+    (sseq, dest, stag): (Option<u64>, c_int, c_int),
+    (rseq, source, rtag): (Option<u64>, c_int, c_int),
+) -> bool {
+    let (Some(s), Some(sseq), Some(rseq)) = (state(), sseq, rseq) else {
+        return false;
+    };
+    if config::get().channel == Channel::Off {
+        return false;
+    }
+    let st = lock(s);
+    let send = st.sends.get(&(dest, stag)).is_some_and(|sc| {
+        sc.flags.is_some()
+            && sc.slots[(sseq % 2) as usize]
+                .as_ref()
+                .is_some_and(|(_, m)| m + 2 == sseq)
+    });
+    send && st
+        .recvs
+        .get(&(source, rtag))
+        .is_some_and(|rc| rc.lent[(rseq % 2) as usize].is_some_and(|(m, _)| m + 2 == rseq))
+}
+
+/// Puts a slot [`take_slot`] gave back where nothing was launched into it.
+fn put_slot(st: &mut State, (dest, tag): (c_int, c_int), slot: (Staging, u64)) {
+    if let Some(sc) = st.sends.get_mut(&(dest, tag)) {
+        let at = (slot.1 % 2) as usize;
+        if sc.slots[at].is_none() {
+            sc.slots[at] = Some(slot);
+        }
+    }
+}
+
+/// What [`open_channel`] launched for the send of an `MPI_Sendrecv`: the slot it packs into
+/// and the message the slot was lent for, which [`send`] lends again as message `k`.
+#[derive(Debug)]
+pub struct Slot(Staging, u64);
+
+/// A send's pack launched before [`send`]: into the direct path's staging ([`pack_ahead`]), or
+/// into its channel's slot ([`open_channel`]).
+#[derive(Debug)]
+pub enum Ahead {
+    /// Into fresh staging.
+    Packed(Staging),
+    /// Into the slot, signalling the receiver's flag.
+    Slot(Slot),
+}
+
+/// Opens the channels of an `MPI_Sendrecv` at its start, where both of its sides have one:
+/// the send (number `sseq` to `dest` with `stag`, its plan and engine `taken`, its buffer
+/// `sendbuf`) has its slot given back and the receive `r` (number `rseq` from `source` with
+/// `rtag`) knows that slot's staging, mapped here. Then the pack into the slot and the armed
+/// unpack from the peer's go out as one graph on the GPU's stream, `r` says it is armed
+/// ([`Receive::armed`]), and the send's slot comes back for [`send`]. `None` where nothing
+/// was launched.
+///
+/// # Safety
+/// MPI initialized; `sendbuf` is the caller's send buffer and `taken` the interposer's plan
+/// of it; `r` is the call's receive, prepared, completed by this call.
+pub unsafe fn open_channel(
+    (sseq, dest, stag): (Option<u64>, c_int, c_int),
+    taken: &Taken,
+    (rseq, source, rtag): (Option<u64>, c_int, c_int),
+    r: &mut Receive,
+) -> Option<Slot> {
+    let (Some(s), Some(sseq), Some(rseq)) = (state(), sseq, rseq) else {
+        return None;
+    };
+    let mode = config::get().channel;
+    // The slots are the direct path's device staging, whichever way the byte path would go.
+    let (_, splan, sengine, _) = taken;
+    let (Engine::Gpu(g, sd), Engine::Gpu(rg, rd)) = (sengine, &r.engine) else {
+        return None;
+    };
+    if mode == Channel::Off || !Arc::ptr_eq(g, rg) {
+        return None;
+    }
+    let mut st = lock(s);
+    if !st.settled || !st.on_node(dest) || !st.on_node(source) {
+        return None;
+    }
+    let rc = st.recvs.get(&(source, rtag))?;
+    let (m, lent) = rc.lent[(rseq % 2) as usize]?;
+    if m + 2 != rseq
+        || rc.packed != r.plan.packed_size()
+        || rc.shared == Some(true) && mode != Channel::Shared
+    {
+        return None;
+    }
+    let cell = rc.cell;
+    let (slot, flag, counter) = take_slot(&mut st, (dest, stag, sseq), splan)?;
+    let mapped = g
+        .bind()
+        .ok()
+        .and_then(|()| ipc::open(source, &lent.staging.handle));
+    let Some(base) = mapped else {
+        put_slot(&mut st, (dest, stag), slot);
+        return None;
+    };
+    let peer_slot = base + lent.staging.offset;
+    let rc = st.recvs.get_mut(&(source, rtag))?;
+    let shared = *rc
+        .shared
+        .get_or_insert_with(|| channel::same_device(g, peer_slot));
+    let Some((slot_ptr, slot_len)) = slot.0.kernel_side() else {
+        put_slot(&mut st, (dest, stag), slot);
+        return None;
+    };
+    if shared && mode != Channel::Shared {
+        put_slot(&mut st, (dest, stag), slot);
+        return None;
+    }
+    drop(st);
+    let peer_slot = (peer_slot, usize::try_from(lent.staging.len).ok()?);
+    let pack = channel::Pack {
+        plan: splan,
+        buf: (sd.ptr, usize::try_from(sd.len).ok()?),
+        slot: (slot_ptr, slot_len),
+        seq: sseq,
+        counter,
+        flag,
+    };
+    let unpack = channel::Unpack {
+        plan: &r.plan,
+        buf: (rd.ptr, usize::try_from(rd.len).ok()?),
+        slot: peer_slot,
+        seq: rseq,
+        cell,
+    };
+    // SAFETY: the send buffer is the caller's (read where its plan says), the slot this rank's
+    // own staging, out of its pool and its channel until lent again; the receive buffer is
+    // the program's, which MPI leaves to this call; the peer's slot stays mapped for the
+    // process's life and is the staging it lent for message `rseq - 2`, which it packs into
+    // for message `rseq` only where its flag then says so.
+    let launched = profile::time(Phase::Launch, || unsafe {
+        channel::launch(g, Some(pack), Some(unpack), None)
+    });
+    profile::mark("channel launched");
+    if let Err(e) = launched {
+        log!("MPI_Sendrecv: the channel's launch failed: {e}");
+        let _ = g.wait();
+        put_slot(&mut lock(s), (dest, stag), slot);
+        return None;
+    }
+    r.armed = Some(Armed {
+        k: rseq,
+        from: m,
+        cell,
+        slot: peer_slot,
+    });
+    Some(Slot(slot.0, slot.1))
+}
+
+/// Calls off the armed unpack of `r`, where it has one: its message came another way.
+fn disarm(r: &mut Receive) {
+    if let (Some(a), Engine::Gpu(g, _)) = (r.armed.take(), &r.engine) {
+        if let Err(e) = channel::call_off(g, &a.cell, a.k) {
+            // Its patience ends the kernel all the same.
+            log!("{}: the armed unpack was not called off: {e}", r.op);
+        }
+    }
+}
+
+/// After the wait of a receive whose message came through the channel ([`Finish::Channel`]):
+/// where its armed unpack gave up before the flag came, the unpack again, waiting as long as
+/// it takes (the note says the peer's pack is under way), and waited for. The unpacked size
+/// or MPI's code.
+pub fn settle_channel(r: &mut Receive) -> Result<u64, c_int> {
+    let n = r.plan.packed_size();
+    let (Some(a), Engine::Gpu(g, d)) = (r.armed.take(), &r.engine) else {
+        return Err(ERR_INTERN);
+    };
+    if !a.cell.gave_up(a.k) {
+        return Ok(n);
+    }
+    log!(
+        "{}: the armed unpack of message {} gave up waiting: unpacked again",
+        r.op,
+        a.k
+    );
+    let unpack = channel::Unpack {
+        plan: &r.plan,
+        buf: (d.ptr, usize::try_from(d.len).map_err(|_| ERR_INTERN)?),
+        slot: a.slot,
+        seq: a.k,
+        cell: a.cell,
+    };
+    a.cell.clear_gave_up();
+    // SAFETY: as at the armed launch ([`open_channel`]): the receive buffer is the program's
+    // until this call returns, the peer's slot mapped for the process's life and kept by the
+    // peer until this rank's done message.
+    let again = unsafe { channel::launch(g, None, Some(unpack), Some(channel::AGAIN_NS)) }
+        .and_then(|()| g.wait());
+    match again {
+        Ok(()) if !a.cell.gave_up(a.k) => Ok(n),
+        Ok(()) => {
+            log!("{}: message {} never came through its channel", r.op, a.k);
+            Err(ERR_INTERN)
+        }
+        Err(e) => {
+            log!("{}: the unpack again failed: {e}", r.op);
+            Err(ERR_INTERN)
+        }
     }
 }
 
@@ -1250,6 +1719,7 @@ fn claim_into(st: &mut State, r: &mut Receive, a: Announced) -> Claim {
         // completes.
         let fits = match st.notes.get(&a.0) {
             Some(Note::Lent(_) | Note::Written) => true,
+            Some(Note::Channel) => r.armed.is_some_and(|x| x.k == a.0 .2),
             Some(Note::Carried(v)) => matches!(&r.staging, Staging::Cpu(b) if v.len() <= b.len()),
             Some(Note::Empty) => return Claim::Left,
             None => return Claim::Awaited,
@@ -1267,7 +1737,11 @@ fn claim_into(st: &mut State, r: &mut Receive, a: Announced) -> Claim {
         a.0 .0,
         a.0 .1
     );
+    if note != Some(Note::Channel) {
+        disarm(r);
+    }
     r.early = match note {
+        Some(Note::Channel) => Some(Early::Channel(a.0 .0, a.0)),
         Some(Note::Lent(lent)) => Some(Early::Lent(a.0 .0, a.0, lent, false)),
         Some(Note::Written) => Some(Early::Written(a.0 .0)),
         Some(Note::Carried(v)) => Some(Early::Carried(v)),
@@ -1295,6 +1769,17 @@ pub enum Claim {
 /// A receive that claimed its note early and will not complete here (its call failed): an
 /// unpack queued from the peer's staging is waited for, and the peer told it is done with it.
 pub fn let_go(r: &mut Receive) {
+    if let Some(Early::Channel(peer, k)) = r.early {
+        // The armed unpack reads the peer's slot until it ends.
+        r.early = None;
+        disarm(r);
+        if let Err(e) = r.engine.wait() {
+            log!("{}: the wait for an armed unpack failed: {e}", r.op);
+        }
+        done(peer, k);
+        return;
+    }
+    disarm(r);
     if let Some(Early::Lent(peer, k, _, queued)) = r.early.take() {
         if queued {
             if let Err(e) = r.engine.wait() {
@@ -1322,6 +1807,13 @@ unsafe fn finish_early(r: &mut Receive, early: Early, status: *mut ffi::MPI_Stat
         return Finish::Settled(Err(ERR_INTERN));
     }
     match early {
+        Early::Channel(peer, k) => {
+            let n = r.plan.packed_size();
+            // SAFETY: the status is writable (the caller's contract).
+            unsafe { set_bytes(status, n) };
+            log!("{}: {n} bytes through the channel from rank {peer}", r.op);
+            Finish::Channel(peer, k)
+        }
         Early::Lent(peer, k, lent, queued) => {
             let n = r.plan.packed_size();
             // SAFETY: the status is writable (the caller's contract).
@@ -1375,6 +1867,21 @@ unsafe fn written(r: &Receive, peer: c_int, status: *mut ffi::MPI_Status) -> Fin
 /// # Safety
 /// MPI initialized; `status` is the receive's completed status, writable.
 pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
+    // SAFETY: the caller's contract.
+    let f = unsafe { finish_noted(r, status) };
+    if !matches!(f, Finish::Channel(..)) {
+        // Its message came another way: the armed unpack, if any, stops before the
+        // completion's unpack is queued behind it.
+        disarm(r);
+    }
+    f
+}
+
+/// [`finish`] by the receive's note.
+///
+/// # Safety
+/// As [`finish`].
+unsafe fn finish_noted(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
     if let Some(early) = r.early.take() {
         // SAFETY: the caller's contract.
         return unsafe { finish_early(r, early, status) };
@@ -1409,6 +1916,17 @@ pub unsafe fn finish(r: &mut Receive, status: *mut ffi::MPI_Status) -> Finish {
         }
         // SAFETY: the status is writable (the caller's contract).
         Note::Written => unsafe { written(r, a.0 .0, status) },
+        Note::Channel if r.armed.is_some_and(|x| x.k == a.0 .2) => {
+            let n = r.plan.packed_size();
+            // SAFETY: as above.
+            unsafe { set_bytes(status, n) };
+            log!("{op}: {n} bytes through the channel from rank {}", a.0 .0);
+            Finish::Channel(a.0 .0, a.0)
+        }
+        Note::Channel => {
+            log!("{op}: a channel's note for a receive not armed");
+            Finish::Settled(Err(ERR_INTERN))
+        }
         Note::Empty => Finish::Bytes,
         Note::Carried(v) => match &mut r.staging {
             Staging::Cpu(s) if v.len() <= s.len() => {
@@ -1486,10 +2004,16 @@ pub unsafe fn send(
     buf: *const c_void,
     taken: &Taken,
     quiet: bool,
-    ahead: Option<Staging>,
+    ahead: Option<Ahead>,
 ) -> Sent {
     let (Some(s), Some(seq)) = (state(), seq) else {
         return Sent::No;
+    };
+    // A channel's slot is packed into already ([`open_channel`]), as a pack ahead.
+    let (ahead, from) = match ahead {
+        Some(Ahead::Packed(st)) => (Some(st), None),
+        Some(Ahead::Slot(Slot(st, m))) => (Some(st), Some(m)),
+        None => (None, None),
     };
     let (_, plan, engine, _) = taken;
     let carry = matches!(engine, Engine::Cpu);
@@ -1518,6 +2042,28 @@ pub unsafe fn send(
     };
     profile::mark("ready came");
     let quiet = quiet && ready.quiet;
+    if let Some(offer) = ready.channel {
+        keep_offer(&mut lock(s), engine, plan, (dest, tag), offer);
+    }
+    let channelled = from.is_some() && ready.channel.and_then(|o| o.armed_from) == from;
+    // The receive's unpack is armed on the slot this send packed into: the note says so, and
+    // the slot stays lent until the receiver is done (nothing through the MPI).
+    let through_channel =
+        channelled && quiet && packed.as_ref().is_some_and(|x| x.lend_address().is_some());
+    if through_channel {
+        let mut st = lock(s);
+        if st.room(dest, &[32]) && send_note(&mut st, dest, tag, seq, &Note::Channel, QUIET_NOTE) {
+            if let Some(staging) = packed {
+                st.lent.insert(k, Loan::of_slot(staging));
+            }
+            drop(st);
+            log!(
+                "{op}: message {seq} to rank {dest} with tag {tag}: {n} bytes through the channel"
+            );
+            profile::mark("noted");
+            return Sent::Quietly;
+        }
+    }
     let offered = ready.target.is_some();
     let target = ready.target.filter(|t| !carry && t.fits(plan));
     // The receive's offer is declined where this send lends for any other reason than a
@@ -1903,6 +2449,7 @@ mod tests {
             landing: Landing::Pull,
             quiet: false,
             target: None,
+            channel: None,
         }
     }
 
@@ -2034,6 +2581,7 @@ mod tests {
                     landing,
                     quiet,
                     target: offered.clone(),
+                    channel: None,
                 };
                 let (t, n, back) = decode_ready(&encode_ready(tag, seq, &r)).unwrap();
                 assert_eq!(
@@ -2063,6 +2611,135 @@ mod tests {
     }
 
     #[test]
+    fn ready_messages_carry_a_channel_offer_in_one_cell() {
+        for armed_from in [None, Some(0), Some(41)] {
+            let offer = Offer {
+                name: 3,
+                offset: 0x1f_ffe0,
+                armed_from,
+            };
+            let r = Ready {
+                quiet: true,
+                channel: Some(offer),
+                ..ready(1 << 19)
+            };
+            let b = encode_ready(7, 43, &r);
+            assert_eq!(b.len(), crate::shm::CELL_BYTES);
+            let (t, n, back) = decode_ready(&b).unwrap();
+            assert_eq!(
+                (t, n, back.quiet, back.channel, back.target),
+                (7, 43, true, Some(offer), None)
+            );
+            // Cut short, or longer: unreadable.
+            assert!(decode_ready(&b[..b.len() - 8]).is_none());
+            let mut long = b.clone();
+            long.push(0);
+            assert!(decode_ready(&long).is_none());
+        }
+        // An offer with a target is never sent: the offer goes alone.
+        let both = Ready {
+            target: Some(target()),
+            channel: Some(Offer {
+                name: 0,
+                offset: 0,
+                armed_from: None,
+            }),
+            ..ready(8)
+        };
+        let (_, _, back) = decode_ready(&encode_ready(1, 2, &both)).unwrap();
+        assert!(back.target.is_none() && back.channel.is_some());
+    }
+
+    fn cell() -> RecvCell {
+        RecvCell {
+            dev: 0x7000_0000,
+            gave_up: (0, 0),
+        }
+    }
+
+    #[test]
+    fn a_receive_channel_knows_the_slot_of_each_message_from_its_notes() {
+        let mut st = State::default();
+        st.recvs.insert(
+            (1, 7),
+            RecvChan {
+                packed: 4096,
+                cell: cell(),
+                export: Export {
+                    handle: [5; 64],
+                    offset: 64,
+                    len: 32,
+                },
+                lent: [None, None],
+                shared: None,
+            },
+        );
+        let a = lent(1, 0, 4096);
+        let b = lent(2, 0, 4096);
+        let claim = |st: &mut State, seq: u64, note: Note| {
+            st.notes.insert((1, 7, seq), note);
+            st.take_note(&(1, 7, seq)).unwrap();
+            st.recvs[&(1, 7)].lent
+        };
+        assert_eq!(claim(&mut st, 4, Note::Lent(a)), [Some((4, a)), None]);
+        assert_eq!(
+            claim(&mut st, 5, Note::Lent(b)),
+            [Some((4, a)), Some((5, b))]
+        );
+        // Through the channel, message `k` in the slot of `k - 2`.
+        assert_eq!(
+            claim(&mut st, 6, Note::Channel),
+            [Some((6, a)), Some((5, b))]
+        );
+        assert_eq!(
+            claim(&mut st, 7, Note::Channel),
+            [Some((6, a)), Some((7, b))]
+        );
+        // A channel note for a slot not known (a gap of two): nothing known of it after.
+        assert_eq!(claim(&mut st, 10, Note::Channel), [None, Some((7, b))]);
+        // Another way (bytes, empty): that parity's slot is not known.
+        assert_eq!(claim(&mut st, 11, Note::Empty), [None, None]);
+    }
+
+    #[test]
+    fn a_send_channel_gives_the_slot_of_message_k_minus_two_once() {
+        let mut st = State::default();
+        st.sends.insert(
+            (2, 7),
+            SendChan {
+                packed: 64,
+                offer: (3, 64),
+                flags: Some(0x9000),
+                counter: 0x9100,
+                slots: [
+                    Some((Staging::Cpu(vec![0; 64]), 4)),
+                    Some((Staging::Cpu(vec![1; 64]), 5)),
+                ],
+            },
+        );
+        let plan = datatype_pack::StridedBlock::new(0, 8, vec![8], vec![16]).unwrap();
+        assert_eq!(plan.packed_size(), 64);
+        // Not the message two before: kept.
+        assert!(take_slot(&mut st, (2, 7, 8), &plan).is_none());
+        assert!(take_slot(&mut st, (2, 7, 5), &plan).is_none());
+        let ((slot, m), flag, counter) = take_slot(&mut st, (2, 7, 6), &plan).unwrap();
+        assert_eq!((m, flag, counter), (4, 0x9000, 0x9100));
+        assert!(matches!(&slot, Staging::Cpu(v) if v[0] == 0));
+        // Taken: not again, until put back.
+        assert!(take_slot(&mut st, (2, 7, 6), &plan).is_none());
+        put_slot(&mut st, (2, 7), (slot, m));
+        let (_, flag, _) = take_slot(&mut st, (2, 7, 7), &plan).unwrap();
+        assert_eq!(flag, 0x9008, "odd messages use the second flag");
+        assert!(take_slot(&mut st, (2, 7, 6), &plan).is_some());
+        // Another packed size, or no flags (one GPU): nothing.
+        let other = datatype_pack::StridedBlock::new(0, 8, vec![4], vec![16]).unwrap();
+        st.sends.get_mut(&(2, 7)).unwrap().slots[0] = Some((Staging::Cpu(vec![]), 6));
+        assert!(take_slot(&mut st, (2, 7, 8), &other).is_none());
+        st.sends.get_mut(&(2, 7)).unwrap().flags = None;
+        assert!(take_slot(&mut st, (2, 7, 8), &plan).is_none());
+    }
+
+    #[test]
     fn notes_round_trip() {
         // The handles of `lent(1, ..)` by the numbers its sender named them by: the event 0,
         // the staging 2 (the same as `lent(2, ..)`'s handles by 0 and 1 below).
@@ -2081,6 +2758,13 @@ mod tests {
                 }
             }
         }
+        // A channel's note is always quiet: nothing follows it through the MPI.
+        let through = encode_note(5, 9, &Note::Channel, QUIET_NOTE, (0, 0));
+        assert_eq!(
+            decode_note(&through, &[]),
+            Some((5, 9, Note::Channel, QUIET_NOTE))
+        );
+        assert!(decode_note(&encode_note(5, 9, &Note::Channel, 0, (0, 0)), &[]).is_none());
         let empty = encode_note(5, 9, &Note::Empty, 0, (0, 0));
         assert_eq!(decode_note(&empty, &[]), Some((5, 9, Note::Empty, 0)));
         // An empty message always goes through the MPI: a quiet empty note is unreadable.

@@ -84,10 +84,20 @@ pub(crate) struct DeviceAlloc {
 }
 
 impl DeviceAlloc {
+    /// The allocation's device address.
+    pub(crate) fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// The allocation's export ([`ipc::export`]), asked of the driver until it gives one, then
     /// kept: the allocation is whole (`cuMemAlloc`'s), so its handle and offset never change.
     /// Its context must be current.
-    fn export(&self) -> Option<Export> {
+    pub(crate) fn export(&self) -> Option<Export> {
         if let Some(e) = self.ipc.get() {
             return Some(**e);
         }
@@ -109,6 +119,13 @@ pub(crate) struct HostAlloc {
 // SAFETY: the allocation is owned by the pool or by one `Staging` at a time; the pointer is
 // only an address, valid from any thread of the process.
 unsafe impl Send for HostAlloc {}
+
+impl HostAlloc {
+    /// Its host address, its device address and its length in bytes.
+    pub(crate) fn addresses(&self) -> (*mut c_void, CUdeviceptr, usize) {
+        (self.host, self.dev, self.len)
+    }
+}
 
 fn take<T>(pool: &Mutex<Vec<T>>, len: usize, size: impl Fn(&T) -> usize) -> Option<T> {
     let mut p = lock(pool);
@@ -235,6 +252,11 @@ impl Gpu {
         self.ordinal
     }
 
+    /// The stream the interposer queues its work on (the context's legacy default stream).
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// Whether `d` is memory this GPU's kernels reach: an allocation of its device in its
     /// primary context (or in none the driver names).
     fn accepts(&self, d: &DeviceBuffer) -> bool {
@@ -313,7 +335,8 @@ impl Gpu {
         result
     }
 
-    fn bind(&self) -> Result<()> {
+    /// Makes the GPU's context current on this thread.
+    pub(crate) fn bind(&self) -> Result<()> {
         self.ctx.bind_to_thread().map_err(|e| Error::Cuda {
             op: "bind",
             call: "cuCtxSetCurrent",
@@ -324,7 +347,7 @@ impl Gpu {
     /// Waits until the stream has run everything enqueued on it. Where the context's
     /// scheduling would yield or sleep ([`polls`]), polls the stream first, for up to
     /// [`POLL_LIMIT`]; then, or otherwise, `cuStreamSynchronize`.
-    fn wait(&self) -> Result<()> {
+    pub(crate) fn wait(&self) -> Result<()> {
         if polls(self.sched) {
             self.bind()?;
             let start = Instant::now();
@@ -392,7 +415,12 @@ impl Gpu {
     /// A device allocation of at least `len` bytes for the real MPI or (`lend`) the direct
     /// path, from its pool where one is there: the first of `prefer` (addresses of the direct
     /// path's allocations) that is, else the smallest that fits.
-    fn device_alloc(&self, len: usize, lend: bool, prefer: &[u64]) -> Result<DeviceAlloc> {
+    pub(crate) fn device_alloc(
+        &self,
+        len: usize,
+        lend: bool,
+        prefer: &[u64],
+    ) -> Result<DeviceAlloc> {
         let pool = if lend {
             &self.lend_pool
         } else {
@@ -431,7 +459,7 @@ impl Gpu {
         })
     }
 
-    fn host_alloc(&self, len: usize) -> Result<HostAlloc> {
+    pub(crate) fn host_alloc(&self, len: usize) -> Result<HostAlloc> {
         if let Some(a) = take(&self.host_pool, len, |a| a.len) {
             return Ok(a);
         }
@@ -582,7 +610,7 @@ impl Staging {
 
     /// The address kernels read or write the packed bytes at, and its length: the device
     /// buffer, or the mapped host buffer's device address.
-    fn kernel_side(&self) -> Option<(u64, usize)> {
+    pub(crate) fn kernel_side(&self) -> Option<(u64, usize)> {
         match self {
             Staging::Device(_, Some(a)) | Staging::Both(_, Some(a), Some(_)) => {
                 Some((a.ptr, a.len))
@@ -656,8 +684,24 @@ pub struct Lent {
 /// their pools once the peer is done with them (the event once every loan it covers is).
 #[derive(Debug)]
 pub struct Loan {
-    _staging: Staging,
-    _event: Arc<Recorded>,
+    staging: Staging,
+    /// None for a channel's slot ([`crate::channel`]), which a flag orders instead.
+    _event: Option<Arc<Recorded>>,
+}
+
+impl Loan {
+    /// A channel's slot lent with no event: the peer's unpack waits for a flag the pack writes.
+    pub fn of_slot(staging: Staging) -> Loan {
+        Loan {
+            staging,
+            _event: None,
+        }
+    }
+
+    /// The staging, once the peer is done with it (its event, if any, back to the pool).
+    pub fn into_staging(self) -> Staging {
+        self.staging
+    }
 }
 
 /// A peer's event a GPU's stream waits for: the GPU's ordinal, the peer and the event's handle.
@@ -1121,8 +1165,8 @@ impl Engine {
         };
         Ok((
             Loan {
-                _staging: staging,
-                _event: event,
+                staging,
+                _event: Some(event),
             },
             lent,
         ))
@@ -1147,7 +1191,7 @@ impl Engine {
     /// [`Engine::lend_staging_for`]) and the export of its allocation, with the GPU's context
     /// current; `None` where either is missing (the CPU engine, the real MPI's staging, no
     /// handle).
-    fn export_of(&self, staging: &Staging) -> Option<(&Arc<Gpu>, Export)> {
+    pub(crate) fn export_of(&self, staging: &Staging) -> Option<(&Arc<Gpu>, Export)> {
         let (Engine::Gpu(g, _), Staging::Device(_, Some(a))) = (self, staging) else {
             return None;
         };

@@ -13,7 +13,7 @@ use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
 
 use crate::config;
 use crate::direct::{self, Arrival, Sent};
-use crate::engine::{self, Engine, Staging};
+use crate::engine::{self, Engine};
 use crate::handle::key;
 use crate::log::{self, log};
 use crate::memory::{self, DeviceBuffer};
@@ -491,7 +491,7 @@ unsafe fn send_directly(
     buf: *const c_void,
     taken: &Taken,
     quiet: bool,
-    ahead: Option<Staging>,
+    ahead: Option<direct::Ahead>,
 ) -> Sent {
     if seq.is_none() {
         return Sent::No;
@@ -746,12 +746,23 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     // SAFETY: MPI's contract for the send triple.
     let send = guarded(|| unsafe { take_send("MPI_Sendrecv", sendbuf, sendcount, sendtype) });
     profile::mark("send taken");
+    // Where both sides have channels, the send packs into its slot in the channel's launch
+    // below, with the receive's armed unpack.
+    let channel = send.is_some()
+        && guarded(|| {
+            Some(direct::may_open(
+                (sseq, dest, sendtag),
+                (rseq, source, recvtag),
+            ))
+        })
+        .unwrap_or(false);
     // A send the direct path may lend has its pack launched first: the kernel runs while the
     // receive is prepared and announced and the peer's ready message comes.
-    let mut ahead = send.as_ref().and_then(|t| {
+    let pack_ahead = |t: &Taken| {
         // SAFETY: MPI's contract for the send; the stream is waited for before the return.
         guarded(|| unsafe { direct::pack_ahead("MPI_Sendrecv", sseq, (dest, sendtag), sendbuf, t) })
-    });
+    };
+    let mut ahead = send.as_ref().filter(|_| !channel).and_then(pack_ahead);
     // One buffer for both sides (a halo code's grid): the driver was asked once.
     let known = send
         .as_ref()
@@ -763,6 +774,16 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         prepare_recv("MPI_Sendrecv", recvbuf, recvcount, recvtype, known, true)
     });
     profile::mark("receive prepared");
+    let mut slot = match (&send, &mut recv) {
+        (Some(t), Some(r)) if channel => guarded(|| {
+            // SAFETY: MPI's contract for both sides; the receive completes in this call.
+            unsafe { direct::open_channel((sseq, dest, sendtag), t, (rseq, source, recvtag), r) }
+        }),
+        _ => None,
+    };
+    if channel && slot.is_none() {
+        ahead = send.as_ref().and_then(pack_ahead);
+    }
     if send.is_none() && recv.is_none() {
         // SAFETY: the caller's contract.
         return unsafe {
@@ -843,7 +864,9 @@ pub unsafe extern "C" fn MPI_Sendrecv(
                         sendbuf,
                         &t,
                         true,
-                        ahead.take(),
+                        slot.take()
+                            .map(direct::Ahead::Slot)
+                            .or(ahead.take().map(direct::Ahead::Packed)),
                     ) {
                         Sent::Quietly => {
                             lent = Some(t.2);

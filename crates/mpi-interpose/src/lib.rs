@@ -24,6 +24,7 @@
 //! message, goes to the real MPI unchanged: results never change, only speed.
 #![deny(missing_docs)]
 
+mod channel;
 pub mod config;
 mod counted;
 mod direct;

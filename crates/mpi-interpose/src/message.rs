@@ -45,6 +45,23 @@ pub enum Early {
     Written(c_int),
     /// Carried: the bytes, copied into the staging once the real receive completed.
     Carried(Vec<u8>),
+    /// Through the channel from rank `.0` (message `.1`): the armed unpack has it
+    /// ([`crate::channel`]).
+    Channel(c_int, Key),
+}
+
+/// A receive whose unpack was launched armed, at its call's start ([`crate::channel`]): its
+/// number, the message whose slot it reads, and its channel's words.
+#[derive(Debug, Clone, Copy)]
+pub struct Armed {
+    /// The receive's number.
+    pub k: u64,
+    /// The message the sender lent the slot for (`k - 2`).
+    pub from: u64,
+    /// The words its blocks wait on.
+    pub cell: crate::channel::RecvCell,
+    /// The peer's slot mapped here, and its length.
+    pub slot: (u64, usize),
 }
 
 /// A receive's target, kept until its bytes arrived.
@@ -70,6 +87,8 @@ pub struct Receive {
     pub direct: Option<Announced>,
     /// Its note, where claimed before the real receive completed ([`crate::direct::claim_early`]).
     pub early: Option<Early>,
+    /// Its unpack launched armed ([`crate::direct::open_channel`]), until settled or called off.
+    pub armed: Option<Armed>,
 }
 
 impl Receive {

@@ -384,6 +384,7 @@ pub unsafe fn prepare_recv(
             op,
             direct: None,
             early: None,
+            armed: None,
         }),
         Err(e) => {
             log!("{op}: passes through: {e}");
@@ -462,11 +463,18 @@ pub unsafe fn finish_recvs(mut done: Vec<(Receive, *const ffi::MPI_Status)>) -> 
                 Finish::Pulled(..) => Ok(r.plan.packed_size()),
                 Finish::Bytes => enqueue_finish(r, *status, batch),
                 Finish::Pull(peer, _, lent) => enqueue_pull(r, *peer, lent, batch, &mut waited),
+                // The armed unpack is on the stream already ([`direct::open_channel`]).
+                Finish::Channel(..) => Ok(r.plan.packed_size()),
             },
         )
     };
-    for (_, d) in &items {
-        if let Finish::Pull(peer, k, _) | Finish::Pulled(peer, k) = d {
+    let mut settled = settled;
+    for (((r, _), d), s) in items.iter_mut().zip(settled.iter_mut()) {
+        if let (Finish::Channel(..), Ok(_)) = (&*d, &*s) {
+            // Unpacked again where the armed unpack gave up before its flag came.
+            *s = guarded(|| Some(direct::settle_channel(r))).unwrap_or(Err(ERR_INTERN));
+        }
+        if let Finish::Pull(peer, k, _) | Finish::Pulled(peer, k) | Finish::Channel(peer, k) = d {
             // The unpack was waited for: the peer may reuse its staging.
             guard(|| direct::done(*peer, *k));
         }

@@ -105,7 +105,12 @@ impl Device {
             .map_err(|_: Vec<CudaFunction>| invalid(op, format!("expected {N} kernels")))
     }
 
-    fn check_context(&self, op: &'static str, what: &str, ctx: &CudaContext) -> Result<()> {
+    pub(super) fn check_context(
+        &self,
+        op: &'static str,
+        what: &str,
+        ctx: &CudaContext,
+    ) -> Result<()> {
         if ctx.cu_ctx() != self.ctx.cu_ctx() {
             return Err(invalid(
                 op,
@@ -142,7 +147,8 @@ pub(super) struct Kernels<const N: usize> {
 }
 
 /// What a kernel generator produced: CUDA source and the names of its `N` kernels, each taking
-/// `(const unsigned char* src, unsigned char* dst)`.
+/// `(const unsigned char* src, unsigned char* dst)` (the channel kernels take more after them,
+/// and are launched only by [`super::channel`]).
 pub(super) trait KernelSource<const N: usize> {
     fn source(&self) -> &str;
     fn names(&self) -> [&str; N];
@@ -493,7 +499,7 @@ pub(super) fn check_lengths(
 }
 
 /// Refuses a null device address on a raw call that moves bytes (no allocation starts at 0).
-fn check_addresses(op: &'static str, src: CUdeviceptr, dst: CUdeviceptr) -> Result<()> {
+pub(super) fn check_addresses(op: &'static str, src: CUdeviceptr, dst: CUdeviceptr) -> Result<()> {
     for (what, p) in [("source", src), ("destination", dst)] {
         if p == 0 {
             return Err(invalid(op, format!("the {what} address is null")));

@@ -8,6 +8,7 @@
 //! | [`FusedPacker`] | many [`Region`](crate::fused::Region)s (a halo's faces) packed or unpacked in one launch |
 //! | [`Batch`] | launches of several packers (`record_pack_raw`/`record_unpack_raw`) launched together as one CUDA graph |
 //! | [`FusedCopier`] | many [`CopyRegion`](crate::fused::CopyRegion)s copied strided to strided in one launch, between two buffers or within one |
+//! | [`launch_channel`] | a plan's pack that signals a flag once every block has packed ([`ChannelSend`]) and a plan's unpack that waits on the GPU for such a flag ([`ChannelRecv`]), launched together as one CUDA graph: a message between two processes on two GPUs ordered on the GPUs |
 //! | `compile` | NVRTC with an in-memory cache keyed by (source, arch, options) and an optional on-disk cache |
 //!
 //! One module per concern inside, every public item re-exported here:
@@ -23,6 +24,7 @@
 //! | `fused_launch` | what the fused launchers add: the grid budget shared out among the regions before their source is generated |
 //! | `fused_packer` | [`FusedPacker`] |
 //! | `fused_copier` | [`FusedCopier`] |
+//! | `channel` | [`launch_channel`]: the channel kernels of a [`Packer`] and their kept graphs |
 //!
 //! # Loading the CUDA libraries
 //!
@@ -99,6 +101,7 @@
 //! addresses belong to the context, hold the lengths given and are not in use by other work is
 //! the caller's promise.
 
+mod channel;
 mod compile;
 mod driver;
 mod fused_copier;
@@ -111,6 +114,7 @@ mod relaunch;
 
 pub use cudarc;
 
+pub use channel::{launch_channel, ChannelRecv, ChannelSend};
 pub use compile::{
     clear_memory_cache, compile, nvrtc_available, nvrtc_options, nvrtc_version, CACHE_ENV,
 };

@@ -41,6 +41,9 @@ use super::relaunch::Batch;
 pub struct Packer {
     /// The kernel sets of the plan, one per word size.
     launcher: Launcher<u32, 2>,
+    /// Its channel kernels, one set per word size, compiled on first use
+    /// ([`super::channel`]).
+    pub(super) channel: Launcher<u32, 2>,
     plan: StridedBlock,
 }
 
@@ -77,8 +80,10 @@ impl Packer {
     ) -> Result<Self> {
         const OP: &str = "Packer::new";
         guard(OP, || {
+            let dev = Device::new(OP, ctx, options)?;
             let p = Self {
-                launcher: Launcher::new(Device::new(OP, ctx, options)?),
+                launcher: Launcher::new(dev.clone()),
+                channel: Launcher::new(dev),
                 plan: plan.clone(),
             };
             if !plan.is_empty() {

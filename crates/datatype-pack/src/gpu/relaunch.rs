@@ -103,22 +103,33 @@ fn node_params(
                 (s as *mut CUdeviceptr).cast(),
                 (d as *mut CUdeviceptr).cast(),
             ];
-            sys::CUDA_KERNEL_NODE_PARAMS {
-                func: l.func.cu_function(),
-                gridDimX: l.grid[0],
-                gridDimY: l.grid[1],
-                gridDimZ: l.grid[2],
-                blockDimX: l.block[0],
-                blockDimY: l.block[1],
-                blockDimZ: l.block[2],
-                sharedMemBytes: 0,
-                kernelParams: p.as_mut_ptr(),
-                extra: std::ptr::null_mut(),
-                kern: std::ptr::null_mut(),
-                ctx: std::ptr::null_mut(),
-            }
+            kernel_node(&l.func, l.grid, l.block, p)
         })
         .collect()
+}
+
+/// The driver's parameters of a kernel node launching `func` with `grid` and `block`, its
+/// arguments pointed at by `args` (which must outlive their use).
+pub(super) fn kernel_node(
+    func: &CudaFunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    args: &mut [*mut c_void],
+) -> sys::CUDA_KERNEL_NODE_PARAMS {
+    sys::CUDA_KERNEL_NODE_PARAMS {
+        func: func.cu_function(),
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: 0,
+        kernelParams: args.as_mut_ptr(),
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    }
 }
 
 impl KernelGraph {
@@ -228,7 +239,7 @@ impl Drop for KernelGraph {
 /// The legacy default stream (the null handle) never is: the driver refuses to capture it,
 /// and where another stream captures in a mode that forbids work on it, a direct launch fails
 /// as the graph's would; it is not asked (a driver call saved on every launch).
-fn launchable(stream: &CudaStream) -> bool {
+pub(super) fn launchable(stream: &CudaStream) -> bool {
     stream.cu_stream().is_null()
         || matches!(
             stream.capture_status(),

@@ -752,6 +752,82 @@ static void halo(const char *name, int test, enum halo_how how) {
   free(h); free(want); free(got);
 }
 
+/* A loop of MPI_Sendrecv of one x face (8-byte blocks) around the ring, new data each round,
+ * the ranks in step (a barrier before each round), every round checked against
+ * MPI_Pack/MPI_Unpack of host copies. With the direct path's
+ * channels on, they open from the third round; rounds that break them on the way: another call
+ * on odd ranks (MPI_Irecv/MPI_Isend into a waiting MPI_Sendrecv), a face of another size, a
+ * receive into host memory on odd ranks. The loop goes on after each. */
+static void channel_loop(const char *name, int test) {
+  const int n[3] = {34, 66, 10};
+  size_t bytes = (size_t)n[0] * n[1] * n[2] * sizeof(double);
+  MPI_Datatype face[2], ghost[2]; /* [1]: half the face, another packed size */
+  for (int v = 0; v < 2; v++) {
+    int sub[3] = {v ? (n[0] - 2) / 2 : n[0] - 2, n[1] - 2, 1};
+    int fs[3] = {1, 1, n[2] - 2}, gs[3] = {1, 1, 0};
+    MPI_Type_create_subarray(3, n, sub, fs, MPI_ORDER_C, MPI_DOUBLE, &face[v]);
+    MPI_Type_create_subarray(3, n, sub, gs, MPI_ORDER_C, MPI_DOUBLE, &ghost[v]);
+    MPI_Type_commit(&face[v]);
+    MPI_Type_commit(&ghost[v]);
+  }
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks, odd = rank % 2;
+  uint8_t *h = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes), *peer = malloc(bytes);
+  void *g = dev_alloc(bytes, dev());
+  int ok = 1;
+  uint64_t sum = 0;
+  for (int round = 0; round < 24; round++) {
+    int t = test + 1000 * round, v = round == 10;
+    int other_call = round == 6 && odd, host_recv = round == 14 && odd && dev();
+    fill(h, bytes, rank, t);
+    upload(g, h, bytes, dev());
+    void *rbuf = g;
+    if (host_recv) {
+      rbuf = malloc(bytes);
+      memcpy(rbuf, h, bytes);
+    }
+    int round_ok = 1;
+    /* In step, as a halo code's time steps are: every ready message comes in time. */
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (other_call) {
+      MPI_Request rq[2];
+      MPI_Irecv(rbuf, 1, ghost[v], prev, test, MPI_COMM_WORLD, &rq[0]);
+      MPI_Isend(g, 1, face[v], next, test, MPI_COMM_WORLD, &rq[1]);
+      MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+    } else {
+      MPI_Status st;
+      int cnt = -1;
+      MPI_Sendrecv(g, 1, face[v], next, test, rbuf, 1, ghost[v], prev, test, MPI_COMM_WORLD, &st);
+      MPI_Get_count(&st, ghost[v], &cnt);
+      round_ok &= cnt == 1 && st.MPI_SOURCE == prev && st.MPI_TAG == test;
+    }
+    if (host_recv) {
+      memcpy(got, rbuf, bytes);
+      free(rbuf);
+    } else {
+      download(got, g, bytes, dev());
+    }
+    memcpy(want, h, bytes);
+    fill(peer, bytes, prev, t);
+    int psize, pos = 0, up = 0;
+    PMPI_Pack_size(1, face[v], MPI_COMM_WORLD, &psize);
+    uint8_t *packed = malloc((size_t)psize);
+    PMPI_Pack(peer, 1, face[v], packed, psize, &pos, MPI_COMM_WORLD);
+    PMPI_Unpack(packed, pos, &up, want, 1, ghost[v], MPI_COMM_WORLD);
+    free(packed);
+    round_ok &= memcmp(got, want, bytes) == 0;
+    if (!round_ok) fprintf(stderr, "rank %d: %s differs in round %d\n", rank, name, round);
+    ok &= round_ok;
+    sum ^= fnv(got, bytes) + (uint64_t)round;
+  }
+  report(name, ok, sum);
+  for (int v = 0; v < 2; v++) {
+    MPI_Type_free(&face[v]);
+    MPI_Type_free(&ghost[v]);
+  }
+  dev_free(g, dev());
+  free(h); free(want); free(got); free(peer);
+}
+
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) if (strcmp(argv[i], "--host-mpi") == 0) host_mpi = 1;
 #ifdef USE_CUDA
@@ -895,6 +971,7 @@ int main(int argc, char **argv) {
   halo("halo-3d-isend-irecv-waitall", 13 * 16, HALO_ISEND);
   halo("halo-3d-sendrecv", 13 * 16 + 1, HALO_SENDRECV);
   halo("halo-3d-startall-waitall", 13 * 16 + 2, HALO_PERSISTENT);
+  channel_loop("sendrecv-face-loop", 13 * 16 + 3);
   /* Last: after a cancel the interposer's direct path stops on this rank. */
   free_and_cancel(column, 14 * 16);
   same_tag("same-tag-after-a-cancel", column, 14 * 16 + 8);
