@@ -100,6 +100,11 @@ pub struct Run {
     /// Whether, on 2 ranks or more, the log must also show a message that came through a
     /// channel (`COLLECTIVES_INTERPOSE_CHANNEL=shared`, which opens them on one GPU too).
     pub expect_channel: bool,
+    /// Whether channels open between GPUs only (`COLLECTIVES_INTERPOSE_CHANNEL=1`): on 2 ranks
+    /// or more, its log must show a message through a channel where the machine has two GPUs
+    /// or more (the check program puts neighbours on different ones), and none where it has
+    /// one.
+    pub channels_across: bool,
 }
 
 fn new_run(label: &str, device_build: bool, preload: bool, cuda_aware: bool) -> Run {
@@ -114,6 +119,7 @@ fn new_run(label: &str, device_build: bool, preload: bool, cuda_aware: bool) -> 
         expect_direct: false,
         expect_write: false,
         expect_channel: false,
+        channels_across: false,
     }
 }
 
@@ -143,6 +149,12 @@ impl Run {
     fn channels(mut self) -> Self {
         self.expect_channel = true;
         self.with("COLLECTIVES_INTERPOSE_CHANNEL", "shared")
+    }
+
+    /// A direct run with channels between GPUs only ([`Run::channels_across`]).
+    fn channels_across(mut self) -> Self {
+        self.channels_across = true;
+        self.with("COLLECTIVES_INTERPOSE_CHANNEL", "1")
     }
 
     fn arg(mut self, a: &str) -> Self {
@@ -241,9 +253,9 @@ pub fn device_runs(cuda_aware_mpirun: bool) -> Vec<Run> {
                 true,
             )
             .with("COLLECTIVES_INTERPOSE_DIRECT", "1")
-            .with("COLLECTIVES_INTERPOSE_CHANNEL", "1")
             .with("COLLECTIVES_INTERPOSE_LOG", "1")
-            .direct(),
+            .direct()
+            .channels_across(),
             new_run(
                 "device, CUDA-aware MPI, preloaded, direct path, channels",
                 true,
@@ -448,6 +460,10 @@ pub fn launch(r: &Run, s: &Setup, ranks: u32) -> Option<Launch> {
 /// Runs `runs` at each of `ranks` and counts them.
 pub fn run_all(runs: &[Run], s: &Setup, ranks: &[u32]) -> Tally {
     let mut tally = Tally::default();
+    let gpus = match gpu::detect() {
+        gpu::Gpus::Found { count, .. } => count,
+        gpu::Gpus::Absent { .. } => 0,
+    };
     for &k in ranks {
         let mut reference: Option<(String, Vec<String>)> = None;
         for r in runs {
@@ -500,6 +516,19 @@ pub fn run_all(runs: &[Run], s: &Setup, ranks: &[u32]) -> Tally {
                     } else {
                         tally.fail(1, format!("{what}: {missing}"));
                     }
+                }
+            }
+            if r.channels_across && k > 1 && gpus > 0 {
+                match (gpus > 1, out.contains(CHANNEL_MARK)) {
+                    (true, false) => tally.fail(
+                        1,
+                        format!("{what}: no message came through a channel between {gpus} GPUs"),
+                    ),
+                    (false, true) => tally.fail(
+                        1,
+                        format!("{what}: a channel opened between the ranks of one GPU"),
+                    ),
+                    _ => tally.pass(1),
                 }
             }
             match &reference {
