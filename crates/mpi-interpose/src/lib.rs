@@ -5,6 +5,7 @@
 //! | layer | module | what it does |
 //! |---|---|---|
 //! | direct | `direct`, `target`, `ipc`, `shm` | on one node, a send's device staging lent to its receiver, which unpacks from it over CUDA IPC after the sender's event, or (the write landing) the send's kernel writing straight into a receive buffer its receiver offered; paired with its receive by message order (a blocking pair with no message through the MPI at all); the counting of every send and receive on `MPI_COMM_WORLD`; the protocol's shared-memory mailboxes |
+//! | channels | `direct::channels`, `channel` | opt-in: per pair and tag, an `MPI_Sendrecv` of short blocks launching its pack into a slot and its unpack from the peer's, armed, as one graph at its start, ordered on the GPUs by flags (the protocol; the words, the launches and the call-off) |
 //! | counted | `counted` | the other send modes, `MPI_Sendrecv_replace`, matched probes, `MPI_Cancel`: counted for the direct path; the probes: their messages' senders told to send bytes; then the real call |
 //! | symbols | `intercept` | `MPI_Finalize`, `MPI_Type_commit`/`_free`, `MPI_Pack`/`_Unpack`/`_Pack_size`, `MPI_Send`/`_Recv`/`_Isend`/`_Irecv`/`_Sendrecv`, `MPI_Send_init`/`_Recv_init`/`_Start`/`_Startall`, the waits and tests, `MPI_Request_get_status`, `MPI_Request_free`: the interposer's path or `PMPI_*` |
 //! | messages | `message` | what both paths share of a message: how a call is taken, a receive's target and its direct-path state, the packed bytes' MPI type |
