@@ -226,8 +226,8 @@ fn check_word(
 /// The kernels of one plan at one word size: CUDA C source and the names of its two
 /// `extern "C"` kernels, `pack(const unsigned char* src, unsigned char* dst)` and
 /// `unpack(const unsigned char* src, unsigned char* dst)` (both take the buffers' base
-/// addresses; the plan's start offset is baked in). [`generate_channel`]'s take more
-/// arguments after these two.
+/// addresses; the plan's start offset is baked in). The channel kernels of a plan
+/// ([`generate_channel`]) are a [`ChannelKernels`]: they take more arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanKernels {
     source: String,
@@ -264,6 +264,60 @@ impl PlanKernels {
     /// launch with its [`block`](LaunchShape::block) (baked into the code) and any grid,
     /// [`grid`](LaunchShape::grid) or smaller ([`cap_grid`]). A no-op shape means the plan is
     /// empty: launch nothing.
+    pub fn shape(&self) -> &LaunchShape {
+        &self.shape
+    }
+
+    /// Bytes per word.
+    pub fn word_size(&self) -> u32 {
+        self.shape.word_size()
+    }
+}
+
+/// The channel kernels of one plan at one word size ([`generate_channel`]): CUDA C source and
+/// the names of its two `extern "C"` kernels, a pack that signals a flag once every thread
+/// block has packed and an unpack that waits for such a flag. They take the plan kernels' two
+/// buffers and more arguments after them, so they are a type of their own: code that launches
+/// a [`PlanKernels`] with two arguments cannot be handed them by mistake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelKernels {
+    source: String,
+    pack_name: String,
+    unpack_name: String,
+    shape: LaunchShape,
+}
+
+impl ChannelKernels {
+    /// The CUDA C source (no `#include`).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Name of the kernel that packs and signals: `(const unsigned char* src, unsigned char*
+    /// dst, unsigned long long seq, unsigned int* arrived, unsigned long long* flag)`.
+    pub fn pack_name(&self) -> &str {
+        &self.pack_name
+    }
+
+    /// Name of the kernel that waits and unpacks: `(const unsigned char* src, unsigned char*
+    /// dst, unsigned long long seq, const unsigned long long* flag, const unsigned long long*
+    /// cancel, unsigned long long* gave_up, unsigned long long patience_ns)`.
+    pub fn unpack_name(&self) -> &str {
+        &self.unpack_name
+    }
+
+    /// Name of the kernel for `dir`.
+    pub fn name(&self, dir: Direction) -> &str {
+        match dir {
+            Direction::Pack => &self.pack_name,
+            Direction::Unpack => &self.unpack_name,
+        }
+    }
+
+    /// The launch shape the kernels implement, the plan kernels' ([`PlanKernels::shape`]):
+    /// launch with its [`block`](LaunchShape::block) and any grid, [`grid`](LaunchShape::grid)
+    /// or smaller. A no-op shape means the plan is empty: there is nothing to launch, and no
+    /// kernel to store the flag (`gpu::launch_channel` refuses such a plan).
     pub fn shape(&self) -> &LaunchShape {
         &self.shape
     }
@@ -412,8 +466,8 @@ fn bodies(
 /// [`LaunchShape::for_plan`] under `limits`: the plan's pack followed by a store into a flag once
 /// every thread block has packed, and the plan's unpack preceded by a wait for that flag. Two
 /// processes on two GPUs order a pack and the peer's unpack with them, both launched at once.
-/// Their names are the plan kernels' with `chan_` after `dtp_`; they take more arguments than
-/// [`PlanKernels`]' two:
+/// Their names are the plan kernels' with `chan_` after `dtp_` (the same hash); they take more
+/// arguments than [`PlanKernels`]' two:
 ///
 /// - pack: `(const unsigned char* src, unsigned char* dst, unsigned long long seq,
 ///   unsigned int* arrived, unsigned long long* flag)`: the plan's pack; then every thread
@@ -424,8 +478,15 @@ fn bodies(
 ///   unsigned long long* gave_up, unsigned long long patience_ns)`: one thread of each block
 ///   waits until `*flag >= seq` (then the block unpacks), or `*cancel >= seq`, or `patience_ns`
 ///   of the GPU's clock have passed (then it stores `seq` into `gave_up`); a block that does
-///   not unpack writes nothing. The packed side is read after the flag, without
-///   `__restrict__` (through the coherent path: another GPU writes it while the kernel waits).
+///   not unpack writes nothing. The flag is checked first, so a flag and a call-off word both
+///   at `seq` unpack. Each block decides for itself: a launch called off or given up while its
+///   flag arrived may have unpacked some blocks and not others. The waiting thread fences
+///   system-wide after the flag (its writer is another GPU), and the packed side is read after
+///   that fence and a barrier, without `__restrict__` (through the coherent path: another GPU
+///   writes it while the kernel waits).
+///
+/// The kernels are only of use for a plan with something to move: for an empty plan (a no-op
+/// [`shape`](ChannelKernels::shape)) nothing is launched, so nothing would store the flag.
 ///
 /// # Errors
 /// As [`generate_with_limits`].
@@ -433,7 +494,7 @@ pub fn generate_channel(
     plan: &StridedBlock,
     word_size: u32,
     limits: &LaunchLimits,
-) -> Result<PlanKernels> {
+) -> Result<ChannelKernels> {
     let b = bodies("codegen::generate_channel", plan, word_size, limits, true)?;
     let pack_name = format!("dtp_chan_pack_{:016x}", b.hash);
     let unpack_name = format!("dtp_chan_unpack_{:016x}", b.hash);
@@ -474,14 +535,15 @@ pub fn generate_channel(
          \x20           if (dtp_clock() - t0 > patience_ns) {{ *(volatile dtp_u64*)gave_up = seq; break; }}\n\
          \x20       }}\n\
          \x20       go = g;\n\
-         \x20       __threadfence();\n\
+         \x20       // Acquire: the flag's writer is another GPU, so the fence is system-wide.\n\
+         \x20       __threadfence_system();\n\
          \x20   }}\n\
          \x20   __syncthreads();\n\
          \x20   if (go) {{\n\
          \x20       dtp_body_unpack(src, dst, {args});\n\
          \x20   }}\n}}\n"
     );
-    Ok(PlanKernels {
+    Ok(ChannelKernels {
         source: src,
         pack_name,
         unpack_name,
@@ -1387,11 +1449,16 @@ mod tests {
     #[test]
     fn channel_kernels_wrap_the_plan_bodies() {
         let flat = StridedBlock::new(0, 4 << 20, vec![], vec![]).unwrap();
+        let mut flats = Vec::new();
         for (p, w) in [(plan(), 8), (flat, 16)] {
             let c = generate_channel(&p, w, &LaunchLimits::CUDA).unwrap();
             let k = generate(&p, w).unwrap();
             assert_eq!(c, generate_channel(&p, w, &LaunchLimits::CUDA).unwrap());
             assert_eq!(c.shape(), k.shape());
+            assert_eq!(c.word_size(), w);
+            assert_eq!(c.name(Direction::Pack), c.pack_name());
+            assert_eq!(c.name(Direction::Unpack), c.unpack_name());
+            flats.push(c.shape().is_flat());
             let s = c.source();
             assert!(!s.contains("#include"));
             // Named by the plan's hash, beside the plan's own kernels.
@@ -1412,6 +1479,11 @@ mod tests {
                 "if (*(const volatile dtp_u64*)cancel >= seq) break;".to_string(),
                 "*(volatile dtp_u64*)gave_up = seq;".to_string(),
                 "mov.u64 %0, %%globaltimer;".to_string(),
+                // The pack's release (every thread, then the last block) and the unpack's
+                // acquire after the flag, all system-wide.
+                "    __threadfence_system();\n    __syncthreads();".to_string(),
+                "*arrived = 0u;\n            __threadfence_system();\n            *(volatile dtp_u64*)flag = seq;".to_string(),
+                "go = g;\n        // Acquire: the flag's writer is another GPU, so the fence is system-wide.\n        __threadfence_system();\n    }\n    __syncthreads();\n    if (go) {\n        dtp_body_unpack(src, dst,".to_string(),
             ] {
                 assert!(s.contains(&needle), "{needle} missing from\n{s}");
             }
@@ -1425,6 +1497,7 @@ mod tests {
             assert_eq!(count('{'), count('}'));
             assert_eq!(count('('), count(')'));
         }
+        assert_eq!(flats, [false, true], "by axes, then flat");
         assert!(generate_channel(&plan(), 3, &LaunchLimits::CUDA).is_err());
     }
 

@@ -1,9 +1,10 @@
 //! The channel kernels ([`gpu::launch_channel`]) against the CPU reference on one GPU: a pack
 //! that signals its flag once every block has packed; an unpack released by its flag (set
 //! before, or later from another stream), called off, given up; both as one graph in a loop,
-//! a flag from an older message never releasing; the checks before a launch. Every byte of the
-//! buffers is compared, so bytes a kernel must not touch are checked too. Needs a CUDA device:
-//! run with `--ignored`.
+//! a flag from an older message never releasing; on a stream being captured; the checks before
+//! a launch. Every byte of the buffers is compared, so bytes a kernel must not touch are checked
+//! too. Needs a CUDA device: run with
+//! `cargo test -p datatype-pack --test gpu_channel -- --ignored`.
 #![cfg(feature = "cuda")]
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -12,7 +13,7 @@ use std::time::Duration;
 use datatype_pack::gpu::cudarc::driver::sys;
 use datatype_pack::gpu::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use datatype_pack::gpu::{self, ChannelRecv, ChannelSend, Packer};
-use datatype_pack::{cpu, Error, StridedBlock};
+use datatype_pack::{cpu, Error, LaunchLimits, LaunchShape, StridedBlock};
 
 /// The tests one at a time: they share the legacy stream, and a kernel waiting there for a word
 /// another test's thread writes would wait behind that test's own waiting kernel, or its thread
@@ -28,15 +29,64 @@ fn ctx() -> Arc<CudaContext> {
         .clone()
 }
 
-/// The layouts: an x face of 8-byte blocks (many thread blocks), rows of 2 KiB, odd 3-byte
-/// blocks (1-byte words), 32-byte blocks (16-byte words).
+/// The layouts, flat and by axes, in words of 1 to 16 bytes (in buffers aligned to 256 bytes,
+/// as every allocation is): an x face of 8-byte blocks 1 KiB apart (many thread blocks), rows
+/// of 2 KiB, odd 3-byte blocks (1-byte words), 32-byte blocks, 6- and 12-byte blocks (2- and
+/// 4-byte words), 8 MiB contiguous (more thread blocks than one wave of the device holds, so
+/// the unpack's grid is capped below the pack's); by axes, blocks of 24, 48, 5 and 6 bytes in
+/// three dimensions and 4 KiB blocks in four. [`coverage`] checks that they are so.
 fn plans() -> Vec<StridedBlock> {
     vec![
         StridedBlock::new(8, 8, vec![128, 128], vec![1024, 131_072]).unwrap(),
         StridedBlock::new(0, 2048, vec![64], vec![4096]).unwrap(),
         StridedBlock::new(3, 3, vec![17, 5], vec![7, 200]).unwrap(),
         StridedBlock::new(0, 32, vec![100], vec![48]).unwrap(),
+        StridedBlock::new(2, 6, vec![300, 7], vec![10, 4000]).unwrap(),
+        StridedBlock::new(4, 12, vec![40, 3], vec![20, 900]).unwrap(),
+        StridedBlock::new(16, 8 << 20, vec![], vec![]).unwrap(),
+        StridedBlock::new(8, 24, vec![20, 10, 6], vec![40, 1000, 12_000]).unwrap(),
+        StridedBlock::new(0, 48, vec![2000, 4, 3], vec![64, 130_000, 600_000]).unwrap(),
+        StridedBlock::new(1, 5, vec![7, 3, 4], vec![9, 100, 400]).unwrap(),
+        StridedBlock::new(2, 6, vec![50, 3, 4], vec![8, 500, 1600]).unwrap(),
+        StridedBlock::new(
+            16,
+            4096,
+            vec![10, 3, 2, 2],
+            vec![8192, 100_000, 1_000_000, 3_000_000],
+        )
+        .unwrap(),
     ]
+}
+
+/// Checks that [`plans`] cover what they claim: every word size, both mappings, grids of
+/// several thread blocks, and one grid past a wave of the device (the unpack's capped below
+/// the pack's, [`Packer::launch_dims`] giving the pack's).
+fn coverage() {
+    let (mut words, mut flat, mut by_axes, mut multi, mut past_wave) =
+        (Vec::new(), false, false, false, false);
+    let residency = gpu::Residency::of(&ctx()).unwrap();
+    let limits = LaunchLimits {
+        max_threads_per_block: gpu::GpuOptions::default().max_threads_per_block,
+        ..LaunchLimits::CUDA
+    };
+    for plan in plans() {
+        let w = plan.word_size(256, 256);
+        let shape = LaunchShape::for_plan(&plan, w, &limits).unwrap();
+        words.push(w);
+        flat |= shape.is_flat();
+        by_axes |= !shape.is_flat();
+        let (grid, block) = Packer::new(&ctx(), &plan).unwrap().launch_dims(w).unwrap();
+        assert_eq!(block, shape.block());
+        let blocks: u64 = grid.iter().map(|&g| u64::from(g)).product();
+        multi |= blocks > 1 && !shape.is_flat();
+        past_wave |= blocks > residency.wave(shape.threads_per_block());
+    }
+    words.sort_unstable();
+    words.dedup();
+    assert_eq!(words, [1, 2, 4, 8, 16], "every word size");
+    assert!(flat && by_axes, "both mappings");
+    assert!(multi, "a grid of several blocks by axes");
+    assert!(past_wave, "a grid past one wave");
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -184,6 +234,7 @@ fn launch_recv(stream: &Arc<CudaStream>, packer: &Packer, r: &ChannelRecv) -> Re
 #[ignore = "needs a CUDA device"]
 fn the_pack_signals_once_every_block_packed() {
     let _one = serial();
+    coverage();
     let stream = ctx().default_stream();
     for (i, plan) in plans().iter().enumerate() {
         let packer = Packer::new(&ctx(), plan).unwrap();
@@ -235,17 +286,23 @@ fn the_unpack_is_released_by_its_flag_set_before() {
     let stream = ctx().default_stream();
     for (i, plan) in plans().iter().enumerate() {
         let packer = Packer::new(&ctx(), plan).unwrap();
-        let mut r = Recv::new(&stream, plan, 7 + i as u64);
-        // A flag past the message releases it too.
-        stream.memcpy_htod(&[9u64], &mut r.flag).unwrap();
-        launch_recv(&stream, &packer, &r.args(&stream, 8, 2_000_000_000)).unwrap();
-        stream.synchronize().unwrap();
-        same(
-            &r.strided_now(&stream),
-            &r.unpacked(plan),
-            &format!("plan {i}"),
-        );
-        assert_eq!(read(&stream, &r.gave_up), 0, "plan {i}: no give-up");
+        // The flag at the message, or past it (a later message's), releases it.
+        for flag in [8u64, 9] {
+            let mut r = Recv::new(&stream, plan, 7 + i as u64 + flag);
+            stream.memcpy_htod(&[flag], &mut r.flag).unwrap();
+            launch_recv(&stream, &packer, &r.args(&stream, 8, 2_000_000_000)).unwrap();
+            stream.synchronize().unwrap();
+            same(
+                &r.strided_now(&stream),
+                &r.unpacked(plan),
+                &format!("plan {i}, flag {flag}"),
+            );
+            assert_eq!(
+                read(&stream, &r.gave_up),
+                0,
+                "plan {i}, flag {flag}: no give-up"
+            );
+        }
     }
 }
 
@@ -261,7 +318,7 @@ fn the_unpack_waits_for_a_flag_set_later_from_another_stream() {
         // The flag of the message before does not release it.
         stream.memcpy_htod(&[4u64], &mut r.flag).unwrap();
         stream.synchronize().unwrap();
-        launch_recv(&stream, &packer, &r.args(&stream, 5, 10_000_000_000)).unwrap();
+        launch_recv(&stream, &packer, &r.args(&stream, 5, 2_000_000_000)).unwrap();
         write_later(
             side,
             host,
@@ -403,6 +460,82 @@ fn pack_and_unpack_as_one_graph_round_trip_message_after_message() {
                 "plan {i}, message {seq}: no give-up"
             );
         }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_stream_being_captured_gets_both_kernels_in_its_graph() {
+    let _one = serial();
+    let cap = ctx().new_stream().unwrap();
+    for (i, plan) in plans().iter().enumerate() {
+        let packer = Packer::new(&ctx(), plan).unwrap();
+        let packed = plan.packed_size() as usize;
+        let extent = plan.extent_end() as usize + 64;
+        let host = pattern(extent, 5000 + i as u64);
+        let init: Vec<u8> = (0..extent).map(|b| 0xC3 ^ (b as u8)).collect();
+        let src = cap.clone_htod(&host).unwrap();
+        let dst = cap.clone_htod(&init).unwrap();
+        let slot = cap.alloc_zeros::<u8>(packed).unwrap();
+        let arrived = cap.alloc_zeros::<u32>(1).unwrap();
+        let flag = cap.alloc_zeros::<u64>(1).unwrap();
+        let cancel = cap.alloc_zeros::<u64>(1).unwrap();
+        let gave_up = cap.alloc_zeros::<u64>(1).unwrap();
+        // The addresses before the capture (cudarc's guards record events, which a capture
+        // does not allow from outside), and the kernels compiled and loaded before it too.
+        let (sp, dp, slot_p) = (addr(&src, &cap), addr(&dst, &cap), addr(&slot, &cap));
+        packer.prepare_channel(plan.word_size(sp, slot_p)).unwrap();
+        packer.prepare_channel(plan.word_size(dp, slot_p)).unwrap();
+        let send = ChannelSend {
+            src: sp,
+            src_len: extent,
+            dst: slot_p,
+            dst_len: packed,
+            seq: 1,
+            arrived: addr(&arrived, &cap),
+            flag: addr(&flag, &cap),
+        };
+        let recv = ChannelRecv {
+            src: slot_p,
+            src_len: packed,
+            dst: dp,
+            dst_len: extent,
+            seq: 1,
+            flag: send.flag,
+            cancel: addr(&cancel, &cap),
+            gave_up: addr(&gave_up, &cap),
+            patience_ns: 2_000_000_000,
+        };
+        cap.synchronize().unwrap();
+        cap.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .unwrap();
+        // SAFETY: live allocations of this context of the lengths given, used by nothing else
+        // until the graph has run on `cap` (synchronized below); the slot is written by the
+        // pack only and read by the unpack after its flag.
+        let launched =
+            unsafe { gpu::launch_channel(&cap, Some((&packer, &send)), Some((&packer, &recv))) };
+        let graph = cap.end_capture(sys::CUgraphInstantiate_flags(0));
+        launched.unwrap();
+        let graph = graph.unwrap().expect("the capture holds the two kernels");
+        graph.launch().unwrap();
+        cap.synchronize().unwrap();
+        let mut want = init.clone();
+        let mut p = vec![0u8; packed];
+        cpu::pack(plan, &host, &mut p).unwrap();
+        cpu::unpack(plan, &p, &mut want).unwrap();
+        same(&cap.clone_dtoh(&dst).unwrap(), &want, &format!("plan {i}"));
+        same(
+            &cap.clone_dtoh(&slot).unwrap(),
+            &p,
+            &format!("plan {i}: the slot"),
+        );
+        assert_eq!(read(&cap, &flag), 1, "plan {i}: the flag says the message");
+        assert_eq!(read(&cap, &gave_up), 0, "plan {i}: no give-up");
+        assert_eq!(
+            cap.clone_dtoh(&arrived).unwrap(),
+            [0],
+            "plan {i}: counter set back"
+        );
     }
 }
 

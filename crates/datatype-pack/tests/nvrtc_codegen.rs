@@ -76,6 +76,60 @@ fn generated_sources_compile() {
     gpu::compile(k.source(), "sm_90", &[]).unwrap_or_else(|e| panic!("{e}\n{}", k.source()));
 }
 
+/// The PTX of the entry `name` in `ptx`: from its `.entry` line to the next entry (or the end).
+fn entry<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let at = ptx
+        .find(&format!(".entry {name}("))
+        .unwrap_or_else(|| panic!("no entry {name} in\n{ptx}"));
+    let rest = &ptx[at..];
+    let end = rest[1..].find(".entry ").map_or(rest.len(), |e| e + 1);
+    &rest[..end]
+}
+
+#[test]
+fn channel_sources_compile_with_their_fences_and_volatile_words() {
+    if !have_nvrtc() {
+        return;
+    }
+    for p in plans().into_iter().filter(|p| !p.is_empty()) {
+        for w in [1u32, 2, 4, 8, 16] {
+            if w > p.word_size(0, 0) {
+                continue;
+            }
+            let k = codegen::generate_channel(&p, w, &LaunchLimits::CUDA).unwrap();
+            gpu::compile(k.source(), "sm_90", &[])
+                .unwrap_or_else(|e| panic!("{e}\n{}", k.source()));
+            let ptx = gpu::compile(k.source(), "compute_90", &[]).unwrap();
+            let ptx = String::from_utf8_lossy(&ptx);
+            if let Ok(dir) = std::env::var("DTP_DUMP_DIR") {
+                let name = format!("{dir}/{}.ptx", k.pack_name());
+                std::fs::write(&name, ptx.as_bytes()).unwrap();
+                std::fs::write(format!("{dir}/{}.cu", k.pack_name()), k.source()).unwrap();
+            }
+            let (pack, unpack) = (entry(&ptx, k.pack_name()), entry(&ptx, k.unpack_name()));
+            // The pack: system-wide fences, the block count, the flag stored as it is.
+            assert!(
+                pack.contains("fence.sc.sys") || pack.contains("membar.sys"),
+                "{p:?} in {w}-byte words: no system-wide fence in\n{pack}"
+            );
+            assert!(pack.contains("atom.global.add.u32") || pack.contains("atom.add.u32"));
+            assert!(pack.contains("st.volatile.global.u64") || pack.contains("st.volatile.u64"));
+            // The unpack: the words read afresh each turn, the GPU's clock, the acquire fence,
+            // and the packed side read through the coherent path (never `ld.global.nc`).
+            assert!(
+                unpack.contains("ld.volatile.global.u64") || unpack.contains("ld.volatile.u64"),
+                "{p:?} in {w}-byte words: no volatile load in\n{unpack}"
+            );
+            assert!(unpack.contains("%globaltimer"));
+            assert!(unpack.contains("fence.sc.sys") || unpack.contains("membar.sys"));
+            assert!(
+                !unpack.contains("ld.global.nc"),
+                "{p:?} in {w}-byte words: a non-coherent load in the unpack\n{unpack}"
+            );
+        }
+    }
+}
+
 #[test]
 fn flat_sources_compile_without_runtime_division() {
     if !have_nvrtc() {

@@ -5,16 +5,27 @@
 //! Two processes on two GPUs exchanging a message each way launch, each, its pack into a slot
 //! of its own memory and its unpack from the peer's slot (mapped over CUDA IPC) at once; the
 //! pack stores the message's number into the peer's flag, the peer's unpack waits for it. No
-//! host waits for the other's kernel, and each side launches once. The unpack's blocks spin on
-//! the flag, so its grid is capped at one wave of the device (the blocks the device holds at
-//! once): every block waits at the same time, and the spinning holds no more of the GPU than
-//! it must. A waiting unpack ends without writing anything when a call-off word reaches its
-//! number, or after its patience (measured with the GPU's global timer), saying so in a
-//! give-up word.
+//! host waits for the other's kernel, and each side launches once.
+//!
+//! The pack is launched with the grid of the plan's own kernels ([`Packer::pack_raw`]'s). The
+//! unpack's blocks spin on the flag, so its grid is capped at one wave of the device (the
+//! blocks of its size the device holds at once, by threads and blocks per multiprocessor):
+//! every block waits at the same time, and the spinning holds no more of the GPU than it must.
+//! Any grid would be correct (the flag is stored by work that never waits for this kernel's
+//! blocks: a pack earlier on the stream, another GPU's pack, a copy), so where registers or
+//! other work leave fewer blocks resident, the rest wait to be scheduled and nothing hangs. A waiting
+//! unpack ends without writing anything when a call-off word reaches its number, or after its
+//! patience (measured with the GPU's global timer), saying so in a give-up word.
+//!
+//! A plan with nothing to move is refused ([`Error::InvalidArgument`](crate::Error::InvalidArgument)):
+//! its kernels would not be launched, so no pack would store the flag.
 //!
 //! The graph of a pair of kernels (or of one alone) is kept per kernels and dimensions, its
 //! nodes' arguments set before each launch (the message's number changes every time). A stream
-//! being captured gets the two kernels launched one after the other instead.
+//! being captured gets the two kernels launched one after the other instead. CUDA orders every
+//! launch of a graph behind its earlier launches, even on other streams: channels meant to wait
+//! at the same time on different streams of one process need packers of their own (their
+//! kernels, and so their graphs, are then distinct).
 
 use rustc_hash::FxHashMap;
 use std::ffi::c_void;
@@ -56,6 +67,10 @@ pub struct ChannelSend {
 /// The receiver's side of one message through a channel: wait until `*flag >= seq` (or
 /// `*cancel >= seq`, or `patience_ns` pass: then `*gave_up = seq`), then unpack the slot at
 /// `src` into the strided buffer at `dst`.
+///
+/// Each thread block of the unpack waits and decides for itself, the flag checked first: a
+/// launch called off or given up about when its flag arrived may have unpacked some blocks and
+/// not others (unpacking again, or otherwise, writes every byte of the layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChannelRecv {
     /// The slot's address (the sender's memory, mapped here).
@@ -88,15 +103,13 @@ impl Packer {
             .map(|_| ())
     }
 
-    /// The channel kernels for word size `w`, launched with the plan's grid capped at one wave.
+    /// The channel kernels for word size `w`, with the grid of the plan's own kernels (the
+    /// pack's; at most `u32::MAX` blocks, which the pack counts in a 32-bit word).
     fn channel_variant(&self, op: &'static str, w: u32) -> Result<Arc<Kernels<2>>> {
-        let plan = self.plan().clone();
         self.channel.kernels(op, &w, |dev| {
-            let k = codegen::generate_channel(&plan, w, &dev.options.limits())?;
-            let shape = k.shape();
-            let wave = dev.wave(shape.threads_per_block());
-            let grid = codegen::cap_grid(dev.plan_grid(shape), wave);
-            let block = shape.block();
+            let k = codegen::generate_channel(self.plan(), w, &dev.options.limits())?;
+            let grid = codegen::cap_grid(dev.plan_grid(k.shape()), u64::from(u32::MAX));
+            let block = k.shape().block();
             Ok(Generated {
                 kernels: k,
                 grid,
@@ -105,8 +118,10 @@ impl Packer {
         })
     }
 
-    /// The checks of one side of a channel launch on `stream` (context, lengths, addresses,
-    /// a non-empty plan), and its kernel: the channel pack (`dir` pack) or unpack.
+    /// The checks of one side of a channel launch on `stream` (context, a non-empty plan,
+    /// lengths, addresses, then each of `words`: an address and the alignment it needs), and
+    /// its kernel with its dimensions: the channel pack (`dir` pack) with the plan's grid, or
+    /// the unpack with that grid capped at one wave.
     fn channel_side(
         &self,
         op: &'static str,
@@ -145,8 +160,20 @@ impl Packer {
             Direction::Unpack => (dst, src),
         };
         let k = self.channel_variant(op, plan.word_size(strided, packed))?;
-        let f = k.funcs[usize::from(dir == Direction::Unpack)].clone();
-        Ok((k, f))
+        let block = k.block;
+        let grid = match dir {
+            Direction::Pack => k.grid,
+            // Spinning blocks: no more than the device holds at once.
+            Direction::Unpack => {
+                let threads = block.iter().product();
+                codegen::cap_grid(k.grid, self.channel.dev.wave(threads))
+            }
+        };
+        Ok(Side {
+            func: k.funcs[usize::from(dir == Direction::Unpack)].clone(),
+            grid,
+            block,
+        })
     }
 }
 
@@ -287,13 +314,13 @@ pub unsafe fn launch_channel(
         let mut rp: Vec<*mut c_void> = ra.iter_mut().map(|a| (a as *mut u64).cast()).collect();
         let mut params = Vec::with_capacity(2);
         let mut funcs = Vec::with_capacity(2);
-        if let Some((k, f)) = &packed {
-            params.push(kernel_node(f, k.grid, k.block, &mut sp));
-            funcs.push(f.clone());
+        if let Some(p) = &packed {
+            params.push(kernel_node(&p.func, p.grid, p.block, &mut sp));
+            funcs.push(p.func.clone());
         }
-        if let Some((k, f)) = &unpacked {
-            params.push(kernel_node(f, k.grid, k.block, &mut rp));
-            funcs.push(f.clone());
+        if let Some(u) = &unpacked {
+            params.push(kernel_node(&u.func, u.grid, u.block, &mut rp));
+            funcs.push(u.func.clone());
         }
         if params.is_empty() {
             return Ok(());
@@ -307,12 +334,12 @@ pub unsafe fn launch_channel(
         }
         stream.context().bind_to_thread().map_err(drv(OP))?;
         let key: GraphKey = (
-            packed.as_ref().map_or(0, |(_, f)| f.cu_function() as usize),
+            packed.as_ref().map_or(0, |p| p.func.cu_function() as usize),
             unpacked
                 .as_ref()
-                .map_or(0, |(_, f)| f.cu_function() as usize),
-            packed.as_ref().map_or([0; 3], |(k, _)| k.grid),
-            unpacked.as_ref().map_or([0; 3], |(k, _)| k.grid),
+                .map_or(0, |u| u.func.cu_function() as usize),
+            packed.as_ref().map_or([0; 3], |p| p.grid),
+            unpacked.as_ref().map_or([0; 3], |u| u.grid),
         );
         let mut map = lock(graphs());
         if !map.contains_key(&key) {
@@ -339,8 +366,13 @@ pub unsafe fn launch_channel(
     })
 }
 
-/// A side's kernel set and the kernel of that side.
-type Side = (Arc<Kernels<2>>, CudaFunction);
+/// One side of a channel launch, checked: its kernel (which keeps its module loaded) and the
+/// dimensions it is launched with.
+struct Side {
+    func: CudaFunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+}
 
 /// [`launch_channel`]'s kernels launched one after the other on a stream being captured.
 fn launch_plain(
@@ -348,13 +380,13 @@ fn launch_plain(
     send: Option<(&Side, (&Packer, &ChannelSend))>,
     recv: Option<(&Side, (&Packer, &ChannelRecv))>,
 ) -> Result<()> {
-    let cfg = |k: &Kernels<2>| LaunchConfig {
+    let cfg = |k: &Side| LaunchConfig {
         grid_dim: (k.grid[0], k.grid[1], k.grid[2]),
         block_dim: (k.block[0], k.block[1], k.block[2]),
         shared_mem_bytes: 0,
     };
-    if let Some(((k, f), (_, s))) = send {
-        let mut b = stream.launch_builder(f);
+    if let Some((k, (_, s))) = send {
+        let mut b = stream.launch_builder(&k.func);
         b.arg(&s.src)
             .arg(&s.dst)
             .arg(&s.seq)
@@ -364,8 +396,8 @@ fn launch_plain(
         // pushed; the addresses were checked and are sound ([`launch_channel`]'s contract).
         unsafe { b.launch(cfg(k)) }.map_err(drv("launch_channel"))?;
     }
-    if let Some(((k, f), (_, r))) = recv {
-        let mut b = stream.launch_builder(f);
+    if let Some((k, (_, r))) = recv {
+        let mut b = stream.launch_builder(&k.func);
         b.arg(&r.src)
             .arg(&r.dst)
             .arg(&r.seq)
