@@ -227,7 +227,8 @@ fn check_word(
 /// `extern "C"` kernels, `pack(const unsigned char* src, unsigned char* dst)` and
 /// `unpack(const unsigned char* src, unsigned char* dst)` (both take the buffers' base
 /// addresses; the plan's start offset is baked in). The channel kernels of a plan
-/// ([`generate_channel`]) are a [`ChannelKernels`]: they take more arguments.
+/// ([`generate_channel`]) come as the same kind of value: names, source and shape, and more
+/// arguments after those two.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanKernels {
     source: String,
@@ -264,60 +265,6 @@ impl PlanKernels {
     /// launch with its [`block`](LaunchShape::block) (baked into the code) and any grid,
     /// [`grid`](LaunchShape::grid) or smaller ([`cap_grid`]). A no-op shape means the plan is
     /// empty: launch nothing.
-    pub fn shape(&self) -> &LaunchShape {
-        &self.shape
-    }
-
-    /// Bytes per word.
-    pub fn word_size(&self) -> u32 {
-        self.shape.word_size()
-    }
-}
-
-/// The channel kernels of one plan at one word size ([`generate_channel`]): CUDA C source and
-/// the names of its two `extern "C"` kernels, a pack that signals a flag once every thread
-/// block has packed and an unpack that waits for such a flag. They take the plan kernels' two
-/// buffers and more arguments after them, so they are a type of their own: code that launches
-/// a [`PlanKernels`] with two arguments cannot be handed them by mistake.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChannelKernels {
-    source: String,
-    pack_name: String,
-    unpack_name: String,
-    shape: LaunchShape,
-}
-
-impl ChannelKernels {
-    /// The CUDA C source (no `#include`).
-    pub fn source(&self) -> &str {
-        &self.source
-    }
-
-    /// Name of the kernel that packs and signals: `(const unsigned char* src, unsigned char*
-    /// dst, unsigned long long seq, unsigned int* arrived, unsigned long long* flag)`.
-    pub fn pack_name(&self) -> &str {
-        &self.pack_name
-    }
-
-    /// Name of the kernel that waits and unpacks: `(const unsigned char* src, unsigned char*
-    /// dst, unsigned long long seq, const unsigned long long* flag, const unsigned long long*
-    /// cancel, unsigned long long* gave_up, unsigned long long patience_ns)`.
-    pub fn unpack_name(&self) -> &str {
-        &self.unpack_name
-    }
-
-    /// Name of the kernel for `dir`.
-    pub fn name(&self, dir: Direction) -> &str {
-        match dir {
-            Direction::Pack => &self.pack_name,
-            Direction::Unpack => &self.unpack_name,
-        }
-    }
-
-    /// The launch shape the kernels implement, the plan kernels' ([`PlanKernels::shape`]):
-    /// launch with its [`block`](LaunchShape::block) and any grid, [`grid`](LaunchShape::grid)
-    /// or smaller. A no-op shape means the plan is empty: there is nothing to launch, and no
-    /// kernel to store the flag (`gpu::launch_channel` refuses such a plan).
     pub fn shape(&self) -> &LaunchShape {
         &self.shape
     }
@@ -486,7 +433,7 @@ fn bodies(
 ///   writes it while the kernel waits).
 ///
 /// The kernels are only of use for a plan with something to move: for an empty plan (a no-op
-/// [`shape`](ChannelKernels::shape)) nothing is launched, so nothing would store the flag.
+/// [`shape`](PlanKernels::shape)) nothing is launched, so nothing would store the flag.
 ///
 /// # Errors
 /// As [`generate_with_limits`].
@@ -494,7 +441,7 @@ pub fn generate_channel(
     plan: &StridedBlock,
     word_size: u32,
     limits: &LaunchLimits,
-) -> Result<ChannelKernels> {
+) -> Result<PlanKernels> {
     let b = bodies("codegen::generate_channel", plan, word_size, limits, true)?;
     let pack_name = format!("dtp_chan_pack_{:016x}", b.hash);
     let unpack_name = format!("dtp_chan_unpack_{:016x}", b.hash);
@@ -543,7 +490,7 @@ pub fn generate_channel(
          \x20       dtp_body_unpack(src, dst, {args});\n\
          \x20   }}\n}}\n"
     );
-    Ok(ChannelKernels {
+    Ok(PlanKernels {
         source: src,
         pack_name,
         unpack_name,

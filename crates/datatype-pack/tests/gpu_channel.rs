@@ -306,67 +306,52 @@ fn the_unpack_is_released_by_its_flag_set_before() {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA device"]
-fn the_unpack_waits_for_a_flag_set_later_from_another_stream() {
+/// Which word of a waiting unpack another stream writes ([`written_while_waiting`]).
+#[derive(Clone, Copy)]
+enum Word {
+    Flag,
+    Cancel,
+}
+
+/// For every plan: the unpack of message `seq` launched waiting (the flag at `seq - 1`, a
+/// message before, which does not release it), then `word` set to `seq` from another stream
+/// after `delay`. Released by its flag, the layout is the CPU reference's unpack; called off,
+/// nothing is written. Neither gives up.
+fn written_while_waiting(word: Word, seq: u64, seed: u64, delay: Duration) {
     let _one = serial();
     let stream = ctx().default_stream();
     let (side, host) = (side_stream(), pinned_word());
     for (i, plan) in plans().iter().enumerate() {
         let packer = Packer::new(&ctx(), plan).unwrap();
-        let mut r = Recv::new(&stream, plan, 70 + i as u64);
-        // The flag of the message before does not release it.
-        stream.memcpy_htod(&[4u64], &mut r.flag).unwrap();
+        let mut r = Recv::new(&stream, plan, seed + i as u64);
+        stream.memcpy_htod(&[seq - 1], &mut r.flag).unwrap();
         stream.synchronize().unwrap();
-        launch_recv(&stream, &packer, &r.args(&stream, 5, 2_000_000_000)).unwrap();
-        write_later(
-            side,
-            host,
-            addr(&r.flag, &stream),
-            5,
-            Duration::from_millis(20),
-        );
+        launch_recv(&stream, &packer, &r.args(&stream, seq, 2_000_000_000)).unwrap();
+        let (at, want, what) = match word {
+            Word::Flag => (&r.flag, r.unpacked(plan), format!("plan {i}")),
+            Word::Cancel => (
+                &r.cancel,
+                r.strided_host.clone(),
+                format!("plan {i}: nothing written"),
+            ),
+        };
+        write_later(side, host, addr(at, &stream), seq, delay);
         stream.synchronize().unwrap();
-        same(
-            &r.strided_now(&stream),
-            &r.unpacked(plan),
-            &format!("plan {i}"),
-        );
+        same(&r.strided_now(&stream), &want, &what);
         assert_eq!(read(&stream, &r.gave_up), 0, "plan {i}: no give-up");
     }
 }
 
 #[test]
 #[ignore = "needs a CUDA device"]
+fn the_unpack_waits_for_a_flag_set_later_from_another_stream() {
+    written_while_waiting(Word::Flag, 5, 70, Duration::from_millis(20));
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
 fn a_called_off_unpack_writes_nothing() {
-    let _one = serial();
-    let stream = ctx().default_stream();
-    let (side, host) = (side_stream(), pinned_word());
-    for (i, plan) in plans().iter().enumerate() {
-        let packer = Packer::new(&ctx(), plan).unwrap();
-        let mut r = Recv::new(&stream, plan, 170 + i as u64);
-        stream.memcpy_htod(&[2u64], &mut r.flag).unwrap();
-        stream.synchronize().unwrap();
-        launch_recv(&stream, &packer, &r.args(&stream, 3, 10_000_000_000)).unwrap();
-        write_later(
-            side,
-            host,
-            addr(&r.cancel, &stream),
-            3,
-            Duration::from_millis(5),
-        );
-        stream.synchronize().unwrap();
-        same(
-            &r.strided_now(&stream),
-            &r.strided_host,
-            &format!("plan {i}: nothing written"),
-        );
-        assert_eq!(
-            read(&stream, &r.gave_up),
-            0,
-            "plan {i}: called off, not given up"
-        );
-    }
+    written_while_waiting(Word::Cancel, 3, 170, Duration::from_millis(5));
 }
 
 #[test]

@@ -147,9 +147,9 @@ pub(super) struct Kernels<const N: usize> {
 }
 
 /// What a kernel generator produced: CUDA source and the names of its `N` kernels, each taking
-/// `(const unsigned char* src, unsigned char* dst)` first ([`codegen::ChannelKernels`] take more
-/// after them, and are launched only by [`super::channel`], never by [`Launcher::run`] and its
-/// kin).
+/// `(const unsigned char* src, unsigned char* dst)` first ([`codegen::generate_channel`]'s take
+/// more after them, and are launched only by [`super::channel`], never by [`Launcher::run`] and
+/// its kin).
 pub(super) trait KernelSource<const N: usize> {
     fn source(&self) -> &str;
     fn names(&self) -> [&str; N];
@@ -158,15 +158,6 @@ pub(super) trait KernelSource<const N: usize> {
 impl KernelSource<2> for codegen::PlanKernels {
     fn source(&self) -> &str {
         codegen::PlanKernels::source(self)
-    }
-    fn names(&self) -> [&str; 2] {
-        [self.pack_name(), self.unpack_name()]
-    }
-}
-
-impl KernelSource<2> for codegen::ChannelKernels {
-    fn source(&self) -> &str {
-        codegen::ChannelKernels::source(self)
     }
     fn names(&self) -> [&str; 2] {
         [self.pack_name(), self.unpack_name()]
